@@ -1,0 +1,3 @@
+#ifndef EMLIO_CLIENT_H
+#define EMLIO_CLIENT_H
+#endif

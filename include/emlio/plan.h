@@ -1,0 +1,116 @@
+/* emlio/plan.h - the epoch planner: which rank reads which samples, in which
+ * batches, from which daemon.
+ * SPDX-License-Identifier: MIT
+ *
+ * The planner is a pure function of its inputs. Every rank of a job calls it
+ * with the same shard inventory, world size, batch size, epoch, seed and
+ * policy, and gets its own share of the epoch, with no coordinator:
+ *
+ *   - across all ranks every sample of the dataset is assigned exactly once
+ *     per epoch (padding, when asked for, is marked as such);
+ *   - every rank gets the same number of batches;
+ *   - the same inputs give the same plan on every machine (the generator is
+ *     specified in docs/planner.md, not taken from libc);
+ *   - a different epoch gives a different permutation.
+ *
+ * Shards are identified by name (their path relative to the daemon's data
+ * directory). A shard reported by several daemons is a replica: it is read
+ * once per epoch, from one of its holders chosen deterministically.
+ *
+ * Thread rules: an emlio_plan_t is used by one thread at a time; plans do
+ * not share state, so different plans may be built concurrently.
+ */
+#ifndef EMLIO_PLAN_H
+#define EMLIO_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One shard of the inventory, as daemons report it. */
+typedef struct emlio_plan_shard {
+    const char *name;        /* borrowed; identity of the shard */
+    uint64_t records;        /* number of records (samples) */
+    uint64_t bytes;          /* file size, for locality and balance */
+    const uint32_t *holders; /* borrowed; indices of daemons holding it */
+    uint32_t n_holders;      /* >= 1 */
+} emlio_plan_shard_t;
+
+enum emlio_shuffle {
+    /* File order: shards sorted by name, records in file order. */
+    EMLIO_SHUFFLE_NONE = 0,
+    /* Shard order permuted per epoch, then records shuffled within windows
+     * of window_shards consecutive shards (locality-aware). */
+    EMLIO_SHUFFLE_WINDOW = 1
+};
+
+typedef struct emlio_plan_params {
+    uint32_t world;         /* number of ranks, >= 1 */
+    uint32_t rank;          /* 0 .. world - 1 */
+    uint32_t batch_size;    /* samples per batch, >= 1 */
+    uint64_t epoch;         /* 0-based */
+    uint64_t seed;          /* shared by all ranks */
+    int shuffle;            /* enum emlio_shuffle */
+    uint32_t window_shards; /* shards per shuffle window; 0 = default (4) */
+    bool drop_last;         /* see the remainder rules in docs/planner.md */
+} emlio_plan_params_t;
+
+/* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,
+ * window shuffle over 4 shards, drop_last false. */
+EMLIO_EXPORT void emlio_plan_params_init(emlio_plan_params_t *p);
+
+/* One planned sample. */
+typedef struct emlio_plan_sample {
+    uint32_t shard;  /* index into the shards array given to build */
+    uint32_t daemon; /* the holder to read it from */
+    uint64_t record; /* record index within the shard */
+    bool pad;        /* a repeat added so all ranks have equal batches */
+} emlio_plan_sample_t;
+
+typedef struct emlio_plan emlio_plan_t;
+
+/* Allocates an empty plan. Returns NULL only when out of memory. */
+EMLIO_EXPORT emlio_plan_t *emlio_plan_new(void);
+
+/* Frees the plan. Accepts NULL; sets *self_p to NULL. */
+EMLIO_EXPORT void emlio_plan_destroy(emlio_plan_t **self_p);
+
+/* Computes this rank's share of the epoch described by params over the
+ * n shards (any order; the plan does not depend on it). Replaces any
+ * previous content. Returns 0, EMLIO_EINVAL (rank >= world, batch_size 0,
+ * a shard without holders, two shards of the same name with different
+ * record counts: the message says which) or EMLIO_ENOMEM. The shards array
+ * is not kept. */
+EMLIO_EXPORT int emlio_plan_build(emlio_plan_t *self,
+                                  const emlio_plan_shard_t *shards, size_t n,
+                                  const emlio_plan_params_t *params);
+
+/* Batches in this rank's plan (equal on every rank). */
+EMLIO_EXPORT size_t emlio_plan_batch_count(const emlio_plan_t *self);
+
+/* Samples of batch i (i < batch_count): *n receives the count (batch_size,
+ * or less for the last batch when drop_last is false). Borrowed, valid
+ * until the next build or destroy. */
+EMLIO_EXPORT const emlio_plan_sample_t *
+emlio_plan_batch(const emlio_plan_t *self, size_t i, size_t *n);
+
+/* Totals: samples in this rank's plan, of which padding; and, over the
+ * whole epoch (all ranks), the dataset size and the samples dropped by
+ * drop_last. */
+EMLIO_EXPORT uint64_t emlio_plan_sample_count(const emlio_plan_t *self);
+EMLIO_EXPORT uint64_t emlio_plan_pad_count(const emlio_plan_t *self);
+EMLIO_EXPORT uint64_t emlio_plan_dataset_size(const emlio_plan_t *self);
+EMLIO_EXPORT uint64_t emlio_plan_dropped_count(const emlio_plan_t *self);
+
+/* The last failure's text. Never NULL. */
+EMLIO_EXPORT const char *emlio_plan_errmsg(const emlio_plan_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMLIO_PLAN_H */

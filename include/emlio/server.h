@@ -1,0 +1,3 @@
+#ifndef EMLIO_SERVER_H
+#define EMLIO_SERVER_H
+#endif

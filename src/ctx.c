@@ -1,0 +1,94 @@
+/* ctx.c - the library context: the ZeroMQ context and the log sink.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <time.h>
+#include <zmq.h>
+
+struct emlio_ctx {
+    void *zmq;
+    emlio_log_fn *log_fn;
+    void *log_userdata;
+    int log_level; /* -1 when no sink is installed */
+};
+
+emlio_ctx_t *
+emlio_ctx_new(void)
+{
+    emlio_ctx_t *self = emlio_calloc(1, sizeof(*self));
+    if (!self)
+        return NULL;
+    self->zmq = zmq_ctx_new();
+    if (!self->zmq) {
+        emlio_free(self);
+        return NULL;
+    }
+    /* Two I/O threads let several TCP streams be encoded and decoded in
+     * parallel; on the 2-core machines we target more would only contend. */
+    zmq_ctx_set(self->zmq, ZMQ_IO_THREADS, 2);
+    self->log_level = -1;
+    return self;
+}
+
+void
+emlio_ctx_destroy(emlio_ctx_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    emlio_ctx_t *self = *self_p;
+    while (zmq_ctx_term(self->zmq) != 0 && errno == EINTR)
+        ;
+    emlio_free(self);
+    *self_p = NULL;
+}
+
+void
+emlio_ctx_set_log(emlio_ctx_t *self, emlio_log_fn *fn, void *userdata,
+                  int max_level)
+{
+    assert(self);
+    self->log_fn = fn;
+    self->log_userdata = userdata;
+    self->log_level = fn ? max_level : -1;
+}
+
+int
+emlio__ctx_log_level(const emlio_ctx_t *ctx)
+{
+    return ctx ? ctx->log_level : -1;
+}
+
+void
+emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
+               const char *fmt, ...)
+{
+    if (!ctx || !ctx->log_fn || level > ctx->log_level)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ctx->log_fn(ctx->log_userdata, level, module, msg);
+}
+
+void *
+emlio__ctx_zmq(const emlio_ctx_t *ctx)
+{
+    return ctx->zmq;
+}
+
+uint64_t
+emlio__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double
+emlio__now_s(void)
+{
+    return (double)emlio__now_ns() / 1e9;
+}

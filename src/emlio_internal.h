@@ -1,0 +1,76 @@
+/* emlio_internal.h - the first include of every libemlio source file.
+ * Feature macros, system headers, banned functions and small internal helpers.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef EMLIO_INTERNAL_H
+#define EMLIO_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#    define _GNU_SOURCE /* madvise flags, pipe2, memmem */
+#endif
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emlio.h"
+
+#include "banned.h"
+
+#define EMLIO_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define EMLIO_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define EMLIO_MAX(a, b)     ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#    define EMLIO_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#    define EMLIO_UNUSED            __attribute__((unused))
+#else
+#    define EMLIO_PRINTF(fmt, args)
+#    define EMLIO_UNUSED
+#endif
+
+/* Every allocation goes through these so sizes are overflow-checked in one
+ * place. They return NULL on failure; callers turn that into EMLIO_ENOMEM. */
+void *emlio_malloc(size_t len);
+void *emlio_calloc(size_t n, size_t size);
+void *emlio_realloc(void *ptr, size_t len);
+/* realloc(ptr, n * size), failing instead of overflowing. */
+void *emlio_reallocarray(void *ptr, size_t n, size_t size);
+char *emlio_strdup(const char *s);
+void emlio_free(void *ptr);
+
+/* Size of the per-handle error-message buffers. */
+#define EMLIO_ERRMSG_LEN 512
+
+/* Formats into a handle's errmsg buffer and returns rc, so a failure site
+ * reads: return emlio__seterr(self->err, EMLIO_EFORMAT, "...", ...); */
+int emlio__seterr(char *errbuf, int rc, const char *fmt, ...)
+    EMLIO_PRINTF(3, 4);
+
+/* Logging through the context's sink. The macro tests the level first so
+ * hot paths pay nothing for arguments when the level is off. */
+int emlio__ctx_log_level(const emlio_ctx_t *ctx);
+void emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
+                    const char *fmt, ...) EMLIO_PRINTF(4, 5);
+#define emlio_log(ctx, level, module, ...)                                     \
+    do {                                                                       \
+        if ((level) <= emlio__ctx_log_level(ctx))                              \
+            emlio__ctx_log((ctx), (level), (module), __VA_ARGS__);             \
+    } while (0)
+
+/* The ZeroMQ context owned by ctx (a void * so zmq.h stays out of here). */
+void *emlio__ctx_zmq(const emlio_ctx_t *ctx);
+
+/* Monotonic clock in nanoseconds and seconds. */
+uint64_t emlio__now_ns(void);
+double emlio__now_s(void);
+
+#endif /* EMLIO_INTERNAL_H */

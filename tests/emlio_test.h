@@ -1,0 +1,44 @@
+/* emlio_test.h - shared includes and helpers for the cmocka unit tests.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef EMLIO_TEST_H
+#define EMLIO_TEST_H
+
+#include "emlio_internal.h"
+
+#include <fcntl.h>
+#include <setjmp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* Makes a fresh temporary directory; the caller removes it with
+ * test_rmtree. The returned string is static storage of the caller. */
+static inline void
+test_mkdtemp(char *out, size_t len)
+{
+    snprintf(out, len, "/tmp/emlio-test-XXXXXX");
+    assert_non_null(mkdtemp(out));
+}
+
+static inline void
+test_rmtree(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Writes len bytes to path, replacing it. */
+static inline void
+test_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (len)
+        assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+#endif /* EMLIO_TEST_H */

@@ -1,0 +1,48 @@
+/* main.c - `emlio`, the command-line front end: dispatches to subcommands.
+ * SPDX-License-Identifier: MIT
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} s_commands[] = {
+    { "synth", cmd_synth, "write a synthetic ImageFolder tree of JPEGs" },
+    { "pack", cmd_pack, "pack an ImageFolder tree into TFRecord shards" },
+    { "index", cmd_index, "write DALI-format index files for shards" },
+    { "inspect", cmd_inspect, "show records, bytes and feature keys" },
+    { "fetch", cmd_fetch, "run epochs against emliod daemons" },
+    { "plan", cmd_plan, "print a rank's epoch plan as JSON" },
+};
+
+static void
+s_usage(FILE *out)
+{
+    fprintf(out, "usage: emlio <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(s_commands) / sizeof(s_commands[0]); i++)
+        fprintf(out, "  %-8s %s\n", s_commands[i].name, s_commands[i].help);
+    fprintf(out, "\nRun 'emlio <command> --help' for its options.\n");
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc < 2) {
+        s_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        s_usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(s_commands) / sizeof(s_commands[0]); i++)
+        if (!strcmp(argv[1], s_commands[i].name))
+            return s_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "emlio: unknown command '%s'\n", argv[1]);
+    s_usage(stderr);
+    return 2;
+}
