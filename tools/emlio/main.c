@@ -17,6 +17,8 @@ static const struct {
     { "inspect", cmd_inspect, "show records, bytes and feature keys" },
     { "fetch", cmd_fetch, "run epochs against emliod daemons" },
     { "plan", cmd_plan, "print a rank's epoch plan as JSON" },
+    { "relay", cmd_relay, "TCP relay that adds delay (RTT emulation)" },
+    { "energy", cmd_energy, "run a command and report time, CPU and energy" },
 };
 
 static void
