@@ -1,0 +1,632 @@
+/* tfrecord.c - memory-mapped TFRecord shards, their scan and DALI indexes.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "tfrecord.h"
+
+/* An index file is a few dozen bytes per record of at least 16 bytes; a
+ * bigger one is not an index of anything we could map. */
+#define INDEX_MAX_BYTES ((size_t)1 << 30)
+
+struct emlio_tfrecord {
+    char *path;
+    const uint8_t *base; /* NULL when the file is empty */
+    size_t size;
+    bool open;
+    emlio_tfrecord_loc_t *locs;
+    size_t n;
+    char err[EMLIO_ERRMSG_LEN];
+};
+
+static inline uint64_t
+s_le64(const uint8_t *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 |
+           (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 |
+           (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline uint32_t
+s_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static inline void
+s_put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void
+s_put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A growable array of locations; the parsers fill one and hand it over. */
+typedef struct {
+    emlio_tfrecord_loc_t *locs;
+    size_t n;
+    size_t cap;
+} s_locvec_t;
+
+static int
+s_locvec_push(s_locvec_t *v, uint64_t offset, uint64_t len)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        emlio_tfrecord_loc_t *locs =
+            emlio_reallocarray(v->locs, cap, sizeof(*locs));
+        if (!locs)
+            return EMLIO_ENOMEM;
+        v->locs = locs;
+        v->cap = cap;
+    }
+    v->locs[v->n].offset = offset;
+    v->locs[v->n].len = len;
+    v->n++;
+    return 0;
+}
+
+/* Hands the vector to the caller, or frees it on failure, so both parsers
+ * keep the "nothing allocated on error" promise in one place. */
+static int
+s_locvec_finish(s_locvec_t *v, int rc, emlio_tfrecord_loc_t **locs_out,
+                size_t *n_out)
+{
+    if (rc == 0 && v->n > INT_MAX)
+        rc = EMLIO_EFORMAT;
+    if (rc < 0) {
+        emlio_free(v->locs);
+        *locs_out = NULL;
+        *n_out = 0;
+        return rc;
+    }
+    *locs_out = v->locs;
+    *n_out = v->n;
+    return (int)v->n;
+}
+
+/* Checks the record header at off: 12 bytes present, the length CRC, the
+ * length limit and the record inside [0, size). Stores the data length. */
+static int
+s_check_header(const uint8_t *base, size_t size, uint64_t off, const char *name,
+               uint64_t *len_out, char *errbuf)
+{
+    if (size - off < 12)
+        return emlio__seterr(errbuf, EMLIO_EFORMAT,
+                             "truncated record header in '%s' at offset "
+                             "%" PRIu64,
+                             name, off);
+    const uint8_t *p = base + off;
+    uint64_t len = s_le64(p);
+    if (emlio_crc32c_unmask(s_le32(p + 8)) != emlio_crc32c(0, p, 8))
+        return emlio__seterr(errbuf, EMLIO_EFORMAT,
+                             "bad length crc in '%s' at offset %" PRIu64 "%s",
+                             name, off,
+                             off == 0 ? " (not a tfrecord file?)" : "");
+    if (len > EMLIO_TFRECORD_MAX_RECORD)
+        return emlio__seterr(errbuf, EMLIO_EFORMAT,
+                             "record of %" PRIu64 " bytes in '%s' at offset "
+                             "%" PRIu64 " exceeds the %u byte limit",
+                             len, name, off, EMLIO_TFRECORD_MAX_RECORD);
+    if (len + EMLIO_TFRECORD_OVERHEAD > size - off)
+        return emlio__seterr(errbuf, EMLIO_EFORMAT,
+                             "truncated record in '%s' at offset %" PRIu64
+                             ": %" PRIu64 " bytes of data, %" PRIu64
+                             " left in the file",
+                             name, off, len, (uint64_t)(size - off - 12));
+    *len_out = len;
+    return 0;
+}
+
+int
+emlio__tfrecord_scan_mem(const uint8_t *base, size_t size, bool verify_data,
+                         const char *name, emlio_tfrecord_loc_t **locs_out,
+                         size_t *n_out, char *errbuf)
+{
+    s_locvec_t v = { NULL, 0, 0 };
+    uint64_t off = 0;
+    int rc = 0;
+    while (off < size) {
+        uint64_t len;
+        rc = s_check_header(base, size, off, name, &len, errbuf);
+        if (rc < 0)
+            break;
+        if (verify_data) {
+            const uint8_t *data = base + off + 12;
+            uint32_t stored = emlio_crc32c_unmask(s_le32(data + len));
+            if (emlio_crc32c(0, data, len) != stored) {
+                rc = emlio__seterr(errbuf, EMLIO_ECORRUPT,
+                                   "bad data crc in '%s' at offset %" PRIu64,
+                                   name, off);
+                break;
+            }
+        }
+        rc = s_locvec_push(&v, off, len);
+        if (rc < 0) {
+            emlio__seterr(errbuf, rc, "out of memory indexing '%s'", name);
+            break;
+        }
+        off += len + EMLIO_TFRECORD_OVERHEAD;
+    }
+    if (rc == 0 && v.n > INT_MAX)
+        emlio__seterr(errbuf, EMLIO_EFORMAT, "too many records in '%s'", name);
+    return s_locvec_finish(&v, rc, locs_out, n_out);
+}
+
+/* Parses an unsigned decimal at *pp (before end) into *out; moves *pp past
+ * it. Returns false when there is no digit or the value overflows. */
+static bool
+s_parse_u64(const char **pp, const char *end, uint64_t *out)
+{
+    const char *p = *pp;
+    uint64_t v = 0;
+    if (p == end || *p < '0' || *p > '9')
+        return false;
+    while (p < end && *p >= '0' && *p <= '9') {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+        p++;
+    }
+    *pp = p;
+    *out = v;
+    return true;
+}
+
+static const char *
+s_skip_blanks(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
+        p++;
+    return p;
+}
+
+int
+emlio__tfrecord_parse_index(const char *text, size_t len, const char *idx_name,
+                            const uint8_t *base, size_t size, const char *name,
+                            emlio_tfrecord_loc_t **locs_out, size_t *n_out,
+                            char *errbuf)
+{
+    s_locvec_t v = { NULL, 0, 0 };
+    const char *p = text;
+    const char *end = text + len;
+    uint64_t expect = 0; /* where the next record must start */
+    size_t line = 0;
+    int rc = 0;
+    while (p < end && rc == 0) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol)
+            eol = end;
+        line++;
+        /* DALI reads the index with operator>>, so be as lenient about
+         * blanks and CRLF line ends as it is, but demand two numbers. */
+        const char *q = s_skip_blanks(p, eol);
+        p = eol < end ? eol + 1 : end;
+        if (q == eol)
+            continue;
+        uint64_t off;
+        uint64_t total;
+        bool ok = s_parse_u64(&q, eol, &off);
+        const char *sep = q;
+        q = s_skip_blanks(q, eol);
+        ok = ok && q > sep && s_parse_u64(&q, eol, &total);
+        if (!ok || s_skip_blanks(q, eol) != eol) {
+            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
+                               "malformed line %zu in index '%s'", line,
+                               idx_name);
+            break;
+        }
+        if (off != expect) {
+            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
+                               "index '%s' does not match '%s': line %zu "
+                               "has offset %" PRIu64 ", expected %" PRIu64,
+                               idx_name, name, line, off, expect);
+            break;
+        }
+        if (total < EMLIO_TFRECORD_OVERHEAD || off >= size ||
+            total > size - off) {
+            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
+                               "index '%s' does not match '%s': line %zu "
+                               "describes %" PRIu64 " bytes at offset "
+                               "%" PRIu64 " of a %zu byte file",
+                               idx_name, name, line, total, off, size);
+            break;
+        }
+        uint64_t rec_len;
+        rc = s_check_header(base, size, off, name, &rec_len, errbuf);
+        if (rc < 0)
+            break;
+        if (rec_len != total - EMLIO_TFRECORD_OVERHEAD) {
+            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
+                               "index '%s' does not match '%s': line %zu "
+                               "says %" PRIu64 " bytes at offset %" PRIu64
+                               ", the record has %" PRIu64,
+                               idx_name, name, line, total, off,
+                               rec_len + EMLIO_TFRECORD_OVERHEAD);
+            break;
+        }
+        rc = s_locvec_push(&v, off, rec_len);
+        if (rc < 0)
+            emlio__seterr(errbuf, rc, "out of memory loading index '%s'",
+                          idx_name);
+        expect = off + total;
+    }
+    if (rc == 0 && expect != size)
+        rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
+                           "index '%s' does not match '%s': it covers "
+                           "%" PRIu64 " of %zu bytes",
+                           idx_name, name, expect, size);
+    if (rc == 0 && v.n > INT_MAX)
+        emlio__seterr(errbuf, EMLIO_EFORMAT, "too many records in '%s'",
+                      idx_name);
+    return s_locvec_finish(&v, rc, locs_out, n_out);
+}
+
+int
+emlio__tfrecord_append(emlio_buf_t *out, const uint8_t *data, size_t len)
+{
+    int rc = emlio_buf_grow(out, len + EMLIO_TFRECORD_OVERHEAD);
+    if (rc < 0)
+        return rc;
+    uint8_t *p = out->data + out->len;
+    s_put_le64(p, len);
+    s_put_le32(p + 8, emlio_crc32c_mask(emlio_crc32c(0, p, 8)));
+    if (len)
+        memcpy(p + 12, data, len);
+    s_put_le32(p + 12 + len, emlio_crc32c_mask(emlio_crc32c(0, data, len)));
+    out->len += len + EMLIO_TFRECORD_OVERHEAD;
+    out->data[out->len] = 0; /* the spare byte emlio_buf_grow keeps */
+    return 0;
+}
+
+emlio_tfrecord_t *
+emlio_tfrecord_new(const char *path)
+{
+    assert(path);
+    emlio_tfrecord_t *self = emlio_calloc(1, sizeof(*self));
+    if (!self)
+        return NULL;
+    self->path = emlio_strdup(path);
+    if (!self->path) {
+        emlio_free(self);
+        return NULL;
+    }
+    return self;
+}
+
+static void
+s_reset_index(emlio_tfrecord_t *self)
+{
+    emlio_free(self->locs);
+    self->locs = NULL;
+    self->n = 0;
+}
+
+void
+emlio_tfrecord_destroy(emlio_tfrecord_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    emlio_tfrecord_t *self = *self_p;
+    if (self->base)
+        munmap((void *)self->base, self->size);
+    s_reset_index(self);
+    emlio_free(self->path);
+    emlio_free(self);
+    *self_p = NULL;
+}
+
+int
+emlio_tfrecord_open(emlio_tfrecord_t *self)
+{
+    assert(self);
+    if (self->open)
+        return emlio__seterr(self->err, EMLIO_EINVAL, "'%s' is already open",
+                             self->path);
+    int fd;
+    do
+        fd = open(self->path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        int rc = -errno;
+        return emlio__seterr(self->err, rc, "cannot open '%s': %s", self->path,
+                             emlio_strerror(rc));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        emlio__seterr(self->err, rc, "cannot stat '%s': %s", self->path,
+                      emlio_strerror(rc));
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = emlio__seterr(self->err, -EISDIR, "cannot map '%s': %s",
+                           self->path, emlio_strerror(-EISDIR));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = emlio__seterr(self->err, EMLIO_EFORMAT,
+                           "cannot map '%s': not a regular file", self->path);
+    } else if ((uint64_t)st.st_size > SIZE_MAX) {
+        rc = emlio__seterr(self->err, -EFBIG, "cannot map '%s': %s", self->path,
+                           emlio_strerror(-EFBIG));
+    } else if (st.st_size > 0) {
+        void *map =
+            mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            rc = -errno;
+            emlio__seterr(self->err, rc, "cannot map '%s': %s", self->path,
+                          emlio_strerror(rc));
+        } else {
+            self->base = map;
+        }
+    }
+    /* The mapping keeps the file alive; the descriptor is no longer
+     * needed, and holding one per shard would eat the fd limit. */
+    close(fd);
+    if (rc < 0)
+        return rc;
+    self->size = (size_t)st.st_size;
+    self->open = true;
+    return 0;
+}
+
+int
+emlio_tfrecord_scan(emlio_tfrecord_t *self, bool verify_data)
+{
+    assert(self && self->open);
+    s_reset_index(self);
+    return emlio__tfrecord_scan_mem(self->base, self->size, verify_data,
+                                    self->path, &self->locs, &self->n,
+                                    self->err);
+}
+
+/* Reads the whole file at path into a fresh buffer. */
+static int
+s_read_file(const char *path, char **data_out, size_t *len_out, char *errbuf)
+{
+    int fd;
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        int rc = -errno;
+        return emlio__seterr(errbuf, rc, "cannot open index '%s': %s", path,
+                             emlio_strerror(rc));
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int rc = -errno;
+        close(fd);
+        return emlio__seterr(errbuf, rc, "cannot stat index '%s': %s", path,
+                             emlio_strerror(rc));
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > INDEX_MAX_BYTES) {
+        close(fd);
+        return emlio__seterr(errbuf, EMLIO_EFORMAT,
+                             "index '%s' is not a regular file of at most "
+                             "%zu bytes",
+                             path, INDEX_MAX_BYTES);
+    }
+    size_t cap = (size_t)st.st_size;
+    char *data = emlio_malloc(cap + 1);
+    if (!data) {
+        close(fd);
+        return emlio__seterr(errbuf, EMLIO_ENOMEM,
+                             "out of memory reading index '%s'", path);
+    }
+    /* Read what fstat promised; a file that shrinks meanwhile just gives
+     * fewer bytes, one that grows is cut at the size we saw. */
+    size_t len = 0;
+    while (len < cap) {
+        ssize_t got = read(fd, data + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int rc = -errno;
+            emlio_free(data);
+            close(fd);
+            return emlio__seterr(errbuf, rc, "cannot read index '%s': %s", path,
+                                 emlio_strerror(rc));
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
+    }
+    close(fd);
+    *data_out = data;
+    *len_out = len;
+    return 0;
+}
+
+int
+emlio_tfrecord_load_index(emlio_tfrecord_t *self, const char *idx_path)
+{
+    assert(self && self->open && idx_path);
+    s_reset_index(self);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = s_read_file(idx_path, &text, &len, self->err);
+    if (rc < 0)
+        return rc;
+    rc = emlio__tfrecord_parse_index(text, len, idx_path, self->base,
+                                     self->size, self->path, &self->locs,
+                                     &self->n, self->err);
+    emlio_free(text);
+    return rc;
+}
+
+static int
+s_write_all(int fd, const uint8_t *p, size_t len)
+{
+    while (len) {
+        ssize_t put = write(fd, p, len);
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put < 0)
+            return -errno;
+        p += put;
+        len -= (size_t)put;
+    }
+    return 0;
+}
+
+int
+emlio_tfrecord_write_index(const emlio_tfrecord_t *self, const char *idx_path)
+{
+    assert(self && idx_path);
+    emlio_buf_t text = EMLIO_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; i < self->n && rc == 0; i++)
+        rc = emlio_buf_addf(&text, "%" PRIu64 " %" PRIu64 "\n",
+                            self->locs[i].offset,
+                            self->locs[i].len + EMLIO_TFRECORD_OVERHEAD);
+    if (rc < 0) {
+        emlio_buf_release(&text);
+        return -ENOMEM;
+    }
+    emlio_buf_t tmp = EMLIO_BUF_INIT;
+    if (emlio_buf_addf(&tmp, "%s.tmpXXXXXX", idx_path) < 0) {
+        emlio_buf_release(&text);
+        return -ENOMEM;
+    }
+    char *tmp_path = (char *)tmp.data;
+    int fd = mkostemp(tmp_path, O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+    } else {
+        /* mkstemp creates 0600; an index is as public as its shard. */
+        if (fchmod(fd, 0644) < 0)
+            rc = -errno;
+        if (rc == 0)
+            rc = s_write_all(fd, text.data, text.len);
+        /* fsync before rename so a crash leaves the old index or the
+         * whole new one, never an empty file under the final name. */
+        if (rc == 0 && fsync(fd) < 0)
+            rc = -errno;
+        if (close(fd) < 0 && rc == 0)
+            rc = -errno;
+        if (rc == 0 && rename(tmp_path, idx_path) < 0)
+            rc = -errno;
+        if (rc < 0)
+            unlink(tmp_path);
+    }
+    emlio_buf_release(&tmp);
+    emlio_buf_release(&text);
+    return rc;
+}
+
+const char *
+emlio_tfrecord_path(const emlio_tfrecord_t *self)
+{
+    assert(self);
+    return self->path;
+}
+
+size_t
+emlio_tfrecord_count(const emlio_tfrecord_t *self)
+{
+    assert(self);
+    return self->n;
+}
+
+uint64_t
+emlio_tfrecord_size(const emlio_tfrecord_t *self)
+{
+    assert(self);
+    return self->size;
+}
+
+const emlio_tfrecord_loc_t *
+emlio_tfrecord_loc(const emlio_tfrecord_t *self, size_t i)
+{
+    assert(self && i < self->n);
+    return &self->locs[i];
+}
+
+int
+emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
+                      const uint8_t **data, size_t *len, uint32_t *stored_crc)
+{
+    assert(self && data && len);
+    if (i >= self->n)
+        return EMLIO_ENOTFOUND;
+    const emlio_tfrecord_loc_t *loc = &self->locs[i];
+    /* The index was checked when it was built, but the check is two
+     * compares and keeps a corrupted entry from reading outside the map. */
+    if (loc->offset > self->size || loc->len > EMLIO_TFRECORD_MAX_RECORD ||
+        loc->len + EMLIO_TFRECORD_OVERHEAD > self->size - loc->offset)
+        return EMLIO_EFORMAT;
+    const uint8_t *p = self->base + loc->offset + 12;
+    *data = p;
+    *len = (size_t)loc->len;
+    if (stored_crc)
+        *stored_crc = emlio_crc32c_unmask(s_le32(p + loc->len));
+    return 0;
+}
+
+int
+emlio_tfrecord_verify(const emlio_tfrecord_t *self, size_t i)
+{
+    const uint8_t *data;
+    size_t len;
+    uint32_t stored;
+    int rc = emlio_tfrecord_record(self, i, &data, &len, &stored);
+    if (rc < 0)
+        return rc;
+    return emlio_crc32c(0, data, len) == stored ? 0 : EMLIO_ECORRUPT;
+}
+
+int
+emlio_tfrecord_advise(const emlio_tfrecord_t *self, size_t first, size_t n,
+                      int advice)
+{
+    assert(self);
+    if (first > self->n || n > self->n - first)
+        return -EINVAL;
+    if (n == 0 || !self->base)
+        return 0;
+    int how;
+    switch (advice) {
+    case EMLIO_ADVISE_WILLNEED:
+        how = MADV_WILLNEED;
+        break;
+    case EMLIO_ADVISE_DONTNEED:
+        how = MADV_DONTNEED;
+        break;
+    default:
+        return -EINVAL;
+    }
+    const emlio_tfrecord_loc_t *last = &self->locs[first + n - 1];
+    uint64_t start = self->locs[first].offset;
+    uint64_t stop = last->offset + last->len + EMLIO_TFRECORD_OVERHEAD;
+    if (stop > self->size || start >= stop)
+        return -EINVAL;
+    /* madvise wants a page-aligned start; the mapping itself is page
+     * aligned, and its last page is whole, so rounding out stays inside. */
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t mask = (uint64_t)(page > 0 ? page : 4096) - 1;
+    uint64_t lo = start & ~mask;
+    uint64_t hi = (stop + mask) & ~mask;
+    if (madvise((void *)(self->base + lo), (size_t)(hi - lo), how) < 0)
+        return -errno;
+    return 0;
+}
+
+const char *
+emlio_tfrecord_errmsg(const emlio_tfrecord_t *self)
+{
+    assert(self);
+    return self->err;
+}
