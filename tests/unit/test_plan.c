@@ -1,0 +1,846 @@
+/* test_plan.c - unit tests of the epoch planner: exactly-once, equal
+ * batches, remainder rules, determinism, replicas and locality.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_test.h"
+
+/* A test inventory: shards named "shard-NNNNN" with one holder each, unless
+ * a test rewrites them. Owns its names and holder arrays. */
+struct inv {
+    emlio_plan_shard_t *shards;
+    char (*names)[32];
+    uint32_t (*holders)[4];
+    size_t n;
+};
+
+static void
+inv_init(struct inv *v, size_t n, const uint64_t *records, uint32_t daemons)
+{
+    v->n = n;
+    v->shards = calloc(n ? n : 1, sizeof(*v->shards));
+    v->names = calloc(n ? n : 1, sizeof(*v->names));
+    v->holders = calloc(n ? n : 1, sizeof(*v->holders));
+    assert_non_null(v->shards);
+    assert_non_null(v->names);
+    assert_non_null(v->holders);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(v->names[i], sizeof(v->names[i]), "shard-%05zu", i);
+        v->holders[i][0] = (uint32_t)(i % daemons);
+        v->shards[i].name = v->names[i];
+        v->shards[i].records = records[i];
+        v->shards[i].bytes = records[i] * 1000;
+        v->shards[i].holders = v->holders[i];
+        v->shards[i].n_holders = 1;
+    }
+}
+
+static void
+inv_release(struct inv *v)
+{
+    free(v->shards);
+    free(v->names);
+    free(v->holders);
+}
+
+/* Uneven sizes: 1 .. 97 records, deterministic. */
+static uint64_t *
+uneven_records(size_t n)
+{
+    uint64_t *r = calloc(n, sizeof(*r));
+    assert_non_null(r);
+    for (size_t i = 0; i < n; i++)
+        r[i] = 1 + (i * 37 + 11) % 97;
+    return r;
+}
+
+/* Index of the first shard with the same name, so replicas count as one. */
+static size_t
+canon(const emlio_plan_shard_t *shards, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(shards[j].name, shards[i].name) == 0)
+            return j;
+    return i;
+}
+
+static bool
+holds(const emlio_plan_shard_t *s, uint32_t daemon)
+{
+    for (uint32_t h = 0; h < s->n_holders; h++)
+        if (s->holders[h] == daemon)
+            return true;
+    return false;
+}
+
+/* Builds the plan of every rank and checks the epoch-wide contract:
+ * exactly-once (or at most once with drop_last), equal batch counts and
+ * sizes, the remainder counts, and that each sample is read from a daemon
+ * that holds its shard (any entry of the same name). Returns the number of
+ * batches per rank. */
+static size_t
+check_epoch(const emlio_plan_shard_t *shards, size_t n,
+            const emlio_plan_params_t *tmpl)
+{
+    emlio_plan_params_t p = *tmpl;
+    uint32_t world = p.world;
+    uint64_t *offset = calloc(n + 1, sizeof(*offset));
+    size_t *first = calloc(n + 1, sizeof(*first));
+    assert_non_null(offset);
+    assert_non_null(first);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        offset[i] = total;
+        first[i] = canon(shards, i);
+        if (first[i] == i)
+            total += shards[i].records;
+    }
+    uint8_t *seen = calloc(total ? total : 1, 1);
+    assert_non_null(seen);
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_non_null(plan);
+
+    size_t batches = 0;
+    uint64_t per_rank = 0;
+    size_t last_len = 0;
+    uint64_t pad_total = 0;
+    uint64_t real_total = 0;
+    for (uint32_t r = 0; r < world; r++) {
+        p.rank = r;
+        assert_int_equal(emlio_plan_build(plan, shards, n, &p), 0);
+        assert_int_equal(emlio_plan_dataset_size(plan), total);
+        size_t nb = emlio_plan_batch_count(plan);
+        uint64_t count = 0;
+        size_t len = 0;
+        for (size_t b = 0; b < nb; b++) {
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
+            assert_non_null(s);
+            if (b + 1 < nb || p.drop_last)
+                assert_int_equal(len, p.batch_size);
+            assert_true(len >= 1 && len <= p.batch_size);
+            for (size_t k = 0; k < len; k++) {
+                assert_true(s[k].shard < n);
+                size_t c = first[s[k].shard];
+                assert_true(s[k].record < shards[c].records);
+                assert_true(holds(&shards[s[k].shard], s[k].daemon));
+                if (s[k].pad) {
+                    pad_total++;
+                } else {
+                    uint64_t id = offset[c] + s[k].record;
+                    assert_int_equal(seen[id], 0);
+                    seen[id] = 1;
+                    real_total++;
+                }
+            }
+            count += len;
+        }
+        assert_int_equal(count, emlio_plan_sample_count(plan));
+        if (r == 0) {
+            batches = nb;
+            per_rank = count;
+            last_len = len;
+        }
+        assert_int_equal(nb, batches);
+        assert_int_equal(count, per_rank);
+        assert_int_equal(len, last_len);
+    }
+    uint64_t world_b = (uint64_t)world * p.batch_size;
+    if (p.drop_last) {
+        assert_int_equal(per_rank, total / world_b * p.batch_size);
+        assert_int_equal(pad_total, 0);
+        assert_int_equal(real_total, per_rank * world);
+        assert_int_equal(emlio_plan_dropped_count(plan), total - real_total);
+        assert_int_equal(emlio_plan_dropped_count(plan), total % world_b);
+    } else {
+        assert_int_equal(per_rank, (total + world - 1) / world);
+        assert_int_equal(real_total, total);
+        assert_int_equal(pad_total, per_rank * world - total);
+        assert_int_equal(emlio_plan_dropped_count(plan), 0);
+        assert_int_equal(batches, (per_rank + p.batch_size - 1) / p.batch_size);
+    }
+    emlio_plan_destroy(&plan);
+    free(seen);
+    free(offset);
+    free(first);
+    return batches;
+}
+
+/* Whether plans a (over shards sa) and b (over sb) assign the same samples
+ * by name, record, daemon and pad flag. */
+static void
+assert_same_plan(const emlio_plan_t *a, const emlio_plan_shard_t *sa,
+                 const emlio_plan_t *b, const emlio_plan_shard_t *sb)
+{
+    assert_int_equal(emlio_plan_batch_count(a), emlio_plan_batch_count(b));
+    assert_int_equal(emlio_plan_pad_count(a), emlio_plan_pad_count(b));
+    for (size_t i = 0; i < emlio_plan_batch_count(a); i++) {
+        size_t na;
+        size_t nb;
+        const emlio_plan_sample_t *x = emlio_plan_batch(a, i, &na);
+        const emlio_plan_sample_t *y = emlio_plan_batch(b, i, &nb);
+        assert_int_equal(na, nb);
+        for (size_t k = 0; k < na; k++) {
+            assert_string_equal(sa[x[k].shard].name, sb[y[k].shard].name);
+            assert_int_equal(x[k].record, y[k].record);
+            assert_int_equal(x[k].daemon, y[k].daemon);
+            assert_int_equal(x[k].pad, y[k].pad);
+        }
+    }
+}
+
+/* Number of samples of two plans that sit at the same position with the
+ * same identity. */
+static size_t
+same_positions(const emlio_plan_t *a, const emlio_plan_t *b)
+{
+    size_t same = 0;
+    for (size_t i = 0; i < emlio_plan_batch_count(a); i++) {
+        size_t na;
+        size_t nb;
+        const emlio_plan_sample_t *x = emlio_plan_batch(a, i, &na);
+        const emlio_plan_sample_t *y = emlio_plan_batch(b, i, &nb);
+        for (size_t k = 0; k < na && k < nb; k++)
+            same += x[k].shard == y[k].shard && x[k].record == y[k].record;
+    }
+    return same;
+}
+
+static void
+test_plan_params_init_defaults(void **state)
+{
+    (void)state;
+    emlio_plan_params_t p;
+    memset(&p, 0xff, sizeof(p));
+    emlio_plan_params_init(&p);
+    assert_int_equal(p.world, 1);
+    assert_int_equal(p.rank, 0);
+    assert_int_equal(p.batch_size, 32);
+    assert_int_equal(p.epoch, 0);
+    assert_int_equal(p.seed, 0);
+    assert_int_equal(p.shuffle, EMLIO_SHUFFLE_WINDOW);
+    assert_int_equal(p.window_shards, 4);
+    assert_false(p.drop_last);
+}
+
+static void
+test_plan_destroy_accepts_null(void **state)
+{
+    (void)state;
+    emlio_plan_t *plan = NULL;
+    emlio_plan_destroy(NULL);
+    emlio_plan_destroy(&plan);
+    plan = emlio_plan_new();
+    assert_non_null(plan);
+    assert_int_equal(emlio_plan_batch_count(plan), 0);
+    assert_string_equal(emlio_plan_errmsg(plan), "");
+    emlio_plan_destroy(&plan);
+    assert_null(plan);
+    emlio_plan_destroy(&plan);
+}
+
+static void
+test_plan_exactly_once_across_ranks(void **state)
+{
+    (void)state;
+    static const uint32_t worlds[] = { 1, 3, 4, 7 };
+    static const uint32_t batches[] = { 1, 5, 8, 32, 1000 };
+    uint64_t *records = uneven_records(23);
+    struct inv v;
+    inv_init(&v, 23, records, 3);
+    for (size_t w = 0; w < EMLIO_ARRAY_SIZE(worlds); w++)
+        for (size_t b = 0; b < EMLIO_ARRAY_SIZE(batches); b++)
+            for (int shuffle = 0; shuffle <= 1; shuffle++)
+                for (int drop = 0; drop <= 1; drop++) {
+                    emlio_plan_params_t p;
+                    emlio_plan_params_init(&p);
+                    p.world = worlds[w];
+                    p.batch_size = batches[b];
+                    p.shuffle = shuffle;
+                    p.drop_last = drop;
+                    p.seed = 42;
+                    p.epoch = w + b;
+                    check_epoch(v.shards, v.n, &p);
+                }
+    inv_release(&v);
+    free(records);
+}
+
+static void
+test_plan_equal_batches_across_ranks(void **state)
+{
+    (void)state;
+    /* 100 samples, 3 ranks, batch 8: 34 per rank (2 of them padding),
+     * batches 8 8 8 8 2 on every rank. */
+    uint64_t records[] = { 30, 30, 40 };
+    struct inv v;
+    inv_init(&v, 3, records, 2);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 3;
+    p.batch_size = 8;
+    assert_int_equal(check_epoch(v.shards, v.n, &p), 5);
+    emlio_plan_t *plan = emlio_plan_new();
+    uint64_t pads = 0;
+    for (uint32_t r = 0; r < 3; r++) {
+        p.rank = r;
+        assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        assert_int_equal(emlio_plan_sample_count(plan), 34);
+        size_t len;
+        emlio_plan_batch(plan, 4, &len);
+        assert_int_equal(len, 2);
+        pads += emlio_plan_pad_count(plan);
+    }
+    assert_int_equal(pads, 2);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+static void
+test_plan_drop_last_counts(void **state)
+{
+    (void)state;
+    /* 100 samples, 3 ranks, batch 8: 4 full batches each, 4 dropped. */
+    uint64_t records[] = { 30, 30, 40 };
+    struct inv v;
+    inv_init(&v, 3, records, 1);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 3;
+    p.batch_size = 8;
+    p.drop_last = true;
+    assert_int_equal(check_epoch(v.shards, v.n, &p), 4);
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_dropped_count(plan), 4);
+    assert_int_equal(emlio_plan_pad_count(plan), 0);
+    assert_int_equal(emlio_plan_sample_count(plan), 32);
+    /* Fewer samples than one global batch: nothing is read. */
+    p.batch_size = 64;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_batch_count(plan), 0);
+    assert_int_equal(emlio_plan_dropped_count(plan), 100);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+static void
+test_plan_pad_repeats_start_of_order(void **state)
+{
+    (void)state;
+    /* 10 samples over 4 ranks: 3 each, the last rank's last 2 repeat the
+     * first 2 of the global order, which are rank 0's first 2. */
+    uint64_t records[] = { 4, 6 };
+    struct inv v;
+    inv_init(&v, 2, records, 1);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 4;
+    p.batch_size = 2;
+    p.seed = 7;
+    check_epoch(v.shards, v.n, &p);
+    emlio_plan_t *first = emlio_plan_new();
+    emlio_plan_t *last = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(first, v.shards, v.n, &p), 0);
+    p.rank = 3;
+    assert_int_equal(emlio_plan_build(last, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_pad_count(first), 0);
+    assert_int_equal(emlio_plan_pad_count(last), 2);
+    size_t n0;
+    size_t n3;
+    const emlio_plan_sample_t *a = emlio_plan_batch(first, 0, &n0);
+    const emlio_plan_sample_t *z = emlio_plan_batch(last, 1, &n3);
+    assert_int_equal(n0, 2);
+    assert_int_equal(n3, 1);
+    assert_true(z[0].pad);
+    assert_int_equal(z[0].shard, a[1].shard);
+    assert_int_equal(z[0].record, a[1].record);
+    /* One sample over 4 ranks: every rank gets it once, three as pads. */
+    uint64_t one[] = { 1 };
+    struct inv u;
+    inv_init(&u, 1, one, 1);
+    p.rank = 0;
+    check_epoch(u.shards, u.n, &p);
+    emlio_plan_destroy(&first);
+    emlio_plan_destroy(&last);
+    inv_release(&u);
+    inv_release(&v);
+}
+
+static void
+test_plan_empty_inventory(void **state)
+{
+    (void)state;
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 2;
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, NULL, 0, &p), 0);
+    assert_int_equal(emlio_plan_batch_count(plan), 0);
+    assert_int_equal(emlio_plan_dataset_size(plan), 0);
+    /* Shards without records take part but contribute nothing. */
+    uint64_t records[] = { 0, 5, 0, 0, 0, 0, 3 };
+    struct inv v;
+    inv_init(&v, 7, records, 2);
+    check_epoch(v.shards, v.n, &p);
+    p.batch_size = 3;
+    check_epoch(v.shards, v.n, &p);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+static void
+test_plan_deterministic(void **state)
+{
+    (void)state;
+    uint64_t *records = uneven_records(40);
+    struct inv v;
+    inv_init(&v, 40, records, 4);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 3;
+    p.rank = 1;
+    p.batch_size = 16;
+    p.seed = 0x1234;
+    p.epoch = 5;
+    emlio_plan_t *a = emlio_plan_new();
+    emlio_plan_t *b = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(a, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_build(b, v.shards, v.n, &p), 0);
+    assert_same_plan(a, v.shards, b, v.shards);
+    /* Rebuilding a used plan gives the same again. */
+    assert_int_equal(emlio_plan_build(b, v.shards, v.n, &p), 0);
+    assert_same_plan(a, v.shards, b, v.shards);
+    emlio_plan_destroy(&a);
+    emlio_plan_destroy(&b);
+    inv_release(&v);
+    free(records);
+}
+
+static void
+test_plan_independent_of_shard_order(void **state)
+{
+    (void)state;
+    uint64_t *records = uneven_records(30);
+    struct inv v;
+    inv_init(&v, 30, records, 3);
+    /* A copy of the inventory in another order: reversed, then rotated. */
+    emlio_plan_shard_t *perm = calloc(30, sizeof(*perm));
+    assert_non_null(perm);
+    for (size_t i = 0; i < 30; i++)
+        perm[i] = v.shards[(29 - i + 11) % 30];
+    emlio_plan_t *a = emlio_plan_new();
+    emlio_plan_t *b = emlio_plan_new();
+    for (int drop = 0; drop <= 1; drop++)
+        for (uint32_t r = 0; r < 4; r++) {
+            emlio_plan_params_t p;
+            emlio_plan_params_init(&p);
+            p.world = 4;
+            p.rank = r;
+            p.batch_size = 7;
+            p.seed = 99;
+            p.epoch = 3;
+            p.drop_last = drop;
+            assert_int_equal(emlio_plan_build(a, v.shards, 30, &p), 0);
+            assert_int_equal(emlio_plan_build(b, perm, 30, &p), 0);
+            assert_same_plan(a, v.shards, b, perm);
+        }
+    emlio_plan_destroy(&a);
+    emlio_plan_destroy(&b);
+    free(perm);
+    inv_release(&v);
+    free(records);
+}
+
+static void
+test_plan_epochs_differ(void **state)
+{
+    (void)state;
+    uint64_t *records = uneven_records(20);
+    struct inv v;
+    inv_init(&v, 20, records, 1);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.batch_size = 10;
+    p.seed = 1;
+    emlio_plan_t *a = emlio_plan_new();
+    emlio_plan_t *b = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(a, v.shards, v.n, &p), 0);
+    uint64_t n = emlio_plan_sample_count(a);
+    for (uint64_t e = 1; e < 5; e++) {
+        p.epoch = e;
+        assert_int_equal(emlio_plan_build(b, v.shards, v.n, &p), 0);
+        /* A fresh permutation leaves few samples in place. */
+        assert_true(same_positions(a, b) < n / 10);
+    }
+    /* So does another seed. */
+    p.epoch = 0;
+    p.seed = 2;
+    assert_int_equal(emlio_plan_build(b, v.shards, v.n, &p), 0);
+    assert_true(same_positions(a, b) < n / 10);
+    emlio_plan_destroy(&a);
+    emlio_plan_destroy(&b);
+    inv_release(&v);
+    free(records);
+}
+
+static void
+test_plan_shuffle_none_is_file_order(void **state)
+{
+    (void)state;
+    uint64_t records[] = { 3, 5, 2, 4, 6 };
+    struct inv v;
+    inv_init(&v, 5, records, 2);
+    /* Give the shards to the planner in reverse name order. */
+    emlio_plan_shard_t rev[5];
+    for (size_t i = 0; i < 5; i++)
+        rev[i] = v.shards[4 - i];
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 2;
+    p.batch_size = 4;
+    p.shuffle = EMLIO_SHUFFLE_NONE;
+    p.seed = 1234;
+    p.epoch = 9;
+    emlio_plan_t *plan = emlio_plan_new();
+    size_t shard = 0;
+    uint64_t record = 0;
+    for (uint32_t r = 0; r < 2; r++) {
+        p.rank = r;
+        assert_int_equal(emlio_plan_build(plan, rev, 5, &p), 0);
+        for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+            size_t len;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
+            for (size_t k = 0; k < len; k++) {
+                while (record == records[shard]) {
+                    shard++;
+                    record = 0;
+                }
+                assert_false(s[k].pad);
+                assert_string_equal(rev[s[k].shard].name, v.names[shard]);
+                assert_int_equal(s[k].record, record);
+                record++;
+            }
+        }
+    }
+    assert_int_equal(shard, 4);
+    assert_int_equal(record, 6);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+static void
+test_plan_replicas_read_once(void **state)
+{
+    (void)state;
+    /* Eight names, each reported by daemon 0 and by daemon 1 as separate
+     * entries, plus one entry listing daemons 2 and 3 itself. */
+    emlio_plan_shard_t shards[17];
+    char names[9][16];
+    static const uint32_t d0 = 0;
+    static const uint32_t d1 = 1;
+    static const uint32_t d23[] = { 3, 2 };
+    for (size_t i = 0; i < 8; i++) {
+        snprintf(names[i], sizeof(names[i]), "part-%02zu", i);
+        for (size_t c = 0; c < 2; c++) {
+            emlio_plan_shard_t *s = &shards[c * 8 + i];
+            s->name = names[i];
+            s->records = 10;
+            s->bytes = 4096;
+            s->holders = c ? &d1 : &d0;
+            s->n_holders = 1;
+        }
+    }
+    snprintf(names[8], sizeof(names[8]), "part-xx");
+    shards[16] = (emlio_plan_shard_t){ .name = names[8],
+                                       .records = 5,
+                                       .bytes = 2048,
+                                       .holders = d23,
+                                       .n_holders = 2 };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 3;
+    p.batch_size = 4;
+    check_epoch(shards, 17, &p);
+    p.world = 1;
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, shards, 17, &p), 0);
+    assert_int_equal(emlio_plan_dataset_size(plan), 85);
+    uint64_t per_daemon[4] = { 0 };
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t len;
+        const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
+        for (size_t k = 0; k < len; k++)
+            per_daemon[s[k].daemon]++;
+    }
+    /* Equal bytes: the replicated names split evenly, ties to the lower
+     * daemon index. */
+    assert_int_equal(per_daemon[0], 40);
+    assert_int_equal(per_daemon[1], 40);
+    assert_int_equal(per_daemon[2], 5);
+    assert_int_equal(per_daemon[3], 0);
+    emlio_plan_destroy(&plan);
+}
+
+static void
+test_plan_replicas_balance_bytes(void **state)
+{
+    (void)state;
+    /* Daemon 0 alone holds a large shard; the small replicated shards then
+     * go to daemon 1 until it has caught up. */
+    static const uint32_t only0 = 0;
+    static const uint32_t both[] = { 0, 1 };
+    emlio_plan_shard_t shards[5] = {
+        { .name = "big",
+          .records = 10,
+          .bytes = 4000,
+          .holders = &only0,
+          .n_holders = 1 },
+        { .name = "r1",
+          .records = 10,
+          .bytes = 1000,
+          .holders = both,
+          .n_holders = 2 },
+        { .name = "r2",
+          .records = 10,
+          .bytes = 1000,
+          .holders = both,
+          .n_holders = 2 },
+        { .name = "r3",
+          .records = 10,
+          .bytes = 1000,
+          .holders = both,
+          .n_holders = 2 },
+        { .name = "r4",
+          .records = 10,
+          .bytes = 1000,
+          .holders = both,
+          .n_holders = 2 },
+    };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.batch_size = 50;
+    emlio_plan_t *plan = emlio_plan_new();
+    for (uint64_t e = 0; e < 3; e++) {
+        p.epoch = e;
+        assert_int_equal(emlio_plan_build(plan, shards, 5, &p), 0);
+        size_t len;
+        const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &len);
+        assert_int_equal(len, 50);
+        for (size_t k = 0; k < len; k++)
+            assert_int_equal(s[k].daemon, s[k].shard == 0 ? 0 : 1);
+    }
+    emlio_plan_destroy(&plan);
+}
+
+static void
+test_plan_replica_conflict_is_einval(void **state)
+{
+    (void)state;
+    static const uint32_t d0 = 0;
+    static const uint32_t d1 = 1;
+    emlio_plan_shard_t shards[3] = {
+        { .name = "train-7", .records = 12, .holders = &d0, .n_holders = 1 },
+        { .name = "train-8", .records = 12, .holders = &d0, .n_holders = 1 },
+        { .name = "train-7", .records = 13, .holders = &d1, .n_holders = 1 },
+    };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, shards, 3, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "'train-7'"));
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "12 and 13"));
+    assert_int_equal(emlio_plan_batch_count(plan), 0);
+    emlio_plan_destroy(&plan);
+}
+
+static void
+test_plan_invalid_params(void **state)
+{
+    (void)state;
+    uint64_t records[] = { 10, 10 };
+    struct inv v;
+    inv_init(&v, 2, records, 1);
+    emlio_plan_t *plan = emlio_plan_new();
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), 0);
+    assert_int_equal(emlio_plan_batch_count(plan), 1);
+
+    p.world = 0;
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "world"));
+    /* A failed build leaves an empty plan, not the previous one. */
+    assert_int_equal(emlio_plan_batch_count(plan), 0);
+    assert_int_equal(emlio_plan_sample_count(plan), 0);
+
+    emlio_plan_params_init(&p);
+    p.world = 4;
+    p.rank = 4;
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "rank 4"));
+
+    emlio_plan_params_init(&p);
+    p.batch_size = 0;
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "batch size"));
+
+    emlio_plan_params_init(&p);
+    p.shuffle = 9;
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "shuffle"));
+
+    emlio_plan_params_init(&p);
+    v.shards[1].n_holders = 0;
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), EMLIO_EINVAL);
+    assert_string_equal(emlio_plan_errmsg(plan),
+                        "shard 'shard-00001' has no holders");
+    v.shards[1].n_holders = 1;
+    v.shards[1].name = NULL;
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), EMLIO_EINVAL);
+    assert_string_equal(emlio_plan_errmsg(plan), "shard 1 has no name");
+
+    /* A good build afterwards works and clears the message. */
+    v.shards[1].name = v.names[1];
+    assert_int_equal(emlio_plan_build(plan, v.shards, 2, &p), 0);
+    assert_string_equal(emlio_plan_errmsg(plan), "");
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+static void
+test_plan_windows_respected(void **state)
+{
+    (void)state;
+
+    /* 40 equal shards of 50 records, windows of 4: every shard's samples
+     * lie inside one aligned block of 200 positions, and a batch that is
+     * no longer than a window touches at most two windows. */
+    enum { SHARDS = 40, R = 50 };
+
+    uint64_t records[SHARDS];
+    for (size_t i = 0; i < SHARDS; i++)
+        records[i] = R;
+    struct inv v;
+    inv_init(&v, SHARDS, records, 4);
+    static const uint32_t windows[] = { 1, 4, 8 };
+    emlio_plan_t *plan = emlio_plan_new();
+    for (size_t w = 0; w < EMLIO_ARRAY_SIZE(windows); w++) {
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.batch_size = 32;
+        p.seed = 5;
+        p.epoch = w;
+        p.window_shards = windows[w];
+        assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        uint64_t block[SHARDS];
+        for (size_t i = 0; i < SHARDS; i++)
+            block[i] = UINT64_MAX;
+        uint64_t pos = 0;
+        size_t max_distinct = 0;
+        size_t moved = 0;
+        for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+            size_t len;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
+            bool touched[SHARDS] = { false };
+            size_t distinct = 0;
+            for (size_t k = 0; k < len; k++, pos++) {
+                uint64_t blk = pos / (R * windows[w]);
+                if (block[s[k].shard] == UINT64_MAX)
+                    block[s[k].shard] = blk;
+                assert_int_equal(block[s[k].shard], blk);
+                if (!touched[s[k].shard]) {
+                    touched[s[k].shard] = true;
+                    distinct++;
+                }
+                moved += s[k].record != pos % R;
+            }
+            max_distinct = EMLIO_MAX(max_distinct, distinct);
+        }
+        assert_true(max_distinct <= 2 * windows[w]);
+        /* Records are shuffled inside the window, not left in file order. */
+        assert_true(moved > SHARDS * R / 2);
+    }
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+static void
+test_plan_default_window_is_four(void **state)
+{
+    (void)state;
+    uint64_t *records = uneven_records(17);
+    struct inv v;
+    inv_init(&v, 17, records, 2);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.seed = 3;
+    emlio_plan_t *a = emlio_plan_new();
+    emlio_plan_t *b = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(a, v.shards, v.n, &p), 0);
+    p.window_shards = 0;
+    assert_int_equal(emlio_plan_build(b, v.shards, v.n, &p), 0);
+    assert_same_plan(a, v.shards, b, v.shards);
+    emlio_plan_destroy(&a);
+    emlio_plan_destroy(&b);
+    inv_release(&v);
+    free(records);
+}
+
+static void
+test_plan_scale_imagenet(void **state)
+{
+    (void)state;
+
+    /* ImageNet-1k train: 1,281,167 samples over 1024 shards of 1251 or
+     * 1252 records; 8 ranks, batch 256. Only correctness is asserted. */
+    enum { SHARDS = 1024 };
+
+    const uint64_t total = 1281167;
+    uint64_t records[SHARDS];
+    for (size_t i = 0; i < SHARDS; i++)
+        records[i] = total / SHARDS + (i < total % SHARDS);
+    struct inv v;
+    inv_init(&v, SHARDS, records, 16);
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 8;
+    p.batch_size = 256;
+    p.seed = 2024;
+    p.epoch = 1;
+    assert_int_equal(check_epoch(v.shards, v.n, &p), 626);
+    p.drop_last = true;
+    assert_int_equal(check_epoch(v.shards, v.n, &p), 625);
+    /* A single rank holding the whole epoch. */
+    p.world = 1;
+    p.drop_last = false;
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_sample_count(plan), total);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_params_init_defaults),
+        cmocka_unit_test(test_plan_destroy_accepts_null),
+        cmocka_unit_test(test_plan_exactly_once_across_ranks),
+        cmocka_unit_test(test_plan_equal_batches_across_ranks),
+        cmocka_unit_test(test_plan_drop_last_counts),
+        cmocka_unit_test(test_plan_pad_repeats_start_of_order),
+        cmocka_unit_test(test_plan_empty_inventory),
+        cmocka_unit_test(test_plan_deterministic),
+        cmocka_unit_test(test_plan_independent_of_shard_order),
+        cmocka_unit_test(test_plan_epochs_differ),
+        cmocka_unit_test(test_plan_shuffle_none_is_file_order),
+        cmocka_unit_test(test_plan_replicas_read_once),
+        cmocka_unit_test(test_plan_replicas_balance_bytes),
+        cmocka_unit_test(test_plan_replica_conflict_is_einval),
+        cmocka_unit_test(test_plan_invalid_params),
+        cmocka_unit_test(test_plan_windows_respected),
+        cmocka_unit_test(test_plan_default_window_is_four),
+        cmocka_unit_test(test_plan_scale_imagenet),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
