@@ -1,15 +1,617 @@
-/* cmd_pack.c - `emlio pack` (placeholder until its module lands this session).
+/* cmd_pack.c - `emlio pack`: packs an ImageFolder tree of JPEGs into
+ * TFRecord shards of tf.train.Example records, with DALI index files.
  * SPDX-License-Identifier: MIT
  */
-#include <stdio.h>
+#include "emlio_internal.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "buf.h"
 #include "commands.h"
+#include "dataset_util.h"
+#include "example.h"
+#include "tfrecord.h"
+
+#define CMD "pack"
+
+#define PACK_DEFAULT_SHARD_BYTES (64ull << 20)
+/* Bytes of Example encoding around the image bytes, used only to plan the
+ * shard boundaries before writing (keys, tags, lengths, the label). */
+#define PACK_EXAMPLE_SLACK       64
+/* Records are written in batches of about this many bytes. */
+#define PACK_WRITE_CHUNK         (4u << 20)
+
+typedef struct pack_item {
+    char *path;     /* SRC/class/.../name (owned) */
+    size_t dir_len; /* bytes of path before the file name */
+    uint32_t label; /* class index */
+    uint64_t size;  /* st_size when listed */
+} pack_item_t;
+
+typedef struct pack {
+    const char *src;
+    const char *dst;
+    const char *prefix;
+    const char *bytes_key;
+    const char *label_key;
+    uint64_t shard_bytes;
+    uint64_t seed;
+    bool shuffle;
+    bool quiet;
+
+    dataset_strv_t classes;
+    pack_item_t *items;
+    size_t n_items;
+    size_t cap_items;
+    size_t skipped; /* files that are not .jpg/.jpeg */
+} pack_t;
+
+static void
+s_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: emlio pack SRC DST [options]\n"
+        "\n"
+        "Packs the ImageFolder tree SRC/<class>/**/<image>.jpg into TFRecord\n"
+        "shards DST/<prefix>-NNNNN-of-NNNNN.tfrecord of tf.train.Example\n"
+        "records holding the JPEG bytes and the class index. Classes are\n"
+        "the subdirectories of SRC in sorted (byte) order, as torchvision's\n"
+        "ImageFolder numbers them; DST/classes.txt lists them, line i for\n"
+        "label i. Files not named .jpg/.jpeg are skipped; a .jpg/.jpeg\n"
+        "file that is not a JPEG image is an error.\n"
+        "\n"
+        "Record order: sorted by class, then by path inside the class\n"
+        "(torchvision's order), unless --seed shuffles it (Fisher-Yates\n"
+        "with the seed, so the same seed gives the same shards).\n"
+        "Each shard is written under a temporary name, re-read and\n"
+        "checked, renamed into place, and given a DALI index <shard>.idx.\n"
+        "\n"
+        "options:\n"
+        "  -s, --shard-bytes N  target shard size, K/M/G suffixes allowed\n"
+        "                       (default 64M)\n"
+        "      --bytes-key K    feature key of the image bytes\n"
+        "                       (default image/encoded)\n"
+        "      --label-key K    feature key of the label\n"
+        "                       (default image/class/label)\n"
+        "      --seed S         shuffle the records with seed S\n"
+        "      --prefix P       shard file name prefix (default train)\n"
+        "      --quiet          print no summary\n"
+        "  -h, --help           show this help\n");
+}
+
+static bool
+s_is_jpeg_name(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    return dot && (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"));
+}
+
+static int
+s_push_item(pack_t *self, const char *path, size_t dir_len, uint32_t label,
+            uint64_t size)
+{
+    if (self->n_items == self->cap_items) {
+        size_t cap = self->cap_items ? self->cap_items * 2 : 1024;
+        pack_item_t *items =
+            emlio_reallocarray(self->items, cap, sizeof(*items));
+        if (!items)
+            return EMLIO_ENOMEM;
+        self->items = items;
+        self->cap_items = cap;
+    }
+    char *copy = emlio_strdup(path);
+    if (!copy)
+        return EMLIO_ENOMEM;
+    self->items[self->n_items++] = (pack_item_t){ copy, dir_len, label, size };
+    return 0;
+}
+
+/* Collects every .jpg/.jpeg file under dir (recursively, following links
+ * like os.walk(followlinks=True)). Returns 0, or 1 after printing an
+ * error. */
+static int
+s_walk(pack_t *self, const char *dir, uint32_t label, int depth)
+{
+    char ebuf[128];
+    if (depth > 64) {
+        dataset_error(CMD, "cannot read '%s': directories nest too deep", dir);
+        return 1;
+    }
+    dataset_strv_t names = DATASET_STRV_INIT;
+    int rc = dataset_list_dir(dir, 0, &names);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot read '%s': %s", dir,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        dataset_strv_release(&names);
+        return 1;
+    }
+    int status = 0;
+    size_t dir_len = strlen(dir) + 1;
+    for (size_t i = 0; i < names.n && status == 0; i++) {
+        char *path = dataset_path_join(dir, names.items[i]);
+        struct stat st;
+        if (!path) {
+            dataset_error(CMD, "out of memory");
+            status = 1;
+        } else if (stat(path, &st) < 0) {
+            /* A dangling link: torchvision would skip it too. */
+            self->skipped++;
+        } else if (S_ISDIR(st.st_mode)) {
+            status = s_walk(self, path, label, depth + 1);
+        } else if (S_ISREG(st.st_mode) && s_is_jpeg_name(names.items[i])) {
+            if (s_push_item(self, path, dir_len, label, (uint64_t)st.st_size) <
+                0) {
+                dataset_error(CMD, "out of memory");
+                status = 1;
+            }
+        } else {
+            self->skipped++;
+        }
+        emlio_free(path);
+    }
+    dataset_strv_release(&names);
+    return status;
+}
+
+/* torchvision's order: sorted(os.walk(...)) by directory, then sorted file
+ * names; the class comes first. */
+static int
+s_item_cmp(const void *pa, const void *pb)
+{
+    const pack_item_t *a = pa;
+    const pack_item_t *b = pb;
+    if (a->label != b->label)
+        return a->label < b->label ? -1 : 1;
+    size_t n = EMLIO_MIN(a->dir_len, b->dir_len);
+    int c = memcmp(a->path, b->path, n);
+    if (c == 0 && a->dir_len != b->dir_len)
+        c = a->dir_len < b->dir_len ? -1 : 1;
+    if (c != 0)
+        return c;
+    return strcmp(a->path + a->dir_len, b->path + b->dir_len);
+}
+
+static int
+s_scan_tree(pack_t *self)
+{
+    char ebuf[128];
+    struct stat st;
+    if (stat(self->src, &st) < 0) {
+        dataset_error(CMD, "cannot read '%s': %s", self->src,
+                      dataset_strerror(-errno, ebuf, sizeof(ebuf)));
+        return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        dataset_error(CMD, "cannot read '%s': not a directory", self->src);
+        return 1;
+    }
+    int rc = dataset_list_dir(self->src, 'd', &self->classes);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot read '%s': %s", self->src,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        return 1;
+    }
+    if (self->classes.n == 0) {
+        dataset_error(CMD,
+                      "cannot pack '%s': no class directories in it "
+                      "(expected SRC/<class>/<image>.jpg)",
+                      self->src);
+        return 1;
+    }
+    if (self->classes.n > INT32_MAX) {
+        dataset_error(CMD, "cannot pack '%s': too many classes", self->src);
+        return 1;
+    }
+    for (size_t c = 0; c < self->classes.n; c++) {
+        size_t before = self->n_items;
+        char *dir = dataset_path_join(self->src, self->classes.items[c]);
+        if (!dir) {
+            dataset_error(CMD, "out of memory");
+            return 1;
+        }
+        int status = s_walk(self, dir, (uint32_t)c, 0);
+        if (status == 0 && self->n_items == before) {
+            dataset_error(CMD,
+                          "cannot pack class '%s': no .jpg/.jpeg files "
+                          "in '%s'",
+                          self->classes.items[c], dir);
+            status = 1;
+        }
+        emlio_free(dir);
+        if (status)
+            return status;
+    }
+    qsort(self->items, self->n_items, sizeof(*self->items), s_item_cmp);
+    if (self->shuffle) {
+        uint64_t st_rng = self->seed;
+        for (size_t i = self->n_items; i > 1; i--) {
+            size_t j = (size_t)dataset_rand_below(&st_rng, i);
+            pack_item_t t = self->items[i - 1];
+            self->items[i - 1] = self->items[j];
+            self->items[j] = t;
+        }
+    }
+    return 0;
+}
+
+/* Refuses to mix with shards of an earlier run that uses the same prefix:
+ * a different shard count would leave stale files that readers pick up. */
+static int
+s_check_dst(pack_t *self)
+{
+    char ebuf[128];
+    int rc = dataset_mkdir_p(self->dst);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot create '%s': %s", self->dst,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        return 1;
+    }
+    dataset_strv_t names = DATASET_STRV_INIT;
+    rc = dataset_list_dir(self->dst, 0, &names);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot read '%s': %s", self->dst,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        dataset_strv_release(&names);
+        return 1;
+    }
+    size_t plen = strlen(self->prefix);
+    int status = 0;
+    for (size_t i = 0; i < names.n; i++) {
+        const char *name = names.items[i];
+        size_t len = strlen(name);
+        if (!strncmp(name, self->prefix, plen) && name[plen] == '-' &&
+            len > 9 && !strcmp(name + len - 9, ".tfrecord")) {
+            dataset_error(CMD,
+                          "cannot write to '%s': it already holds shards "
+                          "('%s'); remove them or choose another --prefix",
+                          self->dst, name);
+            status = 1;
+            break;
+        }
+    }
+    dataset_strv_release(&names);
+    return status;
+}
+
+/* Returns the number of shards and, in first[s], the index of the first
+ * item of shard s (first[n_shards] = n_items). A shard is closed before the
+ * record that would take it past shard_bytes, but never left empty. */
+static size_t
+s_plan(const pack_t *self, size_t *first)
+{
+    size_t n_shards = 0;
+    uint64_t cur = 0;
+    for (size_t i = 0; i < self->n_items; i++) {
+        uint64_t rec =
+            self->items[i].size + PACK_EXAMPLE_SLACK + EMLIO_TFRECORD_OVERHEAD;
+        if (i == 0 || (cur > 0 && cur + rec > self->shard_bytes)) {
+            first[n_shards++] = i;
+            cur = 0;
+        }
+        cur += rec;
+    }
+    first[n_shards] = self->n_items;
+    return n_shards;
+}
+
+typedef struct pack_stats {
+    uint64_t records;
+    uint64_t image_bytes;
+    uint64_t shard_bytes;
+} pack_stats_t;
+
+/* Reads, checks and frames the records of one shard into a temporary file,
+ * re-reads it with a full CRC scan, renames it into place and writes its
+ * index. Returns 0, or 1 after printing an error. */
+static int
+s_write_shard(pack_t *self, tjhandle tj, const char *final_path, size_t begin,
+              size_t end, pack_stats_t *stats)
+{
+    char ebuf[128];
+    int status = 1;
+    int fd = -1;
+    emlio_tfrecord_t *tf = NULL;
+    emlio_buf_t img = EMLIO_BUF_INIT;
+    emlio_buf_t ex = EMLIO_BUF_INIT;
+    emlio_buf_t out = EMLIO_BUF_INIT;
+    emlio_buf_t tmp = EMLIO_BUF_INIT;
+    emlio_buf_t idx = EMLIO_BUF_INIT;
+    if (emlio_buf_addf(&tmp, "%s.tmp.%ld", final_path, (long)getpid()) < 0 ||
+        emlio_buf_addf(&idx, "%s.idx", final_path) < 0)
+        goto oom;
+    const char *tmp_path = (const char *)tmp.data;
+    fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        dataset_error(CMD, "cannot create '%s': %s", tmp_path,
+                      dataset_strerror(-errno, ebuf, sizeof(ebuf)));
+        goto out;
+    }
+    int rc;
+    uint64_t written = 0;
+    for (size_t i = begin; i < end; i++) {
+        const pack_item_t *it = &self->items[i];
+        rc = dataset_read_file(it->path, &img);
+        if (rc < 0) {
+            dataset_error(CMD, "cannot read '%s': %s", it->path,
+                          dataset_strerror(rc, ebuf, sizeof(ebuf)));
+            goto out;
+        }
+        int w;
+        int h;
+        int sub;
+        int cs;
+        if (img.len < 3 || img.data[0] != 0xff || img.data[1] != 0xd8 ||
+            tjDecompressHeader3(tj, img.data, img.len, &w, &h, &sub, &cs) < 0) {
+            dataset_error(
+                CMD, "cannot pack '%s': not a JPEG image (%s)", it->path,
+                img.len < 3 || img.data[0] != 0xff || img.data[1] != 0xd8
+                    ? "no start-of-image marker"
+                    : tjGetErrorStr2(tj));
+            goto out;
+        }
+        emlio_buf_clear(&ex);
+        if (emlio__example_build(&ex, self->bytes_key, img.data, img.len,
+                                 self->label_key, (int64_t)it->label) < 0 ||
+            emlio__tfrecord_append(&out, ex.data, ex.len) < 0)
+            goto oom;
+        stats->image_bytes += img.len;
+        if (out.len >= PACK_WRITE_CHUNK || i + 1 == end) {
+            rc = dataset_write_all(fd, out.data, out.len);
+            if (rc < 0) {
+                dataset_error(CMD, "cannot write '%s': %s", tmp_path,
+                              dataset_strerror(rc, ebuf, sizeof(ebuf)));
+                goto out;
+            }
+            written += out.len;
+            emlio_buf_clear(&out);
+        }
+    }
+    if (fsync(fd) < 0 || close(fd) < 0) {
+        fd = -1;
+        dataset_error(CMD, "cannot write '%s': %s", tmp_path,
+                      dataset_strerror(-errno, ebuf, sizeof(ebuf)));
+        goto out;
+    }
+    fd = -1;
+
+    /* Re-read what landed on disk, every data CRC included, before the
+     * shard gets its final name. */
+    tf = emlio_tfrecord_new(tmp_path);
+    if (!tf)
+        goto oom;
+    rc = emlio_tfrecord_open(tf);
+    if (rc == 0)
+        rc = emlio_tfrecord_scan(tf, true);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot verify '%s': %s", tmp_path,
+                      emlio_tfrecord_errmsg(tf));
+        goto out;
+    }
+    if ((size_t)rc != end - begin) {
+        dataset_error(CMD, "cannot verify '%s': %d records, expected %zu",
+                      tmp_path, rc, end - begin);
+        goto out;
+    }
+    if (rename(tmp_path, final_path) < 0) {
+        dataset_error(CMD, "cannot rename '%s' to '%s': %s", tmp_path,
+                      final_path, dataset_strerror(-errno, ebuf, sizeof(ebuf)));
+        goto out;
+    }
+    rc = emlio_tfrecord_write_index(tf, (const char *)idx.data);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot write '%s': %s", (const char *)idx.data,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        goto out;
+    }
+    stats->records += end - begin;
+    stats->shard_bytes += written;
+    status = 0;
+    goto out;
+oom:
+    dataset_error(CMD, "out of memory");
+out:
+    if (fd >= 0)
+        close(fd);
+    if (status != 0 && tmp.data)
+        unlink((const char *)tmp.data);
+    emlio_tfrecord_destroy(&tf);
+    emlio_buf_release(&img);
+    emlio_buf_release(&ex);
+    emlio_buf_release(&out);
+    emlio_buf_release(&tmp);
+    emlio_buf_release(&idx);
+    return status;
+}
+
+static int
+s_write_classes(const pack_t *self)
+{
+    char ebuf[128];
+    emlio_buf_t text = EMLIO_BUF_INIT;
+    char *path = dataset_path_join(self->dst, "classes.txt");
+    int rc = path ? 0 : EMLIO_ENOMEM;
+    for (size_t c = 0; c < self->classes.n && rc == 0; c++)
+        rc = emlio_buf_addf(&text, "%s\n", self->classes.items[c]);
+    if (rc == 0)
+        rc = dataset_write_file_atomic(path, text.data, text.len);
+    if (rc < 0)
+        dataset_error(CMD, "cannot write '%s': %s", path ? path : "classes.txt",
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+    emlio_free(path);
+    emlio_buf_release(&text);
+    return rc < 0 ? 1 : 0;
+}
+
+static int
+s_run(pack_t *self)
+{
+    double t0 = dataset_now();
+    int status = s_scan_tree(self);
+    if (status)
+        return status;
+    status = s_check_dst(self);
+    if (status)
+        return status;
+    size_t *first = emlio_reallocarray(NULL, self->n_items + 1, sizeof(*first));
+    tjhandle tj = tjInitDecompress();
+    emlio_buf_t path = EMLIO_BUF_INIT;
+    if (!first || !tj) {
+        dataset_error(CMD, "%s",
+                      tj ? "out of memory" : "cannot start the JPEG decoder");
+        status = 1;
+        goto out;
+    }
+    size_t n_shards = s_plan(self, first);
+    /* Five digits like TensorFlow's names; more only when needed. */
+    int width = 5;
+    for (size_t n = n_shards; n >= 100000; n /= 10)
+        width++;
+    pack_stats_t stats = { 0 };
+    for (size_t s = 0; s < n_shards && status == 0; s++) {
+        emlio_buf_clear(&path);
+        if (emlio_buf_addf(&path, "%s/%s-%0*zu-of-%0*zu.tfrecord", self->dst,
+                           self->prefix, width, s, width, n_shards) < 0) {
+            dataset_error(CMD, "out of memory");
+            status = 1;
+            break;
+        }
+        status = s_write_shard(self, tj, (const char *)path.data, first[s],
+                               first[s + 1], &stats);
+    }
+    if (status == 0)
+        status = s_write_classes(self);
+    double dt = dataset_now() - t0;
+    if (status == 0 && !self->quiet) {
+        printf("packed %" PRIu64 " records from %zu classes in '%s' into %zu "
+               "shards in '%s'\n",
+               stats.records, self->classes.n, self->src, n_shards, self->dst);
+        printf("bytes: %" PRIu64 " of images, %" PRIu64 " of shards; "
+               "%zu files skipped (not .jpg/.jpeg)\n",
+               stats.image_bytes, stats.shard_bytes, self->skipped);
+        printf("time: %.2f s, %.1f MB/s, %.0f records/s\n", dt,
+               dt > 0 ? (double)stats.shard_bytes / dt / 1e6 : 0.0,
+               dt > 0 ? (double)stats.records / dt : 0.0);
+    }
+out:
+    if (tj)
+        tjDestroy(tj);
+    emlio_free(first);
+    emlio_buf_release(&path);
+    return status;
+}
+
+static bool
+s_valid_key(const char *key)
+{
+    return key[0] != '\0' && strlen(key) < 1024;
+}
 
 int
 cmd_pack(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "emlio pack: not built yet\n");
-    return 1;
+    enum {
+        OPT_BYTES_KEY = 256,
+        OPT_LABEL_KEY,
+        OPT_SEED,
+        OPT_PREFIX,
+        OPT_QUIET
+    };
+    static const struct option opts[] = {
+        { "shard-bytes", required_argument, NULL, 's' },
+        { "bytes-key", required_argument, NULL, OPT_BYTES_KEY },
+        { "label-key", required_argument, NULL, OPT_LABEL_KEY },
+        { "seed", required_argument, NULL, OPT_SEED },
+        { "prefix", required_argument, NULL, OPT_PREFIX },
+        { "quiet", no_argument, NULL, OPT_QUIET },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    pack_t self = { 0 };
+    self.prefix = "train";
+    self.bytes_key = "image/encoded";
+    self.label_key = "image/class/label";
+    self.shard_bytes = PACK_DEFAULT_SHARD_BYTES;
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":s:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            if (dataset_parse_u64(optarg, true, &self.shard_bytes) < 0 ||
+                self.shard_bytes == 0) {
+                dataset_error(CMD,
+                              "bad value '%s' for --shard-bytes: expected a "
+                              "positive size such as 64M",
+                              optarg);
+                return 2;
+            }
+            break;
+        case OPT_BYTES_KEY:
+            self.bytes_key = optarg;
+            break;
+        case OPT_LABEL_KEY:
+            self.label_key = optarg;
+            break;
+        case OPT_SEED:
+            if (dataset_parse_u64(optarg, false, &self.seed) < 0) {
+                dataset_error(CMD,
+                              "bad value '%s' for --seed: expected an "
+                              "unsigned integer",
+                              optarg);
+                return 2;
+            }
+            self.shuffle = true;
+            break;
+        case OPT_PREFIX:
+            self.prefix = optarg;
+            break;
+        case OPT_QUIET:
+            self.quiet = true;
+            break;
+        case 'h':
+            s_usage(stdout);
+            return 0;
+        case ':':
+            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
+            return 2;
+        default:
+            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
+            s_usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 2) {
+        dataset_error(CMD, "expected SRC and DST, got %d arguments",
+                      argc - optind);
+        s_usage(stderr);
+        return 2;
+    }
+    self.src = argv[optind];
+    self.dst = argv[optind + 1];
+    if (!s_valid_key(self.bytes_key) || !s_valid_key(self.label_key) ||
+        !strcmp(self.bytes_key, self.label_key)) {
+        dataset_error(CMD,
+                      "bad feature keys '%s' and '%s': they must be "
+                      "non-empty and different",
+                      self.bytes_key, self.label_key);
+        return 2;
+    }
+    if (!self.prefix[0] || strchr(self.prefix, '/')) {
+        dataset_error(CMD, "bad value '%s' for --prefix: expected a file name",
+                      self.prefix);
+        return 2;
+    }
+    int status = s_run(&self);
+    for (size_t i = 0; i < self.n_items; i++)
+        emlio_free(self.items[i].path);
+    emlio_free(self.items);
+    dataset_strv_release(&self.classes);
+    return status;
 }
