@@ -1,3 +1,173 @@
+/* emlio/client.h - the training-side client: runs epochs against daemons.
+ * SPDX-License-Identifier: MIT
+ *
+ * A client connects to one or more emliod daemons, learns their shard
+ * inventories, plans each epoch for its rank (see emlio/plan.h), and keeps
+ * many batch requests in flight over several TCP streams per daemon. Batches
+ * are handed over as they arrive (out of order) unless in_order is set.
+ *
+ *   emlio_client_config_t cfg;
+ *   emlio_client_config_init(&cfg);
+ *   cfg.batch_size = 256;
+ *   emlio_client_t *c = emlio_client_new(ctx, &cfg);
+ *   if (emlio_client_connect(c, "tcp://node1:5555,tcp://node2:5555") < 0)
+ *       die(emlio_client_errmsg(c));
+ *   for (uint64_t epoch = 0; epoch < 10; epoch++) {
+ *       emlio_client_begin_epoch(c, epoch);
+ *       emlio_batch_t *b;
+ *       while ((rc = emlio_client_next(c, &b)) > 0) {
+ *           size_t n;
+ *           const emlio_sample_t *s = emlio_batch_samples(b, &n);
+ *           ... s[i].data, s[i].len, s[i].label ...
+ *           emlio_batch_release(&b);
+ *       }
+ *       if (rc < 0) die(emlio_client_errmsg(c));
+ *   }
+ *   emlio_client_destroy(&c);
+ *
+ * Thread rules: a client and its batches are used by one thread at a time
+ * (ZeroMQ's own I/O threads keep receiving in the background, which is what
+ * hides the network). Batches may be released from another thread than the
+ * one that got them, but not concurrently with calls on the client.
+ */
 #ifndef EMLIO_CLIENT_H
 #define EMLIO_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+typedef struct emlio_ctx emlio_ctx_t;
+typedef struct emlio_client emlio_client_t;
+typedef struct emlio_batch emlio_batch_t;
+
+typedef struct emlio_client_config {
+    uint32_t batch_size;    /* samples per batch; default 32 */
+    uint32_t world;         /* ranks in the job; default 1 */
+    uint32_t rank;          /* this rank; default 0 */
+    uint64_t seed;          /* shuffle seed shared by all ranks; default 0 */
+    int shuffle;            /* enum emlio_shuffle; default window */
+    uint32_t window_shards; /* shuffle window; 0 = planner default */
+    bool drop_last;         /* see emlio/plan.h; default false */
+    uint32_t streams;       /* TCP streams per daemon; default 2 */
+    uint32_t inflight;      /* batches in flight; 0 = sized from the
+                               measured bandwidth-delay product */
+    bool in_order;          /* deliver in plan order; default false */
+    bool verify;            /* check every sample's CRC-32C; default true */
+    int connect_timeout_ms; /* give up connecting after this; default 10000 */
+    int timeout_ms;         /* fail when no reply arrives for this long;
+                               default 60000 */
+    const char *name;       /* client name sent in HELLO; default
+                               "emlio-client" */
+} emlio_client_config_t;
+
+/* Fills cfg with the defaults documented above. */
+EMLIO_EXPORT void emlio_client_config_init(emlio_client_config_t *cfg);
+
+/* Allocates a client; cfg is copied. NULL only when out of memory. */
+EMLIO_EXPORT emlio_client_t *emlio_client_new(emlio_ctx_t *ctx,
+                                              const emlio_client_config_t *cfg);
+
+/* Closes the sockets and frees the client. Every batch must have been
+ * released first. Accepts NULL; sets *self_p to NULL. */
+EMLIO_EXPORT void emlio_client_destroy(emlio_client_t **self_p);
+
+/* Connects to the comma-separated ZeroMQ endpoints, one per daemon, and
+ * fetches each daemon's inventory. Blocks up to connect_timeout_ms. Returns
+ * the number of daemons, EMLIO_ETIMEDOUT (a daemon did not answer: the
+ * message names it), EMLIO_EVERSION, EMLIO_EINVAL (bad endpoint list, two
+ * daemons disagreeing about a shard) or -errno. */
+EMLIO_EXPORT int emlio_client_connect(emlio_client_t *self,
+                                      const char *endpoints);
+
+/* The union of the daemons' shards, by name (replicas once), in name order:
+ * count, and name/records of shard i (borrowed, valid until destroy). */
+EMLIO_EXPORT size_t emlio_client_shard_count(const emlio_client_t *self);
+EMLIO_EXPORT const char *emlio_client_shard_name(const emlio_client_t *self,
+                                                 size_t i);
+EMLIO_EXPORT uint64_t emlio_client_shard_records(const emlio_client_t *self,
+                                                 size_t i);
+
+/* Plans epoch for this rank and starts requesting its batches. Batches of
+ * an unfinished previous epoch that were not yet delivered are abandoned.
+ * Returns the number of batches this rank will receive in the epoch, or
+ * EMLIO_EINVAL / EMLIO_ENOMEM. */
+EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self,
+                                          uint64_t epoch);
+
+/* Waits for the next batch of the current epoch. Returns 1 with *batch_out
+ * set (the caller releases it with emlio_batch_release), 0 at the end of the
+ * epoch, or < 0 on failure: EMLIO_ETIMEDOUT (no reply for timeout_ms),
+ * EMLIO_ECORRUPT (a sample failed its checksum, or a daemon reported a
+ * corrupt record), EMLIO_EPROTO (a daemon sent something malformed),
+ * EMLIO_EMISMATCH (a restarted daemon serves a different dataset), or the
+ * error a daemon returned. The message names the daemon and the reason. */
+EMLIO_EXPORT int emlio_client_next(emlio_client_t *self,
+                                   emlio_batch_t **batch_out);
+
+/* One sample of a batch: a zero-copy view valid until the batch is
+ * released. */
+typedef struct emlio_sample {
+    const uint8_t *data; /* the sample's bytes (e.g. an encoded JPEG) */
+    size_t len;
+    int64_t label;   /* -1 when the record has none */
+    uint32_t shard;  /* index for emlio_client_shard_name */
+    uint64_t record; /* record index within the shard */
+    bool pad;        /* a repeat that only evens out batch counts */
+} emlio_sample_t;
+
+/* The samples of a batch, in plan order, and their count in *n. */
+EMLIO_EXPORT const emlio_sample_t *emlio_batch_samples(const emlio_batch_t *b,
+                                                       size_t *n);
+
+/* The batch's epoch and its index in this rank's plan of that epoch. */
+EMLIO_EXPORT uint64_t emlio_batch_epoch(const emlio_batch_t *b);
+EMLIO_EXPORT uint64_t emlio_batch_index(const emlio_batch_t *b);
+
+/* Returns the batch's memory to the client. Accepts NULL; sets *b_p NULL. */
+EMLIO_EXPORT void emlio_batch_release(emlio_batch_t **b_p);
+
+/* Figures of the current (or just finished) epoch. */
+typedef struct emlio_client_stats {
+    uint64_t epoch;
+    uint64_t batches;      /* delivered this epoch */
+    uint64_t samples;      /* delivered, padding included */
+    uint64_t bytes;        /* sample bytes delivered */
+    double seconds;        /* from begin_epoch to the last delivery */
+    double wait_s;         /* time spent blocked inside next() */
+    double first_batch_s;  /* time to the first batch */
+    uint32_t inflight;     /* window in use (batches) */
+    uint64_t retries;      /* requests sent again after a timeout */
+} emlio_client_stats_t;
+
+EMLIO_EXPORT void emlio_client_stats(const emlio_client_t *self,
+                                     emlio_client_stats_t *out);
+
+/* Resume state: a small serializable blob that records the epoch and which
+ * of its batches were already delivered (and released or not: a batch counts
+ * as delivered when next() returned it). A client built with the same
+ * configuration and inventory that loads it delivers exactly the rest.
+ * save: *blob_out is allocated (free with emlio_client_free_blob). */
+EMLIO_EXPORT int emlio_client_save_state(const emlio_client_t *self,
+                                         uint8_t **blob_out, size_t *len_out);
+EMLIO_EXPORT void emlio_client_free_blob(uint8_t *blob);
+
+/* Loads a blob made by save_state and resumes that epoch: the next call to
+ * next() continues it. Returns the batches still to come, or EMLIO_ESTATE
+ * (the blob is damaged, or was made with another seed, world, rank, batch
+ * size or dataset: the message says which). Call after connect. */
+EMLIO_EXPORT int emlio_client_load_state(emlio_client_t *self,
+                                         const uint8_t *blob, size_t len);
+
+/* The last failure's text. Never NULL. */
+EMLIO_EXPORT const char *emlio_client_errmsg(const emlio_client_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMLIO_CLIENT_H */

@@ -1,3 +1,125 @@
+/* emlio/server.h - the storage-node daemon as a library object.
+ * SPDX-License-Identifier: MIT
+ *
+ * emliod is a thin main() around this module, so tests can run a server in
+ * the same process. A server serves every *.tfrecord file under one data
+ * directory on one ZeroMQ ROUTER endpoint:
+ *
+ *   emlio_server_config_t cfg;
+ *   emlio_server_config_init(&cfg);
+ *   cfg.data_dir = "/data/imagenet";
+ *   emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+ *   if (emlio_server_load(srv) < 0 || emlio_server_bind(srv, "tcp://0.0.0.0:5555")
+ *       < 0 || emlio_server_start(srv) < 0)
+ *       fprintf(stderr, "%s\n", emlio_server_errmsg(srv));
+ *   ...
+ *   emlio_server_destroy(&srv);   // stops the threads first
+ *
+ * Threads: start() launches one frontend thread (owns the TCP socket: reads
+ * requests, sends finished batches) and `workers` threads that read records
+ * from the mapped shards, verify them and build batch frames. Sample bytes
+ * travel as ZeroMQ frames that point into the mapping (zero-copy). All
+ * functions here are called from one controlling thread.
+ */
 #ifndef EMLIO_SERVER_H
 #define EMLIO_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+typedef struct emlio_ctx emlio_ctx_t;
+typedef struct emlio_server emlio_server_t;
+
+/* What to do with a record whose stored CRC does not match its bytes. */
+enum emlio_on_corrupt {
+    EMLIO_ON_CORRUPT_FAIL = 0, /* answer the request with EMLIO_ECORRUPT */
+    EMLIO_ON_CORRUPT_SKIP = 1  /* leave the sample out, count and log it */
+};
+
+typedef struct emlio_server_config {
+    const char *data_dir;  /* borrowed; shards are found recursively */
+    const char *bytes_key; /* Example feature sent as the sample's bytes;
+                              default "image/encoded" */
+    const char *label_key; /* int64 feature sent as the label; default
+                              "image/class/label" */
+    bool raw;              /* send whole records, do not parse Examples */
+    bool verify;           /* check each record's data CRC when reading;
+                              default true */
+    bool write_index;      /* write missing .idx files at load; default
+                              true (failures to write are only logged) */
+    uint32_t workers;      /* read+serialize threads; default 2 */
+    uint32_t max_batch;    /* samples one GET may ask for; default 4096 */
+    uint32_t max_credit;   /* GETs one client may have outstanding;
+                              default 256 */
+    int on_corrupt;        /* enum emlio_on_corrupt; default FAIL */
+    const char *name;      /* server name in WELCOME; default
+                              "emliod/<version>" */
+} emlio_server_config_t;
+
+/* Fills cfg with the defaults documented above. */
+EMLIO_EXPORT void emlio_server_config_init(emlio_server_config_t *cfg);
+
+/* Allocates a server; cfg is copied (its strings too). Returns NULL only
+ * when out of memory. */
+EMLIO_EXPORT emlio_server_t *emlio_server_new(emlio_ctx_t *ctx,
+                                              const emlio_server_config_t *cfg);
+
+/* Stops the threads if running, closes the socket, unmaps the shards and
+ * frees the server. Accepts NULL; sets *self_p to NULL. */
+EMLIO_EXPORT void emlio_server_destroy(emlio_server_t **self_p);
+
+/* Finds, maps and indexes the shards under cfg.data_dir (reusing valid .idx
+ * files, scanning and writing them otherwise). Blocks for the scan. Returns
+ * the number of shards, -errno (directory missing or unreadable),
+ * EMLIO_ENOTFOUND (no *.tfrecord files), EMLIO_EFORMAT/EMLIO_ECORRUPT (a
+ * shard is damaged: the message names it and the offset) or EMLIO_ENOMEM. */
+EMLIO_EXPORT int emlio_server_load(emlio_server_t *self);
+
+/* Binds the ROUTER socket. endpoint is any ZeroMQ endpoint; a TCP port of
+ * "*" or 0 picks a free port, and emlio_server_endpoint() then gives the real
+ * one. Returns 0 or -errno (EADDRINUSE, ...). */
+EMLIO_EXPORT int emlio_server_bind(emlio_server_t *self, const char *endpoint);
+
+/* The endpoint actually bound (e.g. "tcp://127.0.0.1:41237"), borrowed;
+ * "" before bind. */
+EMLIO_EXPORT const char *emlio_server_endpoint(const emlio_server_t *self);
+
+/* Starts the frontend and worker threads; returns at once. Returns 0,
+ * EMLIO_EINVAL (not loaded or not bound) or -errno. */
+EMLIO_EXPORT int emlio_server_start(emlio_server_t *self);
+
+/* Stops the threads and waits for them. Idempotent. Batches already handed
+ * to ZeroMQ may still be sent until the server is destroyed. */
+EMLIO_EXPORT void emlio_server_stop(emlio_server_t *self);
+
+/* Counters since start; safe to call while running (relaxed reads). */
+typedef struct emlio_server_stats {
+    uint64_t requests;        /* GETs answered with a batch */
+    uint64_t errors;          /* requests answered with an error */
+    uint64_t samples;         /* samples sent */
+    uint64_t bytes;           /* sample bytes sent */
+    uint64_t corrupt_skipped; /* records left out by on_corrupt skip */
+    uint64_t clients;         /* distinct clients seen */
+} emlio_server_stats_t;
+
+EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,
+                                     emlio_server_stats_t *out);
+
+/* Shards loaded, and the dataset fingerprint sent to clients (borrowed). */
+EMLIO_EXPORT size_t emlio_server_shard_count(const emlio_server_t *self);
+EMLIO_EXPORT uint64_t emlio_server_record_count(const emlio_server_t *self);
+EMLIO_EXPORT const char *emlio_server_dataset(const emlio_server_t *self);
+
+/* The last failure's text. Never NULL. */
+EMLIO_EXPORT const char *emlio_server_errmsg(const emlio_server_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMLIO_SERVER_H */

@@ -1,0 +1,864 @@
+/* server.c - emlio_server_t: serves the shards of one directory over ZeroMQ.
+ * One frontend thread owns the ROUTER socket; worker threads build batches.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <zmq.h>
+
+#include "buf.h"
+#include "crc32c.h"
+#include "example.h"
+#include "shardset.h"
+#include "wire.h"
+
+/* How often blocked threads wake to check for stop, in ms. */
+#define S_STOP_POLL_MS 100
+/* The longest a destroy waits for ZeroMQ to release frames that point into
+ * the shard mappings before it gives up and leaves them mapped. */
+#define S_RELEASE_WAIT_MS 5000
+#define S_MAX_IDENTITY    255
+
+/* One GET on its way from the frontend to a worker and back. */
+typedef struct s_job {
+    zmq_msg_t identity;
+    zmq_msg_t header; /* kept alive: msg borrows strings from it */
+    emlio_wire_msg_t msg;
+} s_job_t;
+
+/* Outstanding GETs of one client (by ZeroMQ routing id). */
+typedef struct s_peer {
+    uint8_t id[S_MAX_IDENTITY];
+    uint8_t id_len;
+    uint32_t outstanding;
+} s_peer_t;
+
+struct emlio_server {
+    emlio_ctx_t *ctx;
+    emlio_server_config_t cfg; /* strings below are owned copies */
+    char *data_dir;
+    char *bytes_key;
+    char *label_key;
+    char *name;
+    emlio_shardset_t set;
+    bool loaded;
+    emlio_buf_t welcome;
+    void *router;
+    char endpoint[256];
+    char inproc_work[64];
+    char inproc_done[64];
+    pthread_t frontend;
+    pthread_t *workers;
+    uint32_t n_workers_started;
+    bool frontend_started;
+    atomic_bool stopping;
+    /* Frames handed to ZeroMQ that point into the mappings; the mappings
+     * may only go away when this is back to zero. */
+    atomic_uint_fast64_t frames_in_flight;
+    /* Frontend-thread state. */
+    s_peer_t *peers;
+    size_t n_peers;
+    size_t cap_peers;
+    /* Counters. */
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t errors;
+    atomic_uint_fast64_t samples;
+    atomic_uint_fast64_t bytes;
+    atomic_uint_fast64_t corrupt_skipped;
+    atomic_uint_fast64_t clients;
+    char err[EMLIO_ERRMSG_LEN];
+};
+
+void
+emlio_server_config_init(emlio_server_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->bytes_key = "image/encoded";
+    cfg->label_key = "image/class/label";
+    cfg->verify = true;
+    cfg->write_index = true;
+    cfg->workers = 2;
+    cfg->max_batch = 4096;
+    cfg->max_credit = 256;
+    cfg->on_corrupt = EMLIO_ON_CORRUPT_FAIL;
+}
+
+static char *
+s_dup_or(const char *s, const char *fallback)
+{
+    return emlio_strdup(s ? s : fallback);
+}
+
+emlio_server_t *
+emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
+{
+    assert(ctx && cfg);
+    emlio_server_t *self = emlio_calloc(1, sizeof(*self));
+    if (!self)
+        return NULL;
+    char default_name[64];
+    snprintf(default_name, sizeof(default_name), "emliod/%d.%d.%d",
+             EMLIO_VERSION_MAJOR, EMLIO_VERSION_MINOR, EMLIO_VERSION_PATCH);
+    self->ctx = ctx;
+    self->cfg = *cfg;
+    self->data_dir = s_dup_or(cfg->data_dir, "");
+    self->bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
+    self->label_key = s_dup_or(cfg->label_key, "image/class/label");
+    self->name = s_dup_or(cfg->name, default_name);
+    if (!self->data_dir || !self->bytes_key || !self->label_key ||
+        !self->name) {
+        emlio_server_destroy(&self);
+        return NULL;
+    }
+    self->cfg.data_dir = self->data_dir;
+    self->cfg.bytes_key = self->bytes_key;
+    self->cfg.label_key = self->label_key;
+    self->cfg.name = self->name;
+    if (self->cfg.workers == 0)
+        self->cfg.workers = 1;
+    if (self->cfg.max_batch == 0 || self->cfg.max_batch > EMLIO_WIRE_MAX_SAMPLES)
+        self->cfg.max_batch = EMLIO_WIRE_MAX_SAMPLES;
+    if (self->cfg.max_credit == 0)
+        self->cfg.max_credit = 1;
+    emlio_buf_init(&self->welcome);
+    snprintf(self->err, sizeof(self->err), "no error");
+    return self;
+}
+
+/* Waits (bounded) until ZeroMQ has released every zero-copy frame, so the
+ * mappings can be unmapped without a use-after-unmap in its I/O threads. */
+static bool
+s_wait_frames_released(emlio_server_t *self)
+{
+    uint64_t deadline = emlio__now_ns() + S_RELEASE_WAIT_MS * 1000000ull;
+    while (atomic_load(&self->frames_in_flight) > 0) {
+        if (emlio__now_ns() > deadline)
+            return false;
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+void
+emlio_server_destroy(emlio_server_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    emlio_server_t *self = *self_p;
+    emlio_server_stop(self);
+    if (self->router) {
+        int linger = 0;
+        zmq_setsockopt(self->router, ZMQ_LINGER, &linger, sizeof(linger));
+        zmq_close(self->router);
+    }
+    if (s_wait_frames_released(self)) {
+        emlio__shardset_release(&self->set);
+    } else {
+        /* Leaking the mappings is safe; unmapping them is not. */
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                  "%" PRIuFAST64 " frames still queued in zeromq; leaving "
+                  "shards mapped",
+                  atomic_load(&self->frames_in_flight));
+    }
+    emlio_buf_release(&self->welcome);
+    emlio_free(self->peers);
+    emlio_free(self->workers);
+    emlio_free(self->data_dir);
+    emlio_free(self->bytes_key);
+    emlio_free(self->label_key);
+    emlio_free(self->name);
+    emlio_free(self);
+    *self_p = NULL;
+}
+
+static void
+s_shardset_log(void *userdata, const char *msg)
+{
+    emlio_server_t *self = userdata;
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", msg);
+}
+
+int
+emlio_server_load(emlio_server_t *self)
+{
+    assert(self);
+    if (self->loaded)
+        return emlio__seterr(self->err, EMLIO_EINVAL, "server already loaded");
+    int rc = emlio__shardset_load(&self->set, self->data_dir, self->cfg.verify,
+                                  self->cfg.write_index, s_shardset_log, self,
+                                  self->err);
+    if (rc < 0)
+        return rc;
+    emlio_wire_shard_t *inv = emlio_calloc(self->set.n, sizeof(*inv));
+    if (!inv)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (size_t i = 0; i < self->set.n; i++) {
+        inv[i].name = self->set.shards[i].name;
+        inv[i].name_len = strlen(inv[i].name);
+        inv[i].records = emlio_tfrecord_count(self->set.shards[i].file);
+        inv[i].bytes = emlio_tfrecord_size(self->set.shards[i].file);
+    }
+    rc = emlio__wire_encode_welcome(&self->welcome, self->name,
+                                    self->set.fingerprint, self->cfg.max_batch,
+                                    self->cfg.max_credit, inv, self->set.n);
+    emlio_free(inv);
+    if (rc < 0)
+        return emlio__seterr(self->err, rc, "out of memory");
+    self->loaded = true;
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "loaded %zu shards, %" PRIu64 " records, %" PRIu64
+              " bytes from '%s' (dataset %s)",
+              self->set.n, self->set.records, self->set.bytes, self->data_dir,
+              self->set.fingerprint);
+    return (int)self->set.n;
+}
+
+int
+emlio_server_bind(emlio_server_t *self, const char *endpoint)
+{
+    assert(self && endpoint);
+    if (self->router)
+        return emlio__seterr(self->err, EMLIO_EINVAL, "server already bound");
+    void *router = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_ROUTER);
+    if (!router)
+        return emlio__seterr(self->err, -errno, "cannot create socket: %s",
+                             zmq_strerror(errno));
+    /* Credits bound what each client can have queued, so the send high-water
+     * mark never needs to drop; mandatory routing reports vanished peers
+     * instead of silently discarding their batches. */
+    int zero = 0;
+    int one = 1;
+    int hb_ivl = 2000;
+    int hb_ttl = 10000;
+    zmq_setsockopt(router, ZMQ_SNDHWM, &zero, sizeof(zero));
+    zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
+    zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    zmq_setsockopt(router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
+    zmq_setsockopt(router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof(hb_ttl));
+    zmq_setsockopt(router, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
+    if (zmq_bind(router, endpoint) != 0) {
+        int err = errno;
+        zmq_close(router);
+        return emlio__seterr(self->err, -err, "cannot bind '%s': %s", endpoint,
+                             zmq_strerror(err));
+    }
+    size_t len = sizeof(self->endpoint);
+    if (zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, self->endpoint, &len) != 0)
+        snprintf(self->endpoint, sizeof(self->endpoint), "%s", endpoint);
+    self->router = router;
+    return 0;
+}
+
+const char *
+emlio_server_endpoint(const emlio_server_t *self)
+{
+    return self->endpoint;
+}
+
+/* ---- the worker: one GET in, one BATCH or ERROR out ------------------- */
+
+static void
+s_frame_free(void *data, void *hint)
+{
+    (void)data;
+    emlio_server_t *self = hint;
+    atomic_fetch_sub(&self->frames_in_flight, 1);
+}
+
+/* The bytes of one sample and their CRC, found in one pass: the record's
+ * stored CRC is checked by combining the CRCs of the parts before, inside
+ * and after the sample bytes, so no byte is read twice. */
+typedef struct s_sample_view {
+    const uint8_t *data;
+    size_t len;
+    int64_t label;
+    uint32_t crc;
+} s_sample_view_t;
+
+static int
+s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
+              uint64_t record, s_sample_view_t *out)
+{
+    const uint8_t *rec;
+    size_t rec_len;
+    uint32_t stored;
+    int rc = emlio_tfrecord_record(shard->file, (size_t)record, &rec, &rec_len,
+                                   &stored);
+    if (rc < 0)
+        return rc;
+    out->data = rec;
+    out->len = rec_len;
+    out->label = -1;
+    if (!self->cfg.raw) {
+        emlio_example_field_t fields[2] = {
+            { .key = self->bytes_key, .key_len = strlen(self->bytes_key) },
+            { .key = self->label_key, .key_len = strlen(self->label_key) },
+        };
+        /* Records that are not Examples, or lack the key, pass as raw. */
+        if (emlio__example_parse(rec, rec_len, fields, 2) > 0) {
+            if (fields[0].kind == EMLIO_FEATURE_BYTES && fields[0].count) {
+                out->data = fields[0].bytes;
+                out->len = fields[0].bytes_len;
+            }
+            if (fields[1].kind == EMLIO_FEATURE_INT64 && fields[1].count)
+                out->label = fields[1].int64;
+        }
+    }
+    out->crc = emlio_crc32c(0, out->data, out->len);
+    if (self->cfg.verify) {
+        size_t before = (size_t)(out->data - rec);
+        size_t after = rec_len - before - out->len;
+        uint32_t whole = out->crc;
+        if (before || after) {
+            uint32_t head = emlio_crc32c(0, rec, before);
+            uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
+            whole = emlio_crc32c_combine(head, out->crc, out->len);
+            whole = emlio_crc32c_combine(whole, tail, after);
+        }
+        if (whole != stored)
+            return EMLIO_ECORRUPT;
+    }
+    return 0;
+}
+
+static void
+s_free_bytes(void *data, void *hint)
+{
+    (void)hint;
+    emlio_free(data);
+}
+
+/* Moves header (detached from its buffer) into a ZeroMQ message. */
+static int
+s_header_msg(zmq_msg_t *msg, emlio_buf_t *header)
+{
+    size_t len;
+    uint8_t *bytes = emlio_buf_detach(header, &len);
+    if (zmq_msg_init_data(msg, bytes, len, s_free_bytes, NULL) != 0) {
+        emlio_free(bytes);
+        return -errno;
+    }
+    return 0;
+}
+
+/* Sends identity, header and n sample frames as one multipart message.
+ * Every message is consumed (sent or closed) whatever happens. */
+static int
+s_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
+             zmq_msg_t *frames, size_t n)
+{
+    int rc = 0;
+    zmq_msg_t *parts[2] = { identity, header };
+    for (size_t i = 0; i < 2 + n; i++) {
+        zmq_msg_t *part = i < 2 ? parts[i] : &frames[i - 2];
+        int more = i + 1 < 2 + n ? ZMQ_SNDMORE : 0;
+        if (rc == 0) {
+            while (zmq_msg_send(part, sock, more) < 0) {
+                if (errno == EINTR)
+                    continue;
+                rc = -errno;
+                break;
+            }
+            if (rc == 0)
+                continue;
+        }
+        zmq_msg_close(part);
+    }
+    return rc;
+}
+
+static int
+s_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
+             const char *text)
+{
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    zmq_msg_t header;
+    if (emlio__wire_encode_error(&buf, id, code, text) < 0 ||
+        s_header_msg(&header, &buf) < 0) {
+        emlio_buf_release(&buf);
+        zmq_msg_close(identity);
+        return EMLIO_ENOMEM;
+    }
+    return s_send_parts(sock, identity, &header, NULL, 0);
+}
+
+/* Builds the reply to one GET and sends it to the frontend. */
+static void
+s_serve_get(emlio_server_t *self, void *done, s_job_t *job)
+{
+    const emlio_wire_msg_t *get = &job->msg;
+    char text[EMLIO_ERRMSG_LEN];
+    int code = 0;
+    size_t n = get->n_items;
+    emlio_wire_sample_t *samples = emlio_calloc(n, sizeof(*samples));
+    zmq_msg_t *frames = emlio_calloc(n, sizeof(*frames));
+    size_t kept = 0;
+    uint64_t bytes = 0;
+    if (!samples || !frames) {
+        code = EMLIO_ENOMEM;
+        snprintf(text, sizeof(text), "out of memory");
+        goto reply;
+    }
+    if (get->dataset &&
+        (get->dataset_len != strlen(self->set.fingerprint) ||
+         memcmp(get->dataset, self->set.fingerprint, get->dataset_len))) {
+        code = EMLIO_EMISMATCH;
+        snprintf(text, sizeof(text),
+                 "dataset changed: client expects '%.*s', server has '%s'",
+                 (int)EMLIO_MIN(get->dataset_len, 64), get->dataset,
+                 self->set.fingerprint);
+        goto reply;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const emlio_wire_item_t *item = &get->items[i];
+        if (item->shard >= self->set.n) {
+            code = EMLIO_ENOTFOUND;
+            snprintf(text, sizeof(text), "no shard %" PRIu32 " (server has %zu)",
+                     item->shard, self->set.n);
+            goto reply;
+        }
+        const emlio_shard_t *shard = &self->set.shards[item->shard];
+        s_sample_view_t view;
+        int rc = s_read_sample(self, shard, item->record, &view);
+        if (rc == EMLIO_ECORRUPT &&
+            self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
+            atomic_fetch_add(&self->corrupt_skipped, 1);
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "skipping corrupt record %" PRIu64 " of '%s' at offset "
+                      "%" PRIu64,
+                      item->record, shard->name,
+                      emlio_tfrecord_loc(shard->file, item->record)->offset);
+            continue;
+        }
+        if (rc < 0) {
+            code = rc;
+            if (rc == EMLIO_ENOTFOUND)
+                snprintf(text, sizeof(text),
+                         "no record %" PRIu64 " in shard '%s' (%zu records)",
+                         item->record, shard->name,
+                         emlio_tfrecord_count(shard->file));
+            else
+                snprintf(text, sizeof(text),
+                         "%s record %" PRIu64 " in shard '%s' at offset "
+                         "%" PRIu64,
+                         rc == EMLIO_ECORRUPT ? "corrupt" : "unreadable",
+                         item->record, shard->name,
+                         emlio_tfrecord_loc(shard->file, item->record)->offset);
+            goto reply;
+        }
+        /* Zero-copy: the frame points into the mapping; the counter keeps
+         * the mapping alive until ZeroMQ lets go of it. */
+        atomic_fetch_add(&self->frames_in_flight, 1);
+        if (zmq_msg_init_data(&frames[kept], (void *)view.data, view.len,
+                              s_frame_free, self) != 0) {
+            atomic_fetch_sub(&self->frames_in_flight, 1);
+            code = EMLIO_ENOMEM;
+            snprintf(text, sizeof(text), "out of memory");
+            goto reply;
+        }
+        samples[kept] = (emlio_wire_sample_t){ item->shard, item->record,
+                                               view.label, view.crc };
+        bytes += view.len;
+        kept++;
+    }
+reply:
+    if (code == 0) {
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        zmq_msg_t header;
+        if (emlio__wire_encode_batch(&buf, get->id, samples, kept) == 0 &&
+            s_header_msg(&header, &buf) == 0) {
+            s_send_parts(done, &job->identity, &header, frames, kept);
+            atomic_fetch_add(&self->requests, 1);
+            atomic_fetch_add(&self->samples, kept);
+            atomic_fetch_add(&self->bytes, bytes);
+            emlio_free(frames);
+            emlio_free(samples);
+            return;
+        }
+        emlio_buf_release(&buf);
+        code = EMLIO_ENOMEM;
+        snprintf(text, sizeof(text), "out of memory");
+    }
+    for (size_t i = 0; i < kept; i++)
+        zmq_msg_close(&frames[i]);
+    atomic_fetch_add(&self->errors, 1);
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "request %" PRIu64 ": %s",
+              get->id, text);
+    s_send_error(done, &job->identity, get->id, code, text);
+    emlio_free(frames);
+    emlio_free(samples);
+}
+
+static void
+s_job_free(s_job_t *job)
+{
+    if (!job)
+        return;
+    emlio__wire_msg_release(&job->msg);
+    zmq_msg_close(&job->header);
+    emlio_free(job);
+}
+
+typedef struct s_worker_arg {
+    emlio_server_t *self;
+} s_worker_arg_t;
+
+static void *
+s_worker_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    void *work = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PULL);
+    void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
+    int timeout = S_STOP_POLL_MS;
+    int zero = 0;
+    if (!work || !done)
+        goto out;
+    zmq_setsockopt(work, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+    /* A reply that cannot be handed over while stopping is dropped rather
+     * than blocking the join. */
+    zmq_setsockopt(done, ZMQ_SNDTIMEO, &timeout, sizeof(timeout));
+    zmq_setsockopt(done, ZMQ_SNDHWM, &zero, sizeof(zero));
+    zmq_setsockopt(done, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(work, self->inproc_work) != 0 ||
+        zmq_connect(done, self->inproc_done) != 0)
+        goto out;
+    while (!atomic_load(&self->stopping)) {
+        s_job_t *job;
+        int n = zmq_recv(work, &job, sizeof(job), 0);
+        if (n != (int)sizeof(job))
+            continue; /* timeout or EINTR: look at the stop flag again */
+        s_serve_get(self, done, job); /* consumes job->identity */
+        s_job_free(job);
+    }
+    /* Free the jobs still queued for us; their clients will ask again. */
+    for (;;) {
+        s_job_t *job;
+        if (zmq_recv(work, &job, sizeof(job), ZMQ_DONTWAIT) != (int)sizeof(job))
+            break;
+        zmq_msg_close(&job->identity);
+        s_job_free(job);
+    }
+out:
+    if (work)
+        zmq_close(work);
+    if (done)
+        zmq_close(done);
+    return NULL;
+}
+
+/* ---- the frontend: the only thread that touches the TCP socket -------- */
+
+static s_peer_t *
+s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
+{
+    for (size_t i = 0; i < self->n_peers; i++)
+        if (self->peers[i].id_len == len && !memcmp(self->peers[i].id, id, len))
+            return &self->peers[i];
+    if (!add || len > S_MAX_IDENTITY)
+        return NULL;
+    if (self->n_peers == self->cap_peers) {
+        size_t cap = self->cap_peers ? self->cap_peers * 2 : 16;
+        s_peer_t *peers = emlio_reallocarray(self->peers, cap, sizeof(*peers));
+        if (!peers)
+            return NULL;
+        self->peers = peers;
+        self->cap_peers = cap;
+    }
+    s_peer_t *peer = &self->peers[self->n_peers++];
+    memcpy(peer->id, id, len);
+    peer->id_len = (uint8_t)len;
+    peer->outstanding = 0;
+    return peer;
+}
+
+/* Peers are kept only while they have requests outstanding, so the table
+ * stays as small as the set of active clients. */
+static void
+s_peer_drop_if_idle(emlio_server_t *self, s_peer_t *peer)
+{
+    if (peer->outstanding)
+        return;
+    *peer = self->peers[--self->n_peers];
+}
+
+/* Discards the remaining frames of a multipart message. */
+static void
+s_drain_more(void *sock)
+{
+    int more = 1;
+    size_t len = sizeof(more);
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) == 0 && more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        zmq_msg_recv(&part, sock, 0);
+        zmq_msg_close(&part);
+    }
+}
+
+static void
+s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
+                       int code, const char *text)
+{
+    atomic_fetch_add(&self->errors, 1);
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", text);
+    s_send_error(self->router, identity, id, code, text);
+}
+
+/* Handles one client message: HELLO answered here, GET passed to a worker. */
+static void
+s_frontend_request(emlio_server_t *self, void *work)
+{
+    s_job_t *job = emlio_calloc(1, sizeof(*job));
+    if (!job) {
+        s_drain_more(self->router);
+        return;
+    }
+    zmq_msg_init(&job->identity);
+    zmq_msg_init(&job->header);
+    if (zmq_msg_recv(&job->identity, self->router, ZMQ_DONTWAIT) < 0)
+        goto drop;
+    if (!zmq_msg_more(&job->identity) ||
+        zmq_msg_recv(&job->header, self->router, 0) < 0)
+        goto drop;
+    if (zmq_msg_more(&job->header)) {
+        s_drain_more(self->router);
+        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO,
+                               "requests are a single header frame");
+        goto drop_header;
+    }
+    char err[EMLIO_ERRMSG_LEN];
+    int rc = emlio__wire_decode(&job->msg, zmq_msg_data(&job->header),
+                                zmq_msg_size(&job->header),
+                                self->cfg.max_batch, err);
+    if (rc < 0) {
+        char text[EMLIO_ERRMSG_LEN + 32];
+        snprintf(text, sizeof(text), "bad request: %s", err);
+        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO, text);
+        goto drop_header;
+    }
+    if (job->msg.type == EMLIO_MSG_HELLO) {
+        if (job->msg.version != EMLIO_WIRE_VERSION) {
+            char text[128];
+            snprintf(text, sizeof(text),
+                     "protocol version %" PRIu64 " not supported (server "
+                     "speaks %d)",
+                     job->msg.version, EMLIO_WIRE_VERSION);
+            s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
+                                   text);
+            goto drop_header;
+        }
+        zmq_msg_t welcome;
+        /* The encoded WELCOME lives as long as the server: no copy. */
+        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len,
+                          NULL, NULL);
+        atomic_fetch_add(&self->clients, 1);
+        s_send_parts(self->router, &job->identity, &welcome, NULL, 0);
+        goto drop_header;
+    }
+    if (job->msg.type != EMLIO_MSG_GET) {
+        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_EPROTO,
+                               "unexpected message type from a client");
+        goto drop_header;
+    }
+    s_peer_t *peer = s_peer_find(self, zmq_msg_data(&job->identity),
+                                 zmq_msg_size(&job->identity), true);
+    if (!peer || peer->outstanding >= self->cfg.max_credit) {
+        char text[128];
+        snprintf(text, sizeof(text),
+                 "too many outstanding requests (limit %" PRIu32 ")",
+                 self->cfg.max_credit);
+        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_ELIMIT,
+                               text);
+        goto drop_header;
+    }
+    peer->outstanding++;
+    if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
+        peer->outstanding--;
+        s_peer_drop_if_idle(self, peer);
+        goto drop;
+    }
+    return; /* the worker owns the job now */
+drop:
+    zmq_msg_close(&job->identity);
+drop_header:
+    s_job_free(job);
+}
+
+/* Forwards one finished reply from a worker to its client. */
+static void
+s_frontend_reply(emlio_server_t *self, void *done)
+{
+    zmq_msg_t identity;
+    zmq_msg_init(&identity);
+    if (zmq_msg_recv(&identity, done, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&identity);
+        return;
+    }
+    s_peer_t *peer = s_peer_find(self, zmq_msg_data(&identity),
+                                 zmq_msg_size(&identity), false);
+    if (peer && peer->outstanding) {
+        peer->outstanding--;
+        s_peer_drop_if_idle(self, peer);
+    }
+    bool lost = false;
+    int more = 1;
+    if (zmq_msg_send(&identity, self->router, ZMQ_SNDMORE) < 0) {
+        /* EHOSTUNREACH: the client went away. Its batch is dropped; a
+         * reconnecting client asks for it again (GET is idempotent). */
+        zmq_msg_close(&identity);
+        lost = true;
+    }
+    while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, done, 0) < 0) {
+            zmq_msg_close(&part);
+            break;
+        }
+        more = zmq_msg_more(&part);
+        if (lost || zmq_msg_send(&part, self->router, more ? ZMQ_SNDMORE : 0) < 0) {
+            lost = true;
+            zmq_msg_close(&part);
+        }
+    }
+}
+
+static void *
+s_frontend_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    void *work = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
+    void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PULL);
+    int zero = 0;
+    zmq_setsockopt(work, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(done, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(done, ZMQ_RCVHWM, &zero, sizeof(zero));
+    zmq_setsockopt(work, ZMQ_SNDHWM, &zero, sizeof(zero));
+    if (zmq_bind(work, self->inproc_work) != 0 ||
+        zmq_bind(done, self->inproc_done) != 0) {
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "cannot bind internal sockets: %s", zmq_strerror(errno));
+        goto out;
+    }
+    zmq_pollitem_t items[2] = {
+        { self->router, 0, ZMQ_POLLIN, 0 },
+        { done, 0, ZMQ_POLLIN, 0 },
+    };
+    while (!atomic_load(&self->stopping)) {
+        if (zmq_poll(items, 2, S_STOP_POLL_MS) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        /* Replies first: finished batches free credits and memory. */
+        for (int i = 0; i < 256 && (items[1].revents & ZMQ_POLLIN); i++) {
+            s_frontend_reply(self, done);
+            int events = 0;
+            size_t len = sizeof(events);
+            zmq_getsockopt(done, ZMQ_EVENTS, &events, &len);
+            items[1].revents = (short)(events & ZMQ_POLLIN);
+        }
+        for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); i++) {
+            s_frontend_request(self, work);
+            int events = 0;
+            size_t len = sizeof(events);
+            zmq_getsockopt(self->router, ZMQ_EVENTS, &events, &len);
+            items[0].revents = (short)(events & ZMQ_POLLIN);
+        }
+    }
+out:
+    zmq_close(work);
+    zmq_close(done);
+    return NULL;
+}
+
+int
+emlio_server_start(emlio_server_t *self)
+{
+    assert(self);
+    if (!self->loaded || !self->router)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "server must be loaded and bound before start");
+    if (self->frontend_started)
+        return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
+    snprintf(self->inproc_work, sizeof(self->inproc_work),
+             "inproc://emlio-work-%p", (void *)self);
+    snprintf(self->inproc_done, sizeof(self->inproc_done),
+             "inproc://emlio-done-%p", (void *)self);
+    atomic_store(&self->stopping, false);
+    self->workers = emlio_calloc(self->cfg.workers, sizeof(*self->workers));
+    if (!self->workers)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    int rc = pthread_create(&self->frontend, NULL, s_frontend_main, self);
+    if (rc != 0)
+        return emlio__seterr(self->err, -rc, "cannot start frontend thread: %s",
+                             strerror(rc));
+    self->frontend_started = true;
+    for (uint32_t i = 0; i < self->cfg.workers; i++) {
+        rc = pthread_create(&self->workers[i], NULL, s_worker_main, self);
+        if (rc != 0) {
+            emlio_server_stop(self);
+            return emlio__seterr(self->err, -rc,
+                                 "cannot start worker thread: %s",
+                                 strerror(rc));
+        }
+        self->n_workers_started++;
+    }
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "serving on %s with %" PRIu32 " workers", self->endpoint,
+              self->cfg.workers);
+    return 0;
+}
+
+void
+emlio_server_stop(emlio_server_t *self)
+{
+    if (!self || !self->frontend_started)
+        return;
+    atomic_store(&self->stopping, true);
+    /* The frontend goes first so that no new job reaches a worker after the
+     * worker has drained its queue. */
+    pthread_join(self->frontend, NULL);
+    for (uint32_t i = 0; i < self->n_workers_started; i++)
+        pthread_join(self->workers[i], NULL);
+    self->n_workers_started = 0;
+    self->frontend_started = false;
+}
+
+void
+emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
+{
+    out->requests = atomic_load(&self->requests);
+    out->errors = atomic_load(&self->errors);
+    out->samples = atomic_load(&self->samples);
+    out->bytes = atomic_load(&self->bytes);
+    out->corrupt_skipped = atomic_load(&self->corrupt_skipped);
+    out->clients = atomic_load(&self->clients);
+}
+
+size_t
+emlio_server_shard_count(const emlio_server_t *self)
+{
+    return self->set.n;
+}
+
+uint64_t
+emlio_server_record_count(const emlio_server_t *self)
+{
+    return self->set.records;
+}
+
+const char *
+emlio_server_dataset(const emlio_server_t *self)
+{
+    return self->set.fingerprint;
+}
+
+const char *
+emlio_server_errmsg(const emlio_server_t *self)
+{
+    return self->err;
+}

@@ -1,0 +1,658 @@
+/* wire.c - encoding (msgpack-c) and bounded decoding of protocol messages.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <msgpack.h>
+
+#include "wire.h"
+
+/* ---- encoding ---------------------------------------------------------- */
+
+static int
+s_buf_write(void *data, const char *bytes, size_t len)
+{
+    return emlio_buf_add(data, bytes, len) == 0 ? 0 : -1;
+}
+
+static int
+s_pack_key(msgpack_packer *pk, const char *key)
+{
+    size_t len = strlen(key);
+    return msgpack_pack_str(pk, len) | msgpack_pack_str_body(pk, key, len);
+}
+
+static int
+s_pack_cstr(msgpack_packer *pk, const char *s)
+{
+    return s_pack_key(pk, s ? s : "");
+}
+
+/* The packer returns our write callback's -1 from every call that could not
+ * grow the buffer; the encoders OR those results together. */
+static int
+s_finish(int failed)
+{
+    return failed ? EMLIO_ENOMEM : 0;
+}
+
+int
+emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name)
+{
+    msgpack_packer pk;
+    emlio_buf_clear(out);
+    msgpack_packer_init(&pk, out, s_buf_write);
+    int failed = 0;
+    failed |= msgpack_pack_map(&pk, 3);
+    failed |= s_pack_key(&pk, "t");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_HELLO);
+    failed |= s_pack_key(&pk, "v");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
+    failed |= s_pack_key(&pk, "name");
+    failed |= s_pack_cstr(&pk, client_name);
+    return s_finish(failed);
+}
+
+int
+emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
+                           const char *dataset, uint64_t max_batch,
+                           uint64_t max_credit,
+                           const emlio_wire_shard_t *shards, size_t n)
+{
+    msgpack_packer pk;
+    emlio_buf_clear(out);
+    msgpack_packer_init(&pk, out, s_buf_write);
+    int failed = 0;
+    failed |= msgpack_pack_map(&pk, 7);
+    failed |= s_pack_key(&pk, "t");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_WELCOME);
+    failed |= s_pack_key(&pk, "v");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
+    failed |= s_pack_key(&pk, "name");
+    failed |= s_pack_cstr(&pk, server_name);
+    failed |= s_pack_key(&pk, "dataset");
+    failed |= s_pack_cstr(&pk, dataset);
+    failed |= s_pack_key(&pk, "max_batch");
+    failed |= msgpack_pack_uint64(&pk, max_batch);
+    failed |= s_pack_key(&pk, "max_credit");
+    failed |= msgpack_pack_uint64(&pk, max_credit);
+    failed |= s_pack_key(&pk, "shards");
+    failed |= msgpack_pack_array(&pk, n);
+    for (size_t i = 0; i < n; i++) {
+        failed |= msgpack_pack_array(&pk, 3);
+        failed |= msgpack_pack_str(&pk, shards[i].name_len);
+        failed |= msgpack_pack_str_body(&pk, shards[i].name,
+                                        shards[i].name_len);
+        failed |= msgpack_pack_uint64(&pk, shards[i].records);
+        failed |= msgpack_pack_uint64(&pk, shards[i].bytes);
+    }
+    return s_finish(failed);
+}
+
+int
+emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
+                       const emlio_wire_item_t *items, size_t n)
+{
+    msgpack_packer pk;
+    emlio_buf_clear(out);
+    msgpack_packer_init(&pk, out, s_buf_write);
+    int failed = 0;
+    failed |= msgpack_pack_map(&pk, 4);
+    failed |= s_pack_key(&pk, "t");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_GET);
+    failed |= s_pack_key(&pk, "id");
+    failed |= msgpack_pack_uint64(&pk, id);
+    failed |= s_pack_key(&pk, "dataset");
+    failed |= s_pack_cstr(&pk, dataset);
+    /* A flat [shard, record, shard, record, ...] array: half the framing of
+     * an array of pairs, and trivially bounded when decoding. */
+    failed |= s_pack_key(&pk, "items");
+    failed |= msgpack_pack_array(&pk, 2 * n);
+    for (size_t i = 0; i < n; i++) {
+        failed |= msgpack_pack_uint32(&pk, items[i].shard);
+        failed |= msgpack_pack_uint64(&pk, items[i].record);
+    }
+    return s_finish(failed);
+}
+
+int
+emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
+                         const emlio_wire_sample_t *samples, size_t n)
+{
+    msgpack_packer pk;
+    emlio_buf_clear(out);
+    msgpack_packer_init(&pk, out, s_buf_write);
+    int failed = 0;
+    failed |= msgpack_pack_map(&pk, 3);
+    failed |= s_pack_key(&pk, "t");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_BATCH);
+    failed |= s_pack_key(&pk, "id");
+    failed |= msgpack_pack_uint64(&pk, id);
+    /* Flat quadruples [shard, record, label, crc32c] per sample. */
+    failed |= s_pack_key(&pk, "samples");
+    failed |= msgpack_pack_array(&pk, 4 * n);
+    for (size_t i = 0; i < n; i++) {
+        failed |= msgpack_pack_uint32(&pk, samples[i].shard);
+        failed |= msgpack_pack_uint64(&pk, samples[i].record);
+        failed |= msgpack_pack_int64(&pk, samples[i].label);
+        failed |= msgpack_pack_uint32(&pk, samples[i].crc);
+    }
+    return s_finish(failed);
+}
+
+int
+emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
+                         const char *text)
+{
+    msgpack_packer pk;
+    emlio_buf_clear(out);
+    msgpack_packer_init(&pk, out, s_buf_write);
+    int failed = 0;
+    failed |= msgpack_pack_map(&pk, 4);
+    failed |= s_pack_key(&pk, "t");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_ERROR);
+    failed |= s_pack_key(&pk, "id");
+    failed |= msgpack_pack_uint64(&pk, id);
+    failed |= s_pack_key(&pk, "code");
+    failed |= msgpack_pack_int64(&pk, code);
+    failed |= s_pack_key(&pk, "msg");
+    failed |= s_pack_cstr(&pk, text);
+    return s_finish(failed);
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+/* A cursor over untrusted msgpack bytes. Every read checks the remaining
+ * length first; a failed read sets err and makes all later reads fail. */
+typedef struct s_reader {
+    const uint8_t *p;
+    const uint8_t *end;
+    char *err;
+    bool failed;
+} s_reader_t;
+
+#define S_MAX_DEPTH 8
+
+static bool
+s_fail(s_reader_t *r, const char *what)
+{
+    if (!r->failed && r->err)
+        snprintf(r->err, EMLIO_ERRMSG_LEN, "malformed message: %s", what);
+    r->failed = true;
+    return false;
+}
+
+static bool
+s_need(s_reader_t *r, size_t n)
+{
+    if (r->failed)
+        return false;
+    if ((size_t)(r->end - r->p) < n)
+        return s_fail(r, "truncated");
+    return true;
+}
+
+static uint64_t
+s_be(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Reads a big-endian length of n bytes following the type byte. */
+static bool
+s_read_be(s_reader_t *r, size_t n, uint64_t *out)
+{
+    if (!s_need(r, n))
+        return false;
+    *out = s_be(r->p, n);
+    r->p += n;
+    return true;
+}
+
+static bool
+s_read_uint(s_reader_t *r, uint64_t *out)
+{
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p++;
+    if (t <= 0x7f) {
+        *out = t;
+        return true;
+    }
+    switch (t) {
+    case 0xcc:
+        return s_read_be(r, 1, out);
+    case 0xcd:
+        return s_read_be(r, 2, out);
+    case 0xce:
+        return s_read_be(r, 4, out);
+    case 0xcf:
+        return s_read_be(r, 8, out);
+    case 0xd0:
+    case 0xd1:
+    case 0xd2:
+    case 0xd3: {
+        /* Signed encodings of non-negative values are legal msgpack. */
+        int64_t v;
+        size_t n = (size_t)1 << (t - 0xd0);
+        uint64_t raw;
+        if (!s_read_be(r, n, &raw))
+            return false;
+        v = n == 8 ? (int64_t)raw
+                   : (int64_t)(raw ^ (1ull << (8 * n - 1))) -
+                         (int64_t)(1ull << (8 * n - 1));
+        if (v < 0)
+            return s_fail(r, "negative value where unsigned expected");
+        *out = (uint64_t)v;
+        return true;
+    }
+    default:
+        return s_fail(r, "expected an unsigned integer");
+    }
+}
+
+static bool
+s_read_int(s_reader_t *r, int64_t *out)
+{
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p;
+    if (t >= 0xe0) {
+        r->p++;
+        *out = (int8_t)t;
+        return true;
+    }
+    if (t >= 0xd0 && t <= 0xd3) {
+        r->p++;
+        size_t n = (size_t)1 << (t - 0xd0);
+        uint64_t raw;
+        if (!s_read_be(r, n, &raw))
+            return false;
+        if (n == 8)
+            *out = (int64_t)raw;
+        else
+            *out = (int64_t)(raw ^ (1ull << (8 * n - 1))) -
+                   (int64_t)(1ull << (8 * n - 1));
+        return true;
+    }
+    uint64_t u;
+    if (!s_read_uint(r, &u))
+        return false;
+    if (u > INT64_MAX)
+        return s_fail(r, "integer out of range");
+    *out = (int64_t)u;
+    return true;
+}
+
+/* Strings and binaries are both accepted where text is expected. */
+static bool
+s_read_str(s_reader_t *r, const char **s, size_t *len)
+{
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p++;
+    uint64_t n;
+    if (t >= 0xa0 && t <= 0xbf)
+        n = t & 0x1f;
+    else if (t == 0xd9 || t == 0xc4)
+        s_read_be(r, 1, &n);
+    else if (t == 0xda || t == 0xc5)
+        s_read_be(r, 2, &n);
+    else if (t == 0xdb || t == 0xc6)
+        s_read_be(r, 4, &n);
+    else
+        return s_fail(r, "expected a string");
+    if (!s_need(r, n))
+        return false;
+    *s = (const char *)r->p;
+    *len = n;
+    r->p += n;
+    return true;
+}
+
+/* Reads an array header; n is checked against the bytes that remain (every
+ * element takes at least min_elem bytes) so a 5-byte frame cannot make us
+ * allocate for four billion elements. */
+static bool
+s_read_array(s_reader_t *r, uint64_t *n, size_t min_elem)
+{
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p++;
+    if (t >= 0x90 && t <= 0x9f)
+        *n = t & 0x0f;
+    else if (t == 0xdc)
+        s_read_be(r, 2, n);
+    else if (t == 0xdd)
+        s_read_be(r, 4, n);
+    else
+        return s_fail(r, "expected an array");
+    if (r->failed)
+        return false;
+    if (*n > (uint64_t)(r->end - r->p) / min_elem)
+        return s_fail(r, "array longer than the message");
+    return true;
+}
+
+static bool
+s_read_map(s_reader_t *r, uint64_t *n)
+{
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p++;
+    if (t >= 0x80 && t <= 0x8f)
+        *n = t & 0x0f;
+    else if (t == 0xde)
+        s_read_be(r, 2, n);
+    else if (t == 0xdf)
+        s_read_be(r, 4, n);
+    else
+        return s_fail(r, "expected a map");
+    if (!r->failed && *n > (uint64_t)(r->end - r->p) / 2)
+        return s_fail(r, "map longer than the message");
+    return !r->failed;
+}
+
+/* Skips one value of any type (unknown keys), with bounded nesting. */
+static bool
+s_skip(s_reader_t *r, int depth)
+{
+    if (depth > S_MAX_DEPTH)
+        return s_fail(r, "nested too deeply");
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p;
+    uint64_t n = 0;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+        r->p++;
+        return true;
+    }
+    if ((t >= 0xa0 && t <= 0xbf) || (t >= 0xc4 && t <= 0xc6) ||
+        (t >= 0xd9 && t <= 0xdb)) {
+        const char *s;
+        size_t len;
+        return s_read_str(r, &s, &len);
+    }
+    if ((t >= 0x90 && t <= 0x9f) || t == 0xdc || t == 0xdd) {
+        if (!s_read_array(r, &n, 1))
+            return false;
+        for (uint64_t i = 0; i < n; i++)
+            if (!s_skip(r, depth + 1))
+                return false;
+        return true;
+    }
+    if ((t >= 0x80 && t <= 0x8f) || t == 0xde || t == 0xdf) {
+        if (!s_read_map(r, &n))
+            return false;
+        for (uint64_t i = 0; i < 2 * n; i++)
+            if (!s_skip(r, depth + 1))
+                return false;
+        return true;
+    }
+    r->p++;
+    switch (t) {
+    case 0xcc:
+    case 0xd0:
+        n = 1;
+        break;
+    case 0xcd:
+    case 0xd1:
+        n = 2;
+        break;
+    case 0xca:
+    case 0xce:
+    case 0xd2:
+        n = 4;
+        break;
+    case 0xcb:
+    case 0xcf:
+    case 0xd3:
+        n = 8;
+        break;
+    case 0xd4: /* fixext 1, 2, 4, 8, 16: type byte + data */
+    case 0xd5:
+    case 0xd6:
+    case 0xd7:
+    case 0xd8:
+        n = 1 + ((size_t)1 << (t - 0xd4));
+        break;
+    case 0xc7:
+    case 0xc8:
+    case 0xc9: {
+        uint64_t len;
+        if (!s_read_be(r, (size_t)1 << (t - 0xc7), &len))
+            return false;
+        n = len + 1;
+        if (n < len)
+            return s_fail(r, "extension too long");
+        break;
+    }
+    default:
+        return s_fail(r, "unknown type byte");
+    }
+    if (!s_need(r, n))
+        return false;
+    r->p += n;
+    return true;
+}
+
+static bool
+s_key_is(const char *key, size_t len, const char *want)
+{
+    return strlen(want) == len && memcmp(key, want, len) == 0;
+}
+
+static bool
+s_decode_shards(s_reader_t *r, emlio_wire_msg_t *msg)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 4)) /* fixarray + three one-byte values */
+        return false;
+    if (n > EMLIO_WIRE_MAX_SHARDS)
+        return s_fail(r, "too many shards");
+    msg->shards = emlio_calloc(n, sizeof(*msg->shards));
+    if (!msg->shards)
+        return s_fail(r, "out of memory");
+    msg->n_shards = n;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t fields;
+        emlio_wire_shard_t *s = &msg->shards[i];
+        if (!s_read_array(r, &fields, 1))
+            return false;
+        if (fields < 3)
+            return s_fail(r, "shard entry needs name, records, bytes");
+        if (!s_read_str(r, &s->name, &s->name_len) ||
+            !s_read_uint(r, &s->records) || !s_read_uint(r, &s->bytes))
+            return false;
+        if (s->name_len == 0 || s->name_len > EMLIO_WIRE_MAX_NAME)
+            return s_fail(r, "bad shard name length");
+        for (uint64_t f = 3; f < fields; f++)
+            if (!s_skip(r, 1))
+                return false;
+    }
+    return true;
+}
+
+static bool
+s_decode_items(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n % 2)
+        return s_fail(r, "items must be shard, record pairs");
+    if (n / 2 > max_items)
+        return s_fail(r, "too many items in one request");
+    msg->items = emlio_calloc(n / 2, sizeof(*msg->items));
+    if (!msg->items)
+        return s_fail(r, "out of memory");
+    msg->n_items = n / 2;
+    for (uint64_t i = 0; i < n / 2; i++) {
+        uint64_t shard;
+        if (!s_read_uint(r, &shard) ||
+            !s_read_uint(r, &msg->items[i].record))
+            return false;
+        if (shard > UINT32_MAX)
+            return s_fail(r, "shard index out of range");
+        msg->items[i].shard = (uint32_t)shard;
+    }
+    return true;
+}
+
+static bool
+s_decode_samples(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n % 4)
+        return s_fail(r, "samples must be shard, record, label, crc groups");
+    if (n / 4 > max_items)
+        return s_fail(r, "too many samples in one batch");
+    msg->samples = emlio_calloc(n / 4, sizeof(*msg->samples));
+    if (!msg->samples)
+        return s_fail(r, "out of memory");
+    msg->n_samples = n / 4;
+    for (uint64_t i = 0; i < n / 4; i++) {
+        emlio_wire_sample_t *s = &msg->samples[i];
+        uint64_t shard;
+        uint64_t crc;
+        if (!s_read_uint(r, &shard) || !s_read_uint(r, &s->record) ||
+            !s_read_int(r, &s->label) || !s_read_uint(r, &crc))
+            return false;
+        if (shard > UINT32_MAX || crc > UINT32_MAX)
+            return s_fail(r, "sample field out of range");
+        s->shard = (uint32_t)shard;
+        s->crc = (uint32_t)crc;
+    }
+    return true;
+}
+
+/* Which header keys each message type must carry. */
+enum {
+    S_HAS_T = 1 << 0,
+    S_HAS_V = 1 << 1,
+    S_HAS_ID = 1 << 2,
+    S_HAS_NAME = 1 << 3,
+    S_HAS_DATASET = 1 << 4,
+    S_HAS_SHARDS = 1 << 5,
+    S_HAS_ITEMS = 1 << 6,
+    S_HAS_SAMPLES = 1 << 7,
+    S_HAS_CODE = 1 << 8,
+    S_HAS_LIMITS = 1 << 9
+};
+
+static const unsigned s_required[] = {
+    [EMLIO_MSG_HELLO] = S_HAS_T | S_HAS_V,
+    [EMLIO_MSG_WELCOME] = S_HAS_T | S_HAS_V | S_HAS_DATASET | S_HAS_SHARDS,
+    [EMLIO_MSG_GET] = S_HAS_T | S_HAS_ID | S_HAS_ITEMS,
+    [EMLIO_MSG_BATCH] = S_HAS_T | S_HAS_ID | S_HAS_SAMPLES,
+    [EMLIO_MSG_ERROR] = S_HAS_T | S_HAS_ID | S_HAS_CODE,
+};
+
+void
+emlio__wire_msg_release(emlio_wire_msg_t *msg)
+{
+    emlio_free(msg->shards);
+    emlio_free(msg->items);
+    emlio_free(msg->samples);
+    memset(msg, 0, sizeof(*msg));
+}
+
+int
+emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
+                   size_t max_items, char *errbuf)
+{
+    s_reader_t r = { buf, buf + len, errbuf, false };
+    memset(msg, 0, sizeof(*msg));
+    if (max_items == 0 || max_items > EMLIO_WIRE_MAX_SAMPLES)
+        max_items = EMLIO_WIRE_MAX_SAMPLES;
+    if (len > EMLIO_WIRE_MAX_HEADER) {
+        s_fail(&r, "header frame too large");
+        return EMLIO_EPROTO;
+    }
+    uint64_t n;
+    unsigned seen = 0;
+    if (!s_read_map(&r, &n))
+        goto fail;
+    for (uint64_t i = 0; i < n; i++) {
+        const char *key;
+        size_t klen;
+        uint64_t u;
+        if (!s_read_str(&r, &key, &klen))
+            goto fail;
+        if (s_key_is(key, klen, "t")) {
+            if (!s_read_uint(&r, &u))
+                goto fail;
+            if (u < EMLIO_MSG_HELLO || u > EMLIO_MSG_ERROR) {
+                s_fail(&r, "unknown message type");
+                goto fail;
+            }
+            msg->type = (int)u;
+            seen |= S_HAS_T;
+        } else if (s_key_is(key, klen, "v")) {
+            if (!s_read_uint(&r, &msg->version))
+                goto fail;
+            seen |= S_HAS_V;
+        } else if (s_key_is(key, klen, "id")) {
+            if (!s_read_uint(&r, &msg->id))
+                goto fail;
+            seen |= S_HAS_ID;
+        } else if (s_key_is(key, klen, "name")) {
+            if (!s_read_str(&r, &msg->name, &msg->name_len))
+                goto fail;
+            seen |= S_HAS_NAME;
+        } else if (s_key_is(key, klen, "dataset")) {
+            if (!s_read_str(&r, &msg->dataset, &msg->dataset_len))
+                goto fail;
+            seen |= S_HAS_DATASET;
+        } else if (s_key_is(key, klen, "max_batch")) {
+            if (!s_read_uint(&r, &msg->max_batch))
+                goto fail;
+            seen |= S_HAS_LIMITS;
+        } else if (s_key_is(key, klen, "max_credit")) {
+            if (!s_read_uint(&r, &msg->max_credit))
+                goto fail;
+        } else if (s_key_is(key, klen, "code")) {
+            if (!s_read_int(&r, &msg->code))
+                goto fail;
+            seen |= S_HAS_CODE;
+        } else if (s_key_is(key, klen, "msg")) {
+            if (!s_read_str(&r, &msg->text, &msg->text_len))
+                goto fail;
+        } else if (s_key_is(key, klen, "shards") && !msg->shards) {
+            if (!s_decode_shards(&r, msg))
+                goto fail;
+            seen |= S_HAS_SHARDS;
+        } else if (s_key_is(key, klen, "items") && !msg->items) {
+            if (!s_decode_items(&r, msg, max_items))
+                goto fail;
+            seen |= S_HAS_ITEMS;
+        } else if (s_key_is(key, klen, "samples") && !msg->samples) {
+            if (!s_decode_samples(&r, msg, max_items))
+                goto fail;
+            seen |= S_HAS_SAMPLES;
+        } else if (!s_skip(&r, 1)) {
+            goto fail;
+        }
+    }
+    if (!(seen & S_HAS_T)) {
+        s_fail(&r, "no message type");
+        goto fail;
+    }
+    if ((seen & s_required[msg->type]) != s_required[msg->type]) {
+        s_fail(&r, "a required field is missing");
+        goto fail;
+    }
+    if (r.p != r.end) {
+        s_fail(&r, "trailing bytes after the header");
+        goto fail;
+    }
+    return (int)len;
+fail:
+    emlio__wire_msg_release(msg);
+    return EMLIO_EPROTO;
+}

@@ -1,0 +1,109 @@
+/* wire.h - the EMLIO wire protocol v1: message encoding and decoding.
+ * SPDX-License-Identifier: MIT
+ *
+ * Every message's first frame is a msgpack map (the header); a BATCH is
+ * followed by one raw frame per sample. docs/protocol.md is the normative
+ * description; this module is its only implementation in the library.
+ *
+ * Encoding uses msgpack-c's packer. Decoding is a bounded, allocation-light
+ * cursor over the untrusted bytes (picohttpparser style): every length is
+ * checked against the bytes that remain before anything is allocated, unknown
+ * keys are skipped (forward compatibility), nesting is limited.
+ */
+#ifndef EMLIO_WIRE_H
+#define EMLIO_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+#define EMLIO_WIRE_VERSION 1
+
+/* Hard ceilings that no configuration may exceed; daemons and clients apply
+ * their own, lower, limits on top. */
+#define EMLIO_WIRE_MAX_HEADER  (16u << 20) /* bytes in a header frame */
+#define EMLIO_WIRE_MAX_SAMPLES 65536u      /* samples in one batch */
+#define EMLIO_WIRE_MAX_SHARDS  1000000u    /* shards in one inventory */
+#define EMLIO_WIRE_MAX_NAME    4096u       /* bytes in a shard name */
+
+enum emlio_msg_type {
+    EMLIO_MSG_NONE = 0,
+    EMLIO_MSG_HELLO = 1,   /* client -> server: who I am, which version */
+    EMLIO_MSG_WELCOME = 2, /* server -> client: limits and shard inventory */
+    EMLIO_MSG_GET = 3,     /* client -> server: one batch of samples */
+    EMLIO_MSG_BATCH = 4,   /* server -> client: the samples of one GET */
+    EMLIO_MSG_ERROR = 5    /* server -> client: a request failed */
+};
+
+typedef struct emlio_wire_shard {
+    const char *name; /* borrowed from the decoded frame; not NUL-terminated */
+    size_t name_len;
+    uint64_t records;
+    uint64_t bytes;
+} emlio_wire_shard_t;
+
+typedef struct emlio_wire_item {
+    uint32_t shard; /* index into the server's WELCOME inventory */
+    uint64_t record;
+} emlio_wire_item_t;
+
+typedef struct emlio_wire_sample {
+    uint32_t shard;
+    uint64_t record;
+    int64_t label; /* -1 when the record has no label */
+    uint32_t crc;  /* CRC-32C of the sample's frame */
+} emlio_wire_sample_t;
+
+/* A decoded message. Strings are borrowed from the frame that was decoded,
+ * so the frame must outlive the message; arrays are owned and freed by
+ * emlio__wire_msg_release. */
+typedef struct emlio_wire_msg {
+    int type;         /* enum emlio_msg_type */
+    uint64_t version; /* HELLO, WELCOME */
+    uint64_t id;      /* GET, BATCH, ERROR: the request id */
+    const char *name; /* HELLO: client name; WELCOME: server name */
+    size_t name_len;
+    const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
+    size_t dataset_len;
+    uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
+    uint64_t max_credit; /* WELCOME: GETs a client may have outstanding */
+    int64_t code;        /* ERROR: an EMLIO_E* code */
+    const char *text;    /* ERROR: human-readable reason */
+    size_t text_len;
+    emlio_wire_shard_t *shards; /* WELCOME */
+    size_t n_shards;
+    emlio_wire_item_t *items; /* GET */
+    size_t n_items;
+    emlio_wire_sample_t *samples; /* BATCH */
+    size_t n_samples;
+} emlio_wire_msg_t;
+
+#define EMLIO_WIRE_MSG_INIT {0}
+
+/* Frees the arrays of msg and resets it. Accepts an already-released msg. */
+void emlio__wire_msg_release(emlio_wire_msg_t *msg);
+
+/* Decodes one header frame. Returns the bytes consumed (== len on success),
+ * EMLIO_EPROTO (malformed, unknown type, missing field, an array longer than
+ * its limit; errbuf, EMLIO_ERRMSG_LEN bytes, says which) or EMLIO_ENOMEM.
+ * max_items bounds GET items and BATCH samples (0 = the hard ceiling). */
+int emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
+                       size_t max_items, char *errbuf);
+
+/* Encoders append one header frame to out (cleared first). Each returns 0
+ * or EMLIO_ENOMEM. */
+int emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name);
+int emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
+                               const char *dataset, uint64_t max_batch,
+                               uint64_t max_credit,
+                               const emlio_wire_shard_t *shards, size_t n);
+int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
+                           const emlio_wire_item_t *items, size_t n);
+int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
+                             const emlio_wire_sample_t *samples, size_t n);
+int emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
+                             const char *text);
+
+#endif /* EMLIO_WIRE_H */
