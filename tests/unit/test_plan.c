@@ -785,6 +785,46 @@ test_plan_default_window_is_four(void **state)
     free(records);
 }
 
+/* Pins the specified algorithm (docs/planner.md): another implementation
+ * that follows the document must reproduce these sequences. */
+static void
+test_plan_golden_vector(void **state)
+{
+    (void)state;
+    static const uint32_t h = 0;
+    emlio_plan_shard_t shards[4] = {
+        { .name = "c", .records = 5, .holders = &h, .n_holders = 1 },
+        { .name = "a", .records = 4, .holders = &h, .n_holders = 1 },
+        { .name = "d", .records = 2, .holders = &h, .n_holders = 1 },
+        { .name = "b", .records = 3, .holders = &h, .n_holders = 1 },
+    };
+    static const char *const want[2] = {
+        "c4 b1 b2 c2 c1 c3 b0 c0 a3 d1 a2 a1 d0 a0 ",
+        "a2 d1 d0 a3 a0 a1 b1 c0 c2 c3 b0 b2 c4 c1 ",
+    };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.batch_size = 14;
+    p.seed = 1;
+    p.window_shards = 2;
+    emlio_plan_t *plan = emlio_plan_new();
+    for (uint64_t e = 0; e < 2; e++) {
+        p.epoch = e;
+        assert_int_equal(emlio_plan_build(plan, shards, 4, &p), 0);
+        size_t n;
+        const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
+        assert_int_equal(n, 14);
+        char got[128] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < n; i++)
+            len +=
+                (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64 " ",
+                                 shards[s[i].shard].name, s[i].record);
+        assert_string_equal(got, want[e]);
+    }
+    emlio_plan_destroy(&plan);
+}
+
 static void
 test_plan_scale_imagenet(void **state)
 {
@@ -840,6 +880,7 @@ main(void)
         cmocka_unit_test(test_plan_invalid_params),
         cmocka_unit_test(test_plan_windows_respected),
         cmocka_unit_test(test_plan_default_window_is_four),
+        cmocka_unit_test(test_plan_golden_vector),
         cmocka_unit_test(test_plan_scale_imagenet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
