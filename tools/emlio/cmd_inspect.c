@@ -1,15 +1,312 @@
-/* cmd_inspect.c - `emlio inspect` (placeholder until its module lands this
- * session). SPDX-License-Identifier: MIT
+/* cmd_inspect.c - `emlio inspect`: record counts, sizes and feature keys of
+ * one TFRecord shard, as text or one JSON object.
+ * SPDX-License-Identifier: MIT
  */
-#include <stdio.h>
+#include "emlio_internal.h"
+
+#include <getopt.h>
 
 #include "commands.h"
+#include "dataset_util.h"
+#include "example.h"
+
+#define CMD "inspect"
+
+#define INSPECT_DEFAULT_SAMPLE 100
+/* Distinct (key, kind) pairs we track; a shard with more is unusual and
+ * the rest are counted as "more". */
+#define INSPECT_MAX_KEYS       256
+
+typedef struct inspect_key {
+    char *key; /* owned, NUL-terminated copy */
+    size_t key_len;
+    int kind;
+    uint64_t records; /* sampled records holding it */
+    size_t min_count;
+    size_t max_count;
+} inspect_key_t;
+
+typedef struct inspect_keys {
+    inspect_key_t *items;
+    size_t n;
+    size_t dropped; /* entries not tracked past INSPECT_MAX_KEYS */
+    int rc;         /* EMLIO_ENOMEM when a copy failed */
+} inspect_keys_t;
+
+static void
+s_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: emlio inspect FILE [options]\n"
+            "\n"
+            "Prints the record count, the file size, the min/mean/max record\n"
+            "size and the feature keys of a TFRecord shard. Keys (with their\n"
+            "kind, the number of values per record and how many records hold\n"
+            "them) are the union over the first --sample records; a record\n"
+            "that does not parse as a tf.train.Example is counted as raw.\n"
+            "\n"
+            "options:\n"
+            "      --json        print one JSON object\n"
+            "  -n, --sample N    records to read keys from (default %d;\n"
+            "                    0 means all)\n"
+            "      --verify      also check every record's data CRC\n"
+            "  -h, --help        show this help\n",
+            INSPECT_DEFAULT_SAMPLE);
+}
+
+static const char *
+s_kind_name(int kind)
+{
+    switch (kind) {
+    case EMLIO_FEATURE_BYTES:
+        return "bytes";
+    case EMLIO_FEATURE_FLOAT:
+        return "float";
+    case EMLIO_FEATURE_INT64:
+        return "int64";
+    default:
+        return "none";
+    }
+}
+
+static int
+s_on_key(void *userdata, const uint8_t *key, size_t key_len, int kind,
+         size_t count)
+{
+    inspect_keys_t *keys = userdata;
+    for (size_t i = 0; i < keys->n; i++) {
+        inspect_key_t *k = &keys->items[i];
+        if (k->kind == kind && k->key_len == key_len &&
+            !memcmp(k->key, key, key_len)) {
+            k->records++;
+            k->min_count = EMLIO_MIN(k->min_count, count);
+            k->max_count = EMLIO_MAX(k->max_count, count);
+            return 0;
+        }
+    }
+    if (keys->n == INSPECT_MAX_KEYS) {
+        keys->dropped++;
+        return 0;
+    }
+    char *copy = emlio_malloc(key_len + 1);
+    if (!copy) {
+        keys->rc = EMLIO_ENOMEM;
+        return 1;
+    }
+    memcpy(copy, key, key_len);
+    copy[key_len] = '\0';
+    keys->items[keys->n++] =
+        (inspect_key_t){ copy, key_len, kind, 1, count, count };
+    return 0;
+}
+
+static int
+s_key_cmp(const void *pa, const void *pb)
+{
+    const inspect_key_t *a = pa;
+    const inspect_key_t *b = pb;
+    size_t n = EMLIO_MIN(a->key_len, b->key_len);
+    int c = memcmp(a->key, b->key, n);
+    if (c == 0 && a->key_len != b->key_len)
+        c = a->key_len < b->key_len ? -1 : 1;
+    return c ? c : a->kind - b->kind;
+}
+
+/* Writes s (len bytes, maybe not UTF-8) as a JSON string. Bytes >= 0x80
+ * pass through; control characters are escaped. */
+static void
+s_json_string(const char *s, size_t len)
+{
+    putchar('"');
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+/* Prints printable bytes as they are and others as \xNN, for the text
+ * output of keys that are not clean text. */
+static void
+s_text_key(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            printf("\\x%02x", c);
+        else
+            putchar(c);
+    }
+}
 
 int
 cmd_inspect(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "emlio inspect: not built yet\n");
-    return 1;
+    enum { OPT_JSON = 256, OPT_VERIFY };
+    static const struct option opts[] = {
+        { "json", no_argument, NULL, OPT_JSON },
+        { "sample", required_argument, NULL, 'n' },
+        { "verify", no_argument, NULL, OPT_VERIFY },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    bool json = false;
+    bool verify = false;
+    uint64_t sample = INSPECT_DEFAULT_SAMPLE;
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":n:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_JSON:
+            json = true;
+            break;
+        case OPT_VERIFY:
+            verify = true;
+            break;
+        case 'n':
+            if (dataset_parse_u64(optarg, false, &sample) < 0) {
+                dataset_error(CMD,
+                              "bad value '%s' for --sample: expected an "
+                              "unsigned integer",
+                              optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            s_usage(stdout);
+            return 0;
+        case ':':
+            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
+            return 2;
+        default:
+            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
+            s_usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        dataset_error(CMD, "expected one FILE, got %d", argc - optind);
+        s_usage(stderr);
+        return 2;
+    }
+    const char *path = argv[optind];
+
+    char ebuf[128];
+    int status = 1;
+    inspect_keys_t keys = { 0 };
+    emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
+    keys.items = emlio_calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
+    if (!tf || !keys.items) {
+        dataset_error(CMD, "out of memory");
+        goto out;
+    }
+    int rc = emlio_tfrecord_open(tf);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot open '%s': %s", path,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        goto out;
+    }
+    rc = emlio_tfrecord_scan(tf, verify);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot read '%s': %s", path,
+                      emlio_tfrecord_errmsg(tf));
+        goto out;
+    }
+    size_t n = emlio_tfrecord_count(tf);
+    uint64_t total = 0;
+    uint64_t min_len = 0;
+    uint64_t max_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len = emlio_tfrecord_loc(tf, i)->len;
+        total += len;
+        min_len = i == 0 ? len : EMLIO_MIN(min_len, len);
+        max_len = EMLIO_MAX(max_len, len);
+    }
+    size_t sampled = sample == 0 || sample > n ? n : (size_t)sample;
+    size_t raw = 0;
+    for (size_t i = 0; i < sampled; i++) {
+        const uint8_t *data;
+        size_t len;
+        rc = emlio_tfrecord_record(tf, i, &data, &len, NULL);
+        if (rc < 0) {
+            dataset_error(CMD, "cannot read record %zu of '%s': %s", i, path,
+                          dataset_strerror(rc, ebuf, sizeof(ebuf)));
+            goto out;
+        }
+        rc = emlio__example_foreach(data, len, s_on_key, &keys);
+        if (keys.rc < 0) {
+            dataset_error(CMD, "out of memory");
+            goto out;
+        }
+        if (rc < 0)
+            raw++;
+    }
+    qsort(keys.items, keys.n, sizeof(*keys.items), s_key_cmp);
+    double mean = n ? (double)total / (double)n : 0.0;
+
+    if (json) {
+        printf("{\"file\": ");
+        s_json_string(path, strlen(path));
+        printf(", \"records\": %zu, \"bytes\": %" PRIu64
+               ", \"data_bytes\": %" PRIu64 ", \"record_bytes\": {\"min\": "
+               "%" PRIu64 ", \"mean\": %.1f, \"max\": %" PRIu64 "}",
+               n, emlio_tfrecord_size(tf), total, min_len, mean, max_len);
+        printf(", \"sampled\": %zu, \"raw\": %zu, \"verified\": %s, "
+               "\"features\": [",
+               sampled, raw, verify ? "true" : "false");
+        for (size_t i = 0; i < keys.n; i++) {
+            const inspect_key_t *k = &keys.items[i];
+            printf("%s{\"key\": ", i ? ", " : "");
+            s_json_string(k->key, k->key_len);
+            printf(", \"kind\": \"%s\", \"records\": %" PRIu64
+                   ", \"min_values\": %zu, \"max_values\": %zu}",
+                   s_kind_name(k->kind), k->records, k->min_count,
+                   k->max_count);
+        }
+        printf("], \"untracked_keys\": %zu}\n", keys.dropped);
+    } else {
+        printf("file:     %s\n", path);
+        printf("records:  %zu\n", n);
+        printf("bytes:    %" PRIu64 " (record data %" PRIu64 ")\n",
+               emlio_tfrecord_size(tf), total);
+        printf("record:   min %" PRIu64 ", mean %.1f, max %" PRIu64 " bytes\n",
+               min_len, mean, max_len);
+        printf("crc:      %s\n", verify ? "every data crc checked"
+                                        : "length crcs checked (--verify "
+                                          "checks data)");
+        printf("features (first %zu records, %zu raw):\n", sampled, raw);
+        size_t key_width = 0;
+        for (size_t i = 0; i < keys.n; i++)
+            key_width = EMLIO_MAX(key_width, keys.items[i].key_len);
+        for (size_t i = 0; i < keys.n; i++) {
+            const inspect_key_t *k = &keys.items[i];
+            printf("  ");
+            s_text_key(k->key, k->key_len);
+            printf("%*s  %-5s  ", (int)(key_width - k->key_len), "",
+                   s_kind_name(k->kind));
+            if (k->min_count == k->max_count)
+                printf("%zu value%s", k->min_count,
+                       k->min_count == 1 ? "" : "s");
+            else
+                printf("%zu..%zu values", k->min_count, k->max_count);
+            printf("  in %" PRIu64 " records\n", k->records);
+        }
+        if (keys.dropped)
+            printf("  (%zu more key entries not tracked)\n", keys.dropped);
+    }
+    status = 0;
+out:
+    if (keys.items) {
+        for (size_t i = 0; i < keys.n; i++)
+            emlio_free(keys.items[i].key);
+        emlio_free(keys.items);
+    }
+    emlio_tfrecord_destroy(&tf);
+    return status;
 }
