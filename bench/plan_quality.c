@@ -56,14 +56,14 @@ s_inversions(uint32_t *a, uint32_t *tmp, size_t n)
 /* The whole epoch (world 1) as file positions: order[pos] = shard * R + r,
  * where shard is the index in name order (names sort like indices). */
 static void
-s_order(const emlio_plan_shard_t *shards, uint32_t window, uint64_t epoch,
-        int shuffle, uint32_t *order)
+s_order(const emlio_plan_shard_t *shards, uint32_t window, uint64_t seed,
+        uint64_t epoch, int shuffle, uint32_t *order)
 {
     emlio_plan_t *plan = emlio_plan_new();
     emlio_plan_params_t p;
     emlio_plan_params_init(&p);
     p.batch_size = BATCH;
-    p.seed = 20261129;
+    p.seed = seed;
     p.epoch = epoch;
     p.shuffle = shuffle;
     p.window_shards = window;
@@ -81,6 +81,10 @@ s_order(const emlio_plan_shard_t *shards, uint32_t window, uint64_t epoch,
     emlio_plan_destroy(&plan);
 }
 
+/* Averages each measure over SEEDS seeds; the spread of Kendall tau comes
+ * mostly from the shard permutation, which has only SHARDS elements. */
+#define SEEDS 100
+
 static void
 s_measure(const emlio_plan_shard_t *shards, const char *label, uint32_t window,
           int shuffle)
@@ -90,43 +94,50 @@ s_measure(const emlio_plan_shard_t *shards, const char *label, uint32_t window,
     static uint32_t pos1[N];
     static uint32_t seq[N];
     static uint32_t tmp[N];
-    s_order(shards, window, 0, shuffle, e0);
-    s_order(shards, window, 1, shuffle, e1);
-
     double disp = 0;
-    size_t same_shard = 0;
-    for (size_t i = 0; i < N; i++) {
-        disp += fabs((double)i - (double)e0[i]);
-        if (i && e0[i] / RECORDS == e0[i - 1] / RECORDS)
-            same_shard++;
-    }
-    double pairs = (double)N * (N - 1) / 2;
-    memcpy(seq, e0, sizeof(seq));
-    double tau_file = (double)s_inversions(seq, tmp, N) / pairs;
-    for (size_t i = 0; i < N; i++)
-        pos1[e1[i]] = (uint32_t)i;
-    for (size_t i = 0; i < N; i++)
-        seq[i] = pos1[e0[i]];
-    double tau_epoch = (double)s_inversions(seq, tmp, N) / pairs;
-
+    double same_shard = 0;
+    double tau_file = 0;
+    double tau_file_sq = 0;
+    double tau_epoch = 0;
     double distinct_sum = 0;
     size_t distinct_max = 0;
     size_t batches = 0;
-    for (size_t b = 0; b < N; b += BATCH) {
-        bool touched[SHARDS] = { false };
-        size_t distinct = 0;
-        for (size_t i = b; i < N && i < b + BATCH; i++)
-            if (!touched[e0[i] / RECORDS]) {
-                touched[e0[i] / RECORDS] = true;
-                distinct++;
-            }
-        distinct_sum += (double)distinct;
-        distinct_max = EMLIO_MAX(distinct_max, distinct);
-        batches++;
+    double pairs = (double)N * (N - 1) / 2;
+    for (uint64_t seed = 1; seed <= SEEDS; seed++) {
+        s_order(shards, window, seed, 0, shuffle, e0);
+        s_order(shards, window, seed, 1, shuffle, e1);
+        for (size_t i = 0; i < N; i++) {
+            disp += fabs((double)i - (double)e0[i]) / N / N;
+            if (i && e0[i] / RECORDS == e0[i - 1] / RECORDS)
+                same_shard += 1.0 / (N - 1);
+        }
+        memcpy(seq, e0, sizeof(seq));
+        double t = (double)s_inversions(seq, tmp, N) / pairs;
+        tau_file += t;
+        tau_file_sq += t * t;
+        for (size_t i = 0; i < N; i++)
+            pos1[e1[i]] = (uint32_t)i;
+        for (size_t i = 0; i < N; i++)
+            seq[i] = pos1[e0[i]];
+        tau_epoch += (double)s_inversions(seq, tmp, N) / pairs;
+        for (size_t b = 0; b < N; b += BATCH) {
+            bool touched[SHARDS] = { false };
+            size_t distinct = 0;
+            for (size_t i = b; i < N && i < b + BATCH; i++)
+                if (!touched[e0[i] / RECORDS]) {
+                    touched[e0[i] / RECORDS] = true;
+                    distinct++;
+                }
+            distinct_sum += (double)distinct;
+            distinct_max = EMLIO_MAX(distinct_max, distinct);
+            batches++;
+        }
     }
-    printf("| %-14s | %.4f | %.4f | %.4f | %.4f | %6.1f | %3zu |\n", label,
-           disp / N / N, tau_file, tau_epoch, (double)same_shard / (N - 1),
-           distinct_sum / (double)batches, distinct_max);
+    double mean_tau = tau_file / SEEDS;
+    double sd_tau = sqrt(fmax(0, tau_file_sq / SEEDS - mean_tau * mean_tau));
+    printf("| %-14s | %.4f | %.4f +- %.4f | %.4f | %.4f | %6.1f | %3zu |\n",
+           label, disp / SEEDS, mean_tau, sd_tau, tau_epoch / SEEDS,
+           same_shard / SEEDS, distinct_sum / (double)batches, distinct_max);
 }
 
 static double
@@ -166,8 +177,8 @@ main(void)
                                           .holders = &holder,
                                           .n_holders = 1 };
     }
-    printf("%d shards x %d records, batch %d, world 1\n\n", SHARDS, RECORDS,
-           BATCH);
+    printf("%d shards x %d records, batch %d, world 1, mean of %d seeds\n\n",
+           SHARDS, RECORDS, BATCH, SEEDS);
     printf("| policy         | displ | tau vs file | tau e0 vs e1 "
            "| same-shard next | shards/batch | max |\n");
     printf("|---|---|---|---|---|---|---|\n");
