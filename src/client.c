@@ -1,0 +1,1254 @@
+/* client.c - emlio_client_t: plans epochs and pulls their batches from the
+ * daemons with many requests in flight over several streams.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <zmq.h>
+
+#include "crc32c.h"
+#include "wire.h"
+
+#define S_MAX_DAEMONS 255 /* part numbers are 8 bits of the request id */
+#define S_MAX_STREAMS 64
+/* Request ids: generation (24 bits) | batch index (32) | part (8). The
+ * generation changes with every epoch so late replies to an abandoned epoch
+ * are recognized and dropped. */
+#define S_ID(gen, batch, part)                                                 \
+    (((uint64_t)(gen) << 40) | ((uint64_t)(batch) << 8) | (uint64_t)(part))
+#define S_ID_GEN(id)   ((id) >> 40)
+#define S_ID_BATCH(id) (((id) >> 8) & 0xffffffffu)
+#define S_ID_PART(id)  ((id)&0xffu)
+/* The auto-sized window never exceeds this many bytes in flight. */
+#define S_MAX_INFLIGHT_BYTES (512ull << 20)
+
+typedef struct s_daemon {
+    char *endpoint;
+    void **socks;
+    uint32_t next_sock;
+    char dataset[64];
+    uint32_t *local_id; /* global shard -> this daemon's shard id, or
+                           UINT32_MAX when it does not hold the shard */
+    uint64_t max_batch;
+    uint64_t max_credit;
+} s_daemon_t;
+
+typedef struct s_shard {
+    char *name;
+    uint64_t records;
+    uint64_t bytes;
+    uint32_t *holders;
+    uint32_t n_holders;
+} s_shard_t;
+
+/* The samples of one batch that one daemon serves. */
+typedef struct s_part {
+    uint32_t daemon;
+    uint32_t n;
+    uint32_t *positions; /* indices into the batch's samples */
+    bool done;
+    uint64_t sent_ns;
+} s_part_t;
+
+struct emlio_batch {
+    emlio_client_t *owner;
+    uint64_t epoch;
+    uint64_t index;
+    emlio_sample_t *samples;
+    size_t n; /* samples planned */
+    size_t cap;
+    zmq_msg_t *frames;
+    size_t n_frames;
+    s_part_t *parts;
+    uint32_t n_parts;
+    uint32_t parts_done;
+    uint32_t *positions; /* storage for the parts' positions */
+    uint64_t bytes;
+    struct emlio_batch *next; /* ready queue or free list */
+};
+
+struct emlio_client {
+    emlio_ctx_t *ctx;
+    emlio_client_config_t cfg;
+    char *name;
+    s_daemon_t *daemons;
+    uint32_t n_daemons;
+    s_shard_t *shards;
+    size_t n_shards;
+    char dataset[17]; /* fingerprint over all daemons' datasets */
+    zmq_pollitem_t *poll;
+    size_t n_poll;
+    emlio_plan_t *plan;
+    bool in_epoch;
+    uint64_t epoch;
+    uint32_t gen;
+    size_t n_batches;
+    size_t next_to_send;  /* next plan batch to request */
+    size_t next_deliver;  /* in_order: the batch due next */
+    uint8_t *delivered;   /* bitmap over the epoch's batches */
+    size_t n_delivered;
+    emlio_batch_t **slots; /* batches requested and not yet handed over */
+    size_t n_slots;
+    size_t cap_slots;
+    emlio_batch_t *ready_head; /* completed, out-of-order delivery queue */
+    emlio_batch_t *ready_tail;
+    emlio_batch_t *free_list;
+    uint32_t window;      /* batches in flight allowed now */
+    uint32_t window_max;
+    uint64_t min_latency_ns; /* fastest request seen: RTT + service time */
+    uint64_t adapt_ns;       /* when the window was last resized */
+    uint64_t adapt_batches;  /* batches delivered at that time */
+    size_t outstanding_parts;
+    emlio_buf_t scratch;
+    emlio_wire_item_t *items;
+    /* Epoch figures. */
+    uint64_t epoch_start_ns;
+    uint64_t last_delivery_ns;
+    uint64_t first_batch_ns;
+    uint64_t wait_ns;
+    uint64_t stat_samples;
+    uint64_t stat_bytes;
+    uint64_t retries;
+    char err[EMLIO_ERRMSG_LEN];
+};
+
+void
+emlio_client_config_init(emlio_client_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->batch_size = 32;
+    cfg->world = 1;
+    cfg->shuffle = EMLIO_SHUFFLE_WINDOW;
+    cfg->streams = 2;
+    cfg->verify = true;
+    cfg->connect_timeout_ms = 10000;
+    cfg->timeout_ms = 60000;
+}
+
+emlio_client_t *
+emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
+{
+    assert(ctx && cfg);
+    emlio_client_t *self = emlio_calloc(1, sizeof(*self));
+    if (!self)
+        return NULL;
+    self->ctx = ctx;
+    self->cfg = *cfg;
+    self->name = emlio_strdup(cfg->name ? cfg->name : "emlio-client");
+    self->plan = emlio_plan_new();
+    if (!self->name || !self->plan) {
+        emlio_client_destroy(&self);
+        return NULL;
+    }
+    self->cfg.name = self->name;
+    if (self->cfg.batch_size == 0)
+        self->cfg.batch_size = 1;
+    if (self->cfg.world == 0)
+        self->cfg.world = 1;
+    if (self->cfg.streams == 0)
+        self->cfg.streams = 1;
+    if (self->cfg.streams > S_MAX_STREAMS)
+        self->cfg.streams = S_MAX_STREAMS;
+    emlio_buf_init(&self->scratch);
+    snprintf(self->err, sizeof(self->err), "no error");
+    return self;
+}
+
+static void
+s_batch_free(emlio_batch_t *b)
+{
+    for (size_t i = 0; i < b->n_frames; i++)
+        zmq_msg_close(&b->frames[i]);
+    emlio_free(b->samples);
+    emlio_free(b->frames);
+    emlio_free(b->parts);
+    emlio_free(b->positions);
+    emlio_free(b);
+}
+
+/* Takes a batch object from the free list (memory already touched, which
+ * matters on VMs where a fresh page fault costs ~16 us) or makes one. */
+static emlio_batch_t *
+s_batch_get(emlio_client_t *self, size_t n)
+{
+    emlio_batch_t *b = self->free_list;
+    if (b && b->cap >= n) {
+        self->free_list = b->next;
+    } else {
+        b = emlio_calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        b->cap = EMLIO_MAX(n, self->cfg.batch_size);
+        b->samples = emlio_calloc(b->cap, sizeof(*b->samples));
+        b->frames = emlio_calloc(b->cap, sizeof(*b->frames));
+        b->positions = emlio_calloc(b->cap, sizeof(*b->positions));
+        b->parts = emlio_calloc(self->n_daemons, sizeof(*b->parts));
+        if (!b->samples || !b->frames || !b->positions || !b->parts) {
+            s_batch_free(b);
+            return NULL;
+        }
+    }
+    b->owner = self;
+    b->n = n;
+    b->n_frames = 0;
+    b->n_parts = 0;
+    b->parts_done = 0;
+    b->bytes = 0;
+    b->next = NULL;
+    return b;
+}
+
+/* Returns a batch to the free list, closing its frames (which hands the
+ * received buffers back to ZeroMQ). */
+static void
+s_batch_put(emlio_client_t *self, emlio_batch_t *b)
+{
+    for (size_t i = 0; i < b->n_frames; i++)
+        zmq_msg_close(&b->frames[i]);
+    b->n_frames = 0;
+    b->next = self->free_list;
+    self->free_list = b;
+}
+
+static void
+s_abandon_epoch(emlio_client_t *self)
+{
+    for (size_t i = 0; i < self->n_slots; i++)
+        s_batch_put(self, self->slots[i]);
+    self->n_slots = 0;
+    self->ready_head = self->ready_tail = NULL;
+    self->outstanding_parts = 0;
+    self->in_epoch = false;
+}
+
+void
+emlio_client_destroy(emlio_client_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    emlio_client_t *self = *self_p;
+    s_abandon_epoch(self);
+    while (self->free_list) {
+        emlio_batch_t *b = self->free_list;
+        self->free_list = b->next;
+        s_batch_free(b);
+    }
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        s_daemon_t *daemon = &self->daemons[d];
+        for (uint32_t s = 0; daemon->socks && s < self->cfg.streams; s++)
+            if (daemon->socks[s])
+                zmq_close(daemon->socks[s]);
+        emlio_free(daemon->socks);
+        emlio_free(daemon->endpoint);
+        emlio_free(daemon->local_id);
+    }
+    for (size_t i = 0; i < self->n_shards; i++) {
+        emlio_free(self->shards[i].name);
+        emlio_free(self->shards[i].holders);
+    }
+    emlio_free(self->shards);
+    emlio_free(self->daemons);
+    emlio_free(self->poll);
+    emlio_free(self->slots);
+    emlio_free(self->delivered);
+    emlio_free(self->items);
+    emlio_buf_release(&self->scratch);
+    emlio_plan_destroy(&self->plan);
+    emlio_free(self->name);
+    emlio_free(self);
+    *self_p = NULL;
+}
+
+/* ---- connecting -------------------------------------------------------- */
+
+static void *
+s_open_stream(emlio_client_t *self, const char *endpoint)
+{
+    void *sock = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_DEALER);
+    if (!sock)
+        return NULL;
+    /* Credits bound what can be queued, so the high-water marks never need
+     * to drop or block; heartbeats notice a dead peer. */
+    int zero = 0;
+    int hb_ivl = 2000;
+    int hb_ttl = 10000;
+    int reconnect_max = 2000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof(zero));
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero));
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
+    zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
+                   sizeof(reconnect_max));
+    if (zmq_connect(sock, endpoint) != 0) {
+        int err = errno;
+        zmq_close(sock);
+        errno = err;
+        return NULL;
+    }
+    return sock;
+}
+
+/* Receives one whole message into parts (at most max, extra frames are
+ * dropped). Returns the number of frames or -errno. */
+static int
+s_recv_multipart(void *sock, zmq_msg_t *parts, size_t max, int flags)
+{
+    size_t n = 0;
+    int more = 1;
+    while (more) {
+        zmq_msg_t scratch;
+        zmq_msg_t *part = n < max ? &parts[n] : &scratch;
+        zmq_msg_init(part);
+        if (zmq_msg_recv(part, sock, n == 0 ? flags : 0) < 0) {
+            int err = errno;
+            zmq_msg_close(part);
+            for (size_t i = 0; i < EMLIO_MIN(n, max); i++)
+                zmq_msg_close(&parts[i]);
+            return -err;
+        }
+        more = zmq_msg_more(part);
+        if (part == &scratch)
+            zmq_msg_close(part);
+        n++;
+    }
+    return (int)n;
+}
+
+static int
+s_poll_one(void *sock, int timeout_ms)
+{
+    zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+    int rc;
+    while ((rc = zmq_poll(&item, 1, timeout_ms)) < 0 && errno == EINTR)
+        ;
+    return rc;
+}
+
+/* HELLO -> WELCOME with one daemon; fills its inventory. */
+static int
+s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
+            zmq_msg_t *frame, uint64_t deadline_ns)
+{
+    void *sock = daemon->socks[0];
+    if (emlio__wire_encode_hello(&self->scratch, self->name) < 0)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    uint64_t t0 = emlio__now_ns();
+    if (zmq_send(sock, self->scratch.data, self->scratch.len, 0) < 0)
+        return emlio__seterr(self->err, -errno, "cannot send to '%s': %s",
+                             daemon->endpoint, zmq_strerror(errno));
+    for (;;) {
+        uint64_t now = emlio__now_ns();
+        int left = now >= deadline_ns ? 0 : (int)((deadline_ns - now) / 1000000);
+        if (left <= 0 || s_poll_one(sock, left) <= 0)
+            return emlio__seterr(
+                self->err, EMLIO_ETIMEDOUT,
+                "no answer from daemon '%s' within %d ms: is emliod "
+                "running there?",
+                daemon->endpoint, self->cfg.connect_timeout_ms);
+        int n = s_recv_multipart(sock, frame, 1, ZMQ_DONTWAIT);
+        if (n == -EAGAIN)
+            continue;
+        if (n < 0)
+            return emlio__seterr(self->err, n, "cannot receive from '%s': %s",
+                                 daemon->endpoint, zmq_strerror(-n));
+        char why[EMLIO_ERRMSG_LEN];
+        int rc = emlio__wire_decode(msg, zmq_msg_data(frame),
+                                    zmq_msg_size(frame), 0, why);
+        if (rc < 0) {
+            zmq_msg_close(frame);
+            return emlio__seterr(self->err, rc, "daemon '%s' sent a %s",
+                                 daemon->endpoint, why);
+        }
+        if (msg->type == EMLIO_MSG_ERROR) {
+            int code = msg->code <= -1000 || (msg->code < 0 && msg->code > -200)
+                           ? (int)msg->code
+                           : EMLIO_EPROTO;
+            emlio__seterr(self->err, code, "daemon '%s' refused us: %.*s",
+                          daemon->endpoint, (int)msg->text_len, msg->text);
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            return code;
+        }
+        if (msg->type != EMLIO_MSG_WELCOME) {
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            continue; /* a stale reply from an earlier session */
+        }
+        if (msg->version != EMLIO_WIRE_VERSION) {
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            return emlio__seterr(self->err, EMLIO_EVERSION,
+                                 "daemon '%s' speaks protocol %" PRIu64
+                                 ", we speak %d",
+                                 daemon->endpoint, msg->version,
+                                 EMLIO_WIRE_VERSION);
+        }
+        self->min_latency_ns = emlio__now_ns() - t0;
+        return 0;
+    }
+}
+
+typedef struct s_entry {
+    const char *name;
+    size_t name_len;
+    uint64_t records;
+    uint64_t bytes;
+    uint32_t daemon;
+    uint32_t local;
+} s_entry_t;
+
+static int
+s_cmp_entry(const void *pa, const void *pb)
+{
+    const s_entry_t *a = pa;
+    const s_entry_t *b = pb;
+    size_t n = EMLIO_MIN(a->name_len, b->name_len);
+    int c = memcmp(a->name, b->name, n);
+    if (c)
+        return c;
+    if (a->name_len != b->name_len)
+        return a->name_len < b->name_len ? -1 : 1;
+    return a->daemon < b->daemon ? -1 : a->daemon > b->daemon;
+}
+
+/* Builds the global shard table: the union of inventories by name. */
+static int
+s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
+{
+    qsort(entries, n, sizeof(*entries), s_cmp_entry);
+    self->shards = emlio_calloc(n, sizeof(*self->shards));
+    if (!self->shards)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        self->daemons[d].local_id = emlio_calloc(n, sizeof(uint32_t));
+        if (!self->daemons[d].local_id)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memset(self->daemons[d].local_id, 0xff, n * sizeof(uint32_t));
+    }
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && entries[j].name_len == entries[i].name_len &&
+               !memcmp(entries[j].name, entries[i].name, entries[i].name_len))
+            j++;
+        s_shard_t *shard = &self->shards[self->n_shards];
+        shard->name = emlio_malloc(entries[i].name_len + 1);
+        shard->holders = emlio_calloc(j - i, sizeof(uint32_t));
+        if (!shard->name || !shard->holders) {
+            emlio_free(shard->name);
+            emlio_free(shard->holders);
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        }
+        memcpy(shard->name, entries[i].name, entries[i].name_len);
+        shard->name[entries[i].name_len] = 0;
+        shard->records = entries[i].records;
+        shard->bytes = entries[i].bytes;
+        self->n_shards++;
+        for (size_t k = i; k < j; k++) {
+            if (entries[k].records != shard->records)
+                return emlio__seterr(
+                    self->err, EMLIO_EINVAL,
+                    "shard '%s' has %" PRIu64 " records on '%s' but %" PRIu64
+                    " on '%s'",
+                    shard->name, shard->records,
+                    self->daemons[entries[i].daemon].endpoint,
+                    entries[k].records,
+                    self->daemons[entries[k].daemon].endpoint);
+            shard->holders[shard->n_holders++] = entries[k].daemon;
+            self->daemons[entries[k].daemon].local_id[self->n_shards - 1] =
+                entries[k].local;
+        }
+        i = j;
+    }
+    return 0;
+}
+
+int
+emlio_client_connect(emlio_client_t *self, const char *endpoints)
+{
+    assert(self && endpoints);
+    if (self->n_daemons)
+        return emlio__seterr(self->err, EMLIO_EINVAL, "client already connected");
+    /* Count and split the endpoint list. */
+    size_t count = 1;
+    for (const char *p = endpoints; *p; p++)
+        count += *p == ',';
+    if (count > S_MAX_DAEMONS)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "too many daemons (at most %d)", S_MAX_DAEMONS);
+    self->daemons = emlio_calloc(count, sizeof(*self->daemons));
+    if (!self->daemons)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    const char *p = endpoints;
+    for (size_t i = 0; i < count; i++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "empty endpoint in '%s'", endpoints);
+        s_daemon_t *daemon = &self->daemons[self->n_daemons++];
+        daemon->endpoint = emlio_malloc(len + 1);
+        daemon->socks = emlio_calloc(self->cfg.streams, sizeof(void *));
+        if (!daemon->endpoint || !daemon->socks)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memcpy(daemon->endpoint, p, len);
+        daemon->endpoint[len] = 0;
+        for (uint32_t s = 0; s < self->cfg.streams; s++) {
+            daemon->socks[s] = s_open_stream(self, daemon->endpoint);
+            if (!daemon->socks[s])
+                return emlio__seterr(self->err, -errno,
+                                     "cannot connect to '%s': %s",
+                                     daemon->endpoint, zmq_strerror(errno));
+        }
+        p = end ? end + 1 : p + len;
+    }
+    /* Handshake with every daemon; the inventories' strings are borrowed
+     * from the WELCOME frames, kept until the merge is done. */
+    zmq_msg_t *frames = emlio_calloc(self->n_daemons, sizeof(*frames));
+    emlio_wire_msg_t *msgs = emlio_calloc(self->n_daemons, sizeof(*msgs));
+    s_entry_t *entries = NULL;
+    uint32_t got = 0;
+    int rc = 0;
+    if (!frames || !msgs) {
+        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        goto out;
+    }
+    uint64_t deadline = emlio__now_ns() +
+                        (uint64_t)EMLIO_MAX(self->cfg.connect_timeout_ms, 1) *
+                            1000000ull;
+    size_t n_entries = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        rc = s_handshake(self, &self->daemons[d], &msgs[d], &frames[d],
+                         deadline);
+        if (rc < 0)
+            goto out;
+        got++;
+        s_daemon_t *daemon = &self->daemons[d];
+        snprintf(daemon->dataset, sizeof(daemon->dataset), "%.*s",
+                 (int)EMLIO_MIN(msgs[d].dataset_len, sizeof(daemon->dataset) - 1),
+                 msgs[d].dataset);
+        daemon->max_batch = msgs[d].max_batch ? msgs[d].max_batch : 4096;
+        daemon->max_credit = msgs[d].max_credit ? msgs[d].max_credit : 16;
+        n_entries += msgs[d].n_shards;
+    }
+    entries = emlio_calloc(n_entries, sizeof(*entries));
+    if (!entries) {
+        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        goto out;
+    }
+    size_t k = 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        for (size_t i = 0; i < msgs[d].n_shards; i++) {
+            const emlio_wire_shard_t *s = &msgs[d].shards[i];
+            entries[k++] = (s_entry_t){ s->name, s->name_len, s->records,
+                                        s->bytes, d, (uint32_t)i };
+        }
+        for (const char *c = self->daemons[d].dataset; *c; c++)
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    }
+    snprintf(self->dataset, sizeof(self->dataset), "%016" PRIx64, h);
+    rc = s_merge_inventories(self, entries, n_entries);
+    if (rc < 0)
+        goto out;
+    /* One poll item per stream, in daemon order. */
+    self->n_poll = (size_t)self->n_daemons * self->cfg.streams;
+    self->poll = emlio_calloc(self->n_poll, sizeof(*self->poll));
+    if (!self->poll) {
+        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        for (uint32_t s = 0; s < self->cfg.streams; s++) {
+            zmq_pollitem_t *it = &self->poll[d * self->cfg.streams + s];
+            it->socket = self->daemons[d].socks[s];
+            it->events = ZMQ_POLLIN;
+        }
+    rc = (int)self->n_daemons;
+out:
+    for (uint32_t d = 0; d < got; d++) {
+        emlio__wire_msg_release(&msgs[d]);
+        zmq_msg_close(&frames[d]);
+    }
+    emlio_free(entries);
+    emlio_free(frames);
+    emlio_free(msgs);
+    return rc;
+}
+
+size_t
+emlio_client_shard_count(const emlio_client_t *self)
+{
+    return self->n_shards;
+}
+
+const char *
+emlio_client_shard_name(const emlio_client_t *self, size_t i)
+{
+    return i < self->n_shards ? self->shards[i].name : NULL;
+}
+
+uint64_t
+emlio_client_shard_records(const emlio_client_t *self, size_t i)
+{
+    return i < self->n_shards ? self->shards[i].records : 0;
+}
+
+/* ---- epochs ------------------------------------------------------------ */
+
+static bool
+s_is_delivered(const emlio_client_t *self, size_t i)
+{
+    return self->delivered[i / 8] & (1u << (i % 8));
+}
+
+/* Sizes the window bounds from the daemons' credits and a memory cap. */
+static void
+s_init_window(emlio_client_t *self)
+{
+    uint64_t credits = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        credits += self->daemons[d].max_credit * self->cfg.streams;
+    uint64_t records = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < self->n_shards; i++) {
+        records += self->shards[i].records;
+        bytes += self->shards[i].bytes;
+    }
+    uint64_t batch_bytes = records ? bytes / records * self->cfg.batch_size : 1;
+    uint64_t by_memory = S_MAX_INFLIGHT_BYTES / EMLIO_MAX(batch_bytes, 1);
+    uint64_t max = EMLIO_MIN(credits, EMLIO_MAX(by_memory, 2));
+    self->window_max = (uint32_t)EMLIO_MIN(EMLIO_MAX(max, 1), 65536);
+    if (self->cfg.inflight) {
+        self->window = EMLIO_MIN(self->cfg.inflight, self->window_max);
+    } else {
+        /* Start small and grow while the consumer starves (see s_adapt). */
+        uint32_t start = EMLIO_MAX(4, 2 * self->cfg.streams * self->n_daemons);
+        self->window = EMLIO_MIN(start, self->window_max);
+    }
+}
+
+int
+emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
+{
+    assert(self);
+    if (!self->n_shards)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "connect before starting an epoch");
+    s_abandon_epoch(self);
+    emlio_plan_shard_t *in = emlio_calloc(self->n_shards, sizeof(*in));
+    if (!in)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (size_t i = 0; i < self->n_shards; i++)
+        in[i] = (emlio_plan_shard_t){ self->shards[i].name,
+                                      self->shards[i].records,
+                                      self->shards[i].bytes,
+                                      self->shards[i].holders,
+                                      self->shards[i].n_holders };
+    emlio_plan_params_t params;
+    emlio_plan_params_init(&params);
+    params.world = self->cfg.world;
+    params.rank = self->cfg.rank;
+    params.batch_size = self->cfg.batch_size;
+    params.epoch = epoch;
+    params.seed = self->cfg.seed;
+    params.shuffle = self->cfg.shuffle;
+    params.window_shards = self->cfg.window_shards;
+    params.drop_last = self->cfg.drop_last;
+    int rc = emlio_plan_build(self->plan, in, self->n_shards, &params);
+    emlio_free(in);
+    if (rc < 0)
+        return emlio__seterr(self->err, rc, "cannot plan epoch %" PRIu64 ": %s",
+                             epoch, emlio_plan_errmsg(self->plan));
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        if (self->cfg.batch_size > self->daemons[d].max_batch)
+            return emlio__seterr(self->err, EMLIO_ELIMIT,
+                                 "batch size %" PRIu32 " exceeds daemon '%s' "
+                                 "limit of %" PRIu64,
+                                 self->cfg.batch_size,
+                                 self->daemons[d].endpoint,
+                                 self->daemons[d].max_batch);
+    size_t n = emlio_plan_batch_count(self->plan);
+    if (n > UINT32_MAX)
+        return emlio__seterr(self->err, EMLIO_ELIMIT, "too many batches");
+    uint8_t *bits = emlio_realloc(self->delivered, n / 8 + 1);
+    if (!bits)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    memset(bits, 0, n / 8 + 1);
+    self->delivered = bits;
+    if (!self->items) {
+        self->items = emlio_calloc(self->cfg.batch_size, sizeof(*self->items));
+        if (!self->items)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    }
+    if (!self->window)
+        s_init_window(self);
+    self->epoch = epoch;
+    self->gen = (self->gen + 1) & 0xffffff;
+    self->n_batches = n;
+    self->next_to_send = 0;
+    self->next_deliver = 0;
+    self->n_delivered = 0;
+    self->in_epoch = true;
+    self->epoch_start_ns = emlio__now_ns();
+    self->last_delivery_ns = self->epoch_start_ns;
+    self->first_batch_ns = 0;
+    self->wait_ns = 0;
+    self->stat_samples = 0;
+    self->stat_bytes = 0;
+    self->adapt_ns = self->epoch_start_ns;
+    self->adapt_batches = 0;
+    return (int)n;
+}
+
+/* Sends the GETs of plan batch i, one per daemon that holds its samples. */
+static int
+s_request_batch(emlio_client_t *self, size_t index)
+{
+    size_t n;
+    const emlio_plan_sample_t *plan = emlio_plan_batch(self->plan, index, &n);
+    emlio_batch_t *b = s_batch_get(self, n);
+    if (!b)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    b->epoch = self->epoch;
+    b->index = index;
+    /* Group the samples by daemon, keeping plan order within each part. */
+    uint32_t counts[S_MAX_DAEMONS] = { 0 };
+    int part_of[S_MAX_DAEMONS];
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        part_of[d] = -1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = plan[i].daemon;
+        if (part_of[d] < 0) {
+            part_of[d] = (int)b->n_parts;
+            b->parts[b->n_parts++] = (s_part_t){ .daemon = d };
+        }
+        counts[part_of[d]]++;
+        b->samples[i] = (emlio_sample_t){ NULL, SIZE_MAX, -1, plan[i].shard,
+                                          plan[i].record, plan[i].pad };
+    }
+    uint32_t offset = 0;
+    for (uint32_t p = 0; p < b->n_parts; p++) {
+        b->parts[p].positions = b->positions + offset;
+        offset += counts[p];
+    }
+    for (size_t i = 0; i < n; i++) {
+        s_part_t *part = &b->parts[part_of[plan[i].daemon]];
+        part->positions[part->n++] = (uint32_t)i;
+    }
+    self->slots[self->n_slots++] = b;
+    uint64_t now = emlio__now_ns();
+    for (uint32_t p = 0; p < b->n_parts; p++) {
+        s_part_t *part = &b->parts[p];
+        s_daemon_t *daemon = &self->daemons[part->daemon];
+        for (uint32_t i = 0; i < part->n; i++) {
+            const emlio_sample_t *s = &b->samples[part->positions[i]];
+            self->items[i].shard = daemon->local_id[s->shard];
+            self->items[i].record = s->record;
+        }
+        if (emlio__wire_encode_get(&self->scratch, S_ID(self->gen, index, p),
+                                   daemon->dataset, self->items, part->n) < 0)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        void *sock = daemon->socks[daemon->next_sock];
+        daemon->next_sock = (daemon->next_sock + 1) % self->cfg.streams;
+        while (zmq_send(sock, self->scratch.data, self->scratch.len, 0) < 0) {
+            if (errno != EINTR)
+                return emlio__seterr(self->err, -errno,
+                                     "cannot send to daemon '%s': %s",
+                                     daemon->endpoint, zmq_strerror(errno));
+        }
+        part->sent_ns = now;
+        self->outstanding_parts++;
+    }
+    return 0;
+}
+
+/* Keeps the window full: requests plan batches until `window` are out. */
+static int
+s_fill_window(emlio_client_t *self)
+{
+    if (self->cap_slots < self->window_max) {
+        emlio_batch_t **slots = emlio_reallocarray(
+            self->slots, self->window_max, sizeof(*slots));
+        if (!slots)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        self->slots = slots;
+        self->cap_slots = self->window_max;
+    }
+    while (self->n_slots < self->window &&
+           self->next_to_send < self->n_batches) {
+        size_t i = self->next_to_send++;
+        if (s_is_delivered(self, i))
+            continue; /* resumed from saved state */
+        int rc = s_request_batch(self, i);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static emlio_batch_t *
+s_find_slot(emlio_client_t *self, uint64_t index, size_t *pos)
+{
+    for (size_t i = 0; i < self->n_slots; i++)
+        if (self->slots[i]->index == index) {
+            if (pos)
+                *pos = i;
+            return self->slots[i];
+        }
+    return NULL;
+}
+
+/* Removes holes left by records the daemon skipped as corrupt. */
+static void
+s_compact(emlio_batch_t *b)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->samples[i].len != SIZE_MAX)
+            b->samples[k++] = b->samples[i];
+    b->n = k;
+}
+
+static void
+s_complete(emlio_client_t *self, emlio_batch_t *b)
+{
+    s_compact(b);
+    if (!self->cfg.in_order) {
+        b->next = NULL;
+        if (self->ready_tail)
+            self->ready_tail->next = b;
+        else
+            self->ready_head = b;
+        self->ready_tail = b;
+    }
+}
+
+/* Drops the remaining frames of a message we will not use. */
+static void
+s_drain(void *sock)
+{
+    while (true) {
+        int more = 0;
+        size_t len = sizeof(more);
+        if (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) != 0 || !more)
+            return;
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        zmq_msg_recv(&part, sock, 0);
+        zmq_msg_close(&part);
+    }
+}
+
+/* Receives and files one reply from daemon d's socket. Returns 1 when a
+ * message was handled, 0 when none was waiting, < 0 on failure. */
+static int
+s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
+{
+    s_daemon_t *daemon = &self->daemons[d];
+    zmq_msg_t header;
+    zmq_msg_init(&header);
+    if (zmq_msg_recv(&header, sock, ZMQ_DONTWAIT) < 0) {
+        int err = errno;
+        zmq_msg_close(&header);
+        if (err == EAGAIN || err == EINTR)
+            return 0;
+        return emlio__seterr(self->err, -err, "cannot receive from '%s': %s",
+                             daemon->endpoint, zmq_strerror(err));
+    }
+    emlio_wire_msg_t msg;
+    char why[EMLIO_ERRMSG_LEN];
+    int rc = emlio__wire_decode(&msg, zmq_msg_data(&header),
+                                zmq_msg_size(&header), self->cfg.batch_size,
+                                why);
+    if (rc < 0) {
+        s_drain(sock);
+        zmq_msg_close(&header);
+        return emlio__seterr(self->err, EMLIO_EPROTO, "daemon '%s' sent a %s",
+                             daemon->endpoint, why);
+    }
+    rc = 1;
+    emlio_batch_t *b = NULL;
+    s_part_t *part = NULL;
+    if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR) {
+        uint64_t part_no = S_ID_PART(msg.id);
+        if (S_ID_GEN(msg.id) == self->gen)
+            b = s_find_slot(self, S_ID_BATCH(msg.id), NULL);
+        if (b && part_no < b->n_parts && b->parts[part_no].daemon == d &&
+            !b->parts[part_no].done)
+            part = &b->parts[part_no];
+    }
+    if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
+        int code = msg.code <= -1000 && msg.code > -2000 ? (int)msg.code
+                                                          : EMLIO_EPROTO;
+        rc = emlio__seterr(self->err, code, "daemon '%s' failed a request: %.*s",
+                           daemon->endpoint, (int)msg.text_len, msg.text);
+        goto out;
+    }
+    if (!part)
+        goto out; /* stale, duplicate or unsolicited: ignore */
+    uint64_t now = emlio__now_ns();
+    if (now - part->sent_ns < self->min_latency_ns || !self->min_latency_ns)
+        self->min_latency_ns = now - part->sent_ns;
+    /* Match the reply to the request in order; the daemon may have left
+     * out records it skipped as corrupt, never added or reordered any. */
+    uint32_t next = 0;
+    for (size_t j = 0; j < msg.n_samples; j++) {
+        const emlio_wire_sample_t *ws = &msg.samples[j];
+        while (next < part->n) {
+            emlio_sample_t *s = &b->samples[part->positions[next]];
+            if (daemon->local_id[s->shard] == ws->shard &&
+                s->record == ws->record)
+                break;
+            next++;
+        }
+        if (next == part->n) {
+            rc = emlio__seterr(self->err, EMLIO_EPROTO,
+                               "daemon '%s' answered request %" PRIu64
+                               " with a sample it did not ask for",
+                               daemon->endpoint, msg.id);
+            goto out;
+        }
+        zmq_msg_t *frame = &b->frames[b->n_frames];
+        zmq_msg_init(frame);
+        int more = zmq_msg_more(j == 0 ? &header : &b->frames[b->n_frames - 1]);
+        if (!more || zmq_msg_recv(frame, sock, 0) < 0) {
+            zmq_msg_close(frame);
+            rc = emlio__seterr(self->err, EMLIO_EPROTO,
+                               "daemon '%s' sent %zu sample frames where the "
+                               "header announced %zu",
+                               daemon->endpoint, j, msg.n_samples);
+            goto out;
+        }
+        b->n_frames++;
+        emlio_sample_t *s = &b->samples[part->positions[next++]];
+        s->data = zmq_msg_data(frame);
+        s->len = zmq_msg_size(frame);
+        s->label = ws->label;
+        if (self->cfg.verify && emlio_crc32c(0, s->data, s->len) != ws->crc) {
+            rc = emlio__seterr(self->err, EMLIO_ECORRUPT,
+                               "sample %" PRIu64 " of shard '%s' from daemon "
+                               "'%s' failed its checksum",
+                               s->record, self->shards[s->shard].name,
+                               daemon->endpoint);
+            goto out;
+        }
+        b->bytes += s->len;
+    }
+    part->done = true;
+    self->outstanding_parts--;
+    if (++b->parts_done == b->n_parts)
+        s_complete(self, b);
+out:
+    s_drain(sock);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    return rc;
+}
+
+/* Grows the auto-sized window while the consumer starves with the window
+ * full, toward about twice the bandwidth-delay product measured as
+ * (batches delivered per second) x (fastest request round trip). */
+static void
+s_adapt(emlio_client_t *self, bool starved)
+{
+    if (self->cfg.inflight)
+        return;
+    uint64_t now = emlio__now_ns();
+    uint64_t dt = now - self->adapt_ns;
+    if (dt < 50000000ull)
+        return;
+    uint64_t batches = self->n_delivered - self->adapt_batches;
+    double rate = (double)batches * 1e9 / (double)dt;
+    double bdp = rate * (double)self->min_latency_ns / 1e9;
+    uint32_t target = (uint32_t)(2 * bdp) + self->cfg.streams * self->n_daemons;
+    if (starved && self->n_slots >= self->window)
+        target = EMLIO_MAX(target, self->window + self->window / 2 + 1);
+    else if (target < self->window / 2)
+        target = self->window; /* shrink lazily: no flapping */
+    else
+        target = EMLIO_MAX(target, self->window);
+    self->window = EMLIO_MIN(EMLIO_MAX(target, 2u), self->window_max);
+    self->adapt_ns = now;
+    self->adapt_batches = self->n_delivered;
+}
+
+static emlio_batch_t *
+s_take_ready(emlio_client_t *self)
+{
+    emlio_batch_t *b = NULL;
+    size_t pos = 0;
+    if (self->cfg.in_order) {
+        while (self->next_deliver < self->n_batches &&
+               s_is_delivered(self, self->next_deliver))
+            self->next_deliver++;
+        b = s_find_slot(self, self->next_deliver, &pos);
+        if (!b || b->parts_done != b->n_parts)
+            return NULL;
+    } else {
+        b = self->ready_head;
+        if (!b)
+            return NULL;
+        self->ready_head = b->next;
+        if (!self->ready_head)
+            self->ready_tail = NULL;
+        emlio_batch_t *slot = s_find_slot(self, b->index, &pos);
+        assert(slot == b);
+        (void)slot;
+    }
+    self->slots[pos] = self->slots[--self->n_slots];
+    return b;
+}
+
+int
+emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
+{
+    assert(self && batch_out);
+    *batch_out = NULL;
+    if (!self->in_epoch)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "no epoch in progress: call begin_epoch");
+    uint64_t wait_start = emlio__now_ns();
+    uint64_t last_progress = wait_start;
+    bool waited = false;
+    for (;;) {
+        int rc = s_fill_window(self);
+        if (rc < 0)
+            return rc;
+        emlio_batch_t *b = s_take_ready(self);
+        if (b) {
+            uint64_t now = emlio__now_ns();
+            self->delivered[b->index / 8] |= (uint8_t)(1u << (b->index % 8));
+            self->n_delivered++;
+            self->stat_samples += b->n;
+            self->stat_bytes += b->bytes;
+            self->last_delivery_ns = now;
+            if (!self->first_batch_ns)
+                self->first_batch_ns = now;
+            if (waited)
+                self->wait_ns += now - wait_start;
+            s_adapt(self, waited);
+            *batch_out = b;
+            return 1;
+        }
+        if (self->n_delivered == self->n_batches) {
+            self->in_epoch = false;
+            return 0;
+        }
+        /* Nothing ready: wait for replies. */
+        waited = true;
+        uint64_t now = emlio__now_ns();
+        uint64_t limit = (uint64_t)EMLIO_MAX(self->cfg.timeout_ms, 1) * 1000000ull;
+        if (now - last_progress >= limit) {
+            self->wait_ns += now - wait_start;
+            return emlio__seterr(self->err, EMLIO_ETIMEDOUT,
+                                 "no reply from the daemons for %d ms with %zu "
+                                 "requests outstanding (first: '%s')",
+                                 self->cfg.timeout_ms, self->outstanding_parts,
+                                 self->daemons[0].endpoint);
+        }
+        int left = (int)((limit - (now - last_progress)) / 1000000) + 1;
+        rc = zmq_poll(self->poll, (int)self->n_poll, left);
+        if (rc < 0) {
+            if (errno == EINTR)
+                continue;
+            return emlio__seterr(self->err, -errno, "poll failed: %s",
+                                 zmq_strerror(errno));
+        }
+        for (size_t i = 0; i < self->n_poll; i++) {
+            if (!(self->poll[i].revents & ZMQ_POLLIN))
+                continue;
+            uint32_t d = (uint32_t)(i / self->cfg.streams);
+            /* Drain what is queued on this stream, a bounded amount so the
+             * other streams are served too. */
+            for (int k = 0; k < 64; k++) {
+                rc = s_receive_one(self, d, self->poll[i].socket);
+                if (rc < 0) {
+                    self->wait_ns += emlio__now_ns() - wait_start;
+                    return rc;
+                }
+                if (rc == 0)
+                    break;
+                last_progress = emlio__now_ns();
+            }
+        }
+    }
+}
+
+const emlio_sample_t *
+emlio_batch_samples(const emlio_batch_t *b, size_t *n)
+{
+    *n = b->n;
+    return b->samples;
+}
+
+uint64_t
+emlio_batch_epoch(const emlio_batch_t *b)
+{
+    return b->epoch;
+}
+
+uint64_t
+emlio_batch_index(const emlio_batch_t *b)
+{
+    return b->index;
+}
+
+void
+emlio_batch_release(emlio_batch_t **b_p)
+{
+    if (!b_p || !*b_p)
+        return;
+    s_batch_put((*b_p)->owner, *b_p);
+    *b_p = NULL;
+}
+
+void
+emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->epoch = self->epoch;
+    out->batches = self->n_delivered;
+    out->samples = self->stat_samples;
+    out->bytes = self->stat_bytes;
+    out->seconds =
+        (double)(self->last_delivery_ns - self->epoch_start_ns) / 1e9;
+    out->wait_s = (double)self->wait_ns / 1e9;
+    out->first_batch_s =
+        self->first_batch_ns
+            ? (double)(self->first_batch_ns - self->epoch_start_ns) / 1e9
+            : 0;
+    out->inflight = self->window;
+    out->retries = self->retries;
+}
+
+const char *
+emlio_client_errmsg(const emlio_client_t *self)
+{
+    return self->err;
+}
+
+/* ---- resume state ------------------------------------------------------ */
+
+/* Layout (little endian): "EMLS", u32 format 1, u64 seed, u32 world, rank,
+ * batch_size, shuffle, window_shards, drop_last, char dataset[16],
+ * u64 epoch, u64 n_batches, bitmap[(n_batches + 7) / 8], u32 crc32c of all
+ * the bytes before it. */
+#define S_STATE_MAGIC   "EMLS"
+#define S_STATE_FORMAT  1u
+#define S_STATE_FIXED   (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
+
+static void
+s_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+s_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+s_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t
+s_get32(const uint8_t *p)
+{
+    return (uint32_t)s_get64((const uint8_t[8]){ p[0], p[1], p[2], p[3] });
+}
+
+static void
+s_put_params(const emlio_client_t *self, uint8_t *p)
+{
+    memcpy(p, S_STATE_MAGIC, 4);
+    s_put32(p + 4, S_STATE_FORMAT);
+    s_put64(p + 8, self->cfg.seed);
+    s_put32(p + 16, self->cfg.world);
+    s_put32(p + 20, self->cfg.rank);
+    s_put32(p + 24, self->cfg.batch_size);
+    s_put32(p + 28, (uint32_t)self->cfg.shuffle);
+    s_put32(p + 32, self->cfg.window_shards);
+    s_put32(p + 36, self->cfg.drop_last);
+    memcpy(p + 40, self->dataset, 16);
+}
+
+int
+emlio_client_save_state(const emlio_client_t *self, uint8_t **blob_out,
+                        size_t *len_out)
+{
+    assert(self && blob_out && len_out);
+    if (!self->delivered)
+        return emlio__seterr((char *)self->err, EMLIO_EINVAL,
+                             "no epoch has been started");
+    size_t bitmap = (self->n_batches + 7) / 8;
+    size_t len = S_STATE_FIXED + bitmap + 4;
+    uint8_t *p = emlio_malloc(len);
+    if (!p)
+        return EMLIO_ENOMEM;
+    s_put_params(self, p);
+    s_put64(p + 56, self->epoch);
+    s_put64(p + 64, self->n_batches);
+    memcpy(p + S_STATE_FIXED, self->delivered, bitmap);
+    s_put32(p + len - 4, emlio_crc32c(0, p, len - 4));
+    *blob_out = p;
+    *len_out = len;
+    return 0;
+}
+
+void
+emlio_client_free_blob(uint8_t *blob)
+{
+    emlio_free(blob);
+}
+
+int
+emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
+{
+    assert(self && blob);
+    if (len < S_STATE_FIXED + 4 || memcmp(blob, S_STATE_MAGIC, 4) ||
+        s_get32(blob + len - 4) != emlio_crc32c(0, blob, len - 4))
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state is damaged or not an emlio state");
+    if (s_get32(blob + 4) != S_STATE_FORMAT)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state has format %" PRIu32 ", expected %u",
+                             s_get32(blob + 4), S_STATE_FORMAT);
+    uint8_t mine[S_STATE_FIXED];
+    s_put_params(self, mine);
+    if (memcmp(mine, blob, 56)) {
+        const char *what = memcmp(mine + 40, blob + 40, 16) ? "dataset"
+                           : memcmp(mine + 8, blob + 8, 8)  ? "seed"
+                                                            : "world, rank, "
+                                                              "batch size or "
+                                                              "shuffle";
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state was made with another %s", what);
+    }
+    uint64_t epoch = s_get64(blob + 56);
+    uint64_t n = s_get64(blob + 64);
+    int rc = emlio_client_begin_epoch(self, epoch);
+    if (rc < 0)
+        return rc;
+    if (n != self->n_batches || len != S_STATE_FIXED + (n + 7) / 8 + 4)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state has %" PRIu64 " batches, the plan "
+                             "%zu",
+                             n, self->n_batches);
+    memcpy(self->delivered, blob + S_STATE_FIXED, (n + 7) / 8);
+    self->n_delivered = 0;
+    for (size_t i = 0; i < n; i++)
+        self->n_delivered += s_is_delivered(self, i);
+    if (self->n_delivered == n)
+        self->in_epoch = true; /* next() reports the end at once */
+    return (int)(n - self->n_delivered);
+}
