@@ -265,15 +265,20 @@ static void EMLIO_PRINTF(2, 3) s_notef(char *note, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Reads one zone into a counter. 0 or < 0 with err set. */
+/* Reads one zone into a counter. 0 or < 0 with err set. On failure
+ * *optional says whether the zone may be skipped: only subzones known to
+ * lie inside a package (core, uncore) may; losing a package, dram or an
+ * unnamed zone would silently shrink the total. */
 static int
 s_rapl_zone(const char *root, const s_zone_t *z, emlio__energy_counter_t *c,
-            char *err)
+            bool *optional, char *err)
 {
     char path[PATH_MAX];
     char buf[S_SMALL_FILE];
     char name[EMLIO_ENERGY_NAME_LEN];
     int rc;
+
+    *optional = false;
 
     snprintf(path, sizeof(path), "%s/%s/name", root, z->dir);
     rc = emlio__energy_read_small(path, buf, sizeof(buf));
@@ -283,6 +288,8 @@ s_rapl_zone(const char *root, const s_zone_t *z, emlio__energy_counter_t *c,
     if (emlio__energy_parse_name(buf, (size_t)rc, name, 21) < 0)
         return emlio__seterr(err, EMLIO_EFORMAT,
                              "cannot parse '%s': not a domain name", path);
+    *optional =
+        z->sub >= 0 && (!strcmp(name, "core") || !strcmp(name, "uncore"));
 
     snprintf(path, sizeof(path), "%s/%s/max_energy_range_uj", root, z->dir);
     uint64_t max = 0;
@@ -321,9 +328,10 @@ emlio__energy_rapl_probe(const char *root, emlio__energy_set_t *set, char *err)
 {
     DIR *dir = opendir(root);
     if (!dir) {
-        int rc = errno == ENOENT ? EMLIO_ENOTFOUND : -errno;
-        return emlio__seterr(err, rc, "no powercap tree at '%s': %s", root,
-                             emlio_strerror(-errno));
+        int e = errno;
+        return emlio__seterr(err, e == ENOENT ? EMLIO_ENOTFOUND : -e,
+                             "no powercap tree at '%s': %s", root,
+                             emlio_strerror(-e));
     }
     s_zone_t zones[EMLIO_ENERGY_MAX_DOMAINS];
     size_t n = 0;
@@ -351,9 +359,17 @@ emlio__energy_rapl_probe(const char *root, emlio__energy_set_t *set, char *err)
         emlio__energy_counter_t *c = emlio__energy_set_add(set);
         if (!c)
             goto nomem;
-        int rc = s_rapl_zone(root, &zones[i], c, why);
+        bool optional = false;
+        int rc = s_rapl_zone(root, &zones[i], c, &optional, why);
         if (rc == EMLIO_ENOMEM)
             goto nomem;
+        if (rc < 0 && !optional) {
+            while (set->n > first) {
+                emlio_free(set->v[set->n - 1].path);
+                set->n--;
+            }
+            return emlio__seterr(err, rc, "%s", why);
+        }
         if (rc < 0) {
             set->n--; /* drop the zone, keep the reason */
             if (!first_rc)
@@ -371,12 +387,9 @@ emlio__energy_rapl_probe(const char *root, emlio__energy_set_t *set, char *err)
     for (size_t i = first; i < set->n; i++)
         if (depth[i - first] == 0 && !strncmp(set->v[i].name, "package", 7))
             has_package = true;
-    for (size_t i = first; i < set->n; i++) {
-        char base[EMLIO_ENERGY_NAME_LEN];
-        snprintf(base, sizeof(base), "%s", set->v[i].name);
-        set->v[i].in_total =
-            emlio__energy_rapl_in_total(base, depth[i - first], has_package);
-    }
+    for (size_t i = first; i < set->n; i++)
+        set->v[i].in_total = emlio__energy_rapl_in_total(
+            set->v[i].name, depth[i - first], has_package);
     /* Zones that were skipped while others worked are worth a note. */
     emlio__seterr(err, 0, "%s", note);
     return (int)(set->n - first);

@@ -475,17 +475,29 @@ test_energy_rapl_bad_trees(void **state)
         assert_string_equal(r.domains[i].source, "model");
     emlio_energy_destroy(&m);
 
-    /* One bad subzone beside a good package: the package is measured and
-     * the skipped zone is noted. */
+    /* A bad core subzone beside a good package: the package is measured
+     * and the skipped zone is noted (core is part of the package anyway). */
     s_put(root, "intel-rapl:0/max_energy_range_uj", "10000000\n");
-    s_zone(root, "intel-rapl:0:0", "dram", S_MAX, 1);
-    s_put(root, "intel-rapl:0:0/name", "\n");
+    s_zone(root, "intel-rapl:0:1", "core", S_MAX, 1);
+    s_put(root, "intel-rapl:0:1/energy_uj", "x\n");
     m = s_meter(root, EMLIO_ENERGY_AUTO);
     assert_int_equal(emlio_energy_start(m), 0);
-    assert_non_null(strstr(emlio_energy_notes(m), "intel-rapl:0:0/name"));
+    assert_non_null(strstr(emlio_energy_notes(m), "intel-rapl:0:1/energy_uj"));
     assert_int_equal(emlio_energy_stop(m, &r), 0);
     assert_string_equal(r.source, "rapl");
     assert_int_equal(r.n_domains, 1);
+
+    /* A bad dram or unnamed subzone would shrink the total: the backend
+     * is refused instead. */
+    s_zone(root, "intel-rapl:0:0", "dram", S_MAX, 1);
+    s_put(root, "intel-rapl:0:0/energy_uj", "-3\n");
+    assert_int_equal(emlio_energy_set_backend(m, EMLIO_ENERGY_RAPL), 0);
+    assert_int_equal(emlio_energy_start(m), EMLIO_EFORMAT);
+    assert_non_null(strstr(emlio_energy_errmsg(m), "intel-rapl:0:0/energy_uj"));
+    s_put(root, "intel-rapl:0:0/energy_uj", "1\n");
+    s_put(root, "intel-rapl:0:0/name", "\n");
+    assert_int_equal(emlio_energy_start(m), EMLIO_EFORMAT);
+    assert_non_null(strstr(emlio_energy_errmsg(m), "intel-rapl:0:0/name"));
     emlio_energy_destroy(&m);
 
     test_rmtree(root);
