@@ -338,10 +338,10 @@ emlio__energy_rapl_probe(const char *root, emlio__energy_set_t *set, char *err)
     struct dirent *de;
     while ((de = readdir(dir)) && n < EMLIO_ARRAY_SIZE(zones)) {
         s_zone_t z;
-        if (strlen(de->d_name) >= sizeof(z.dir) ||
-            !s_parse_zone(de->d_name, &z.pkg, &z.sub))
+        size_t len = strlen(de->d_name);
+        if (len >= sizeof(z.dir) || !s_parse_zone(de->d_name, &z.pkg, &z.sub))
             continue;
-        snprintf(z.dir, sizeof(z.dir), "%s", de->d_name);
+        memcpy(z.dir, de->d_name, len + 1);
         zones[n++] = z;
     }
     closedir(dir);
