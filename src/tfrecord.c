@@ -107,8 +107,9 @@ s_check_header(const uint8_t *base, size_t size, uint64_t off, const char *name,
     if (size - off < 12)
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
                              "truncated record header in '%s' at offset "
-                             "%" PRIu64,
-                             name, off);
+                             "%" PRIu64 "%s",
+                             name, off,
+                             off == 0 ? " (not a tfrecord file?)" : "");
     const uint8_t *p = base + off;
     uint64_t len = s_le64(p);
     if (emlio_crc32c_unmask(s_le32(p + 8)) != emlio_crc32c(0, p, 8))
