@@ -14,11 +14,11 @@
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
-#define S_ID(gen, batch, part)                                                 \
+#define S_ID(gen, batch, part) \
     (((uint64_t)(gen) << 40) | ((uint64_t)(batch) << 8) | (uint64_t)(part))
-#define S_ID_GEN(id)   ((id) >> 40)
-#define S_ID_BATCH(id) (((id) >> 8) & 0xffffffffu)
-#define S_ID_PART(id)  ((id)&0xffu)
+#define S_ID_GEN(id)         ((id) >> 40)
+#define S_ID_BATCH(id)       (((id) >> 8) & 0xffffffffu)
+#define S_ID_PART(id)        ((id)&0xffu)
 /* The auto-sized window never exceeds this many bytes in flight. */
 #define S_MAX_INFLIGHT_BYTES (512ull << 20)
 
@@ -83,9 +83,9 @@ struct emlio_client {
     uint64_t epoch;
     uint32_t gen;
     size_t n_batches;
-    size_t next_to_send;  /* next plan batch to request */
-    size_t next_deliver;  /* in_order: the batch due next */
-    uint8_t *delivered;   /* bitmap over the epoch's batches */
+    size_t next_to_send; /* next plan batch to request */
+    size_t next_deliver; /* in_order: the batch due next */
+    uint8_t *delivered;  /* bitmap over the epoch's batches */
     size_t n_delivered;
     emlio_batch_t **slots; /* batches requested and not yet handed over */
     size_t n_slots;
@@ -93,7 +93,7 @@ struct emlio_client {
     emlio_batch_t *ready_head; /* completed, out-of-order delivery queue */
     emlio_batch_t *ready_tail;
     emlio_batch_t *free_list;
-    uint32_t window;      /* batches in flight allowed now */
+    uint32_t window; /* batches in flight allowed now */
     uint32_t window_max;
     uint64_t min_latency_ns; /* fastest request seen: RTT + service time */
     uint64_t adapt_ns;       /* when the window was last resized */
@@ -339,7 +339,8 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
                              daemon->endpoint, zmq_strerror(errno));
     for (;;) {
         uint64_t now = emlio__now_ns();
-        int left = now >= deadline_ns ? 0 : (int)((deadline_ns - now) / 1000000);
+        int left =
+            now >= deadline_ns ? 0 : (int)((deadline_ns - now) / 1000000);
         if (left <= 0 || s_poll_one(sock, left) <= 0)
             return emlio__seterr(
                 self->err, EMLIO_ETIMEDOUT,
@@ -378,11 +379,10 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
         if (msg->version != EMLIO_WIRE_VERSION) {
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
-            return emlio__seterr(self->err, EMLIO_EVERSION,
-                                 "daemon '%s' speaks protocol %" PRIu64
-                                 ", we speak %d",
-                                 daemon->endpoint, msg->version,
-                                 EMLIO_WIRE_VERSION);
+            return emlio__seterr(
+                self->err, EMLIO_EVERSION,
+                "daemon '%s' speaks protocol %" PRIu64 ", we speak %d",
+                daemon->endpoint, msg->version, EMLIO_WIRE_VERSION);
         }
         self->min_latency_ns = emlio__now_ns() - t0;
         return 0;
@@ -446,14 +446,13 @@ s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
         self->n_shards++;
         for (size_t k = i; k < j; k++) {
             if (entries[k].records != shard->records)
-                return emlio__seterr(
-                    self->err, EMLIO_EINVAL,
-                    "shard '%s' has %" PRIu64 " records on '%s' but %" PRIu64
-                    " on '%s'",
-                    shard->name, shard->records,
-                    self->daemons[entries[i].daemon].endpoint,
-                    entries[k].records,
-                    self->daemons[entries[k].daemon].endpoint);
+                return emlio__seterr(self->err, EMLIO_EINVAL,
+                                     "shard '%s' has %" PRIu64
+                                     " records on '%s' but %" PRIu64 " on '%s'",
+                                     shard->name, shard->records,
+                                     self->daemons[entries[i].daemon].endpoint,
+                                     entries[k].records,
+                                     self->daemons[entries[k].daemon].endpoint);
             shard->holders[shard->n_holders++] = entries[k].daemon;
             self->daemons[entries[k].daemon].local_id[self->n_shards - 1] =
                 entries[k].local;
@@ -468,7 +467,8 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
 {
     assert(self && endpoints);
     if (self->n_daemons)
-        return emlio__seterr(self->err, EMLIO_EINVAL, "client already connected");
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "client already connected");
     /* Count and split the endpoint list. */
     size_t count = 1;
     for (const char *p = endpoints; *p; p++)
@@ -513,9 +513,9 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
         rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         goto out;
     }
-    uint64_t deadline = emlio__now_ns() +
-                        (uint64_t)EMLIO_MAX(self->cfg.connect_timeout_ms, 1) *
-                            1000000ull;
+    uint64_t deadline =
+        emlio__now_ns() +
+        (uint64_t)EMLIO_MAX(self->cfg.connect_timeout_ms, 1) * 1000000ull;
     size_t n_entries = 0;
     for (uint32_t d = 0; d < self->n_daemons; d++) {
         rc = s_handshake(self, &self->daemons[d], &msgs[d], &frames[d],
@@ -524,9 +524,10 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
             goto out;
         got++;
         s_daemon_t *daemon = &self->daemons[d];
-        snprintf(daemon->dataset, sizeof(daemon->dataset), "%.*s",
-                 (int)EMLIO_MIN(msgs[d].dataset_len, sizeof(daemon->dataset) - 1),
-                 msgs[d].dataset);
+        snprintf(
+            daemon->dataset, sizeof(daemon->dataset), "%.*s",
+            (int)EMLIO_MIN(msgs[d].dataset_len, sizeof(daemon->dataset) - 1),
+            msgs[d].dataset);
         daemon->max_batch = msgs[d].max_batch ? msgs[d].max_batch : 4096;
         daemon->max_credit = msgs[d].max_credit ? msgs[d].max_credit : 16;
         n_entries += msgs[d].n_shards;
@@ -541,8 +542,8 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
     for (uint32_t d = 0; d < self->n_daemons; d++) {
         for (size_t i = 0; i < msgs[d].n_shards; i++) {
             const emlio_wire_shard_t *s = &msgs[d].shards[i];
-            entries[k++] = (s_entry_t){ s->name, s->name_len, s->records,
-                                        s->bytes, d, (uint32_t)i };
+            entries[k++] = (s_entry_t){ s->name,  s->name_len, s->records,
+                                        s->bytes, d,           (uint32_t)i };
         }
         for (const char *c = self->daemons[d].dataset; *c; c++)
             h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
@@ -640,11 +641,11 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     if (!in)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     for (size_t i = 0; i < self->n_shards; i++)
-        in[i] = (emlio_plan_shard_t){ self->shards[i].name,
-                                      self->shards[i].records,
-                                      self->shards[i].bytes,
-                                      self->shards[i].holders,
-                                      self->shards[i].n_holders };
+        in[i] =
+            (emlio_plan_shard_t){ self->shards[i].name, self->shards[i].records,
+                                  self->shards[i].bytes,
+                                  self->shards[i].holders,
+                                  self->shards[i].n_holders };
     emlio_plan_params_t params;
     emlio_plan_params_init(&params);
     params.world = self->cfg.world;
@@ -724,8 +725,9 @@ s_request_batch(emlio_client_t *self, size_t index)
             b->parts[b->n_parts++] = (s_part_t){ .daemon = d };
         }
         counts[part_of[d]]++;
-        b->samples[i] = (emlio_sample_t){ NULL, SIZE_MAX, -1, plan[i].shard,
-                                          plan[i].record, plan[i].pad };
+        b->samples[i] =
+            (emlio_sample_t){ NULL,          SIZE_MAX,       -1,
+                              plan[i].shard, plan[i].record, plan[i].pad };
     }
     uint32_t offset = 0;
     for (uint32_t p = 0; p < b->n_parts; p++) {
@@ -768,8 +770,8 @@ static int
 s_fill_window(emlio_client_t *self)
 {
     if (self->cap_slots < self->window_max) {
-        emlio_batch_t **slots = emlio_reallocarray(
-            self->slots, self->window_max, sizeof(*slots));
+        emlio_batch_t **slots =
+            emlio_reallocarray(self->slots, self->window_max, sizeof(*slots));
         if (!slots)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         self->slots = slots;
@@ -858,9 +860,9 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     }
     emlio_wire_msg_t msg;
     char why[EMLIO_ERRMSG_LEN];
-    int rc = emlio__wire_decode(&msg, zmq_msg_data(&header),
-                                zmq_msg_size(&header), self->cfg.batch_size,
-                                why);
+    int rc =
+        emlio__wire_decode(&msg, zmq_msg_data(&header), zmq_msg_size(&header),
+                           self->cfg.batch_size, why);
     if (rc < 0) {
         s_drain(sock);
         zmq_msg_close(&header);
@@ -880,9 +882,10 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     }
     if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
         int code = msg.code <= -1000 && msg.code > -2000 ? (int)msg.code
-                                                          : EMLIO_EPROTO;
-        rc = emlio__seterr(self->err, code, "daemon '%s' failed a request: %.*s",
-                           daemon->endpoint, (int)msg.text_len, msg.text);
+                                                         : EMLIO_EPROTO;
+        rc =
+            emlio__seterr(self->err, code, "daemon '%s' failed a request: %.*s",
+                          daemon->endpoint, (int)msg.text_len, msg.text);
         goto out;
     }
     if (!part)
@@ -962,7 +965,7 @@ s_adapt(emlio_client_t *self, bool starved)
     double rate = (double)batches * 1e9 / (double)dt;
     double bdp = rate * (double)self->min_latency_ns / 1e9;
     uint32_t target = (uint32_t)(2 * bdp) + self->cfg.streams * self->n_daemons;
-    if (starved && self->n_slots >= self->window)
+    if (starved)
         target = EMLIO_MAX(target, self->window + self->window / 2 + 1);
     else if (target < self->window / 2)
         target = self->window; /* shrink lazily: no flapping */
@@ -1011,6 +1014,7 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
     uint64_t wait_start = emlio__now_ns();
     uint64_t last_progress = wait_start;
     bool waited = false;
+    bool starved = false;
     for (;;) {
         int rc = s_fill_window(self);
         if (rc < 0)
@@ -1027,7 +1031,7 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
                 self->first_batch_ns = now;
             if (waited)
                 self->wait_ns += now - wait_start;
-            s_adapt(self, waited);
+            s_adapt(self, starved);
             *batch_out = b;
             return 1;
         }
@@ -1035,10 +1039,15 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
             self->in_epoch = false;
             return 0;
         }
-        /* Nothing ready: wait for replies. */
+        /* Nothing ready: wait for replies. A wait with every slot of the
+         * window busy means the window, not the daemon, is the limit. */
+        if (self->n_slots >= self->window &&
+            self->next_to_send < self->n_batches)
+            starved = true;
         waited = true;
         uint64_t now = emlio__now_ns();
-        uint64_t limit = (uint64_t)EMLIO_MAX(self->cfg.timeout_ms, 1) * 1000000ull;
+        uint64_t limit =
+            (uint64_t)EMLIO_MAX(self->cfg.timeout_ms, 1) * 1000000ull;
         if (now - last_progress >= limit) {
             self->wait_ns += now - wait_start;
             return emlio__seterr(self->err, EMLIO_ETIMEDOUT,
@@ -1050,8 +1059,12 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
         int left = (int)((limit - (now - last_progress)) / 1000000) + 1;
         rc = zmq_poll(self->poll, (int)self->n_poll, left);
         if (rc < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) {
+                /* Let the caller look at its signal flags; nothing is lost,
+                 * the next call carries on. */
+                self->wait_ns += emlio__now_ns() - wait_start;
+                return emlio__seterr(self->err, -EINTR, "interrupted");
+            }
             return emlio__seterr(self->err, -errno, "poll failed: %s",
                                  zmq_strerror(errno));
         }
@@ -1122,6 +1135,12 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
     out->retries = self->retries;
 }
 
+const emlio_plan_t *
+emlio_client_plan(const emlio_client_t *self)
+{
+    return self->n_batches || self->in_epoch ? self->plan : NULL;
+}
+
 const char *
 emlio_client_errmsg(const emlio_client_t *self)
 {
@@ -1134,9 +1153,9 @@ emlio_client_errmsg(const emlio_client_t *self)
  * batch_size, shuffle, window_shards, drop_last, char dataset[16],
  * u64 epoch, u64 n_batches, bitmap[(n_batches + 7) / 8], u32 crc32c of all
  * the bytes before it. */
-#define S_STATE_MAGIC   "EMLS"
-#define S_STATE_FORMAT  1u
-#define S_STATE_FIXED   (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
+#define S_STATE_MAGIC  "EMLS"
+#define S_STATE_FORMAT 1u
+#define S_STATE_FIXED  (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
 
 static void
 s_put64(uint8_t *p, uint64_t v)

@@ -15,7 +15,7 @@
 #include "wire.h"
 
 /* How often blocked threads wake to check for stop, in ms. */
-#define S_STOP_POLL_MS 100
+#define S_STOP_POLL_MS    100
 /* The longest a destroy waits for ZeroMQ to release frames that point into
  * the shard mappings before it gives up and leaves them mapped. */
 #define S_RELEASE_WAIT_MS 5000
@@ -118,7 +118,8 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->cfg.name = self->name;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
-    if (self->cfg.max_batch == 0 || self->cfg.max_batch > EMLIO_WIRE_MAX_SAMPLES)
+    if (self->cfg.max_batch == 0 ||
+        self->cfg.max_batch > EMLIO_WIRE_MAX_SAMPLES)
         self->cfg.max_batch = EMLIO_WIRE_MAX_SAMPLES;
     if (self->cfg.max_credit == 0)
         self->cfg.max_credit = 1;
@@ -416,8 +417,9 @@ s_serve_get(emlio_server_t *self, void *done, s_job_t *job)
         const emlio_wire_item_t *item = &get->items[i];
         if (item->shard >= self->set.n) {
             code = EMLIO_ENOTFOUND;
-            snprintf(text, sizeof(text), "no shard %" PRIu32 " (server has %zu)",
-                     item->shard, self->set.n);
+            snprintf(text, sizeof(text),
+                     "no shard %" PRIu32 " (server has %zu)", item->shard,
+                     self->set.n);
             goto reply;
         }
         const emlio_shard_t *shard = &self->set.shards[item->shard];
@@ -631,8 +633,8 @@ s_frontend_request(emlio_server_t *self, void *work)
     }
     char err[EMLIO_ERRMSG_LEN];
     int rc = emlio__wire_decode(&job->msg, zmq_msg_data(&job->header),
-                                zmq_msg_size(&job->header),
-                                self->cfg.max_batch, err);
+                                zmq_msg_size(&job->header), self->cfg.max_batch,
+                                err);
     if (rc < 0) {
         char text[EMLIO_ERRMSG_LEN + 32];
         snprintf(text, sizeof(text), "bad request: %s", err);
@@ -652,8 +654,8 @@ s_frontend_request(emlio_server_t *self, void *work)
         }
         zmq_msg_t welcome;
         /* The encoded WELCOME lives as long as the server: no copy. */
-        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len,
-                          NULL, NULL);
+        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
+                          NULL);
         atomic_fetch_add(&self->clients, 1);
         s_send_parts(self->router, &job->identity, &welcome, NULL, 0);
         goto drop_header;
@@ -719,7 +721,8 @@ s_frontend_reply(emlio_server_t *self, void *done)
             break;
         }
         more = zmq_msg_more(&part);
-        if (lost || zmq_msg_send(&part, self->router, more ? ZMQ_SNDMORE : 0) < 0) {
+        if (lost ||
+            zmq_msg_send(&part, self->router, more ? ZMQ_SNDMORE : 0) < 0) {
             lost = true;
             zmq_msg_close(&part);
         }
@@ -801,9 +804,8 @@ emlio_server_start(emlio_server_t *self)
         rc = pthread_create(&self->workers[i], NULL, s_worker_main, self);
         if (rc != 0) {
             emlio_server_stop(self);
-            return emlio__seterr(self->err, -rc,
-                                 "cannot start worker thread: %s",
-                                 strerror(rc));
+            return emlio__seterr(
+                self->err, -rc, "cannot start worker thread: %s", strerror(rc));
         }
         self->n_workers_started++;
     }

@@ -59,8 +59,8 @@ s_walk(const char *root, const char *rel, int depth, s_names_t *out,
     if (depth > 32)
         return 0;
     if (snprintf(path, sizeof(path), "%s/%s", root, rel) >= (int)sizeof(path))
-        return emlio__seterr(errbuf, -ENAMETOOLONG,
-                             "path too long under '%s'", root);
+        return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long under '%s'",
+                             root);
     DIR *dir = opendir(path);
     if (!dir)
         return emlio__seterr(errbuf, -errno, "cannot open directory '%s': %s",
@@ -126,8 +126,8 @@ s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
         return rc;
     if (rc != -ENOENT && log) {
         char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
-        snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning",
-                 idx, emlio_tfrecord_errmsg(file));
+        snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
+                 emlio_tfrecord_errmsg(file));
         log(userdata, msg);
     }
     rc = emlio_tfrecord_scan(file, verify_data);
@@ -146,15 +146,16 @@ s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
 }
 
 int
-emlio__shardset_load(emlio_shardset_t *self, const char *dir,
-                     bool verify_data, bool write_index,
-                     emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
+                     bool write_index, emlio_shardset_log_fn *log,
+                     void *userdata, char *errbuf)
 {
     struct stat st;
     memset(self, 0, sizeof(*self));
     if (stat(dir, &st) != 0)
-        return emlio__seterr(errbuf, -errno, "cannot open data directory '%s': %s",
-                             dir, strerror(errno));
+        return emlio__seterr(errbuf, -errno,
+                             "cannot open data directory '%s': %s", dir,
+                             strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return emlio__seterr(errbuf, -ENOTDIR,
                              "data directory '%s' is not a directory", dir);
@@ -191,8 +192,8 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
             emlio__seterr(errbuf, rc, "%s", emlio_tfrecord_errmsg(shard->file));
             goto out;
         }
-        rc = s_index_shard(shard->file, verify_data, write_index, log,
-                           userdata, errbuf);
+        rc = s_index_shard(shard->file, verify_data, write_index, log, userdata,
+                           errbuf);
         if (rc < 0)
             goto out;
         uint64_t records = emlio_tfrecord_count(shard->file);

@@ -81,8 +81,8 @@ emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
     for (size_t i = 0; i < n; i++) {
         failed |= msgpack_pack_array(&pk, 3);
         failed |= msgpack_pack_str(&pk, shards[i].name_len);
-        failed |= msgpack_pack_str_body(&pk, shards[i].name,
-                                        shards[i].name_len);
+        failed |=
+            msgpack_pack_str_body(&pk, shards[i].name, shards[i].name_len);
         failed |= msgpack_pack_uint64(&pk, shards[i].records);
         failed |= msgpack_pack_uint64(&pk, shards[i].bytes);
     }
@@ -492,8 +492,7 @@ s_decode_items(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
     msg->n_items = n / 2;
     for (uint64_t i = 0; i < n / 2; i++) {
         uint64_t shard;
-        if (!s_read_uint(r, &shard) ||
-            !s_read_uint(r, &msg->items[i].record))
+        if (!s_read_uint(r, &shard) || !s_read_uint(r, &msg->items[i].record))
             return false;
         if (shard > UINT32_MAX)
             return s_fail(r, "shard index out of range");

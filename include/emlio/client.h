@@ -96,8 +96,7 @@ EMLIO_EXPORT uint64_t emlio_client_shard_records(const emlio_client_t *self,
  * an unfinished previous epoch that were not yet delivered are abandoned.
  * Returns the number of batches this rank will receive in the epoch, or
  * EMLIO_EINVAL / EMLIO_ENOMEM. */
-EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self,
-                                          uint64_t epoch);
+EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch);
 
 /* Waits for the next batch of the current epoch. Returns 1 with *batch_out
  * set (the caller releases it with emlio_batch_release), 0 at the end of the
@@ -105,7 +104,9 @@ EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self,
  * EMLIO_ECORRUPT (a sample failed its checksum, or a daemon reported a
  * corrupt record), EMLIO_EPROTO (a daemon sent something malformed),
  * EMLIO_EMISMATCH (a restarted daemon serves a different dataset), or the
- * error a daemon returned. The message names the daemon and the reason. */
+ * error a daemon returned, or -EINTR when a signal interrupted the wait
+ * (call again to carry on; nothing is lost). The message names the daemon
+ * and the reason. */
 EMLIO_EXPORT int emlio_client_next(emlio_client_t *self,
                                    emlio_batch_t **batch_out);
 
@@ -134,14 +135,14 @@ EMLIO_EXPORT void emlio_batch_release(emlio_batch_t **b_p);
 /* Figures of the current (or just finished) epoch. */
 typedef struct emlio_client_stats {
     uint64_t epoch;
-    uint64_t batches;      /* delivered this epoch */
-    uint64_t samples;      /* delivered, padding included */
-    uint64_t bytes;        /* sample bytes delivered */
-    double seconds;        /* from begin_epoch to the last delivery */
-    double wait_s;         /* time spent blocked inside next() */
-    double first_batch_s;  /* time to the first batch */
-    uint32_t inflight;     /* window in use (batches) */
-    uint64_t retries;      /* requests sent again after a timeout */
+    uint64_t batches;     /* delivered this epoch */
+    uint64_t samples;     /* delivered, padding included */
+    uint64_t bytes;       /* sample bytes delivered */
+    double seconds;       /* from begin_epoch to the last delivery */
+    double wait_s;        /* time spent blocked inside next() */
+    double first_batch_s; /* time to the first batch */
+    uint32_t inflight;    /* window in use (batches) */
+    uint64_t retries;     /* requests sent again after a timeout */
 } emlio_client_stats_t;
 
 EMLIO_EXPORT void emlio_client_stats(const emlio_client_t *self,
@@ -162,6 +163,11 @@ EMLIO_EXPORT void emlio_client_free_blob(uint8_t *blob);
  * size or dataset: the message says which). Call after connect. */
 EMLIO_EXPORT int emlio_client_load_state(emlio_client_t *self,
                                          const uint8_t *blob, size_t len);
+
+/* The plan of the current epoch (borrowed; valid until the next
+ * begin_epoch), or NULL before the first epoch. */
+typedef struct emlio_plan emlio_plan_t;
+EMLIO_EXPORT const emlio_plan_t *emlio_client_plan(const emlio_client_t *self);
 
 /* The last failure's text. Never NULL. */
 EMLIO_EXPORT const char *emlio_client_errmsg(const emlio_client_t *self);

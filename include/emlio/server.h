@@ -9,9 +9,9 @@
  *   emlio_server_config_init(&cfg);
  *   cfg.data_dir = "/data/imagenet";
  *   emlio_server_t *srv = emlio_server_new(ctx, &cfg);
- *   if (emlio_server_load(srv) < 0 || emlio_server_bind(srv, "tcp://0.0.0.0:5555")
- *       < 0 || emlio_server_start(srv) < 0)
- *       fprintf(stderr, "%s\n", emlio_server_errmsg(srv));
+ *   if (emlio_server_load(srv) < 0 || emlio_server_bind(srv,
+ * "tcp://0.0.0.0:5555") < 0 || emlio_server_start(srv) < 0) fprintf(stderr,
+ * "%s\n", emlio_server_errmsg(srv));
  *   ...
  *   emlio_server_destroy(&srv);   // stops the threads first
  *

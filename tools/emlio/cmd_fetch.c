@@ -1,15 +1,583 @@
-/* cmd_fetch.c - `emlio fetch` (placeholder until its module lands this
- * session). SPDX-License-Identifier: MIT
+/* cmd_fetch.c - `emlio fetch`: runs whole epochs against emliod daemons and
+ * reports throughput; optionally proves exactly-once delivery.
+ * SPDX-License-Identifier: MIT
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
+#include "emlio.h"
+
+/* Set by SIGINT/SIGTERM; checked between batches. */
+static volatile sig_atomic_t s_interrupted;
+
+static void
+s_on_signal(int sig)
+{
+    (void)sig;
+    s_interrupted = 1;
+}
+
+static double
+s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double
+s_cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static void
+s_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: emlio fetch --connect EP[,EP...] --batch B [options]\n"
+        "\n"
+        "  --connect EPS        daemon endpoints, comma-separated\n"
+        "  --batch B            samples per batch\n"
+        "  --epochs E           epochs to run (default 1)\n"
+        "  --seed S             shuffle seed shared by all ranks (0)\n"
+        "  --shuffle MODE       window (default) or none\n"
+        "  --window-shards N    shards per shuffle window (4)\n"
+        "  --drop-last          drop the remainder instead of padding\n"
+        "  --rank R --world W   this rank and the job size (else RANK/\n"
+        "                       WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, 0/1)\n"
+        "  --streams N          TCP streams per daemon (2)\n"
+        "  --inflight K         batches in flight (default: auto, BDP)\n"
+        "  --in-order           deliver in plan order\n"
+        "  --no-crc             skip the per-sample CRC-32C check\n"
+        "  --verify             exit non-zero unless every planned sample\n"
+        "                       arrived exactly once, intact\n"
+        "  --ids FILE           write 'EPOCH SHARD RECORD' per sample\n"
+        "                       (padding lines end in ' pad')\n"
+        "  --state FILE         resume from / save progress to FILE\n"
+        "  --timeout-ms MS      fail when no reply comes for MS (60000)\n"
+        "  --connect-timeout-ms MS  give up connecting after MS (10000)\n"
+        "  --quiet              no progress line\n"
+        "\n"
+        "The last line of stdout is a JSON object with the figures.\n");
+}
+
+static int
+s_parse_u64(const char *opt, const char *arg, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(arg, &end, 10);
+    if (errno || *end || end == arg || arg[0] == '-') {
+        fprintf(stderr, "emlio fetch: invalid value '%s' for %s\n", arg, opt);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Rank and world: flags, else torchrun's, else SLURM's, else 0 of 1. */
+static int
+s_rank_from_env(bool have_rank, bool have_world, uint64_t *rank,
+                uint64_t *world)
+{
+    static const char *const pairs[][2] = {
+        { "RANK", "WORLD_SIZE" }, { "SLURM_PROCID", "SLURM_NTASKS" }
+    };
+    for (size_t i = 0; i < 2 && !(have_rank && have_world); i++) {
+        const char *r = getenv(pairs[i][0]);
+        const char *w = getenv(pairs[i][1]);
+        if (!r || !w)
+            continue;
+        if ((!have_rank && s_parse_u64(pairs[i][0], r, rank) < 0) ||
+            (!have_world && s_parse_u64(pairs[i][1], w, world) < 0))
+            return -1;
+        have_rank = have_world = true;
+    }
+    if (*world == 0 || *rank >= *world) {
+        fprintf(stderr,
+                "emlio fetch: rank %" PRIu64 " is not below world "
+                "%" PRIu64 "\n",
+                *rank, *world);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+s_read_file(const char *path, uint8_t **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    size_t cap = 4096;
+    uint8_t *buf = malloc(cap);
+    *len = 0;
+    size_t n;
+    while (buf && (n = fread(buf + *len, 1, cap - *len, f)) > 0) {
+        *len += n;
+        if (*len == cap) {
+            uint8_t *grown = realloc(buf, cap *= 2);
+            if (!grown) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = grown;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return -ENOMEM;
+    *out = buf;
+    return 0;
+}
+
+static int
+s_save_state(emlio_client_t *client, const char *path)
+{
+    uint8_t *blob;
+    size_t len;
+    if (emlio_client_save_state(client, &blob, &len) < 0)
+        return -1;
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(blob, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    emlio_client_free_blob(blob);
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "emlio fetch: cannot write state '%s': %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Exactly-once bookkeeping for one epoch: one bit per (shard, record) of
+ * the rank's plan, set when the sample arrives. */
+typedef struct s_verifier {
+    uint64_t *first; /* first global record number of each shard */
+    uint8_t *planned;
+    uint8_t *seen;
+    uint64_t total;
+    uint64_t expected;
+    uint64_t received;
+    uint64_t duplicates;
+    uint64_t unplanned;
+} s_verifier_t;
+
+static int
+s_verifier_begin(s_verifier_t *v, emlio_client_t *client)
+{
+    size_t shards = emlio_client_shard_count(client);
+    if (!v->first) {
+        v->first = calloc(shards + 1, sizeof(uint64_t));
+        if (!v->first)
+            return -1;
+        for (size_t i = 0; i < shards; i++)
+            v->first[i + 1] =
+                v->first[i] + emlio_client_shard_records(client, i);
+        v->total = v->first[shards];
+        v->planned = calloc(v->total / 8 + 1, 1);
+        v->seen = calloc(v->total / 8 + 1, 1);
+        if (!v->planned || !v->seen)
+            return -1;
+    }
+    memset(v->planned, 0, v->total / 8 + 1);
+    memset(v->seen, 0, v->total / 8 + 1);
+    v->expected = v->received = v->duplicates = v->unplanned = 0;
+    const emlio_plan_t *plan = emlio_client_plan(client);
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t n;
+        const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &n);
+        for (size_t i = 0; i < n; i++) {
+            if (s[i].pad)
+                continue;
+            uint64_t g = v->first[s[i].shard] + s[i].record;
+            v->planned[g / 8] |= (uint8_t)(1u << (g % 8));
+            v->expected++;
+        }
+    }
+    return 0;
+}
+
+static void
+s_verifier_add(s_verifier_t *v, const emlio_sample_t *s)
+{
+    if (s->pad)
+        return;
+    uint64_t g = v->first[s->shard] + s->record;
+    uint8_t bit = (uint8_t)(1u << (g % 8));
+    if (!(v->planned[g / 8] & bit))
+        v->unplanned++;
+    else if (v->seen[g / 8] & bit)
+        v->duplicates++;
+    else
+        v->received++;
+    v->seen[g / 8] |= bit;
+}
+
+static void
+s_verifier_release(s_verifier_t *v)
+{
+    free(v->first);
+    free(v->planned);
+    free(v->seen);
+}
 
 int
 cmd_fetch(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "emlio fetch: not built yet\n");
-    return 1;
+    enum {
+        O_EPOCHS = 256,
+        O_SEED,
+        O_SHUFFLE,
+        O_WINDOW,
+        O_DROP_LAST,
+        O_RANK,
+        O_WORLD,
+        O_STREAMS,
+        O_INFLIGHT,
+        O_IN_ORDER,
+        O_NO_CRC,
+        O_VERIFY,
+        O_IDS,
+        O_STATE,
+        O_TIMEOUT,
+        O_CONNECT_TIMEOUT,
+        O_QUIET
+    };
+    static const struct option opts[] = {
+        { "connect", required_argument, NULL, 'c' },
+        { "batch", required_argument, NULL, 'b' },
+        { "epochs", required_argument, NULL, O_EPOCHS },
+        { "seed", required_argument, NULL, O_SEED },
+        { "shuffle", required_argument, NULL, O_SHUFFLE },
+        { "window-shards", required_argument, NULL, O_WINDOW },
+        { "drop-last", no_argument, NULL, O_DROP_LAST },
+        { "rank", required_argument, NULL, O_RANK },
+        { "world", required_argument, NULL, O_WORLD },
+        { "streams", required_argument, NULL, O_STREAMS },
+        { "inflight", required_argument, NULL, O_INFLIGHT },
+        { "in-order", no_argument, NULL, O_IN_ORDER },
+        { "no-crc", no_argument, NULL, O_NO_CRC },
+        { "verify", no_argument, NULL, O_VERIFY },
+        { "ids", required_argument, NULL, O_IDS },
+        { "state", required_argument, NULL, O_STATE },
+        { "timeout-ms", required_argument, NULL, O_TIMEOUT },
+        { "connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT },
+        { "quiet", no_argument, NULL, O_QUIET },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    const char *connect = NULL;
+    const char *ids_path = NULL;
+    const char *state_path = NULL;
+    uint64_t batch = 0, epochs = 1, rank = 0, world = 1, v;
+    bool have_rank = false, have_world = false, verify = false, quiet = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "c:b:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            connect = optarg;
+            break;
+        case 'b':
+            if (s_parse_u64("--batch", optarg, &batch) < 0)
+                return 2;
+            break;
+        case O_EPOCHS:
+            if (s_parse_u64("--epochs", optarg, &epochs) < 0)
+                return 2;
+            break;
+        case O_SEED:
+            if (s_parse_u64("--seed", optarg, &cfg.seed) < 0)
+                return 2;
+            break;
+        case O_SHUFFLE:
+            if (!strcmp(optarg, "none"))
+                cfg.shuffle = EMLIO_SHUFFLE_NONE;
+            else if (!strcmp(optarg, "window"))
+                cfg.shuffle = EMLIO_SHUFFLE_WINDOW;
+            else {
+                fprintf(stderr,
+                        "emlio fetch: invalid --shuffle '%s': "
+                        "expected window or none\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case O_WINDOW:
+            if (s_parse_u64("--window-shards", optarg, &v) < 0)
+                return 2;
+            cfg.window_shards = (uint32_t)v;
+            break;
+        case O_DROP_LAST:
+            cfg.drop_last = true;
+            break;
+        case O_RANK:
+            if (s_parse_u64("--rank", optarg, &rank) < 0)
+                return 2;
+            have_rank = true;
+            break;
+        case O_WORLD:
+            if (s_parse_u64("--world", optarg, &world) < 0)
+                return 2;
+            have_world = true;
+            break;
+        case O_STREAMS:
+            if (s_parse_u64("--streams", optarg, &v) < 0)
+                return 2;
+            cfg.streams = (uint32_t)v;
+            break;
+        case O_INFLIGHT:
+            if (s_parse_u64("--inflight", optarg, &v) < 0)
+                return 2;
+            cfg.inflight = (uint32_t)v;
+            break;
+        case O_IN_ORDER:
+            cfg.in_order = true;
+            break;
+        case O_NO_CRC:
+            cfg.verify = false;
+            break;
+        case O_VERIFY:
+            verify = true;
+            break;
+        case O_IDS:
+            ids_path = optarg;
+            break;
+        case O_STATE:
+            state_path = optarg;
+            break;
+        case O_TIMEOUT:
+            if (s_parse_u64("--timeout-ms", optarg, &v) < 0)
+                return 2;
+            cfg.timeout_ms = (int)v;
+            break;
+        case O_CONNECT_TIMEOUT:
+            if (s_parse_u64("--connect-timeout-ms", optarg, &v) < 0)
+                return 2;
+            cfg.connect_timeout_ms = (int)v;
+            break;
+        case O_QUIET:
+            quiet = true;
+            break;
+        case 'h':
+            s_usage(stdout);
+            return 0;
+        default:
+            s_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "emlio fetch: unexpected argument '%s'\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!connect || batch == 0 || batch > UINT32_MAX) {
+        fprintf(stderr, "emlio fetch: --connect and a positive --batch are "
+                        "required\n");
+        return 2;
+    }
+    if (s_rank_from_env(have_rank, have_world, &rank, &world) < 0)
+        return 2;
+    cfg.batch_size = (uint32_t)batch;
+    cfg.rank = (uint32_t)rank;
+    cfg.world = (uint32_t)world;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = s_on_signal; /* no SA_RESTART: waits return EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    int status = 1;
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_client_t *client = ctx ? emlio_client_new(ctx, &cfg) : NULL;
+    FILE *ids = NULL;
+    s_verifier_t ver = { 0 };
+    bool resumed = false;
+    uint64_t epoch = 0;
+    if (!client) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        goto out;
+    }
+    int rc = emlio_client_connect(client, connect);
+    if (rc < 0) {
+        fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(client));
+        goto out;
+    }
+    if (state_path) {
+        uint8_t *blob = NULL;
+        size_t len = 0;
+        rc = s_read_file(state_path, &blob, &len);
+        if (rc == 0) {
+            rc = emlio_client_load_state(client, blob, len);
+            free(blob);
+            if (rc < 0) {
+                fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
+                        state_path, emlio_client_errmsg(client));
+                goto out;
+            }
+            resumed = true;
+            emlio_client_stats_t st;
+            emlio_client_stats(client, &st);
+            epoch = st.epoch;
+        } else if (rc != -ENOENT) {
+            fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n",
+                    state_path, strerror(-rc));
+            goto out;
+        }
+    }
+    if (ids_path && !(ids = fopen(ids_path, resumed ? "a" : "w"))) {
+        fprintf(stderr, "emlio fetch: cannot open '%s': %s\n", ids_path,
+                strerror(errno));
+        goto out;
+    }
+    bool tty = !quiet && isatty(STDERR_FILENO);
+    double t0 = s_now();
+    double cpu0 = s_cpu_seconds();
+    double first_batch_s = -1, wait_s = 0;
+    uint64_t samples = 0, bytes = 0, batches = 0, pads = 0, epochs_done = 0;
+    bool failed_verify = false;
+    uint32_t inflight = 0;
+    for (; epoch < epochs && !s_interrupted; epoch++) {
+        if (!resumed && (rc = emlio_client_begin_epoch(client, epoch)) < 0) {
+            fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(client));
+            goto out;
+        }
+        /* On a resumed epoch only the rest is checked: what came before
+         * was checked (and its ids written) by the run that saved it. */
+        if (verify && s_verifier_begin(&ver, client) < 0) {
+            fprintf(stderr, "emlio fetch: out of memory\n");
+            goto out;
+        }
+        size_t planned = emlio_plan_batch_count(emlio_client_plan(client));
+        double last_progress = 0;
+        emlio_batch_t *b;
+        while ((rc = emlio_client_next(client, &b)) != 0) {
+            if (rc == -EINTR) {
+                if (s_interrupted)
+                    break;
+                continue;
+            }
+            if (rc < 0) {
+                fprintf(stderr, "emlio fetch: epoch %" PRIu64 ": %s\n", epoch,
+                        emlio_client_errmsg(client));
+                if (state_path)
+                    s_save_state(client, state_path);
+                goto out;
+            }
+            size_t n;
+            const emlio_sample_t *s = emlio_batch_samples(b, &n);
+            for (size_t i = 0; i < n; i++) {
+                bytes += s[i].len;
+                pads += s[i].pad;
+                if (ids)
+                    fprintf(ids, "%" PRIu64 " %s %" PRIu64 "%s\n", epoch,
+                            emlio_client_shard_name(client, s[i].shard),
+                            s[i].record, s[i].pad ? " pad" : "");
+                if (verify)
+                    s_verifier_add(&ver, &s[i]);
+            }
+            samples += n;
+            batches++;
+            if (first_batch_s < 0)
+                first_batch_s = s_now() - t0;
+            emlio_batch_release(&b);
+            if (tty && s_now() - last_progress > 0.25) {
+                double dt = s_now() - t0;
+                emlio_client_stats_t st;
+                emlio_client_stats(client, &st);
+                fprintf(stderr,
+                        "\repoch %" PRIu64 "/%" PRIu64 "  batch %" PRIu64
+                        "/%zu  %.0f samples/s  %.1f MB/s  window %u   ",
+                        epoch + 1, epochs, st.batches, planned,
+                        (double)samples / dt, (double)bytes / dt / 1e6,
+                        st.inflight);
+                last_progress = s_now();
+            }
+            if (s_interrupted)
+                break;
+        }
+        emlio_client_stats_t st;
+        emlio_client_stats(client, &st);
+        wait_s += st.wait_s;
+        inflight = st.inflight;
+        resumed = false;
+        if (s_interrupted)
+            break;
+        epochs_done++;
+        if (verify) {
+            uint64_t missing = 0;
+            for (uint64_t g = 0; g < ver.total; g++)
+                if ((ver.planned[g / 8] & (1u << (g % 8))) &&
+                    !(ver.seen[g / 8] & (1u << (g % 8))))
+                    missing++;
+            /* After a resume the earlier part was delivered by the run that
+             * saved the state, so only duplicates and strays count here. */
+            bool partial = ver.received < ver.expected && missing && state_path;
+            if (ver.duplicates || ver.unplanned || (missing && !partial)) {
+                fprintf(stderr,
+                        "emlio fetch: verify failed in epoch %" PRIu64
+                        ": %" PRIu64 " of %" PRIu64 " samples arrived, %" PRIu64
+                        " missing, %" PRIu64 " twice, %" PRIu64 " unplanned\n",
+                        epoch, ver.received, ver.expected, missing,
+                        ver.duplicates, ver.unplanned);
+                failed_verify = true;
+            }
+        }
+    }
+    if (tty)
+        fprintf(stderr, "\n");
+    double seconds = s_now() - t0;
+    double cpu_s = s_cpu_seconds() - cpu0;
+    if (state_path && s_save_state(client, state_path) < 0)
+        goto out;
+    if (ids && fflush(ids) != 0) {
+        fprintf(stderr, "emlio fetch: cannot write '%s': %s\n", ids_path,
+                strerror(errno));
+        goto out;
+    }
+    printf("{\"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
+           ", \"batches\": %" PRIu64 ", \"epochs\": %" PRIu64
+           ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"mb_per_s\": %.2f"
+           ", \"first_batch_s\": %.6f, \"wait_s\": %.6f, \"cpu_s\": %.3f"
+           ", \"pad_samples\": %" PRIu64 ", \"rank\": %u, \"world\": %u"
+           ", \"inflight\": %u, \"streams\": %u, \"interrupted\": %s"
+           ", \"verified\": %s}\n",
+           samples, bytes, batches, epochs_done, seconds,
+           seconds > 0 ? (double)samples / seconds : 0,
+           seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
+           first_batch_s < 0 ? 0 : first_batch_s, wait_s, cpu_s, pads, cfg.rank,
+           cfg.world, inflight, cfg.streams, s_interrupted ? "true" : "false",
+           verify && !failed_verify ? "true" : "false");
+    fflush(stdout);
+    status = failed_verify ? 1 : s_interrupted ? 130 : 0;
+out:
+    if (ids)
+        fclose(ids);
+    s_verifier_release(&ver);
+    emlio_client_destroy(&client);
+    emlio_ctx_destroy(&ctx);
+    return status;
 }

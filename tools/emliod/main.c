@@ -1,8 +1,226 @@
-/* main.c - emliod placeholder until the server module lands this session.
+/* main.c - emliod, the EMLIO storage-node daemon: argv -> emlio_server_*.
+ * Signals are handled here and only here (the library installs none).
  * SPDX-License-Identifier: MIT
  */
-int
-main(void)
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "emlio.h"
+
+static const char *const s_levels[] = { "error", "warn", "info", "debug" };
+
+static void
+s_log(void *userdata, int level, const char *module, const char *msg)
 {
-    return 1;
+    (void)userdata;
+    struct timespec ts;
+    struct tm tm;
+    char when[32];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ld %-5s %s: %s\n", when, ts.tv_nsec / 1000000,
+            s_levels[level], module, msg);
+}
+
+static void
+s_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: emliod --data DIR --bind ENDPOINT [options]\n"
+            "\n"
+            "Serves every *.tfrecord under DIR to emlio clients.\n"
+            "\n"
+            "  --data DIR          dataset directory (searched recursively)\n"
+            "  --bind ENDPOINT     e.g. tcp://0.0.0.0:5555; tcp://127.0.0.1:*\n"
+            "                      picks a free port (printed when ready)\n"
+            "  --workers N         read+serialize threads (default 2)\n"
+            "  --max-batch N       samples per request (default 4096)\n"
+            "  --max-credit N      outstanding requests per stream (256)\n"
+            "  --bytes-key KEY     Example feature to send (image/encoded)\n"
+            "  --label-key KEY     int64 label feature (image/class/label)\n"
+            "  --raw               send whole records, do not parse Examples\n"
+            "  --no-verify         do not check record CRCs when reading\n"
+            "  --no-write-index    do not write missing .idx files\n"
+            "  --on-corrupt MODE   fail (default) or skip corrupt records\n"
+            "  --log-level LEVEL   error, warn, info (default), debug\n");
+}
+
+static int
+s_parse_uint(const char *opt, const char *arg, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(arg, &end, 10);
+    if (errno || *end || end == arg || v == 0 || v > UINT32_MAX) {
+        fprintf(stderr,
+                "emliod: invalid value '%s' for %s: expected a "
+                "positive integer\n",
+                arg, opt);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    enum {
+        O_WORKERS = 256,
+        O_MAX_BATCH,
+        O_MAX_CREDIT,
+        O_BYTES_KEY,
+        O_LABEL_KEY,
+        O_RAW,
+        O_NO_VERIFY,
+        O_NO_WRITE_INDEX,
+        O_ON_CORRUPT,
+        O_LOG_LEVEL
+    };
+    static const struct option opts[] = {
+        { "data", required_argument, NULL, 'd' },
+        { "bind", required_argument, NULL, 'b' },
+        { "workers", required_argument, NULL, O_WORKERS },
+        { "max-batch", required_argument, NULL, O_MAX_BATCH },
+        { "max-credit", required_argument, NULL, O_MAX_CREDIT },
+        { "bytes-key", required_argument, NULL, O_BYTES_KEY },
+        { "label-key", required_argument, NULL, O_LABEL_KEY },
+        { "raw", no_argument, NULL, O_RAW },
+        { "no-verify", no_argument, NULL, O_NO_VERIFY },
+        { "no-write-index", no_argument, NULL, O_NO_WRITE_INDEX },
+        { "on-corrupt", required_argument, NULL, O_ON_CORRUPT },
+        { "log-level", required_argument, NULL, O_LOG_LEVEL },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    const char *bind = NULL;
+    int log_level = EMLIO_LOG_INFO;
+    int c;
+    while ((c = getopt_long(argc, argv, "d:b:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            cfg.data_dir = optarg;
+            break;
+        case 'b':
+            bind = optarg;
+            break;
+        case O_WORKERS:
+            if (s_parse_uint("--workers", optarg, &cfg.workers) < 0)
+                return 2;
+            break;
+        case O_MAX_BATCH:
+            if (s_parse_uint("--max-batch", optarg, &cfg.max_batch) < 0)
+                return 2;
+            break;
+        case O_MAX_CREDIT:
+            if (s_parse_uint("--max-credit", optarg, &cfg.max_credit) < 0)
+                return 2;
+            break;
+        case O_BYTES_KEY:
+            cfg.bytes_key = optarg;
+            break;
+        case O_LABEL_KEY:
+            cfg.label_key = optarg;
+            break;
+        case O_RAW:
+            cfg.raw = true;
+            break;
+        case O_NO_VERIFY:
+            cfg.verify = false;
+            break;
+        case O_NO_WRITE_INDEX:
+            cfg.write_index = false;
+            break;
+        case O_ON_CORRUPT:
+            if (!strcmp(optarg, "fail")) {
+                cfg.on_corrupt = EMLIO_ON_CORRUPT_FAIL;
+            } else if (!strcmp(optarg, "skip")) {
+                cfg.on_corrupt = EMLIO_ON_CORRUPT_SKIP;
+            } else {
+                fprintf(stderr,
+                        "emliod: invalid --on-corrupt '%s': expected "
+                        "fail or skip\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case O_LOG_LEVEL:
+            log_level = -1;
+            for (int i = 0; i < 4; i++)
+                if (!strcmp(optarg, s_levels[i]))
+                    log_level = i;
+            if (log_level < 0) {
+                fprintf(stderr, "emliod: invalid --log-level '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            s_usage(stdout);
+            return 0;
+        default:
+            s_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "emliod: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!cfg.data_dir || !bind) {
+        fprintf(stderr, "emliod: --data and --bind are required\n");
+        s_usage(stderr);
+        return 2;
+    }
+
+    /* Block the stop signals before any thread exists, so every library
+     * thread inherits the mask and only sigwait below receives them. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    if (!ctx) {
+        fprintf(stderr, "emliod: out of memory\n");
+        return 1;
+    }
+    emlio_ctx_set_log(ctx, s_log, NULL, log_level);
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    int rc = srv ? 0 : EMLIO_ENOMEM;
+    if (rc == 0 && (rc = emlio_server_load(srv)) < 0)
+        fprintf(stderr, "emliod: cannot load dataset: %s\n",
+                emlio_server_errmsg(srv));
+    else if (rc >= 0 && (rc = emlio_server_bind(srv, bind)) < 0)
+        fprintf(stderr, "emliod: %s\n", emlio_server_errmsg(srv));
+    else if (rc >= 0 && (rc = emlio_server_start(srv)) < 0)
+        fprintf(stderr, "emliod: cannot start: %s\n", emlio_server_errmsg(srv));
+    if (rc >= 0) {
+        printf("emliod: listening on %s\n", emlio_server_endpoint(srv));
+        fflush(stdout);
+        int sig = 0;
+        while (sigwait(&stop, &sig) != 0)
+            ;
+        emlio_server_stats_t st;
+        emlio_server_stats(srv, &st);
+        fprintf(stderr,
+                "emliod: %s, stopping: %" PRIu64 " requests, %" PRIu64
+                " samples, %" PRIu64 " bytes, %" PRIu64 " errors\n",
+                strsignal(sig), st.requests, st.samples, st.bytes, st.errors);
+    }
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    return rc < 0 ? 1 : 0;
 }
