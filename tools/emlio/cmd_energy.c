@@ -126,9 +126,10 @@ s_summary(const emlio_energy_report_t *r, char **cmd, int exit_code,
         fprintf(stderr, "  %14.3f J   %-12s (%s%s", d->joules, d->name,
                 d->source, d->in_total ? "" : ", part of another domain");
         if (d->wraps)
-            fprintf(stderr, ", %u wraps", d->wraps);
+            fprintf(stderr, ", %u wrap%s", d->wraps, d->wraps == 1 ? "" : "s");
         if (d->read_errors)
-            fprintf(stderr, ", %u read errors", d->read_errors);
+            fprintf(stderr, ", %u read error%s", d->read_errors,
+                    d->read_errors == 1 ? "" : "s");
         fprintf(stderr, ")\n");
     }
     fprintf(stderr, "  %14.3f J   energy       (%s%s)\n", r->energy_j,
