@@ -1,0 +1,64 @@
+# lib.sh - helpers shared by the integration tests (sourced, not run).
+# Every test gets a private temp dir, counts its checks and ends with the
+# line "N passed, N failed"; daemons are started on ports chosen at run
+# time and killed on exit.
+B=${B:-build}
+EMLIO=$B/bin/emlio
+EMLIOD=$B/bin/emliod
+T=$(mktemp -d /tmp/emlio-it.XXXXXX)
+PASSED=0
+FAILED=0
+PIDS=()
+
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL - $1"; }
+check() { # check NAME CMD...: passes when CMD succeeds
+    local name=$1
+    shift
+    if "$@"; then ok "$name"; else fail "$name"; fi
+}
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ]
+}
+
+# make_dataset DIR SAMPLES CLASSES BYTES SHARD_BYTES: synth + pack into DIR.
+make_dataset() {
+    "$EMLIO" synth "$1/img" --samples "$2" --classes "$3" --bytes "$4" \
+        --quiet >/dev/null &&
+        "$EMLIO" pack "$1/img" "$1/shards" --shard-bytes "$5" --quiet >/dev/null
+}
+
+# start_daemon NAME DATA_DIR [ARGS...]: starts emliod on a free loopback
+# port and waits (bounded) for its "listening on" line. Sets EP and DPID.
+start_daemon() {
+    local name=$1 data=$2
+    shift 2
+    "$EMLIOD" --data "$data" --bind 'tcp://127.0.0.1:*' --log-level warn "$@" \
+        >"$T/$name.out" 2>"$T/$name.err" &
+    DPID=$!
+    PIDS+=("$DPID")
+    EP=""
+    for _ in $(seq 1 200); do
+        EP=$(sed -n 's/^emliod: listening on //p' "$T/$name.out")
+        [ -n "$EP" ] && return 0
+        kill -0 "$DPID" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "daemon $name did not start:"
+    cat "$T/$name.err"
+    return 1
+}
+
+# json_field FILE KEY: the value of KEY in the last line of FILE (JSON).
+json_field() {
+    tail -n 1 "$1" | /usr/bin/python3 -c \
+        "import json,sys; print(json.loads(sys.stdin.read())['$2'])"
+}

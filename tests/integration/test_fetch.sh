@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_fetch.sh - the foundation end to end: synth, pack, emliod, fetch
+# --verify on loopback, plus the programs' answers to bad input.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
+
+check "dataset builds" make_dataset "$T" 300 3 20000 1M
+nshards=$(ls "$T"/shards/*.tfrecord | wc -l)
+check "several shards ($nshards)" test "$nshards" -ge 3
+start_daemon d1 "$T/shards" || { fail "daemon starts"; finish; exit 1; }
+ok "daemon starts and prints its endpoint ($EP)"
+
+# Two verified epochs; every sample once per epoch, epochs in other orders.
+"$EMLIO" fetch --connect "$EP" --batch 16 --epochs 2 --seed 7 --verify \
+    --ids "$T/ids" --quiet >"$T/fetch.out" 2>"$T/fetch.err"
+check "fetch --verify succeeds" test $? -eq 0
+check "json reports 600 samples" test "$(json_field "$T/fetch.out" samples)" = 600
+check "json reports 2 epochs" test "$(json_field "$T/fetch.out" epochs)" = 2
+check "json is verified" test "$(json_field "$T/fetch.out" verified)" = True
+for e in 0 1; do
+    awk -v e=$e '$1 == e {print $2, $3}' "$T/ids" | sort >"$T/e$e"
+    check "epoch $e: 300 lines" test "$(wc -l <"$T/e$e")" = 300
+    check "epoch $e: 300 distinct samples" test "$(sort -u "$T/e$e" | wc -l)" = 300
+done
+check "both epochs cover the same set" cmp -s "$T/e0" "$T/e1"
+awk '$1 == 0 {print $2, $3}' "$T/ids" >"$T/o0"
+awk '$1 == 1 {print $2, $3}' "$T/ids" >"$T/o1"
+check "epochs differ in order" bash -c "! cmp -s '$T/o0' '$T/o1'"
+
+# Same seed, same plan: the delivered set per batch is deterministic; in
+# order with --shuffle none gives file order exactly.
+"$EMLIO" fetch --connect "$EP" --batch 10 --shuffle none --in-order \
+    --ids "$T/ids_none" --quiet >/dev/null 2>&1
+awk '{print $2, $3}' "$T/ids_none" >"$T/none"
+for f in "$T"/shards/*.tfrecord; do
+    n=$(wc -l <"$f.idx")
+    for ((i = 0; i < n; i++)); do echo "$(basename "$f") $i"; done
+done >"$T/file_order"
+check "--shuffle none --in-order is file order" cmp -s "$T/none" "$T/file_order"
+
+# Batch sizes that do not divide the dataset, several streams, fixed window.
+"$EMLIO" fetch --connect "$EP" --batch 7 --streams 4 --inflight 3 --verify \
+    --quiet >"$T/f7.out" 2>&1
+check "batch 7, 4 streams, window 3 verifies" test $? -eq 0
+check "batch 7: 43 batches" test "$(json_field "$T/f7.out" batches)" = 43
+
+# Bad input: clear messages, non-zero exits, bounded time.
+"$EMLIOD" --data "$T/nope" --bind 'tcp://127.0.0.1:*' >/dev/null 2>"$T/e1"
+check "missing data dir fails" test $? -ne 0
+check "missing data dir is named" grep -q "$T/nope" "$T/e1"
+mkdir -p "$T/empty"
+"$EMLIOD" --data "$T/empty" --bind 'tcp://127.0.0.1:*' >/dev/null 2>"$T/e2"
+check "no shards fails" test $? -ne 0
+check "no shards says so" grep -q "no \*.tfrecord shards" "$T/e2"
+"$EMLIOD" --data "$T/shards" --bind "$EP" >/dev/null 2>"$T/e3"
+check "port in use fails" test $? -ne 0
+check "port in use says so" grep -qi "address already in use" "$T/e3"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start=$SECONDS
+"$EMLIO" fetch --connect "tcp://127.0.0.1:$port" --batch 8 \
+    --connect-timeout-ms 500 >/dev/null 2>"$T/e4"
+rc=$?
+check "nobody listening fails" test $rc -ne 0
+check "nobody listening names the endpoint" grep -q "127.0.0.1:$port" "$T/e4"
+check "nobody listening gives up quickly" test $((SECONDS - start)) -le 5
+"$EMLIO" fetch --batch 8 >/dev/null 2>"$T/e5"
+check "fetch without --connect is a usage error" test $? -eq 2
+"$EMLIOD" --data "$T/shards" >/dev/null 2>&1
+check "emliod without --bind is a usage error" test $? -eq 2
+
+# A corrupt record is reported with shard and offset, never delivered.
+mkdir -p "$T/bad"
+cp "$T"/shards/* "$T/bad/"
+victim=$(ls "$T"/bad/*.tfrecord | head -n 1)
+/usr/bin/python3 - "$victim" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+b[len(b) // 2] ^= 0x01
+open(p, 'wb').write(b)
+PY
+start_daemon bad "$T/bad" || fail "daemon on corrupt copy starts"
+"$EMLIO" fetch --connect "$EP" --batch 16 --quiet >/dev/null 2>"$T/e6"
+check "corrupt record fails the fetch" test $? -ne 0
+check "corrupt record names shard and offset" \
+    grep -q "corrupt record .* in shard '$(basename "$victim")' at offset" "$T/e6"
+
+# SIGTERM stops the daemon cleanly.
+kill -TERM "$DPID"
+wait "$DPID"
+check "emliod exits 0 on SIGTERM" test $? -eq 0
+finish
