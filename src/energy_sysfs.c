@@ -514,6 +514,8 @@ emlio__energy_perf_probe(const char *root, emlio__energy_set_t *set, char *err)
                 first_rc = rc;
             s_notef(note, "cannot use '%s': %s", path,
                     rc == EMLIO_EFORMAT ? "garbled" : emlio_strerror(rc));
+            if (e <= 1) /* package or dram: the total would shrink */
+                goto fail;
             continue;
         }
         for (int p = 0; p < n_cpus; p++) {
@@ -524,6 +526,10 @@ emlio__energy_perf_probe(const char *root, emlio__energy_set_t *set, char *err)
                 s_notef(note,
                         "cannot open perf event 'power/%s/' on cpu %d: %s",
                         s_perf_events[e].event, cpus[p], emlio_strerror(fd));
+                if (e <= 1) {
+                    rc = fd;
+                    goto fail;
+                }
                 continue;
             }
             emlio__energy_counter_t *c = emlio__energy_set_add(set);
@@ -587,6 +593,13 @@ emlio__energy_perf_probe(const char *root, emlio__energy_set_t *set, char *err)
     }
     emlio__seterr(err, 0, "%s", note);
     return (int)(set->n - first);
+
+fail:
+    while (set->n > first) {
+        close(set->v[set->n - 1].fd);
+        set->n--;
+    }
+    return emlio__seterr(err, rc, "%s", note);
 
 nomem:
     while (set->n > first) {

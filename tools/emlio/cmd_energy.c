@@ -22,6 +22,8 @@
  * else, so this one static is unavoidable; it lives in the tool, never in
  * the library. */
 static volatile sig_atomic_t s_child = 0;
+/* A signal that arrived before the child existed, forwarded after fork. */
+static volatile sig_atomic_t s_pending = 0;
 
 static void
 s_usage(FILE *out)
@@ -60,8 +62,11 @@ s_forward(int sig, siginfo_t *info, void *ucontext)
     (void)ucontext;
     pid_t child = (pid_t)s_child;
     /* A terminal's ^C (si_code SI_KERNEL) already reached the child, which
-     * shares our process group; forward only signals sent to us alone. */
-    if (child > 0 && info && info->si_code != SI_KERNEL)
+     * shares our process group; forward only signals sent to us alone.
+     * Before the fork, any signal is kept for the child. */
+    if (child <= 0)
+        s_pending = sig;
+    else if (!info || info->si_code != SI_KERNEL)
         kill(child, sig);
 }
 
@@ -340,6 +345,8 @@ cmd_energy(int argc, char **argv)
         _exit(err == ENOENT ? 127 : 126);
     }
     s_child = (sig_atomic_t)pid;
+    if (s_pending)
+        kill(pid, (int)s_pending);
     int exit_code = s_wait(pid);
     s_child = 0;
     sigaction(SIGINT, &old_int, NULL);
