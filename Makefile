@@ -76,7 +76,14 @@ $(B)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(B)/libemlio.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< fuzz/replay.c $(B)/libemlio.a $(LDFLAGS_ALL) $(DEP_LIBS)
 
-test: all $(UNIT_BIN) $(FUZZ_REPLAY)
+# A stand-in NVML library, so the energy module's GPU path runs without GPUs.
+$(B)/tests/libfake_nvml.so: tests/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+
+$(B)/tests/test_energy: $(B)/tests/libfake_nvml.so
+
+test: all $(UNIT_BIN) $(FUZZ_REPLAY) $(B)/tests/libfake_nvml.so
 	@tests/run.sh
 
 check:

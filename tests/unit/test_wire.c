@@ -1,0 +1,200 @@
+/* test_wire.c - the protocol encoder and the bounded decoder.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_test.h"
+
+#include "wire.h"
+
+static void
+test_wire_get_round_trip(void **state)
+{
+    (void)state;
+    emlio_wire_item_t items[3] = { { 0, 5 }, { 7, 1ull << 40 }, { 2, 0 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_get(&buf, 99, "abcd", items, 3), 0);
+    emlio_wire_msg_t msg;
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
+                     (int)buf.len);
+    assert_int_equal(msg.type, EMLIO_MSG_GET);
+    assert_int_equal(msg.id, 99);
+    assert_int_equal(msg.dataset_len, 4);
+    assert_memory_equal(msg.dataset, "abcd", 4);
+    assert_int_equal(msg.n_items, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(msg.items[i].shard, items[i].shard);
+        assert_int_equal(msg.items[i].record, items[i].record);
+    }
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+}
+
+static void
+test_wire_batch_round_trip(void **state)
+{
+    (void)state;
+    emlio_wire_sample_t s[2] = { { 1, 2, -1, 0xdeadbeef },
+                                 { 3, 4, 1000000, 7 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_batch(&buf, 1ull << 50, s, 2), 0);
+    emlio_wire_msg_t msg;
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_BATCH);
+    assert_int_equal(msg.id, 1ull << 50);
+    assert_int_equal(msg.n_samples, 2);
+    assert_int_equal(msg.samples[0].label, -1);
+    assert_int_equal(msg.samples[0].crc, 0xdeadbeef);
+    assert_int_equal(msg.samples[1].label, 1000000);
+    assert_int_equal(msg.samples[1].record, 4);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+}
+
+static void
+test_wire_welcome_hello_error_round_trip(void **state)
+{
+    (void)state;
+    emlio_wire_shard_t shards[2] = { { "a.tfrecord", 10, 5, 100 },
+                                     { "sub/b.tfrecord", 14, 0, 16 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    emlio_wire_msg_t msg;
+    assert_int_equal(
+        emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8, shards, 2),
+        0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_WELCOME);
+    assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
+    assert_int_equal(msg.max_batch, 64);
+    assert_int_equal(msg.max_credit, 8);
+    assert_int_equal(msg.n_shards, 2);
+    assert_int_equal(msg.shards[1].name_len, 14);
+    assert_memory_equal(msg.shards[1].name, "sub/b.tfrecord", 14);
+    assert_int_equal(msg.shards[1].bytes, 16);
+    emlio__wire_msg_release(&msg);
+
+    assert_int_equal(emlio__wire_encode_hello(&buf, "me"), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_HELLO);
+    assert_int_equal(msg.name_len, 2);
+    emlio__wire_msg_release(&msg);
+
+    assert_int_equal(emlio__wire_encode_error(&buf, 3, EMLIO_ECORRUPT, "bad"),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_ERROR);
+    assert_int_equal(msg.code, EMLIO_ECORRUPT);
+    assert_int_equal(msg.text_len, 3);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+}
+
+/* Every prefix of a valid message is rejected cleanly, never read past. */
+static void
+test_wire_truncated_prefixes_fail(void **state)
+{
+    (void)state;
+    emlio_wire_item_t items[4] = { { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 4), 0);
+    for (size_t len = 0; len < buf.len; len++) {
+        /* A private copy of exactly len bytes, so ASan sees any overread. */
+        uint8_t *copy = emlio_malloc(len);
+        memcpy(copy, buf.data, len);
+        emlio_wire_msg_t msg;
+        char err[EMLIO_ERRMSG_LEN] = "";
+        assert_int_equal(emlio__wire_decode(&msg, copy, len, 0, err),
+                         EMLIO_EPROTO);
+        assert_non_null(strstr(err, "malformed message"));
+        emlio_free(copy);
+    }
+    emlio_buf_release(&buf);
+}
+
+static void
+test_wire_hostile_lengths_rejected(void **state)
+{
+    (void)state;
+    emlio_wire_msg_t msg;
+    char err[EMLIO_ERRMSG_LEN];
+    /* {"t": 3, "id": 1, "items": array32 claiming 4 billion elements} */
+    const uint8_t huge[] = { 0x83, 0xa1, 't',  0x03, 0xa2, 'i',  'd',
+                             0x01, 0xa5, 'i',  't',  'e',  'm',  's',
+                             0xdd, 0xff, 0xff, 0xff, 0xfe, 0x01, 0x02 };
+    assert_int_equal(emlio__wire_decode(&msg, huge, sizeof(huge), 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "longer than the message"));
+    /* More items than the caller's limit. */
+    emlio_wire_item_t items[8] = { { 0, 0 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 8), 0);
+    assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 4, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "too many items"));
+    emlio_buf_release(&buf);
+    /* Odd-length item arrays, unknown types, maps nested too deep. */
+    const uint8_t odd[] = { 0x83, 0xa1, 't', 0x03, 0xa2, 'i',  'd', 0x01, 0xa5,
+                            'i',  't',  'e', 'm',  's',  0x93, 1,   2,    3 };
+    assert_int_equal(emlio__wire_decode(&msg, odd, sizeof(odd), 0, err),
+                     EMLIO_EPROTO);
+    const uint8_t badtype[] = { 0x81, 0xa1, 't', 0x09 };
+    assert_int_equal(emlio__wire_decode(&msg, badtype, sizeof(badtype), 0, err),
+                     EMLIO_EPROTO);
+    uint8_t deep[64];
+    size_t n = 0;
+    deep[n++] = 0x82;
+    deep[n++] = 0xa1;
+    deep[n++] = 't';
+    deep[n++] = 0x01;
+    deep[n++] = 0xa1;
+    deep[n++] = 'x';
+    for (int i = 0; i < 20; i++)
+        deep[n++] = 0x91; /* [[[[...]]]] */
+    deep[n++] = 0x00;
+    assert_int_equal(emlio__wire_decode(&msg, deep, n, 0, err), EMLIO_EPROTO);
+    assert_non_null(strstr(err, "nested too deeply"));
+}
+
+static void
+test_wire_unknown_keys_skipped_and_fields_required(void **state)
+{
+    (void)state;
+    emlio_wire_msg_t msg;
+    char err[EMLIO_ERRMSG_LEN];
+    /* HELLO with an extra future key holding a map and a float. */
+    const uint8_t fwd[] = { 0x84, 0xa1, 't',  0x01, 0xa1, 'v',  0x01, 0xa3, 'n',
+                            'e',  'w',  0x81, 0xa1, 'k',  0xcb, 0,    0,    0,
+                            0,    0,    0,    0,    0,    0xa1, 'z',  0xc0 };
+    assert_int_equal(emlio__wire_decode(&msg, fwd, sizeof(fwd), 0, err),
+                     (int)sizeof(fwd));
+    assert_int_equal(msg.type, EMLIO_MSG_HELLO);
+    emlio__wire_msg_release(&msg);
+    /* A GET without items is incomplete. */
+    const uint8_t noitems[] = { 0x82, 0xa1, 't', 0x03, 0xa2, 'i', 'd', 0x05 };
+    assert_int_equal(emlio__wire_decode(&msg, noitems, sizeof(noitems), 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "required field"));
+    /* Trailing garbage after the map. */
+    const uint8_t trailing[] = { 0x82, 0xa1, 't', 0x01, 0xa1, 'v', 0x01, 0x00 };
+    assert_int_equal(
+        emlio__wire_decode(&msg, trailing, sizeof(trailing), 0, err),
+        EMLIO_EPROTO);
+    /* A negative record number. */
+    const uint8_t neg[] = { 0x83, 0xa1, 't', 0x03, 0xa2, 'i',  'd',  0x01, 0xa5,
+                            'i',  't',  'e', 'm',  's',  0x92, 0x00, 0xff };
+    assert_int_equal(emlio__wire_decode(&msg, neg, sizeof(neg), 0, err),
+                     EMLIO_EPROTO);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wire_get_round_trip),
+        cmocka_unit_test(test_wire_batch_round_trip),
+        cmocka_unit_test(test_wire_welcome_hello_error_round_trip),
+        cmocka_unit_test(test_wire_truncated_prefixes_fail),
+        cmocka_unit_test(test_wire_hostile_lengths_rejected),
+        cmocka_unit_test(test_wire_unknown_keys_skipped_and_fields_required),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
