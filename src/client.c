@@ -595,6 +595,25 @@ emlio_client_shard_records(const emlio_client_t *self, size_t i)
     return i < self->n_shards ? self->shards[i].records : 0;
 }
 
+const uint32_t *
+emlio_client_shard_holders(const emlio_client_t *self, size_t i, size_t *n)
+{
+    *n = i < self->n_shards ? self->shards[i].n_holders : 0;
+    return i < self->n_shards ? self->shards[i].holders : NULL;
+}
+
+size_t
+emlio_client_daemon_count(const emlio_client_t *self)
+{
+    return self->n_daemons;
+}
+
+const char *
+emlio_client_daemon_endpoint(const emlio_client_t *self, size_t d)
+{
+    return d < self->n_daemons ? self->daemons[d].endpoint : NULL;
+}
+
 /* ---- epochs ------------------------------------------------------------ */
 
 static bool

@@ -92,6 +92,16 @@ EMLIO_EXPORT const char *emlio_client_shard_name(const emlio_client_t *self,
 EMLIO_EXPORT uint64_t emlio_client_shard_records(const emlio_client_t *self,
                                                  size_t i);
 
+/* The daemons that hold shard i (indices for emlio_client_daemon_endpoint),
+ * count in *n; borrowed, valid until destroy. */
+EMLIO_EXPORT const uint32_t *
+emlio_client_shard_holders(const emlio_client_t *self, size_t i, size_t *n);
+
+/* Daemons connected, and the endpoint of daemon d (borrowed). */
+EMLIO_EXPORT size_t emlio_client_daemon_count(const emlio_client_t *self);
+EMLIO_EXPORT const char *
+emlio_client_daemon_endpoint(const emlio_client_t *self, size_t d);
+
 /* Plans epoch for this rank and starts requesting its batches. Batches of
  * an unfinished previous epoch that were not yet delivered are abandoned.
  * Returns the number of batches this rank will receive in the epoch, or
