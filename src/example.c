@@ -264,6 +264,9 @@ s_parse_entry(const uint8_t *p, size_t len, s_entry_fn *fn, void *userdata)
 static int
 s_walk(const uint8_t *buf, size_t len, s_entry_fn *fn, void *userdata)
 {
+    /* buf may be NULL for an empty message, and NULL + 0 is undefined. */
+    if (len == 0)
+        return 0;
     const uint8_t *p = buf;
     const uint8_t *end = buf + len;
     while (p < end) {

@@ -204,7 +204,7 @@ emlio__tfrecord_parse_index(const char *text, size_t len, const char *idx_name,
 {
     s_locvec_t v = { NULL, 0, 0 };
     const char *p = text;
-    const char *end = text + len;
+    const char *end = len ? text + len : text; /* text may be NULL if 0 */
     uint64_t expect = 0; /* where the next record must start */
     size_t line = 0;
     int rc = 0;
