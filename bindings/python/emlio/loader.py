@@ -1,0 +1,714 @@
+# emlio/loader.py - Loader and Batch: the Python face of emlio_client_t.
+# Zero-copy sample views over the client's batch memory, resume state, stats.
+# SPDX-License-Identifier: MIT
+"""The :class:`Loader` and its :class:`Batch` objects.
+
+Zero-copy and batch lifetime
+----------------------------
+A batch's sample bytes live in memory that libemlio received from ZeroMQ.
+``batch.samples`` / ``batch[i]`` are *views* of that memory (NumPy uint8
+arrays made with ``np.frombuffer``, or memoryviews without NumPy); nothing
+is copied. The memory goes back to the client when the batch is released:
+
+* Iterating a Loader (``for batch in loader``) releases each batch when the
+  next one is requested, and the last one when the loop ends or is left.
+* ``batch.keep()`` opts a batch out of that: it then lives until
+  ``batch.release()`` (or ``with batch:``), or until ``loader.close()``.
+* After release, NumPy views handed out earlier point to freed memory;
+  reading them is undefined (they cannot be revoked). Memoryviews (the
+  no-NumPy path) are revoked and raise ValueError. Use ``batch.copy()``,
+  ``batch.concat()`` or ``np.array(view)`` to keep bytes beyond the batch.
+
+Labels (``batch.labels``, int64) and ids (``batch.ids``) are copies, valid
+forever. The views are made lazily on first access, so a loop that does not
+look at the bytes costs two ctypes calls per batch.
+
+Threads: a Loader and its batches are used by one thread at a time (the C
+client's rule); ZeroMQ's own threads keep receiving in the background.
+"""
+
+import ctypes
+import errno as _errno
+import logging
+import os
+
+from . import _lib
+from .errors import EmlioError, InvalidArgumentError, make_error
+
+try:
+    import numpy as _np
+except ImportError:  # the core works without NumPy
+    _np = None
+
+_C = _lib.lib
+_next = _C.emlio_client_next
+_samples = _C.emlio_batch_samples
+_epoch_of = _C.emlio_batch_epoch
+_index_of = _C.emlio_batch_index
+_release = _C.emlio_batch_release
+_memmove = ctypes.memmove
+_U8 = ctypes.c_uint8
+_SAMPLE_SIZE = ctypes.sizeof(_lib.Sample)
+
+# ctypes makes (and caches) one array type per length, and making one costs
+# about 10 us: with JPEG sizes all different that would dominate. The views
+# therefore come from a handful of power-of-two array types, cut to the
+# sample's length by np.frombuffer(count=len); only len bytes are ever
+# visible through the view.
+_POW2_TYPES = [_U8 * (1 << k) for k in range(48)]
+
+
+def _window(n):
+    """A ctypes uint8 array type of at least n bytes (n >= 1)."""
+    return _POW2_TYPES[(n - 1).bit_length()]
+
+if _np is not None:
+    # emlio_sample_t as a NumPy record, so labels, lengths, shards and
+    # records of a whole batch come out of one np.frombuffer call.
+    _SAMPLE_DTYPE = _np.dtype({
+        "names": [f[0] for f in _lib.Sample._fields_],
+        "formats": [_np.uintp, _np.uintp, _np.int64, _np.uint32, _np.uint64,
+                    _np.bool_],
+        "offsets": [getattr(_lib.Sample, f[0]).offset
+                    for f in _lib.Sample._fields_],
+        "itemsize": _SAMPLE_SIZE,
+    })
+    _frombuffer = _np.frombuffer
+    _uint8 = _np.uint8
+
+_LOG_LEVELS = {
+    "error": _lib.EMLIO_LOG_ERROR,
+    "warn": _lib.EMLIO_LOG_WARN,
+    "warning": _lib.EMLIO_LOG_WARN,
+    "info": _lib.EMLIO_LOG_INFO,
+    "debug": _lib.EMLIO_LOG_DEBUG,
+}
+_PY_LEVELS = {
+    _lib.EMLIO_LOG_ERROR: logging.ERROR,
+    _lib.EMLIO_LOG_WARN: logging.WARNING,
+    _lib.EMLIO_LOG_INFO: logging.INFO,
+    _lib.EMLIO_LOG_DEBUG: logging.DEBUG,
+}
+
+
+def version():
+    """The loaded library's version as a (major, minor, patch) tuple."""
+    return _lib.version
+
+
+def strerror(code):
+    """libemlio's text for a return code."""
+    return _C.emlio_strerror(code).decode("utf-8", "replace")
+
+
+def _env_int(name):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise InvalidArgumentError(
+            -1009, "invalid value '%s' for %s" % (v, name)) from None
+
+
+def rank_and_world(rank=None, world_size=None):
+    """Rank and world size: the arguments, else RANK/WORLD_SIZE (torchrun),
+    else SLURM_PROCID/SLURM_NTASKS, else 0 of 1."""
+    for r_name, w_name in (("RANK", "WORLD_SIZE"),
+                           ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank is not None and world_size is not None:
+            break
+        r, w = _env_int(r_name), _env_int(w_name)
+        if r is None or w is None:
+            continue
+        if rank is None:
+            rank = r
+        if world_size is None:
+            world_size = w
+    rank = 0 if rank is None else int(rank)
+    world_size = 1 if world_size is None else int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InvalidArgumentError(
+            -1009, "rank %d is not below world size %d" % (rank, world_size))
+    return rank, world_size
+
+
+class Batch:
+    """One batch of samples, borrowed from the client until released.
+
+    ``len(batch)``, ``batch[i]`` (a zero-copy view of sample i),
+    ``batch.samples`` (all views, made once), ``batch.labels`` (int64 copy),
+    ``batch.ids`` (list of (shard name, record, pad)), ``batch.epoch``,
+    ``batch.index`` (position in this rank's plan of the epoch),
+    ``batch.nbytes``. ``keep()``, ``release()``, ``copy()``, ``concat()``.
+    """
+
+    __slots__ = ("_loader", "_ptr", "_addr", "_n", "epoch", "index",
+                 "_kept", "_views", "_records", "_mvs", "__weakref__")
+
+    def __init__(self, loader, ptr, addr, n, epoch, index):
+        self._loader = loader
+        self._ptr = ptr  # ctypes.c_void_p holding the emlio_batch_t *
+        self._addr = addr  # address of the emlio_sample_t array
+        self._n = n
+        self.epoch = epoch
+        self.index = index
+        self._kept = False
+        self._views = None
+        self._records = None
+        self._mvs = None
+
+    # -- lifetime ---------------------------------------------------------
+
+    @property
+    def released(self):
+        return self._ptr is None
+
+    def keep(self):
+        """Keeps the batch past the next iteration step; the caller then
+        releases it (release(), ``with``, or loader.close()). Returns self."""
+        self._kept = True
+        return self
+
+    def release(self):
+        """Returns the batch memory to the client. Idempotent. Views made
+        from this batch must not be used afterwards."""
+        ptr = self._ptr
+        if ptr is None:
+            return
+        self._ptr = None
+        self._views = None
+        self._records = None
+        if self._mvs is not None:
+            for mv in self._mvs:
+                mv.release()
+            self._mvs = None
+        loader = self._loader
+        self._loader = None
+        if loader is not None:
+            loader._live.pop(id(self), None)
+        _release(ctypes.byref(ptr))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def _check(self):
+        if self._ptr is None:
+            raise EmlioError(-1002, "batch %d of epoch %d was released"
+                             % (self.index, self.epoch))
+
+    # -- contents ---------------------------------------------------------
+
+    def __len__(self):
+        return self._n
+
+    def _recs(self):
+        """The emlio_sample_t array as a NumPy record array (a view)."""
+        if self._records is None:
+            self._check()
+            raw = _window(self._n * _SAMPLE_SIZE).from_address(self._addr)
+            self._records = _frombuffer(raw, _SAMPLE_DTYPE, self._n)
+        return self._records
+
+    def _cstructs(self):
+        self._check()
+        return (_lib.Sample * self._n).from_address(self._addr)
+
+    @property
+    def samples(self):
+        """Zero-copy views of every sample (list of np.uint8 arrays, or of
+        memoryviews without NumPy), valid until the batch is released."""
+        views = self._views
+        if views is None:
+            self._check()
+            if _np is not None:
+                recs = self._recs()
+                types = _POW2_TYPES
+                fb = _frombuffer
+                t = _uint8
+                views = [fb(types[(ln - 1).bit_length()].from_address(p), t,
+                            ln) if ln else _np.empty(0, t)
+                         for p, ln in zip(recs["data"].tolist(),
+                                          recs["len"].tolist())]
+            else:
+                views = [memoryview(_window(s.len).from_address(s.data))
+                         .cast("B")[:s.len] if s.len else memoryview(b"")
+                         for s in self._cstructs()]
+                self._mvs = views
+            self._views = views
+        return views
+
+    def __getitem__(self, i):
+        if self._views is not None:
+            return self._views[i]
+        if isinstance(i, slice):
+            return self.samples[i]
+        n = self._n
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("sample index out of range")
+        self._check()
+        s = _lib.Sample.from_address(self._addr + i * _SAMPLE_SIZE)
+        if _np is not None:
+            if not s.len:
+                return _np.empty(0, _uint8)
+            return _frombuffer(_window(s.len).from_address(s.data), _uint8,
+                               s.len)
+        return self.samples[i]
+
+    def __iter__(self):
+        return iter(self.samples)
+
+    @property
+    def labels(self):
+        """Labels as an int64 array (a copy; list without NumPy); -1 for a
+        record without one."""
+        if _np is not None:
+            return self._recs()["label"].copy()
+        return [s.label for s in self._cstructs()]
+
+    @property
+    def lengths(self):
+        """Sample sizes in bytes (int64 array copy; list without NumPy)."""
+        if _np is not None:
+            return self._recs()["len"].astype(_np.int64)
+        return [s.len for s in self._cstructs()]
+
+    @property
+    def pads(self):
+        """Which samples are padding repeats (bool array; list without
+        NumPy)."""
+        if _np is not None:
+            return self._recs()["pad"].copy()
+        return [bool(s.pad) for s in self._cstructs()]
+
+    @property
+    def nbytes(self):
+        if _np is not None:
+            return int(self._recs()["len"].sum())
+        return sum(s.len for s in self._cstructs())
+
+    @property
+    def ids(self):
+        """[(shard name, record, pad)] per sample."""
+        names = self._loader.shard_names if self._loader else None
+        self._check()
+        if _np is not None:
+            recs = self._recs()
+            return [(names[sh], rec, bool(pad)) for sh, rec, pad in
+                    zip(recs["shard"].tolist(), recs["record"].tolist(),
+                        recs["pad"].tolist())]
+        return [(names[s.shard], s.record, bool(s.pad))
+                for s in self._cstructs()]
+
+    def copy(self):
+        """The samples as a list of bytes objects (copies)."""
+        self._check()
+        at = ctypes.string_at
+        return [at(s.data, s.len) if s.len else b""
+                for s in self._cstructs()]
+
+    def concat(self):
+        """Copies every sample into one contiguous uint8 buffer. Returns
+        (data, offsets): sample i is data[offsets[i]:offsets[i + 1]].
+        NumPy arrays (data uint8, offsets int64 of len(batch) + 1); without
+        NumPy a bytearray and a list. One memmove per sample, no views."""
+        self._check()
+        if _np is not None:
+            recs = self._recs()
+            lens = recs["len"]
+            offsets = _np.zeros(self._n + 1, _np.int64)
+            _np.cumsum(lens, out=offsets[1:])
+            data = _np.empty(int(offsets[-1]), _uint8)
+            base = data.ctypes.data
+            mm = _memmove
+            for p, off, ln in zip(recs["data"].tolist(),
+                                  offsets[:-1].tolist(), lens.tolist()):
+                mm(base + off, p, ln)
+            return data, offsets
+        structs = self._cstructs()
+        offsets = [0]
+        for s in structs:
+            offsets.append(offsets[-1] + s.len)
+        data = bytearray(offsets[-1])
+        base = ctypes.addressof((ctypes.c_char * len(data)).from_buffer(data))
+        for s, off in zip(structs, offsets):
+            _memmove(base + off, s.data, s.len)
+        return data, offsets
+
+    def __repr__(self):
+        state = "released" if self._ptr is None else (
+            "kept" if self._kept else "live")
+        return "<emlio.Batch epoch=%d index=%d samples=%d %s>" % (
+            self.epoch, self.index, self._n, state)
+
+
+class Loader:
+    """Pulls batches from emliod daemons through libemlio's client.
+
+    Parameters
+    ----------
+    endpoints : str or list of str
+        ZeroMQ endpoints of the daemons ("tcp://host:port"), a list or one
+        comma-separated string.
+    batch_size : int
+        Samples per batch.
+    epochs : int or None
+        With ``None`` (the default) each ``iter(loader)`` runs *one* epoch,
+        the next one (0, 1, 2, ...), like a PyTorch DataLoader. With an int
+        N, ``iter(loader)`` runs the epochs that are left of 0..N-1 in one
+        pass. ``loader.epoch(e)`` runs a given epoch either way.
+    shuffle : bool or "window" / "none"
+        Window shuffle (shard order + records within shard windows), or
+        file order.
+    seed : int
+        Shuffle seed, shared by all ranks.
+    rank, world_size : int or None
+        This rank and the job size; when not given, RANK/WORLD_SIZE, else
+        SLURM_PROCID/SLURM_NTASKS, else 0 of 1.
+    in_order : bool
+        Deliver batches in plan order (default: as they arrive).
+    state : bytes or dict or None
+        Resume state from :meth:`state_dict`: the epoch it was saved in
+        continues with exactly the batches not yet delivered.
+    streams, inflight : int
+        TCP streams per daemon; batches in flight (0 = auto, from the
+        measured bandwidth-delay product).
+    drop_last : bool
+        Drop the remainder instead of delivering a short last batch.
+    verify : bool
+        Check each sample's CRC-32C.
+    timeout_ms, connect_timeout_ms : int
+        Fail when no reply comes for this long; give up connecting.
+    window_shards : int
+        Shards per shuffle window (0 = library default).
+    log_level : None, int or "error"/"warn"/"info"/"debug"
+        Route libemlio's log to the ``logging`` module (logger
+        ``emlio.<module>``) up to this level. None keeps it silent.
+
+    Raises :class:`emlio.EmlioError` (a subclass by code) when connecting
+    fails; the message names the daemon.
+    """
+
+    def __init__(self, endpoints, batch_size, epochs=None, shuffle=True,
+                 seed=0, rank=None, world_size=None, in_order=False,
+                 state=None, streams=2, inflight=0, drop_last=False,
+                 verify=True, timeout_ms=60000, connect_timeout_ms=10000,
+                 window_shards=0, log_level=None, name=None):
+        self._client = None
+        self._ctx = None
+        self._live = {}
+        self._log_cb = None
+        if not isinstance(endpoints, str):
+            endpoints = ",".join(endpoints)
+        if not endpoints:
+            raise InvalidArgumentError(-1009, "no endpoints given")
+        if int(batch_size) < 1:
+            raise InvalidArgumentError(-1009, "batch_size must be positive")
+        if epochs is not None and int(epochs) < 0:
+            raise InvalidArgumentError(-1009, "epochs must not be negative")
+        self.endpoints = endpoints
+        self.batch_size = int(batch_size)
+        self.epochs = None if epochs is None else int(epochs)
+        self.rank, self.world_size = rank_and_world(rank, world_size)
+        if isinstance(shuffle, str):
+            modes = {"window": _lib.EMLIO_SHUFFLE_WINDOW,
+                     "none": _lib.EMLIO_SHUFFLE_NONE}
+            if shuffle not in modes:
+                raise InvalidArgumentError(
+                    -1009, "invalid shuffle '%s': expected window or none"
+                    % shuffle)
+            shuffle_mode = modes[shuffle]
+        else:
+            shuffle_mode = (_lib.EMLIO_SHUFFLE_WINDOW if shuffle
+                            else _lib.EMLIO_SHUFFLE_NONE)
+
+        cfg = _lib.ClientConfig()
+        _C.emlio_client_config_init(ctypes.byref(cfg))
+        cfg.batch_size = self.batch_size
+        cfg.world = self.world_size
+        cfg.rank = self.rank
+        cfg.seed = int(seed)
+        cfg.shuffle = shuffle_mode
+        cfg.window_shards = int(window_shards)
+        cfg.drop_last = bool(drop_last)
+        cfg.streams = int(streams)
+        cfg.inflight = int(inflight)
+        cfg.in_order = bool(in_order)
+        cfg.verify = bool(verify)
+        cfg.connect_timeout_ms = int(connect_timeout_ms)
+        cfg.timeout_ms = int(timeout_ms)
+        self._name = (name or "emlio-python").encode()
+        cfg.name = self._name  # the config is copied by emlio_client_new
+        self.config = {
+            "batch_size": self.batch_size, "rank": self.rank,
+            "world_size": self.world_size, "seed": int(seed),
+            "shuffle": shuffle_mode == _lib.EMLIO_SHUFFLE_WINDOW,
+            "drop_last": bool(drop_last), "in_order": bool(in_order),
+            "streams": int(streams), "inflight": int(inflight),
+            "verify": bool(verify), "window_shards": int(window_shards),
+        }
+
+        ctx = _C.emlio_ctx_new()
+        if not ctx:
+            raise MemoryError("emlio_ctx_new: out of memory")
+        self._ctx = ctypes.c_void_p(ctx)
+        if log_level is not None:
+            self._install_log(log_level)
+        client = _C.emlio_client_new(self._ctx, ctypes.byref(cfg))
+        if not client:
+            self.close()
+            raise MemoryError("emlio_client_new: out of memory")
+        self._client = ctypes.c_void_p(client)
+        self._bp = ctypes.c_void_p()
+        self._np = ctypes.c_size_t()
+        self._resume = None  # epoch loaded from a state, not yet iterated
+        self._next_epoch = 0  # what iter() runs next
+        try:
+            self._call(_C.emlio_client_connect(self._client,
+                                               endpoints.encode()))
+            n = _C.emlio_client_shard_count(self._client)
+            self.shard_names = [
+                _C.emlio_client_shard_name(self._client, i).decode(
+                    "utf-8", "replace") for i in range(n)]
+            self.shard_records = [
+                _C.emlio_client_shard_records(self._client, i)
+                for i in range(n)]
+            if state is not None:
+                self.load_state_dict(state)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _install_log(self, level):
+        if isinstance(level, str):
+            if level.lower() not in _LOG_LEVELS:
+                raise InvalidArgumentError(
+                    -1009, "invalid log level '%s'" % level)
+            level = _LOG_LEVELS[level.lower()]
+
+        def sink(userdata, lvl, module, msg):
+            # Called from library threads; logging is thread-safe. Never
+            # let an exception cross back into C.
+            try:
+                mod = module.decode("utf-8", "replace") if module else "lib"
+                logging.getLogger("emlio." + mod).log(
+                    _PY_LEVELS.get(lvl, logging.DEBUG), "%s",
+                    msg.decode("utf-8", "replace") if msg else "")
+            except Exception:
+                pass
+
+        self._log_cb = _lib.LOG_FN(sink)
+        _C.emlio_ctx_set_log(self._ctx, self._log_cb, None, int(level))
+
+    def _errmsg(self):
+        if not self._client:
+            return ""
+        return _C.emlio_client_errmsg(self._client).decode("utf-8", "replace")
+
+    def _call(self, rc):
+        if rc < 0:
+            raise make_error(rc, self._errmsg(), strerror(rc))
+        return rc
+
+    def _require_open(self):
+        if not self._client:
+            raise EmlioError(-1002, "loader is closed")
+
+    # -- low-level protocol -----------------------------------------------
+
+    def begin_epoch(self, epoch):
+        """Plans epoch for this rank and starts requesting its batches; a
+        previous unfinished epoch is abandoned. Returns its batch count."""
+        self._require_open()
+        n = self._call(_C.emlio_client_begin_epoch(self._client, int(epoch)))
+        self._resume = None
+        return n
+
+    def next_batch(self):
+        """The next batch of the current epoch, or None at its end. The
+        caller owns the batch: release it (or close the loader). Retries
+        when a signal interrupts the wait (KeyboardInterrupt and the like
+        are raised by Python between the retries)."""
+        client = self._client
+        if not client:
+            self._require_open()
+        bp = self._bp
+        while True:
+            rc = _next(client, ctypes.byref(bp))
+            if rc > 0:
+                break
+            if rc == 0:
+                return None
+            if rc != -_errno.EINTR:
+                raise make_error(rc, self._errmsg(), strerror(rc))
+        ptr = ctypes.c_void_p(bp.value)
+        addr = _samples(ptr, ctypes.byref(self._np))
+        b = Batch(self, ptr, addr, self._np.value, _epoch_of(ptr),
+                  _index_of(ptr))
+        self._live[id(b)] = b
+        return b
+
+    # -- iteration --------------------------------------------------------
+
+    def _run(self, epoch, fresh):
+        """Yields the batches of epoch, releasing each (unless kept) when
+        the next is asked for or the iteration stops."""
+        if fresh:
+            self.begin_epoch(epoch)
+        b = None
+        try:
+            while True:
+                b = self.next_batch()
+                if b is None:
+                    return
+                yield b
+                if not b._kept:
+                    b.release()
+                b = None
+        finally:
+            if b is not None and not b._kept:
+                b.release()
+
+    def epoch(self, e):
+        """Iterates epoch e. If a loaded resume state is for epoch e and not
+        yet run, this continues it instead of starting over."""
+        e = int(e)
+        fresh = self._resume != e
+        self._resume = None
+        if self._next_epoch <= e:
+            self._next_epoch = e + 1
+        return self._run(e, fresh)
+
+    def __iter__(self):
+        self._require_open()
+        if self.epochs is None:
+            return self.epoch(self._next_epoch)
+        return self._multi()
+
+    def _multi(self):
+        while self._next_epoch < self.epochs:
+            yield from self.epoch(self._next_epoch)
+
+    def num_batches(self):
+        """Batches this rank gets in the current epoch (the plan's count),
+        or None when no epoch has been started."""
+        info = self.plan_info()
+        return None if info is None else info["batches"]
+
+    @property
+    def next_epoch(self):
+        """The epoch iter() starts next."""
+        return self._next_epoch
+
+    def set_epoch(self, e):
+        """Makes iter() start at epoch e (like DistributedSampler)."""
+        self._next_epoch = int(e)
+
+    @property
+    def dataset_size(self):
+        return sum(self.shard_records)
+
+    # -- state and figures -------------------------------------------------
+
+    def state_dict(self):
+        """Resume state: {"emlio_state": bytes, "epoch": e, "next_epoch": n,
+        "batch_size": b, "rank": r, "world_size": w}. A batch counts as
+        delivered once the loader handed it out. Load it with ``state=`` or
+        load_state_dict() on a Loader with the same configuration."""
+        self._require_open()
+        blob = ctypes.POINTER(ctypes.c_uint8)()
+        n = ctypes.c_size_t()
+        self._call(_C.emlio_client_save_state(
+            self._client, ctypes.byref(blob), ctypes.byref(n)))
+        try:
+            data = ctypes.string_at(blob, n.value)
+        finally:
+            _C.emlio_client_free_blob(blob)
+        st = self.epoch_stats()
+        return {"emlio_state": data, "epoch": st["epoch"],
+                "next_epoch": self._next_epoch,
+                "batch_size": self.batch_size, "rank": self.rank,
+                "world_size": self.world_size}
+
+    def load_state_dict(self, state):
+        """Resumes from state_dict() output (or its raw bytes). Returns the
+        batches still to come in the saved epoch; iter() (or epoch(e) with
+        the saved epoch) delivers exactly those, then goes on with the next
+        epochs."""
+        self._require_open()
+        blob = state["emlio_state"] if isinstance(state, dict) else state
+        blob = bytes(blob)
+        left = self._call(_C.emlio_client_load_state(
+            self._client, blob, len(blob)))
+        e = self.epoch_stats()["epoch"]
+        if left > 0:
+            self._resume = e
+            self._next_epoch = e
+        else:
+            # Nothing left of that epoch: carry on with the next one.
+            self._resume = None
+            self._next_epoch = e + 1
+        return left
+
+    def epoch_stats(self):
+        """Figures of the current (or just finished) epoch: epoch, batches,
+        samples, bytes, seconds, wait_s, first_batch_s, inflight, retries."""
+        self._require_open()
+        st = _lib.ClientStats()
+        _C.emlio_client_stats(self._client, ctypes.byref(st))
+        return {f: getattr(st, f) for f, _ in _lib.ClientStats._fields_}
+
+    def plan_info(self):
+        """This rank's plan of the current epoch: batches, samples, pads,
+        dataset size; None before the first epoch."""
+        self._require_open()
+        plan = _C.emlio_client_plan(self._client)
+        if not plan:
+            return None
+        return {"batches": _C.emlio_plan_batch_count(plan),
+                "samples": _C.emlio_plan_sample_count(plan),
+                "pads": _C.emlio_plan_pad_count(plan),
+                "dataset_size": _C.emlio_plan_dataset_size(plan)}
+
+    # -- teardown -----------------------------------------------------------
+
+    def close(self):
+        """Releases every batch still held (kept ones too), then frees the
+        client and its context. Idempotent."""
+        for b in list(self._live.values()):
+            b.release()
+        self._live.clear()
+        if self._client:
+            _C.emlio_client_destroy(ctypes.byref(self._client))
+            self._client = None
+        if self._ctx:
+            _C.emlio_ctx_destroy(ctypes.byref(self._ctx))
+            self._ctx = None
+        self._log_cb = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<emlio.Loader %s batch=%d rank=%d/%d%s>" % (
+            self.endpoints, self.batch_size, self.rank, self.world_size,
+            "" if self._client else " closed")
