@@ -249,18 +249,18 @@ else
     bad "relay (multi) did not start: $(cat "$tmp/multi.err")"
 fi
 
-# (4b) the copy mode passes the same integrity and concurrency checks.
-if start_relay copy --delay-ms 1 --mode copy; then
+# (4b) the splice mode passes the same integrity and concurrency checks.
+if start_relay splice --delay-ms 1 --mode splice; then
     out=$(timeout 60 $PY "$tmp/helper.py" checksum "$rport" 20000000 2>&1)
     out2=$(timeout 120 $PY "$tmp/helper.py" multi "$rport" 64 300000 2>&1)
     if echo "$out" | grep -q MATCH && echo "$out2" | grep -q '^multi ok 64 of 64'; then
-        ok "copy mode: 20 MB and 64 connections intact"
+        ok "splice mode: 20 MB and 64 connections intact"
     else
-        bad "copy mode: $out / $out2"
+        bad "splice mode: $out / $out2"
     fi
     stop_relay
 else
-    bad "relay (copy) did not start: $(cat "$tmp/copy.err")"
+    bad "relay (splice) did not start: $(cat "$tmp/splice.err")"
 fi
 
 # (5) bad arguments: non-zero exit and a message naming the problem.

@@ -31,7 +31,7 @@ typedef struct {
 } emlio_relay_opts_t;
 
 /* Fills opts with the defaults: 1024 connections, 64 MiB per direction,
- * 150 us busy-poll, splice mode, log to stderr. */
+ * 150 us busy-poll, copy mode, log to stderr. */
 void emlio_relay_opts_init(emlio_relay_opts_t *opts);
 
 typedef struct emlio_relay emlio_relay_t;
