@@ -36,16 +36,18 @@ def run(*argv, timeout=120):
 
 
 def make_dataset(root, samples=300, classes=3, nbytes="8K",
-                 shard_bytes="256K", seed=0):
+                 shard_bytes="256K", seed=0, pack_seed=None):
     """emlio synth + emlio pack into root/img and root/shards. Returns the
-    list of source JPEG paths in pack order (classes sorted, then paths
-    sorted), whose label is the class index."""
+    list of (source JPEG path, label) in pack order (classes sorted, then
+    paths sorted; label = class index). pack_seed shuffles the records in
+    the shards (the list keeps the sorted order then)."""
     img = os.path.join(root, "img")
     shards = os.path.join(root, "shards")
     run(EMLIO, "synth", img, "--samples", str(samples), "--classes",
         str(classes), "--bytes", str(nbytes), "--seed", str(seed), "--quiet")
+    extra = [] if pack_seed is None else ["--seed", str(pack_seed)]
     run(EMLIO, "pack", img, shards, "--shard-bytes", str(shard_bytes),
-        "--quiet")
+        "--quiet", *extra)
     files = []
     for label, cls in enumerate(sorted(os.listdir(img))):
         d = os.path.join(img, cls)
@@ -120,6 +122,7 @@ class DatasetCase(unittest.TestCase):
     CLASSES = 3
     NBYTES = "8K"
     SHARD_BYTES = "256K"
+    PACK_SEED = None
 
     @classmethod
     def setUpClass(cls):
@@ -127,7 +130,7 @@ class DatasetCase(unittest.TestCase):
         try:
             cls.shards, cls.files = make_dataset(
                 cls.tmp, cls.SAMPLES, cls.CLASSES, cls.NBYTES,
-                cls.SHARD_BYTES)
+                cls.SHARD_BYTES, pack_seed=cls.PACK_SEED)
             cls.daemon = Daemon(cls.shards)
         except BaseException:
             shutil.rmtree(cls.tmp, ignore_errors=True)

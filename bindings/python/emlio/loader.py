@@ -405,6 +405,9 @@ class Loader:
         self._ctx = None
         self._live = {}
         self._log_cb = None
+        # A forked child (DataLoader workers) inherits this object but must
+        # not touch the parent's ZeroMQ context: close() only forgets it there.
+        self._pid = os.getpid()
         if not isinstance(endpoints, str):
             endpoints = ",".join(endpoints)
         if not endpoints:
@@ -683,7 +686,17 @@ class Loader:
 
     def close(self):
         """Releases every batch still held (kept ones too), then frees the
-        client and its context. Idempotent."""
+        client and its context. Idempotent. In a process forked from the
+        one that made the loader it only drops the references: ZeroMQ
+        contexts must not be used across fork."""
+        if self._pid != os.getpid():
+            for b in list(self._live.values()):
+                b._ptr = None
+                b._loader = None
+            self._live.clear()
+            self._client = None
+            self._ctx = None
+            return
         for b in list(self._live.values()):
             b.release()
         self._live.clear()

@@ -31,6 +31,8 @@ every sample exactly once per epoch; call ``set_epoch`` each epoch then,
 since the workers run on copies of the dataset.
 """
 
+import os
+
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -93,7 +95,7 @@ class EmlioDataset(IterableDataset):
         else:
             rank = self.rank * info.num_workers + info.id
             world = self.world_size * info.num_workers
-        key = (rank, world)
+        key = (rank, world, os.getpid())
         if self._loader is None or self._loader_key != key:
             if self._loader is not None:
                 self._loader.close()
