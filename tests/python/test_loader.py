@@ -304,5 +304,77 @@ with emlio.Loader(sys.argv[1], 32, seed=1) as loader:
                          ["revoked", str(self.SAMPLES)])
 
 
+class FaultTest(unittest.TestCase):
+    """A daemon of its own per test, stopped or fed a damaged shard."""
+
+    def setUp(self):
+        import tempfile
+        self.tmp = tempfile.mkdtemp(prefix="emlio-py-fault.")
+        self.shards, self.files = _support.make_dataset(
+            self.tmp, 120, 2, "8K", "256K")
+        self.daemon = _support.Daemon(self.shards)
+        self.stopped = False
+
+    def tearDown(self):
+        import shutil
+        import signal
+        if self.stopped:
+            os.kill(self.daemon.proc.pid, signal.SIGCONT)
+        self.daemon.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def pause_daemon(self):
+        import signal
+        os.kill(self.daemon.proc.pid, signal.SIGSTOP)
+        self.stopped = True
+
+    def test_silent_daemon_times_out_naming_it(self):
+        with emlio.Loader(self.daemon.endpoint, 8, timeout_ms=400) as loader:
+            self.pause_daemon()
+            t0 = time.monotonic()
+            with self.assertRaises(emlio.EmlioTimeoutError) as cm:
+                for _ in loader:
+                    pass
+            self.assertLess(time.monotonic() - t0, 10)
+        self.assertIn(self.daemon.endpoint, str(cm.exception))
+
+    def test_ctrl_c_interrupts_a_blocked_wait(self):
+        import signal
+        import threading
+        main = threading.get_ident()
+        with emlio.Loader(self.daemon.endpoint, 8,
+                          timeout_ms=30000) as loader:
+            self.pause_daemon()
+            timer = threading.Timer(
+                0.3, lambda: signal.pthread_kill(main, signal.SIGINT))
+            t0 = time.monotonic()
+            timer.start()
+            try:
+                with self.assertRaises(KeyboardInterrupt):
+                    for _ in loader:
+                        pass
+            finally:
+                timer.cancel()
+            self.assertLess(time.monotonic() - t0, 10)
+
+    def test_corrupt_record_raises_corrupt_error(self):
+        # Damage a byte in the middle of the first shard, which the daemon
+        # has mapped: its CRC check fails when it reads the record.
+        shard = sorted(f for f in os.listdir(self.shards)
+                       if f.endswith(".tfrecord"))[0]
+        path = os.path.join(self.shards, shard)
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with emlio.Loader(self.daemon.endpoint, 8) as loader:
+            with self.assertRaises(emlio.CorruptError) as cm:
+                for _ in loader:
+                    pass
+        self.assertEqual(cm.exception.code, -1003)
+        self.assertTrue(cm.exception.errmsg)
+
+
 if __name__ == "__main__":
     _support.main()
