@@ -82,7 +82,8 @@ def main():
 
     if not args.no_dali:
         try:
-            import nvidia.dali  # noqa: F401
+            import nvidia.dali
+            print("DALI %s" % nvidia.dali.__version__)
         except ImportError as exc:
             print("dali_pipeline: nvidia.dali is not installed (%s); "
                   "use --no-dali to check the source alone" % exc,

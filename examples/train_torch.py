@@ -22,8 +22,9 @@ classes c and c + 3 look alike and the loss falls only to the level of
 that ambiguity. `emlio pack` writes records sorted by class unless given
 --seed; with sorted shards a window-shuffled batch holds mostly one or two
 classes and the loss jumps from batch to batch, so pack with --seed (as
-above) for a smooth curve. --repeat K trains on the first K batches of epoch 0 over
-and over (memorization), which makes the loss fall on any data.
+above) for a smooth curve. --repeat K trains on the first K batches of
+epoch 0 over and over (memorization), which makes the loss fall on any
+data.
 """
 
 import argparse

@@ -21,8 +21,8 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
     WHY = "torch is not importable (%s): apt-get install python3-torch" % exc
 
 try:
-    import torchvision.io  # noqa: F401
-    HAVE_TV = True
+    import torchvision.io
+    HAVE_TV = hasattr(torchvision.io, "decode_jpeg")
 except ImportError:
     HAVE_TV = False
 

@@ -1,4 +1,4 @@
-# emlio/_lib.py - finds and loads libemlio.so and declares its C API for ctypes.
+# emlio/_lib.py - finds and loads libemlio.so, declares its C API for ctypes.
 # Standard library only; the prototypes mirror include/emlio.h and
 # include/emlio/client.h.
 # SPDX-License-Identifier: MIT

@@ -38,9 +38,9 @@ Contract (what DALI sees):
   one is taken. All samples of a batch share one contiguous buffer (one
   copy per batch); each array is a slice of it.
 
-A 0-argument callable is also offered: ``source=src.next_batch`` returns the next
-batch and raises StopIteration at the end of an epoch, then starts the
-following epoch on the next call (DALI's callable protocol, which it calls
+A 0-argument callable is also offered: ``source=src.next_batch`` returns
+the next batch and raises StopIteration at the end of an epoch, then starts
+the following epoch on the next call (DALI's callable protocol, which it calls
 again after ``pipe.reset()``).
 """
 
