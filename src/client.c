@@ -25,7 +25,8 @@
 typedef struct s_daemon {
     char *endpoint;
     void **socks;
-    uint32_t next_sock;
+    uint32_t *sock_outstanding; /* GETs in flight per stream: the daemon
+                                   grants max_credit per connection */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -47,6 +48,7 @@ typedef struct s_part {
     uint32_t n;
     uint32_t *positions; /* indices into the batch's samples */
     bool done;
+    uint32_t sock; /* the stream the GET went out on */
     uint64_t sent_ns;
 } s_part_t;
 
@@ -218,6 +220,10 @@ s_abandon_epoch(emlio_client_t *self)
     self->n_slots = 0;
     self->ready_head = self->ready_tail = NULL;
     self->outstanding_parts = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        if (self->daemons[d].sock_outstanding)
+            memset(self->daemons[d].sock_outstanding, 0,
+                   self->cfg.streams * sizeof(uint32_t));
     self->in_epoch = false;
 }
 
@@ -239,6 +245,7 @@ emlio_client_destroy(emlio_client_t **self_p)
             if (daemon->socks[s])
                 zmq_close(daemon->socks[s]);
         emlio_free(daemon->socks);
+        emlio_free(daemon->sock_outstanding);
         emlio_free(daemon->endpoint);
         emlio_free(daemon->local_id);
     }
@@ -325,6 +332,16 @@ s_poll_one(void *sock, int timeout_ms)
     return rc;
 }
 
+/* A daemon's error code as ours: library codes and -errno pass through,
+ * anything else (a hostile or newer peer) becomes EMLIO_EPROTO. */
+static int
+s_remote_code(int64_t code)
+{
+    if ((code <= -1000 && code > -2000) || (code < 0 && code > -200))
+        return (int)code;
+    return EMLIO_EPROTO;
+}
+
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
@@ -362,9 +379,7 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
                                  daemon->endpoint, why);
         }
         if (msg->type == EMLIO_MSG_ERROR) {
-            int code = msg->code <= -1000 || (msg->code < 0 && msg->code > -200)
-                           ? (int)msg->code
-                           : EMLIO_EPROTO;
+            int code = s_remote_code(msg->code);
             emlio__seterr(self->err, code, "daemon '%s' refused us: %.*s",
                           daemon->endpoint, (int)msg->text_len, msg->text);
             emlio__wire_msg_release(msg);
@@ -489,7 +504,9 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
         s_daemon_t *daemon = &self->daemons[self->n_daemons++];
         daemon->endpoint = emlio_malloc(len + 1);
         daemon->socks = emlio_calloc(self->cfg.streams, sizeof(void *));
-        if (!daemon->endpoint || !daemon->socks)
+        daemon->sock_outstanding =
+            emlio_calloc(self->cfg.streams, sizeof(uint32_t));
+        if (!daemon->endpoint || !daemon->socks || !daemon->sock_outstanding)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
@@ -626,9 +643,12 @@ s_is_delivered(const emlio_client_t *self, size_t i)
 static void
 s_init_window(emlio_client_t *self)
 {
-    uint64_t credits = 0;
+    /* Every batch may need a part from any daemon, so the daemon with the
+     * fewest credits bounds the window. */
+    uint64_t credits = UINT64_MAX;
     for (uint32_t d = 0; d < self->n_daemons; d++)
-        credits += self->daemons[d].max_credit * self->cfg.streams;
+        credits =
+            EMLIO_MIN(credits, self->daemons[d].max_credit * self->cfg.streams);
     uint64_t records = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < self->n_shards; i++) {
@@ -704,7 +724,11 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     if (!self->window)
         s_init_window(self);
     self->epoch = epoch;
+    /* Never generation 0: id 0 is what a daemon uses for errors it cannot
+     * tie to a request. */
     self->gen = (self->gen + 1) & 0xffffff;
+    if (self->gen == 0)
+        self->gen = 1;
     self->n_batches = n;
     self->next_to_send = 0;
     self->next_deliver = 0;
@@ -770,8 +794,13 @@ s_request_batch(emlio_client_t *self, size_t index)
         if (emlio__wire_encode_get(&self->scratch, S_ID(self->gen, index, p),
                                    daemon->dataset, self->items, part->n) < 0)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        void *sock = daemon->socks[daemon->next_sock];
-        daemon->next_sock = (daemon->next_sock + 1) % self->cfg.streams;
+        /* The least-loaded stream: replies come back out of order, so round
+         * robin alone could push one connection past its credits. */
+        uint32_t best = 0;
+        for (uint32_t k = 1; k < self->cfg.streams; k++)
+            if (daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
+                best = k;
+        void *sock = daemon->socks[best];
         while (zmq_send(sock, self->scratch.data, self->scratch.len, 0) < 0) {
             if (errno != EINTR)
                 return emlio__seterr(self->err, -errno,
@@ -779,6 +808,8 @@ s_request_batch(emlio_client_t *self, size_t index)
                                      daemon->endpoint, zmq_strerror(errno));
         }
         part->sent_ns = now;
+        part->sock = best;
+        daemon->sock_outstanding[best]++;
         self->outstanding_parts++;
     }
     return 0;
@@ -958,6 +989,7 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
         b->bytes += s->len;
     }
     part->done = true;
+    daemon->sock_outstanding[part->sock]--;
     self->outstanding_parts--;
     if (++b->parts_done == b->n_parts)
         s_complete(self, b);

@@ -237,6 +237,10 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
     zmq_setsockopt(router, ZMQ_SNDHWM, &zero, sizeof(zero));
     zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
     zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    /* Requests are small; refuse (disconnect) anything larger before libzmq
+     * buffers it, so a hostile peer cannot make us hold huge frames. */
+    int64_t max_msg = 4096 + (int64_t)self->cfg.max_batch * 24;
+    zmq_setsockopt(router, ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));

@@ -201,8 +201,13 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
         self->records += records;
         self->bytes += bytes;
         h = s_fnv(h, shard->name, strlen(shard->name) + 1);
-        h = s_fnv(h, &records, sizeof(records));
-        h = s_fnv(h, &bytes, sizeof(bytes));
+        /* Little-endian bytes, so every machine computes the same value. */
+        uint8_t le[16];
+        for (int k = 0; k < 8; k++) {
+            le[k] = (uint8_t)(records >> (8 * k));
+            le[8 + k] = (uint8_t)(bytes >> (8 * k));
+        }
+        h = s_fnv(h, le, sizeof(le));
     }
     snprintf(self->fingerprint, sizeof(self->fingerprint), "%016" PRIx64, h);
     rc = (int)self->n;

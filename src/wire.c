@@ -297,14 +297,18 @@ s_read_str(s_reader_t *r, const char **s, size_t *len)
     uint64_t n;
     if (t >= 0xa0 && t <= 0xbf)
         n = t & 0x1f;
-    else if (t == 0xd9 || t == 0xc4)
-        s_read_be(r, 1, &n);
-    else if (t == 0xda || t == 0xc5)
-        s_read_be(r, 2, &n);
-    else if (t == 0xdb || t == 0xc6)
-        s_read_be(r, 4, &n);
-    else
+    else if (t == 0xd9 || t == 0xc4) {
+        if (!s_read_be(r, 1, &n))
+            return false;
+    } else if (t == 0xda || t == 0xc5) {
+        if (!s_read_be(r, 2, &n))
+            return false;
+    } else if (t == 0xdb || t == 0xc6) {
+        if (!s_read_be(r, 4, &n))
+            return false;
+    } else {
         return s_fail(r, "expected a string");
+    }
     if (!s_need(r, n))
         return false;
     *s = (const char *)r->p;

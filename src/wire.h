@@ -68,7 +68,7 @@ typedef struct emlio_wire_msg {
     const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
     size_t dataset_len;
     uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
-    uint64_t max_credit; /* WELCOME: GETs a client may have outstanding */
+    uint64_t max_credit; /* WELCOME: GETs one connection may have out */
     int64_t code;        /* ERROR: an EMLIO_E* code */
     const char *text;    /* ERROR: human-readable reason */
     size_t text_len;
@@ -80,7 +80,10 @@ typedef struct emlio_wire_msg {
     size_t n_samples;
 } emlio_wire_msg_t;
 
-#define EMLIO_WIRE_MSG_INIT {0}
+#define EMLIO_WIRE_MSG_INIT \
+    {                       \
+        0                   \
+    }
 
 /* Frees the arrays of msg and resets it. Accepts an already-released msg. */
 void emlio__wire_msg_release(emlio_wire_msg_t *msg);

@@ -54,8 +54,8 @@ typedef struct emlio_server_config {
                               true (failures to write are only logged) */
     uint32_t workers;      /* read+serialize threads; default 2 */
     uint32_t max_batch;    /* samples one GET may ask for; default 4096 */
-    uint32_t max_credit;   /* GETs one client may have outstanding;
-                              default 256 */
+    uint32_t max_credit;   /* GETs one connection (client stream) may
+                              have outstanding; default 256 */
     int on_corrupt;        /* enum emlio_on_corrupt; default FAIL */
     const char *name;      /* server name in WELCOME; default
                               "emliod/<version>" */
@@ -104,7 +104,7 @@ typedef struct emlio_server_stats {
     uint64_t samples;         /* samples sent */
     uint64_t bytes;           /* sample bytes sent */
     uint64_t corrupt_skipped; /* records left out by on_corrupt skip */
-    uint64_t clients;         /* distinct clients seen */
+    uint64_t clients;         /* HELLOs answered (client connections) */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

@@ -45,6 +45,18 @@ check "--shuffle none --in-order is file order" cmp -s "$T/none" "$T/file_order"
 check "batch 7, 4 streams, window 3 verifies" test $? -eq 0
 check "batch 7: 43 batches" test "$(json_field "$T/f7.out" batches)" = 43
 
+# Credits are per connection: a client with more requests in flight than
+# one stream may hold spreads them so no stream exceeds the daemon's limit.
+start_daemon tight "$T/shards" --max-credit 2 --workers 4
+credit_fail=0
+for i in 1 2 3 4 5; do
+    "$EMLIO" fetch --connect "$EP" --batch 7 --streams 3 --inflight 60 \
+        --epochs 2 --quiet >/dev/null 2>>"$T/credit.err" || credit_fail=1
+done
+check "window larger than one stream's credits never exceeds them" \
+    test $credit_fail -eq 0
+kill "$DPID"
+
 # Bad input: clear messages, non-zero exits, bounded time.
 "$EMLIOD" --data "$T/nope" --bind 'tcp://127.0.0.1:*' >/dev/null 2>"$T/e1"
 check "missing data dir fails" test $? -ne 0
