@@ -26,7 +26,9 @@ Timing: from the first begin_epoch to the end of the last epoch for both
 The client's CPU time per sample (fetch's "cpu_s"; Python's process_time
 over the loop) is printed too: when the daemon, not the client, is the
 bottleneck (few cores), it shows the binding's cost that the throughput
-ratio hides.
+ratio hides. So does "outside next()": per batch, the run's time minus the
+time the client spent blocked in emlio_client_next (the stats' wait_s),
+i.e. what the loop itself costs: C's loop body, or the whole Python layer.
 
 Usage (from the repository root, B = build directory):
     B=build /usr/bin/python3 bench/python_overhead.py [--samples 20000
@@ -61,8 +63,9 @@ def c_run(args, endpoint):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
         check=True)
     figures = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    outside = (figures["seconds"] - figures["wait_s"]) / figures["batches"]
     return (figures["samples"] / figures["seconds"], figures["samples"],
-            figures["cpu_s"] / figures["samples"])
+            figures["cpu_s"] / figures["samples"], outside)
 
 
 def py_run(args, endpoint, touch):
@@ -72,21 +75,28 @@ def py_run(args, endpoint, touch):
         samples = 0
         nbytes = 0
         acc = 0
+        wait = 0.0
+        batches = 0
         cpu0 = time.process_time()
         t0 = time.perf_counter()
-        if touch:
-            for batch in loader:
-                samples += len(batch)
-                nbytes += batch.nbytes
-                for view in batch.samples:
-                    acc += view[0]
-        else:
-            for batch in loader:
-                samples += len(batch)
-                nbytes += batch.nbytes
+        for epoch in range(args.epochs):
+            if touch:
+                for batch in loader.epoch(epoch):
+                    samples += len(batch)
+                    nbytes += batch.nbytes
+                    for view in batch.samples:
+                        acc += view[0]
+            else:
+                for batch in loader.epoch(epoch):
+                    samples += len(batch)
+                    nbytes += batch.nbytes
+            st = loader.epoch_stats()
+            wait += st["wait_s"]
+            batches += st["batches"]
         seconds = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
-    return samples / seconds, samples, cpu / samples
+    return (samples / seconds, samples, cpu / samples,
+            (seconds - wait) / batches)
 
 
 def main():
@@ -119,20 +129,24 @@ def main():
         modes = ["none", "touch"] if args.mode == "both" else [args.mode]
         rates = {"c": []}
         cpu = {"c": []}
+        outside = {"c": []}
         for m in modes:
             rates["py-" + m] = []
             cpu["py-" + m] = []
+            outside["py-" + m] = []
         # One warm-up of each (page cache, daemon mappings, allocator).
         c_run(args, endpoint)
         py_run(args, endpoint, False)
         for i in range(args.runs):
-            r, n_c, c = c_run(args, endpoint)
+            r, n_c, c, o = c_run(args, endpoint)
             rates["c"].append(r)
             cpu["c"].append(c)
+            outside["c"].append(o)
             for m in modes:
-                r, n_py, c = py_run(args, endpoint, m == "touch")
+                r, n_py, c, o = py_run(args, endpoint, m == "touch")
                 rates["py-" + m].append(r)
                 cpu["py-" + m].append(c)
+                outside["py-" + m].append(o)
                 if n_py != n_c:
                     raise SystemExit("sample counts differ: C %d, Python %d"
                                      % (n_c, n_py))
@@ -141,19 +155,24 @@ def main():
                 file=sys.stderr)
         c_med = statistics.median(rates["c"])
         c_cpu = statistics.median(cpu["c"]) * 1e6
+        c_out = statistics.median(outside["c"]) * 1e6
         result = {"samples_per_run": n_c, "batch": args.batch,
                   "epochs": args.epochs, "runs": args.runs,
                   "c_samples_per_s": round(c_med, 1),
-                  "c_cpu_us_per_sample": round(c_cpu, 3)}
+                  "c_cpu_us_per_sample": round(c_cpu, 3),
+                  "c_outside_next_us_per_batch": round(c_out, 2)}
         for m in modes:
             med = statistics.median(rates["py-" + m])
             m_cpu = statistics.median(cpu["py-" + m]) * 1e6
+            m_out = statistics.median(outside["py-" + m]) * 1e6
             result["py_%s_samples_per_s" % m] = round(med, 1)
             result["py_%s_cpu_us_per_sample" % m] = round(m_cpu, 3)
+            result["py_%s_outside_next_us_per_batch" % m] = round(m_out, 2)
             result["ratio_%s" % m] = round(med / c_med, 3)
             print("python (%s) / C: %.0f / %.0f samples/s = %.1f%%; client "
-                  "CPU %.2f vs %.2f us/sample" % (
-                      m, med, c_med, 100 * med / c_med, m_cpu, c_cpu))
+                  "CPU %.2f vs %.2f us/sample; outside next() %.1f vs %.1f "
+                  "us/batch" % (m, med, c_med, 100 * med / c_med, m_cpu,
+                                c_cpu, m_out, c_out))
         print(json.dumps(result))
     finally:
         if daemon:
