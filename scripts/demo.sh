@@ -23,7 +23,7 @@ log=$(mktemp)
 "$B/bin/emliod" --data "$DATA/shards" --bind 'tcp://127.0.0.1:*' \
     >"$log" 2>"$log.err" &
 daemon=$!
-trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -f "$log" "$log.err"' EXIT
+trap 'kill $daemon 2>/dev/null || true; wait $daemon 2>/dev/null || true; rm -f "$log" "$log.err"' EXIT
 endpoint=""
 for _ in $(seq 1 200); do
     endpoint=$(sed -n 's/^emliod: listening on //p' "$log")
