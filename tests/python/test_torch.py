@@ -108,6 +108,29 @@ class TorchDatasetTest(DatasetCase):
             os.environ.clear()
             os.environ.update(saved)
 
+    def test_rank_from_torch_distributed_first(self):
+        import tempfile
+        import torch.distributed as dist
+        if not dist.is_available():
+            self.skipTest("torch.distributed is not available")
+        saved = dict(os.environ)
+        fd, store = tempfile.mkstemp(prefix="emlio-dist.")
+        os.close(fd)
+        try:
+            os.environ.update(RANK="1", WORLD_SIZE="3")
+            dist.init_process_group("gloo", init_method="file://" + store,
+                                    rank=0, world_size=1)
+            try:
+                ds = self.EmlioDataset(self.endpoint, 10)
+                self.assertEqual((ds.rank, ds.world_size), (0, 1))
+            finally:
+                dist.destroy_process_group()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            if os.path.exists(store):
+                os.unlink(store)
+
     def test_two_workers_split_the_epoch(self):
         ds = self.EmlioDataset(self.endpoint, 8, seed=2, rank=0,
                                world_size=1)
