@@ -240,6 +240,29 @@ s_verifier_release(s_verifier_t *v)
     free(v->seen);
 }
 
+/* One JSON line per epoch on stdout: T, wait, volume, CPU and energy, with
+ * every energy figure labelled with its source. */
+static void
+s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
+              uint64_t bytes, const emlio_energy_report_t *rep, bool partial)
+{
+    printf("{\"epoch\": %" PRIu64 ", \"partial\": %s, \"seconds\": %.6f"
+           ", \"wait_s\": %.6f, \"first_batch_s\": %.6f, \"samples\": %" PRIu64
+           ", \"bytes\": %" PRIu64 ", \"cpu_s\": %.4f, \"energy_j\": %.6f"
+           ", \"energy_source\": \"%s\", \"modelled\": %s"
+           ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f, \"domains\": {",
+           epoch, partial ? "true" : "false", rep->wall_s, st->wait_s,
+           st->first_batch_s, samples, bytes, rep->cpu_s, rep->energy_j,
+           rep->source, rep->modelled ? "true" : "false",
+           samples ? rep->energy_j / (double)samples : 0,
+           bytes ? rep->energy_j / ((double)bytes / 1e9) : 0);
+    for (size_t i = 0; i < rep->n_domains; i++)
+        printf("%s\"%s\": {\"joules\": %.6f, \"source\": \"%s\"}",
+               i ? ", " : "", rep->domains[i].name, rep->domains[i].joules,
+               rep->domains[i].source);
+    printf("}}\n");
+}
+
 int
 cmd_fetch(int argc, char **argv)
 {
@@ -415,6 +438,7 @@ cmd_fetch(int argc, char **argv)
     emlio_client_t *client = ctx ? emlio_client_new(ctx, &cfg) : NULL;
     FILE *ids = NULL;
     s_verifier_t ver = { 0 };
+    emlio_energy_t *meter = NULL;
     bool resumed = false;
     uint64_t epoch = 0;
     if (!client) {
@@ -453,6 +477,16 @@ cmd_fetch(int argc, char **argv)
                 strerror(errno));
         goto out;
     }
+    /* Energy is measured per epoch (RAPL/NVML where present, else the
+     * labelled model); the figures of the epochs add up to the totals. */
+    meter = emlio_energy_new();
+    if (!meter || emlio_energy_set_powercap_root(
+                      meter, getenv("EMLIO_POWERCAP_ROOT")) < 0) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        goto out;
+    }
+    double energy_j = 0;
+    char energy_source[24] = "none";
     bool tty = !quiet && isatty(STDERR_FILENO);
     double t0 = s_now();
     double cpu0 = s_cpu_seconds();
@@ -461,10 +495,18 @@ cmd_fetch(int argc, char **argv)
     bool failed_verify = false;
     uint32_t inflight = 0;
     for (; epoch < epochs && !s_interrupted; epoch++) {
+        /* Started before the epoch so its probe (up to ~20 ms for a perf
+         * PMU) is not counted as the epoch's time to first batch. */
+        if (emlio_energy_start(meter) < 0) {
+            fprintf(stderr, "emlio fetch: cannot measure energy: %s\n",
+                    emlio_energy_errmsg(meter));
+            goto out;
+        }
         if (!resumed && (rc = emlio_client_begin_epoch(client, epoch)) < 0) {
             fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(client));
             goto out;
         }
+        uint64_t epoch_samples0 = samples, epoch_bytes0 = bytes;
         /* On a resumed epoch only the rest is checked: what came before
          * was checked (and its ids written) by the run that saved it. */
         if (verify && s_verifier_begin(&ver, client) < 0) {
@@ -524,6 +566,15 @@ cmd_fetch(int argc, char **argv)
         wait_s += st.wait_s;
         inflight = st.inflight;
         resumed = false;
+        emlio_energy_report_t rep;
+        emlio_energy_add_bytes(meter, bytes - epoch_bytes0);
+        if (emlio_energy_stop(meter, &rep) == 0) {
+            uint64_t n = samples - epoch_samples0;
+            uint64_t nb = bytes - epoch_bytes0;
+            energy_j += rep.energy_j;
+            snprintf(energy_source, sizeof(energy_source), "%s", rep.source);
+            s_print_epoch(epoch, &st, n, nb, &rep, s_interrupted);
+        }
         if (s_interrupted)
             break;
         epochs_done++;
@@ -551,6 +602,9 @@ cmd_fetch(int argc, char **argv)
         fprintf(stderr, "\n");
     double seconds = s_now() - t0;
     double cpu_s = s_cpu_seconds() - cpu0;
+    emlio_energy_report_t last;
+    if (emlio_energy_running(meter) && emlio_energy_stop(meter, &last) == 0)
+        energy_j += last.energy_j;
     if (state_path && s_save_state(client, state_path) < 0)
         goto out;
     if (ids && fflush(ids) != 0) {
@@ -564,19 +618,23 @@ cmd_fetch(int argc, char **argv)
            ", \"first_batch_s\": %.6f, \"wait_s\": %.6f, \"cpu_s\": %.3f"
            ", \"pad_samples\": %" PRIu64 ", \"rank\": %u, \"world\": %u"
            ", \"inflight\": %u, \"streams\": %u, \"interrupted\": %s"
-           ", \"verified\": %s}\n",
+           ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
+           ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f}\n",
            samples, bytes, batches, epochs_done, seconds,
            seconds > 0 ? (double)samples / seconds : 0,
            seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
            first_batch_s < 0 ? 0 : first_batch_s, wait_s, cpu_s, pads, cfg.rank,
            cfg.world, inflight, cfg.streams, s_interrupted ? "true" : "false",
-           verify && !failed_verify ? "true" : "false");
+           verify && !failed_verify ? "true" : "false", energy_j, energy_source,
+           samples ? energy_j / (double)samples : 0,
+           bytes ? energy_j / ((double)bytes / 1e9) : 0);
     fflush(stdout);
     status = failed_verify ? 1 : s_interrupted ? 130 : 0;
 out:
     if (ids)
         fclose(ids);
     s_verifier_release(&ver);
+    emlio_energy_destroy(&meter);
     emlio_client_destroy(&client);
     emlio_ctx_destroy(&ctx);
     return status;
