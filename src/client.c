@@ -27,6 +27,9 @@ typedef struct s_daemon {
     void **socks;
     uint32_t *sock_outstanding; /* GETs in flight per stream: the daemon
                                    grants max_credit per connection */
+    void **mons;                /* PAIR sockets receiving each stream's
+                                   connection events */
+    bool *down;                 /* stream lost its connection */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -241,10 +244,17 @@ emlio_client_destroy(emlio_client_t **self_p)
     }
     for (uint32_t d = 0; d < self->n_daemons; d++) {
         s_daemon_t *daemon = &self->daemons[d];
-        for (uint32_t s = 0; daemon->socks && s < self->cfg.streams; s++)
-            if (daemon->socks[s])
+        for (uint32_t s = 0; daemon->socks && s < self->cfg.streams; s++) {
+            if (daemon->socks[s]) {
+                zmq_socket_monitor(daemon->socks[s], NULL, 0);
                 zmq_close(daemon->socks[s]);
+            }
+            if (daemon->mons && daemon->mons[s])
+                zmq_close(daemon->mons[s]);
+        }
         emlio_free(daemon->socks);
+        emlio_free(daemon->mons);
+        emlio_free(daemon->down);
         emlio_free(daemon->sock_outstanding);
         emlio_free(daemon->endpoint);
         emlio_free(daemon->local_id);
@@ -268,14 +278,20 @@ emlio_client_destroy(emlio_client_t **self_p)
 
 /* ---- connecting -------------------------------------------------------- */
 
-static void *
-s_open_stream(emlio_client_t *self, const char *endpoint)
+/* Opens stream s of daemon d: a DEALER with CURVE when configured, watched
+ * by a monitor (created before connecting so the first handshake's outcome
+ * is seen), then connected. Sets errno and returns -1 on failure. */
+static int
+s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
 {
-    void *sock = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_DEALER);
+    void *zctx = emlio__ctx_zmq(self->ctx);
+    void *sock = zmq_socket(zctx, ZMQ_DEALER);
     if (!sock)
-        return NULL;
+        return -1;
+    daemon->socks[s] = sock;
     /* Credits bound what can be queued, so the high-water marks never need
-     * to drop or block; heartbeats notice a dead peer. */
+     * to drop or block; heartbeats notice a dead peer; reconnects back off
+     * exponentially up to 2 s while a daemon restarts. */
     int zero = 0;
     int hb_ivl = 2000;
     int hb_ttl = 10000;
@@ -287,13 +303,116 @@ s_open_stream(emlio_client_t *self, const char *endpoint)
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
                    sizeof(reconnect_max));
-    if (zmq_connect(sock, endpoint) != 0) {
-        int err = errno;
-        zmq_close(sock);
-        errno = err;
-        return NULL;
+    if (self->cfg.curve_server_key) {
+        if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY,
+                           self->cfg.curve_server_key, 40) != 0 ||
+            zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY,
+                           self->cfg.curve_public_key, 40) != 0 ||
+            zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY,
+                           self->cfg.curve_secret_key, 40) != 0)
+            return -1;
     }
-    return sock;
+    char ep[96];
+    snprintf(ep, sizeof(ep), "inproc://emlio-mon-%p-%u-%u", (void *)self, d, s);
+    if (zmq_socket_monitor(sock, ep,
+                           ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
+        return -1;
+    void *mon = zmq_socket(zctx, ZMQ_PAIR);
+    if (!mon)
+        return -1;
+    daemon->mons[s] = mon;
+    zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_connect(mon, ep) != 0)
+        return -1;
+    return zmq_connect(sock, daemon->endpoint);
+}
+
+static int s_resend_stream(emlio_client_t *self, uint32_t d, uint32_t sock,
+                           uint64_t before_ns);
+
+/* Reads one monitor event if one is waiting: 1 (event and value set), 0
+ * (none) or -errno. */
+static int
+s_read_event(void *mon, uint16_t *event, uint32_t *value)
+{
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, mon, ZMQ_DONTWAIT) < 0) {
+        int err = errno;
+        zmq_msg_close(&frame);
+        return err == EAGAIN || err == EINTR ? 0 : -err;
+    }
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&frame) >= 6) {
+        memcpy(event, zmq_msg_data(&frame), 2);
+        memcpy(value, (uint8_t *)zmq_msg_data(&frame) + 2, 4);
+    }
+    bool more = zmq_msg_more(&frame);
+    zmq_msg_close(&frame);
+    if (more) { /* the second frame is the peer's address */
+        zmq_msg_init(&frame);
+        zmq_msg_recv(&frame, mon, 0);
+        zmq_msg_close(&frame);
+    }
+    return 1;
+}
+
+/* Acts on the connection events of stream s of daemon d: remembers a lost
+ * connection, asks again for what was in flight once it is back, and turns
+ * a failed security handshake into an error the caller can act on. */
+static int
+s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
+{
+    s_daemon_t *daemon = &self->daemons[d];
+    uint16_t event = 0;
+    uint32_t value = 0;
+    int rc;
+    while ((rc = s_read_event(daemon->mons[s], &event, &value)) > 0) {
+        switch (event) {
+        case ZMQ_EVENT_DISCONNECTED:
+            daemon->down[s] = true;
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                      "lost connection %u to daemon '%s'; reconnecting", s,
+                      daemon->endpoint);
+            break;
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+            if (daemon->down[s]) {
+                daemon->down[s] = false;
+                emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                          "reconnected %u to daemon '%s'; asking again for "
+                          "what was in flight",
+                          s, daemon->endpoint);
+                rc = s_resend_stream(self, d, s, emlio__now_ns());
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            return emlio__seterr(
+                self->err, EMLIO_EDENIED,
+                "daemon '%s' refused this client (CURVE authentication "
+                "failed, status %" PRIu32 "): is our public key in its "
+                "authorized keys?",
+                daemon->endpoint, value);
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            return emlio__seterr(
+                self->err, EMLIO_EDENIED,
+                "security handshake with daemon '%s' failed: %s",
+                daemon->endpoint,
+                self->cfg.curve_server_key
+                    ? "wrong server key, or the daemon does not use CURVE"
+                    : "the daemon requires CURVE (give its public key)");
+        default:
+            break;
+        }
+    }
+    return rc;
 }
 
 /* Receives one whole message into parts (at most max, extra frames are
@@ -322,16 +441,6 @@ s_recv_multipart(void *sock, zmq_msg_t *parts, size_t max, int flags)
     return (int)n;
 }
 
-static int
-s_poll_one(void *sock, int timeout_ms)
-{
-    zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
-    int rc;
-    while ((rc = zmq_poll(&item, 1, timeout_ms)) < 0 && errno == EINTR)
-        ;
-    return rc;
-}
-
 /* A daemon's error code as ours: library codes and -errno pass through,
  * anything else (a hostile or newer peer) becomes EMLIO_EPROTO. */
 static int
@@ -358,7 +467,20 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
         uint64_t now = emlio__now_ns();
         int left =
             now >= deadline_ns ? 0 : (int)((deadline_ns - now) / 1000000);
-        if (left <= 0 || s_poll_one(sock, left) <= 0)
+        zmq_pollitem_t items[2] = { { sock, 0, ZMQ_POLLIN, 0 },
+                                    { daemon->mons[0], 0, ZMQ_POLLIN, 0 } };
+        int ready = 0;
+        if (left > 0)
+            while ((ready = zmq_poll(items, 2, left)) < 0 && errno == EINTR)
+                ;
+        if (ready > 0 && (items[1].revents & ZMQ_POLLIN)) {
+            int rc =
+                s_handle_events(self, (uint32_t)(daemon - self->daemons), 0);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        if (ready <= 0)
             return emlio__seterr(
                 self->err, EMLIO_ETIMEDOUT,
                 "no answer from daemon '%s' within %d ms: is emliod "
@@ -506,13 +628,15 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
         daemon->socks = emlio_calloc(self->cfg.streams, sizeof(void *));
         daemon->sock_outstanding =
             emlio_calloc(self->cfg.streams, sizeof(uint32_t));
-        if (!daemon->endpoint || !daemon->socks || !daemon->sock_outstanding)
+        daemon->mons = emlio_calloc(self->cfg.streams, sizeof(void *));
+        daemon->down = emlio_calloc(self->cfg.streams, sizeof(bool));
+        if (!daemon->endpoint || !daemon->socks || !daemon->sock_outstanding ||
+            !daemon->mons || !daemon->down)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
         for (uint32_t s = 0; s < self->cfg.streams; s++) {
-            daemon->socks[s] = s_open_stream(self, daemon->endpoint);
-            if (!daemon->socks[s])
+            if (s_open_stream(self, daemon, self->n_daemons - 1, s) != 0)
                 return emlio__seterr(self->err, -errno,
                                      "cannot connect to '%s': %s",
                                      daemon->endpoint, zmq_strerror(errno));
@@ -569,9 +693,9 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
     rc = s_merge_inventories(self, entries, n_entries);
     if (rc < 0)
         goto out;
-    /* One poll item per stream, in daemon order. */
+    /* One poll item per stream, in daemon order, then one per monitor. */
     self->n_poll = (size_t)self->n_daemons * self->cfg.streams;
-    self->poll = emlio_calloc(self->n_poll, sizeof(*self->poll));
+    self->poll = emlio_calloc(2 * self->n_poll, sizeof(*self->poll));
     if (!self->poll) {
         rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         goto out;
@@ -581,6 +705,8 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
             zmq_pollitem_t *it = &self->poll[d * self->cfg.streams + s];
             it->socket = self->daemons[d].socks[s];
             it->events = ZMQ_POLLIN;
+            it[self->n_poll].socket = self->daemons[d].mons[s];
+            it[self->n_poll].events = ZMQ_POLLIN;
         }
     rc = (int)self->n_daemons;
 out:
@@ -745,6 +871,65 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     return (int)n;
 }
 
+/* Sends (or sends again) the GET of part p of batch b on stream sock, or on
+ * the daemon's least-loaded stream when sock is UINT32_MAX. */
+static int
+s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
+{
+    s_part_t *part = &b->parts[p];
+    s_daemon_t *daemon = &self->daemons[part->daemon];
+    for (uint32_t i = 0; i < part->n; i++) {
+        const emlio_sample_t *s = &b->samples[part->positions[i]];
+        self->items[i].shard = daemon->local_id[s->shard];
+        self->items[i].record = s->record;
+    }
+    if (emlio__wire_encode_get(&self->scratch, S_ID(self->gen, b->index, p),
+                               daemon->dataset, self->items, part->n) < 0)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    if (sock == UINT32_MAX) {
+        /* The least-loaded stream: replies come back out of order, so round
+         * robin alone could push one connection past its credits. */
+        sock = 0;
+        for (uint32_t k = 1; k < self->cfg.streams; k++)
+            if (daemon->sock_outstanding[k] < daemon->sock_outstanding[sock])
+                sock = k;
+        daemon->sock_outstanding[sock]++;
+        part->sock = sock;
+    }
+    while (zmq_send(daemon->socks[sock], self->scratch.data, self->scratch.len,
+                    0) < 0) {
+        if (errno != EINTR)
+            return emlio__seterr(self->err, -errno,
+                                 "cannot send to daemon '%s': %s",
+                                 daemon->endpoint, zmq_strerror(errno));
+    }
+    part->sent_ns = emlio__now_ns();
+    return 0;
+}
+
+/* A stream of daemon d reconnected (after a daemon restart, say): whatever
+ * it had in flight died with the old connection, so ask again. GET is a pure
+ * read and replies are matched by id, so a late duplicate is harmless. */
+static int
+s_resend_stream(emlio_client_t *self, uint32_t d, uint32_t sock,
+                uint64_t before_ns)
+{
+    for (size_t i = 0; i < self->n_slots; i++) {
+        emlio_batch_t *b = self->slots[i];
+        for (uint32_t p = 0; p < b->n_parts; p++) {
+            s_part_t *part = &b->parts[p];
+            if (part->done || part->daemon != d || part->sock != sock ||
+                part->sent_ns >= before_ns)
+                continue;
+            int rc = s_send_part(self, b, p, sock);
+            if (rc < 0)
+                return rc;
+            self->retries++;
+        }
+    }
+    return 0;
+}
+
 /* Sends the GETs of plan batch i, one per daemon that holds its samples. */
 static int
 s_request_batch(emlio_client_t *self, size_t index)
@@ -782,34 +967,10 @@ s_request_batch(emlio_client_t *self, size_t index)
         part->positions[part->n++] = (uint32_t)i;
     }
     self->slots[self->n_slots++] = b;
-    uint64_t now = emlio__now_ns();
     for (uint32_t p = 0; p < b->n_parts; p++) {
-        s_part_t *part = &b->parts[p];
-        s_daemon_t *daemon = &self->daemons[part->daemon];
-        for (uint32_t i = 0; i < part->n; i++) {
-            const emlio_sample_t *s = &b->samples[part->positions[i]];
-            self->items[i].shard = daemon->local_id[s->shard];
-            self->items[i].record = s->record;
-        }
-        if (emlio__wire_encode_get(&self->scratch, S_ID(self->gen, index, p),
-                                   daemon->dataset, self->items, part->n) < 0)
-            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        /* The least-loaded stream: replies come back out of order, so round
-         * robin alone could push one connection past its credits. */
-        uint32_t best = 0;
-        for (uint32_t k = 1; k < self->cfg.streams; k++)
-            if (daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
-                best = k;
-        void *sock = daemon->socks[best];
-        while (zmq_send(sock, self->scratch.data, self->scratch.len, 0) < 0) {
-            if (errno != EINTR)
-                return emlio__seterr(self->err, -errno,
-                                     "cannot send to daemon '%s': %s",
-                                     daemon->endpoint, zmq_strerror(errno));
-        }
-        part->sent_ns = now;
-        part->sock = best;
-        daemon->sock_outstanding[best]++;
+        int rc = s_send_part(self, b, p, UINT32_MAX);
+        if (rc < 0)
+            return rc;
         self->outstanding_parts++;
     }
     return 0;
@@ -1108,7 +1269,7 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
                                  self->daemons[0].endpoint);
         }
         int left = (int)((limit - (now - last_progress)) / 1000000) + 1;
-        rc = zmq_poll(self->poll, (int)self->n_poll, left);
+        rc = zmq_poll(self->poll, (int)(2 * self->n_poll), left);
         if (rc < 0) {
             if (errno == EINTR) {
                 /* Let the caller look at its signal flags; nothing is lost,
@@ -1118,6 +1279,16 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
             }
             return emlio__seterr(self->err, -errno, "poll failed: %s",
                                  zmq_strerror(errno));
+        }
+        for (size_t i = 0; i < self->n_poll; i++) {
+            if (!(self->poll[self->n_poll + i].revents & ZMQ_POLLIN))
+                continue;
+            rc = s_handle_events(self, (uint32_t)(i / self->cfg.streams),
+                                 (uint32_t)(i % self->cfg.streams));
+            if (rc < 0) {
+                self->wait_ns += emlio__now_ns() - wait_start;
+                return rc;
+            }
         }
         for (size_t i = 0; i < self->n_poll; i++) {
             if (!(self->poll[i].revents & ZMQ_POLLIN))

@@ -63,6 +63,12 @@ typedef struct emlio_client_config {
                                default 60000 */
     const char *name;       /* client name sent in HELLO; default
                                "emlio-client" */
+    /* CURVE (encryption and authentication), all three or none: the
+     * daemon's public key and this client's key pair, each as 40 Z85
+     * characters (see `emlio keygen`). Borrowed until connect returns. */
+    const char *curve_server_key;
+    const char *curve_public_key;
+    const char *curve_secret_key;
 } emlio_client_config_t;
 
 /* Fills cfg with the defaults documented above. */
@@ -79,8 +85,15 @@ EMLIO_EXPORT void emlio_client_destroy(emlio_client_t **self_p);
 /* Connects to the comma-separated ZeroMQ endpoints, one per daemon, and
  * fetches each daemon's inventory. Blocks up to connect_timeout_ms. Returns
  * the number of daemons, EMLIO_ETIMEDOUT (a daemon did not answer: the
- * message names it), EMLIO_EVERSION, EMLIO_EINVAL (bad endpoint list, two
- * daemons disagreeing about a shard) or -errno. */
+ * message names it), EMLIO_EDENIED (the daemon refused our CURVE key, or the
+ * security settings of the two sides differ), EMLIO_EVERSION, EMLIO_EINVAL
+ * (bad endpoint list, two daemons disagreeing about a shard, incomplete
+ * CURVE keys) or -errno.
+ *
+ * After connect, a stream whose daemon goes away reconnects by itself with
+ * exponential backoff (up to 2 s between tries); once it is back, the
+ * requests it had in flight are sent again, so a daemon restarted with the
+ * same data completes the epoch with every sample exactly once. */
 EMLIO_EXPORT int emlio_client_connect(emlio_client_t *self,
                                       const char *endpoints);
 

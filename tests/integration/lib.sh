@@ -41,6 +41,7 @@ make_dataset() {
 start_daemon() {
     local name=$1 data=$2
     shift 2
+    : >"$T/$name.out" # exists before the background shell opens it
     "$EMLIOD" --data "$data" --bind 'tcp://127.0.0.1:*' --log-level warn "$@" \
         >"$T/$name.out" 2>"$T/$name.err" &
     DPID=$!
