@@ -541,22 +541,13 @@ s_report_add(emlio_energy_report_t *out, const char *name, const char *source,
     d->read_errors = errors;
 }
 
-int
-emlio_energy_stop(emlio_energy_t *self, emlio_energy_report_t *out)
+/* Fills *out with the figures from start to now from the counters as they
+ * stand. final adds the note about counters that never moved, which only
+ * makes sense for a whole run. The caller holds the lock or is the only
+ * thread that touches the set. */
+static void
+s_report(emlio_energy_t *self, emlio_energy_report_t *out, bool final)
 {
-    assert(self && out);
-    if (!self->running)
-        return emlio__seterr(self->err, EMLIO_ESTATE,
-                             "cannot stop: the meter is not running");
-    if (self->thread_started) {
-        pthread_mutex_lock(&self->lock);
-        self->quit = true;
-        pthread_cond_signal(&self->wake);
-        pthread_mutex_unlock(&self->lock);
-        pthread_join(self->thread, NULL);
-        self->thread_started = false;
-    }
-    s_sample_locked(self);
     uint64_t t1_ns = emlio__now_ns();
     double user1_s = 0;
     double sys1_s = 0;
@@ -596,17 +587,49 @@ emlio_energy_stop(emlio_energy_t *self, emlio_energy_report_t *out)
                 emlio_energy_model_j(0, 0, self->j_per_byte, 0, 0, self->bytes),
                 true, 0, 0);
         out->modelled = true;
-    } else if (cpu && !measured_cpu_moved && out->wall_s > 0.1) {
+    } else if (final && cpu && !measured_cpu_moved && out->wall_s > 0.1) {
         s_note(self, cpu,
                "the counters did not advance during the run; the figure is "
                "suspect");
     }
     snprintf(out->source, sizeof(out->source), "%s%s%s", cpu ? cpu : "",
              cpu && has_gpu ? "+" : "", has_gpu ? "nvml" : (cpu ? "" : "none"));
+}
 
+int
+emlio_energy_stop(emlio_energy_t *self, emlio_energy_report_t *out)
+{
+    assert(self && out);
+    if (!self->running)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "cannot stop: the meter is not running");
+    if (self->thread_started) {
+        pthread_mutex_lock(&self->lock);
+        self->quit = true;
+        pthread_cond_signal(&self->wake);
+        pthread_mutex_unlock(&self->lock);
+        pthread_join(self->thread, NULL);
+        self->thread_started = false;
+    }
+    s_sample_locked(self);
+    s_report(self, out, true);
     emlio__energy_set_release(&self->set);
     emlio__energy_nvml_close(&self->nvml);
     self->running = false;
+    return 0;
+}
+
+int
+emlio_energy_read(emlio_energy_t *self, emlio_energy_report_t *out)
+{
+    assert(self && out);
+    if (!self->running)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "cannot read: the meter is not running");
+    pthread_mutex_lock(&self->lock);
+    s_sample_locked(self);
+    s_report(self, out, false);
+    pthread_mutex_unlock(&self->lock);
     return 0;
 }
 

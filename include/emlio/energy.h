@@ -201,6 +201,14 @@ EMLIO_EXPORT void emlio_energy_add_bytes(emlio_energy_t *self, uint64_t n);
 EMLIO_EXPORT int emlio_energy_stop(emlio_energy_t *self,
                                    emlio_energy_report_t *out);
 
+/** Reads every counter now and fills *out with the figures from start until
+ * now, as emlio_energy_stop would, but keeps the meter running: a long-lived
+ * process (emliod's metrics) reads running totals this way. The sampler
+ * thread may run meanwhile (the read takes the meter's lock). Returns 0, or
+ * EMLIO_ESTATE when not running. */
+EMLIO_EXPORT int emlio_energy_read(emlio_energy_t *self,
+                                   emlio_energy_report_t *out);
+
 /** Whether the meter runs. */
 EMLIO_EXPORT bool emlio_energy_running(const emlio_energy_t *self);
 
