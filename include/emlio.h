@@ -101,6 +101,7 @@ EMLIO_EXPORT void emlio_ctx_set_log(emlio_ctx_t *self, emlio_log_fn *fn,
 
 #include "emlio/client.h"
 #include "emlio/energy.h"
+#include "emlio/security.h"
 #include "emlio/plan.h"
 #include "emlio/server.h"
 #include "emlio/tfrecord.h"

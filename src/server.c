@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "crc32c.h"
 #include "example.h"
+#include "security.h"
 #include "shardset.h"
 #include "wire.h"
 
@@ -33,6 +34,7 @@ typedef struct s_peer {
     uint8_t id[S_MAX_IDENTITY];
     uint8_t id_len;
     uint32_t outstanding;
+    uint64_t last_seen_ns;
 } s_peer_t;
 
 struct emlio_server {
@@ -42,6 +44,8 @@ struct emlio_server {
     char *bytes_key;
     char *label_key;
     char *name;
+    char *curve_secret;
+    char *authorized_keys;
     emlio_shardset_t set;
     bool loaded;
     emlio_buf_t welcome;
@@ -68,6 +72,10 @@ struct emlio_server {
     atomic_uint_fast64_t bytes;
     atomic_uint_fast64_t corrupt_skipped;
     atomic_uint_fast64_t clients;
+    atomic_uint_fast64_t active_clients;
+    emlio_zap_t *zap;
+    bool curve;
+    char curve_public[EMLIO_CURVE_KEY_LEN];
     char err[EMLIO_ERRMSG_LEN];
 };
 
@@ -83,6 +91,8 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->max_batch = 4096;
     cfg->max_credit = 256;
     cfg->on_corrupt = EMLIO_ON_CORRUPT_FAIL;
+    cfg->max_clients = 1024;
+    cfg->idle_timeout_ms = 300000;
 }
 
 static char *
@@ -123,6 +133,24 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         self->cfg.max_batch = EMLIO_WIRE_MAX_SAMPLES;
     if (self->cfg.max_credit == 0)
         self->cfg.max_credit = 1;
+    if (self->cfg.max_clients == 0)
+        self->cfg.max_clients = 1;
+    /* The key strings are borrowed by the config; keep our own copies. */
+    self->cfg.authorized_keys = NULL;
+    self->cfg.curve_secret_key = NULL;
+    if (cfg->curve_secret_key) {
+        self->curve_secret = emlio_strdup(cfg->curve_secret_key);
+        self->cfg.curve_secret_key = self->curve_secret;
+    }
+    if (cfg->authorized_keys) {
+        self->authorized_keys = emlio_strdup(cfg->authorized_keys);
+        self->cfg.authorized_keys = self->authorized_keys;
+    }
+    if ((cfg->curve_secret_key && !self->curve_secret) ||
+        (cfg->authorized_keys && !self->authorized_keys)) {
+        emlio_server_destroy(&self);
+        return NULL;
+    }
     emlio_buf_init(&self->welcome);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
@@ -164,8 +192,13 @@ emlio_server_destroy(emlio_server_t **self_p)
                   "shards mapped",
                   atomic_load(&self->frames_in_flight));
     }
+    emlio__zap_stop(&self->zap);
     emlio_buf_release(&self->welcome);
     emlio_free(self->peers);
+    if (self->curve_secret) /* do not leave the secret in freed memory */
+        memset(self->curve_secret, 0, strlen(self->curve_secret));
+    emlio_free(self->curve_secret);
+    emlio_free(self->authorized_keys);
     emlio_free(self->workers);
     emlio_free(self->data_dir);
     emlio_free(self->bytes_key);
@@ -217,6 +250,53 @@ emlio_server_load(emlio_server_t *self)
     return (int)self->set.n;
 }
 
+/* Whether endpoint may be reachable from other hosts: anything but TCP on
+ * a loopback address, ipc:// or inproc://. */
+static bool
+s_is_public(const char *endpoint)
+{
+    static const char *const local[] = {
+        "tcp://127.", "tcp://localhost:", "tcp://[::1]:", "ipc://", "inproc://"
+    };
+    for (size_t i = 0; i < EMLIO_ARRAY_SIZE(local); i++)
+        if (!strncmp(endpoint, local[i], strlen(local[i])))
+            return false;
+    return true;
+}
+
+/* Makes router a CURVE server with our secret key, behind a ZAP handler
+ * that admits the authorized client keys (or any CURVE client when no
+ * directory is configured). */
+static int
+s_setup_curve(emlio_server_t *self, void *router)
+{
+    int rc = 0;
+    if (emlio_curve_public(self->curve_public, self->cfg.curve_secret_key) < 0)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "the curve secret key is not a valid Z85 key");
+    if (!self->zap) {
+        size_t n_keys = 0;
+        self->zap = emlio__zap_start(self->ctx, self->cfg.authorized_keys, &rc,
+                                     &n_keys, self->err);
+        if (!self->zap)
+            return rc;
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "curve on, public key %s; %s%zu authorized client keys",
+                  self->curve_public,
+                  self->cfg.authorized_keys ? "" : "any client key (no list); ",
+                  n_keys);
+    }
+    int one = 1;
+    if (zmq_setsockopt(router, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+        zmq_setsockopt(router, ZMQ_CURVE_SECRETKEY, self->cfg.curve_secret_key,
+                       40) != 0 ||
+        zmq_setsockopt(router, ZMQ_ZAP_DOMAIN, "emlio", 5) != 0)
+        return emlio__seterr(self->err, -errno, "cannot enable curve: %s",
+                             zmq_strerror(errno));
+    self->curve = true;
+    return 0;
+}
+
 int
 emlio_server_bind(emlio_server_t *self, const char *endpoint)
 {
@@ -244,6 +324,18 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
     zmq_setsockopt(router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
+    if (self->cfg.curve_secret_key) {
+        int rc = s_setup_curve(self, router);
+        if (rc < 0) {
+            zmq_close(router);
+            return rc;
+        }
+    } else if (s_is_public(endpoint)) {
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                  "serving '%s' without CURVE: data travels unencrypted "
+                  "and any client may read it",
+                  endpoint);
+    }
     if (zmq_bind(router, endpoint) != 0) {
         int err = errno;
         zmq_close(router);
@@ -557,14 +649,42 @@ out:
 
 /* ---- the frontend: the only thread that touches the TCP socket -------- */
 
+/* Forgets connections that have nothing outstanding and were not heard
+ * from for idle_timeout_ms; ZeroMQ heartbeats already closed dead TCP
+ * connections, this trims the bookkeeping behind them. */
+static void
+s_peers_expire(emlio_server_t *self, uint64_t now)
+{
+    uint64_t idle = (uint64_t)self->cfg.idle_timeout_ms * 1000000ull;
+    for (size_t i = 0; i < self->n_peers;) {
+        s_peer_t *peer = &self->peers[i];
+        if (!peer->outstanding && now - peer->last_seen_ns > idle)
+            *peer = self->peers[--self->n_peers];
+        else
+            i++;
+    }
+}
+
+/* The bookkeeping of one client connection (a ZeroMQ routing id). With add,
+ * an unknown connection is registered unless max_clients are already
+ * known; NULL then means "refuse it". */
 static s_peer_t *
 s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
 {
+    uint64_t now = emlio__now_ns();
     for (size_t i = 0; i < self->n_peers; i++)
-        if (self->peers[i].id_len == len && !memcmp(self->peers[i].id, id, len))
+        if (self->peers[i].id_len == len &&
+            !memcmp(self->peers[i].id, id, len)) {
+            self->peers[i].last_seen_ns = now;
             return &self->peers[i];
+        }
     if (!add || len > S_MAX_IDENTITY)
         return NULL;
+    if (self->n_peers >= self->cfg.max_clients) {
+        s_peers_expire(self, now);
+        if (self->n_peers >= self->cfg.max_clients)
+            return NULL;
+    }
     if (self->n_peers == self->cap_peers) {
         size_t cap = self->cap_peers ? self->cap_peers * 2 : 16;
         s_peer_t *peers = emlio_reallocarray(self->peers, cap, sizeof(*peers));
@@ -577,17 +697,8 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
     memcpy(peer->id, id, len);
     peer->id_len = (uint8_t)len;
     peer->outstanding = 0;
+    peer->last_seen_ns = now;
     return peer;
-}
-
-/* Peers are kept only while they have requests outstanding, so the table
- * stays as small as the set of active clients. */
-static void
-s_peer_drop_if_idle(emlio_server_t *self, s_peer_t *peer)
-{
-    if (peer->outstanding)
-        return;
-    *peer = self->peers[--self->n_peers];
 }
 
 /* Discards the remaining frames of a multipart message. */
@@ -656,6 +767,15 @@ s_frontend_request(emlio_server_t *self, void *work)
                                    text);
             goto drop_header;
         }
+        if (!s_peer_find(self, zmq_msg_data(&job->identity),
+                         zmq_msg_size(&job->identity), true)) {
+            char text[128];
+            snprintf(text, sizeof(text),
+                     "too many client connections (limit %" PRIu32 ")",
+                     self->cfg.max_clients);
+            s_frontend_reply_error(self, &job->identity, 0, EMLIO_ELIMIT, text);
+            goto drop_header;
+        }
         zmq_msg_t welcome;
         /* The encoded WELCOME lives as long as the server: no copy. */
         zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
@@ -673,9 +793,14 @@ s_frontend_request(emlio_server_t *self, void *work)
                                  zmq_msg_size(&job->identity), true);
     if (!peer || peer->outstanding >= self->cfg.max_credit) {
         char text[128];
-        snprintf(text, sizeof(text),
-                 "too many outstanding requests (limit %" PRIu32 ")",
-                 self->cfg.max_credit);
+        if (!peer)
+            snprintf(text, sizeof(text),
+                     "too many client connections (limit %" PRIu32 ")",
+                     self->cfg.max_clients);
+        else
+            snprintf(text, sizeof(text),
+                     "too many outstanding requests (limit %" PRIu32 ")",
+                     self->cfg.max_credit);
         s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_ELIMIT,
                                text);
         goto drop_header;
@@ -683,7 +808,6 @@ s_frontend_request(emlio_server_t *self, void *work)
     peer->outstanding++;
     if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
         peer->outstanding--;
-        s_peer_drop_if_idle(self, peer);
         goto drop;
     }
     return; /* the worker owns the job now */
@@ -705,10 +829,8 @@ s_frontend_reply(emlio_server_t *self, void *done)
     }
     s_peer_t *peer = s_peer_find(self, zmq_msg_data(&identity),
                                  zmq_msg_size(&identity), false);
-    if (peer && peer->outstanding) {
+    if (peer && peer->outstanding)
         peer->outstanding--;
-        s_peer_drop_if_idle(self, peer);
-    }
     bool lost = false;
     int more = 1;
     if (zmq_msg_send(&identity, self->router, ZMQ_SNDMORE) < 0) {
@@ -754,7 +876,14 @@ s_frontend_main(void *arg)
         { self->router, 0, ZMQ_POLLIN, 0 },
         { done, 0, ZMQ_POLLIN, 0 },
     };
+    uint64_t last_expire = emlio__now_ns();
     while (!atomic_load(&self->stopping)) {
+        uint64_t now = emlio__now_ns();
+        if (now - last_expire > 1000000000ull) {
+            s_peers_expire(self, now);
+            atomic_store(&self->active_clients, self->n_peers);
+            last_expire = now;
+        }
         if (zmq_poll(items, 2, S_STOP_POLL_MS) < 0) {
             if (errno == EINTR)
                 continue;
@@ -843,6 +972,8 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->bytes = atomic_load(&self->bytes);
     out->corrupt_skipped = atomic_load(&self->corrupt_skipped);
     out->clients = atomic_load(&self->clients);
+    out->active_clients = atomic_load(&self->active_clients);
+    out->auth_refused = emlio__zap_refused(self->zap);
 }
 
 size_t

@@ -42,23 +42,36 @@ enum emlio_on_corrupt {
 };
 
 typedef struct emlio_server_config {
-    const char *data_dir;  /* borrowed; shards are found recursively */
-    const char *bytes_key; /* Example feature sent as the sample's bytes;
-                              default "image/encoded" */
-    const char *label_key; /* int64 feature sent as the label; default
-                              "image/class/label" */
-    bool raw;              /* send whole records, do not parse Examples */
-    bool verify;           /* check each record's data CRC when reading;
-                              default true */
-    bool write_index;      /* write missing .idx files at load; default
-                              true (failures to write are only logged) */
-    uint32_t workers;      /* read+serialize threads; default 2 */
-    uint32_t max_batch;    /* samples one GET may ask for; default 4096 */
-    uint32_t max_credit;   /* GETs one connection (client stream) may
-                              have outstanding; default 256 */
-    int on_corrupt;        /* enum emlio_on_corrupt; default FAIL */
-    const char *name;      /* server name in WELCOME; default
-                              "emliod/<version>" */
+    const char *data_dir;     /* borrowed; shards are found recursively */
+    const char *bytes_key;    /* Example feature sent as the sample's bytes;
+                                 default "image/encoded" */
+    const char *label_key;    /* int64 feature sent as the label; default
+                                 "image/class/label" */
+    bool raw;                 /* send whole records, do not parse Examples */
+    bool verify;              /* check each record's data CRC when reading;
+                                 default true */
+    bool write_index;         /* write missing .idx files at load; default
+                                 true (failures to write are only logged) */
+    uint32_t workers;         /* read+serialize threads; default 2 */
+    uint32_t max_batch;       /* samples one GET may ask for; default 4096 */
+    uint32_t max_credit;      /* GETs one connection (client stream) may
+                                 have outstanding; default 256 */
+    int on_corrupt;           /* enum emlio_on_corrupt; default FAIL */
+    const char *name;         /* server name in WELCOME; default
+                                 "emliod/<version>" */
+    uint32_t max_clients;     /* client connections (each stream is one)
+                                 known at once; more are refused with
+                                 EMLIO_ELIMIT; default 1024 */
+    uint32_t idle_timeout_ms; /* a connection with nothing outstanding
+                                 and silent this long is forgotten;
+                                 default 300000 */
+    /* CURVE: this daemon's secret key (40 Z85 characters; NULL = plaintext)
+     * and a directory of authorized client public keys (NULL = any client
+     * with CURVE, i.e. encryption without client authentication). Only one
+     * CURVE server per emlio_ctx_t (ZeroMQ has one ZAP endpoint per
+     * context). Copied. */
+    const char *curve_secret_key;
+    const char *authorized_keys;
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */
@@ -82,7 +95,10 @@ EMLIO_EXPORT int emlio_server_load(emlio_server_t *self);
 
 /* Binds the ROUTER socket. endpoint is any ZeroMQ endpoint; a TCP port of
  * "*" or 0 picks a free port, and emlio_server_endpoint() then gives the real
- * one. Returns 0 or -errno (EADDRINUSE, ...). */
+ * one. With a CURVE secret key configured, starts the authentication
+ * handler first; without one, logs a warning when the endpoint is not on
+ * loopback. Returns 0, -errno (EADDRINUSE, ...), EMLIO_EINVAL (bad key) or
+ * EMLIO_ENOTFOUND (no keys in the authorized-keys directory). */
 EMLIO_EXPORT int emlio_server_bind(emlio_server_t *self, const char *endpoint);
 
 /* The endpoint actually bound (e.g. "tcp://127.0.0.1:41237"), borrowed;
@@ -105,6 +121,8 @@ typedef struct emlio_server_stats {
     uint64_t bytes;           /* sample bytes sent */
     uint64_t corrupt_skipped; /* records left out by on_corrupt skip */
     uint64_t clients;         /* HELLOs answered (client connections) */
+    uint64_t active_clients;  /* connections known now */
+    uint64_t auth_refused;    /* CURVE handshakes refused */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

@@ -51,7 +51,13 @@ s_usage(FILE *out)
             "  --no-verify         do not check record CRCs when reading\n"
             "  --no-write-index    do not write missing .idx files\n"
             "  --on-corrupt MODE   fail (default) or skip corrupt records\n"
-            "  --log-level LEVEL   error, warn, info (default), debug\n");
+            "  --log-level LEVEL   error, warn, info (default), debug\n"
+            "  --curve-secret FILE encrypt with CURVE using this secret key\n"
+            "                      (from `emlio keygen`)\n"
+            "  --authorized-keys DIR  admit only clients whose public key\n"
+            "                      file is in DIR (needs --curve-secret)\n"
+            "  --max-clients N     client connections at once (1024)\n"
+            "  --idle-timeout S    forget silent connections after S (300)\n");
 }
 
 static int
@@ -84,7 +90,11 @@ main(int argc, char **argv)
         O_NO_VERIFY,
         O_NO_WRITE_INDEX,
         O_ON_CORRUPT,
-        O_LOG_LEVEL
+        O_LOG_LEVEL,
+        O_CURVE_SECRET,
+        O_AUTHORIZED_KEYS,
+        O_MAX_CLIENTS,
+        O_IDLE_TIMEOUT
     };
     static const struct option opts[] = {
         { "data", required_argument, NULL, 'd' },
@@ -99,12 +109,17 @@ main(int argc, char **argv)
         { "no-write-index", no_argument, NULL, O_NO_WRITE_INDEX },
         { "on-corrupt", required_argument, NULL, O_ON_CORRUPT },
         { "log-level", required_argument, NULL, O_LOG_LEVEL },
+        { "curve-secret", required_argument, NULL, O_CURVE_SECRET },
+        { "authorized-keys", required_argument, NULL, O_AUTHORIZED_KEYS },
+        { "max-clients", required_argument, NULL, O_MAX_CLIENTS },
+        { "idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     emlio_server_config_t cfg;
     emlio_server_config_init(&cfg);
     const char *bind = NULL;
+    const char *curve_secret_path = NULL;
     int log_level = EMLIO_LOG_INFO;
     int c;
     while ((c = getopt_long(argc, argv, "d:b:h", opts, NULL)) != -1) {
@@ -165,6 +180,24 @@ main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_CURVE_SECRET:
+            curve_secret_path = optarg;
+            break;
+        case O_AUTHORIZED_KEYS:
+            cfg.authorized_keys = optarg;
+            break;
+        case O_MAX_CLIENTS:
+            if (s_parse_uint("--max-clients", optarg, &cfg.max_clients) < 0)
+                return 2;
+            break;
+        case O_IDLE_TIMEOUT: {
+            uint32_t secs;
+            if (s_parse_uint("--idle-timeout", optarg, &secs) < 0 ||
+                secs > UINT32_MAX / 1000)
+                return 2;
+            cfg.idle_timeout_ms = secs * 1000;
+            break;
+        }
         case 'h':
             s_usage(stdout);
             return 0;
@@ -175,6 +208,21 @@ main(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "emliod: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    char curve_secret[EMLIO_CURVE_KEY_LEN];
+    if (curve_secret_path) {
+        int krc = emlio_curve_read_key(curve_secret_path, curve_secret);
+        if (krc < 0) {
+            fprintf(stderr, "emliod: cannot read curve secret '%s': %s\n",
+                    curve_secret_path,
+                    krc == EMLIO_EFORMAT ? "not a Z85 key"
+                                         : emlio_strerror(krc));
+            return 2;
+        }
+        cfg.curve_secret_key = curve_secret;
+    } else if (cfg.authorized_keys) {
+        fprintf(stderr, "emliod: --authorized-keys needs --curve-secret\n");
         return 2;
     }
     if (!cfg.data_dir || !bind) {
@@ -222,5 +270,6 @@ main(int argc, char **argv)
     }
     emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
+    memset(curve_secret, 0, sizeof(curve_secret));
     return rc < 0 ? 1 : 0;
 }
