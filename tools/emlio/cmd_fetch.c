@@ -283,7 +283,9 @@ cmd_fetch(int argc, char **argv)
         O_STATE,
         O_TIMEOUT,
         O_CONNECT_TIMEOUT,
-        O_QUIET
+        O_QUIET,
+        O_SERVER_KEY,
+        O_CLIENT_KEY
     };
     static const struct option opts[] = {
         { "connect", required_argument, NULL, 'c' },
@@ -305,6 +307,8 @@ cmd_fetch(int argc, char **argv)
         { "timeout-ms", required_argument, NULL, O_TIMEOUT },
         { "connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT },
         { "quiet", no_argument, NULL, O_QUIET },
+        { "server-key", required_argument, NULL, O_SERVER_KEY },
+        { "client-key", required_argument, NULL, O_CLIENT_KEY },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -313,6 +317,8 @@ cmd_fetch(int argc, char **argv)
     const char *connect = NULL;
     const char *ids_path = NULL;
     const char *state_path = NULL;
+    const char *server_key_path = NULL;
+    const char *client_key_path = NULL;
     uint64_t batch = 0, epochs = 1, rank = 0, world = 1, v;
     bool have_rank = false, have_world = false, verify = false, quiet = false;
     int c;
@@ -403,6 +409,12 @@ cmd_fetch(int argc, char **argv)
         case O_QUIET:
             quiet = true;
             break;
+        case O_SERVER_KEY:
+            server_key_path = optarg;
+            break;
+        case O_CLIENT_KEY:
+            client_key_path = optarg;
+            break;
         case 'h':
             s_usage(stdout);
             return 0;
@@ -423,6 +435,32 @@ cmd_fetch(int argc, char **argv)
     }
     if (s_rank_from_env(have_rank, have_world, &rank, &world) < 0)
         return 2;
+    char server_key[EMLIO_CURVE_KEY_LEN], client_pub[EMLIO_CURVE_KEY_LEN],
+        client_sec[EMLIO_CURVE_KEY_LEN];
+    if (!server_key_path != !client_key_path) {
+        fprintf(stderr, "emlio fetch: --server-key and --client-key go "
+                        "together\n");
+        return 2;
+    }
+    if (server_key_path) {
+        const char *bad = server_key_path;
+        int krc = emlio_curve_read_key(server_key_path, server_key);
+        if (krc == 0) {
+            bad = client_key_path;
+            krc = emlio_curve_read_key(client_key_path, client_sec);
+        }
+        if (krc == 0 && emlio_curve_public(client_pub, client_sec) < 0)
+            krc = EMLIO_EFORMAT;
+        if (krc < 0) {
+            fprintf(stderr, "emlio fetch: cannot read key '%s': %s\n", bad,
+                    krc == EMLIO_EFORMAT ? "not a Z85 key"
+                                         : emlio_strerror(krc));
+            return 2;
+        }
+        cfg.curve_server_key = server_key;
+        cfg.curve_public_key = client_pub;
+        cfg.curve_secret_key = client_sec;
+    }
     cfg.batch_size = (uint32_t)batch;
     cfg.rank = (uint32_t)rank;
     cfg.world = (uint32_t)world;

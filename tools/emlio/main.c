@@ -18,6 +18,7 @@ static const struct {
     { "fetch", cmd_fetch, "run epochs against emliod daemons" },
     { "plan", cmd_plan, "print a rank's epoch plan as JSON" },
     { "relay", cmd_relay, "TCP relay that adds delay (RTT emulation)" },
+    { "keygen", cmd_keygen, "write a CURVE key pair for emliod and clients" },
     { "energy", cmd_energy, "run a command and report time, CPU and energy" },
 };
 
