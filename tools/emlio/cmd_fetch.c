@@ -146,17 +146,34 @@ s_read_file(const char *path, uint8_t **out, size_t *len)
     return 0;
 }
 
+/* The state file: "EMFS", the length of the --ids file that matches the
+ * state (little-endian u64), then the library's resume blob. It is written
+ * after every batch, after that batch's ids are flushed, and replaced
+ * atomically; a run killed at any point resumes from the last batch whose
+ * ids and state were both written, and cuts the ids file back to match, so
+ * every sample appears exactly once even after kill -9. */
+#define S_STATE_HEAD 12
+
 static int
-s_save_state(emlio_client_t *client, const char *path)
+s_save_state(emlio_client_t *client, const char *path, FILE *ids)
 {
     uint8_t *blob;
     size_t len;
+    uint8_t head[S_STATE_HEAD] = { 'E', 'M', 'F', 'S' };
+    if (ids) {
+        if (fflush(ids) != 0)
+            return -1;
+        uint64_t off = (uint64_t)ftello(ids);
+        for (int i = 0; i < 8; i++)
+            head[4 + i] = (uint8_t)(off >> (8 * i));
+    }
     if (emlio_client_save_state(client, &blob, &len) < 0)
         return -1;
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(blob, 1, len, f) == len;
+    int ok = f && fwrite(head, 1, sizeof(head), f) == sizeof(head) &&
+             fwrite(blob, 1, len, f) == len;
     if (f && fclose(f) != 0)
         ok = 0;
     emlio_client_free_blob(blob);
@@ -478,6 +495,7 @@ cmd_fetch(int argc, char **argv)
     s_verifier_t ver = { 0 };
     emlio_energy_t *meter = NULL;
     bool resumed = false;
+    uint64_t ids_offset = 0;
     uint64_t epoch = 0;
     if (!client) {
         fprintf(stderr, "emlio fetch: out of memory\n");
@@ -493,7 +511,18 @@ cmd_fetch(int argc, char **argv)
         size_t len = 0;
         rc = s_read_file(state_path, &blob, &len);
         if (rc == 0) {
-            rc = emlio_client_load_state(client, blob, len);
+            if (len < S_STATE_HEAD || memcmp(blob, "EMFS", 4)) {
+                fprintf(stderr,
+                        "emlio fetch: cannot resume from '%s': not a "
+                        "state file\n",
+                        state_path);
+                free(blob);
+                goto out;
+            }
+            for (int i = 7; i >= 0; i--)
+                ids_offset = (ids_offset << 8) | blob[4 + i];
+            rc = emlio_client_load_state(client, blob + S_STATE_HEAD,
+                                         len - S_STATE_HEAD);
             free(blob);
             if (rc < 0) {
                 fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
@@ -512,6 +541,15 @@ cmd_fetch(int argc, char **argv)
     }
     if (ids_path && !(ids = fopen(ids_path, resumed ? "a" : "w"))) {
         fprintf(stderr, "emlio fetch: cannot open '%s': %s\n", ids_path,
+                strerror(errno));
+        goto out;
+    }
+    /* Lines written after the last saved state belong to batches that will
+     * be delivered again: cut them. */
+    if (ids && resumed &&
+        (ftruncate(fileno(ids), (off_t)ids_offset) != 0 ||
+         fseeko(ids, (off_t)ids_offset, SEEK_SET) != 0)) {
+        fprintf(stderr, "emlio fetch: cannot trim '%s': %s\n", ids_path,
                 strerror(errno));
         goto out;
     }
@@ -564,7 +602,7 @@ cmd_fetch(int argc, char **argv)
                 fprintf(stderr, "emlio fetch: epoch %" PRIu64 ": %s\n", epoch,
                         emlio_client_errmsg(client));
                 if (state_path)
-                    s_save_state(client, state_path);
+                    s_save_state(client, state_path, ids);
                 goto out;
             }
             size_t n;
@@ -584,6 +622,8 @@ cmd_fetch(int argc, char **argv)
             if (first_batch_s < 0)
                 first_batch_s = s_now() - t0;
             emlio_batch_release(&b);
+            if (state_path && s_save_state(client, state_path, ids) < 0)
+                goto out;
             if (tty && s_now() - last_progress > 0.25) {
                 double dt = s_now() - t0;
                 emlio_client_stats_t st;
@@ -643,7 +683,7 @@ cmd_fetch(int argc, char **argv)
     emlio_energy_report_t last;
     if (emlio_energy_running(meter) && emlio_energy_stop(meter, &last) == 0)
         energy_j += last.energy_j;
-    if (state_path && s_save_state(client, state_path) < 0)
+    if (state_path && s_save_state(client, state_path, ids) < 0)
         goto out;
     if (ids && fflush(ids) != 0) {
         fprintf(stderr, "emlio fetch: cannot write '%s': %s\n", ids_path,
