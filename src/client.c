@@ -30,6 +30,7 @@ typedef struct s_daemon {
     void **mons;                /* PAIR sockets receiving each stream's
                                    connection events */
     bool *down;                 /* stream lost its connection */
+    uint64_t failed_handshakes; /* transient handshake failures seen */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -400,14 +401,23 @@ s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
                 "authorized keys?",
                 daemon->endpoint, value);
         case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                return emlio__seterr(
+                    self->err, EMLIO_EDENIED,
+                    "security handshake with daemon '%s' failed: %s",
+                    daemon->endpoint,
+                    self->cfg.curve_server_key
+                        ? "the daemon does not use CURVE"
+                        : "the daemon requires CURVE (give its public key)");
+            daemon->failed_handshakes++;
+            break;
         case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-            return emlio__seterr(
-                self->err, EMLIO_EDENIED,
-                "security handshake with daemon '%s' failed: %s",
-                daemon->endpoint,
-                self->cfg.curve_server_key
-                    ? "wrong server key, or the daemon does not use CURVE"
-                    : "the daemon requires CURVE (give its public key)");
+            /* The connection closed mid-handshake: a daemon restarting, a
+             * proxy whose upstream is down, or (with CURVE) a wrong server
+             * key. ZeroMQ reconnects by itself; a persistent failure ends
+             * as a timeout whose message mentions these. */
+            daemon->failed_handshakes++;
+            break;
         default:
             break;
         }
@@ -480,6 +490,16 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
                 return rc;
             continue;
         }
+        if (ready <= 0 && daemon->failed_handshakes)
+            return emlio__seterr(
+                self->err, EMLIO_ETIMEDOUT,
+                "no answer from daemon '%s' within %d ms: %" PRIu64
+                " handshakes failed (%s)",
+                daemon->endpoint, self->cfg.connect_timeout_ms,
+                daemon->failed_handshakes,
+                self->cfg.curve_server_key
+                    ? "wrong server key, or the daemon does not use CURVE?"
+                    : "does the daemon require CURVE?");
         if (ready <= 0)
             return emlio__seterr(
                 self->err, EMLIO_ETIMEDOUT,

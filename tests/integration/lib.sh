@@ -13,7 +13,7 @@ PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$T"
+    [ -n "${KEEP_T:-}" ] || rm -rf "$T"
 }
 trap cleanup EXIT
 
