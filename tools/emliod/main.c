@@ -265,8 +265,10 @@ main(int argc, char **argv)
         emlio_server_stats(srv, &st);
         fprintf(stderr,
                 "emliod: %s, stopping: %" PRIu64 " requests, %" PRIu64
-                " samples, %" PRIu64 " bytes, %" PRIu64 " errors\n",
-                strsignal(sig), st.requests, st.samples, st.bytes, st.errors);
+                " samples, %" PRIu64 " bytes, %" PRIu64 " errors, %" PRIu64
+                " refused\n",
+                strsignal(sig), st.requests, st.samples, st.bytes, st.errors,
+                st.auth_refused);
     }
     emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
