@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "emlio.h"
+#include "metrics.h"
 
 static const char *const s_levels[] = { "error", "warn", "info", "debug" };
 
@@ -57,7 +58,36 @@ s_usage(FILE *out)
             "  --authorized-keys DIR  admit only clients whose public key\n"
             "                      file is in DIR (needs --curve-secret)\n"
             "  --max-clients N     client connections at once (1024)\n"
-            "  --idle-timeout S    forget silent connections after S (300)\n");
+            "  --idle-timeout S    forget silent connections after S (300)\n"
+            "  --metrics HOST:PORT serve Prometheus metrics at\n"
+            "                      http://HOST:PORT/metrics (port 0: any)\n"
+            "  --influx URL        push to InfluxDB, e.g.\n"
+            "                      http://127.0.0.1:8086/write?db=emlio\n"
+            "  --influx-interval S seconds between pushes (default 10)\n");
+}
+
+/* Sets up the metrics endpoint and the InfluxDB pusher (docs/energy.md,
+ * "Exports"). Returns 0 or < 0 after printing why. */
+static int
+s_start_metrics(emlio_ctx_t *ctx, emlio_server_t *srv, const char *addr,
+                const char *influx, double interval_s, emlio_metrics_t **out)
+{
+    emlio_metrics_t *m = emlio__metrics_new(ctx, srv);
+    int rc = m ? 0 : EMLIO_ENOMEM;
+    if (rc == 0)
+        rc = emlio__metrics_set_powercap_root(m, getenv("EMLIO_POWERCAP_ROOT"));
+    if (rc == 0 && addr)
+        rc = emlio__metrics_listen(m, addr);
+    if (rc == 0 && influx)
+        rc = emlio__metrics_set_influx(m, influx, interval_s);
+    if (rc == 0)
+        rc = emlio__metrics_start(m);
+    if (rc < 0)
+        fprintf(stderr, "emliod: %s\n",
+                m && *emlio__metrics_errmsg(m) ? emlio__metrics_errmsg(m)
+                                               : emlio_strerror(rc));
+    *out = m;
+    return rc;
 }
 
 static int
@@ -94,7 +124,10 @@ main(int argc, char **argv)
         O_CURVE_SECRET,
         O_AUTHORIZED_KEYS,
         O_MAX_CLIENTS,
-        O_IDLE_TIMEOUT
+        O_IDLE_TIMEOUT,
+        O_METRICS,
+        O_INFLUX,
+        O_INFLUX_INTERVAL
     };
     static const struct option opts[] = {
         { "data", required_argument, NULL, 'd' },
@@ -113,6 +146,9 @@ main(int argc, char **argv)
         { "authorized-keys", required_argument, NULL, O_AUTHORIZED_KEYS },
         { "max-clients", required_argument, NULL, O_MAX_CLIENTS },
         { "idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT },
+        { "metrics", required_argument, NULL, O_METRICS },
+        { "influx", required_argument, NULL, O_INFLUX },
+        { "influx-interval", required_argument, NULL, O_INFLUX_INTERVAL },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -121,6 +157,9 @@ main(int argc, char **argv)
     const char *bind = NULL;
     const char *curve_secret_path = NULL;
     int log_level = EMLIO_LOG_INFO;
+    const char *metrics_addr = NULL;
+    const char *influx_url = NULL;
+    double influx_interval = 10;
     int c;
     while ((c = getopt_long(argc, argv, "d:b:h", opts, NULL)) != -1) {
         switch (c) {
@@ -198,6 +237,25 @@ main(int argc, char **argv)
             cfg.idle_timeout_ms = secs * 1000;
             break;
         }
+        case O_METRICS:
+            metrics_addr = optarg;
+            break;
+        case O_INFLUX:
+            influx_url = optarg;
+            break;
+        case O_INFLUX_INTERVAL: {
+            char *end;
+            influx_interval = strtod(optarg, &end);
+            if (*end || end == optarg ||
+                !(influx_interval >= 0.05 && influx_interval <= 86400)) {
+                fprintf(stderr,
+                        "emliod: invalid --influx-interval '%s': expected "
+                        "0.05 to 86400 seconds\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
         case 'h':
             s_usage(stdout);
             return 0;
@@ -255,8 +313,15 @@ main(int argc, char **argv)
         fprintf(stderr, "emliod: %s\n", emlio_server_errmsg(srv));
     else if (rc >= 0 && (rc = emlio_server_start(srv)) < 0)
         fprintf(stderr, "emliod: cannot start: %s\n", emlio_server_errmsg(srv));
+    emlio_metrics_t *metrics = NULL;
+    if (rc >= 0 && (metrics_addr || influx_url))
+        rc = s_start_metrics(ctx, srv, metrics_addr, influx_url,
+                             influx_interval, &metrics);
     if (rc >= 0) {
         printf("emliod: listening on %s\n", emlio_server_endpoint(srv));
+        if (metrics_addr)
+            printf("emliod: metrics on http://%s/metrics\n",
+                   emlio__metrics_address(metrics));
         fflush(stdout);
         int sig = 0;
         while (sigwait(&stop, &sig) != 0)
@@ -270,6 +335,7 @@ main(int argc, char **argv)
                 strsignal(sig), st.requests, st.samples, st.bytes, st.errors,
                 st.auth_refused);
     }
+    emlio__metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
     memset(curve_secret, 0, sizeof(curve_secret));
