@@ -42,11 +42,11 @@ PIDS=()
 for w in emliod fetch; do
     {
         echo "== $w: self time by DSO"
-        perf report -i "$OUT/$w.data" --stdio --no-children --sort dso 2>/dev/null | grep -v '^#' | grep -v '^$' | head -12
+        perf report -i "$OUT/$w.data" --stdio --no-children --sort dso 2>/dev/null | grep -v '^#' | grep -v '^$' | head -12 || true
         echo "== $w: self time by symbol"
-        perf report -i "$OUT/$w.data" --stdio --no-children --sort dso,sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40
+        perf report -i "$OUT/$w.data" --stdio --no-children --sort dso,sym 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40 || true
         echo "== $w: self time by thread"
-        perf report -i "$OUT/$w.data" --stdio --no-children --sort comm 2>/dev/null | grep -v '^#' | grep -v '^$' | head -10
+        perf report -i "$OUT/$w.data" --stdio --no-children --sort comm 2>/dev/null | grep -v '^#' | grep -v '^$' | head -10 || true
     } >"$OUT/$w.txt"
     cat "$OUT/$w.txt"
 done
