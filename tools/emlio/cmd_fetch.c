@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "emlio.h"
+#include "influx.h"
 
 /* Set by SIGINT/SIGTERM; checked between batches. */
 static volatile sig_atomic_t s_interrupted;
@@ -72,6 +73,8 @@ s_usage(FILE *out)
         "  --timeout-ms MS      fail when no reply comes for MS (60000)\n"
         "  --connect-timeout-ms MS  give up connecting after MS (10000)\n"
         "  --quiet              no progress line\n"
+        "  --influx URL         push an emlio_epoch point per epoch, e.g.\n"
+        "                       http://127.0.0.1:8086/write?db=emlio\n"
         "\n"
         "The last line of stdout is a JSON object with the figures.\n");
 }
@@ -280,6 +283,51 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
     printf("}}\n");
 }
 
+/* Pushes the epoch's figures (those of s_print_epoch) to InfluxDB as one
+ * emlio_epoch point. A failure is a warning: the data path goes on. */
+static void
+s_push_epoch(const emlio_influx_url_t *url, uint64_t epoch, uint32_t rank,
+             uint32_t world, const emlio_client_stats_t *st, uint64_t samples,
+             uint64_t bytes, const emlio_energy_report_t *rep)
+{
+    char host[256] = "unknown";
+    char r[16];
+    char w[16];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(r, sizeof(r), "%u", rank);
+    snprintf(w, sizeof(w), "%u", world);
+    emlio_buf_t body = EMLIO_BUF_INIT;
+    emlio_influx_point_t p;
+    emlio__influx_begin(&p, &body, "emlio_epoch");
+    emlio__influx_tag(&p, "host", host);
+    emlio__influx_tag(&p, "rank", r);
+    emlio__influx_tag(&p, "world", w);
+    emlio__influx_int(&p, "epoch", (int64_t)epoch);
+    emlio__influx_float(&p, "seconds", rep->wall_s);
+    emlio__influx_float(&p, "wait_s", st->wait_s);
+    emlio__influx_float(&p, "first_batch_s", st->first_batch_s);
+    emlio__influx_int(&p, "samples", (int64_t)samples);
+    emlio__influx_int(&p, "bytes", (int64_t)bytes);
+    emlio__influx_float(&p, "cpu_s", rep->cpu_s);
+    emlio__influx_float(&p, "energy_j", rep->energy_j);
+    emlio__influx_float(&p, "j_per_sample",
+                        samples ? rep->energy_j / (double)samples : 0);
+    emlio__influx_str(&p, "energy_source", rep->source);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char err[512] = "out of memory";
+    int rc = emlio__influx_end(&p, (int64_t)now.tv_sec * 1000000000 +
+                                       (int64_t)now.tv_nsec);
+    if (rc == 0)
+        rc = emlio__influx_post(url, body.data, body.len, 2000, err);
+    if (rc < 0)
+        fprintf(stderr,
+                "emlio fetch: warning: cannot push epoch %" PRIu64
+                " to influx: %s\n",
+                epoch, err);
+    emlio_buf_release(&body);
+}
+
 int
 cmd_fetch(int argc, char **argv)
 {
@@ -301,6 +349,7 @@ cmd_fetch(int argc, char **argv)
         O_TIMEOUT,
         O_CONNECT_TIMEOUT,
         O_QUIET,
+        O_INFLUX,
         O_SERVER_KEY,
         O_CLIENT_KEY
     };
@@ -324,6 +373,7 @@ cmd_fetch(int argc, char **argv)
         { "timeout-ms", required_argument, NULL, O_TIMEOUT },
         { "connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT },
         { "quiet", no_argument, NULL, O_QUIET },
+        { "influx", required_argument, NULL, O_INFLUX },
         { "server-key", required_argument, NULL, O_SERVER_KEY },
         { "client-key", required_argument, NULL, O_CLIENT_KEY },
         { "help", no_argument, NULL, 'h' },
@@ -338,6 +388,8 @@ cmd_fetch(int argc, char **argv)
     const char *client_key_path = NULL;
     uint64_t batch = 0, epochs = 1, rank = 0, world = 1, v;
     bool have_rank = false, have_world = false, verify = false, quiet = false;
+    emlio_influx_url_t influx;
+    bool have_influx = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "c:b:h", opts, NULL)) != -1) {
@@ -426,6 +478,15 @@ cmd_fetch(int argc, char **argv)
         case O_QUIET:
             quiet = true;
             break;
+        case O_INFLUX: {
+            char err[512];
+            if (emlio__influx_url_parse(&influx, optarg, err) < 0) {
+                fprintf(stderr, "emlio fetch: --influx: %s\n", err);
+                return 2;
+            }
+            have_influx = true;
+            break;
+        }
         case O_SERVER_KEY:
             server_key_path = optarg;
             break;
@@ -652,6 +713,9 @@ cmd_fetch(int argc, char **argv)
             energy_j += rep.energy_j;
             snprintf(energy_source, sizeof(energy_source), "%s", rep.source);
             s_print_epoch(epoch, &st, n, nb, &rep, s_interrupted);
+            if (have_influx)
+                s_push_epoch(&influx, epoch, cfg.rank, cfg.world, &st, n, nb,
+                             &rep);
         }
         if (s_interrupted)
             break;
