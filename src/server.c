@@ -307,15 +307,20 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
     if (!router)
         return emlio__seterr(self->err, -errno, "cannot create socket: %s",
                              zmq_strerror(errno));
-    /* Credits bound what each client can have queued, so the send high-water
-     * mark never needs to drop; mandatory routing reports vanished peers
-     * instead of silently discarding their batches. */
-    int zero = 0;
+    /* Credits bound what a well-behaved connection can have queued, so the
+     * send high-water mark (credits plus room for error replies) only ever
+     * stops a peer that sends without reading: its extra replies are
+     * dropped (non-blocking sends) instead of growing our memory. The
+     * receive mark pushes back on a flood of requests through TCP.
+     * Mandatory routing reports vanished peers instead of silently
+     * discarding their batches. */
     int one = 1;
     int hb_ivl = 2000;
     int hb_ttl = 10000;
-    zmq_setsockopt(router, ZMQ_SNDHWM, &zero, sizeof(zero));
-    zmq_setsockopt(router, ZMQ_RCVHWM, &zero, sizeof(zero));
+    int sndhwm = (int)EMLIO_MIN(self->cfg.max_credit + 64u, (uint32_t)INT_MAX);
+    int rcvhwm = 4096;
+    zmq_setsockopt(router, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
+    zmq_setsockopt(router, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
     zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
     /* Requests are small; refuse (disconnect) anything larger before libzmq
      * buffers it, so a hostile peer cannot make us hold huge frames. */
@@ -445,7 +450,7 @@ s_header_msg(zmq_msg_t *msg, emlio_buf_t *header)
  * Every message is consumed (sent or closed) whatever happens. */
 static int
 s_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
-             zmq_msg_t *frames, size_t n)
+             zmq_msg_t *frames, size_t n, int flags)
 {
     int rc = 0;
     zmq_msg_t *parts[2] = { identity, header };
@@ -453,7 +458,7 @@ s_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
         zmq_msg_t *part = i < 2 ? parts[i] : &frames[i - 2];
         int more = i + 1 < 2 + n ? ZMQ_SNDMORE : 0;
         if (rc == 0) {
-            while (zmq_msg_send(part, sock, more) < 0) {
+            while (zmq_msg_send(part, sock, more | flags) < 0) {
                 if (errno == EINTR)
                     continue;
                 rc = -errno;
@@ -469,7 +474,7 @@ s_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
 
 static int
 s_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
-             const char *text)
+             const char *text, int flags)
 {
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
@@ -479,7 +484,7 @@ s_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
         zmq_msg_close(identity);
         return EMLIO_ENOMEM;
     }
-    return s_send_parts(sock, identity, &header, NULL, 0);
+    return s_send_parts(sock, identity, &header, NULL, 0, flags);
 }
 
 /* Builds the reply to one GET and sends it to the frontend. */
@@ -568,7 +573,7 @@ reply:
         zmq_msg_t header;
         if (emlio__wire_encode_batch(&buf, get->id, samples, kept) == 0 &&
             s_header_msg(&header, &buf) == 0) {
-            s_send_parts(done, &job->identity, &header, frames, kept);
+            s_send_parts(done, &job->identity, &header, frames, kept, 0);
             atomic_fetch_add(&self->requests, 1);
             atomic_fetch_add(&self->samples, kept);
             atomic_fetch_add(&self->bytes, bytes);
@@ -585,7 +590,7 @@ reply:
     atomic_fetch_add(&self->errors, 1);
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "request %" PRIu64 ": %s",
               get->id, text);
-    s_send_error(done, &job->identity, get->id, code, text);
+    s_send_error(done, &job->identity, get->id, code, text, 0);
     emlio_free(frames);
     emlio_free(samples);
 }
@@ -721,7 +726,7 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
 {
     atomic_fetch_add(&self->errors, 1);
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", text);
-    s_send_error(self->router, identity, id, code, text);
+    s_send_error(self->router, identity, id, code, text, ZMQ_DONTWAIT);
 }
 
 /* Handles one client message: HELLO answered here, GET passed to a worker. */
@@ -781,7 +786,8 @@ s_frontend_request(emlio_server_t *self, void *work)
         zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
                           NULL);
         atomic_fetch_add(&self->clients, 1);
-        s_send_parts(self->router, &job->identity, &welcome, NULL, 0);
+        s_send_parts(self->router, &job->identity, &welcome, NULL, 0,
+                     ZMQ_DONTWAIT);
         goto drop_header;
     }
     if (job->msg.type != EMLIO_MSG_GET) {
@@ -833,7 +839,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
         peer->outstanding--;
     bool lost = false;
     int more = 1;
-    if (zmq_msg_send(&identity, self->router, ZMQ_SNDMORE) < 0) {
+    if (zmq_msg_send(&identity, self->router, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
         /* EHOSTUNREACH: the client went away. Its batch is dropped; a
          * reconnecting client asks for it again (GET is idempotent). */
         zmq_msg_close(&identity);
@@ -847,8 +853,8 @@ s_frontend_reply(emlio_server_t *self, void *done)
             break;
         }
         more = zmq_msg_more(&part);
-        if (lost ||
-            zmq_msg_send(&part, self->router, more ? ZMQ_SNDMORE : 0) < 0) {
+        if (lost || zmq_msg_send(&part, self->router,
+                                 (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
             lost = true;
             zmq_msg_close(&part);
         }
