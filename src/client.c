@@ -107,6 +107,9 @@ struct emlio_client {
     size_t outstanding_parts;
     emlio_buf_t scratch;
     emlio_wire_item_t *items;
+    emlio_sample_t *skipped; /* records daemons left out as corrupt */
+    size_t n_skipped;
+    size_t cap_skipped;
     /* Epoch figures. */
     uint64_t epoch_start_ns;
     uint64_t last_delivery_ns;
@@ -270,6 +273,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_free(self->slots);
     emlio_free(self->delivered);
     emlio_free(self->items);
+    emlio_free(self->skipped);
     emlio_buf_release(&self->scratch);
     emlio_plan_destroy(&self->plan);
     emlio_free(self->name);
@@ -886,6 +890,7 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     self->wait_ns = 0;
     self->stat_samples = 0;
     self->stat_bytes = 0;
+    self->n_skipped = 0;
     self->adapt_ns = self->epoch_start_ns;
     self->adapt_batches = 0;
     return (int)n;
@@ -1032,21 +1037,41 @@ s_find_slot(emlio_client_t *self, uint64_t index, size_t *pos)
     return NULL;
 }
 
-/* Removes holes left by records the daemon skipped as corrupt. */
-static void
-s_compact(emlio_batch_t *b)
+/* Removes holes left by records the daemon skipped as corrupt, and
+ * remembers them so the caller can report every one. */
+static int
+s_compact(emlio_client_t *self, emlio_batch_t *b)
 {
     size_t k = 0;
-    for (size_t i = 0; i < b->n; i++)
-        if (b->samples[i].len != SIZE_MAX)
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->samples[i].len != SIZE_MAX) {
             b->samples[k++] = b->samples[i];
+            continue;
+        }
+        if (self->n_skipped == self->cap_skipped) {
+            size_t cap = self->cap_skipped ? self->cap_skipped * 2 : 16;
+            emlio_sample_t *v =
+                emlio_reallocarray(self->skipped, cap, sizeof(*v));
+            if (!v)
+                return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+            self->skipped = v;
+            self->cap_skipped = cap;
+        }
+        emlio_sample_t *s = &self->skipped[self->n_skipped++];
+        *s = b->samples[i];
+        s->data = NULL;
+        s->len = 0;
+    }
     b->n = k;
+    return 0;
 }
 
-static void
+static int
 s_complete(emlio_client_t *self, emlio_batch_t *b)
 {
-    s_compact(b);
+    int rc = s_compact(self, b);
+    if (rc < 0)
+        return rc;
     if (!self->cfg.in_order) {
         b->next = NULL;
         if (self->ready_tail)
@@ -1055,6 +1080,7 @@ s_complete(emlio_client_t *self, emlio_batch_t *b)
             self->ready_head = b;
         self->ready_tail = b;
     }
+    return 0;
 }
 
 /* Drops the remaining frames of a message we will not use. */
@@ -1173,7 +1199,7 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     daemon->sock_outstanding[part->sock]--;
     self->outstanding_parts--;
     if (++b->parts_done == b->n_parts)
-        s_complete(self, b);
+        rc = s_complete(self, b);
 out:
     s_drain(sock);
     emlio__wire_msg_release(&msg);
@@ -1375,6 +1401,14 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
             : 0;
     out->inflight = self->window;
     out->retries = self->retries;
+    out->skipped = self->n_skipped;
+}
+
+const emlio_sample_t *
+emlio_client_skipped(const emlio_client_t *self, size_t *n)
+{
+    *n = self->n_skipped;
+    return self->skipped;
 }
 
 const emlio_plan_t *

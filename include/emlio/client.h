@@ -165,7 +165,8 @@ typedef struct emlio_client_stats {
     double wait_s;        /* time spent blocked inside next() */
     double first_batch_s; /* time to the first batch */
     uint32_t inflight;    /* window in use (batches) */
-    uint64_t retries;     /* requests sent again after a timeout */
+    uint64_t retries;     /* requests sent again after a reconnect */
+    uint64_t skipped;     /* records daemons left out as corrupt */
 } emlio_client_stats_t;
 
 EMLIO_EXPORT void emlio_client_stats(const emlio_client_t *self,
@@ -186,6 +187,13 @@ EMLIO_EXPORT void emlio_client_free_blob(uint8_t *blob);
  * size or dataset: the message says which). Call after connect. */
 EMLIO_EXPORT int emlio_client_load_state(emlio_client_t *self,
                                          const uint8_t *blob, size_t len);
+
+/* The samples of the current epoch that daemons running with
+ * on_corrupt = skip left out because their stored CRC did not match (data
+ * and len are empty; shard, record and pad say which). They are never
+ * delivered. Count in *n; borrowed, valid until the next call. */
+EMLIO_EXPORT const emlio_sample_t *
+emlio_client_skipped(const emlio_client_t *self, size_t *n);
 
 /* The plan of the current epoch (borrowed; valid until the next
  * begin_epoch), or NULL before the first epoch. */

@@ -98,6 +98,17 @@ check "corrupt record fails the fetch" test $? -ne 0
 check "corrupt record names shard and offset" \
     grep -q "corrupt record .* in shard '$(basename "$victim")' at offset" "$T/e6"
 
+kill "$DPID"
+# With --on-corrupt skip the record is left out, reported, never delivered.
+start_daemon skip "$T/bad" --on-corrupt skip || fail "skip daemon starts"
+"$EMLIO" fetch --connect "$EP" --batch 16 --verify --ids "$T/skip.ids" \
+    --quiet >"$T/skip.out" 2>"$T/skip.err"
+check "skip mode: fetch --verify succeeds" test $? -eq 0
+check "skip mode: one record reported skipped" test "$(json_field "$T/skip.out" skipped)" = 1
+check "skip mode: the skipped record is named" \
+    grep -q "skipped corrupt record .* of shard '$(basename "$victim")'" "$T/skip.err"
+check "skip mode: 299 samples delivered" test "$(wc -l <"$T/skip.ids")" = 299
+
 # SIGTERM stops the daemon cleanly.
 kill -TERM "$DPID"
 wait "$DPID"

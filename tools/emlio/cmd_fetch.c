@@ -557,6 +557,7 @@ cmd_fetch(int argc, char **argv)
     emlio_energy_t *meter = NULL;
     bool resumed = false;
     uint64_t ids_offset = 0;
+    uint64_t skipped_total = 0;
     uint64_t epoch = 0;
     if (!client) {
         fprintf(stderr, "emlio fetch: out of memory\n");
@@ -717,6 +718,19 @@ cmd_fetch(int argc, char **argv)
                 s_push_epoch(&influx, epoch, cfg.rank, cfg.world, &st, n, nb,
                              &rep);
         }
+        size_t n_skipped;
+        const emlio_sample_t *skipped =
+            emlio_client_skipped(client, &n_skipped);
+        for (size_t i = 0; i < n_skipped; i++) {
+            fprintf(stderr,
+                    "emlio fetch: epoch %" PRIu64 ": skipped corrupt record "
+                    "%" PRIu64 " of shard '%s' (left out by the daemon)\n",
+                    epoch, skipped[i].record,
+                    emlio_client_shard_name(client, skipped[i].shard));
+            if (verify)
+                s_verifier_add(&ver, &skipped[i]); /* reported, not lost */
+        }
+        skipped_total += n_skipped;
         if (s_interrupted)
             break;
         epochs_done++;
@@ -761,7 +775,8 @@ cmd_fetch(int argc, char **argv)
            ", \"pad_samples\": %" PRIu64 ", \"rank\": %u, \"world\": %u"
            ", \"inflight\": %u, \"streams\": %u, \"interrupted\": %s"
            ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
-           ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f}\n",
+           ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
+           ", \"skipped\": %" PRIu64 "}\n",
            samples, bytes, batches, epochs_done, seconds,
            seconds > 0 ? (double)samples / seconds : 0,
            seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
@@ -769,7 +784,7 @@ cmd_fetch(int argc, char **argv)
            cfg.world, inflight, cfg.streams, s_interrupted ? "true" : "false",
            verify && !failed_verify ? "true" : "false", energy_j, energy_source,
            samples ? energy_j / (double)samples : 0,
-           bytes ? energy_j / ((double)bytes / 1e9) : 0);
+           bytes ? energy_j / ((double)bytes / 1e9) : 0, skipped_total);
     fflush(stdout);
     status = failed_verify ? 1 : s_interrupted ? 130 : 0;
 out:
