@@ -215,10 +215,11 @@ emlio__influx_str(emlio_influx_point_t *p, const char *key, const char *v)
     s_field_key(p, key);
     s_put(p, "\"");
     for (; *v && p->rc == 0; v++) {
-        if ((*v == '"' || *v == '\\') &&
+        char c = (*v == '\n' || *v == '\r') ? ' ' : *v;
+        if ((c == '"' || c == '\\') &&
             (p->rc = emlio_buf_add(p->out, "\\", 1)) < 0)
             break;
-        p->rc = emlio_buf_add(p->out, v, 1);
+        p->rc = emlio_buf_add(p->out, &c, 1);
     }
     s_put(p, "\"");
 }
