@@ -30,10 +30,10 @@ extern "C" {
 #define EMLIO_VERSION_MAJOR 0
 #define EMLIO_VERSION_MINOR 1
 #define EMLIO_VERSION_PATCH 0
-#define EMLIO_MAKE_VERSION(major, minor, patch)                                \
-    ((major) * 10000 + (minor) * 100 + (patch))
-#define EMLIO_VERSION                                                          \
-    EMLIO_MAKE_VERSION(EMLIO_VERSION_MAJOR, EMLIO_VERSION_MINOR,               \
+#define EMLIO_MAKE_VERSION(major, minor, patch) \
+    ((major)*10000 + (minor)*100 + (patch))
+#define EMLIO_VERSION                                            \
+    EMLIO_MAKE_VERSION(EMLIO_VERSION_MAJOR, EMLIO_VERSION_MINOR, \
                        EMLIO_VERSION_PATCH)
 
 #if defined(__GNUC__)
@@ -60,6 +60,19 @@ extern "C" {
 
 /* The run-time version, EMLIO_VERSION of the library actually loaded. */
 EMLIO_EXPORT int emlio_version(void);
+
+/* sizeof() of the public structs as this library was built, so bindings
+ * that mirror them (ctypes, cffi) can refuse to run against a library whose
+ * layout differs instead of corrupting memory. 0 for an unknown value. */
+enum emlio_struct {
+    EMLIO_STRUCT_CLIENT_CONFIG = 1,
+    EMLIO_STRUCT_CLIENT_STATS = 2,
+    EMLIO_STRUCT_SAMPLE = 3,
+    EMLIO_STRUCT_SERVER_CONFIG = 4,
+    EMLIO_STRUCT_PLAN_SAMPLE = 5
+};
+
+EMLIO_EXPORT size_t emlio_struct_size(int which);
 
 /* A static, human-readable description of rc (an EMLIO_E* code or -errno).
  * Thread-safe. Never returns NULL. */
@@ -101,8 +114,8 @@ EMLIO_EXPORT void emlio_ctx_set_log(emlio_ctx_t *self, emlio_log_fn *fn,
 
 #include "emlio/client.h"
 #include "emlio/energy.h"
-#include "emlio/security.h"
 #include "emlio/plan.h"
+#include "emlio/security.h"
 #include "emlio/server.h"
 #include "emlio/tfrecord.h"
 

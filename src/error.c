@@ -29,6 +29,25 @@ emlio_version(void)
     return EMLIO_VERSION;
 }
 
+size_t
+emlio_struct_size(int which)
+{
+    switch (which) {
+    case EMLIO_STRUCT_CLIENT_CONFIG:
+        return sizeof(emlio_client_config_t);
+    case EMLIO_STRUCT_CLIENT_STATS:
+        return sizeof(emlio_client_stats_t);
+    case EMLIO_STRUCT_SAMPLE:
+        return sizeof(emlio_sample_t);
+    case EMLIO_STRUCT_SERVER_CONFIG:
+        return sizeof(emlio_server_config_t);
+    case EMLIO_STRUCT_PLAN_SAMPLE:
+        return sizeof(emlio_plan_sample_t);
+    default:
+        return 0;
+    }
+}
+
 const char *
 emlio_strerror(int rc)
 {

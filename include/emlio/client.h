@@ -69,6 +69,9 @@ typedef struct emlio_client_config {
     const char *curve_server_key;
     const char *curve_public_key;
     const char *curve_secret_key;
+    /* Room for options added later without changing the struct's size:
+     * config_init zeroes it; leave it zero. */
+    uint64_t reserved[8];
 } emlio_client_config_t;
 
 /* Fills cfg with the defaults documented above. */
@@ -167,6 +170,7 @@ typedef struct emlio_client_stats {
     uint32_t inflight;    /* window in use (batches) */
     uint64_t retries;     /* requests sent again after a reconnect */
     uint64_t skipped;     /* records daemons left out as corrupt */
+    uint64_t reserved[8]; /* room for later figures; zero */
 } emlio_client_stats_t;
 
 EMLIO_EXPORT void emlio_client_stats(const emlio_client_t *self,

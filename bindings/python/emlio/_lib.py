@@ -49,6 +49,10 @@ class ClientConfig(ctypes.Structure):
         ("connect_timeout_ms", ctypes.c_int),
         ("timeout_ms", ctypes.c_int),
         ("name", ctypes.c_char_p),
+        ("curve_server_key", ctypes.c_char_p),
+        ("curve_public_key", ctypes.c_char_p),
+        ("curve_secret_key", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -78,6 +82,8 @@ class ClientStats(ctypes.Structure):
         ("first_batch_s", ctypes.c_double),
         ("inflight", ctypes.c_uint32),
         ("retries", ctypes.c_uint64),
+        ("skipped", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -123,6 +129,7 @@ def _declare(lib):
         f.argtypes = list(argtypes)
 
     fn("emlio_version", ctypes.c_int)
+    fn("emlio_struct_size", ctypes.c_size_t, ctypes.c_int)
     fn("emlio_strerror", ctypes.c_char_p, ctypes.c_int)
     fn("emlio_ctx_new", vp)
     fn("emlio_ctx_destroy", None, _c_void_pp)
@@ -171,6 +178,18 @@ def _check_version(lib, path):
     return (major, minor, patch)
 
 
+def _check_layout(lib, path):
+    """Refuses a library whose structs differ from the mirrors above: a
+    mismatch would corrupt memory instead of failing."""
+    for which, struct in ((1, ClientConfig), (2, ClientStats), (3, Sample)):
+        have = lib.emlio_struct_size(which)
+        if have != ctypes.sizeof(struct):
+            raise ImportError(
+                "libemlio '%s' has a %d-byte %s, these bindings expect %d:"
+                " rebuild one or the other" % (path, have, struct.__name__,
+                                               ctypes.sizeof(struct)))
+
+
 def load():
     """Loads libemlio and returns (CDLL, path, version tuple)."""
     names, explicit = _candidates()
@@ -186,6 +205,7 @@ def load():
             continue
         _declare(lib)
         version = _check_version(lib, name)
+        _check_layout(lib, name)
         return lib, name, version
     raise ImportError(
         "cannot load libemlio (set EMLIO_LIBRARY or B, the build directory):"
