@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "crc32c.h"
 #include "example.h"
+#include "queue.h"
 #include "security.h"
 #include "shardset.h"
 #include "wire.h"
@@ -23,11 +24,36 @@
 #define S_MAX_IDENTITY    255
 
 /* One GET on its way from the frontend to a worker and back. */
+/* One sample located and verified by a reader: a view into the mapping. */
+typedef struct s_sample_view {
+    const uint8_t *data;
+    size_t len;
+    int64_t label;
+    uint32_t crc;
+    uint32_t shard;
+    uint64_t record;
+} s_sample_view_t;
+
+/* One GET on its way through the pipeline: frontend -> reader ->
+ * serializer -> frontend. */
 typedef struct s_job {
     zmq_msg_t identity;
     zmq_msg_t header; /* kept alive: msg borrows strings from it */
     emlio_wire_msg_t msg;
+    s_sample_view_t *views; /* filled by the reader; skipped ones left out */
+    size_t n_views;
+    int code; /* the reader's verdict: 0, or the error to answer with */
+    char text[EMLIO_ERRMSG_LEN];
 } s_job_t;
+
+/* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
+ * must stay, and with drop_behind its pages are let go after the last. */
+typedef struct s_release {
+    emlio_server_t *server;
+    atomic_uint left;
+    size_t n;
+    s_sample_view_t items[]; /* only shard and record are used */
+} s_release_t;
 
 /* Outstanding GETs of one client (by ZeroMQ routing id). */
 typedef struct s_peer {
@@ -54,7 +80,8 @@ struct emlio_server {
     char inproc_work[64];
     char inproc_done[64];
     pthread_t frontend;
-    pthread_t *workers;
+    pthread_t *workers; /* cfg.workers readers, then the serializers */
+    emlio_queue_t *ser_queue;
     uint32_t n_workers_started;
     bool frontend_started;
     atomic_bool stopping;
@@ -88,6 +115,9 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->verify = true;
     cfg->write_index = true;
     cfg->workers = 2;
+    cfg->serializers = 1;
+    cfg->queue_depth = 64;
+    cfg->readahead = true;
     cfg->max_batch = 4096;
     cfg->max_credit = 256;
     cfg->on_corrupt = EMLIO_ON_CORRUPT_FAIL;
@@ -128,6 +158,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->cfg.name = self->name;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
+    if (self->cfg.serializers == 0)
+        self->cfg.serializers = 1;
+    if (self->cfg.queue_depth == 0)
+        self->cfg.queue_depth = 1;
     if (self->cfg.max_batch == 0 ||
         self->cfg.max_batch > EMLIO_WIRE_MAX_SAMPLES)
         self->cfg.max_batch = EMLIO_WIRE_MAX_SAMPLES;
@@ -366,19 +400,24 @@ static void
 s_frame_free(void *data, void *hint)
 {
     (void)data;
-    emlio_server_t *self = hint;
+    s_release_t *rel = hint;
+    if (atomic_fetch_sub(&rel->left, 1) != 1)
+        return;
+    emlio_server_t *self = rel->server;
+    if (self->cfg.drop_behind) {
+        /* Sent: these pages will not be read again this epoch. */
+        for (size_t i = 0; i < rel->n; i++)
+            emlio_tfrecord_advise(self->set.shards[rel->items[i].shard].file,
+                                  (size_t)rel->items[i].record, 1,
+                                  EMLIO_ADVISE_DONTNEED);
+    }
+    emlio_free(rel);
     atomic_fetch_sub(&self->frames_in_flight, 1);
 }
 
-/* The bytes of one sample and their CRC, found in one pass: the record's
- * stored CRC is checked by combining the CRCs of the parts before, inside
- * and after the sample bytes, so no byte is read twice. */
-typedef struct s_sample_view {
-    const uint8_t *data;
-    size_t len;
-    int64_t label;
-    uint32_t crc;
-} s_sample_view_t;
+/* Finds one sample's bytes and CRC in one pass: the record's stored CRC
+ * is checked by combining the CRCs of the parts before, inside and after
+ * the sample bytes, so no byte is read twice. */
 
 static int
 s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
@@ -487,45 +526,41 @@ s_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
     return s_send_parts(sock, identity, &header, NULL, 0, flags);
 }
 
-/* Builds the reply to one GET and sends it to the frontend. */
+/* The reader stage: checks the request against the dataset, finds and
+ * verifies every record, and leaves views (or an error) in the job. */
 static void
-s_serve_get(emlio_server_t *self, void *done, s_job_t *job)
+s_read_job(emlio_server_t *self, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
-    char text[EMLIO_ERRMSG_LEN];
-    int code = 0;
     size_t n = get->n_items;
-    emlio_wire_sample_t *samples = emlio_calloc(n, sizeof(*samples));
-    zmq_msg_t *frames = emlio_calloc(n, sizeof(*frames));
-    size_t kept = 0;
-    uint64_t bytes = 0;
-    if (!samples || !frames) {
-        code = EMLIO_ENOMEM;
-        snprintf(text, sizeof(text), "out of memory");
-        goto reply;
+    job->views = emlio_calloc(n, sizeof(*job->views));
+    if (!job->views) {
+        job->code = EMLIO_ENOMEM;
+        snprintf(job->text, sizeof(job->text), "out of memory");
+        return;
     }
     if (get->dataset &&
         (get->dataset_len != strlen(self->set.fingerprint) ||
          memcmp(get->dataset, self->set.fingerprint, get->dataset_len))) {
-        code = EMLIO_EMISMATCH;
-        snprintf(text, sizeof(text),
+        job->code = EMLIO_EMISMATCH;
+        snprintf(job->text, sizeof(job->text),
                  "dataset changed: client expects '%.*s', server has '%s'",
                  (int)EMLIO_MIN(get->dataset_len, 64), get->dataset,
                  self->set.fingerprint);
-        goto reply;
+        return;
     }
     for (size_t i = 0; i < n; i++) {
         const emlio_wire_item_t *item = &get->items[i];
         if (item->shard >= self->set.n) {
-            code = EMLIO_ENOTFOUND;
-            snprintf(text, sizeof(text),
+            job->code = EMLIO_ENOTFOUND;
+            snprintf(job->text, sizeof(job->text),
                      "no shard %" PRIu32 " (server has %zu)", item->shard,
                      self->set.n);
-            goto reply;
+            return;
         }
         const emlio_shard_t *shard = &self->set.shards[item->shard];
-        s_sample_view_t view;
-        int rc = s_read_sample(self, shard, item->record, &view);
+        s_sample_view_t *view = &job->views[job->n_views];
+        int rc = s_read_sample(self, shard, item->record, view);
         if (rc == EMLIO_ECORRUPT &&
             self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
@@ -537,60 +572,91 @@ s_serve_get(emlio_server_t *self, void *done, s_job_t *job)
             continue;
         }
         if (rc < 0) {
-            code = rc;
+            job->code = rc;
             if (rc == EMLIO_ENOTFOUND)
-                snprintf(text, sizeof(text),
+                snprintf(job->text, sizeof(job->text),
                          "no record %" PRIu64 " in shard '%s' (%zu records)",
                          item->record, shard->name,
                          emlio_tfrecord_count(shard->file));
             else
-                snprintf(text, sizeof(text),
+                snprintf(job->text, sizeof(job->text),
                          "%s record %" PRIu64 " in shard '%s' at offset "
                          "%" PRIu64,
                          rc == EMLIO_ECORRUPT ? "corrupt" : "unreadable",
                          item->record, shard->name,
                          emlio_tfrecord_loc(shard->file, item->record)->offset);
-            goto reply;
+            return;
         }
-        /* Zero-copy: the frame points into the mapping; the counter keeps
-         * the mapping alive until ZeroMQ lets go of it. */
-        atomic_fetch_add(&self->frames_in_flight, 1);
-        if (zmq_msg_init_data(&frames[kept], (void *)view.data, view.len,
-                              s_frame_free, self) != 0) {
-            atomic_fetch_sub(&self->frames_in_flight, 1);
-            code = EMLIO_ENOMEM;
-            snprintf(text, sizeof(text), "out of memory");
-            goto reply;
-        }
-        samples[kept] = (emlio_wire_sample_t){ item->shard, item->record,
-                                               view.label, view.crc };
-        bytes += view.len;
-        kept++;
+        view->shard = item->shard;
+        view->record = item->record;
+        job->n_views++;
     }
-reply:
-    if (code == 0) {
+}
+
+/* The serializer stage: turns the reader's views into the BATCH header and
+ * one zero-copy frame per sample (or the ERROR), and hands the reply to
+ * the frontend. Consumes job->identity. */
+static void
+s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
+{
+    const emlio_wire_msg_t *get = &job->msg;
+    size_t n = job->n_views;
+    emlio_wire_sample_t *samples = NULL;
+    zmq_msg_t *frames = NULL;
+    s_release_t *rel = NULL;
+    size_t made = 0;
+    uint64_t bytes = 0;
+    if (job->code == 0) {
+        samples = emlio_calloc(n, sizeof(*samples));
+        frames = emlio_calloc(n, sizeof(*frames));
+        rel = emlio_malloc(sizeof(*rel) + n * sizeof(rel->items[0]));
+        if (!samples || !frames || !rel) {
+            job->code = EMLIO_ENOMEM;
+            snprintf(job->text, sizeof(job->text), "out of memory");
+        }
+    }
+    if (job->code == 0) {
+        rel->server = self;
+        rel->n = n;
+        atomic_init(&rel->left, (unsigned)(n ? n : 1));
+        atomic_fetch_add(&self->frames_in_flight, 1);
+        for (size_t i = 0; i < n; i++) {
+            const s_sample_view_t *v = &job->views[i];
+            rel->items[i] = *v;
+            /* Zero-copy: the frame points into the mapping. */
+            zmq_msg_init_data(&frames[i], (void *)v->data, v->len, s_frame_free,
+                              rel);
+            samples[i] =
+                (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
+            bytes += v->len;
+        }
+        made = n;
         emlio_buf_t buf = EMLIO_BUF_INIT;
         zmq_msg_t header;
-        if (emlio__wire_encode_batch(&buf, get->id, samples, kept) == 0 &&
+        if (emlio__wire_encode_batch(&buf, get->id, samples, n) == 0 &&
             s_header_msg(&header, &buf) == 0) {
-            s_send_parts(done, &job->identity, &header, frames, kept, 0);
+            if (n == 0) /* no frame will release it */
+                s_frame_free(NULL, rel);
+            s_send_parts(done, &job->identity, &header, frames, n, 0);
             atomic_fetch_add(&self->requests, 1);
-            atomic_fetch_add(&self->samples, kept);
+            atomic_fetch_add(&self->samples, n);
             atomic_fetch_add(&self->bytes, bytes);
             emlio_free(frames);
             emlio_free(samples);
             return;
         }
         emlio_buf_release(&buf);
-        code = EMLIO_ENOMEM;
-        snprintf(text, sizeof(text), "out of memory");
+        job->code = EMLIO_ENOMEM;
+        snprintf(job->text, sizeof(job->text), "out of memory");
     }
-    for (size_t i = 0; i < kept; i++)
-        zmq_msg_close(&frames[i]);
+    for (size_t i = 0; i < made; i++)
+        zmq_msg_close(&frames[i]); /* the last close frees rel */
+    if (!made)
+        emlio_free(rel);
     atomic_fetch_add(&self->errors, 1);
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "request %" PRIu64 ": %s",
-              get->id, text);
-    s_send_error(done, &job->identity, get->id, code, text, 0);
+              get->id, job->text);
+    s_send_error(done, &job->identity, get->id, job->code, job->text, 0);
     emlio_free(frames);
     emlio_free(samples);
 }
@@ -600,55 +666,81 @@ s_job_free(s_job_t *job)
 {
     if (!job)
         return;
+    emlio_free(job->views);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);
     emlio_free(job);
 }
 
-typedef struct s_worker_arg {
-    emlio_server_t *self;
-} s_worker_arg_t;
+static void
+s_job_drop(s_job_t *job)
+{
+    zmq_msg_close(&job->identity);
+    s_job_free(job);
+}
 
+/* A reader thread: jobs from the frontend (over inproc), views into the
+ * serializers' bounded queue. Blocking on a full queue is the daemon's
+ * backpressure. */
 static void *
-s_worker_main(void *arg)
+s_reader_main(void *arg)
 {
     emlio_server_t *self = arg;
     void *work = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PULL);
-    void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
     int timeout = S_STOP_POLL_MS;
-    int zero = 0;
-    if (!work || !done)
-        goto out;
+    if (!work)
+        return NULL;
     zmq_setsockopt(work, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
-    /* A reply that cannot be handed over while stopping is dropped rather
-     * than blocking the join. */
-    zmq_setsockopt(done, ZMQ_SNDTIMEO, &timeout, sizeof(timeout));
-    zmq_setsockopt(done, ZMQ_SNDHWM, &zero, sizeof(zero));
-    zmq_setsockopt(done, ZMQ_LINGER, &zero, sizeof(zero));
-    if (zmq_connect(work, self->inproc_work) != 0 ||
-        zmq_connect(done, self->inproc_done) != 0)
+    if (zmq_connect(work, self->inproc_work) != 0)
         goto out;
     while (!atomic_load(&self->stopping)) {
         s_job_t *job;
         int n = zmq_recv(work, &job, sizeof(job), 0);
         if (n != (int)sizeof(job))
             continue; /* timeout or EINTR: look at the stop flag again */
-        s_serve_get(self, done, job); /* consumes job->identity */
-        s_job_free(job);
+        s_read_job(self, job);
+        if (emlio__queue_push(self->ser_queue, job) < 0)
+            s_job_drop(job);
     }
     /* Free the jobs still queued for us; their clients will ask again. */
     for (;;) {
         s_job_t *job;
         if (zmq_recv(work, &job, sizeof(job), ZMQ_DONTWAIT) != (int)sizeof(job))
             break;
-        zmq_msg_close(&job->identity);
-        s_job_free(job);
+        s_job_drop(job);
     }
 out:
-    if (work)
-        zmq_close(work);
-    if (done)
-        zmq_close(done);
+    zmq_close(work);
+    return NULL;
+}
+
+/* A serializer thread: views from the queue, replies to the frontend. */
+static void *
+s_serializer_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
+    int timeout = S_STOP_POLL_MS;
+    int zero = 0;
+    if (!done)
+        return NULL;
+    /* A reply that cannot be handed over while stopping is dropped rather
+     * than blocking the join. */
+    zmq_setsockopt(done, ZMQ_SNDTIMEO, &timeout, sizeof(timeout));
+    zmq_setsockopt(done, ZMQ_SNDHWM, &zero, sizeof(zero));
+    zmq_setsockopt(done, ZMQ_LINGER, &zero, sizeof(zero));
+    bool connected = zmq_connect(done, self->inproc_done) == 0;
+    void *item;
+    while (emlio__queue_pop(self->ser_queue, &item) == 0) {
+        s_job_t *job = item;
+        if (!connected || atomic_load(&self->stopping)) {
+            s_job_drop(job);
+            continue;
+        }
+        s_serialize_job(self, done, job); /* consumes job->identity */
+        s_job_free(job);
+    }
+    zmq_close(done);
     return NULL;
 }
 
@@ -729,7 +821,35 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
     s_send_error(self->router, identity, id, code, text, ZMQ_DONTWAIT);
 }
 
-/* Handles one client message: HELLO answered here, GET passed to a worker. */
+/* Plan-driven readahead: the client asks for batches well before it needs
+ * them, so telling the kernel now which records are coming (runs of
+ * consecutive records coalesced into one madvise) overlaps the disk with
+ * the work on earlier batches. Items are checked later; bad ones are
+ * skipped here. */
+static void
+s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
+{
+    size_t i = 0;
+    while (i < get->n_items) {
+        const emlio_wire_item_t *first = &get->items[i];
+        size_t run = 1;
+        while (i + run < get->n_items &&
+               get->items[i + run].shard == first->shard &&
+               get->items[i + run].record == first->record + run)
+            run++;
+        if (first->shard < self->set.n) {
+            const emlio_tfrecord_t *file = self->set.shards[first->shard].file;
+            size_t count = emlio_tfrecord_count(file);
+            if (first->record < count)
+                emlio_tfrecord_advise(file, (size_t)first->record,
+                                      EMLIO_MIN(run, count - first->record),
+                                      EMLIO_ADVISE_WILLNEED);
+        }
+        i += run;
+    }
+}
+
+/* Handles one client message: HELLO answered here, GET passed to a reader. */
 static void
 s_frontend_request(emlio_server_t *self, void *work)
 {
@@ -812,6 +932,8 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     peer->outstanding++;
+    if (self->cfg.readahead)
+        s_readahead(self, &job->msg);
     if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
         peer->outstanding--;
         goto drop;
@@ -931,26 +1053,34 @@ emlio_server_start(emlio_server_t *self)
     snprintf(self->inproc_done, sizeof(self->inproc_done),
              "inproc://emlio-done-%p", (void *)self);
     atomic_store(&self->stopping, false);
-    self->workers = emlio_calloc(self->cfg.workers, sizeof(*self->workers));
-    if (!self->workers)
+    uint32_t n = self->cfg.workers + self->cfg.serializers;
+    self->workers = emlio_calloc(n, sizeof(*self->workers));
+    self->ser_queue = emlio__queue_new(self->cfg.queue_depth);
+    if (!self->workers || !self->ser_queue)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     int rc = pthread_create(&self->frontend, NULL, s_frontend_main, self);
     if (rc != 0)
         return emlio__seterr(self->err, -rc, "cannot start frontend thread: %s",
                              strerror(rc));
     self->frontend_started = true;
-    for (uint32_t i = 0; i < self->cfg.workers; i++) {
-        rc = pthread_create(&self->workers[i], NULL, s_worker_main, self);
+    for (uint32_t i = 0; i < n; i++) {
+        bool reader = i < self->cfg.workers;
+        rc = pthread_create(&self->workers[i], NULL,
+                            reader ? s_reader_main : s_serializer_main, self);
         if (rc != 0) {
             emlio_server_stop(self);
-            return emlio__seterr(
-                self->err, -rc, "cannot start worker thread: %s", strerror(rc));
+            return emlio__seterr(self->err, -rc, "cannot start %s thread: %s",
+                                 reader ? "reader" : "serializer",
+                                 strerror(rc));
         }
         self->n_workers_started++;
     }
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-              "serving on %s with %" PRIu32 " workers", self->endpoint,
-              self->cfg.workers);
+              "serving on %s with %" PRIu32 " readers, %" PRIu32
+              " serializers%s%s",
+              self->endpoint, self->cfg.workers, self->cfg.serializers,
+              self->cfg.readahead ? ", readahead" : "",
+              self->cfg.drop_behind ? ", drop-behind" : "");
     return 0;
 }
 
@@ -960,11 +1090,17 @@ emlio_server_stop(emlio_server_t *self)
     if (!self || !self->frontend_started)
         return;
     atomic_store(&self->stopping, true);
-    /* The frontend goes first so that no new job reaches a worker after the
-     * worker has drained its queue. */
+    /* The frontend goes first so that no new job reaches a reader after the
+     * reader has drained its inproc queue; readers next, so that nothing
+     * is pushed after the serializers' queue closes. */
     pthread_join(self->frontend, NULL);
-    for (uint32_t i = 0; i < self->n_workers_started; i++)
+    uint32_t readers = EMLIO_MIN(self->n_workers_started, self->cfg.workers);
+    for (uint32_t i = 0; i < readers; i++)
         pthread_join(self->workers[i], NULL);
+    emlio__queue_close(self->ser_queue);
+    for (uint32_t i = readers; i < self->n_workers_started; i++)
+        pthread_join(self->workers[i], NULL);
+    emlio__queue_destroy(&self->ser_queue);
     self->n_workers_started = 0;
     self->frontend_started = false;
 }

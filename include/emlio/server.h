@@ -15,9 +15,11 @@
  *   ...
  *   emlio_server_destroy(&srv);   // stops the threads first
  *
- * Threads: start() launches one frontend thread (owns the TCP socket: reads
- * requests, sends finished batches) and `workers` threads that read records
- * from the mapped shards, verify them and build batch frames. Sample bytes
+ * Threads: start() launches a pipeline: one frontend thread (owns the TCP
+ * socket: reads requests, starts readahead, sends finished batches),
+ * `workers` reader threads (find and verify the records in the mapped
+ * shards) and `serializers` threads (build the batch header and frames),
+ * joined by an inproc socket and a bounded queue. Sample bytes
  * travel as ZeroMQ frames that point into the mapping (zero-copy). All
  * functions here are called from one controlling thread.
  */
@@ -52,7 +54,15 @@ typedef struct emlio_server_config {
                                  default true */
     bool write_index;         /* write missing .idx files at load; default
                                  true (failures to write are only logged) */
-    uint32_t workers;         /* read+serialize threads; default 2 */
+    uint32_t workers;         /* reader threads (find, verify); default 2 */
+    uint32_t serializers;     /* serializer threads (frames, headers);
+                                 default 1 */
+    uint32_t queue_depth;     /* jobs between readers and serializers
+                                 (backpressure); default 64 */
+    bool readahead;           /* madvise WILLNEED the records of each request
+                                 as it arrives; default true */
+    bool drop_behind;         /* madvise DONTNEED a batch's pages once sent
+                                 (datasets larger than memory); default false */
     uint32_t max_batch;       /* samples one GET may ask for; default 4096 */
     uint32_t max_credit;      /* GETs one connection (client stream) may
                                  have outstanding; default 256 */
@@ -72,6 +82,7 @@ typedef struct emlio_server_config {
      * context). Copied. */
     const char *curve_secret_key;
     const char *authorized_keys;
+    uint64_t reserved[8]; /* room for later options; leave zero */
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */

@@ -1,6 +1,7 @@
 /* main.c - `emlio`, the command-line front end: dispatches to subcommands.
  * SPDX-License-Identifier: MIT
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,11 @@ s_usage(FILE *out)
 int
 main(int argc, char **argv)
 {
+    /* ZeroMQ allocates every received frame with malloc; keep freed memory
+     * in the heap instead of unmapping it, since faulting fresh pages in
+     * costs ~16 us a page on our VMs (4-8x fewer faults in emlio fetch). */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
     if (argc < 2) {
         s_usage(stderr);
         return 2;
