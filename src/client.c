@@ -630,6 +630,17 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
     if (self->n_daemons)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "client already connected");
+    const emlio_client_config_t *keycfg = &self->cfg;
+    int keys = !!keycfg->curve_server_key + !!keycfg->curve_public_key +
+               !!keycfg->curve_secret_key;
+    if (keys != 0 && keys != 3)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "curve needs the server key and our key pair");
+    if (keys && (strlen(keycfg->curve_server_key) != 40 ||
+                 strlen(keycfg->curve_public_key) != 40 ||
+                 strlen(keycfg->curve_secret_key) != 40))
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "curve keys must be 40 Z85 characters");
     /* Count and split the endpoint list. */
     size_t count = 1;
     for (const char *p = endpoints; *p; p++)

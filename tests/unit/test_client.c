@@ -1,0 +1,258 @@
+/* test_client.c - the client API against an in-process server: epochs,
+ * in-order delivery, resume state and its validation, misuse errors.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_test.h"
+
+#include "buf.h"
+#include "example.h"
+#include "tfrecord.h"
+
+#define SHARDS  3
+#define RECORDS 20 /* per shard */
+
+typedef struct fixture {
+    char dir[64];
+    emlio_ctx_t *ctx;
+    emlio_server_t *srv;
+} fixture_t;
+
+/* Writes SHARDS shards of RECORDS Examples; record r of shard s holds the
+ * bytes "s:r" and label s * 100 + r. */
+static void
+s_write_dataset(const char *dir)
+{
+    for (int s = 0; s < SHARDS; s++) {
+        emlio_buf_t file = EMLIO_BUF_INIT;
+        emlio_buf_t ex = EMLIO_BUF_INIT;
+        for (int r = 0; r < RECORDS; r++) {
+            char payload[32];
+            int n = snprintf(payload, sizeof(payload), "%d:%d", s, r);
+            emlio_buf_clear(&ex);
+            assert_int_equal(emlio__example_build(
+                                 &ex, "image/encoded", (const uint8_t *)payload,
+                                 (size_t)n, "image/class/label", s * 100 + r),
+                             0);
+            assert_int_equal(emlio__tfrecord_append(&file, ex.data, ex.len), 0);
+        }
+        char path[128];
+        snprintf(path, sizeof(path), "%s/part-%d.tfrecord", dir, s);
+        test_write_file(path, file.data, file.len);
+        emlio_buf_release(&file);
+        emlio_buf_release(&ex);
+    }
+}
+
+static int
+s_setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    test_mkdtemp(f->dir, sizeof(f->dir));
+    s_write_dataset(f->dir);
+    f->ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = f->dir;
+    f->srv = emlio_server_new(f->ctx, &cfg);
+    assert_int_equal(emlio_server_load(f->srv), SHARDS);
+    assert_int_equal(emlio_server_bind(f->srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(f->srv), 0);
+    *state = f;
+    return 0;
+}
+
+static int
+s_teardown(void **state)
+{
+    fixture_t *f = *state;
+    emlio_server_destroy(&f->srv);
+    emlio_ctx_destroy(&f->ctx);
+    test_rmtree(f->dir);
+    free(f);
+    return 0;
+}
+
+static emlio_client_t *
+s_client(fixture_t *f, uint32_t batch, bool in_order, int shuffle)
+{
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = batch;
+    cfg.in_order = in_order;
+    cfg.shuffle = shuffle;
+    cfg.seed = 3;
+    cfg.inflight = 4;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    return c;
+}
+
+/* Checks a sample's bytes and label against what s_write_dataset wrote. */
+static void
+s_check_sample(emlio_client_t *c, const emlio_sample_t *s)
+{
+    int shard = -1;
+    assert_int_equal(sscanf(emlio_client_shard_name(c, s->shard),
+                            "part-%d.tfrecord", &shard),
+                     1);
+    char want[32];
+    int n = snprintf(want, sizeof(want), "%d:%" PRIu64, shard, s->record);
+    assert_int_equal(s->len, (size_t)n);
+    assert_memory_equal(s->data, want, (size_t)n);
+    assert_int_equal(s->label, shard * 100 + (int64_t)s->record);
+}
+
+static void
+test_client_epoch_delivers_every_sample_once(void **state)
+{
+    fixture_t *f = *state;
+    emlio_client_t *c = s_client(f, 7, false, EMLIO_SHUFFLE_WINDOW);
+    assert_int_equal(emlio_client_shard_count(c), SHARDS);
+    int batches = emlio_client_begin_epoch(c, 0);
+    assert_int_equal(batches, (SHARDS * RECORDS + 6) / 7);
+    uint8_t seen[SHARDS][RECORDS] = { { 0 } };
+    emlio_batch_t *b;
+    int rc;
+    int got = 0;
+    while ((rc = emlio_client_next(c, &b)) == 1) {
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        for (size_t i = 0; i < n; i++) {
+            s_check_sample(c, &s[i]);
+            seen[s[i].shard][s[i].record]++;
+        }
+        emlio_batch_release(&b);
+        assert_null(b);
+        got++;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, batches);
+    for (int s = 0; s < SHARDS; s++)
+        for (int r = 0; r < RECORDS; r++)
+            assert_int_equal(seen[s][r], 1);
+    emlio_client_stats_t st;
+    emlio_client_stats(c, &st);
+    assert_int_equal(st.samples, SHARDS * RECORDS);
+    assert_int_equal(st.batches, (uint64_t)batches);
+    /* After the end, next keeps saying so. */
+    assert_true(emlio_client_next(c, &b) < 0);
+    emlio_client_destroy(&c);
+    assert_null(c);
+}
+
+static void
+test_client_in_order_follows_the_plan(void **state)
+{
+    fixture_t *f = *state;
+    emlio_client_t *c = s_client(f, 5, true, EMLIO_SHUFFLE_NONE);
+    int batches = emlio_client_begin_epoch(c, 1);
+    emlio_batch_t *b;
+    uint64_t expect = 0;
+    while (emlio_client_next(c, &b) == 1) {
+        assert_int_equal(emlio_batch_index(b), expect);
+        assert_int_equal(emlio_batch_epoch(b), 1);
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        /* shuffle none: file order, shards by name. */
+        for (size_t i = 0; i < n; i++) {
+            uint64_t global = expect * 5 + i;
+            assert_int_equal(s[i].record, global % RECORDS);
+        }
+        emlio_batch_release(&b);
+        expect++;
+    }
+    assert_int_equal(expect, (uint64_t)batches);
+    emlio_client_destroy(&c);
+}
+
+static void
+test_client_resume_state_delivers_the_rest(void **state)
+{
+    fixture_t *f = *state;
+    emlio_client_t *c = s_client(f, 4, false, EMLIO_SHUFFLE_WINDOW);
+    int batches = emlio_client_begin_epoch(c, 2);
+    uint8_t seen[SHARDS][RECORDS] = { { 0 } };
+    emlio_batch_t *b;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(emlio_client_next(c, &b), 1);
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        for (size_t k = 0; k < n; k++)
+            seen[s[k].shard][s[k].record]++;
+        emlio_batch_release(&b);
+    }
+    uint8_t *blob;
+    size_t len;
+    assert_int_equal(emlio_client_save_state(c, &blob, &len), 0);
+    emlio_client_destroy(&c);
+
+    /* Damaged blobs and other configurations are refused. */
+    emlio_client_t *d = s_client(f, 4, false, EMLIO_SHUFFLE_WINDOW);
+    blob[len / 2] ^= 1;
+    assert_int_equal(emlio_client_load_state(d, blob, len), EMLIO_ESTATE);
+    assert_non_null(strstr(emlio_client_errmsg(d), "damaged"));
+    blob[len / 2] ^= 1;
+    assert_int_equal(emlio_client_load_state(d, blob, len - 1), EMLIO_ESTATE);
+    emlio_client_t *other = s_client(f, 5, false, EMLIO_SHUFFLE_WINDOW);
+    assert_int_equal(emlio_client_load_state(other, blob, len), EMLIO_ESTATE);
+    assert_non_null(strstr(emlio_client_errmsg(other), "another"));
+    emlio_client_destroy(&other);
+
+    /* The right one resumes: exactly the rest of the epoch. */
+    assert_int_equal(emlio_client_load_state(d, blob, len), batches - 6);
+    emlio_client_free_blob(blob);
+    int rc;
+    while ((rc = emlio_client_next(d, &b)) == 1) {
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        for (size_t k = 0; k < n; k++)
+            seen[s[k].shard][s[k].record]++;
+        emlio_batch_release(&b);
+    }
+    assert_int_equal(rc, 0);
+    for (int s = 0; s < SHARDS; s++)
+        for (int r = 0; r < RECORDS; r++)
+            assert_int_equal(seen[s][r], 1);
+    emlio_client_destroy(&d);
+}
+
+static void
+test_client_misuse_and_bad_endpoints(void **state)
+{
+    fixture_t *f = *state;
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.connect_timeout_ms = 200;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    emlio_batch_t *b;
+    assert_int_equal(emlio_client_begin_epoch(c, 0), EMLIO_EINVAL);
+    assert_int_equal(emlio_client_next(c, &b), EMLIO_EINVAL);
+    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1"),
+                     EMLIO_ETIMEDOUT);
+    assert_non_null(strstr(emlio_client_errmsg(c), "tcp://127.0.0.1:1"));
+    emlio_client_destroy(&c);
+    c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1,,x"),
+                     EMLIO_EINVAL);
+    emlio_client_destroy(&c);
+    cfg.curve_server_key = "too short";
+    c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
+                     EMLIO_EINVAL);
+    emlio_client_destroy(&c);
+    emlio_client_destroy(NULL);
+    emlio_batch_release(NULL);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_client_epoch_delivers_every_sample_once),
+        cmocka_unit_test(test_client_in_order_follows_the_plan),
+        cmocka_unit_test(test_client_resume_state_delivers_the_rest),
+        cmocka_unit_test(test_client_misuse_and_bad_endpoints),
+    };
+    return cmocka_run_group_tests(tests, s_setup, s_teardown);
+}
