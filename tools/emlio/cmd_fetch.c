@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "emlio.h"
 #include "influx.h"
@@ -79,20 +80,6 @@ s_usage(FILE *out)
         "The last line of stdout is a JSON object with the figures.\n");
 }
 
-static int
-s_parse_u64(const char *opt, const char *arg, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(arg, &end, 10);
-    if (errno || *end || end == arg || arg[0] == '-') {
-        fprintf(stderr, "emlio fetch: invalid value '%s' for %s\n", arg, opt);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* Rank and world: flags, else torchrun's, else SLURM's, else 0 of 1. */
 static int
 s_rank_from_env(bool have_rank, bool have_world, uint64_t *rank,
@@ -106,8 +93,8 @@ s_rank_from_env(bool have_rank, bool have_world, uint64_t *rank,
         const char *w = getenv(pairs[i][1]);
         if (!r || !w)
             continue;
-        if ((!have_rank && s_parse_u64(pairs[i][0], r, rank) < 0) ||
-            (!have_world && s_parse_u64(pairs[i][1], w, world) < 0))
+        if ((!have_rank && cli_parse_u64("fetch", pairs[i][0], r, rank) < 0) ||
+            (!have_world && cli_parse_u64("fetch", pairs[i][1], w, world) < 0))
             return -1;
         have_rank = have_world = true;
     }
@@ -398,15 +385,15 @@ cmd_fetch(int argc, char **argv)
             connect = optarg;
             break;
         case 'b':
-            if (s_parse_u64("--batch", optarg, &batch) < 0)
+            if (cli_parse_u64("fetch", "--batch", optarg, &batch) < 0)
                 return 2;
             break;
         case O_EPOCHS:
-            if (s_parse_u64("--epochs", optarg, &epochs) < 0)
+            if (cli_parse_u64("fetch", "--epochs", optarg, &epochs) < 0)
                 return 2;
             break;
         case O_SEED:
-            if (s_parse_u64("--seed", optarg, &cfg.seed) < 0)
+            if (cli_parse_u64("fetch", "--seed", optarg, &cfg.seed) < 0)
                 return 2;
             break;
         case O_SHUFFLE:
@@ -423,7 +410,7 @@ cmd_fetch(int argc, char **argv)
             }
             break;
         case O_WINDOW:
-            if (s_parse_u64("--window-shards", optarg, &v) < 0)
+            if (cli_parse_u64("fetch", "--window-shards", optarg, &v) < 0)
                 return 2;
             cfg.window_shards = (uint32_t)v;
             break;
@@ -431,22 +418,22 @@ cmd_fetch(int argc, char **argv)
             cfg.drop_last = true;
             break;
         case O_RANK:
-            if (s_parse_u64("--rank", optarg, &rank) < 0)
+            if (cli_parse_u64("fetch", "--rank", optarg, &rank) < 0)
                 return 2;
             have_rank = true;
             break;
         case O_WORLD:
-            if (s_parse_u64("--world", optarg, &world) < 0)
+            if (cli_parse_u64("fetch", "--world", optarg, &world) < 0)
                 return 2;
             have_world = true;
             break;
         case O_STREAMS:
-            if (s_parse_u64("--streams", optarg, &v) < 0)
+            if (cli_parse_u64("fetch", "--streams", optarg, &v) < 0)
                 return 2;
             cfg.streams = (uint32_t)v;
             break;
         case O_INFLIGHT:
-            if (s_parse_u64("--inflight", optarg, &v) < 0)
+            if (cli_parse_u64("fetch", "--inflight", optarg, &v) < 0)
                 return 2;
             cfg.inflight = (uint32_t)v;
             break;
@@ -466,12 +453,12 @@ cmd_fetch(int argc, char **argv)
             state_path = optarg;
             break;
         case O_TIMEOUT:
-            if (s_parse_u64("--timeout-ms", optarg, &v) < 0)
+            if (cli_parse_u64("fetch", "--timeout-ms", optarg, &v) < 0)
                 return 2;
             cfg.timeout_ms = (int)v;
             break;
         case O_CONNECT_TIMEOUT:
-            if (s_parse_u64("--connect-timeout-ms", optarg, &v) < 0)
+            if (cli_parse_u64("fetch", "--connect-timeout-ms", optarg, &v) < 0)
                 return 2;
             cfg.connect_timeout_ms = (int)v;
             break;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "emlio.h"
 
@@ -33,38 +34,6 @@ s_usage(FILE *out)
             "\"dataset_samples\", \"dropped\", \"ranks\": [{\"rank\", "
             "\"samples\", \"pad\",\n"
             "\"batches\": [[[shard, record, daemon, pad], ...], ...]}]}.\n");
-}
-
-static int
-s_u64(const char *opt, const char *arg, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(arg, &end, 10);
-    if (errno || *end || end == arg || arg[0] == '-') {
-        fprintf(stderr, "emlio plan: invalid value '%s' for %s\n", arg, opt);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Prints s as a JSON string (shard names are paths: escape the few
- * characters JSON requires). */
-static void
-s_json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
 }
 
 int
@@ -108,23 +77,23 @@ cmd_plan(int argc, char **argv)
             connect = optarg;
             break;
         case 'b':
-            if (s_u64("--batch", optarg, &batch) < 0)
+            if (cli_parse_u64("plan", "--batch", optarg, &batch) < 0)
                 return 2;
             break;
         case O_WORLD:
-            if (s_u64("--world", optarg, &world) < 0)
+            if (cli_parse_u64("plan", "--world", optarg, &world) < 0)
                 return 2;
             break;
         case O_EPOCH:
-            if (s_u64("--epoch", optarg, &params.epoch) < 0)
+            if (cli_parse_u64("plan", "--epoch", optarg, &params.epoch) < 0)
                 return 2;
             break;
         case O_SEED:
-            if (s_u64("--seed", optarg, &params.seed) < 0)
+            if (cli_parse_u64("plan", "--seed", optarg, &params.seed) < 0)
                 return 2;
             break;
         case O_RANK:
-            if (s_u64("--rank", optarg, &v) < 0)
+            if (cli_parse_u64("plan", "--rank", optarg, &v) < 0)
                 return 2;
             only_rank = (int64_t)v;
             break;
@@ -138,7 +107,7 @@ cmd_plan(int argc, char **argv)
             }
             break;
         case O_WINDOW:
-            if (s_u64("--window-shards", optarg, &v) < 0)
+            if (cli_parse_u64("plan", "--window-shards", optarg, &v) < 0)
                 return 2;
             params.window_shards = (uint32_t)v;
             break;
@@ -223,10 +192,10 @@ cmd_plan(int argc, char **argv)
                 printf("%s\n  [", b ? "," : "");
                 for (size_t i = 0; i < k; i++) {
                     printf("%s[", i ? ", " : "");
-                    s_json_str(shards[s[i].shard].name);
+                    cli_json_string(stdout, shards[s[i].shard].name);
                     printf(", %" PRIu64 ", ", s[i].record);
-                    s_json_str(
-                        emlio_client_daemon_endpoint(client, s[i].daemon));
+                    cli_json_string(stdout, emlio_client_daemon_endpoint(
+                                                client, s[i].daemon));
                     printf(", %s]", s[i].pad ? "true" : "false");
                 }
                 printf("]");
