@@ -18,7 +18,10 @@ typedef struct emlio_buf {
     size_t cap;
 } emlio_buf_t;
 
-#define EMLIO_BUF_INIT {NULL, 0, 0}
+#define EMLIO_BUF_INIT \
+    {                  \
+        NULL, 0, 0     \
+    }
 
 void emlio_buf_init(emlio_buf_t *self);
 /* Frees the memory and returns the buffer to EMLIO_BUF_INIT. */

@@ -60,10 +60,10 @@ int emlio__seterr(char *errbuf, int rc, const char *fmt, ...)
 int emlio__ctx_log_level(const emlio_ctx_t *ctx);
 void emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
                     const char *fmt, ...) EMLIO_PRINTF(4, 5);
-#define emlio_log(ctx, level, module, ...)                                     \
-    do {                                                                       \
-        if ((level) <= emlio__ctx_log_level(ctx))                              \
-            emlio__ctx_log((ctx), (level), (module), __VA_ARGS__);             \
+#define emlio_log(ctx, level, module, ...)                         \
+    do {                                                           \
+        if ((level) <= emlio__ctx_log_level(ctx))                  \
+            emlio__ctx_log((ctx), (level), (module), __VA_ARGS__); \
     } while (0)
 
 /* The ZeroMQ context owned by ctx (a void * so zmq.h stays out of here). */

@@ -35,10 +35,10 @@ enum emlio_feature_kind {
  * rest. For a repeated feature the first value is reported and count says
  * how many there are. */
 typedef struct emlio_example_field {
-    const char *key; /* in: not necessarily NUL-terminated */
-    size_t key_len;  /* in */
-    int kind;        /* out: enum emlio_feature_kind */
-    size_t count;    /* out: number of values in the list */
+    const char *key;      /* in: not necessarily NUL-terminated */
+    size_t key_len;       /* in */
+    int kind;             /* out: enum emlio_feature_kind */
+    size_t count;         /* out: number of values in the list */
     const uint8_t *bytes; /* out: first value of a BytesList (borrowed) */
     size_t bytes_len;     /* out */
     int64_t int64;        /* out: first value of an Int64List */
