@@ -94,7 +94,7 @@ SAN_PRELOAD = $(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-fi
 check:
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:quarantine_size_mb=32 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	EMLIO_PY_PRELOAD="$(SAN_PRELOAD)" \
+	EMLIO_PY_PRELOAD="$(SAN_PRELOAD)" EMLIO_SANITIZED=1 \
 	$(MAKE) B=build-san SANITIZE=address,undefined DEBUG=1 test
 
 FUZZ_SECONDS ?= 60

@@ -61,6 +61,7 @@ typedef struct s_peer {
     uint8_t id_len;
     uint32_t outstanding;
     uint64_t last_seen_ns;
+    uint64_t last_limit_ns; /* when it was last told it is over its credit */
 } s_peer_t;
 
 struct emlio_server {
@@ -345,14 +346,18 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
      * send high-water mark (credits plus room for error replies) only ever
      * stops a peer that sends without reading: its extra replies are
      * dropped (non-blocking sends) instead of growing our memory. The
-     * receive mark pushes back on a flood of requests through TCP.
-     * Mandatory routing reports vanished peers instead of silently
-     * discarding their batches. */
+     * receive side stays unbounded on purpose: libzmq 4.3.4 aborts
+     * (assertion !_io_error in stream_engine_base.cpp) when a peer whose
+     * input was stopped at the receive mark disconnects, so a finite mark
+     * would let any client crash the daemon. The frontend drains requests
+     * faster than one client can send them (see tests/integration/
+     * test_load.sh). Mandatory routing reports vanished peers instead of
+     * silently discarding their batches. */
     int one = 1;
     int hb_ivl = 2000;
     int hb_ttl = 10000;
     int sndhwm = (int)EMLIO_MIN(self->cfg.max_credit + 64u, (uint32_t)INT_MAX);
-    int rcvhwm = 4096;
+    int rcvhwm = 0;
     zmq_setsockopt(router, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
     zmq_setsockopt(router, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
     zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
@@ -795,6 +800,7 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
     peer->id_len = (uint8_t)len;
     peer->outstanding = 0;
     peer->last_seen_ns = now;
+    peer->last_limit_ns = 0;
     return peer;
 }
 
@@ -870,6 +876,20 @@ s_frontend_request(emlio_server_t *self, void *work)
         s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO,
                                "requests are a single header frame");
         goto drop_header;
+    }
+    /* A connection already at its credit limit is sending without reading
+     * its replies. Its requests are dropped before any decoding, with an
+     * ELIMIT reply at most once a second, so a flood costs the frontend
+     * almost nothing and cannot outrun it (the receive queue is unbounded:
+     * see emlio_server_bind). */
+    s_peer_t *known = s_peer_find(self, zmq_msg_data(&job->identity),
+                                  zmq_msg_size(&job->identity), false);
+    if (known && known->outstanding >= self->cfg.max_credit) {
+        uint64_t now = emlio__now_ns();
+        atomic_fetch_add(&self->errors, 1);
+        if (now - known->last_limit_ns < 1000000000ull)
+            goto drop;
+        known->last_limit_ns = now;
     }
     char err[EMLIO_ERRMSG_LEN];
     int rc = emlio__wire_decode(&job->msg, zmq_msg_data(&job->header),
@@ -957,16 +977,21 @@ s_frontend_reply(emlio_server_t *self, void *done)
     }
     s_peer_t *peer = s_peer_find(self, zmq_msg_data(&identity),
                                  zmq_msg_size(&identity), false);
-    if (peer && peer->outstanding)
-        peer->outstanding--;
     bool lost = false;
     int more = 1;
     if (zmq_msg_send(&identity, self->router, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        /* EHOSTUNREACH: the client went away. Its batch is dropped; a
-         * reconnecting client asks for it again (GET is idempotent). */
+        /* EHOSTUNREACH: the client went away; a reconnecting client asks
+         * again (GET is idempotent). EAGAIN: its queue is full, which a
+         * client within its credits never causes, so it sends without
+         * reading: the credit stays used up, and once all are, its further
+         * requests are dropped before any work is done for them. */
+        if (errno == EAGAIN)
+            peer = NULL;
         zmq_msg_close(&identity);
         lost = true;
     }
+    if (peer && peer->outstanding)
+        peer->outstanding--;
     while (more) {
         zmq_msg_t part;
         zmq_msg_init(&part);

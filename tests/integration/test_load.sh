@@ -67,8 +67,16 @@ while kill -0 $fpid 2>/dev/null; do
     sleep 0.2
 done
 echo "flood: $(cat "$T/flood.out"); daemon RSS peak ${peak} MB (before ${rss1} MB)"
-check "a client that never reads keeps daemon RSS bounded (+$((peak - rss1)) MB)" \
-    test $((peak - rss1)) -lt 128
+check "the daemon survives a client that floods without reading" \
+    kill -0 "$DPID"
+if [ -n "${EMLIO_SANITIZED:-}" ]; then
+    # ASan's allocator caches freed memory and its slowdown lets the flood
+    # outrun the frontend, so RSS says little here; make test checks it.
+    echo "skipped: RSS bound under sanitizers (measured by make test)"
+else
+    check "a client that never reads keeps daemon RSS bounded (+$((peak - rss1)) MB)" \
+        test $((peak - rss1)) -lt 128
+fi
 "$EMLIO" fetch --connect "$EP" --batch 8 --verify --quiet >/dev/null 2>&1
 check "daemon still serves others afterwards" test $? -eq 0
 finish
