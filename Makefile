@@ -44,7 +44,7 @@ FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/replay_%)
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 
-.PHONY: all test check demo fuzz format format-check clean deps python
+.PHONY: all test test-only check demo fuzz format format-check clean deps python
 all: $(B)/libemlio.a $(B)/libemlio.so $(B)/bin/emliod $(B)/bin/emlio
 
 $(B)/obj/%.o: %.c
@@ -83,7 +83,14 @@ $(B)/tests/libfake_nvml.so: tests/fake_nvml.c
 
 $(B)/tests/test_energy: $(B)/tests/libfake_nvml.so
 
-test: all $(UNIT_BIN) $(FUZZ_REPLAY) $(B)/tests/libfake_nvml.so
+# `make test` works on a fresh machine: it installs what is missing first
+# (a no-op taking about a second when everything is there), then builds in
+# a second make so pkg-config sees the new packages.
+test:
+	@scripts/install-deps.sh
+	@$(MAKE) --no-print-directory test-only
+
+test-only: all $(UNIT_BIN) $(FUZZ_REPLAY) $(B)/tests/libfake_nvml.so
 	@tests/run.sh
 
 # Python loads the sanitized libemlio.so, so the ASan/UBSan runtimes are
@@ -95,7 +102,7 @@ check:
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:quarantine_size_mb=32 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	EMLIO_PY_PRELOAD="$(SAN_PRELOAD)" EMLIO_SANITIZED=1 \
-	$(MAKE) B=build-san SANITIZE=address,undefined DEBUG=1 test
+	$(MAKE) B=build-san SANITIZE=address,undefined DEBUG=1 test-only
 
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(DEP_CFLAGS)
@@ -118,7 +125,11 @@ fuzz: $(FUZZ_BIN)
 deps:
 	@scripts/install-deps.sh
 
-demo: deps all
+# The demo needs only the build packages (and python3 for its summary);
+# `make deps` or .ci/run installs the full test and benchmark set.
+demo:
+	@EMLIO_DEPS_MINIMAL=1 scripts/install-deps.sh
+	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)

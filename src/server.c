@@ -61,7 +61,7 @@ typedef struct s_peer {
     uint8_t id_len;
     uint32_t outstanding;
     uint64_t last_seen_ns;
-    uint64_t last_limit_ns; /* when it was last told it is over its credit */
+    bool stalled; /* a reply could not be queued: it does not read */
 } s_peer_t;
 
 struct emlio_server {
@@ -800,7 +800,7 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
     peer->id_len = (uint8_t)len;
     peer->outstanding = 0;
     peer->last_seen_ns = now;
-    peer->last_limit_ns = 0;
+    peer->stalled = false;
     return peer;
 }
 
@@ -824,7 +824,12 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
 {
     atomic_fetch_add(&self->errors, 1);
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", text);
-    s_send_error(self->router, identity, id, code, text, ZMQ_DONTWAIT);
+    s_peer_t *peer = s_peer_find(self, zmq_msg_data(identity),
+                                 zmq_msg_size(identity), false);
+    if (s_send_error(self->router, identity, id, code, text, ZMQ_DONTWAIT) ==
+            -EAGAIN &&
+        peer)
+        peer->stalled = true;
 }
 
 /* Plan-driven readahead: the client asks for batches well before it needs
@@ -877,19 +882,17 @@ s_frontend_request(emlio_server_t *self, void *work)
                                "requests are a single header frame");
         goto drop_header;
     }
-    /* A connection already at its credit limit is sending without reading
-     * its replies. Its requests are dropped before any decoding, with an
-     * ELIMIT reply at most once a second, so a flood costs the frontend
+    /* A connection that stopped reading (a reply to it could not even be
+     * queued) and is at its credit limit gets its requests dropped before
+     * any decoding and without a reply: a flood then costs the frontend
      * almost nothing and cannot outrun it (the receive queue is unbounded:
-     * see emlio_server_bind). */
+     * see emlio_server_bind). A reading client is never affected: it always
+     * gets one reply per request. */
     s_peer_t *known = s_peer_find(self, zmq_msg_data(&job->identity),
                                   zmq_msg_size(&job->identity), false);
-    if (known && known->outstanding >= self->cfg.max_credit) {
-        uint64_t now = emlio__now_ns();
+    if (known && known->stalled && known->outstanding >= self->cfg.max_credit) {
         atomic_fetch_add(&self->errors, 1);
-        if (now - known->last_limit_ns < 1000000000ull)
-            goto drop;
-        known->last_limit_ns = now;
+        goto drop;
     }
     char err[EMLIO_ERRMSG_LEN];
     int rc = emlio__wire_decode(&job->msg, zmq_msg_data(&job->header),
@@ -985,8 +988,10 @@ s_frontend_reply(emlio_server_t *self, void *done)
          * client within its credits never causes, so it sends without
          * reading: the credit stays used up, and once all are, its further
          * requests are dropped before any work is done for them. */
-        if (errno == EAGAIN)
+        if (errno == EAGAIN && peer) {
+            peer->stalled = true;
             peer = NULL;
+        }
         zmq_msg_close(&identity);
         lost = true;
     }
