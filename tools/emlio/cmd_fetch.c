@@ -527,6 +527,8 @@ cmd_fetch(int argc, char **argv)
         cfg.curve_secret_key = client_sec;
     }
     cfg.batch_size = (uint32_t)batch;
+    if (verify)
+        cfg.verify = true; /* --verify proves intact bytes: CRCs stay on */
     cfg.rank = (uint32_t)rank;
     cfg.world = (uint32_t)world;
 
