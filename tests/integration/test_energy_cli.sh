@@ -5,33 +5,11 @@
 # process advances and wraps. Run from the repo root with B=<build dir>.
 # Ends with "N passed, N failed" and exits non-zero on any failure.
 set -u
-B=${B:-build}
-EMLIO=$B/bin/emlio
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
 PY=/usr/bin/python3
-passed=0
-failed=0
-pids=()
-tmp=$(mktemp -d)
-
-cleanup() {
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null
-    done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ok() {
-    passed=$((passed + 1))
-    echo "ok   $*"
-}
-
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL $*"
-}
+tmp=$T
+bad() { fail "$@"; }
 
 # jq_last FILE EXPR: evaluates a Python expression over the JSON object on
 # the last line of FILE (bound to j); prints the result, fails on bad JSON.
@@ -117,7 +95,7 @@ fi
 # 6. SIGTERM to emlio reaches the command.
 "$EMLIO" energy -- sleep 30 >"$tmp/out6" 2>/dev/null &
 epid=$!
-pids+=("$epid")
+PIDS+=("$epid")
 deadline=$((SECONDS + 10))
 while ! pgrep -P "$epid" >/dev/null && [ $SECONDS -le $deadline ]; do
     sleep 0.02
@@ -158,7 +136,7 @@ put "$rapl/intel-rapl:0:0/energy_uj" 100
     put "$rapl/intel-rapl:0:0/energy_uj" 250100
     touch "$tmp/done"
 ) &
-pids+=($!)
+PIDS+=($!)
 EMLIO_POWERCAP_ROOT=$rapl "$EMLIO" energy --interval 10 --gpu off -- \
     sh -c "touch '$tmp/go'; d=\$((\$(date +%s) + 20)); while [ ! -e '$tmp/done' ] && [ \$(date +%s) -le \$d ]; do sleep 0.01; done" \
     >"$tmp/out7" 2>"$tmp/err7"
@@ -207,5 +185,4 @@ else
     bad "usage errors ($rc1 $rc2 $rc3)"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -4,33 +4,11 @@
 # arguments, clean exit on SIGTERM. Run from the repo root with B=<build dir>.
 # Ends with "N passed, N failed" and exits non-zero on any failure.
 set -u
-B=${B:-build}
-EMLIO=$B/bin/emlio
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
 PY=/usr/bin/python3
-passed=0
-failed=0
-pids=()
-tmp=$(mktemp -d)
-
-cleanup() {
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null
-    done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-ok() {
-    passed=$((passed + 1))
-    echo "ok   $*"
-}
-
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL $*"
-}
+tmp=$T
+bad() { fail "$@"; }
 
 # wait_for FILE PATTERN SECONDS: polls until FILE has a line matching
 # PATTERN, or the deadline passes.
@@ -147,10 +125,10 @@ fi
 
 # Echo server on a port the kernel picks.
 $PY "$tmp/helper.py" server >"$tmp/server.out" 2>&1 &
-pids+=($!)
+PIDS+=($!)
 if ! wait_for "$tmp/server.out" '^port [0-9]+' 10; then
     bad "echo server did not start"
-    echo "$passed passed, $failed failed"
+    echo "$PASSED passed, $FAILED failed"
     exit 1
 fi
 sport=$(sed -nE 's/^port ([0-9]+)/\1/p' "$tmp/server.out")
@@ -162,7 +140,7 @@ start_relay() {
     "$EMLIO" relay --listen 127.0.0.1:0 --connect "127.0.0.1:$sport" "$@" \
         >"$tmp/$name.out" 2>"$tmp/$name.err" &
     rpid=$!
-    pids+=($rpid)
+    PIDS+=($rpid)
     rport=
     if wait_for "$tmp/$name.out" '^emlio relay: listening on ' 10; then
         rport=$(sed -nE 's/^emlio relay: listening on .*:([0-9]+)$/\1/p' \
@@ -293,5 +271,4 @@ else
     bad "--help"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
