@@ -1094,22 +1094,6 @@ s_complete(emlio_client_t *self, emlio_batch_t *b)
     return 0;
 }
 
-/* Drops the remaining frames of a message we will not use. */
-static void
-s_drain(void *sock)
-{
-    while (true) {
-        int more = 0;
-        size_t len = sizeof(more);
-        if (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) != 0 || !more)
-            return;
-        zmq_msg_t part;
-        zmq_msg_init(&part);
-        zmq_msg_recv(&part, sock, 0);
-        zmq_msg_close(&part);
-    }
-}
-
 /* Receives and files one reply from daemon d's socket. Returns 1 when a
  * message was handled, 0 when none was waiting, < 0 on failure. */
 static int
@@ -1132,7 +1116,7 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
         emlio__wire_decode(&msg, zmq_msg_data(&header), zmq_msg_size(&header),
                            self->cfg.batch_size, why);
     if (rc < 0) {
-        s_drain(sock);
+        emlio__zmq_drain(sock);
         zmq_msg_close(&header);
         return emlio__seterr(self->err, EMLIO_EPROTO, "daemon '%s' sent a %s",
                              daemon->endpoint, why);
@@ -1212,7 +1196,7 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     if (++b->parts_done == b->n_parts)
         rc = s_complete(self, b);
 out:
-    s_drain(sock);
+    emlio__zmq_drain(sock);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     return rc;

@@ -73,6 +73,19 @@ emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
     ctx->log_fn(ctx->log_userdata, level, module, msg);
 }
 
+void
+emlio__zmq_drain(void *sock)
+{
+    int more = 1;
+    size_t len = sizeof(more);
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) == 0 && more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        zmq_msg_recv(&part, sock, 0);
+        zmq_msg_close(&part);
+    }
+}
+
 void *
 emlio__ctx_zmq(const emlio_ctx_t *ctx)
 {

@@ -66,6 +66,10 @@ void emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
             emlio__ctx_log((ctx), (level), (module), __VA_ARGS__); \
     } while (0)
 
+/* Receives and discards the remaining frames of the multipart message
+ * being read on sock (a void * so zmq.h stays out of here). */
+void emlio__zmq_drain(void *sock);
+
 /* The ZeroMQ context owned by ctx (a void * so zmq.h stays out of here). */
 void *emlio__ctx_zmq(const emlio_ctx_t *ctx);
 

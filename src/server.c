@@ -70,6 +70,8 @@ struct emlio_server {
     char *data_dir;
     char *bytes_key;
     char *label_key;
+    size_t bytes_key_len; /* measured once, not per sample */
+    size_t label_key_len;
     char *name;
     char *curve_secret;
     char *authorized_keys;
@@ -86,9 +88,9 @@ struct emlio_server {
     uint32_t n_workers_started;
     bool frontend_started;
     atomic_bool stopping;
-    /* Frames handed to ZeroMQ that point into the mappings; the mappings
-     * may only go away when this is back to zero. */
-    atomic_uint_fast64_t frames_in_flight;
+    /* Sent batches whose frames ZeroMQ still holds (one release token
+     * each); the mappings may only go away when this is back to zero. */
+    atomic_uint_fast64_t batches_in_flight;
     /* Frontend-thread state. */
     s_peer_t *peers;
     size_t n_peers;
@@ -155,6 +157,8 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     }
     self->cfg.data_dir = self->data_dir;
     self->cfg.bytes_key = self->bytes_key;
+    self->bytes_key_len = strlen(self->bytes_key);
+    self->label_key_len = strlen(self->label_key);
     self->cfg.label_key = self->label_key;
     self->cfg.name = self->name;
     if (self->cfg.workers == 0)
@@ -194,10 +198,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
 /* Waits (bounded) until ZeroMQ has released every zero-copy frame, so the
  * mappings can be unmapped without a use-after-unmap in its I/O threads. */
 static bool
-s_wait_frames_released(emlio_server_t *self)
+s_wait_batches_released(emlio_server_t *self)
 {
     uint64_t deadline = emlio__now_ns() + S_RELEASE_WAIT_MS * 1000000ull;
-    while (atomic_load(&self->frames_in_flight) > 0) {
+    while (atomic_load(&self->batches_in_flight) > 0) {
         if (emlio__now_ns() > deadline)
             return false;
         struct timespec ts = { 0, 1000000 };
@@ -218,14 +222,14 @@ emlio_server_destroy(emlio_server_t **self_p)
         zmq_setsockopt(self->router, ZMQ_LINGER, &linger, sizeof(linger));
         zmq_close(self->router);
     }
-    if (s_wait_frames_released(self)) {
+    if (s_wait_batches_released(self)) {
         emlio__shardset_release(&self->set);
     } else {
         /* Leaking the mappings is safe; unmapping them is not. */
         emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
-                  "%" PRIuFAST64 " frames still queued in zeromq; leaving "
+                  "%" PRIuFAST64 " sent batches still held by zeromq; leaving "
                   "shards mapped",
-                  atomic_load(&self->frames_in_flight));
+                  atomic_load(&self->batches_in_flight));
     }
     emlio__zap_stop(&self->zap);
     emlio_buf_release(&self->welcome);
@@ -417,7 +421,7 @@ s_frame_free(void *data, void *hint)
                                   EMLIO_ADVISE_DONTNEED);
     }
     emlio_free(rel);
-    atomic_fetch_sub(&self->frames_in_flight, 1);
+    atomic_fetch_sub(&self->batches_in_flight, 1);
 }
 
 /* Finds one sample's bytes and CRC in one pass: the record's stored CRC
@@ -440,8 +444,8 @@ s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
     out->label = -1;
     if (!self->cfg.raw) {
         emlio_example_field_t fields[2] = {
-            { .key = self->bytes_key, .key_len = strlen(self->bytes_key) },
-            { .key = self->label_key, .key_len = strlen(self->label_key) },
+            { .key = self->bytes_key, .key_len = self->bytes_key_len },
+            { .key = self->label_key, .key_len = self->label_key_len },
         };
         /* Records that are not Examples, or lack the key, pass as raw. */
         if (emlio__example_parse(rec, rec_len, fields, 2) > 0) {
@@ -624,7 +628,7 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
         rel->server = self;
         rel->n = n;
         atomic_init(&rel->left, (unsigned)(n ? n : 1));
-        atomic_fetch_add(&self->frames_in_flight, 1);
+        atomic_fetch_add(&self->batches_in_flight, 1);
         for (size_t i = 0; i < n; i++) {
             const s_sample_view_t *v = &job->views[i];
             rel->items[i] = *v;
@@ -804,20 +808,6 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
     return peer;
 }
 
-/* Discards the remaining frames of a multipart message. */
-static void
-s_drain_more(void *sock)
-{
-    int more = 1;
-    size_t len = sizeof(more);
-    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) == 0 && more) {
-        zmq_msg_t part;
-        zmq_msg_init(&part);
-        zmq_msg_recv(&part, sock, 0);
-        zmq_msg_close(&part);
-    }
-}
-
 static void
 s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
                        int code, const char *text)
@@ -866,7 +856,7 @@ s_frontend_request(emlio_server_t *self, void *work)
 {
     s_job_t *job = emlio_calloc(1, sizeof(*job));
     if (!job) {
-        s_drain_more(self->router);
+        emlio__zmq_drain(self->router);
         return;
     }
     zmq_msg_init(&job->identity);
@@ -877,7 +867,7 @@ s_frontend_request(emlio_server_t *self, void *work)
         zmq_msg_recv(&job->header, self->router, 0) < 0)
         goto drop;
     if (zmq_msg_more(&job->header)) {
-        s_drain_more(self->router);
+        emlio__zmq_drain(self->router);
         s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO,
                                "requests are a single header frame");
         goto drop_header;

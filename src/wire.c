@@ -36,16 +36,22 @@ s_finish(int failed)
     return failed ? EMLIO_ENOMEM : 0;
 }
 
+/* Starts a header in out (cleared first): a map of `fields` entries whose
+ * first is the message type. Returns non-zero when out could not grow. */
+static int
+s_begin(emlio_buf_t *out, msgpack_packer *pk, size_t fields, int type)
+{
+    emlio_buf_clear(out);
+    msgpack_packer_init(pk, out, s_buf_write);
+    return msgpack_pack_map(pk, fields) | s_pack_key(pk, "t") |
+           msgpack_pack_uint8(pk, (uint8_t)type);
+}
+
 int
 emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name)
 {
     msgpack_packer pk;
-    emlio_buf_clear(out);
-    msgpack_packer_init(&pk, out, s_buf_write);
-    int failed = 0;
-    failed |= msgpack_pack_map(&pk, 3);
-    failed |= s_pack_key(&pk, "t");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_HELLO);
+    int failed = s_begin(out, &pk, 3, EMLIO_MSG_HELLO);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
     failed |= s_pack_key(&pk, "name");
@@ -60,12 +66,7 @@ emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                            const emlio_wire_shard_t *shards, size_t n)
 {
     msgpack_packer pk;
-    emlio_buf_clear(out);
-    msgpack_packer_init(&pk, out, s_buf_write);
-    int failed = 0;
-    failed |= msgpack_pack_map(&pk, 7);
-    failed |= s_pack_key(&pk, "t");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_WELCOME);
+    int failed = s_begin(out, &pk, 7, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
     failed |= s_pack_key(&pk, "name");
@@ -94,12 +95,7 @@ emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                        const emlio_wire_item_t *items, size_t n)
 {
     msgpack_packer pk;
-    emlio_buf_clear(out);
-    msgpack_packer_init(&pk, out, s_buf_write);
-    int failed = 0;
-    failed |= msgpack_pack_map(&pk, 4);
-    failed |= s_pack_key(&pk, "t");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_GET);
+    int failed = s_begin(out, &pk, 4, EMLIO_MSG_GET);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_key(&pk, "dataset");
@@ -120,12 +116,7 @@ emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                          const emlio_wire_sample_t *samples, size_t n)
 {
     msgpack_packer pk;
-    emlio_buf_clear(out);
-    msgpack_packer_init(&pk, out, s_buf_write);
-    int failed = 0;
-    failed |= msgpack_pack_map(&pk, 3);
-    failed |= s_pack_key(&pk, "t");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 3, EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     /* Flat quadruples [shard, record, label, crc32c] per sample. */
@@ -145,12 +136,7 @@ emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
                          const char *text)
 {
     msgpack_packer pk;
-    emlio_buf_clear(out);
-    msgpack_packer_init(&pk, out, s_buf_write);
-    int failed = 0;
-    failed |= msgpack_pack_map(&pk, 4);
-    failed |= s_pack_key(&pk, "t");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_MSG_ERROR);
+    int failed = s_begin(out, &pk, 4, EMLIO_MSG_ERROR);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_key(&pk, "code");

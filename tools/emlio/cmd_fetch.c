@@ -14,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "cli.h"
 #include "commands.h"
+#include "dataset_util.h"
 #include "emlio.h"
 #include "influx.h"
 
@@ -27,14 +29,6 @@ s_on_signal(int sig)
 {
     (void)sig;
     s_interrupted = 1;
-}
-
-static double
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static double
@@ -105,34 +99,6 @@ s_rank_from_env(bool have_rank, bool have_world, uint64_t *rank,
                 *rank, *world);
         return -1;
     }
-    return 0;
-}
-
-static int
-s_read_file(const char *path, uint8_t **out, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -errno;
-    size_t cap = 4096;
-    uint8_t *buf = malloc(cap);
-    *len = 0;
-    size_t n;
-    while (buf && (n = fread(buf + *len, 1, cap - *len, f)) > 0) {
-        *len += n;
-        if (*len == cap) {
-            uint8_t *grown = realloc(buf, cap *= 2);
-            if (!grown) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = grown;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        return -ENOMEM;
-    *out = buf;
     return 0;
 }
 
@@ -558,23 +524,24 @@ cmd_fetch(int argc, char **argv)
         goto out;
     }
     if (state_path) {
-        uint8_t *blob = NULL;
-        size_t len = 0;
-        rc = s_read_file(state_path, &blob, &len);
+        emlio_buf_t file = EMLIO_BUF_INIT;
+        rc = dataset_read_file(state_path, &file);
+        const uint8_t *blob = file.data;
+        size_t len = file.len;
         if (rc == 0) {
             if (len < S_STATE_HEAD || memcmp(blob, "EMFS", 4)) {
                 fprintf(stderr,
                         "emlio fetch: cannot resume from '%s': not a "
                         "state file\n",
                         state_path);
-                free(blob);
+                emlio_buf_release(&file);
                 goto out;
             }
             for (int i = 7; i >= 0; i--)
                 ids_offset = (ids_offset << 8) | blob[4 + i];
             rc = emlio_client_load_state(client, blob + S_STATE_HEAD,
                                          len - S_STATE_HEAD);
-            free(blob);
+            emlio_buf_release(&file);
             if (rc < 0) {
                 fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
                         state_path, emlio_client_errmsg(client));
@@ -586,7 +553,7 @@ cmd_fetch(int argc, char **argv)
             epoch = st.epoch;
         } else if (rc != -ENOENT) {
             fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n",
-                    state_path, strerror(-rc));
+                    state_path, emlio_strerror(rc));
             goto out;
         }
     }
@@ -615,7 +582,7 @@ cmd_fetch(int argc, char **argv)
     double energy_j = 0;
     char energy_source[24] = "none";
     bool tty = !quiet && isatty(STDERR_FILENO);
-    double t0 = s_now();
+    double t0 = dataset_now();
     double cpu0 = s_cpu_seconds();
     double first_batch_s = -1, wait_s = 0;
     uint64_t samples = 0, bytes = 0, batches = 0, pads = 0, epochs_done = 0;
@@ -671,12 +638,12 @@ cmd_fetch(int argc, char **argv)
             samples += n;
             batches++;
             if (first_batch_s < 0)
-                first_batch_s = s_now() - t0;
+                first_batch_s = dataset_now() - t0;
             emlio_batch_release(&b);
             if (state_path && s_save_state(client, state_path, ids) < 0)
                 goto out;
-            if (tty && s_now() - last_progress > 0.25) {
-                double dt = s_now() - t0;
+            if (tty && dataset_now() - last_progress > 0.25) {
+                double dt = dataset_now() - t0;
                 emlio_client_stats_t st;
                 emlio_client_stats(client, &st);
                 fprintf(stderr,
@@ -685,7 +652,7 @@ cmd_fetch(int argc, char **argv)
                         epoch + 1, epochs, st.batches, planned,
                         (double)samples / dt, (double)bytes / dt / 1e6,
                         st.inflight);
-                last_progress = s_now();
+                last_progress = dataset_now();
             }
             if (s_interrupted)
                 break;
@@ -745,7 +712,7 @@ cmd_fetch(int argc, char **argv)
     }
     if (tty)
         fprintf(stderr, "\n");
-    double seconds = s_now() - t0;
+    double seconds = dataset_now() - t0;
     double cpu_s = s_cpu_seconds() - cpu0;
     emlio_energy_report_t last;
     if (emlio_energy_running(meter) && emlio_energy_stop(meter, &last) == 0)
