@@ -4,8 +4,12 @@
  */
 #include "emlio_internal.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "buf.h"
@@ -17,17 +21,26 @@
 #include "wire.h"
 
 /* How often blocked threads wake to check for stop, in ms. */
-#define S_STOP_POLL_MS    100
+#define S_STOP_POLL_MS                      100
 /* The longest a destroy waits for ZeroMQ to release frames that point into
- * the shard mappings before it gives up and leaves them mapped. */
-#define S_RELEASE_WAIT_MS 5000
-#define S_MAX_IDENTITY    255
+ * the shard mappings; after that the mappings stay until the frames go. */
+#define S_RELEASE_WAIT_MS                   2000
+#define S_MAX_IDENTITY                      255
+/* How long a shard whose lease is being broken waits for its frames in
+ * flight before their pages are blanked and the writer may go on. */
+#define S_LEASE_GRACE_MS                    5000
+/* Log "out of file descriptors" at most this often (ms). */
+#define S_FD_LOG_MS                         10000
+/* The largest request a daemon accepts, for max_batch samples per GET. */
+#define EMLIO_SERVER_MAX_REQUEST(max_batch) (4096 + (int64_t)(max_batch)*24)
 
 /* One GET on its way from the frontend to a worker and back. */
 /* One sample located and verified by a reader: a view into the mapping. */
 typedef struct s_sample_view {
     const uint8_t *data;
     size_t len;
+    uint8_t *owned; /* copying read: the record's private copy, else NULL */
+    bool held;      /* holds a use of its shard's mapping */
     int64_t label;
     uint32_t crc;
     uint32_t shard;
@@ -46,14 +59,34 @@ typedef struct s_job {
     char text[EMLIO_ERRMSG_LEN];
 } s_job_t;
 
+/* What zero-copy frames point into, and so what must outlive every frame
+ * ZeroMQ holds: the shards and their mappings. The server holds one
+ * reference and every sent batch one more, so emlio_server_destroy never
+ * frees what a ZeroMQ I/O thread may still read or call back into. */
+typedef struct s_core {
+    atomic_uint refs;
+    bool drop_behind;
+    emlio_shardset_t set;
+    /* Sent batches whose frames ZeroMQ still holds. */
+    atomic_uint_fast64_t batches_in_flight;
+} s_core_t;
+
 /* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
  * must stay, and with drop_behind its pages are let go after the last. */
 typedef struct s_release {
-    emlio_server_t *server;
+    s_core_t *core;
     atomic_uint left;
     size_t n;
-    s_sample_view_t items[]; /* only shard and record are used */
+    s_sample_view_t items[]; /* only shard, record and held are used */
 } s_release_t;
+
+/* One TCP (or IPC) connection of the ROUTER, known from the socket
+ * monitor by its file descriptor. */
+typedef struct s_conn {
+    int fd;
+    uint64_t last_seen_ns;
+    bool closing; /* shut down by us; waiting for ZeroMQ to notice */
+} s_conn_t;
 
 /* Outstanding GETs of one client (by ZeroMQ routing id). */
 typedef struct s_peer {
@@ -61,6 +94,7 @@ typedef struct s_peer {
     uint8_t id_len;
     uint32_t outstanding;
     uint64_t last_seen_ns;
+    int fd;       /* its connection (ZMQ_SRCFD), -1 when unknown */
     bool stalled; /* a reply could not be queued: it does not read */
 } s_peer_t;
 
@@ -75,10 +109,15 @@ struct emlio_server {
     char *name;
     char *curve_secret;
     char *authorized_keys;
-    emlio_shardset_t set;
+    s_core_t *core; /* shards and mappings, shared with frames in flight */
     bool loaded;
     emlio_buf_t welcome;
     void *router;
+    void *monitor; /* PAIR receiving the ROUTER's connection events */
+    void *work;    /* frontend -> readers (bound in start) */
+    void *done;    /* serializers -> frontend (bound in start) */
+    char inproc_monitor[64];
+    int bound_port; /* TCP port of the router, -1 for other transports */
     char endpoint[256];
     char inproc_work[64];
     char inproc_done[64];
@@ -88,13 +127,16 @@ struct emlio_server {
     uint32_t n_workers_started;
     bool frontend_started;
     atomic_bool stopping;
-    /* Sent batches whose frames ZeroMQ still holds (one release token
-     * each); the mappings may only go away when this is back to zero. */
-    atomic_uint_fast64_t batches_in_flight;
     /* Frontend-thread state. */
     s_peer_t *peers;
     size_t n_peers;
     size_t cap_peers;
+    s_conn_t *conns;
+    size_t n_conns;
+    size_t cap_conns;
+    int cur_fd;             /* connection of the message being handled */
+    uint64_t fd_log_ns;     /* last "out of file descriptors" line */
+    uint64_t accept_failed; /* accepts refused since that line */
     /* Counters. */
     atomic_uint_fast64_t requests;
     atomic_uint_fast64_t errors;
@@ -146,6 +188,15 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
              EMLIO_VERSION_MAJOR, EMLIO_VERSION_MINOR, EMLIO_VERSION_PATCH);
     self->ctx = ctx;
     self->cfg = *cfg;
+    self->bound_port = -1;
+    self->core = emlio_calloc(1, sizeof(*self->core));
+    if (!self->core) {
+        emlio_free(self);
+        return NULL;
+    }
+    atomic_init(&self->core->refs, 1);
+    atomic_init(&self->core->batches_in_flight, 0);
+    self->core->drop_behind = cfg->drop_behind;
     self->data_dir = s_dup_or(cfg->data_dir, "");
     self->bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
     self->label_key = s_dup_or(cfg->label_key, "image/class/label");
@@ -195,13 +246,56 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     return self;
 }
 
+/* Closes a socket with linger 0 (nothing we send is worth waiting for
+ * after a stop) and NULLs the caller's pointer. */
+static void
+s_close_socket(void **sock_p)
+{
+    if (!*sock_p)
+        return;
+    int zero = 0;
+    (void)zmq_setsockopt(*sock_p, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_close(*sock_p);
+    *sock_p = NULL;
+}
+
+/* Sets one socket option; on failure fills errbuf naming the option. */
+static int
+s_setopt(void *sock, int option, const void *value, size_t len,
+         const char *what, char *errbuf)
+{
+    if (zmq_setsockopt(sock, option, value, len) == 0)
+        return 0;
+    int err = errno;
+    return emlio__seterr(errbuf, -err, "cannot set %s: %s", what,
+                         zmq_strerror(err));
+}
+
+static int
+s_setopt_int(void *sock, int option, int value, const char *what, char *errbuf)
+{
+    return s_setopt(sock, option, &value, sizeof(value), what, errbuf);
+}
+
+/* Drops one reference to the core; the last one unmaps the shards. */
+static void
+s_core_unref(s_core_t **core_p)
+{
+    s_core_t *core = *core_p;
+    *core_p = NULL;
+    if (!core || atomic_fetch_sub(&core->refs, 1) != 1)
+        return;
+    emlio__shardset_release(&core->set);
+    emlio_free(core);
+}
+
 /* Waits (bounded) until ZeroMQ has released every zero-copy frame, so the
- * mappings can be unmapped without a use-after-unmap in its I/O threads. */
+ * mappings go away with the server rather than with ZeroMQ's last frame. */
 static bool
-s_wait_batches_released(emlio_server_t *self)
+s_wait_batches_released(const s_core_t *core)
 {
     uint64_t deadline = emlio__now_ns() + S_RELEASE_WAIT_MS * 1000000ull;
-    while (atomic_load(&self->batches_in_flight) > 0) {
+    while (atomic_load(&core->batches_in_flight) > 0) {
         if (emlio__now_ns() > deadline)
             return false;
         struct timespec ts = { 0, 1000000 };
@@ -217,23 +311,25 @@ emlio_server_destroy(emlio_server_t **self_p)
         return;
     emlio_server_t *self = *self_p;
     emlio_server_stop(self);
-    if (self->router) {
-        int linger = 0;
-        zmq_setsockopt(self->router, ZMQ_LINGER, &linger, sizeof(linger));
-        zmq_close(self->router);
-    }
-    if (s_wait_batches_released(self)) {
-        emlio__shardset_release(&self->set);
-    } else {
-        /* Leaking the mappings is safe; unmapping them is not. */
+    /* Stop the monitor before closing its reader: libzmq would otherwise
+     * keep events for a socket that is gone. */
+    if (self->router && self->monitor)
+        (void)zmq_socket_monitor(self->router, NULL, 0);
+    s_close_socket(&self->monitor);
+    s_close_socket(&self->work);
+    s_close_socket(&self->done);
+    s_close_socket(&self->router);
+    if (self->core && !s_wait_batches_released(self->core))
         emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
-                  "%" PRIuFAST64 " sent batches still held by zeromq; leaving "
-                  "shards mapped",
-                  atomic_load(&self->batches_in_flight));
-    }
+                  "%" PRIuFAST64 " sent batches still held by zeromq; the "
+                  "shards stay mapped until it releases them",
+                  atomic_load(&self->core->batches_in_flight));
+    /* Frames still held keep their own references to the core. */
+    s_core_unref(&self->core);
     emlio__zap_stop(&self->zap);
     emlio_buf_release(&self->welcome);
     emlio_free(self->peers);
+    emlio_free(self->conns);
     if (self->curve_secret) /* do not leave the secret in freed memory */
         memset(self->curve_secret, 0, strlen(self->curve_secret));
     emlio_free(self->curve_secret);
@@ -260,23 +356,33 @@ emlio_server_load(emlio_server_t *self)
     assert(self);
     if (self->loaded)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already loaded");
-    int rc = emlio__shardset_load(&self->set, self->data_dir, self->cfg.verify,
-                                  self->cfg.write_index, s_shardset_log, self,
-                                  self->err);
+    /* With --on-corrupt skip a record whose data is corrupt must not stop
+     * the daemon from starting: the scan checks the framing only; the data
+     * CRC is checked on every read, and each skipped record is logged. */
+    bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
+    int rc = emlio__shardset_load(
+        &self->core->set, self->data_dir, self->cfg.verify && !skip,
+        self->cfg.write_index, s_shardset_log, self, self->err);
     if (rc < 0)
         return rc;
-    emlio_wire_shard_t *inv = emlio_calloc(self->set.n, sizeof(*inv));
+    if (self->core->set.leased < self->core->set.n)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "%zu of %zu shards could not be leased (open for writing "
+                  "elsewhere, or no lease support): they are read by copying",
+                  self->core->set.n - self->core->set.leased,
+                  self->core->set.n);
+    emlio_wire_shard_t *inv = emlio_calloc(self->core->set.n, sizeof(*inv));
     if (!inv)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    for (size_t i = 0; i < self->set.n; i++) {
-        inv[i].name = self->set.shards[i].name;
+    for (size_t i = 0; i < self->core->set.n; i++) {
+        inv[i].name = self->core->set.shards[i].name;
         inv[i].name_len = strlen(inv[i].name);
-        inv[i].records = emlio_tfrecord_count(self->set.shards[i].file);
-        inv[i].bytes = emlio_tfrecord_size(self->set.shards[i].file);
+        inv[i].records = emlio_tfrecord_count(self->core->set.shards[i].file);
+        inv[i].bytes = emlio_tfrecord_size(self->core->set.shards[i].file);
     }
-    rc = emlio__wire_encode_welcome(&self->welcome, self->name,
-                                    self->set.fingerprint, self->cfg.max_batch,
-                                    self->cfg.max_credit, inv, self->set.n);
+    rc = emlio__wire_encode_welcome(
+        &self->welcome, self->name, self->core->set.fingerprint,
+        self->cfg.max_batch, self->cfg.max_credit, inv, self->core->set.n);
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
@@ -284,9 +390,9 @@ emlio_server_load(emlio_server_t *self)
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64
               " bytes from '%s' (dataset %s)",
-              self->set.n, self->set.records, self->set.bytes, self->data_dir,
-              self->set.fingerprint);
-    return (int)self->set.n;
+              self->core->set.n, self->core->set.records, self->core->set.bytes,
+              self->data_dir, self->core->set.fingerprint);
+    return (int)self->core->set.n;
 }
 
 /* Whether endpoint may be reachable from other hosts: anything but TCP on
@@ -357,23 +463,31 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
      * faster than one client can send them (see tests/integration/
      * test_load.sh). Mandatory routing reports vanished peers instead of
      * silently discarding their batches. */
-    int one = 1;
-    int hb_ivl = 2000;
-    int hb_ttl = 10000;
     int sndhwm = (int)EMLIO_MIN(self->cfg.max_credit + 64u, (uint32_t)INT_MAX);
-    int rcvhwm = 0;
-    zmq_setsockopt(router, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
-    zmq_setsockopt(router, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
-    zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
     /* Requests are small; refuse (disconnect) anything larger before libzmq
      * buffers it, so a hostile peer cannot make us hold huge frames. */
-    int64_t max_msg = 4096 + (int64_t)self->cfg.max_batch * 24;
-    zmq_setsockopt(router, ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg));
-    zmq_setsockopt(router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
-    zmq_setsockopt(router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof(hb_ttl));
-    zmq_setsockopt(router, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
+    int64_t max_msg = EMLIO_SERVER_MAX_REQUEST(self->cfg.max_batch);
+    char *e = self->err;
+    int rc = 0;
+    if ((rc = s_setopt_int(router, ZMQ_SNDHWM, sndhwm, "ZMQ_SNDHWM", e)) < 0 ||
+        (rc = s_setopt_int(router, ZMQ_RCVHWM, 0, "ZMQ_RCVHWM", e)) < 0 ||
+        (rc = s_setopt_int(router, ZMQ_ROUTER_MANDATORY, 1,
+                           "ZMQ_ROUTER_MANDATORY", e)) < 0 ||
+        (rc = s_setopt(router, ZMQ_MAXMSGSIZE, &max_msg, sizeof(max_msg),
+                       "ZMQ_MAXMSGSIZE", e)) < 0 ||
+        (rc = s_setopt_int(router, ZMQ_HEARTBEAT_IVL, 2000, "ZMQ_HEARTBEAT_IVL",
+                           e)) < 0 ||
+        (rc = s_setopt_int(router, ZMQ_HEARTBEAT_TTL, 10000,
+                           "ZMQ_HEARTBEAT_TTL", e)) < 0 ||
+        (rc = s_setopt_int(router, ZMQ_HEARTBEAT_TIMEOUT, 10000,
+                           "ZMQ_HEARTBEAT_TIMEOUT", e)) < 0 ||
+        (rc = s_setopt_int(router, ZMQ_HANDSHAKE_IVL, 10000,
+                           "ZMQ_HANDSHAKE_IVL", e)) < 0) {
+        zmq_close(router);
+        return rc;
+    }
     if (self->cfg.curve_secret_key) {
-        int rc = s_setup_curve(self, router);
+        rc = s_setup_curve(self, router);
         if (rc < 0) {
             zmq_close(router);
             return rc;
@@ -384,8 +498,30 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
                   "and any client may read it",
                   endpoint);
     }
+    /* Connection events drive the accounting of connections: a slot is
+     * freed the moment its connection closes, idle ones are shut down, and
+     * running out of file descriptors is seen. */
+    snprintf(self->inproc_monitor, sizeof(self->inproc_monitor),
+             "inproc://emlio-monitor-%p", (void *)self);
+    int events =
+        ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED;
+    self->monitor = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PAIR);
+    if (!self->monitor ||
+        zmq_socket_monitor(router, self->inproc_monitor, events) != 0 ||
+        zmq_connect(self->monitor, self->inproc_monitor) != 0) {
+        int err = errno;
+        if (self->monitor)
+            (void)zmq_socket_monitor(router, NULL, 0);
+        s_close_socket(&self->monitor);
+        zmq_close(router);
+        return emlio__seterr(self->err, -err,
+                             "cannot monitor the connections of '%s': %s",
+                             endpoint, zmq_strerror(err));
+    }
     if (zmq_bind(router, endpoint) != 0) {
         int err = errno;
+        (void)zmq_socket_monitor(router, NULL, 0);
+        s_close_socket(&self->monitor);
         zmq_close(router);
         return emlio__seterr(self->err, -err, "cannot bind '%s': %s", endpoint,
                              zmq_strerror(err));
@@ -393,6 +529,9 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
     size_t len = sizeof(self->endpoint);
     if (zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, self->endpoint, &len) != 0)
         snprintf(self->endpoint, sizeof(self->endpoint), "%s", endpoint);
+    const char *colon = strrchr(self->endpoint, ':');
+    if (!strncmp(self->endpoint, "tcp://", 6) && colon)
+        self->bound_port = atoi(colon + 1);
     self->router = router;
     return 0;
 }
@@ -405,23 +544,43 @@ emlio_server_endpoint(const emlio_server_t *self)
 
 /* ---- the worker: one GET in, one BATCH or ERROR out ------------------- */
 
+/* Drops one reference to a sent batch's release token; the last one (the
+ * last frame ZeroMQ lets go of, or the sender) ends the batch's uses of
+ * the shards. Runs in a ZeroMQ I/O thread: touches only the token and the
+ * core, never the server, which may be gone by then. */
+static void
+s_release_unref(s_release_t *rel)
+{
+    if (atomic_fetch_sub(&rel->left, 1) != 1)
+        return;
+    s_core_t *core = rel->core;
+    for (size_t i = 0; i < rel->n; i++) {
+        emlio_shard_t *shard = &core->set.shards[rel->items[i].shard];
+        if (!rel->items[i].held)
+            continue;
+        if (core->drop_behind) /* sent: not read again this epoch */
+            emlio_tfrecord_advise(shard->file, (size_t)rel->items[i].record, 1,
+                                  EMLIO_ADVISE_DONTNEED);
+        emlio__shard_release(shard);
+    }
+    emlio_free(rel);
+    atomic_fetch_sub(&core->batches_in_flight, 1);
+    s_core_unref(&core);
+}
+
 static void
 s_frame_free(void *data, void *hint)
 {
     (void)data;
-    s_release_t *rel = hint;
-    if (atomic_fetch_sub(&rel->left, 1) != 1)
-        return;
-    emlio_server_t *self = rel->server;
-    if (self->cfg.drop_behind) {
-        /* Sent: these pages will not be read again this epoch. */
-        for (size_t i = 0; i < rel->n; i++)
-            emlio_tfrecord_advise(self->set.shards[rel->items[i].shard].file,
-                                  (size_t)rel->items[i].record, 1,
-                                  EMLIO_ADVISE_DONTNEED);
-    }
-    emlio_free(rel);
-    atomic_fetch_sub(&self->batches_in_flight, 1);
+    s_release_unref(hint);
+}
+
+/* Frees the private copy behind a copying read's frame. */
+static void
+s_free_hint(void *data, void *hint)
+{
+    (void)data;
+    emlio_free(hint);
 }
 
 /* Finds one sample's bytes and CRC in one pass: the record's stored CRC
@@ -429,14 +588,27 @@ s_frame_free(void *data, void *hint)
  * the sample bytes, so no byte is read twice. */
 
 static int
-s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
-              uint64_t record, s_sample_view_t *out)
+s_read_sample(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
+              s_sample_view_t *out)
 {
     const uint8_t *rec;
     size_t rec_len;
     uint32_t stored;
-    int rc = emlio_tfrecord_record(shard->file, (size_t)record, &rec, &rec_len,
+    int rc;
+    /* A shard that changed on disk is never touched again: its mapping may
+     * now lie past the end of the file. */
+    if (!emlio__shard_acquire(shard))
+        return -ESTALE;
+    if (shard->leased) {
+        rc = emlio_tfrecord_record(shard->file, (size_t)record, &rec, &rec_len,
                                    &stored);
+        out->held = rc == 0; /* the use ends when ZeroMQ drops the frame */
+    } else {
+        rc = emlio__shard_read_copy(shard, (size_t)record, &out->owned, &rec,
+                                    &rec_len, &stored, s_shardset_log, self);
+    }
+    if (!out->held)
+        emlio__shard_release(shard);
     if (rc < 0)
         return rc;
     out->data = rec;
@@ -472,6 +644,17 @@ s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
             return EMLIO_ECORRUPT;
     }
     return 0;
+}
+
+/* Ends what a view holds: its use of the mapping or its private copy. */
+static void
+s_view_release(emlio_server_t *self, s_sample_view_t *view)
+{
+    if (view->held)
+        emlio__shard_release(&self->core->set.shards[view->shard]);
+    emlio_free(view->owned);
+    view->held = false;
+    view->owned = NULL;
 }
 
 static void
@@ -549,27 +732,46 @@ s_read_job(emlio_server_t *self, s_job_t *job)
         return;
     }
     if (get->dataset &&
-        (get->dataset_len != strlen(self->set.fingerprint) ||
-         memcmp(get->dataset, self->set.fingerprint, get->dataset_len))) {
+        (get->dataset_len != strlen(self->core->set.fingerprint) ||
+         memcmp(get->dataset, self->core->set.fingerprint, get->dataset_len))) {
         job->code = EMLIO_EMISMATCH;
         snprintf(job->text, sizeof(job->text),
                  "dataset changed: client expects '%.*s', server has '%s'",
                  (int)EMLIO_MIN(get->dataset_len, 64), get->dataset,
-                 self->set.fingerprint);
+                 self->core->set.fingerprint);
         return;
     }
     for (size_t i = 0; i < n; i++) {
         const emlio_wire_item_t *item = &get->items[i];
-        if (item->shard >= self->set.n) {
+        if (item->shard >= self->core->set.n) {
             job->code = EMLIO_ENOTFOUND;
             snprintf(job->text, sizeof(job->text),
                      "no shard %" PRIu32 " (server has %zu)", item->shard,
-                     self->set.n);
+                     self->core->set.n);
             return;
         }
-        const emlio_shard_t *shard = &self->set.shards[item->shard];
+        emlio_shard_t *shard = &self->core->set.shards[item->shard];
         s_sample_view_t *view = &job->views[job->n_views];
+        view->shard = item->shard;
+        view->record = item->record;
         int rc = s_read_sample(self, shard, item->record, view);
+        if (rc == -ESTALE ||
+            (rc == EMLIO_ECORRUPT && atomic_load(&shard->changed)))
+            rc = -ESTALE; /* changed on disk, not rotten: say so */
+        if (rc < 0)
+            s_view_release(self, view);
+        if (rc == -ESTALE && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
+            atomic_fetch_add(&self->corrupt_skipped, 1);
+            continue;
+        }
+        if (rc == -ESTALE) {
+            job->code = EMLIO_ECORRUPT;
+            snprintf(job->text, sizeof(job->text),
+                     "record %" PRIu64 " of shard '%s' cannot be read intact: "
+                     "the shard changed on disk while being served",
+                     item->record, shard->name);
+            return;
+        }
         if (rc == EMLIO_ECORRUPT &&
             self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
@@ -596,8 +798,6 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                          emlio_tfrecord_loc(shard->file, item->record)->offset);
             return;
         }
-        view->shard = item->shard;
-        view->record = item->record;
         job->n_views++;
     }
 }
@@ -613,7 +813,6 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
     emlio_wire_sample_t *samples = NULL;
     zmq_msg_t *frames = NULL;
     s_release_t *rel = NULL;
-    size_t made = 0;
     uint64_t bytes = 0;
     if (job->code == 0) {
         samples = emlio_calloc(n, sizeof(*samples));
@@ -624,44 +823,59 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
             snprintf(job->text, sizeof(job->text), "out of memory");
         }
     }
+    /* The header is built before any frame, so nothing after it can fail
+     * and every view's hold moves into a frame exactly once. */
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    zmq_msg_t header;
     if (job->code == 0) {
-        rel->server = self;
-        rel->n = n;
-        atomic_init(&rel->left, (unsigned)(n ? n : 1));
-        atomic_fetch_add(&self->batches_in_flight, 1);
         for (size_t i = 0; i < n; i++) {
             const s_sample_view_t *v = &job->views[i];
-            rel->items[i] = *v;
-            /* Zero-copy: the frame points into the mapping. */
-            zmq_msg_init_data(&frames[i], (void *)v->data, v->len, s_frame_free,
-                              rel);
             samples[i] =
                 (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
+        }
+        if (emlio__wire_encode_batch(&buf, get->id, samples, n) < 0 ||
+            s_header_msg(&header, &buf) < 0) {
+            job->code = EMLIO_ENOMEM;
+            snprintf(job->text, sizeof(job->text), "out of memory");
+        }
+    }
+    if (job->code == 0) {
+        /* One reference per mapped frame plus the sender's own. */
+        unsigned mapped = 0;
+        for (size_t i = 0; i < n; i++)
+            mapped += job->views[i].held;
+        rel->core = self->core;
+        rel->n = n;
+        atomic_init(&rel->left, mapped + 1);
+        atomic_fetch_add(&self->core->refs, 1);
+        atomic_fetch_add(&self->core->batches_in_flight, 1);
+        for (size_t i = 0; i < n; i++) {
+            s_sample_view_t *v = &job->views[i];
+            rel->items[i] = *v;
+            rel->items[i].owned = NULL;
+            /* Zero-copy: the frame points into the mapping or the copy.
+             * zmq_msg_init_data cannot fail for a non-NULL free function. */
+            if (v->owned)
+                (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
+                                        s_free_hint, v->owned);
+            else
+                (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
+                                        s_frame_free, rel);
+            v->owned = NULL; /* now the frame's */
+            v->held = false; /* now the token's */
             bytes += v->len;
         }
-        made = n;
-        emlio_buf_t buf = EMLIO_BUF_INIT;
-        zmq_msg_t header;
-        if (emlio__wire_encode_batch(&buf, get->id, samples, n) == 0 &&
-            s_header_msg(&header, &buf) == 0) {
-            if (n == 0) /* no frame will release it */
-                s_frame_free(NULL, rel);
-            s_send_parts(done, &job->identity, &header, frames, n, 0);
-            atomic_fetch_add(&self->requests, 1);
-            atomic_fetch_add(&self->samples, n);
-            atomic_fetch_add(&self->bytes, bytes);
-            emlio_free(frames);
-            emlio_free(samples);
-            return;
-        }
-        emlio_buf_release(&buf);
-        job->code = EMLIO_ENOMEM;
-        snprintf(job->text, sizeof(job->text), "out of memory");
+        s_send_parts(done, &job->identity, &header, frames, n, 0);
+        s_release_unref(rel); /* the sender's reference */
+        atomic_fetch_add(&self->requests, 1);
+        atomic_fetch_add(&self->samples, n);
+        atomic_fetch_add(&self->bytes, bytes);
+        emlio_free(frames);
+        emlio_free(samples);
+        return;
     }
-    for (size_t i = 0; i < made; i++)
-        zmq_msg_close(&frames[i]); /* the last close frees rel */
-    if (!made)
-        emlio_free(rel);
+    emlio_buf_release(&buf);
+    emlio_free(rel);
     atomic_fetch_add(&self->errors, 1);
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "request %" PRIu64 ": %s",
               get->id, job->text);
@@ -671,10 +885,12 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
 }
 
 static void
-s_job_free(s_job_t *job)
+s_job_free(emlio_server_t *self, s_job_t *job)
 {
     if (!job)
         return;
+    for (size_t i = 0; job->views && i < job->n_views; i++)
+        s_view_release(self, &job->views[i]);
     emlio_free(job->views);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);
@@ -682,10 +898,10 @@ s_job_free(s_job_t *job)
 }
 
 static void
-s_job_drop(s_job_t *job)
+s_job_drop(emlio_server_t *self, s_job_t *job)
 {
     zmq_msg_close(&job->identity);
-    s_job_free(job);
+    s_job_free(self, job);
 }
 
 /* A reader thread: jobs from the frontend (over inproc), views into the
@@ -696,12 +912,15 @@ s_reader_main(void *arg)
 {
     emlio_server_t *self = arg;
     void *work = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PULL);
-    int timeout = S_STOP_POLL_MS;
-    if (!work)
-        return NULL;
-    zmq_setsockopt(work, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
-    if (zmq_connect(work, self->inproc_work) != 0)
+    char err[EMLIO_ERRMSG_LEN];
+    if (!work ||
+        s_setopt_int(work, ZMQ_RCVTIMEO, S_STOP_POLL_MS, "ZMQ_RCVTIMEO", err) <
+            0 ||
+        zmq_connect(work, self->inproc_work) != 0) {
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "a reader thread cannot start: %s", zmq_strerror(errno));
         goto out;
+    }
     while (!atomic_load(&self->stopping)) {
         s_job_t *job;
         int n = zmq_recv(work, &job, sizeof(job), 0);
@@ -709,17 +928,18 @@ s_reader_main(void *arg)
             continue; /* timeout or EINTR: look at the stop flag again */
         s_read_job(self, job);
         if (emlio__queue_push(self->ser_queue, job) < 0)
-            s_job_drop(job);
+            s_job_drop(self, job);
     }
     /* Free the jobs still queued for us; their clients will ask again. */
     for (;;) {
         s_job_t *job;
         if (zmq_recv(work, &job, sizeof(job), ZMQ_DONTWAIT) != (int)sizeof(job))
             break;
-        s_job_drop(job);
+        s_job_drop(self, job);
     }
 out:
-    zmq_close(work);
+    if (work)
+        zmq_close(work);
     return NULL;
 }
 
@@ -729,35 +949,225 @@ s_serializer_main(void *arg)
 {
     emlio_server_t *self = arg;
     void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
-    int timeout = S_STOP_POLL_MS;
-    int zero = 0;
-    if (!done)
-        return NULL;
+    char err[EMLIO_ERRMSG_LEN];
     /* A reply that cannot be handed over while stopping is dropped rather
-     * than blocking the join. */
-    zmq_setsockopt(done, ZMQ_SNDTIMEO, &timeout, sizeof(timeout));
-    zmq_setsockopt(done, ZMQ_SNDHWM, &zero, sizeof(zero));
-    zmq_setsockopt(done, ZMQ_LINGER, &zero, sizeof(zero));
-    bool connected = zmq_connect(done, self->inproc_done) == 0;
+     * than blocking the join. Without a socket the jobs are still popped
+     * (and dropped), so the readers never block on a full queue. */
+    bool connected =
+        done &&
+        s_setopt_int(done, ZMQ_SNDTIMEO, S_STOP_POLL_MS, "ZMQ_SNDTIMEO", err) ==
+            0 &&
+        s_setopt_int(done, ZMQ_SNDHWM, 0, "ZMQ_SNDHWM", err) == 0 &&
+        s_setopt_int(done, ZMQ_LINGER, 0, "ZMQ_LINGER", err) == 0 &&
+        zmq_connect(done, self->inproc_done) == 0;
+    if (!connected)
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "a serializer thread cannot start: %s", zmq_strerror(errno));
     void *item;
     while (emlio__queue_pop(self->ser_queue, &item) == 0) {
         s_job_t *job = item;
         if (!connected || atomic_load(&self->stopping)) {
-            s_job_drop(job);
+            s_job_drop(self, job);
             continue;
         }
         s_serialize_job(self, done, job); /* consumes job->identity */
-        s_job_free(job);
+        s_job_free(self, job);
     }
-    zmq_close(done);
+    if (done)
+        zmq_close(done);
     return NULL;
+}
+
+/* ---- connections: known from the ROUTER's socket monitor -------------- */
+
+static s_conn_t *
+s_conn_find(emlio_server_t *self, int fd)
+{
+    for (size_t i = 0; i < self->n_conns; i++)
+        if (self->conns[i].fd == fd)
+            return &self->conns[i];
+    return NULL;
+}
+
+/* Registers (or, for a reused descriptor, renews) the connection on fd. */
+static s_conn_t *
+s_conn_add(emlio_server_t *self, int fd, uint64_t now)
+{
+    s_conn_t *conn = s_conn_find(self, fd);
+    if (!conn) {
+        if (self->n_conns == self->cap_conns) {
+            size_t cap = self->cap_conns ? self->cap_conns * 2 : 64;
+            s_conn_t *conns =
+                emlio_reallocarray(self->conns, cap, sizeof(*conns));
+            if (!conns)
+                return NULL;
+            self->conns = conns;
+            self->cap_conns = cap;
+        }
+        conn = &self->conns[self->n_conns++];
+    }
+    conn->fd = fd;
+    conn->last_seen_ns = now;
+    conn->closing = false;
+    return conn;
+}
+
+/* The connection on fd is gone: its slot and credits are freed now, not
+ * after an idle timeout. */
+static void
+s_conn_closed(emlio_server_t *self, int fd)
+{
+    s_conn_t *conn = s_conn_find(self, fd);
+    if (conn)
+        *conn = self->conns[--self->n_conns];
+    for (size_t i = 0; i < self->n_peers;) {
+        if (self->peers[i].fd == fd)
+            self->peers[i] = self->peers[--self->n_peers];
+        else
+            i++;
+    }
+    atomic_store(&self->active_clients, self->n_peers);
+}
+
+/* Whether fd is one of our ROUTER's accepted connections (and not, after a
+ * reuse of the number, some other descriptor of this process). */
+static bool
+s_fd_is_ours(const emlio_server_t *self, int fd)
+{
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        return false;
+    if (self->bound_port < 0)
+        return addr.ss_family == AF_UNIX;
+    int port = -1;
+    if (addr.ss_family == AF_INET)
+        port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
+    else if (addr.ss_family == AF_INET6)
+        port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+    return port == self->bound_port;
+}
+
+/* Closes one connection for a reason that is logged. ZeroMQ has no call to
+ * drop one peer of a ROUTER, so its socket is shut down under it: ZeroMQ
+ * then closes the connection as if the peer had, and the monitor reports
+ * it (s_conn_closed). */
+static void
+s_conn_shutdown(emlio_server_t *self, s_conn_t *conn, int level,
+                const char *why)
+{
+    if (conn->closing)
+        return;
+    conn->closing = true;
+    if (!s_fd_is_ours(self, conn->fd))
+        return;
+    emlio_log(self->ctx, level, "server", "closing connection %d: %s", conn->fd,
+              why);
+    (void)shutdown(conn->fd, SHUT_RDWR);
+}
+
+/* Closes the connection that has been silent longest and has nothing
+ * outstanding; returns whether there was one. */
+static bool
+s_conn_evict_idlest(emlio_server_t *self, uint64_t now, uint64_t min_idle_ns,
+                    int level, const char *why)
+{
+    s_conn_t *idlest = NULL;
+    for (size_t i = 0; i < self->n_conns; i++) {
+        s_conn_t *conn = &self->conns[i];
+        if (conn->closing || now - conn->last_seen_ns < min_idle_ns)
+            continue;
+        bool busy = false;
+        for (size_t k = 0; k < self->n_peers && !busy; k++)
+            busy = self->peers[k].fd == conn->fd && self->peers[k].outstanding;
+        if (!busy && (!idlest || conn->last_seen_ns < idlest->last_seen_ns))
+            idlest = conn;
+    }
+    if (!idlest)
+        return false;
+    char text[160];
+    snprintf(text, sizeof(text), "%s (silent for %.1f s)", why,
+             (double)(now - idlest->last_seen_ns) / 1e9);
+    s_conn_shutdown(self, idlest, level, text);
+    return true;
+}
+
+/* An accept failed. Out of file descriptors, libzmq retries at once and
+ * spins until one is free: say so (rate-limited) and free one, the idlest
+ * connection, so that clients that do talk can get in. */
+static void
+s_accept_failed(emlio_server_t *self, int err, uint64_t now)
+{
+    self->accept_failed++;
+    bool no_fds =
+        err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+    if (now - self->fd_log_ns >= S_FD_LOG_MS * 1000000ull) {
+        struct rlimit lim = { 0, 0 };
+        (void)getrlimit(RLIMIT_NOFILE, &lim);
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "cannot accept connections: %s (%" PRIu64 " refused; "
+                  "descriptor limit %llu, %zu connections open)%s",
+                  strerror(err), self->accept_failed,
+                  (unsigned long long)lim.rlim_cur, self->n_conns,
+                  no_fds ? "; closing the idlest connections" : "");
+        self->fd_log_ns = now;
+        self->accept_failed = 0;
+    }
+    if (no_fds)
+        (void)s_conn_evict_idlest(self, now, 1000000000ull, EMLIO_LOG_WARN,
+                                  "out of file descriptors");
+}
+
+/* Handles every connection event the monitor has queued. */
+static void
+s_monitor_drain(emlio_server_t *self)
+{
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, self->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (uint8_t *)zmq_msg_data(&ev) + 2, 4);
+        }
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more)
+            emlio__zmq_drain(self->monitor); /* the endpoint frame */
+        uint64_t now = emlio__now_ns();
+        if (event == ZMQ_EVENT_ACCEPTED)
+            s_conn_add(self, (int)value, now);
+        else if (event == ZMQ_EVENT_DISCONNECTED)
+            s_conn_closed(self, (int)value);
+        else if (event == ZMQ_EVENT_ACCEPT_FAILED)
+            s_accept_failed(self, (int)value, now);
+    }
 }
 
 /* ---- the frontend: the only thread that touches the TCP socket -------- */
 
-/* Forgets connections that have nothing outstanding and were not heard
- * from for idle_timeout_ms; ZeroMQ heartbeats already closed dead TCP
- * connections, this trims the bookkeeping behind them. */
+/* Shuts down connections silent for idle_timeout_ms with nothing
+ * outstanding (ZeroMQ clients answer heartbeats, so those alone never close
+ * them), including ones that never said HELLO. */
+static void
+s_conns_expire(emlio_server_t *self, uint64_t now)
+{
+    uint64_t idle = (uint64_t)self->cfg.idle_timeout_ms * 1000000ull;
+    char why[96];
+    snprintf(why, sizeof(why), "idle for more than %" PRIu32 " ms",
+             self->cfg.idle_timeout_ms);
+    while (s_conn_evict_idlest(self, now, idle, EMLIO_LOG_INFO, why))
+        ;
+}
+
+/* Forgets peers that have nothing outstanding and were not heard from for
+ * idle_timeout_ms (peers whose connection the monitor does not report,
+ * such as inproc ones); connected ones are closed by s_conns_expire. */
 static void
 s_peers_expire(emlio_server_t *self, uint64_t now)
 {
@@ -804,8 +1214,28 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
     peer->id_len = (uint8_t)len;
     peer->outstanding = 0;
     peer->last_seen_ns = now;
+    peer->fd = self->cur_fd;
     peer->stalled = false;
     return peer;
+}
+
+/* A reply to peer could not even be queued: its send queue (credits plus
+ * room for errors) is full, which a client that reads never causes. It
+ * floods requests without reading: close its connection with a logged
+ * reason, rather than leave it wedged with credits that never return. */
+static void
+s_peer_flooding(emlio_server_t *self, s_peer_t *peer)
+{
+    peer->stalled = true;
+    s_conn_t *conn = peer->fd >= 0 ? s_conn_find(self, peer->fd) : NULL;
+    if (!conn || conn->closing)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why),
+             "the client sends requests without reading the replies "
+             "(%" PRIu32 " outstanding, send queue full)",
+             peer->outstanding);
+    s_conn_shutdown(self, conn, EMLIO_LOG_WARN, why);
 }
 
 static void
@@ -819,7 +1249,7 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
     if (s_send_error(self->router, identity, id, code, text, ZMQ_DONTWAIT) ==
             -EAGAIN &&
         peer)
-        peer->stalled = true;
+        s_peer_flooding(self, peer);
 }
 
 /* Plan-driven readahead: the client asks for batches well before it needs
@@ -838,8 +1268,9 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
                get->items[i + run].shard == first->shard &&
                get->items[i + run].record == first->record + run)
             run++;
-        if (first->shard < self->set.n) {
-            const emlio_tfrecord_t *file = self->set.shards[first->shard].file;
+        if (first->shard < self->core->set.n) {
+            const emlio_tfrecord_t *file =
+                self->core->set.shards[first->shard].file;
             size_t count = emlio_tfrecord_count(file);
             if (first->record < count)
                 emlio_tfrecord_advise(file, (size_t)first->record,
@@ -866,6 +1297,24 @@ s_frontend_request(emlio_server_t *self, void *work)
     if (!zmq_msg_more(&job->identity) ||
         zmq_msg_recv(&job->header, self->router, 0) < 0)
         goto drop;
+    /* Which connection it came on: its activity keeps it from the idle
+     * timeout; one that we are closing gets nothing more done for it. */
+    self->cur_fd = zmq_msg_get(&job->identity, ZMQ_SRCFD);
+    if (self->cur_fd >= 0) {
+        s_conn_t *conn = s_conn_find(self, self->cur_fd);
+        if (!conn) { /* its ACCEPTED event may still be queued */
+            s_monitor_drain(self);
+            conn = s_conn_find(self, self->cur_fd);
+        }
+        if (!conn)
+            conn = s_conn_add(self, self->cur_fd, emlio__now_ns());
+        else
+            conn->last_seen_ns = emlio__now_ns();
+        if (conn && conn->closing) {
+            emlio__zmq_drain(self->router);
+            goto drop;
+        }
+    }
     if (zmq_msg_more(&job->header)) {
         emlio__zmq_drain(self->router);
         s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO,
@@ -914,10 +1363,12 @@ s_frontend_request(emlio_server_t *self, void *work)
             s_frontend_reply_error(self, &job->identity, 0, EMLIO_ELIMIT, text);
             goto drop_header;
         }
+        /* A copy: a zero-copy WELCOME could outlive the server in a
+         * ZeroMQ queue. It is sent once per connection. */
         zmq_msg_t welcome;
-        /* The encoded WELCOME lives as long as the server: no copy. */
-        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
-                          NULL);
+        if (zmq_msg_init_size(&welcome, self->welcome.len) != 0)
+            goto drop;
+        memcpy(zmq_msg_data(&welcome), self->welcome.data, self->welcome.len);
         atomic_fetch_add(&self->clients, 1);
         s_send_parts(self->router, &job->identity, &welcome, NULL, 0,
                      ZMQ_DONTWAIT);
@@ -955,7 +1406,7 @@ s_frontend_request(emlio_server_t *self, void *work)
 drop:
     zmq_msg_close(&job->identity);
 drop_header:
-    s_job_free(job);
+    s_job_free(self, job);
 }
 
 /* Forwards one finished reply from a worker to its client. */
@@ -979,7 +1430,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
          * reading: the credit stays used up, and once all are, its further
          * requests are dropped before any work is done for them. */
         if (errno == EAGAIN && peer) {
-            peer->stalled = true;
+            s_peer_flooding(self, peer);
             peer = NULL;
         }
         zmq_msg_close(&identity);
@@ -1007,56 +1458,90 @@ static void *
 s_frontend_main(void *arg)
 {
     emlio_server_t *self = arg;
-    void *work = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
-    void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PULL);
-    int zero = 0;
-    zmq_setsockopt(work, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(done, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(done, ZMQ_RCVHWM, &zero, sizeof(zero));
-    zmq_setsockopt(work, ZMQ_SNDHWM, &zero, sizeof(zero));
-    if (zmq_bind(work, self->inproc_work) != 0 ||
-        zmq_bind(done, self->inproc_done) != 0) {
-        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
-                  "cannot bind internal sockets: %s", zmq_strerror(errno));
-        goto out;
-    }
-    zmq_pollitem_t items[2] = {
+    void *work = self->work;
+    void *done = self->done;
+    zmq_pollitem_t items[3] = {
         { self->router, 0, ZMQ_POLLIN, 0 },
         { done, 0, ZMQ_POLLIN, 0 },
+        { self->monitor, 0, ZMQ_POLLIN, 0 },
     };
     uint64_t last_expire = emlio__now_ns();
+    uint64_t last_watch = last_expire;
+    uint64_t last_paths = last_expire;
     while (!atomic_load(&self->stopping)) {
         uint64_t now = emlio__now_ns();
+        if (now - last_watch >= S_STOP_POLL_MS * 1000000ull) {
+            /* Shards being changed on disk: refuse their samples and let
+             * the writer go on once no frame points into them. */
+            bool paths = now - last_paths > 1000000000ull;
+            emlio__shardset_watch(&self->core->set, paths, S_LEASE_GRACE_MS,
+                                  s_shardset_log, self);
+            last_paths = paths ? now : last_paths;
+            last_watch = now;
+        }
         if (now - last_expire > 1000000000ull) {
+            s_monitor_drain(self);
+            s_conns_expire(self, now);
             s_peers_expire(self, now);
             atomic_store(&self->active_clients, self->n_peers);
             last_expire = now;
         }
-        if (zmq_poll(items, 2, S_STOP_POLL_MS) < 0) {
+        if (zmq_poll(items, 3, S_STOP_POLL_MS) < 0) {
             if (errno == EINTR)
                 continue;
+            emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                      "frontend stops: cannot poll: %s", zmq_strerror(errno));
             break;
         }
-        /* Replies first: finished batches free credits and memory. */
+        /* Connection events first: a closed connection frees its slot
+         * before the next HELLO is looked at. */
+        if (items[2].revents & ZMQ_POLLIN)
+            s_monitor_drain(self);
+        /* Replies next: finished batches free credits and memory. */
         for (int i = 0; i < 256 && (items[1].revents & ZMQ_POLLIN); i++) {
             s_frontend_reply(self, done);
             int events = 0;
             size_t len = sizeof(events);
-            zmq_getsockopt(done, ZMQ_EVENTS, &events, &len);
+            if (zmq_getsockopt(done, ZMQ_EVENTS, &events, &len) != 0)
+                events = 0;
             items[1].revents = (short)(events & ZMQ_POLLIN);
         }
         for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); i++) {
             s_frontend_request(self, work);
             int events = 0;
             size_t len = sizeof(events);
-            zmq_getsockopt(self->router, ZMQ_EVENTS, &events, &len);
+            if (zmq_getsockopt(self->router, ZMQ_EVENTS, &events, &len) != 0)
+                events = 0;
             items[0].revents = (short)(events & ZMQ_POLLIN);
         }
     }
-out:
-    zmq_close(work);
-    zmq_close(done);
     return NULL;
+}
+
+/* Creates and binds the frontend's two internal sockets here, before its
+ * thread starts, so that start can report a failure (the thread then only
+ * uses them; pthread_create is the memory barrier ZeroMQ asks for). */
+static int
+s_bind_internal(emlio_server_t *self)
+{
+    void *zctx = emlio__ctx_zmq(self->ctx);
+    char *e = self->err;
+    int rc;
+    self->work = zmq_socket(zctx, ZMQ_PUSH);
+    self->done = zmq_socket(zctx, ZMQ_PULL);
+    if (!self->work || !self->done)
+        return emlio__seterr(e, -errno, "cannot create internal sockets: %s",
+                             zmq_strerror(errno));
+    if ((rc = s_setopt_int(self->work, ZMQ_LINGER, 0, "ZMQ_LINGER", e)) < 0 ||
+        (rc = s_setopt_int(self->done, ZMQ_LINGER, 0, "ZMQ_LINGER", e)) < 0 ||
+        (rc = s_setopt_int(self->done, ZMQ_RCVHWM, 0, "ZMQ_RCVHWM", e)) < 0 ||
+        (rc = s_setopt_int(self->work, ZMQ_SNDHWM, 0, "ZMQ_SNDHWM", e)) < 0)
+        return rc;
+    if (zmq_bind(self->work, self->inproc_work) != 0 ||
+        zmq_bind(self->done, self->inproc_done) != 0)
+        return emlio__seterr(e, -errno, "cannot bind internal sockets: %s",
+                             zmq_strerror(errno));
+    return 0;
 }
 
 int
@@ -1074,11 +1559,21 @@ emlio_server_start(emlio_server_t *self)
              "inproc://emlio-done-%p", (void *)self);
     atomic_store(&self->stopping, false);
     uint32_t n = self->cfg.workers + self->cfg.serializers;
-    self->workers = emlio_calloc(n, sizeof(*self->workers));
-    self->ser_queue = emlio__queue_new(self->cfg.queue_depth);
+    if (!self->workers)
+        self->workers = emlio_calloc(n, sizeof(*self->workers));
+    if (!self->ser_queue)
+        self->ser_queue = emlio__queue_new(self->cfg.queue_depth);
     if (!self->workers || !self->ser_queue)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    int rc = pthread_create(&self->frontend, NULL, s_frontend_main, self);
+    s_close_socket(&self->work); /* from an earlier failed start */
+    s_close_socket(&self->done);
+    int rc = s_bind_internal(self);
+    if (rc < 0) {
+        s_close_socket(&self->work);
+        s_close_socket(&self->done);
+        return rc;
+    }
+    rc = pthread_create(&self->frontend, NULL, s_frontend_main, self);
     if (rc != 0)
         return emlio__seterr(self->err, -rc, "cannot start frontend thread: %s",
                              strerror(rc));
@@ -1121,6 +1616,9 @@ emlio_server_stop(emlio_server_t *self)
     for (uint32_t i = readers; i < self->n_workers_started; i++)
         pthread_join(self->workers[i], NULL);
     emlio__queue_destroy(&self->ser_queue);
+    /* Replies still queued inside are dropped with their frames. */
+    s_close_socket(&self->work);
+    s_close_socket(&self->done);
     self->n_workers_started = 0;
     self->frontend_started = false;
 }
@@ -1141,19 +1639,19 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
 size_t
 emlio_server_shard_count(const emlio_server_t *self)
 {
-    return self->set.n;
+    return self->core->set.n;
 }
 
 uint64_t
 emlio_server_record_count(const emlio_server_t *self)
 {
-    return self->set.records;
+    return self->core->set.records;
 }
 
 const char *
 emlio_server_dataset(const emlio_server_t *self)
 {
-    return self->set.fingerprint;
+    return self->core->set.fingerprint;
 }
 
 const char *

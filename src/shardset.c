@@ -4,9 +4,14 @@
 #include "emlio_internal.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "crc32c.h"
 #include "shardset.h"
+#include "tfrecord.h"
 
 typedef struct s_names {
     char **v;
@@ -112,6 +117,193 @@ s_fnv(uint64_t h, const void *data, size_t len)
     return h;
 }
 
+/* Opens the shard that the mapping will come from and takes a read lease on
+ * it. A lease break is signalled to the holder; SIGURG is asked for because
+ * its default action is to ignore it, so neither the daemon nor a program
+ * embedding the library is killed by it (the watcher polls F_GETLEASE
+ * instead of handling signals). Without a lease, the shard is read by
+ * copying (see emlio__shard_read_copy). */
+static int
+s_lease_shard(emlio_shard_t *shard, const char *path, char *errbuf)
+{
+    int fd;
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return emlio__seterr(errbuf, -errno, "cannot open '%s': %s", path,
+                             strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int rc = -errno;
+        close(fd);
+        return emlio__seterr(errbuf, rc, "cannot stat '%s': %s", path,
+                             strerror(-rc));
+    }
+    shard->fd = fd;
+    shard->dev = st.st_dev;
+    shard->ino = st.st_ino;
+    shard->size = (uint64_t)st.st_size;
+    shard->leased = S_ISREG(st.st_mode) && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
+                    fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
+    atomic_init(&shard->users, 0);
+    atomic_init(&shard->changed, false);
+    atomic_init(&shard->logged, false);
+    return 0;
+}
+
+bool
+emlio__shard_acquire(emlio_shard_t *shard)
+{
+    /* Sequentially consistent on both sides: either the watcher sees this
+     * user, or this reader sees the change. */
+    atomic_fetch_add(&shard->users, 1);
+    if (!atomic_load(&shard->changed))
+        return true;
+    atomic_fetch_sub(&shard->users, 1);
+    return false;
+}
+
+void
+emlio__shard_release(emlio_shard_t *shard)
+{
+    atomic_fetch_sub(&shard->users, 1);
+}
+
+void
+emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
+                          emlio_shardset_log_fn *log, void *userdata)
+{
+    atomic_store(&shard->changed, true);
+    if (atomic_exchange(&shard->logged, true) || !log)
+        return;
+    char msg[PATH_MAX + 256];
+    snprintf(msg, sizeof(msg),
+             "shard '%s' changed on disk (%s): its samples are refused from "
+             "now on; restart emliod to serve the new contents",
+             shard->name, why);
+    log(userdata, msg);
+}
+
+int
+emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+                       const uint8_t **data, size_t *len, uint32_t *stored,
+                       emlio_shardset_log_fn *log, void *userdata)
+{
+    *buf_out = NULL;
+    if (i >= emlio_tfrecord_count(shard->file))
+        return EMLIO_ENOTFOUND;
+    const emlio_tfrecord_loc_t *loc = emlio_tfrecord_loc(shard->file, i);
+    if (loc->len > EMLIO_TFRECORD_MAX_RECORD || shard->fd < 0)
+        return EMLIO_EFORMAT;
+    size_t want = (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD;
+    uint8_t *buf = emlio_malloc(want);
+    if (!buf)
+        return EMLIO_ENOMEM;
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n =
+            pread(shard->fd, buf + got, want - got, (off_t)(loc->offset + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            emlio_free(buf);
+            return -EIO;
+        }
+        if (n == 0) {
+            emlio_free(buf);
+            emlio__shard_mark_changed(shard, "it became shorter", log,
+                                      userdata);
+            return -ESTALE;
+        }
+        got += (size_t)n;
+    }
+    uint32_t masked =
+        (uint32_t)buf[12 + loc->len] | (uint32_t)buf[13 + loc->len] << 8 |
+        (uint32_t)buf[14 + loc->len] << 16 | (uint32_t)buf[15 + loc->len] << 24;
+    *buf_out = buf;
+    *data = buf + 12;
+    *len = (size_t)loc->len;
+    *stored = emlio_crc32c_unmask(masked);
+    return 0;
+}
+
+/* Gives back the lease of a changed shard once nothing reads its mapping;
+ * after grace_ms, users that still hold frames get zero pages instead of
+ * the file (their clients reject them by CRC) rather than a SIGBUS. */
+static void
+s_release_changed(emlio_shard_t *shard, uint64_t now, uint32_t grace_ms,
+                  emlio_shardset_log_fn *log, void *userdata)
+{
+    if (!shard->changed_ns)
+        shard->changed_ns = now;
+    if (atomic_load(&shard->users) != 0) {
+        if (now - shard->changed_ns < (uint64_t)grace_ms * 1000000ull)
+            return;
+        emlio__tfrecord_blank(shard->file);
+        if (log) {
+            char msg[PATH_MAX + 128];
+            snprintf(msg, sizeof(msg),
+                     "shard '%s': %u frames still in flight after %u ms; "
+                     "their bytes were replaced by zeros",
+                     shard->name, atomic_load(&shard->users), grace_ms);
+            log(userdata, msg);
+        }
+    }
+    fcntl(shard->fd, F_SETLEASE, F_UNLCK);
+    close(shard->fd);
+    shard->fd = -1;
+    shard->released = true;
+}
+
+void
+emlio__shardset_watch(emlio_shardset_t *self, bool check_paths,
+                      uint32_t grace_ms, emlio_shardset_log_fn *log,
+                      void *userdata)
+{
+    uint64_t now = emlio__now_ns();
+    for (size_t i = 0; i < self->n; i++) {
+        emlio_shard_t *shard = &self->shards[i];
+        if (shard->released || shard->fd < 0)
+            continue;
+        bool changed = atomic_load(&shard->changed);
+        struct stat st;
+        if (!changed && shard->leased) {
+            if (fcntl(shard->fd, F_GETLEASE) != F_RDLCK)
+                emlio__shard_mark_changed(
+                    shard, "a writer opened it; lease given back", log,
+                    userdata);
+        } else if (!changed && fstat(shard->fd, &st) == 0 &&
+                   (uint64_t)st.st_size != shard->size) {
+            char why[96];
+            snprintf(why, sizeof(why),
+                     "its size went from %" PRIu64 " to %lld bytes",
+                     shard->size, (long long)st.st_size);
+            emlio__shard_mark_changed(shard, why, log, userdata);
+        }
+        if (shard->leased && atomic_load(&shard->changed)) {
+            s_release_changed(shard, now, grace_ms, log, userdata);
+            continue;
+        }
+        if (!check_paths || shard->replaced || atomic_load(&shard->changed))
+            continue;
+        const char *path = emlio_tfrecord_path(shard->file);
+        bool gone = stat(path, &st) != 0;
+        if (gone || st.st_dev != shard->dev || st.st_ino != shard->ino) {
+            shard->replaced = true;
+            if (log) {
+                char msg[PATH_MAX + 200];
+                snprintf(msg, sizeof(msg),
+                         "shard '%s' was %s on disk; still serving the file "
+                         "opened at load (restart emliod to serve the new "
+                         "one)",
+                         shard->name, gone ? "removed" : "replaced");
+                log(userdata, msg);
+            }
+        }
+    }
+}
+
 static int
 s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
@@ -182,11 +374,16 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
         shard->name = names.v[i];
         names.v[i] = NULL;
         self->n++;
+        shard->fd = -1;
         shard->file = emlio_tfrecord_new(path);
         if (!shard->file) {
             rc = EMLIO_ENOMEM;
             goto out;
         }
+        rc = s_lease_shard(shard, path, errbuf);
+        if (rc < 0)
+            goto out;
+        self->leased += shard->leased;
         rc = emlio_tfrecord_open(shard->file);
         if (rc < 0) {
             emlio__seterr(errbuf, rc, "%s", emlio_tfrecord_errmsg(shard->file));
@@ -209,6 +406,13 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
         }
         h = s_fnv(h, le, sizeof(le));
     }
+    if (self->records == 0) {
+        rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                           "the dataset under '%s' is empty: %zu shard%s, "
+                           "no records",
+                           dir, self->n, self->n == 1 ? "" : "s");
+        goto out;
+    }
     snprintf(self->fingerprint, sizeof(self->fingerprint), "%016" PRIx64, h);
     rc = (int)self->n;
 out:
@@ -222,8 +426,11 @@ void
 emlio__shardset_release(emlio_shardset_t *self)
 {
     for (size_t i = 0; i < self->n; i++) {
-        emlio_free(self->shards[i].name);
-        emlio_tfrecord_destroy(&self->shards[i].file);
+        emlio_shard_t *shard = &self->shards[i];
+        emlio_free(shard->name);
+        emlio_tfrecord_destroy(&shard->file);
+        if (shard->fd >= 0) /* closing it gives the lease back */
+            close(shard->fd);
     }
     emlio_free(self->shards);
     memset(self, 0, sizeof(*self));

@@ -384,6 +384,17 @@ emlio_tfrecord_open(emlio_tfrecord_t *self)
 }
 
 int
+emlio__tfrecord_blank(emlio_tfrecord_t *self)
+{
+    assert(self);
+    if (!self->base)
+        return 0;
+    void *map = mmap((void *)self->base, self->size, PROT_READ,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    return map == MAP_FAILED ? -errno : 0;
+}
+
+int
 emlio_tfrecord_scan(emlio_tfrecord_t *self, bool verify_data)
 {
     assert(self && self->open);

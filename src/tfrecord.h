@@ -7,6 +7,12 @@
 #include "buf.h"
 #include "emlio/tfrecord.h"
 
+/* Replaces the file's mapping by zero pages of the same size, in place, so
+ * pointers into it stay valid but no longer depend on the file (which may
+ * shrink: touching a mapped page past its end raises SIGBUS). Returns 0 or
+ * -errno. */
+int emlio__tfrecord_blank(emlio_tfrecord_t *self);
+
 /* Appends one framed record (length, masked length CRC, data, masked data
  * CRC) to out. Returns 0 or EMLIO_ENOMEM. Used by `emlio pack` and tests. */
 int emlio__tfrecord_append(emlio_buf_t *out, const uint8_t *data, size_t len);
