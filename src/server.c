@@ -134,7 +134,10 @@ struct emlio_server {
     s_conn_t *conns;
     size_t n_conns;
     size_t cap_conns;
-    int cur_fd;             /* connection of the message being handled */
+    int cur_fd;          /* connection of the message being handled */
+    uint64_t err_log_ns; /* rate limit of refused-request lines */
+    uint64_t err_log_n;
+    uint64_t err_log_quiet;
     uint64_t fd_log_ns;     /* last "out of file descriptors" line */
     uint64_t accept_failed; /* accepts refused since that line */
     /* Counters. */
@@ -1140,6 +1143,8 @@ s_monitor_drain(emlio_server_t *self)
         if (more)
             emlio__zmq_drain(self->monitor); /* the endpoint frame */
         uint64_t now = emlio__now_ns();
+        emlio_log(self->ctx, EMLIO_LOG_DEBUG, "server",
+                  "connection event 0x%x on %" PRIu32, event, value);
         if (event == ZMQ_EVENT_ACCEPTED)
             s_conn_add(self, (int)value, now);
         else if (event == ZMQ_EVENT_DISCONNECTED)
@@ -1243,7 +1248,21 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
                        int code, const char *text)
 {
     atomic_fetch_add(&self->errors, 1);
-    emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", text);
+    /* At most 10 lines a second: a flooding peer must not fill the disk. */
+    uint64_t now = emlio__now_ns();
+    if (now - self->err_log_ns > 1000000000ull) {
+        if (self->err_log_quiet)
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "%" PRIu64 " more refused requests not logged",
+                      self->err_log_quiet);
+        self->err_log_ns = now;
+        self->err_log_n = 0;
+        self->err_log_quiet = 0;
+    }
+    if (self->err_log_n++ < 10)
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", text);
+    else
+        self->err_log_quiet++;
     s_peer_t *peer = s_peer_find(self, zmq_msg_data(identity),
                                  zmq_msg_size(identity), false);
     if (s_send_error(self->router, identity, id, code, text, ZMQ_DONTWAIT) ==
@@ -1297,9 +1316,11 @@ s_frontend_request(emlio_server_t *self, void *work)
     if (!zmq_msg_more(&job->identity) ||
         zmq_msg_recv(&job->header, self->router, 0) < 0)
         goto drop;
-    /* Which connection it came on: its activity keeps it from the idle
-     * timeout; one that we are closing gets nothing more done for it. */
-    self->cur_fd = zmq_msg_get(&job->identity, ZMQ_SRCFD);
+    /* Which connection it came on (libzmq sets the source descriptor on the
+     * frames it received, not on the routing id it prepends): its activity
+     * keeps it from the idle timeout; one that we are closing gets nothing
+     * more done for it. */
+    self->cur_fd = zmq_msg_get(&job->header, ZMQ_SRCFD);
     if (self->cur_fd >= 0) {
         s_conn_t *conn = s_conn_find(self, self->cur_fd);
         if (!conn) { /* its ACCEPTED event may still be queued */
