@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # tests/run.sh - runs every test program, each in its own process with a
-# timeout, and ends with the single line "N passed, N failed".
-# Unit tests speak TAP (cmocka), so each test case counts; integration,
-# fuzz-replay and Python test scripts count one per script, or per test case
-# when they print their own "N passed, N failed" line.
+# timeout, and ends with the single line "N passed, N failed, N skipped".
+# Unit tests speak TAP (cmocka), so each test case counts ("ok N ... # SKIP"
+# is a skip); integration, fuzz-replay and Python test scripts count one per
+# script, or per test case when they print their own "N passed, N failed"
+# line (optionally followed by ", N skipped"). A script that exits 77 (the
+# automake convention) was skipped as a whole. Skipped is never passed.
 set -u
 B=${B:-build}
 TIMEOUT=${TEST_TIMEOUT:-300}
 passed=0
 failed=0
+skipped=0
 failures=()
 log_dir=$B/test-logs
 mkdir -p "$log_dir"
@@ -21,27 +24,35 @@ run() {
     local t0=$SECONDS
     timeout -k 10 "$TIMEOUT" "$@" >"$log" 2>&1
     local rc=$?
-    local ok bad summary
-    ok=$(grep -cE '^ok [0-9]+' "$log")
+    local ok bad skip summary
+    ok=$(grep -E '^ok [0-9]+' "$log" | grep -cvE '# *SKIP')
+    skip=$(grep -E '^ok [0-9]+' "$log" | grep -cE '# *SKIP')
     bad=$(grep -cE '^not ok [0-9]+' "$log")
     summary=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     if [ -n "$summary" ]; then
         ok=$(echo "$summary" | sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/')
         bad=$(echo "$summary" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+        skip=0
+        if echo "$summary" | grep -qE ', [0-9]+ skipped'; then
+            skip=$(echo "$summary" | sed -E 's/.*, ([0-9]+) skipped.*/\1/')
+        fi
     fi
-    if [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ]; then
+    if [ $rc -eq 77 ] && [ "$bad" -eq 0 ]; then
+        [ "$skip" -eq 0 ] && skip=1
+    elif [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && [ "$skip" -eq 0 ]; then
         if [ $rc -eq 0 ]; then ok=1; else bad=1; fi
     elif [ $rc -ne 0 ] && [ "$bad" -eq 0 ]; then
         bad=1 # crashed or timed out after its last report
     fi
     passed=$((passed + ok))
     failed=$((failed + bad))
+    skipped=$((skipped + skip))
     if [ "$bad" -ne 0 ]; then
         failures+=("$name")
         echo "FAIL $name (rc=$rc, $((SECONDS - t0))s) - log: $log"
         tail -n 30 "$log" | sed 's/^/    /'
     else
-        echo "ok   $name ($ok, $((SECONDS - t0))s)"
+        echo "ok   $name ($ok$([ "$skip" -ne 0 ] && echo ", $skip skipped"), $((SECONDS - t0))s)"
     fi
 }
 
@@ -71,5 +82,5 @@ done
 if [ ${#failures[@]} -ne 0 ]; then
     echo "failed: ${failures[*]}"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -1,6 +1,6 @@
 # lib.sh - helpers shared by the integration tests (sourced, not run).
 # Every test gets a private temp dir, counts its checks and ends with the
-# line "N passed, N failed"; daemons are started on ports chosen at run
+# line "N passed, N failed, N skipped"; daemons are started on ports chosen at run
 # time and killed on exit.
 B=${B:-build}
 EMLIO=$B/bin/emlio
@@ -8,6 +8,7 @@ EMLIOD=$B/bin/emliod
 T=$(mktemp -d /tmp/emlio-it.XXXXXX)
 PASSED=0
 FAILED=0
+SKIPPED=0
 PIDS=()
 
 cleanup() {
@@ -19,13 +20,14 @@ trap cleanup EXIT
 
 ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL - $1"; }
+skip() { SKIPPED=$((SKIPPED + 1)); echo "skip - $1"; }
 check() { # check NAME CMD...: passes when CMD succeeds
     local name=$1
     shift
     if "$@"; then ok "$name"; else fail "$name"; fi
 }
 finish() {
-    echo "$PASSED passed, $FAILED failed"
+    echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
     [ "$FAILED" -eq 0 ]
 }
 

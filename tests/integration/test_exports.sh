@@ -64,7 +64,7 @@ if command -v promtool >/dev/null; then
     check "promtool check metrics passes" \
         bash -c "promtool check metrics <'$T/scrape.txt'"
 else
-    echo "skip - promtool not installed (Debian package prometheus)"
+    skip "promtool not installed (Debian package prometheus)"
 fi
 E1=$(metric "$T/scrape.txt" emlio_energy_joules_total)
 curl -sS -o "$T/scrape2.txt" --max-time 5 "$MURL"
@@ -113,7 +113,7 @@ check "fetch warns about the push" grep -q "warning: cannot push epoch 0" \
 
 # --- InfluxDB. ---
 if ! command -v influxd >/dev/null; then
-    echo "skip - influxd not installed (Debian package influxdb): InfluxDB checks"
+    skip "influxd not installed (Debian package influxdb): InfluxDB checks"
     finish
     exit
 fi

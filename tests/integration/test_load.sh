@@ -72,7 +72,7 @@ check "the daemon survives a client that floods without reading" \
 if [ -n "${EMLIO_SANITIZED:-}" ]; then
     # ASan's allocator caches freed memory and its slowdown lets the flood
     # outrun the frontend, so RSS says little here; make test checks it.
-    echo "skipped: RSS bound under sanitizers (measured by make test)"
+    skip "RSS bound under sanitizers (measured by make test)"
 else
     check "a client that never reads keeps daemon RSS bounded (+$((peak - rss1)) MB)" \
         test $((peak - rss1)) -lt 128

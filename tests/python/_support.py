@@ -1,6 +1,6 @@
 # tests/python/_support.py - shared helpers of the Python tests: paths, a
 # synthetic dataset, an emliod child on a run-time port, and a unittest main
-# that ends with the "N passed, N failed" line tests/run.sh counts.
+# that ends with the "N passed, N failed, N skipped" line tests/run.sh counts.
 # SPDX-License-Identifier: MIT
 import os
 import selectors
@@ -144,17 +144,21 @@ class DatasetCase(unittest.TestCase):
 
 
 def main():
-    """unittest main that prints 'N passed, N failed' last and exits non-zero
-    on failure. Skipped tests count as passed (their reason is printed)."""
+    """unittest main that prints 'N passed, N failed, N skipped' last and
+    exits non-zero on failure. Skipped tests are counted apart (their reason
+    is printed); a run that only skipped exits 77."""
     suite = unittest.defaultTestLoader.loadTestsFromModule(
         sys.modules["__main__"])
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(
         suite)
     bad = len(result.failures) + len(result.errors) + len(
         result.unexpectedSuccesses)
-    good = result.testsRun - bad
+    skipped = len(result.skipped)
+    good = result.testsRun - bad - skipped
     for test, reason in result.skipped:
         print("skipped %s: %s" % (test.id(), reason))
     sys.stdout.flush()
-    print("%d passed, %d failed" % (good, bad))
-    sys.exit(1 if bad or result.testsRun == 0 else 0)
+    print("%d passed, %d failed, %d skipped" % (good, bad, skipped))
+    if bad or result.testsRun == 0:
+        sys.exit(1)
+    sys.exit(77 if good == 0 else 0)
