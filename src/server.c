@@ -1202,6 +1202,7 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
     if (!add || len > S_MAX_IDENTITY)
         return NULL;
     if (self->n_peers >= self->cfg.max_clients) {
+        s_monitor_drain(self); /* connections that closed free their slot */
         s_peers_expire(self, now);
         if (self->n_peers >= self->cfg.max_clients)
             return NULL;

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio.h"
+#include "fetch_state.h"
 #include "influx.h"
 
 /* Set by SIGINT/SIGTERM; checked between batches. */
@@ -102,44 +103,11 @@ s_rank_from_env(bool have_rank, bool have_world, uint64_t *rank,
     return 0;
 }
 
-/* The state file: "EMFS", the length of the --ids file that matches the
- * state (little-endian u64), then the library's resume blob. It is written
- * after every batch, after that batch's ids are flushed, and replaced
- * atomically; a run killed at any point resumes from the last batch whose
- * ids and state were both written, and cuts the ids file back to match, so
- * every sample appears exactly once even after kill -9. */
-#define S_STATE_HEAD 12
-
-static int
-s_save_state(emlio_client_t *client, const char *path, FILE *ids)
-{
-    uint8_t *blob;
-    size_t len;
-    uint8_t head[S_STATE_HEAD] = { 'E', 'M', 'F', 'S' };
-    if (ids) {
-        if (fflush(ids) != 0)
-            return -1;
-        uint64_t off = (uint64_t)ftello(ids);
-        for (int i = 0; i < 8; i++)
-            head[4 + i] = (uint8_t)(off >> (8 * i));
-    }
-    if (emlio_client_save_state(client, &blob, &len) < 0)
-        return -1;
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(head, 1, sizeof(head), f) == sizeof(head) &&
-             fwrite(blob, 1, len, f) == len;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    emlio_client_free_blob(blob);
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "emlio fetch: cannot write state '%s': %s\n", path,
-                strerror(errno));
-        return -1;
-    }
-    return 0;
-}
+/* The state file (fetch_state.h) is written after every batch, after that
+ * batch's ids are flushed, and replaced atomically; a run killed at any
+ * point resumes from the last batch whose ids and state were both written,
+ * and cuts the ids file back to match, so every sample appears exactly once
+ * even after kill -9. */
 
 /* Exactly-once bookkeeping for one epoch: one bit per (shard, record) of
  * the rank's plan, set when the sample arrives. */
@@ -524,37 +492,26 @@ cmd_fetch(int argc, char **argv)
         goto out;
     }
     if (state_path) {
-        emlio_buf_t file = EMLIO_BUF_INIT;
-        rc = dataset_read_file(state_path, &file);
-        const uint8_t *blob = file.data;
-        size_t len = file.len;
-        if (rc == 0) {
-            if (len < S_STATE_HEAD || memcmp(blob, "EMFS", 4)) {
-                fprintf(stderr,
-                        "emlio fetch: cannot resume from '%s': not a "
-                        "state file\n",
-                        state_path);
-                emlio_buf_release(&file);
-                goto out;
-            }
-            for (int i = 7; i >= 0; i--)
-                ids_offset = (ids_offset << 8) | blob[4 + i];
-            rc = emlio_client_load_state(client, blob + S_STATE_HEAD,
-                                         len - S_STATE_HEAD);
-            emlio_buf_release(&file);
-            if (rc < 0) {
-                fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
-                        state_path, emlio_client_errmsg(client));
-                goto out;
-            }
-            resumed = true;
-            emlio_client_stats_t st;
-            emlio_client_stats(client, &st);
-            epoch = st.epoch;
-        } else if (rc != -ENOENT) {
-            fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n",
-                    state_path, emlio_strerror(rc));
+        fetch_state_t st;
+        rc = fetch_state_load(state_path, &st);
+        if (rc > 0 && ids_path &&
+            fetch_state_check_ids(&st, state_path, ids_path) < 0)
+            rc = -1;
+        if (rc > 0 &&
+            emlio_client_load_state(client, st.blob, st.blob_len) < 0) {
+            fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
+                    state_path, emlio_client_errmsg(client));
+            rc = -1;
+        }
+        ids_offset = st.ids_len;
+        fetch_state_release(&st);
+        if (rc < 0)
             goto out;
+        if (rc > 0) {
+            resumed = true;
+            emlio_client_stats_t cst;
+            emlio_client_stats(client, &cst);
+            epoch = cst.epoch;
         }
     }
     if (ids_path && !(ids = fopen(ids_path, resumed ? "a" : "w"))) {
@@ -620,7 +577,7 @@ cmd_fetch(int argc, char **argv)
                 fprintf(stderr, "emlio fetch: epoch %" PRIu64 ": %s\n", epoch,
                         emlio_client_errmsg(client));
                 if (state_path)
-                    s_save_state(client, state_path, ids);
+                    fetch_state_save(client, state_path, ids, ids_path);
                 goto out;
             }
             size_t n;
@@ -628,10 +585,14 @@ cmd_fetch(int argc, char **argv)
             for (size_t i = 0; i < n; i++) {
                 bytes += s[i].len;
                 pads += s[i].pad;
-                if (ids)
-                    fprintf(ids, "%" PRIu64 " %s %" PRIu64 "%s\n", epoch,
-                            emlio_client_shard_name(client, s[i].shard),
-                            s[i].record, s[i].pad ? " pad" : "");
+                if (ids && fprintf(ids, "%" PRIu64 " %s %" PRIu64 "%s\n", epoch,
+                                   emlio_client_shard_name(client, s[i].shard),
+                                   s[i].record, s[i].pad ? " pad" : "") < 0) {
+                    fprintf(stderr, "emlio fetch: cannot write '%s': %s\n",
+                            ids_path, strerror(errno));
+                    emlio_batch_release(&b);
+                    goto out;
+                }
                 if (verify)
                     s_verifier_add(&ver, &s[i]);
             }
@@ -640,7 +601,8 @@ cmd_fetch(int argc, char **argv)
             if (first_batch_s < 0)
                 first_batch_s = dataset_now() - t0;
             emlio_batch_release(&b);
-            if (state_path && s_save_state(client, state_path, ids) < 0)
+            if (state_path &&
+                fetch_state_save(client, state_path, ids, ids_path) < 0)
                 goto out;
             if (tty && dataset_now() - last_progress > 0.25) {
                 double dt = dataset_now() - t0;
@@ -717,9 +679,9 @@ cmd_fetch(int argc, char **argv)
     emlio_energy_report_t last;
     if (emlio_energy_running(meter) && emlio_energy_stop(meter, &last) == 0)
         energy_j += last.energy_j;
-    if (state_path && s_save_state(client, state_path, ids) < 0)
+    if (state_path && fetch_state_save(client, state_path, ids, ids_path) < 0)
         goto out;
-    if (ids && fflush(ids) != 0) {
+    if (ids && (fflush(ids) != 0 || ferror(ids))) {
         fprintf(stderr, "emlio fetch: cannot write '%s': %s\n", ids_path,
                 strerror(errno));
         goto out;

@@ -1,0 +1,220 @@
+/* fetch_state.c - save and resume `emlio fetch --state`, bound to --ids.
+ * SPDX-License-Identifier: MIT
+ */
+#define _GNU_SOURCE
+#include "fetch_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_HEAD 20 /* magic, ids length, ids hash */
+
+static void
+s_put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+s_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* FNV-1a 64 of the FETCH_STATE_TAIL bytes before offset len of fd. Returns
+ * 0, or -errno (-ENODATA when the file is shorter than len). */
+static int
+s_tail_hash(int fd, uint64_t len, uint64_t *out)
+{
+    uint8_t buf[FETCH_STATE_TAIL];
+    uint64_t n = len < sizeof(buf) ? len : sizeof(buf);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, (size_t)(n - got),
+                          (off_t)(len - n + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -errno;
+        if (r == 0)
+            return -ENODATA;
+        got += (size_t)r;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < got; i++) {
+        h ^= buf[i];
+        h *= 0x100000001b3ull;
+    }
+    *out = h;
+    return 0;
+}
+
+int
+fetch_state_save(emlio_client_t *client, const char *path, FILE *ids,
+                 const char *ids_path)
+{
+    uint8_t head[S_HEAD] = { 'E', 'M', 'F', '2' };
+    if (ids) {
+        uint64_t hash = 0;
+        off_t off = 0;
+        int rc = 0;
+        /* ids is write-only; its tail is read back through a second
+         * descriptor (the bytes just flushed are in the page cache). */
+        int rfd = -1;
+        if (fflush(ids) != 0 || (off = ftello(ids)) < 0 ||
+            (rfd = open(ids_path, O_RDONLY | O_CLOEXEC)) < 0)
+            rc = -errno;
+        else
+            rc = s_tail_hash(rfd, (uint64_t)off, &hash);
+        if (rfd >= 0)
+            close(rfd);
+        if (rc < 0) {
+            fprintf(stderr, "emlio fetch: cannot write '%s': %s\n", ids_path,
+                    strerror(-rc));
+            return -1;
+        }
+        s_put_le64(head + 4, (uint64_t)off);
+        s_put_le64(head + 12, hash);
+    }
+    uint8_t *blob;
+    size_t len;
+    if (emlio_client_save_state(client, &blob, &len) < 0) {
+        fprintf(stderr, "emlio fetch: cannot save state '%s': %s\n", path,
+                emlio_client_errmsg(client));
+        return -1;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(head, 1, sizeof(head), f) == sizeof(head) &&
+             fwrite(blob, 1, len, f) == len;
+    int err = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = 0;
+        err = errno;
+    }
+    emlio_client_free_blob(blob);
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        err = errno;
+    }
+    if (!ok) {
+        fprintf(stderr, "emlio fetch: cannot write state '%s': %s\n", path,
+                strerror(err));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int
+fetch_state_load(const char *path, fetch_state_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOENT)
+        return 0;
+    if (!f) {
+        fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    uint8_t *data = NULL;
+    size_t len = 0;
+    size_t cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 4096;
+            uint8_t *more = realloc(data, cap);
+            if (!more) {
+                fclose(f);
+                free(data);
+                fprintf(stderr, "emlio fetch: out of memory\n");
+                return -1;
+            }
+            data = more;
+        }
+        size_t n = fread(data + len, 1, cap - len, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    size_t head = 0;
+    if (!bad && len >= S_HEAD && !memcmp(data, "EMF2", 4)) {
+        st->has_hash = true;
+        st->ids_hash = s_le64(data + 12);
+        head = S_HEAD;
+    } else if (!bad && len >= 12 && !memcmp(data, "EMFS", 4)) {
+        head = 12;
+    } else {
+        free(data);
+        fprintf(stderr,
+                "emlio fetch: cannot resume from '%s': not a state file\n",
+                path);
+        return -1;
+    }
+    st->ids_len = s_le64(data + 4);
+    st->blob_len = len - head;
+    memmove(data, data + head, st->blob_len);
+    st->blob = data;
+    return 1;
+}
+
+int
+fetch_state_check_ids(const fetch_state_t *st, const char *state_path,
+                      const char *ids_path)
+{
+    int fd = open(ids_path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    const char *hint = "drop --ids to resume without it, or delete the "
+                       "state file to start over";
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        if (fd < 0 && errno == ENOENT && st->ids_len == 0)
+            return 0; /* nothing was written yet */
+        fprintf(stderr,
+                "emlio fetch: cannot resume from '%s': the ids file '%s' it "
+                "was saved with (%" PRIu64 " bytes) is %s; %s\n",
+                state_path, ids_path, st->ids_len,
+                errno == ENOENT ? "gone" : strerror(errno), hint);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    int rc = 0;
+    uint64_t hash = 0;
+    if ((uint64_t)sb.st_size < st->ids_len) {
+        fprintf(stderr,
+                "emlio fetch: cannot resume from '%s': the ids file '%s' was "
+                "cut to %lld of the %" PRIu64 " bytes it had; %s\n",
+                state_path, ids_path, (long long)sb.st_size, st->ids_len,
+                hint);
+        rc = -1;
+    } else if (st->has_hash && (s_tail_hash(fd, st->ids_len, &hash) < 0 ||
+                                hash != st->ids_hash)) {
+        fprintf(stderr,
+                "emlio fetch: cannot resume from '%s': the ids file '%s' is "
+                "not the one it was saved with (its contents changed); %s\n",
+                state_path, ids_path, hint);
+        rc = -1;
+    }
+    close(fd);
+    return rc;
+}
+
+void
+fetch_state_release(fetch_state_t *st)
+{
+    free(st->blob);
+    memset(st, 0, sizeof(*st));
+}
