@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,14 +49,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RING_BYTES (256u << 20) /* per direction */
-#define SLOT_HDR   16u          /* len (4) + pad (4) + due time (8) */
-#define MAX_PKT    65536u
+#define SLOT_HDR 16u /* len (4) + pad (4) + due time (8) */
+#define MAX_PKT  65536u
 
 typedef struct {
     const char *name; /* "near->far" or "far->near" */
     int in_fd, out_fd;
     uint8_t *ring;
+    uint64_t ring_bytes;
     uint64_t head;    /* bytes produced */
     uint64_t tail;    /* bytes consumed */
     uint64_t free_at; /* rate cap: when the link is free again */
@@ -85,12 +86,11 @@ now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Prints "delayline: WHAT ARG: strerror(errno)" and exits 1. */
 static void
-die(const char *fmt, const char *arg)
+die(const char *what, const char *arg)
 {
-    fprintf(stderr, "delayline: ");
-    fprintf(stderr, fmt, arg, strerror(errno));
-    fputc('\n', stderr);
+    fprintf(stderr, "delayline: %s %s: %s\n", what, arg, strerror(errno));
     exit(1);
 }
 
@@ -100,23 +100,25 @@ tun_open(const char *name)
 {
     int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
     if (fd < 0)
-        die("cannot open /dev/net/tun (%s): %s", name);
+        die("cannot open /dev/net/tun for", name);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof(ifr));
     ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
     snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
     if (ioctl(fd, TUNSETIFF, &ifr) < 0)
-        die("cannot create TUN device %s: %s", name);
+        die("cannot create TUN device", name);
     return fd;
 }
 
 /* Runs `ip ARGS...` (optionally inside namespace ns) and dies on failure. */
-static void
-ip_cmd(const char *ns, const char *fmt, const char *a, const char *b,
-       const char *c)
+static void __attribute__((format(printf, 2, 3)))
+ip_cmd(const char *ns, const char *fmt, ...)
 {
     char args[512];
-    snprintf(args, sizeof(args), fmt, a, b, c);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
     char cmd[640];
     if (ns)
         snprintf(cmd, sizeof(cmd), "ip -n %s %s", ns, args);
@@ -125,7 +127,7 @@ ip_cmd(const char *ns, const char *fmt, const char *a, const char *b,
     int rc = system(cmd);
     if (rc != 0) {
         errno = EINVAL;
-        die("command failed: %s (%s)", cmd);
+        die("command failed:", cmd);
     }
 }
 
@@ -148,15 +150,15 @@ take_packets(direction_t *d)
     for (int burst = 0; burst < 256; burst++) {
         /* Room for the largest packet, wrapping to the ring's start with a
          * marker when the end is too near. */
-        uint64_t off = d->head % RING_BYTES;
-        if (RING_BYTES - off < SLOT_HDR + MAX_PKT) {
-            if (d->head + (RING_BYTES - off) - d->tail > RING_BYTES)
+        uint64_t off = d->head % d->ring_bytes;
+        if (d->ring_bytes - off < SLOT_HDR + MAX_PKT) {
+            if (d->head + (d->ring_bytes - off) - d->tail > d->ring_bytes)
                 return; /* full: leave packets queued in the device */
             *(uint64_t *)(d->ring + off + 8) = UINT64_MAX;
-            d->head += RING_BYTES - off;
+            d->head += d->ring_bytes - off;
             continue;
         }
-        if (d->head + SLOT_HDR + MAX_PKT - d->tail > RING_BYTES) {
+        if (d->head + SLOT_HDR + MAX_PKT - d->tail > d->ring_bytes) {
             /* Full: drop what arrives, as a router's tail-drop queue. */
             uint8_t junk[MAX_PKT];
             if (read(d->in_fd, junk, sizeof(junk)) > 0)
@@ -185,13 +187,13 @@ static uint64_t
 give_packets(direction_t *d, uint64_t now)
 {
     while (d->tail != d->head) {
-        uint8_t *slot = d->ring + d->tail % RING_BYTES;
+        uint8_t *slot = d->ring + d->tail % d->ring_bytes;
         uint32_t len;
         uint64_t due;
         memcpy(&len, slot, 4);
         memcpy(&due, slot + 8, 8);
         if (due == UINT64_MAX) { /* wrap marker */
-            d->tail += RING_BYTES - d->tail % RING_BYTES;
+            d->tail += d->ring_bytes - d->tail % d->ring_bytes;
             continue;
         }
         if (d->rate_bytes_per_ns > 0 && d->free_at > due)
@@ -317,41 +319,46 @@ main(int argc, char **argv)
     snprintf(path, sizeof(path), "/var/run/netns/%s", netns);
     int far_ns = open(path, O_RDONLY | O_CLOEXEC);
     if (home < 0 || far_ns < 0)
-        die("cannot open network namespace %s: %s", netns);
+        die("cannot open network namespace", netns);
     int near_fd = tun_open(near_dev);
     if (setns(far_ns, CLONE_NEWNET) < 0)
-        die("cannot enter network namespace %s: %s", netns);
+        die("cannot enter network namespace", netns);
     int far_fd = tun_open(far_dev);
     if (setns(home, CLONE_NEWNET) < 0)
-        die("cannot return to the home namespace%s: %s", "");
+        die("cannot return to the home namespace", "");
     close(far_ns);
     close(home);
 
     char mtus[16];
     snprintf(mtus, sizeof(mtus), "%d", mtu);
     ip_cmd(NULL, "addr add %s peer %s dev %s", near_addr, far_addr, near_dev);
-    ip_cmd(NULL, "link set %s mtu %s up%s", near_dev, mtus, "");
+    ip_cmd(NULL, "link set %s mtu %s up", near_dev, mtus);
     ip_cmd(netns, "addr add %s peer %s dev %s", far_addr, near_addr, far_dev);
-    ip_cmd(netns, "link set %s mtu %s up%s", far_dev, mtus, "");
-    ip_cmd(netns, "link set lo up%s%s%s", "", "", "");
+    ip_cmd(netns, "link set %s mtu %s up", far_dev, mtus);
+    ip_cmd(netns, "link set lo up");
     /* Longer device queues: a burst of a whole window must not be dropped
      * by the device before the delay line has read it. */
-    ip_cmd(NULL, "link set %s txqueuelen %s%s", near_dev, "10000", "");
-    ip_cmd(netns, "link set %s txqueuelen %s%s", far_dev, "10000", "");
+    ip_cmd(NULL, "link set %s txqueuelen %s", near_dev, "10000");
+    ip_cmd(netns, "link set %s txqueuelen %s", far_dev, "10000");
 
     direction_t dir[2] = {
         { .name = "near->far", .in_fd = near_fd, .out_fd = far_fd },
         { .name = "far->near", .in_fd = far_fd, .out_fd = near_fd },
     };
     for (int k = 0; k < 2; k++) {
-        dir[k].ring = mmap(NULL, RING_BYTES, PROT_READ | PROT_WRITE,
+        /* Each direction holds one delay's worth of a 2.5 GB/s link (more
+         * than this machine carries), and at least 32 MiB. */
+        uint64_t want = (uint64_t)(delay_ms * 1e-3 * 2.5e9);
+        uint64_t bytes = (want < (32ull << 20) ? (32ull << 20) : want);
+        dir[k].ring_bytes = (bytes + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+        dir[k].ring = mmap(NULL, dir[k].ring_bytes, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (dir[k].ring == MAP_FAILED)
-            die("cannot map the %s ring: %s", dir[k].name);
+            die("cannot map the ring of", dir[k].name);
         /* Huge pages where the kernel has them: touching 256 MiB in 4 KiB
          * faults takes seconds here. */
-        madvise(dir[k].ring, RING_BYTES, MADV_HUGEPAGE);
-        memset(dir[k].ring, 0, RING_BYTES);
+        madvise(dir[k].ring, dir[k].ring_bytes, MADV_HUGEPAGE);
+        memset(dir[k].ring, 0, dir[k].ring_bytes);
         dir[k].delay_ns = (uint64_t)(delay_ms * 1e6);
         dir[k].rate_bytes_per_ns = rate_mbit * 1e6 / 8 / 1e9;
         dir[k].loss = loss;
