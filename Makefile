@@ -45,7 +45,8 @@ FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/replay_%)
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 
 .PHONY: all test test-only check demo fuzz format format-check clean deps python
-all: $(B)/libemlio.a $(B)/libemlio.so $(B)/bin/emliod $(B)/bin/emlio
+all: $(B)/libemlio.a $(B)/libemlio.so $(B)/bin/emliod $(B)/bin/emlio \
+     $(B)/bench/delayline
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -65,6 +66,11 @@ $(B)/bin/emliod: $(EMLIOD_SRC:%.c=$(B)/obj/%.o) $(B)/libemlio.a
 $(B)/bin/emlio: $(EMLIO_SRC:%.c=$(B)/obj/%.o) $(B)/libemlio.a
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS) $(JPEG_LIBS)
+
+# The end-to-end RTT emulator of bench/run (TUN devices, network namespaces).
+$(B)/bench/delayline: bench/delayline.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -o $@ $< $(LDFLAGS_ALL) -lpthread
 
 $(B)/tests/%: tests/unit/%.c $(B)/libemlio.a tests/emlio_test.h
 	@mkdir -p $(dir $@)
