@@ -75,6 +75,8 @@ struct emlio_batch {
 
 struct emlio_client {
     emlio_ctx_t *ctx;
+    int failed_rc; /* next() failed for good this epoch (0: it did not) */
+    char failed_msg[EMLIO_ERRMSG_LEN];
     emlio_client_config_t cfg;
     char *name;
     s_daemon_t *daemons;
@@ -227,12 +229,15 @@ s_abandon_epoch(emlio_client_t *self)
     self->n_slots = 0;
     self->ready_head = self->ready_tail = NULL;
     self->outstanding_parts = 0;
+    self->failed_rc = 0;
     for (uint32_t d = 0; d < self->n_daemons; d++)
         if (self->daemons[d].sock_outstanding)
             memset(self->daemons[d].sock_outstanding, 0,
                    self->cfg.streams * sizeof(uint32_t));
     self->in_epoch = false;
 }
+
+static void s_disconnect(emlio_client_t *self);
 
 void
 emlio_client_destroy(emlio_client_t **self_p)
@@ -246,6 +251,23 @@ emlio_client_destroy(emlio_client_t **self_p)
         self->free_list = b->next;
         s_batch_free(b);
     }
+    s_disconnect(self);
+    emlio_free(self->slots);
+    emlio_free(self->delivered);
+    emlio_free(self->items);
+    emlio_free(self->skipped);
+    emlio_buf_release(&self->scratch);
+    emlio_plan_destroy(&self->plan);
+    emlio_free(self->name);
+    emlio_free(self);
+    *self_p = NULL;
+}
+
+/* Closes every stream and forgets the daemons and the merged inventory, so
+ * that a failed connect leaves the client as new (connect may be retried). */
+static void
+s_disconnect(emlio_client_t *self)
+{
     for (uint32_t d = 0; d < self->n_daemons; d++) {
         s_daemon_t *daemon = &self->daemons[d];
         for (uint32_t s = 0; daemon->socks && s < self->cfg.streams; s++) {
@@ -270,15 +292,12 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_free(self->shards);
     emlio_free(self->daemons);
     emlio_free(self->poll);
-    emlio_free(self->slots);
-    emlio_free(self->delivered);
-    emlio_free(self->items);
-    emlio_free(self->skipped);
-    emlio_buf_release(&self->scratch);
-    emlio_plan_destroy(&self->plan);
-    emlio_free(self->name);
-    emlio_free(self);
-    *self_p = NULL;
+    self->shards = NULL;
+    self->n_shards = 0;
+    self->daemons = NULL;
+    self->n_daemons = 0;
+    self->poll = NULL;
+    self->n_poll = 0;
 }
 
 /* ---- connecting -------------------------------------------------------- */
@@ -318,7 +337,11 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
             return -1;
     }
     char ep[96];
-    snprintf(ep, sizeof(ep), "inproc://emlio-mon-%p-%u-%u", (void *)self, d, s);
+    /* The time makes the name unique: a client made at the address of a
+     * destroyed one must not find its monitor's name still bound (ZeroMQ
+     * unbinds inproc names in the background). */
+    snprintf(ep, sizeof(ep), "inproc://emlio-mon-%p-%" PRIu64 "-%u-%u",
+             (void *)self, emlio__now_ns(), d, s);
     if (zmq_socket_monitor(sock, ep,
                            ZMQ_EVENT_DISCONNECTED |
                                ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
@@ -465,6 +488,9 @@ s_remote_code(int64_t code)
     return EMLIO_EPROTO;
 }
 
+/* Failed CURVE handshakes in a row after which connect gives up. */
+#define S_CURVE_FAILS 3
+
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
@@ -492,6 +518,18 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
                 s_handle_events(self, (uint32_t)(daemon - self->daemons), 0);
             if (rc < 0)
                 return rc;
+            /* With CURVE, a daemon that closes every handshake (about one
+             * per 100 ms reconnect) almost surely cannot decrypt ours: a
+             * wrong server key. Say so now, not after the whole timeout. */
+            if (self->cfg.curve_server_key &&
+                daemon->failed_handshakes >= S_CURVE_FAILS)
+                return emlio__seterr(
+                    self->err, EMLIO_EDENIED,
+                    "security handshake with daemon '%s' failed %" PRIu64
+                    " times in %.1f s: wrong server key, or the daemon "
+                    "does not use CURVE?",
+                    daemon->endpoint, daemon->failed_handshakes,
+                    (double)(emlio__now_ns() - t0) / 1e9);
             continue;
         }
         if (ready <= 0 && daemon->failed_handshakes)
@@ -623,6 +661,8 @@ s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
     return 0;
 }
 
+static int s_connect(emlio_client_t *self, const char *endpoints);
+
 int
 emlio_client_connect(emlio_client_t *self, const char *endpoints)
 {
@@ -630,6 +670,15 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
     if (self->n_daemons)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "client already connected");
+    int rc = s_connect(self, endpoints);
+    if (rc < 0)
+        s_disconnect(self); /* as new again: connect may be retried */
+    return rc;
+}
+
+static int
+s_connect(emlio_client_t *self, const char *endpoints)
+{
     const emlio_client_config_t *keycfg = &self->cfg;
     int keys = !!keycfg->curve_server_key + !!keycfg->curve_public_key +
                !!keycfg->curve_secret_key;
@@ -1124,6 +1173,8 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     rc = 1;
     emlio_batch_t *b = NULL;
     s_part_t *part = NULL;
+    size_t frames0 = 0;
+    uint64_t bytes0 = 0;
     if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR) {
         uint64_t part_no = S_ID_PART(msg.id);
         if (S_ID_GEN(msg.id) == self->gen)
@@ -1142,6 +1193,17 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     }
     if (!part)
         goto out; /* stale, duplicate or unsolicited: ignore */
+    /* A part that fails half-way gives its frames back, so that a resend
+     * or a late duplicate files into the same places, never past them. */
+    frames0 = b->n_frames;
+    bytes0 = b->bytes;
+    if (msg.n_samples > b->cap - b->n_frames) {
+        rc = emlio__seterr(self->err, EMLIO_EPROTO,
+                           "daemon '%s' answered request %" PRIu64
+                           " with %zu samples, more than asked",
+                           daemon->endpoint, msg.id, msg.n_samples);
+        goto out;
+    }
     uint64_t now = emlio__now_ns();
     if (now - part->sent_ns < self->min_latency_ns || !self->min_latency_ns)
         self->min_latency_ns = now - part->sent_ns;
@@ -1196,6 +1258,16 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     if (++b->parts_done == b->n_parts)
         rc = s_complete(self, b);
 out:
+    if (rc < 0 && part) {
+        for (size_t i = frames0; i < b->n_frames; i++)
+            zmq_msg_close(&b->frames[i]);
+        for (uint32_t i = 0; i < part->n; i++) {
+            b->samples[part->positions[i]].data = NULL;
+            b->samples[part->positions[i]].len = 0;
+        }
+        b->n_frames = frames0;
+        b->bytes = bytes0;
+    }
     emlio__zmq_drain(sock);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
@@ -1256,11 +1328,33 @@ s_take_ready(emlio_client_t *self)
     return b;
 }
 
+static int s_next(emlio_client_t *self, emlio_batch_t **batch_out);
+
 int
 emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
 {
     assert(self && batch_out);
     *batch_out = NULL;
+    /* After a failure that loses a part of the epoch (a corrupt sample, a
+     * protocol error, a daemon's refusal), the epoch cannot complete: every
+     * later call says so at once, until begin_epoch or load_state. Timeouts
+     * and interruptions lose nothing and may be retried. */
+    if (self->failed_rc)
+        return emlio__seterr(self->err, self->failed_rc,
+                             "the epoch failed earlier (%s); begin_epoch or "
+                             "load_state starts again",
+                             self->failed_msg);
+    int rc = s_next(self, batch_out);
+    if (rc < 0 && rc != EMLIO_ETIMEDOUT && rc != -EINTR && rc != EMLIO_EINVAL) {
+        self->failed_rc = rc;
+        snprintf(self->failed_msg, sizeof(self->failed_msg), "%s", self->err);
+    }
+    return rc;
+}
+
+static int
+s_next(emlio_client_t *self, emlio_batch_t **batch_out)
+{
     if (!self->in_epoch)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "no epoch in progress: call begin_epoch");
@@ -1484,7 +1578,7 @@ emlio_client_save_state(const emlio_client_t *self, uint8_t **blob_out,
     size_t len = S_STATE_FIXED + bitmap + 4;
     uint8_t *p = emlio_malloc(len);
     if (!p)
-        return EMLIO_ENOMEM;
+        return emlio__seterr((char *)self->err, EMLIO_ENOMEM, "out of memory");
     s_put_params(self, p);
     s_put64(p + 56, self->epoch);
     s_put64(p + 64, self->n_batches);

@@ -505,7 +505,8 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
      * freed the moment its connection closes, idle ones are shut down, and
      * running out of file descriptors is seen. */
     snprintf(self->inproc_monitor, sizeof(self->inproc_monitor),
-             "inproc://emlio-monitor-%p", (void *)self);
+             "inproc://emlio-monitor-%p-%" PRIu64, (void *)self,
+             emlio__now_ns());
     int events =
         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED;
     self->monitor = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PAIR);
@@ -1576,9 +1577,9 @@ emlio_server_start(emlio_server_t *self)
     if (self->frontend_started)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
     snprintf(self->inproc_work, sizeof(self->inproc_work),
-             "inproc://emlio-work-%p", (void *)self);
+             "inproc://emlio-work-%p-%" PRIu64, (void *)self, emlio__now_ns());
     snprintf(self->inproc_done, sizeof(self->inproc_done),
-             "inproc://emlio-done-%p", (void *)self);
+             "inproc://emlio-done-%p-%" PRIu64, (void *)self, emlio__now_ns());
     atomic_store(&self->stopping, false);
     uint32_t n = self->cfg.workers + self->cfg.serializers;
     if (!self->workers)

@@ -96,7 +96,12 @@ EMLIO_EXPORT void emlio_client_destroy(emlio_client_t **self_p);
  * After connect, a stream whose daemon goes away reconnects by itself with
  * exponential backoff (up to 2 s between tries); once it is back, the
  * requests it had in flight are sent again, so a daemon restarted with the
- * same data completes the epoch with every sample exactly once. */
+ * same data completes the epoch with every sample exactly once.
+ *
+ * State after a failure: the client is as new (no daemon, no shard), so
+ * connect may be called again, with the same or other endpoints. A wrong
+ * CURVE server key fails with EMLIO_EDENIED after a few failed handshakes
+ * (well under a second), not after connect_timeout_ms. */
 EMLIO_EXPORT int emlio_client_connect(emlio_client_t *self,
                                       const char *endpoints);
 
@@ -132,7 +137,13 @@ EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch);
  * EMLIO_EMISMATCH (a restarted daemon serves a different dataset), or the
  * error a daemon returned, or -EINTR when a signal interrupted the wait
  * (call again to carry on; nothing is lost). The message names the daemon
- * and the reason. */
+ * and the reason.
+ *
+ * State after a failure: EMLIO_ETIMEDOUT, -EINTR and EMLIO_EINVAL lose
+ * nothing; call again. Any other failure ends the epoch: the client stays
+ * usable, but every later next() returns the same code at once (saying
+ * that the epoch failed earlier) until begin_epoch or load_state starts an
+ * epoch again. Batches already returned stay valid until released. */
 EMLIO_EXPORT int emlio_client_next(emlio_client_t *self,
                                    emlio_batch_t **batch_out);
 
@@ -180,7 +191,9 @@ EMLIO_EXPORT void emlio_client_stats(const emlio_client_t *self,
  * of its batches were already delivered (and released or not: a batch counts
  * as delivered when next() returned it). A client built with the same
  * configuration and inventory that loads it delivers exactly the rest.
- * save: *blob_out is allocated (free with emlio_client_free_blob). */
+ * save: *blob_out is allocated (free with emlio_client_free_blob); on
+ * failure (EMLIO_ENOMEM, or EMLIO_EINVAL before the first epoch) nothing is
+ * allocated, *blob_out is left alone and the client is unchanged. */
 EMLIO_EXPORT int emlio_client_save_state(const emlio_client_t *self,
                                          uint8_t **blob_out, size_t *len_out);
 EMLIO_EXPORT void emlio_client_free_blob(uint8_t *blob);

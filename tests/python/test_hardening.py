@@ -377,6 +377,27 @@ class FailLoudly(Base):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn('"samples": 120,', r.stdout)
 
+    def test_wrong_server_key_fails_fast(self):
+        shards = self.dataset()
+        keys = os.path.join(self.tmp, "keys")
+        os.makedirs(keys)
+        for name in ("server", "client", "other"):
+            _support.run(EMLIO, "keygen", os.path.join(keys, name))
+        d = self.daemon(shards, "--curve-secret",
+                        os.path.join(keys, "server.key_secret"))
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [EMLIO, "fetch", "--connect", d.endpoint, "--batch", "16",
+             "--server-key", os.path.join(keys, "other.key"),
+             "--client-key", os.path.join(keys, "client.key_secret"),
+             "--connect-timeout-ms", "30000"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=60)
+        took = time.monotonic() - t0
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("wrong server key", r.stderr)
+        self.assertLess(took, 5.0, r.stderr)
+
 
 if __name__ == "__main__":
     _support.main()

@@ -245,6 +245,24 @@ test_client_misuse_and_bad_endpoints(void **state)
     emlio_batch_release(NULL);
 }
 
+/* A failed connect leaves the client as new: connect may be retried. */
+static void
+test_client_connect_can_be_retried(void **state)
+{
+    fixture_t *f = *state;
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.connect_timeout_ms = 200;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1"),
+                     EMLIO_ETIMEDOUT);
+    assert_int_equal(emlio_client_shard_count(c), 0);
+    assert_int_equal(emlio_client_daemon_count(c), 0);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    assert_int_equal(emlio_client_shard_count(c), SHARDS);
+    emlio_client_destroy(&c);
+}
+
 int
 main(void)
 {
@@ -253,6 +271,7 @@ main(void)
         cmocka_unit_test(test_client_in_order_follows_the_plan),
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
+        cmocka_unit_test(test_client_connect_can_be_retried),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

@@ -39,8 +39,8 @@ s_tail_hash(int fd, uint64_t len, uint64_t *out)
     uint64_t n = len < sizeof(buf) ? len : sizeof(buf);
     size_t got = 0;
     while (got < n) {
-        ssize_t r = pread(fd, buf + got, (size_t)(n - got),
-                          (off_t)(len - n + got));
+        ssize_t r =
+            pread(fd, buf + got, (size_t)(n - got), (off_t)(len - n + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
@@ -197,8 +197,7 @@ fetch_state_check_ids(const fetch_state_t *st, const char *state_path,
         fprintf(stderr,
                 "emlio fetch: cannot resume from '%s': the ids file '%s' was "
                 "cut to %lld of the %" PRIu64 " bytes it had; %s\n",
-                state_path, ids_path, (long long)sb.st_size, st->ids_len,
-                hint);
+                state_path, ids_path, (long long)sb.st_size, st->ids_len, hint);
         rc = -1;
     } else if (st->has_hash && (s_tail_hash(fd, st->ids_len, &hash) < 0 ||
                                 hash != st->ids_hash)) {
