@@ -399,5 +399,36 @@ class FailLoudly(Base):
         self.assertLess(took, 5.0, r.stderr)
 
 
+class PythonLoader(Base):
+    """Row 11: a kept batch and a dropped, unclosed Loader."""
+
+    def test_dropped_loader_frees_without_cycle_collector(self):
+        import gc
+        import emlio
+        d = self.daemon(self.dataset())
+
+        def counts():
+            return (len(os.listdir("/proc/self/fd")),
+                    len(os.listdir("/proc/self/task")))
+
+        kept = []
+        gc.collect()
+        gc.disable()
+        try:
+            before = counts()
+            for _ in range(30):
+                loader = emlio.Loader(d.endpoint, 16, epochs=1)
+                it = iter(loader)
+                kept.append(next(it).keep())
+                del it, loader
+            after = counts()
+        finally:
+            gc.enable()
+        self.assertLess(after[0] - before[0], 20, (before, after))
+        self.assertLess(after[1] - before[1], 10, (before, after))
+        # The loader's close released the kept batches with it.
+        self.assertTrue(all(b.released for b in kept))
+
+
 if __name__ == "__main__":
     _support.main()

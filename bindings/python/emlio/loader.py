@@ -31,6 +31,7 @@ import ctypes
 import errno as _errno
 import logging
 import os
+import weakref
 
 from . import _lib
 from .errors import EmlioError, InvalidArgumentError, make_error
@@ -148,7 +149,10 @@ class Batch:
                  "_kept", "_views", "_records", "_mvs", "__weakref__")
 
     def __init__(self, loader, ptr, addr, n, epoch, index):
-        self._loader = loader
+        # Weak: the loader holds its live batches, and a strong reference
+        # back would make a cycle that only the cycle collector frees, so a
+        # dropped loader would keep its sockets and threads until then.
+        self._loader = weakref.ref(loader)
         self._ptr = ptr  # ctypes.c_void_p holding the emlio_batch_t *
         self._addr = addr  # address of the emlio_sample_t array
         self._n = n
@@ -184,7 +188,7 @@ class Batch:
             for mv in self._mvs:
                 mv.release()
             self._mvs = None
-        loader = self._loader
+        loader = self._loader() if self._loader is not None else None
         self._loader = None
         if loader is not None:
             loader._live.pop(id(self), None)
@@ -297,7 +301,8 @@ class Batch:
     @property
     def ids(self):
         """[(shard name, record, pad)] per sample."""
-        names = self._loader.shard_names if self._loader else None
+        loader = self._loader() if self._loader is not None else None
+        names = loader.shard_names if loader is not None else None
         self._check()
         if _np is not None:
             recs = self._recs()
