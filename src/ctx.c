@@ -3,6 +3,8 @@
  */
 #include "emlio_internal.h"
 
+#include <stdatomic.h>
+
 #include <time.h>
 #include <zmq.h>
 
@@ -104,4 +106,11 @@ double
 emlio__now_s(void)
 {
     return (double)emlio__now_ns() / 1e9;
+}
+
+uint64_t
+emlio__unique_id(void)
+{
+    static atomic_uint_fast64_t next;
+    return atomic_fetch_add(&next, 1) + 1;
 }

@@ -75,6 +75,11 @@ void *emlio__ctx_zmq(const emlio_ctx_t *ctx);
 
 /* Monotonic clock in nanoseconds and seconds. */
 uint64_t emlio__now_ns(void);
+
+/* A number never returned before in this process: names inproc endpoints,
+ * which outlive their sockets briefly (ZeroMQ unbinds them
+ * asynchronously), so an address-based name could be reused too soon. */
+uint64_t emlio__unique_id(void);
 double emlio__now_s(void);
 
 #endif /* EMLIO_INTERNAL_H */

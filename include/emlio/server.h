@@ -69,9 +69,10 @@ typedef struct emlio_server_config {
     int on_corrupt;           /* enum emlio_on_corrupt; default FAIL */
     const char *name;         /* server name in WELCOME; default
                                  "emliod/<version>" */
-    uint32_t max_clients;     /* client connections (each stream is one)
-                                 known at once; more are refused with
-                                 EMLIO_ELIMIT; default 1024 */
+    uint32_t max_clients;     /* clients known at once; a client's streams
+                                 (joined to its session by HELLO) count
+                                 once; more are refused with EMLIO_ELIMIT;
+                                 default 1024 */
     uint32_t idle_timeout_ms; /* a connection with nothing outstanding
                                  and silent this long is forgotten;
                                  default 300000 */
@@ -82,7 +83,14 @@ typedef struct emlio_server_config {
      * context). Copied. */
     const char *curve_secret_key;
     const char *authorized_keys;
-    uint64_t reserved[8]; /* room for later options; leave zero */
+    /* Send buffer of each client connection. 0 (default): as large as the
+     * host allows - forced to 32 MiB when the process has CAP_NET_ADMIN,
+     * else net.core.wmem_max when that beats autotuning, else autotuned up
+     * to net.ipv4.tcp_wmem's maximum. A TCP stream carries at most about
+     * its send buffer per RTT, so this is what long paths need. > 0: that
+     * many bytes (forced where permitted); < 0: leave it to the kernel. */
+    int64_t sndbuf;
+    uint64_t reserved[7]; /* room for later options; leave zero */
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */

@@ -3,8 +3,10 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "emlio.h"
 
 int
 cli_parse_u64(const char *cmd, const char *opt, const char *arg, uint64_t *out)
@@ -34,4 +36,26 @@ cli_json_string(FILE *out, const char *s)
             fputc(c, out);
     }
     fputc('"', out);
+}
+
+static void
+s_log_stderr(void *userdata, int level, const char *module, const char *msg)
+{
+    static const char *const names[] = { "error", "warning", "info", "debug" };
+    (void)userdata;
+    fprintf(stderr, "emlio: %s: %s%s%s\n", module,
+            level > 0 && level < 4 ? names[level] : "",
+            level > 0 && level < 4 ? ": " : "", msg);
+}
+
+void
+cli_install_log(struct emlio_ctx *ctx)
+{
+    static const char *const names[] = { "error", "warn", "info", "debug" };
+    int level = EMLIO_LOG_WARN;
+    const char *env = getenv("EMLIO_LOG_LEVEL");
+    for (int i = 0; env && i < 4; i++)
+        if (!strcmp(env, names[i]))
+            level = i;
+    emlio_ctx_set_log(ctx, s_log_stderr, NULL, level);
 }

@@ -17,4 +17,9 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *arg,
  * control characters escaped). */
 void cli_json_string(FILE *out, const char *s);
 
+/* Sends the library's log to stderr ("emlio: client: ..."), at the level
+ * named by $EMLIO_LOG_LEVEL (error, warn, info or debug; default warn). */
+struct emlio_ctx;
+void cli_install_log(struct emlio_ctx *ctx);
+
 #endif /* EMLIO_TOOLS_CLI_H */

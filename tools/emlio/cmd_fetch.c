@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio.h"
+#include "fetch_path.h"
 #include "influx.h"
 
 /* Set by SIGINT/SIGTERM; checked between batches. */
@@ -56,7 +57,7 @@ s_usage(FILE *out)
         "  --drop-last          drop the remainder instead of padding\n"
         "  --rank R --world W   this rank and the job size (else RANK/\n"
         "                       WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, 0/1)\n"
-        "  --streams N          TCP streams per daemon (2)\n"
+        "  --streams N          TCP streams per daemon (default: tuned, 2-64)\n"
         "  --inflight K         batches in flight (default: auto, BDP)\n"
         "  --in-order           deliver in plan order\n"
         "  --no-crc             skip the per-sample CRC-32C check\n"
@@ -217,7 +218,8 @@ s_verifier_release(s_verifier_t *v)
  * every energy figure labelled with its source. */
 static void
 s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
-              uint64_t bytes, const emlio_energy_report_t *rep, bool partial)
+              uint64_t bytes, const emlio_energy_report_t *rep, bool partial,
+              const emlio_client_t *client)
 {
     printf("{\"epoch\": %" PRIu64 ", \"partial\": %s, \"seconds\": %.6f"
            ", \"wait_s\": %.6f, \"first_batch_s\": %.6f, \"samples\": %" PRIu64
@@ -233,7 +235,9 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
         printf("%s\"%s\": {\"joules\": %.6f, \"source\": \"%s\"}",
                i ? ", " : "", rep->domains[i].name, rep->domains[i].joules,
                rep->domains[i].source);
-    printf("}}\n");
+    printf("}");
+    fetch_path_json(stdout, client);
+    printf("}\n");
 }
 
 /* Pushes the epoch's figures (those of s_print_epoch) to InfluxDB as one
@@ -506,6 +510,8 @@ cmd_fetch(int argc, char **argv)
 
     int status = 1;
     emlio_ctx_t *ctx = emlio_ctx_new();
+    if (ctx)
+        cli_install_log(ctx);
     emlio_client_t *client = ctx ? emlio_client_new(ctx, &cfg) : NULL;
     FILE *ids = NULL;
     s_verifier_t ver = { 0 };
@@ -646,12 +652,14 @@ cmd_fetch(int argc, char **argv)
                 double dt = dataset_now() - t0;
                 emlio_client_stats_t st;
                 emlio_client_stats(client, &st);
+                char path[96];
+                fetch_path_brief(path, sizeof(path), client);
                 fprintf(stderr,
                         "\repoch %" PRIu64 "/%" PRIu64 "  batch %" PRIu64
-                        "/%zu  %.0f samples/s  %.1f MB/s  window %u   ",
+                        "/%zu  %.0f samples/s  %.1f MB/s  window %u  %s   ",
                         epoch + 1, epochs, st.batches, planned,
                         (double)samples / dt, (double)bytes / dt / 1e6,
-                        st.inflight);
+                        st.inflight, path);
                 last_progress = dataset_now();
             }
             if (s_interrupted)
@@ -669,7 +677,7 @@ cmd_fetch(int argc, char **argv)
             uint64_t nb = bytes - epoch_bytes0;
             energy_j += rep.energy_j;
             snprintf(energy_source, sizeof(energy_source), "%s", rep.source);
-            s_print_epoch(epoch, &st, n, nb, &rep, s_interrupted);
+            s_print_epoch(epoch, &st, n, nb, &rep, s_interrupted, client);
             if (have_influx)
                 s_push_epoch(&influx, epoch, cfg.rank, cfg.world, &st, n, nb,
                              &rep);
@@ -729,18 +737,20 @@ cmd_fetch(int argc, char **argv)
            ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"mb_per_s\": %.2f"
            ", \"first_batch_s\": %.6f, \"wait_s\": %.6f, \"cpu_s\": %.3f"
            ", \"pad_samples\": %" PRIu64 ", \"rank\": %u, \"world\": %u"
-           ", \"inflight\": %u, \"streams\": %u, \"interrupted\": %s"
+           ", \"inflight\": %u, \"interrupted\": %s"
            ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
            ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
-           ", \"skipped\": %" PRIu64 "}\n",
+           ", \"skipped\": %" PRIu64,
            samples, bytes, batches, epochs_done, seconds,
            seconds > 0 ? (double)samples / seconds : 0,
            seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
            first_batch_s < 0 ? 0 : first_batch_s, wait_s, cpu_s, pads, cfg.rank,
-           cfg.world, inflight, cfg.streams, s_interrupted ? "true" : "false",
+           cfg.world, inflight, s_interrupted ? "true" : "false",
            verify && !failed_verify ? "true" : "false", energy_j, energy_source,
            samples ? energy_j / (double)samples : 0,
            bytes ? energy_j / ((double)bytes / 1e9) : 0, skipped_total);
+    fetch_path_json(stdout, client);
+    printf("}\n");
     fflush(stdout);
     status = failed_verify ? 1 : s_interrupted ? 130 : 0;
 out:

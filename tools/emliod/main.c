@@ -65,6 +65,8 @@ s_usage(FILE *out)
             "                      file is in DIR (needs --curve-secret)\n"
             "  --max-clients N     client connections at once (1024)\n"
             "  --idle-timeout S    forget silent connections after S (300)\n"
+            "  --sndbuf auto|kernel|BYTES  send buffer per connection: auto\n"
+            "                      = as large as the host allows (default)\n"
             "  --metrics HOST:PORT serve Prometheus metrics at\n"
             "                      http://HOST:PORT/metrics (port 0: any)\n"
             "  --influx URL        push to InfluxDB, e.g.\n"
@@ -131,6 +133,7 @@ main(int argc, char **argv)
         O_AUTHORIZED_KEYS,
         O_MAX_CLIENTS,
         O_IDLE_TIMEOUT,
+        O_SNDBUF,
         O_SERIALIZERS,
         O_QUEUE_DEPTH,
         O_NO_READAHEAD,
@@ -161,6 +164,7 @@ main(int argc, char **argv)
         { "authorized-keys", required_argument, NULL, O_AUTHORIZED_KEYS },
         { "max-clients", required_argument, NULL, O_MAX_CLIENTS },
         { "idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT },
+        { "sndbuf", required_argument, NULL, O_SNDBUF },
         { "metrics", required_argument, NULL, O_METRICS },
         { "influx", required_argument, NULL, O_INFLUX },
         { "influx-interval", required_argument, NULL, O_INFLUX_INTERVAL },
@@ -258,6 +262,23 @@ main(int argc, char **argv)
         case O_DROP_BEHIND:
             cfg.drop_behind = true;
             break;
+        case O_SNDBUF: {
+            uint32_t bytes = 0;
+            if (!strcmp(optarg, "auto")) {
+                cfg.sndbuf = 0;
+            } else if (!strcmp(optarg, "kernel")) {
+                cfg.sndbuf = -1;
+            } else if (s_parse_uint("--sndbuf", optarg, &bytes) < 0) {
+                return 2;
+            } else if (bytes == 0 || bytes > (1u << 30)) {
+                fprintf(stderr, "emliod: --sndbuf takes auto, kernel or "
+                                "1..1073741824 bytes\n");
+                return 2;
+            } else {
+                cfg.sndbuf = bytes;
+            }
+            break;
+        }
         case O_IDLE_TIMEOUT: {
             uint32_t secs;
             if (s_parse_uint("--idle-timeout", optarg, &secs) < 0 ||
