@@ -5,6 +5,7 @@
 B=${B:-build}
 EMLIO=$B/bin/emlio
 EMLIOD=$B/bin/emliod
+EMLIO_RELAY=$B/bin/emlio-relay # benchmark tool (bench/relay)
 T=$(mktemp -d /tmp/emlio-it.XXXXXX)
 PASSED=0
 FAILED=0

@@ -2,13 +2,13 @@
  * one TFRecord shard, as text or one JSON object.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <getopt.h>
 
 #include "commands.h"
 #include "dataset_util.h"
-#include "example.h"
+#include "emlio/example.h"
 
 #define CMD "inspect"
 
@@ -88,7 +88,7 @@ s_on_key(void *userdata, const uint8_t *key, size_t key_len, int kind,
         keys->dropped++;
         return 0;
     }
-    char *copy = emlio_malloc(key_len + 1);
+    char *copy = malloc(key_len + 1);
     if (!copy) {
         keys->rc = EMLIO_ENOMEM;
         return 1;
@@ -201,7 +201,7 @@ cmd_inspect(int argc, char **argv)
     int status = 1;
     inspect_keys_t keys = { 0 };
     emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
-    keys.items = emlio_calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
+    keys.items = calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
     if (!tf || !keys.items) {
         dataset_error(CMD, "out of memory");
         goto out;
@@ -239,7 +239,7 @@ cmd_inspect(int argc, char **argv)
                           dataset_strerror(rc, ebuf, sizeof(ebuf)));
             goto out;
         }
-        rc = emlio__example_foreach(data, len, s_on_key, &keys);
+        rc = emlio_example_foreach(data, len, s_on_key, &keys);
         if (keys.rc < 0) {
             dataset_error(CMD, "out of memory");
             goto out;
@@ -304,8 +304,8 @@ cmd_inspect(int argc, char **argv)
 out:
     if (keys.items) {
         for (size_t i = 0; i < keys.n; i++)
-            emlio_free(keys.items[i].key);
-        emlio_free(keys.items);
+            free(keys.items[i].key);
+        free(keys.items);
     }
     emlio_tfrecord_destroy(&tf);
     return status;
