@@ -139,17 +139,27 @@ $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(LDFLAGS_ALL) -lm
 
+# libemlio.pc for PREFIX; `make install` writes it again for the PREFIX
+# given then. The public headers need no dependency's flags, so only the
+# libraries of a static link are listed (Libs.private).
+define PC_TEXT
+prefix=$(PREFIX)
+exec_prefix=$${prefix}
+libdir=$(patsubst $(PREFIX)%,$${exec_prefix}%,$(LIBDIR))
+includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
+
+Name: libemlio
+Description: EMLIO data loading: daemon, client, planner, TFRecord
+Version: $(VERSION)
+Libs: -L$${libdir} -lemlio
+Libs.private: $(strip $(DEP_LIBS))
+Cflags: -I$${includedir}
+endef
+export PC_TEXT
+
 $(B)/libemlio.pc: VERSION Makefile
-	@printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' \
-	    'libdir=$(patsubst $(PREFIX)%,$${exec_prefix}%,$(LIBDIR))' \
-	    'includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))' '' \
-	    'Name: libemlio' \
-	    'Description: EMLIO data loading: daemon, client, planner, TFRecord' \
-	    'Version: $(VERSION)' \
-	    'Requires.private: libzmq $(MSGPACK_PC)' \
-	    'Libs: -L$${libdir} -lemlio' \
-	    'Libs.private: -lpthread -lm' \
-	    'Cflags: -I$${includedir}' >$@
+	@mkdir -p $(dir $@)
+	@printf '%s\n' "$$PC_TEXT" >$@
 
 $(B)/man/%: man/%.in VERSION
 	@mkdir -p $(dir $@)
@@ -178,7 +188,7 @@ install: all
 	ln -sfn libemlio.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libemlio.so
 	install -m 644 $(B)/libemlio.a $(DESTDIR)$(LIBDIR)/
-	install -m 644 $(B)/libemlio.pc $(DESTDIR)$(PKGCONFIGDIR)/
+	printf '%s\n' "$$PC_TEXT" >$(DESTDIR)$(PKGCONFIGDIR)/libemlio.pc
 	install -m 644 include/emlio.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/emlio/
 	install -m 644 $(filter %.1,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man1/
