@@ -84,7 +84,8 @@ MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
 .PHONY: all test test-only check demo fuzz format format-check clean deps \
         python install uninstall
 all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
-     $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT)
+     $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
+     $(B)/bench/delayline
 
 $(VERSION_H): VERSION
 	@mkdir -p $(dir $@)
@@ -133,6 +134,11 @@ $(B)/bin/emliod: $(EMLIOD_SRC:%.c=$(B)/tobj/%.o) $(B)/libemlio-common.a $(LIB_RE
 $(B)/bin/emlio: $(EMLIO_SRC:%.c=$(B)/tobj/%.o) $(B)/libemlio-common.a $(LIB_REAL) | $(LIB_LINKS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(filter %.o %.a,$^) $(LDFLAGS_ALL) $(TOOL_LIBS) $(JPEG_LIBS) -lm
+
+# The end-to-end RTT emulator of bench/run (TUN devices, network namespaces).
+$(B)/bench/delayline: bench/delayline.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -o $@ $< $(LDFLAGS_ALL) -lpthread
 
 # A benchmark tool, not part of the product: built, never installed.
 $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o
