@@ -213,8 +213,11 @@ s_print_text(const inspect_summary_t *sm, const inspect_keys_t *keys)
         printf("  (%zu more key entries not tracked)\n", keys->dropped);
 }
 
-int
-cmd_inspect(int argc, char **argv)
+/* Parses argv: the options and the one FILE. Returns -1 to go on, else
+ * the exit status (after printing usage or what is wrong). */
+static int
+s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
+             const char **path)
 {
     enum { OPT_JSON = 256, OPT_VERIFY };
     static const struct option opts[] = {
@@ -224,22 +227,19 @@ cmd_inspect(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    bool json = false;
-    bool verify = false;
-    uint64_t sample = INSPECT_DEFAULT_SAMPLE;
     int opt;
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":n:h", opts, NULL)) != -1) {
         switch (opt) {
         case OPT_JSON:
-            json = true;
+            *json = true;
             break;
         case OPT_VERIFY:
-            verify = true;
+            *verify = true;
             break;
         case 'n':
-            if (dataset_parse_u64(optarg, false, &sample) < 0) {
+            if (dataset_parse_u64(optarg, false, sample) < 0) {
                 dataset_error(CMD,
                               "bad value '%s' for --sample: expected an "
                               "unsigned integer",
@@ -264,7 +264,20 @@ cmd_inspect(int argc, char **argv)
         s_usage(stderr);
         return 2;
     }
-    const char *path = argv[optind];
+    *path = argv[optind];
+    return -1;
+}
+
+int
+cmd_inspect(int argc, char **argv)
+{
+    bool json = false;
+    bool verify = false;
+    uint64_t sample = INSPECT_DEFAULT_SAMPLE;
+    const char *path = NULL;
+    int parsed = s_parse_args(argc, argv, &json, &verify, &sample, &path);
+    if (parsed >= 0)
+        return parsed;
 
     char ebuf[128];
     int status = 1;
