@@ -11,6 +11,13 @@ set -u
 . tests/integration/lib.sh
 
 SAMPLES=90
+# Under `make check` the library is sanitized: Python needs the runtimes
+# preloaded (leak checks off: CPython keeps memory to the end).
+PYENV=(env)
+if [ -n "${EMLIO_PY_PRELOAD:-}" ]; then
+    PYENV=(env LD_PRELOAD="$EMLIO_PY_PRELOAD"
+        ASAN_OPTIONS="detect_leaks=0:halt_on_error=1")
+fi
 make_dataset "$T/ds" $SAMPLES 3 2000 16K || fail "dataset"
 mkdir -p "$T/half2"
 n=0
@@ -113,7 +120,7 @@ else
 fi
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     mkdir -p "$T/torchrun"
-    env EMLIO_DAEMONS="$DAEMONS" NPROC_PER_NODE=2 \
+    "${PYENV[@]}" EMLIO_DAEMONS="$DAEMONS" NPROC_PER_NODE=2 \
         TORCHRUN="${real_torchrun:-$T/bin/torchrun}" \
         OMP_NUM_THREADS=1 timeout 240 bash examples/torchrun_loader.sh \
         --batch 8 --epochs 2 --seed 5 --out "$T/torchrun" \
@@ -133,7 +140,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     mkdir -p "$T/tr"
     pids=()
     for r in 0 1 2; do
-        env RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 \
+        "${PYENV[@]}" RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 \
             GROUP_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
             TORCHELASTIC_RUN_ID=test /usr/bin/python3 examples/torchrun_rank.py \
             --connect "$DAEMONS" --batch 8 --epochs 2 --out "$T/tr" \
