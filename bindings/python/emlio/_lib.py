@@ -152,25 +152,31 @@ def _pkg_config_library():
     return [os.path.join(libdir, _SONAME)] if libdir else []
 
 
+def _search():
+    """The places after EMLIO_LIBRARY, in order; lazily, so pkg-config runs
+    only when nothing before it was found."""
+    yield from _recorded()
+    root = _repo_root()
+    if os.path.exists(os.path.join(root, "VERSION")):
+        build = os.environ.get("B", "build")
+        if not os.path.isabs(build):
+            build = os.path.join(root, build)
+        yield os.path.join(build, "libemlio.so")
+    yield from _pkg_config_library()
+    found = ctypes.util.find_library("emlio")
+    if found:
+        yield found
+    yield _SONAME
+    yield "libemlio.so"
+
+
 def _candidates():
     env = os.environ.get("EMLIO_LIBRARY")
     if env:
         # An explicit choice is the only one tried: a wrong path must fail
         # loudly, not silently fall back to another build.
         return [env], True
-    out = _recorded()
-    root = _repo_root()
-    if os.path.exists(os.path.join(root, "VERSION")):
-        build = os.environ.get("B", "build")
-        if not os.path.isabs(build):
-            build = os.path.join(root, build)
-        out.append(os.path.join(build, "libemlio.so"))
-    out += _pkg_config_library()
-    found = ctypes.util.find_library("emlio")
-    if found:
-        out.append(found)
-    out += [_SONAME, "libemlio.so"]
-    return out, False
+    return _search(), False
 
 
 def _declare(lib):
