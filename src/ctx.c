@@ -56,14 +56,14 @@ emlio_ctx_set_log(emlio_ctx_t *self, emlio_log_fn *fn, void *userdata,
 }
 
 int
-emlio__ctx_log_level(const emlio_ctx_t *ctx)
+emlio_ctx_log_level(const emlio_ctx_t *ctx)
 {
     return ctx ? ctx->log_level : -1;
 }
 
 void
-emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
-               const char *fmt, ...)
+emlio_ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
+              const char *fmt, ...)
 {
     if (!ctx || !ctx->log_fn || level > ctx->log_level)
         return;

@@ -5,9 +5,9 @@
 #include "netpath.h"
 
 #include <errno.h>
-#include <stddef.h>
-#include <netinet/in.h>
 #include <linux/tcp.h> /* glibc's struct tcp_info lacks min_rtt, bytes_* */
+#include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -118,7 +118,8 @@ emlio__netpath_info(int fd, emlio_netpath_info_t *out)
         out->bytes_acked = ti.tcpi_bytes_acked;
         out->bytes_received = ti.tcpi_bytes_received;
     }
-    if (len >= offsetof(struct tcp_info, tcpi_min_rtt) + sizeof(ti.tcpi_min_rtt))
+    if (len >=
+        offsetof(struct tcp_info, tcpi_min_rtt) + sizeof(ti.tcpi_min_rtt))
         out->min_rtt_us = ti.tcpi_min_rtt;
     socklen_t il = sizeof(int);
     getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &out->sndbuf, &il);

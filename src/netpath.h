@@ -33,10 +33,10 @@ void emlio__netpath_limits(emlio_netpath_limits_t *out);
  * 0: the largest the host allows (capped at EMLIO_NETPATH_AUTO_FORCE when
  * forcing); < 0: leave it to the kernel. */
 typedef struct emlio_netpath_bufplan {
-    int zmq_value;       /* for ZMQ_SNDBUF/ZMQ_RCVBUF; -1 = leave unset */
-    int force_value;     /* for SO_*BUFFORCE on each connection; 0 = none */
-    uint64_t effective;  /* the buffer the kernel will allow, in bytes */
-    const char *how;     /* "autotuned", "explicit" or "forced" */
+    int zmq_value;      /* for ZMQ_SNDBUF/ZMQ_RCVBUF; -1 = leave unset */
+    int force_value;    /* for SO_*BUFFORCE on each connection; 0 = none */
+    uint64_t effective; /* the buffer the kernel will allow, in bytes */
+    const char *how;    /* "autotuned", "explicit" or "forced" */
 } emlio_netpath_bufplan_t;
 
 /* The forced buffer "auto" asks for: twice this in the kernel (32 MiB),
@@ -52,15 +52,15 @@ int emlio__netpath_force(int fd, bool send, int bytes);
 
 /* One TCP_INFO sample of a connection. */
 typedef struct emlio_netpath_info {
-    uint32_t rtt_us;        /* smoothed RTT (from our sends' ACKs) */
-    uint32_t min_rtt_us;    /* lowest RTT seen; 0 where unknown */
-    uint32_t rcv_rtt_us;    /* receiver-side RTT estimate */
+    uint32_t rtt_us;     /* smoothed RTT (from our sends' ACKs) */
+    uint32_t min_rtt_us; /* lowest RTT seen; 0 where unknown */
+    uint32_t rcv_rtt_us; /* receiver-side RTT estimate */
     uint64_t bytes_received;
     uint64_t bytes_acked;
-    uint32_t snd_cwnd;      /* segments */
+    uint32_t snd_cwnd; /* segments */
     uint32_t snd_mss;
-    uint32_t rcv_space;     /* receive window the kernel aims for */
-    int sndbuf;             /* SO_SNDBUF / SO_RCVBUF as the kernel keeps them */
+    uint32_t rcv_space; /* receive window the kernel aims for */
+    int sndbuf;         /* SO_SNDBUF / SO_RCVBUF as the kernel keeps them */
     int rcvbuf;
 } emlio_netpath_info_t;
 

@@ -10,7 +10,7 @@
 
 #include "buf.h"
 #include "crc32c.h"
-#include "example.h"
+#include "emlio/example.h"
 #include "netpath.h"
 #include "queue.h"
 #include "security.h"
@@ -546,7 +546,7 @@ s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
             { .key = self->label_key, .key_len = self->label_key_len },
         };
         /* Records that are not Examples, or lack the key, pass as raw. */
-        if (emlio__example_parse(rec, rec_len, fields, 2) > 0) {
+        if (emlio_example_parse(rec, rec_len, fields, 2) > 0) {
             if (fields[0].kind == EMLIO_FEATURE_BYTES && fields[0].count) {
                 out->data = fields[0].bytes;
                 out->len = fields[0].bytes_len;

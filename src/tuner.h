@@ -19,8 +19,8 @@
  *   - the last growth paid off (the rate grew by EMLIO_TUNER_MIN_GAIN).
  * It doubles the streams each step (a long path is far from its target, and
  * each step costs a few RTTs of slow start), judges a step by the best of
- * two ticks after the new streams had a tick to ramp up, and never shrinks (closing a stream
- * would strand the requests it carries).
+ * two ticks after the new streams had a tick to ramp up, and never shrinks
+ * (closing a stream would strand the requests it carries).
  */
 #ifndef EMLIO_TUNER_H
 #define EMLIO_TUNER_H
@@ -60,13 +60,13 @@ void emlio__tuner_init(emlio_tuner_t *t, uint32_t start, uint32_t max,
 /* One measurement of the client. */
 typedef struct emlio_tuner_input {
     uint64_t now_ns;
-    uint64_t bytes;     /* sample bytes received so far (running total) */
-    uint64_t wait_ns;   /* time the consumer was blocked (running total) */
-    uint32_t streams;   /* open per daemon */
-    uint64_t window;    /* per-stream TCP window the path allows, bytes */
-    uint64_t queued;    /* bytes requested and not yet received, per stream */
-    uint64_t rtt_ns;    /* the path's RTT floor (min RTT); 0 = unknown */
-    uint64_t srtt_ns;   /* its smoothed RTT now */
+    uint64_t bytes;   /* sample bytes received so far (running total) */
+    uint64_t wait_ns; /* time the consumer was blocked (running total) */
+    uint32_t streams; /* open per daemon */
+    uint64_t window;  /* per-stream TCP window the path allows, bytes */
+    uint64_t queued;  /* bytes requested and not yet received, per stream */
+    uint64_t rtt_ns;  /* the path's RTT floor (min RTT); 0 = unknown */
+    uint64_t srtt_ns; /* its smoothed RTT now */
 } emlio_tuner_input_t;
 
 /* Returns the number of streams wanted (>= in->streams) once a tick has

@@ -6,6 +6,7 @@
  * many batch requests in flight over several TCP streams per daemon. Batches
  * are handed over as they arrive (out of order) unless in_order is set.
  *
+ * Example:
  *   emlio_client_config_t cfg;
  *   emlio_client_config_init(&cfg);
  *   cfg.batch_size = 256;
@@ -15,10 +16,12 @@
  *   for (uint64_t epoch = 0; epoch < 10; epoch++) {
  *       emlio_client_begin_epoch(c, epoch);
  *       emlio_batch_t *b;
+ *       int rc;
  *       while ((rc = emlio_client_next(c, &b)) > 0) {
  *           size_t n;
  *           const emlio_sample_t *s = emlio_batch_samples(b, &n);
- *           ... s[i].data, s[i].len, s[i].label ...
+ *           for (size_t i = 0; i < n; i++)
+ *               train_on(s[i].data, s[i].len, s[i].label);
  *           emlio_batch_release(&b);
  *       }
  *       if (rc < 0) die(emlio_client_errmsg(c));
@@ -36,6 +39,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,14 +5,16 @@
  * the same process. A server serves every *.tfrecord file under one data
  * directory on one ZeroMQ ROUTER endpoint:
  *
+ * Example:
  *   emlio_server_config_t cfg;
  *   emlio_server_config_init(&cfg);
  *   cfg.data_dir = "/data/imagenet";
  *   emlio_server_t *srv = emlio_server_new(ctx, &cfg);
- *   if (emlio_server_load(srv) < 0 || emlio_server_bind(srv,
- * "tcp://0.0.0.0:5555") < 0 || emlio_server_start(srv) < 0) fprintf(stderr,
- * "%s\n", emlio_server_errmsg(srv));
- *   ...
+ *   if (emlio_server_load(srv) < 0 ||
+ *       emlio_server_bind(srv, "tcp://0.0.0.0:5555") < 0 ||
+ *       emlio_server_start(srv) < 0)
+ *       die(emlio_server_errmsg(srv));
+ *   wait_for_shutdown();
  *   emlio_server_destroy(&srv);   // stops the threads first
  *
  * Threads: start() launches a pipeline: one frontend thread (owns the TCP
@@ -29,6 +31,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core.h"
 
 #ifdef __cplusplus
 extern "C" {
