@@ -29,6 +29,12 @@ emlio_version(void)
     return EMLIO_VERSION;
 }
 
+const char *
+emlio_version_string(void)
+{
+    return EMLIO_VERSION_STRING;
+}
+
 size_t
 emlio_struct_size(int which)
 {

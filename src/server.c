@@ -14,7 +14,8 @@
 
 #include "buf.h"
 #include "crc32c.h"
-#include "example.h"
+#include "emlio/example.h"
+#include "netpath.h"
 #include "queue.h"
 #include "security.h"
 #include "shardset.h"
@@ -94,8 +95,10 @@ typedef struct s_peer {
     uint8_t id_len;
     uint32_t outstanding;
     uint64_t last_seen_ns;
-    int fd;       /* its connection (ZMQ_SRCFD), -1 when unknown */
-    bool stalled; /* a reply could not be queued: it does not read */
+    int fd;           /* its connection (ZMQ_SRCFD), -1 when unknown */
+    uint64_t session; /* the client session it joined by HELLO; 0 = none
+                         (a v1 client: each connection is a client) */
+    bool stalled;     /* a reply could not be queued: it does not read */
 } s_peer_t;
 
 struct emlio_server {
@@ -131,6 +134,8 @@ struct emlio_server {
     s_peer_t *peers;
     size_t n_peers;
     size_t cap_peers;
+    size_t n_clients; /* sessions, counting a session-less peer as one */
+    emlio_netpath_bufplan_t sndbuf;
     s_conn_t *conns;
     size_t n_conns;
     size_t cap_conns;
@@ -353,6 +358,33 @@ s_shardset_log(void *userdata, const char *msg)
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", msg);
 }
 
+/* Encodes the WELCOME once, when both the inventory (load) and the
+ * connections' send buffer (bind) are known; every client gets these
+ * bytes. */
+static int
+s_encode_welcome(emlio_server_t *self)
+{
+    const emlio_shardset_t *set = &self->core->set;
+    emlio_wire_shard_t *inv = emlio_calloc(set->n, sizeof(*inv));
+    if (!inv)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (size_t i = 0; i < set->n; i++) {
+        inv[i].name = set->shards[i].name;
+        inv[i].name_len = strlen(inv[i].name);
+        inv[i].records = emlio_tfrecord_count(set->shards[i].file);
+        inv[i].bytes = emlio_tfrecord_size(set->shards[i].file);
+    }
+    emlio_buf_clear(&self->welcome);
+    int rc = emlio__wire_encode_welcome(
+        &self->welcome, self->name, set->fingerprint, self->cfg.max_batch,
+        self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS, self->sndbuf.effective,
+        inv, set->n);
+    emlio_free(inv);
+    if (rc < 0)
+        return emlio__seterr(self->err, rc, "out of memory");
+    return 0;
+}
+
 int
 emlio_server_load(emlio_server_t *self)
 {
@@ -374,21 +406,6 @@ emlio_server_load(emlio_server_t *self)
                   "elsewhere, or no lease support): they are read by copying",
                   self->core->set.n - self->core->set.leased,
                   self->core->set.n);
-    emlio_wire_shard_t *inv = emlio_calloc(self->core->set.n, sizeof(*inv));
-    if (!inv)
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    for (size_t i = 0; i < self->core->set.n; i++) {
-        inv[i].name = self->core->set.shards[i].name;
-        inv[i].name_len = strlen(inv[i].name);
-        inv[i].records = emlio_tfrecord_count(self->core->set.shards[i].file);
-        inv[i].bytes = emlio_tfrecord_size(self->core->set.shards[i].file);
-    }
-    rc = emlio__wire_encode_welcome(
-        &self->welcome, self->name, self->core->set.fingerprint,
-        self->cfg.max_batch, self->cfg.max_credit, inv, self->core->set.n);
-    emlio_free(inv);
-    if (rc < 0)
-        return emlio__seterr(self->err, rc, "out of memory");
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64
@@ -445,6 +462,33 @@ s_setup_curve(emlio_server_t *self, void *router)
     return 0;
 }
 
+/* Sizes the send buffer of every client connection (see
+ * emlio_server_config_t.sndbuf): through ZMQ_SNDBUF where an explicit size
+ * beats autotuning, or, with CAP_NET_ADMIN, by forcing it on each accepted
+ * connection, whose descriptors the ROUTER's monitor reports (see
+ * s_monitor_drain). */
+static int
+s_setup_sndbuf(emlio_server_t *self, void *router)
+{
+    emlio_netpath_limits_t limits;
+    emlio__netpath_limits(&limits);
+    emlio__netpath_plan(&limits, true, self->cfg.sndbuf, &self->sndbuf);
+    if (self->sndbuf.zmq_value >= 0) {
+        int rc = s_setopt_int(router, ZMQ_SNDBUF, self->sndbuf.zmq_value,
+                              "ZMQ_SNDBUF", self->err);
+        if (rc < 0)
+            return rc;
+    }
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "send buffer per connection: %" PRIu64 " KiB (%s; "
+              "net.ipv4.tcp_wmem max %" PRIu64
+              " KiB, net.core.wmem_max %" PRIu64 " KiB%s)",
+              self->sndbuf.effective >> 10, self->sndbuf.how,
+              limits.tcp_wmem_max >> 10, limits.wmem_max >> 10,
+              limits.net_admin ? ", CAP_NET_ADMIN" : "");
+    return 0;
+}
+
 int
 emlio_server_bind(emlio_server_t *self, const char *endpoint)
 {
@@ -485,7 +529,8 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
         (rc = s_setopt_int(router, ZMQ_HEARTBEAT_TIMEOUT, 10000,
                            "ZMQ_HEARTBEAT_TIMEOUT", e)) < 0 ||
         (rc = s_setopt_int(router, ZMQ_HANDSHAKE_IVL, 10000,
-                           "ZMQ_HANDSHAKE_IVL", e)) < 0) {
+                           "ZMQ_HANDSHAKE_IVL", e)) < 0 ||
+        (rc = s_setup_sndbuf(self, router)) < 0) {
         zmq_close(router);
         return rc;
     }
@@ -624,7 +669,7 @@ s_read_sample(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
             { .key = self->label_key, .key_len = self->label_key_len },
         };
         /* Records that are not Examples, or lack the key, pass as raw. */
-        if (emlio__example_parse(rec, rec_len, fields, 2) > 0) {
+        if (emlio_example_parse(rec, rec_len, fields, 2) > 0) {
             if (fields[0].kind == EMLIO_FEATURE_BYTES && fields[0].count) {
                 out->data = fields[0].bytes;
                 out->len = fields[0].bytes_len;
@@ -982,6 +1027,29 @@ s_serializer_main(void *arg)
     return NULL;
 }
 
+/* ---- peers: client connections by routing id, grouped in sessions ----- */
+
+/* Connections of session (0 never matches: session-less peers are each
+ * their own client). */
+static size_t
+s_session_streams(const emlio_server_t *self, uint64_t session)
+{
+    size_t n = 0;
+    for (size_t i = 0; session && i < self->n_peers; i++)
+        n += self->peers[i].session == session;
+    return n;
+}
+
+/* Forgets peer i; the client count drops with its session's last one. */
+static void
+s_peer_remove(emlio_server_t *self, size_t i)
+{
+    uint64_t session = self->peers[i].session;
+    self->peers[i] = self->peers[--self->n_peers];
+    if (!session || !s_session_streams(self, session))
+        self->n_clients--;
+}
+
 /* ---- connections: known from the ROUTER's socket monitor -------------- */
 
 static s_conn_t *
@@ -1026,11 +1094,11 @@ s_conn_closed(emlio_server_t *self, int fd)
         *conn = self->conns[--self->n_conns];
     for (size_t i = 0; i < self->n_peers;) {
         if (self->peers[i].fd == fd)
-            self->peers[i] = self->peers[--self->n_peers];
+            s_peer_remove(self, i);
         else
             i++;
     }
-    atomic_store(&self->active_clients, self->n_peers);
+    atomic_store(&self->active_clients, self->n_clients);
 }
 
 /* Whether fd is one of our ROUTER's accepted connections (and not, after a
@@ -1146,6 +1214,14 @@ s_monitor_drain(emlio_server_t *self)
         uint64_t now = emlio__now_ns();
         emlio_log(self->ctx, EMLIO_LOG_DEBUG, "server",
                   "connection event 0x%x on %" PRIu32, event, value);
+        if (event == ZMQ_EVENT_ACCEPTED && self->sndbuf.force_value) {
+            int rc = emlio__netpath_force((int)value, true,
+                                          self->sndbuf.force_value);
+            if (rc < 0)
+                emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                          "cannot force the send buffer of a connection: %s",
+                          strerror(-rc));
+        }
         if (event == ZMQ_EVENT_ACCEPTED)
             s_conn_add(self, (int)value, now);
         else if (event == ZMQ_EVENT_DISCONNECTED)
@@ -1181,17 +1257,20 @@ s_peers_expire(emlio_server_t *self, uint64_t now)
     for (size_t i = 0; i < self->n_peers;) {
         s_peer_t *peer = &self->peers[i];
         if (!peer->outstanding && now - peer->last_seen_ns > idle)
-            *peer = self->peers[--self->n_peers];
+            s_peer_remove(self, i);
         else
             i++;
     }
 }
 
 /* The bookkeeping of one client connection (a ZeroMQ routing id). With add,
- * an unknown connection is registered unless max_clients are already
- * known; NULL then means "refuse it". */
+ * an unknown connection is registered, as part of `session` when that
+ * session is known (a client's extra stream: admitted with it, up to
+ * EMLIO_WIRE_MAX_STREAMS), else as a new client unless max_clients are
+ * already known; NULL then means "refuse it". */
 static s_peer_t *
-s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
+s_peer_add(emlio_server_t *self, const uint8_t *id, size_t len, bool add,
+           uint64_t session)
 {
     uint64_t now = emlio__now_ns();
     for (size_t i = 0; i < self->n_peers; i++)
@@ -1202,10 +1281,13 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
         }
     if (!add || len > S_MAX_IDENTITY)
         return NULL;
-    if (self->n_peers >= self->cfg.max_clients) {
+    size_t streams = s_session_streams(self, session);
+    if (streams >= EMLIO_WIRE_MAX_STREAMS)
+        return NULL;
+    if (!streams && self->n_clients >= self->cfg.max_clients) {
         s_monitor_drain(self); /* connections that closed free their slot */
         s_peers_expire(self, now);
-        if (self->n_peers >= self->cfg.max_clients)
+        if (self->n_clients >= self->cfg.max_clients)
             return NULL;
     }
     if (self->n_peers == self->cap_peers) {
@@ -1216,14 +1298,23 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
         self->peers = peers;
         self->cap_peers = cap;
     }
+    if (!streams)
+        self->n_clients++;
     s_peer_t *peer = &self->peers[self->n_peers++];
     memcpy(peer->id, id, len);
     peer->id_len = (uint8_t)len;
     peer->outstanding = 0;
     peer->last_seen_ns = now;
     peer->fd = self->cur_fd;
+    peer->session = session;
     peer->stalled = false;
     return peer;
+}
+
+static s_peer_t *
+s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
+{
+    return s_peer_add(self, id, len, add, 0);
 }
 
 /* A reply to peer could not even be queued: its send queue (credits plus
@@ -1302,6 +1393,69 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
     }
 }
 
+/* HELLO: admits the connection (alone, or into its client's session) and
+ * answers WELCOME: the whole inventory for a session's first stream, the
+ * short "joined" form for its further streams. Consumes job->identity. */
+static void
+s_frontend_hello(emlio_server_t *self, s_job_t *job)
+{
+    const emlio_wire_msg_t *hello = &job->msg;
+    const uint8_t *id = zmq_msg_data(&job->identity);
+    size_t id_len = zmq_msg_size(&job->identity);
+    s_peer_t *peer = s_peer_find(self, id, id_len, false);
+    if (!peer) {
+        bool joining =
+            hello->session && s_session_streams(self, hello->session) > 0;
+        peer = s_peer_add(self, id, id_len, true, hello->session);
+        if (!peer) {
+            char text[160];
+            if (joining)
+                snprintf(text, sizeof(text),
+                         "too many streams in one client session (limit %u)",
+                         EMLIO_WIRE_MAX_STREAMS);
+            else
+                snprintf(text, sizeof(text),
+                         "too many clients (limit %" PRIu32 ")",
+                         self->cfg.max_clients);
+            s_frontend_reply_error(self, &job->identity, hello->id,
+                                   EMLIO_ELIMIT, text);
+            return;
+        }
+    } else if (hello->session && peer->session != hello->session) {
+        /* A connection says HELLO again under a session (a client that
+         * reconnected its stream 0 first): it becomes part of it. */
+        uint64_t old = peer->session;
+        if (s_session_streams(self, hello->session) > 0 &&
+            (!old || s_session_streams(self, old) == 1))
+            self->n_clients--;
+        peer->session = hello->session;
+    }
+    /* Copies: a zero-copy WELCOME could outlive the server in a ZeroMQ
+     * queue. It is sent once per connection. */
+    zmq_msg_t welcome;
+    emlio_buf_t joined = EMLIO_BUF_INIT;
+    const emlio_buf_t *reply = &self->welcome;
+    if (hello->session && hello->stream > 0) {
+        if (emlio__wire_encode_joined(&joined, hello->id,
+                                      self->core->set.fingerprint) < 0) {
+            emlio_buf_release(&joined);
+            zmq_msg_close(&job->identity);
+            return;
+        }
+        reply = &joined;
+    } else {
+        atomic_fetch_add(&self->clients, 1);
+    }
+    if (zmq_msg_init_size(&welcome, reply->len) != 0) {
+        emlio_buf_release(&joined);
+        zmq_msg_close(&job->identity);
+        return;
+    }
+    memcpy(zmq_msg_data(&welcome), reply->data, reply->len);
+    emlio_buf_release(&joined);
+    s_send_parts(self->router, &job->identity, &welcome, NULL, 0, ZMQ_DONTWAIT);
+}
+
 /* Handles one client message: HELLO answered here, GET passed to a reader. */
 static void
 s_frontend_request(emlio_server_t *self, void *work)
@@ -1377,24 +1531,7 @@ s_frontend_request(emlio_server_t *self, void *work)
                                    text);
             goto drop_header;
         }
-        if (!s_peer_find(self, zmq_msg_data(&job->identity),
-                         zmq_msg_size(&job->identity), true)) {
-            char text[128];
-            snprintf(text, sizeof(text),
-                     "too many client connections (limit %" PRIu32 ")",
-                     self->cfg.max_clients);
-            s_frontend_reply_error(self, &job->identity, 0, EMLIO_ELIMIT, text);
-            goto drop_header;
-        }
-        /* A copy: a zero-copy WELCOME could outlive the server in a
-         * ZeroMQ queue. It is sent once per connection. */
-        zmq_msg_t welcome;
-        if (zmq_msg_init_size(&welcome, self->welcome.len) != 0)
-            goto drop;
-        memcpy(zmq_msg_data(&welcome), self->welcome.data, self->welcome.len);
-        atomic_fetch_add(&self->clients, 1);
-        s_send_parts(self->router, &job->identity, &welcome, NULL, 0,
-                     ZMQ_DONTWAIT);
+        s_frontend_hello(self, job);
         goto drop_header;
     }
     if (job->msg.type != EMLIO_MSG_GET) {
@@ -1506,7 +1643,7 @@ s_frontend_main(void *arg)
             s_monitor_drain(self);
             s_conns_expire(self, now);
             s_peers_expire(self, now);
-            atomic_store(&self->active_clients, self->n_peers);
+            atomic_store(&self->active_clients, self->n_clients);
             last_expire = now;
         }
         if (zmq_poll(items, 3, S_STOP_POLL_MS) < 0) {
@@ -1576,6 +1713,9 @@ emlio_server_start(emlio_server_t *self)
                              "server must be loaded and bound before start");
     if (self->frontend_started)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
+    int rc = s_encode_welcome(self);
+    if (rc < 0)
+        return rc;
     snprintf(self->inproc_work, sizeof(self->inproc_work),
              "inproc://emlio-work-%p-%" PRIu64, (void *)self, emlio__now_ns());
     snprintf(self->inproc_done, sizeof(self->inproc_done),
@@ -1590,7 +1730,7 @@ emlio_server_start(emlio_server_t *self)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     s_close_socket(&self->work); /* from an earlier failed start */
     s_close_socket(&self->done);
-    int rc = s_bind_internal(self);
+    rc = s_bind_internal(self);
     if (rc < 0) {
         s_close_socket(&self->work);
         s_close_socket(&self->done);

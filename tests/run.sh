@@ -37,6 +37,11 @@ run() {
             skip=$(echo "$summary" | sed -E 's/.*, ([0-9]+) skipped.*/\1/')
         fi
     fi
+    # Checks that cannot run here print "skip - WHY" (lib.sh's skip); they
+    # count unless the summary line already did.
+    if ! echo "$summary" | grep -qE ', [0-9]+ skipped'; then
+        skip=$((skip + $(grep -c '^skip - ' "$log")))
+    fi
     if [ $rc -eq 77 ] && [ "$bad" -eq 0 ]; then
         [ "$skip" -eq 0 ] && skip=1
     elif [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && [ "$skip" -eq 0 ]; then
@@ -81,6 +86,10 @@ done
 
 if [ ${#failures[@]} -ne 0 ]; then
     echo "failed: ${failures[*]}"
+fi
+if [ "$skipped" -ne 0 ]; then
+    echo "$skipped checks skipped:"
+    grep -h '^skip - ' "$log_dir"/*.log | sed 's/^skip - /    /'
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

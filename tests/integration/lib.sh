@@ -5,6 +5,7 @@
 B=${B:-build}
 EMLIO=$B/bin/emlio
 EMLIOD=$B/bin/emliod
+EMLIO_RELAY=$B/bin/emlio-relay # benchmark tool (bench/relay)
 T=$(mktemp -d /tmp/emlio-it.XXXXXX)
 PASSED=0
 FAILED=0
@@ -20,6 +21,7 @@ trap cleanup EXIT
 
 ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL - $1"; }
+# skip WHAT: a check that cannot run here (reported, never counted passed).
 skip() { SKIPPED=$((SKIPPED + 1)); echo "skip - $1"; }
 check() { # check NAME CMD...: passes when CMD succeeds
     local name=$1

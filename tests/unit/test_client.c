@@ -5,7 +5,7 @@
 #include "emlio_test.h"
 
 #include "buf.h"
-#include "example.h"
+#include "emlio/example.h"
 #include "tfrecord.h"
 
 #define SHARDS  3
@@ -29,11 +29,11 @@ s_write_dataset(const char *dir)
             char payload[32];
             int n = snprintf(payload, sizeof(payload), "%d:%d", s, r);
             emlio_buf_clear(&ex);
-            assert_int_equal(emlio__example_build(
+            assert_int_equal(emlio_example_build(
                                  &ex, "image/encoded", (const uint8_t *)payload,
                                  (size_t)n, "image/class/label", s * 100 + r),
                              0);
-            assert_int_equal(emlio__tfrecord_append(&file, ex.data, ex.len), 0);
+            assert_int_equal(emlio_tfrecord_append(&file, ex.data, ex.len), 0);
         }
         char path[128];
         snprintf(path, sizeof(path), "%s/part-%d.tfrecord", dir, s);
