@@ -4,15 +4,51 @@
  */
 #include "emlio_internal.h"
 
+#include <stdatomic.h>
+
+/* Fault injection (SQLite's "fail the Nth malloc"). This is the one piece
+ * of process-wide mutable state in the library, on purpose: allocations
+ * happen where no context is at hand, and only tests set it. */
+static atomic_long s_fail_countdown; /* 0: off; 1: the next one fails */
+static atomic_long s_fail_seen;      /* allocations since it was armed */
+
+void
+emlio__alloc_fail_at(long n)
+{
+    atomic_store(&s_fail_seen, 0);
+    atomic_store(&s_fail_countdown, n > 0 ? n : 0);
+}
+
+long
+emlio__alloc_count(void)
+{
+    return atomic_load(&s_fail_seen);
+}
+
+static bool
+s_fail(void)
+{
+    atomic_fetch_add(&s_fail_seen, 1);
+    long left = atomic_load(&s_fail_countdown);
+    while (left > 0 &&
+           !atomic_compare_exchange_weak(&s_fail_countdown, &left, left - 1))
+        ;
+    return left == 1;
+}
+
 void *
 emlio_malloc(size_t len)
 {
+    if (s_fail())
+        return NULL;
     return malloc(len ? len : 1);
 }
 
 void *
 emlio_calloc(size_t n, size_t size)
 {
+    if (s_fail())
+        return NULL;
     if (n == 0 || size == 0)
         return calloc(1, 1);
     return calloc(n, size); /* calloc checks n * size itself */
@@ -21,6 +57,8 @@ emlio_calloc(size_t n, size_t size)
 void *
 emlio_realloc(void *ptr, size_t len)
 {
+    if (s_fail())
+        return NULL;
     return realloc(ptr, len ? len : 1);
 }
 

@@ -44,6 +44,13 @@ void *emlio_calloc(size_t n, size_t size);
 void *emlio_realloc(void *ptr, size_t len);
 /* realloc(ptr, n * size), failing instead of overflowing. */
 void *emlio_reallocarray(void *ptr, size_t n, size_t size);
+
+/* Tests only: makes the nth allocation from now (1 = the next) fail once,
+ * process-wide; 0 turns it off. emlio__alloc_count says how many
+ * allocations were made since, so a sweep knows when it has covered a run
+ * (tests/unit/test_faults.c). */
+void emlio__alloc_fail_at(long n);
+long emlio__alloc_count(void);
 char *emlio_strdup(const char *s);
 
 /* Size of the per-handle error-message buffers. */

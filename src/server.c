@@ -327,6 +327,7 @@ emlio_server_destroy(emlio_server_t **self_p)
     s_close_socket(&self->work);
     s_close_socket(&self->done);
     s_close_socket(&self->router);
+    emlio__queue_destroy(&self->ser_queue); /* from a start that failed */
     if (self->core && !s_wait_batches_released(self->core))
         emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
                   "%" PRIuFAST64 " sent batches still held by zeromq; the "
