@@ -78,9 +78,17 @@ typedef struct emlio_client_config {
     const char *curve_server_key;
     const char *curve_public_key;
     const char *curve_secret_key;
+    /* One past the last epoch the caller will run (e.g. first + epochs),
+     * or 0 (default) when not known. While epoch e's last batches arrive,
+     * the client already requests epoch e + 1's first ones (within the
+     * same in-flight window), so the pipe never drains between epochs;
+     * they are handed over only after begin_epoch(e + 1), and dropped if
+     * the caller begins another epoch or stops. With end_epoch set, no
+     * epoch at or past it is requested. */
+    uint64_t end_epoch;
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
-    uint64_t reserved[8];
+    uint64_t reserved[7];
 } emlio_client_config_t;
 
 /* Fills cfg with the defaults documented above. */
@@ -127,8 +135,9 @@ EMLIO_EXPORT size_t emlio_client_daemon_count(const emlio_client_t *self);
 EMLIO_EXPORT const char *
 emlio_client_daemon_endpoint(const emlio_client_t *self, size_t d);
 
-/* Plans epoch for this rank and starts requesting its batches. Batches of
- * an unfinished previous epoch that were not yet delivered are abandoned.
+/* Plans epoch for this rank and starts requesting its batches (or takes
+ * over those already requested ahead: see end_epoch). Batches of an
+ * unfinished previous epoch that were not yet delivered are abandoned.
  * Returns the number of batches this rank will receive in the epoch, or
  * EMLIO_EINVAL / EMLIO_ENOMEM. */
 EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch);

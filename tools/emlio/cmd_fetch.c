@@ -425,6 +425,9 @@ s_load_state(s_fetch_t *self)
 static int
 s_open(s_fetch_t *self)
 {
+    /* The epochs to run are known: the next one's batches are requested
+     * while the current one's last arrive, and none past the last. */
+    self->cfg.end_epoch = self->epochs;
     self->ctx = emlio_ctx_new();
     if (self->ctx)
         cli_install_log(self->ctx);
