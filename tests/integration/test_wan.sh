@@ -90,6 +90,33 @@ assert len(j['stream_mb_per_s']) == j['streams'], j
 assert j['limit'] in ('window', 'daemon', 'network', 'consumer'), j"
 check "epoch lines carry the path" grep -q '"epoch": 3,.*"rtt_ms"' "$T/slow.out"
 
+# The training side's Prometheus endpoint, scraped mid-run (from inside
+# the far namespace, where fetch runs).
+fetch_far scraped --epochs 3 --metrics 127.0.0.1:0 &
+FPID=$!
+addr=""
+for _ in $(seq 1 200); do
+    addr=$(sed -n 's|^emlio fetch: metrics on http://\(.*\)/metrics$|\1|p' \
+        "$T/scraped.err")
+    [ -n "$addr" ] && break
+    sleep 0.05
+done
+sleep 1.5
+ip netns exec "$NS" /usr/bin/python3 -c "
+import urllib.request, sys
+print(urllib.request.urlopen('http://$addr/metrics', timeout=5).read().decode())" \
+    >"$T/scrape.txt" 2>&1
+wait $FPID
+check "fetch --metrics serves while it runs" grep -q '^emlio_client_streams ' "$T/scrape.txt"
+check "metrics give the RTT (~0.05 s)" grep -qE '^emlio_client_rtt_seconds 0\.0[4-7]' "$T/scrape.txt"
+check "metrics give a rate per stream" grep -q '^emlio_client_stream_rate_bytes_per_second{daemon="tcp://' "$T/scrape.txt"
+check "metrics name what limits" grep -q '^emlio_client_limit{limit="window"}' "$T/scrape.txt"
+if command -v promtool >/dev/null; then
+    check "promtool accepts the exposition" promtool check metrics <"$T/scrape.txt"
+else
+    skip "promtool is not installed: exposition not linted"
+fi
+
 fetch_far pinned --epochs 2 --streams 2
 check "--streams 2 pins the number on the same path" test \
     "$(json_field "$T/pinned.out" streams)" -eq 2

@@ -30,7 +30,8 @@ s_simulate(emlio_tuner_t *t, const s_path_t *p, double seconds,
     uint64_t now = 0, bytes = 0, wait = 0;
     emlio__tuner_init(t, streams, 64, false, now);
     for (uint64_t step = 0; step < (uint64_t)(seconds * 20); step++) {
-        double per_stream = 0.85 * (double)p->window / ((double)p->rtt_ns / 1e9);
+        double per_stream =
+            0.85 * (double)p->window / ((double)p->rtt_ns / 1e9);
         double net = per_stream * streams;
         if (net > p->link)
             net = p->link;
