@@ -109,6 +109,7 @@ struct emlio_server {
     atomic_uint_fast64_t corrupt_skipped;
     atomic_uint_fast64_t clients;
     atomic_uint_fast64_t active_clients;
+    atomic_uint_fast64_t active_streams;
     emlio_zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
@@ -1208,6 +1209,7 @@ s_frontend_main(void *arg)
         if (now - last_expire > 1000000000ull) {
             s_peers_expire(self, now);
             atomic_store(&self->active_clients, self->n_clients);
+            atomic_store(&self->active_streams, self->n_peers);
             last_expire = now;
         }
         if (zmq_poll(items, self->monitor ? 3 : 2, S_STOP_POLL_MS) < 0) {
@@ -1318,6 +1320,7 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->corrupt_skipped = atomic_load(&self->corrupt_skipped);
     out->clients = atomic_load(&self->clients);
     out->active_clients = atomic_load(&self->active_clients);
+    out->active_streams = atomic_load(&self->active_streams);
     out->auth_refused = emlio__zap_refused(self->zap);
 }
 

@@ -44,8 +44,8 @@ s_render(void *userdata, emlio_buf_t *out)
     const emlio_client_stats_t *st = &self->st;
     rc |= emlio__metrics_family(out, "emlio_client_samples_total", "counter",
                                 "Samples delivered to the caller.");
-    rc |= emlio__metrics_sample_u64(out, "emlio_client_samples_total", NULL,
-                                    0, self->samples);
+    rc |= emlio__metrics_sample_u64(out, "emlio_client_samples_total", NULL, 0,
+                                    self->samples);
     rc |= emlio__metrics_family(out, "emlio_client_bytes_total", "counter",
                                 "Sample bytes delivered to the caller.");
     rc |= emlio__metrics_sample_u64(out, "emlio_client_bytes_total", NULL, 0,
@@ -53,13 +53,12 @@ s_render(void *userdata, emlio_buf_t *out)
     rc |= s_gauge(out, "emlio_client_epoch", "The current epoch.",
                   (double)st->epoch);
     rc |= s_gauge(out, "emlio_client_epoch_wait_seconds",
-                  "Time the caller waited for batches this epoch.",
-                  st->wait_s);
+                  "Time the caller waited for batches this epoch.", st->wait_s);
     rc |= s_gauge(out, "emlio_client_rtt_seconds",
                   "The path's RTT floor over the streams (TCP_INFO).",
                   st->rtt_ms / 1e3);
-    rc |= s_gauge(out, "emlio_client_streams",
-                  "TCP streams per daemon in use.", (double)st->streams);
+    rc |= s_gauge(out, "emlio_client_streams", "TCP streams per daemon in use.",
+                  (double)st->streams);
     rc |= s_gauge(out, "emlio_client_window_bytes",
                   "Bytes one stream may have in flight (the smaller of the "
                   "daemons' send buffer and our receive buffer).",
@@ -77,13 +76,13 @@ s_render(void *userdata, emlio_buf_t *out)
         rc |= emlio__metrics_sample(out, "emlio_client_limit", &l, 1,
                                     st->limit == limits[i]);
     }
-    rc |= emlio__metrics_family(out, "emlio_client_stream_rate_bytes_per_second",
-                                "gauge", "Sample bytes per second of each "
-                                         "stream over the tuner's last tick.");
+    rc |= emlio__metrics_family(
+        out, "emlio_client_stream_rate_bytes_per_second", "gauge",
+        "Sample bytes per second of each "
+        "stream over the tuner's last tick.");
     for (size_t i = 0; i < self->n_streams; i++) {
         char stream[16];
-        snprintf(stream, sizeof(stream), "%" PRIu32,
-                 self->streams[i].stream);
+        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
         emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
                                        { "stream", stream } };
         rc |= emlio__metrics_sample(out,
@@ -94,8 +93,7 @@ s_render(void *userdata, emlio_buf_t *out)
                                 "Smoothed RTT of each stream (TCP_INFO).");
     for (size_t i = 0; i < self->n_streams; i++) {
         char stream[16];
-        snprintf(stream, sizeof(stream), "%" PRIu32,
-                 self->streams[i].stream);
+        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
         emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
                                        { "stream", stream } };
         rc |= emlio__metrics_sample(out, "emlio_client_stream_rtt_seconds", l,
@@ -148,7 +146,8 @@ fetch_metrics_update(fetch_metrics_t *self, const emlio_client_t *client,
     emlio_client_stats(client, &self->st);
     for (size_t i = 0; i < n; i++) {
         self->streams[i] = streams[i];
-        const char *ep = emlio_client_daemon_endpoint(client, streams[i].daemon);
+        const char *ep =
+            emlio_client_daemon_endpoint(client, streams[i].daemon);
         snprintf(self->endpoints[i], sizeof(self->endpoints[i]), "%s",
                  ep ? ep : "");
     }
