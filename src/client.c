@@ -15,8 +15,13 @@
 
 #define S_MAX_DAEMONS        255 /* part numbers are 8 bits of the request id */
 #define S_MAX_STREAMS        EMLIO_WIRE_MAX_STREAMS
-/* Streams per daemon the tuner starts from (cfg.streams = 0). */
+/* Streams per daemon the tuner starts from (cfg.streams = 0): two, or on a
+ * long path as many as carry S_START_RATE at the measured RTT and window
+ * (at most S_MAX_START_STREAMS), so that the first epoch does not crawl
+ * while the tuner doubles its way up. */
 #define S_AUTO_START_STREAMS 2
+#define S_MAX_START_STREAMS  16
+#define S_START_RATE         250e6 /* bytes/s: 2 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -780,8 +785,11 @@ s_add_streams(emlio_client_t *self, uint32_t want)
     return added || !self->poll ? s_rebuild_poll(self) : 0;
 }
 
+static void s_sample_paths(emlio_client_t *self);
+
 /* The per-stream window the path allows: the smaller of the daemons' send
- * buffers and the receive buffer this host autotunes to. */
+ * buffers and the receive buffer this host autotunes to; and the streams
+ * to start with. */
 static void
 s_init_tuning(emlio_client_t *self)
 {
@@ -796,6 +804,21 @@ s_init_tuning(emlio_client_t *self)
     self->window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
     uint32_t start =
         self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
+    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
+    uint64_t rtt = self->rtt_ns ? self->rtt_ns : self->min_latency_ns;
+    if (!self->cfg.streams && rtt && self->window_bytes) {
+        /* 85%: what one stream really carries of window / RTT here. */
+        double per_stream =
+            0.85 * (double)self->window_bytes * 1e9 / (double)rtt;
+        double need = S_START_RATE / per_stream;
+        if (need > start)
+            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
+        if (start > S_AUTO_START_STREAMS)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                      "with %u streams per daemon",
+                      (double)rtt / 1e6, self->window_bytes >> 10, start);
+    }
     emlio__tuner_init(&self->tuner, start, S_MAX_STREAMS,
                       self->cfg.streams != 0, emlio__now_ns());
 }
