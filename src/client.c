@@ -15,8 +15,13 @@
 
 #define S_MAX_DAEMONS        255 /* part numbers are 8 bits of the request id */
 #define S_MAX_STREAMS        EMLIO_WIRE_MAX_STREAMS
-/* Streams per daemon the tuner starts from (cfg.streams = 0). */
+/* Streams per daemon the tuner starts from (cfg.streams = 0): two, or on a
+ * long path as many as carry S_START_RATE at the measured RTT and window
+ * (at most S_MAX_START_STREAMS), so that the first epoch does not crawl
+ * while the tuner doubles its way up. */
 #define S_AUTO_START_STREAMS 2
+#define S_MAX_START_STREAMS  16
+#define S_START_RATE         250e6 /* bytes/s: 2 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -77,6 +82,7 @@ struct emlio_batch {
     emlio_client_t *owner;
     uint64_t epoch;
     uint64_t index;
+    uint32_t gen; /* request generation: its epoch's, in the request ids */
     emlio_sample_t *samples;
     size_t n; /* samples planned */
     size_t cap;
@@ -118,6 +124,15 @@ struct emlio_client {
     bool in_epoch;
     uint64_t epoch;
     uint32_t gen;
+    /* The next epoch, planned and requested while the current one's last
+     * batches are still arriving (so the pipe never drains between
+     * epochs); its batches wait in the slots until begin_epoch takes it. */
+    emlio_plan_t *ahead_plan;
+    bool ahead;
+    uint64_t ahead_epoch;
+    uint32_t ahead_gen;
+    size_t ahead_n;
+    size_t ahead_next;
     size_t n_batches;
     size_t next_to_send; /* next plan batch to request */
     size_t next_deliver; /* in_order: the batch due next */
@@ -175,7 +190,8 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
     self->cfg = *cfg;
     self->name = emlio_strdup(cfg->name ? cfg->name : "emlio-client");
     self->plan = emlio_plan_new();
-    if (!self->name || !self->plan) {
+    self->ahead_plan = emlio_plan_new();
+    if (!self->name || !self->plan || !self->ahead_plan) {
         emlio_client_destroy(&self);
         return NULL;
     }
@@ -251,19 +267,36 @@ s_batch_put(emlio_client_t *self, emlio_batch_t *b)
     self->free_list = b;
 }
 
+/* Drops every batch in flight or waiting except those of generation keep
+ * (0: drops all), giving back the credits of their outstanding parts (late
+ * replies are recognized by their generation and ignored). */
 static void
-s_abandon_epoch(emlio_client_t *self)
+s_abandon_epoch(emlio_client_t *self, uint32_t keep)
 {
-    for (size_t i = 0; i < self->n_slots; i++)
-        s_batch_put(self, self->slots[i]);
-    self->n_slots = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < self->n_slots; i++) {
+        emlio_batch_t *b = self->slots[i];
+        if (keep && b->gen == keep) {
+            self->slots[k++] = b;
+            continue;
+        }
+        for (uint32_t p = 0; p < b->n_parts; p++) {
+            s_part_t *part = &b->parts[p];
+            if (part->done)
+                continue;
+            uint32_t *out =
+                &self->daemons[part->daemon].sock_outstanding[part->sock];
+            if (*out)
+                (*out)--;
+            if (self->outstanding_parts)
+                self->outstanding_parts--;
+        }
+        s_batch_put(self, b);
+    }
+    self->n_slots = k;
     self->ready_head = self->ready_tail = NULL;
-    self->outstanding_parts = 0;
-    self->failed_rc = 0;
-    for (uint32_t d = 0; d < self->n_daemons; d++)
-        memset(self->daemons[d].sock_outstanding, 0,
-               sizeof(self->daemons[d].sock_outstanding));
     self->in_epoch = false;
+    self->failed_rc = 0;
 }
 
 static void s_disconnect(emlio_client_t *self);
@@ -274,7 +307,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     if (!self_p || !*self_p)
         return;
     emlio_client_t *self = *self_p;
-    s_abandon_epoch(self);
+    s_abandon_epoch(self, 0);
     while (self->free_list) {
         emlio_batch_t *b = self->free_list;
         self->free_list = b->next;
@@ -287,6 +320,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_free(self->skipped);
     emlio_buf_release(&self->scratch);
     emlio_plan_destroy(&self->plan);
+    emlio_plan_destroy(&self->ahead_plan);
     emlio_free(self->name);
     emlio_free(self);
     *self_p = NULL;
@@ -787,8 +821,11 @@ s_add_streams(emlio_client_t *self, uint32_t want)
     return added || !self->poll ? s_rebuild_poll(self) : 0;
 }
 
+static void s_sample_paths(emlio_client_t *self);
+
 /* The per-stream window the path allows: the smaller of the daemons' send
- * buffers and the receive buffer this host autotunes to. */
+ * buffers and the receive buffer this host autotunes to; and the streams
+ * to start with. */
 static void
 s_init_tuning(emlio_client_t *self)
 {
@@ -803,6 +840,21 @@ s_init_tuning(emlio_client_t *self)
     self->window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
     uint32_t start =
         self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
+    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
+    uint64_t rtt = self->rtt_ns ? self->rtt_ns : self->min_latency_ns;
+    if (!self->cfg.streams && rtt && self->window_bytes) {
+        /* 85%: what one stream really carries of window / RTT here. */
+        double per_stream =
+            0.85 * (double)self->window_bytes * 1e9 / (double)rtt;
+        double need = S_START_RATE / per_stream;
+        if (need > start)
+            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
+        if (start > S_AUTO_START_STREAMS)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                      "with %u streams per daemon",
+                      (double)rtt / 1e6, self->window_bytes >> 10, start);
+    }
     emlio__tuner_init(&self->tuner, start, S_MAX_STREAMS,
                       self->cfg.streams != 0, emlio__now_ns());
 }
@@ -1016,14 +1068,22 @@ s_init_window(emlio_client_t *self)
     }
 }
 
-int
-emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
+static int s_compact(emlio_client_t *self, emlio_batch_t *b);
+static void s_queue_ready(emlio_client_t *self, emlio_batch_t *b);
+
+/* Never generation 0: id 0 is what a daemon uses for errors it cannot tie
+ * to a request, and HELLO ids use generation 0. */
+static uint32_t
+s_next_gen(uint32_t gen)
 {
-    assert(self);
-    if (!self->n_shards)
-        return emlio__seterr(self->err, EMLIO_EINVAL,
-                             "connect before starting an epoch");
-    s_abandon_epoch(self);
+    gen = (gen + 1) & 0xffffff;
+    return gen ? gen : 1;
+}
+
+/* Plans `epoch` for this rank into plan. Returns its batch count or < 0. */
+static int
+s_plan_build(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
+{
     emlio_plan_shard_t *in = emlio_calloc(self->n_shards, sizeof(*in));
     if (!in)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -1043,11 +1103,39 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     params.shuffle = self->cfg.shuffle;
     params.window_shards = self->cfg.window_shards;
     params.drop_last = self->cfg.drop_last;
-    int rc = emlio_plan_build(self->plan, in, self->n_shards, &params);
+    int rc = emlio_plan_build(plan, in, self->n_shards, &params);
     emlio_free(in);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "cannot plan epoch %" PRIu64 ": %s",
-                             epoch, emlio_plan_errmsg(self->plan));
+                             epoch, emlio_plan_errmsg(plan));
+    size_t n = emlio_plan_batch_count(plan);
+    if (n > UINT32_MAX)
+        return emlio__seterr(self->err, EMLIO_ELIMIT, "too many batches");
+    return (int)n;
+}
+
+/* begin_epoch(epoch) when that epoch was requested ahead: it becomes the
+ * current one, with the batches already in flight or arrived. */
+static void
+s_take_ahead(emlio_client_t *self)
+{
+    s_abandon_epoch(self, self->ahead_gen);
+    emlio_plan_t *plan = self->plan;
+    self->plan = self->ahead_plan;
+    self->ahead_plan = plan;
+    self->gen = self->ahead_gen;
+    self->n_batches = self->ahead_n;
+    self->next_to_send = self->ahead_next;
+    self->ahead = false;
+}
+
+int
+emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
+{
+    assert(self);
+    if (!self->n_shards)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "connect before starting an epoch");
     for (uint32_t d = 0; d < self->n_daemons; d++)
         if (self->cfg.batch_size > self->daemons[d].max_batch)
             return emlio__seterr(self->err, EMLIO_ELIMIT,
@@ -1056,9 +1144,21 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
                                  self->cfg.batch_size,
                                  self->daemons[d].endpoint,
                                  self->daemons[d].max_batch);
-    size_t n = emlio_plan_batch_count(self->plan);
-    if (n > UINT32_MAX)
-        return emlio__seterr(self->err, EMLIO_ELIMIT, "too many batches");
+    bool took_ahead = self->ahead && self->ahead_epoch == epoch;
+    if (took_ahead) {
+        s_take_ahead(self);
+    } else {
+        uint32_t last = self->ahead ? self->ahead_gen : self->gen;
+        s_abandon_epoch(self, 0);
+        self->ahead = false;
+        int rc = s_plan_build(self, self->plan, epoch);
+        if (rc < 0)
+            return rc;
+        self->n_batches = (size_t)rc;
+        self->next_to_send = 0;
+        self->gen = s_next_gen(last);
+    }
+    size_t n = self->n_batches;
     uint8_t *bits = emlio_realloc(self->delivered, n / 8 + 1);
     if (!bits)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -1080,13 +1180,6 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
             EMLIO_MIN(EMLIO_MAX(window, self->window), self->window_max);
     }
     self->epoch = epoch;
-    /* Never generation 0: id 0 is what a daemon uses for errors it cannot
-     * tie to a request. */
-    self->gen = (self->gen + 1) & 0xffffff;
-    if (self->gen == 0)
-        self->gen = 1;
-    self->n_batches = n;
-    self->next_to_send = 0;
     self->next_deliver = 0;
     self->n_delivered = 0;
     self->in_epoch = true;
@@ -1100,6 +1193,20 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     self->n_skipped = 0;
     self->adapt_ns = self->epoch_start_ns;
     self->adapt_batches = 0;
+    if (took_ahead) {
+        /* Batches of this epoch that arrived while the last one ran are
+         * complete now (in_order finds them in the slots). */
+        for (size_t i = 0; i < self->n_slots; i++) {
+            emlio_batch_t *b = self->slots[i];
+            if (b->parts_done != b->n_parts)
+                continue;
+            int rc = s_compact(self, b);
+            if (rc < 0)
+                return rc;
+            if (!self->cfg.in_order)
+                s_queue_ready(self, b);
+        }
+    }
     return (int)n;
 }
 
@@ -1115,7 +1222,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         self->items[i].shard = daemon->local_id[s->shard];
         self->items[i].record = s->record;
     }
-    if (emlio__wire_encode_get(&self->scratch, S_ID(self->gen, b->index, p),
+    if (emlio__wire_encode_get(&self->scratch, S_ID(b->gen, b->index, p),
                                daemon->dataset, self->items, part->n) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     if (sock == UINT32_MAX) {
@@ -1164,17 +1271,20 @@ s_resend_stream(emlio_client_t *self, uint32_t d, uint32_t sock,
     return 0;
 }
 
-/* Sends the GETs of plan batch i, one per daemon that holds its samples. */
+/* Sends the GETs of batch `index` of plan (epoch, request generation gen),
+ * one per daemon that holds its samples. */
 static int
-s_request_batch(emlio_client_t *self, size_t index)
+s_request_batch(emlio_client_t *self, const emlio_plan_t *from, uint64_t epoch,
+                uint32_t gen, size_t index)
 {
     size_t n;
-    const emlio_plan_sample_t *plan = emlio_plan_batch(self->plan, index, &n);
+    const emlio_plan_sample_t *plan = emlio_plan_batch(from, index, &n);
     emlio_batch_t *b = s_batch_get(self, n);
     if (!b)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    b->epoch = self->epoch;
+    b->epoch = epoch;
     b->index = index;
+    b->gen = gen;
     /* Group the samples by daemon, keeping plan order within each part. */
     uint32_t counts[S_MAX_DAEMONS] = { 0 };
     int part_of[S_MAX_DAEMONS];
@@ -1210,6 +1320,39 @@ s_request_batch(emlio_client_t *self, size_t index)
     return 0;
 }
 
+/* With every batch of the current epoch requested and room in the window,
+ * requests the next epoch's first batches (cfg.end_epoch permitting), so
+ * the pipe stays full across the epoch boundary. A plan that fails here
+ * only means no overlap: begin_epoch will report the failure. */
+static int
+s_fill_ahead(emlio_client_t *self)
+{
+    uint64_t next = self->epoch + 1;
+    if (!self->in_epoch || next == 0 ||
+        (self->cfg.end_epoch && next >= self->cfg.end_epoch))
+        return 0;
+    if (!self->ahead) {
+        int n = s_plan_build(self, self->ahead_plan, next);
+        if (n < 0) {
+            snprintf(self->err, sizeof(self->err), "no error");
+            self->cfg.end_epoch = next; /* do not try again */
+            return 0;
+        }
+        self->ahead = true;
+        self->ahead_epoch = next;
+        self->ahead_gen = s_next_gen(self->gen);
+        self->ahead_n = (size_t)n;
+        self->ahead_next = 0;
+    }
+    while (self->n_slots < self->window && self->ahead_next < self->ahead_n) {
+        int rc = s_request_batch(self, self->ahead_plan, self->ahead_epoch,
+                                 self->ahead_gen, self->ahead_next++);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Keeps the window full: requests plan batches until `window` are out. */
 static int
 s_fill_window(emlio_client_t *self)
@@ -1227,18 +1370,20 @@ s_fill_window(emlio_client_t *self)
         size_t i = self->next_to_send++;
         if (s_is_delivered(self, i))
             continue; /* resumed from saved state */
-        int rc = s_request_batch(self, i);
+        int rc = s_request_batch(self, self->plan, self->epoch, self->gen, i);
         if (rc < 0)
             return rc;
     }
+    if (self->n_slots < self->window && self->next_to_send >= self->n_batches)
+        return s_fill_ahead(self);
     return 0;
 }
 
 static emlio_batch_t *
-s_find_slot(emlio_client_t *self, uint64_t index, size_t *pos)
+s_find_slot(emlio_client_t *self, uint32_t gen, uint64_t index, size_t *pos)
 {
     for (size_t i = 0; i < self->n_slots; i++)
-        if (self->slots[i]->index == index) {
+        if (self->slots[i]->index == index && self->slots[i]->gen == gen) {
             if (pos)
                 *pos = i;
             return self->slots[i];
@@ -1275,20 +1420,31 @@ s_compact(emlio_client_t *self, emlio_batch_t *b)
     return 0;
 }
 
+/* Appends b to the out-of-order delivery queue. */
+static void
+s_queue_ready(emlio_client_t *self, emlio_batch_t *b)
+{
+    b->next = NULL;
+    if (self->ready_tail)
+        self->ready_tail->next = b;
+    else
+        self->ready_head = b;
+    self->ready_tail = b;
+}
+
+/* All parts of b arrived. A batch of the epoch requested ahead waits in
+ * its slot until begin_epoch takes that epoch (its holes are compacted
+ * then, when the skipped list belongs to that epoch). */
 static int
 s_complete(emlio_client_t *self, emlio_batch_t *b)
 {
+    if (b->gen != self->gen)
+        return 0;
     int rc = s_compact(self, b);
     if (rc < 0)
         return rc;
-    if (!self->cfg.in_order) {
-        b->next = NULL;
-        if (self->ready_tail)
-            self->ready_tail->next = b;
-        else
-            self->ready_head = b;
-        self->ready_tail = b;
-    }
+    if (!self->cfg.in_order)
+        s_queue_ready(self, b);
     return 0;
 }
 
@@ -1363,8 +1519,9 @@ s_receive_one(emlio_client_t *self, uint32_t d, uint32_t stream)
     }
     if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR) {
         uint64_t part_no = S_ID_PART(msg.id);
-        if (S_ID_GEN(msg.id) == self->gen)
-            b = s_find_slot(self, S_ID_BATCH(msg.id), NULL);
+        uint64_t gen = S_ID_GEN(msg.id);
+        if (gen == self->gen || (self->ahead && gen == self->ahead_gen))
+            b = s_find_slot(self, (uint32_t)gen, S_ID_BATCH(msg.id), NULL);
         if (b && part_no < b->n_parts && b->parts[part_no].daemon == d &&
             !b->parts[part_no].done)
             part = &b->parts[part_no];
@@ -1626,7 +1783,7 @@ s_take_ready(emlio_client_t *self)
         while (self->next_deliver < self->n_batches &&
                s_is_delivered(self, self->next_deliver))
             self->next_deliver++;
-        b = s_find_slot(self, self->next_deliver, &pos);
+        b = s_find_slot(self, self->gen, self->next_deliver, &pos);
         if (!b || b->parts_done != b->n_parts)
             return NULL;
     } else {
@@ -1636,7 +1793,7 @@ s_take_ready(emlio_client_t *self)
         self->ready_head = b->next;
         if (!self->ready_head)
             self->ready_tail = NULL;
-        emlio_batch_t *slot = s_find_slot(self, b->index, &pos);
+        emlio_batch_t *slot = s_find_slot(self, b->gen, b->index, &pos);
         assert(slot == b);
         (void)slot;
     }
@@ -1976,6 +2133,10 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
     }
     uint64_t epoch = s_get64(blob + 56);
     uint64_t n = s_get64(blob + 64);
+    /* Nothing requested ahead may survive: some of it may be delivered
+     * already according to the state. */
+    s_abandon_epoch(self, 0);
+    self->ahead = false;
     int rc = emlio_client_begin_epoch(self, epoch);
     if (rc < 0)
         return rc;

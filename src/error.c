@@ -49,6 +49,8 @@ emlio_struct_size(int which)
         return sizeof(emlio_server_config_t);
     case EMLIO_STRUCT_PLAN_SAMPLE:
         return sizeof(emlio_plan_sample_t);
+    case EMLIO_STRUCT_STREAM_STATS:
+        return sizeof(emlio_stream_stats_t);
     default:
         return 0;
     }

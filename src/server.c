@@ -153,6 +153,7 @@ struct emlio_server {
     atomic_uint_fast64_t corrupt_skipped;
     atomic_uint_fast64_t clients;
     atomic_uint_fast64_t active_clients;
+    atomic_uint_fast64_t active_streams;
     emlio_zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
@@ -1645,6 +1646,7 @@ s_frontend_main(void *arg)
             s_conns_expire(self, now);
             s_peers_expire(self, now);
             atomic_store(&self->active_clients, self->n_clients);
+            atomic_store(&self->active_streams, self->n_peers);
             last_expire = now;
         }
         if (zmq_poll(items, 3, S_STOP_POLL_MS) < 0) {
@@ -1797,6 +1799,7 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->corrupt_skipped = atomic_load(&self->corrupt_skipped);
     out->clients = atomic_load(&self->clients);
     out->active_clients = atomic_load(&self->active_clients);
+    out->active_streams = atomic_load(&self->active_streams);
     out->auth_refused = emlio__zap_refused(self->zap);
 }
 

@@ -70,7 +70,8 @@ enum emlio_struct {
     EMLIO_STRUCT_CLIENT_STATS = 2,
     EMLIO_STRUCT_SAMPLE = 3,
     EMLIO_STRUCT_SERVER_CONFIG = 4,
-    EMLIO_STRUCT_PLAN_SAMPLE = 5
+    EMLIO_STRUCT_PLAN_SAMPLE = 5,
+    EMLIO_STRUCT_STREAM_STATS = 6
 };
 
 EMLIO_EXPORT size_t emlio_struct_size(int which);

@@ -144,8 +144,10 @@ typedef struct emlio_server_stats {
     uint64_t bytes;           /* sample bytes sent */
     uint64_t corrupt_skipped; /* records left out by on_corrupt skip */
     uint64_t clients;         /* HELLOs answered (client connections) */
-    uint64_t active_clients;  /* connections known now */
+    uint64_t active_clients;  /* clients known now (a session's streams
+                                 count once) */
     uint64_t auth_refused;    /* CURVE handshakes refused */
+    uint64_t active_streams;  /* client connections known now */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

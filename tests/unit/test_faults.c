@@ -116,8 +116,8 @@ test_faults_every_allocation_of_a_short_run(void **state)
     assert_int_equal(s_run(dir), RECORDS);
     long total = emlio__alloc_count();
     assert_true(total > 10);
-    long step = getenv("EMLIO_FAULT_STEP") ? atol(getenv("EMLIO_FAULT_STEP"))
-                                           : 1;
+    long step =
+        getenv("EMLIO_FAULT_STEP") ? atol(getenv("EMLIO_FAULT_STEP")) : 1;
     long failed_runs = 0;
     for (long n = 1; n <= total; n += step > 0 ? step : 1) {
         emlio__alloc_fail_at(n);

@@ -67,8 +67,7 @@ test_server_misuse_and_errors_say_why(void **state)
     assert_true(rc < 0);
     assert_non_null(strstr(emlio_server_errmsg(srv), "notaport"));
     assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"),
-                     EMLIO_EINVAL);
+    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), EMLIO_EINVAL);
     emlio_server_destroy(&srv);
     assert_null(srv);
     emlio_server_destroy(&srv);
@@ -153,7 +152,8 @@ test_server_destroy_with_frames_in_flight(void **state)
     for (uint32_t r = 0; r < RECORDS; r++)
         items[r] = (emlio_wire_item_t){ 0, r };
     for (uint64_t id = 1; id <= 64; id++) {
-        assert_int_equal(emlio__wire_encode_get(&buf, id, emlio_server_dataset(srv),
+        assert_int_equal(emlio__wire_encode_get(&buf, id,
+                                                emlio_server_dataset(srv),
                                                 items, RECORDS),
                          0);
         assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);

@@ -48,20 +48,19 @@ test_shardset_loads_and_refuses_an_empty_dataset(void **state)
     char err[EMLIO_ERRMSG_LEN];
     emlio_shardset_t set;
     test_mkdtemp(dir, sizeof(dir));
-    assert_int_equal(emlio__shardset_load(&set, dir, true, false, NULL, NULL,
-                                          err),
-                     EMLIO_ENOTFOUND);
+    assert_int_equal(
+        emlio__shardset_load(&set, dir, true, false, NULL, NULL, err),
+        EMLIO_ENOTFOUND);
     snprintf(path, sizeof(path), "%s/empty.tfrecord", dir);
     test_write_file(path, "", 0);
-    assert_int_equal(emlio__shardset_load(&set, dir, true, false, NULL, NULL,
-                                          err),
-                     EMLIO_ENOTFOUND);
+    assert_int_equal(
+        emlio__shardset_load(&set, dir, true, false, NULL, NULL, err),
+        EMLIO_ENOTFOUND);
     assert_non_null(strstr(err, "empty"));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     s_write_shard(path, RECORDS);
-    assert_int_equal(emlio__shardset_load(&set, dir, true, false, NULL, NULL,
-                                          err),
-                     2);
+    assert_int_equal(
+        emlio__shardset_load(&set, dir, true, false, NULL, NULL, err), 2);
     assert_int_equal(set.records, RECORDS);
     assert_int_equal(strlen(set.fingerprint), 16);
     assert_int_equal(set.leased, 2); /* a local file system, our files */
@@ -84,9 +83,8 @@ test_shardset_lease_makes_writers_wait(void **state)
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     s_write_shard(path, RECORDS);
-    assert_int_equal(emlio__shardset_load(&set, dir, true, false, s_log, &log,
-                                          err),
-                     1);
+    assert_int_equal(
+        emlio__shardset_load(&set, dir, true, false, s_log, &log, err), 1);
     emlio_shard_t *shard = &set.shards[0];
     assert_true(shard->leased);
     assert_true(emlio__shard_acquire(shard)); /* a frame in flight */
@@ -106,9 +104,8 @@ test_shardset_lease_makes_writers_wait(void **state)
     assert_true(st.st_size > 100); /* the writer still waits */
     const uint8_t *data;
     size_t len;
-    assert_int_equal(emlio_tfrecord_record(shard->file, RECORDS - 1, &data,
-                                           &len, NULL),
-                     0);
+    assert_int_equal(
+        emlio_tfrecord_record(shard->file, RECORDS - 1, &data, &len, NULL), 0);
     assert_int_equal(data[len - 1], 'a' + (RECORDS - 1) % 26); /* intact */
     emlio__shard_release(shard);
     emlio__shardset_watch(&set, false, 60000, s_log, &log);
@@ -142,9 +139,8 @@ test_shardset_copying_reads_survive_a_shrink(void **state)
     s_write_shard(path, RECORDS);
     int wfd = open(path, O_RDWR);
     assert_true(wfd >= 0);
-    assert_int_equal(emlio__shardset_load(&set, dir, true, false, s_log, &log,
-                                          err),
-                     1);
+    assert_int_equal(
+        emlio__shardset_load(&set, dir, true, false, s_log, &log, err), 1);
     emlio_shard_t *shard = &set.shards[0];
     assert_false(shard->leased);
     uint8_t *copy;
@@ -186,9 +182,8 @@ test_shardset_notices_a_replaced_shard(void **state)
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     snprintf(tmp, sizeof(tmp), "%s/a.new", dir);
     s_write_shard(path, RECORDS);
-    assert_int_equal(emlio__shardset_load(&set, dir, true, false, s_log, &log,
-                                          err),
-                     1);
+    assert_int_equal(
+        emlio__shardset_load(&set, dir, true, false, s_log, &log, err), 1);
     s_write_shard(tmp, 2);
     assert_int_equal(rename(tmp, path), 0);
     emlio__shardset_watch(&set, true, 60000, s_log, &log);
@@ -196,8 +191,7 @@ test_shardset_notices_a_replaced_shard(void **state)
     assert_non_null(strstr(log.last, "'a.tfrecord' was replaced"));
     /* The file we opened is intact and still served. */
     assert_false(atomic_load(&set.shards[0].changed));
-    assert_int_equal(emlio_tfrecord_verify(set.shards[0].file, RECORDS - 1),
-                     0);
+    assert_int_equal(emlio_tfrecord_verify(set.shards[0].file, RECORDS - 1), 0);
     emlio__shardset_watch(&set, true, 60000, s_log, &log);
     assert_int_equal(log.n, 1);
     emlio__shardset_release(&set);

@@ -919,6 +919,15 @@ emlio__metrics_render(emlio_metrics_t *self, emlio_buf_t *out)
         rc = s_family_u64(out, "emlio_clients_total", "counter",
                           "Client connections (HELLOs answered)", s.st.clients);
     if (rc == 0)
+        rc = s_family_u64(out, "emlio_clients", "gauge",
+                          "Clients known now (a client's streams join its "
+                          "session and count once)",
+                          s.st.active_clients);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_streams", "gauge",
+                          "Client connections (TCP streams) known now",
+                          s.st.active_streams);
+    if (rc == 0)
         rc = s_family_u64(out, "emlio_shards", "gauge", "Shards served",
                           emlio_server_shard_count(self->srv));
     if (rc == 0)

@@ -18,6 +18,7 @@
 #include "dataset_util.h"
 #include "emlio.h"
 #include "emlio/buf.h"
+#include "fetch_metrics.h"
 #include "fetch_path.h"
 #include "fetch_state.h"
 #include "influx.h"
@@ -210,6 +211,9 @@ typedef struct s_fetch {
     const char *client_key_path;
     const char *influx_arg;
     emlio_influx_url_t influx;
+    const char *metrics_arg;
+    fetch_metrics_t *metrics;
+    double last_metrics;
     char server_key[EMLIO_CURVE_KEY_LEN];
     char client_pub[EMLIO_CURVE_KEY_LEN];
     char client_sec[EMLIO_CURVE_KEY_LEN];
@@ -287,6 +291,10 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("influx", 0, OPT_STR, &self->influx_arg, "URL",
             "push an emlio_epoch point per epoch, e.g.\n"
             "http://127.0.0.1:8086/write?db=emlio"),
+        OPT("metrics", 0, OPT_STR, &self->metrics_arg, "HOST:PORT",
+            "serve Prometheus metrics (RTT, streams, rate\n"
+            "per stream, what limits) at\n"
+            "http://HOST:PORT/metrics (port 0: any)"),
         OPT("server-key", 0, OPT_STR, &self->server_key_path, "FILE",
             "the daemon's CURVE public key"),
         OPT("client-key", 0, OPT_STR, &self->client_key_path, "FILE",
@@ -388,6 +396,9 @@ s_load_state(s_fetch_t *self)
 static int
 s_open(s_fetch_t *self)
 {
+    /* The epochs to run are known: the next one's batches are requested
+     * while the current one's last arrive, and none past the last. */
+    self->cfg.end_epoch = self->epochs;
     self->ctx = emlio_ctx_new();
     if (self->ctx)
         cli_install_log(self->ctx);
@@ -501,6 +512,11 @@ s_drain_epoch(s_fetch_t *self)
             fprintf(stderr, "emlio fetch: cannot write '%s': %s\n",
                     self->ids_path, strerror(self->ids_errno));
             return -1;
+        }
+        if (self->metrics && dataset_now() - self->last_metrics > 0.1) {
+            fetch_metrics_update(self->metrics, self->client, self->samples,
+                                 self->bytes);
+            self->last_metrics = dataset_now();
         }
         if (self->state_path && s_save_state(self->client, self->state_path,
                                              self->ids, self->ids_path) < 0)
@@ -676,6 +692,21 @@ s_run(s_fetch_t *self)
     return self->failed_verify ? 1 : s_interrupted ? 130 : 0;
 }
 
+/* --metrics: the endpoint starts once connected, and says where it is. */
+static int
+s_start_metrics(s_fetch_t *self)
+{
+    if (!self->metrics_arg)
+        return 0;
+    self->metrics = fetch_metrics_start(self->metrics_arg);
+    if (!self->metrics)
+        return -1;
+    fetch_metrics_update(self->metrics, self->client, 0, 0);
+    fprintf(stderr, "emlio fetch: metrics on http://%s/metrics\n",
+            fetch_metrics_address(self->metrics));
+    return 0;
+}
+
 int
 cmd_fetch(int argc, char **argv)
 {
@@ -693,7 +724,13 @@ cmd_fetch(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    status = s_open(&self) < 0 ? 1 : s_run(&self);
+    status = s_open(&self) < 0            ? 1
+             : s_start_metrics(&self) < 0 ? 1
+                                          : s_run(&self);
+    if (self.metrics)
+        fetch_metrics_update(self.metrics, self.client, self.samples,
+                             self.bytes);
+    fetch_metrics_stop(&self.metrics);
     if (self.ids)
         fclose(self.ids);
     s_verifier_release(&self.ver);

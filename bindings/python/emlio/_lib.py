@@ -78,7 +78,8 @@ class ClientConfig(ctypes.Structure):
         ("curve_server_key", ctypes.c_char_p),
         ("curve_public_key", ctypes.c_char_p),
         ("curve_secret_key", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("end_epoch", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 
@@ -109,7 +110,26 @@ class ClientStats(ctypes.Structure):
         ("inflight", ctypes.c_uint32),
         ("retries", ctypes.c_uint64),
         ("skipped", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("rtt_ms", ctypes.c_double),
+        ("mb_per_s", ctypes.c_double),
+        ("streams", ctypes.c_uint32),
+        ("limit", ctypes.c_int32),
+        ("window", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+class StreamStats(ctypes.Structure):
+    """emlio_stream_stats_t: one TCP stream of a client."""
+
+    _fields_ = [
+        ("daemon", ctypes.c_uint32),
+        ("stream", ctypes.c_uint32),
+        ("ready", ctypes.c_bool),
+        ("mb_per_s", ctypes.c_double),
+        ("rtt_ms", ctypes.c_double),
+        ("bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
@@ -210,6 +230,10 @@ def _declare(lib):
     fn("emlio_batch_index", ctypes.c_uint64, vp)
     fn("emlio_batch_release", None, _c_void_pp)
     fn("emlio_client_stats", None, vp, ctypes.POINTER(ClientStats))
+    fn("emlio_client_streams", ctypes.c_size_t, vp,
+       ctypes.POINTER(StreamStats), ctypes.c_size_t)
+    fn("emlio_limit_name", ctypes.c_char_p, ctypes.c_int)
+    fn("emlio_client_daemon_endpoint", ctypes.c_char_p, vp, ctypes.c_size_t)
     fn("emlio_client_save_state", ctypes.c_int, vp,
        ctypes.POINTER(_c_u8_p), ctypes.POINTER(ctypes.c_size_t))
     fn("emlio_client_free_blob", None, _c_u8_p)
@@ -241,7 +265,8 @@ def _check_version(lib, path):
 def _check_layout(lib, path):
     """Refuses a library whose structs differ from the mirrors above: a
     mismatch would corrupt memory instead of failing."""
-    for which, struct in ((1, ClientConfig), (2, ClientStats), (3, Sample)):
+    for which, struct in ((1, ClientConfig), (2, ClientStats), (3, Sample),
+                          (6, StreamStats)):
         have = lib.emlio_struct_size(which)
         if have != ctypes.sizeof(struct):
             raise ImportError(
