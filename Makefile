@@ -1,14 +1,33 @@
 # EMLIO - one non-recursive Makefile.
-#   make            libemlio.a, libemlio.so, emliod, emlio
+#   make            libemlio.a, libemlio.so.MAJOR, emliod, emlio, man pages,
+#                   libemlio.pc, and the benchmark relay (build/bin/emlio-relay)
+#   make install    into $(DESTDIR)$(PREFIX) (PREFIX=/usr/local); make uninstall
 #   make test       every test; last line "N passed, N failed"
 #   make check      make test under ASan + UBSan
 #   make demo       install deps, build, synthesize, serve, fetch one epoch
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each
-# Knobs: CC, DEBUG=1, SANITIZE=address,undefined, WERROR=1
+# Knobs: CC, DEBUG=1, SANITIZE=address,undefined, WERROR=1, B=build dir
 SHELL := /bin/bash
 CC ?= cc
 B := build
 PKG_CONFIG ?= pkg-config
+
+# VERSION is the single source of the version: the library (emlio/version.h),
+# its SONAME, libemlio.pc, the man pages, the Python package and --version.
+VERSION := $(shell cat VERSION)
+VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
+VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
+VERSION_PATCH := $(word 3,$(subst ., ,$(VERSION)))
+SONAME := libemlio.so.$(VERSION_MAJOR)
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libzmq $(MSGPACK_PC) 2>/dev/null)
@@ -29,58 +48,175 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
-CFLAGS_ALL := -std=c11 $(OPT) $(WARN) $(SAN) -fPIC -fvisibility=hidden \
-              -Iinclude -Isrc $(DEP_CFLAGS) $(CFLAGS)
+BASE_CFLAGS := -std=c11 $(OPT) $(WARN) $(SAN) -Iinclude -I$(B)/include
+# The library: private headers, ZeroMQ and msgpack, only exports marked.
+CFLAGS_ALL := $(BASE_CFLAGS) -fPIC -fvisibility=hidden -Isrc $(DEP_CFLAGS) \
+              $(CFLAGS)
+# The programs see the installed headers only (no src/, no zmq.h).
+TOOL_CFLAGS := $(BASE_CFLAGS) -Itools/common $(CFLAGS)
 LDFLAGS_ALL := $(SAN) $(LDFLAGS)
+# Programs find libemlio.so next to them: build/lib from build/bin, and
+# PREFIX/lib from PREFIX/bin once installed.
+TOOL_LIBS := -L$(B)/lib -lemlio -Wl,-rpath,'$$ORIGIN/../lib'
 
+VERSION_H := $(B)/include/emlio/version.h
 LIB_SRC := $(sort $(wildcard src/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
+LIB_REAL := $(B)/lib/libemlio.so.$(VERSION)
+LIB_LINKS := $(B)/lib/$(SONAME) $(B)/lib/libemlio.so $(B)/libemlio.so
+# Modules only the programs link (exporters, option parsing): training
+# processes that load libemlio.so never map them.
+COMMON_SRC := $(sort $(wildcard tools/common/*.c))
+COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/tobj/%.o)
 EMLIOD_SRC := $(sort $(wildcard tools/emliod/*.c))
 EMLIO_SRC := $(sort $(wildcard tools/emlio/*.c))
-TOOL_OBJ := $(EMLIOD_SRC:%.c=$(B)/obj/%.o) $(EMLIO_SRC:%.c=$(B)/obj/%.o)
+RELAY_SRC := $(sort $(wildcard bench/relay/*.c))
+TOOL_OBJ := $(EMLIOD_SRC:%.c=$(B)/tobj/%.o) $(EMLIO_SRC:%.c=$(B)/tobj/%.o) \
+            $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(COMMON_OBJ)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/replay_%)
 FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+MAN_SRC := $(sort $(wildcard man/*.[0-9].in))
+MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
 
-.PHONY: all test test-only check demo fuzz format format-check clean deps python
-all: $(B)/libemlio.a $(B)/libemlio.so $(B)/bin/emliod $(B)/bin/emlio \
+.PHONY: all test test-only check demo fuzz format format-check clean deps \
+        python install uninstall
+all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
+     $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
      $(B)/bench/delayline
+
+$(VERSION_H): VERSION
+	@mkdir -p $(dir $@)
+	@printf '%s\n' \
+	    '/* emlio/version.h - generated from VERSION by the Makefile. */' \
+	    '#ifndef EMLIO_VERSION_H' '#define EMLIO_VERSION_H' \
+	    '#define EMLIO_VERSION_MAJOR $(VERSION_MAJOR)' \
+	    '#define EMLIO_VERSION_MINOR $(VERSION_MINOR)' \
+	    '#define EMLIO_VERSION_PATCH $(VERSION_PATCH)' \
+	    '#define EMLIO_VERSION_STRING "$(VERSION)"' \
+	    '#endif /* EMLIO_VERSION_H */' >$@
+
+$(LIB_OBJ) $(TOOL_OBJ): | $(VERSION_H)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
+$(B)/tobj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TOOL_CFLAGS) -MMD -MP -c $< -o $@
+
 $(B)/libemlio.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(B)/libemlio.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
-
-$(B)/bin/emliod: $(EMLIOD_SRC:%.c=$(B)/obj/%.o) $(B)/libemlio.a
+$(LIB_REAL): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
 
-$(B)/bin/emlio: $(EMLIO_SRC:%.c=$(B)/obj/%.o) $(B)/libemlio.a
+$(B)/lib/$(SONAME): | $(LIB_REAL)
+	ln -sfn libemlio.so.$(VERSION) $@
+$(B)/lib/libemlio.so: | $(B)/lib/$(SONAME)
+	ln -sfn $(SONAME) $@
+# The build tree's old path, used by the Python tests and bench/.
+$(B)/libemlio.so: | $(LIB_REAL)
+	ln -sfn lib/libemlio.so.$(VERSION) $@
+
+$(B)/libemlio-common.a: $(COMMON_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(B)/bin/emliod: $(EMLIOD_SRC:%.c=$(B)/tobj/%.o) $(B)/libemlio-common.a $(LIB_REAL) | $(LIB_LINKS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS) $(JPEG_LIBS)
+	$(CC) -o $@ $(filter %.o %.a,$^) $(LDFLAGS_ALL) $(TOOL_LIBS) -lpthread -lm
+
+$(B)/bin/emlio: $(EMLIO_SRC:%.c=$(B)/tobj/%.o) $(B)/libemlio-common.a $(LIB_REAL) | $(LIB_LINKS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(filter %.o %.a,$^) $(LDFLAGS_ALL) $(TOOL_LIBS) $(JPEG_LIBS) -lm
 
 # The end-to-end RTT emulator of bench/run (TUN devices, network namespaces).
 $(B)/bench/delayline: bench/delayline.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -o $@ $< $(LDFLAGS_ALL) -lpthread
 
-$(B)/tests/%: tests/unit/%.c $(B)/libemlio.a tests/emlio_test.h
+# A benchmark tool, not part of the product: built, never installed.
+$(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(B)/libemlio.a $(LDFLAGS_ALL) $(DEP_LIBS) -lcmocka
+	$(CC) -o $@ $^ $(LDFLAGS_ALL) -lm
+
+# libemlio.pc for PREFIX; `make install` writes it again for the PREFIX
+# given then. The public headers need no dependency's flags, so only the
+# libraries of a static link are listed (Libs.private).
+define PC_TEXT
+prefix=$(PREFIX)
+exec_prefix=$${prefix}
+libdir=$(patsubst $(PREFIX)%,$${exec_prefix}%,$(LIBDIR))
+includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
+
+Name: libemlio
+Description: EMLIO data loading: daemon, client, planner, TFRecord
+Version: $(VERSION)
+Libs: -L$${libdir} -lemlio
+Libs.private: $(strip $(DEP_LIBS))
+Cflags: -I$${includedir}
+endef
+export PC_TEXT
+
+$(B)/libemlio.pc: VERSION Makefile
+	@mkdir -p $(dir $@)
+	@printf '%s\n' "$$PC_TEXT" >$@
+
+$(B)/man/%: man/%.in VERSION
+	@mkdir -p $(dir $@)
+	sed 's/@VERSION@/$(VERSION)/g' $< >$@
+
+$(B)/tests/%: tests/unit/%.c $(B)/libemlio.a $(B)/libemlio-common.a tests/emlio_test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -Itools/common -o $@ $< $(B)/libemlio-common.a $(B)/libemlio.a $(LDFLAGS_ALL) $(DEP_LIBS) -lcmocka
 
 # Fuzz harnesses are replayed over their corpus and regressions with the
 # ordinary compiler, so every `make test` re-runs past crashes.
-$(B)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(B)/libemlio.a
+$(B)/fuzz/replay_%: fuzz/%.c fuzz/replay.c $(B)/libemlio.a $(B)/libemlio-common.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< fuzz/replay.c $(B)/libemlio.a $(LDFLAGS_ALL) $(DEP_LIBS)
+	$(CC) $(CFLAGS_ALL) -Itools/common -o $@ $< fuzz/replay.c $(B)/libemlio-common.a $(B)/libemlio.a $(LDFLAGS_ALL) $(DEP_LIBS)
+
+# make install: the library (SONAME link, development link, archive), the
+# headers, libemlio.pc, both programs, the man pages and the systemd unit.
+INSTALL_HEADERS := $(sort $(wildcard include/emlio/*.h)) $(VERSION_H)
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) \
+	    $(DESTDIR)$(INCLUDEDIR)/emlio $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
+	    $(DESTDIR)$(DATADIR)/emlio
+	install -m 755 $(B)/bin/emliod $(B)/bin/emlio $(DESTDIR)$(BINDIR)/
+	install -m 755 $(LIB_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sfn libemlio.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libemlio.so
+	install -m 644 $(B)/libemlio.a $(DESTDIR)$(LIBDIR)/
+	printf '%s\n' "$$PC_TEXT" >$(DESTDIR)$(PKGCONFIGDIR)/libemlio.pc
+	install -m 644 include/emlio.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/emlio/
+	install -m 644 $(filter %.1,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(filter %.8,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man8/
+	sed 's|@BINDIR@|$(BINDIR)|g' dist/emliod@.service >$(DESTDIR)$(SYSTEMDUNITDIR)/emliod@.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/emliod@.service
+	install -m 644 dist/emliod.conf.example $(DESTDIR)$(DATADIR)/emlio/
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/emliod $(DESTDIR)$(BINDIR)/emlio \
+	    $(DESTDIR)$(LIBDIR)/libemlio.so.$(VERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libemlio.so \
+	    $(DESTDIR)$(LIBDIR)/libemlio.a $(DESTDIR)$(PKGCONFIGDIR)/libemlio.pc \
+	    $(DESTDIR)$(INCLUDEDIR)/emlio.h \
+	    $(addprefix $(DESTDIR)$(INCLUDEDIR)/emlio/,$(notdir $(INSTALL_HEADERS))) \
+	    $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(filter %.1,$(MAN_OUT)))) \
+	    $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(filter %.8,$(MAN_OUT)))) \
+	    $(DESTDIR)$(SYSTEMDUNITDIR)/emliod@.service \
+	    $(DESTDIR)$(DATADIR)/emlio/emliod.conf.example
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/emlio $(DESTDIR)$(DATADIR)/emlio 2>/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
 
 # A stand-in NVML library, so the energy module's GPU path runs without GPUs.
 $(B)/tests/libfake_nvml.so: tests/fake_nvml.c
@@ -111,9 +247,10 @@ check:
 	$(MAKE) B=build-san SANITIZE=address,undefined DEBUG=1 test-only
 
 FUZZ_SECONDS ?= 60
-FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(DEP_CFLAGS)
-FUZZ_LIB_SRC := $(LIB_SRC)
-$(B)/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB_SRC)
+FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude \
+               -I$(B)/include -Isrc -Itools/common $(DEP_CFLAGS)
+FUZZ_LIB_SRC := $(LIB_SRC) $(COMMON_SRC)
+$(B)/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB_SRC) | $(VERSION_H)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRC) $(DEP_LIBS)
 
@@ -148,4 +285,4 @@ format-check:
 clean:
 	rm -rf $(B) build-san
 
--include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/tobj -name '*.d' 2>/dev/null)

@@ -2,7 +2,7 @@
 # bench/profile.sh: where emliod and `emlio fetch` spend CPU (perf, cpu-clock).
 #
 # usage: bench/profile.sh [RTT_MS [EPOCHS [SHARDS_DIR]]]
-#   RTT_MS 0 = loopback (default); otherwise an `emlio relay --mode copy`
+#   RTT_MS 0 = loopback (default); otherwise an `emlio-relay --mode copy`
 #   with --delay-ms RTT/2 sits in between (outside the profile).
 # Writes build-bench/profile-rttR/{emliod,fetch}.{data,txt}: flat profiles
 # (self time by DSO and by symbol). Needs linux-perf (apt-get install
@@ -29,7 +29,7 @@ for _ in $(seq 100); do grep -q 'listening on' "$OUT/emliod.out" 2>/dev/null && 
 EP=$(grep -o 'tcp://[0-9.]*:[0-9]*' "$OUT/emliod.out") || { echo "profile.sh: emliod did not start" >&2; exit 1; }
 if [ "$RTT" != 0 ]; then
     D=$(python3 -c "print($RTT/2)")
-    $BIN/emlio relay --listen 127.0.0.1:0 --connect "${EP#tcp://}" --delay-ms "$D" --mode copy \
+    $BIN/emlio-relay --listen 127.0.0.1:0 --connect "${EP#tcp://}" --delay-ms "$D" --mode copy \
         >"$OUT/relay.out" 2>"$OUT/relay.err" &
     PIDS+=($!)
     for _ in $(seq 100); do grep -q 'listening on' "$OUT/relay.out" 2>/dev/null && break; sleep 0.1; done

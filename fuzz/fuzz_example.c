@@ -3,7 +3,7 @@
  */
 #include "emlio_internal.h"
 
-#include "example.h"
+#include "emlio/example.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,7 +29,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         { .key = "", .key_len = 0 },
     };
     const uint8_t *buf = size ? data : NULL;
-    int rc = emlio__example_parse(buf, size, fields, 4);
+    int rc = emlio_example_parse(buf, size, fields, 4);
     if (rc != EMLIO_EPROTO && (rc < 0 || rc > 4))
         abort();
     for (size_t i = 0; i < 4; i++) {
@@ -40,7 +40,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     size_t sum = 0;
-    int each = emlio__example_foreach(buf, size, s_visit, &sum);
+    int each = emlio_example_foreach(buf, size, s_visit, &sum);
     /* Both walks see the same bytes, so they agree on well-formedness. */
     if ((each == EMLIO_EPROTO) != (rc == EMLIO_EPROTO))
         abort();

@@ -28,9 +28,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         /* Records of 0, 5 and 20 bytes: index "0 16\n16 21\n37 36\n". */
         static const uint8_t payload[20] = "abcdefghijklmnopqrst";
-        if (emlio__tfrecord_append(&fixed, payload, 0) < 0 ||
-            emlio__tfrecord_append(&fixed, payload, 5) < 0 ||
-            emlio__tfrecord_append(&fixed, payload, 20) < 0) {
+        if (emlio_tfrecord_append(&fixed, payload, 0) < 0 ||
+            emlio_tfrecord_append(&fixed, payload, 5) < 0 ||
+            emlio_tfrecord_append(&fixed, payload, 20) < 0) {
             emlio_buf_release(&fixed);
             return 0;
         }

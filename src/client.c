@@ -6,11 +6,17 @@
 
 #include <zmq.h>
 
+#include <sys/random.h>
+
 #include "crc32c.h"
+#include "netpath.h"
+#include "tuner.h"
 #include "wire.h"
 
-#define S_MAX_DAEMONS 255 /* part numbers are 8 bits of the request id */
-#define S_MAX_STREAMS 64
+#define S_MAX_DAEMONS        255 /* part numbers are 8 bits of the request id */
+#define S_MAX_STREAMS        EMLIO_WIRE_MAX_STREAMS
+/* Streams per daemon the tuner starts from (cfg.streams = 0). */
+#define S_AUTO_START_STREAMS 2
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -24,13 +30,24 @@
 
 typedef struct s_daemon {
     char *endpoint;
-    void **socks;
-    uint32_t *sock_outstanding; /* GETs in flight per stream: the daemon
-                                   grants max_credit per connection */
-    void **mons;                /* PAIR sockets receiving each stream's
-                                   connection events */
-    bool *down;                 /* stream lost its connection */
-    uint64_t failed_handshakes; /* transient handshake failures seen */
+    uint32_t n_streams;                       /* streams opened */
+    void *socks[S_MAX_STREAMS];               /* one DEALER per stream */
+    uint32_t sock_outstanding[S_MAX_STREAMS]; /* GETs in flight per stream:
+                                                 the daemon grants
+                                                 max_credit per connection */
+    void *mons[S_MAX_STREAMS];                /* PAIR sockets receiving each
+                                                 stream's connection events */
+    bool down[S_MAX_STREAMS];                 /* stream lost its connection */
+    bool ready[S_MAX_STREAMS];        /* may carry GETs: joined the session */
+    int fd[S_MAX_STREAMS];            /* its TCP socket (TCP_INFO), or -1 */
+    uint64_t rx_bytes[S_MAX_STREAMS]; /* sample bytes received */
+    uint64_t rx_bytes_tick[S_MAX_STREAMS];
+    double rx_rate[S_MAX_STREAMS]; /* bytes/s over the last tuner tick */
+    uint32_t max_streams;          /* the daemon's session limit; 0 = a daemon
+                                      without sessions (each stream a client) */
+    uint64_t sndbuf;               /* its send buffer per connection; 0 =
+                                      not said */
+    uint64_t failed_handshakes;    /* transient handshake failures seen */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -60,6 +77,7 @@ struct emlio_batch {
     emlio_client_t *owner;
     uint64_t epoch;
     uint64_t index;
+    uint32_t gen; /* request generation: its epoch's, in the request ids */
     emlio_sample_t *samples;
     size_t n; /* samples planned */
     size_t cap;
@@ -77,6 +95,17 @@ struct emlio_client {
     emlio_ctx_t *ctx;
     emlio_client_config_t cfg;
     char *name;
+    uint64_t session; /* random: lets the daemons count our streams once */
+    emlio_tuner_t tuner;
+    uint64_t window_bytes; /* per-stream TCP window the path allows */
+    uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
+    uint64_t srtt_ns;      /* smoothed RTT now */
+    uint64_t total_bytes;  /* sample bytes received, all epochs */
+    uint64_t total_wait_ns;
+    uint64_t batch_bytes;  /* mean bytes of one batch in this dataset */
+    bool advised;          /* the window advice was logged */
+    uint32_t *poll_daemon; /* poll item i -> daemon, stream */
+    uint32_t *poll_stream;
     s_daemon_t *daemons;
     uint32_t n_daemons;
     s_shard_t *shards;
@@ -88,6 +117,15 @@ struct emlio_client {
     bool in_epoch;
     uint64_t epoch;
     uint32_t gen;
+    /* The next epoch, planned and requested while the current one's last
+     * batches are still arriving (so the pipe never drains between
+     * epochs); its batches wait in the slots until begin_epoch takes it. */
+    emlio_plan_t *ahead_plan;
+    bool ahead;
+    uint64_t ahead_epoch;
+    uint32_t ahead_gen;
+    size_t ahead_n;
+    size_t ahead_next;
     size_t n_batches;
     size_t next_to_send; /* next plan batch to request */
     size_t next_deliver; /* in_order: the batch due next */
@@ -128,7 +166,7 @@ emlio_client_config_init(emlio_client_config_t *cfg)
     cfg->batch_size = 32;
     cfg->world = 1;
     cfg->shuffle = EMLIO_SHUFFLE_WINDOW;
-    cfg->streams = 2;
+    cfg->streams = 0;
     cfg->verify = true;
     cfg->connect_timeout_ms = 10000;
     cfg->timeout_ms = 60000;
@@ -145,7 +183,8 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
     self->cfg = *cfg;
     self->name = emlio_strdup(cfg->name ? cfg->name : "emlio-client");
     self->plan = emlio_plan_new();
-    if (!self->name || !self->plan) {
+    self->ahead_plan = emlio_plan_new();
+    if (!self->name || !self->plan || !self->ahead_plan) {
         emlio_client_destroy(&self);
         return NULL;
     }
@@ -154,10 +193,12 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
         self->cfg.batch_size = 1;
     if (self->cfg.world == 0)
         self->cfg.world = 1;
-    if (self->cfg.streams == 0)
-        self->cfg.streams = 1;
     if (self->cfg.streams > S_MAX_STREAMS)
         self->cfg.streams = S_MAX_STREAMS;
+    while (!self->session) /* never 0: that means "no session" on the wire */
+        if (getrandom(&self->session, sizeof(self->session), 0) !=
+            sizeof(self->session))
+            self->session = emlio__now_ns() ^ (uintptr_t)self;
     emlio_buf_init(&self->scratch);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
@@ -219,18 +260,34 @@ s_batch_put(emlio_client_t *self, emlio_batch_t *b)
     self->free_list = b;
 }
 
+/* Drops every batch in flight or waiting except those of generation keep
+ * (0: drops all), giving back the credits of their outstanding parts (late
+ * replies are recognized by their generation and ignored). */
 static void
-s_abandon_epoch(emlio_client_t *self)
+s_abandon_epoch(emlio_client_t *self, uint32_t keep)
 {
-    for (size_t i = 0; i < self->n_slots; i++)
-        s_batch_put(self, self->slots[i]);
-    self->n_slots = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < self->n_slots; i++) {
+        emlio_batch_t *b = self->slots[i];
+        if (keep && b->gen == keep) {
+            self->slots[k++] = b;
+            continue;
+        }
+        for (uint32_t p = 0; p < b->n_parts; p++) {
+            s_part_t *part = &b->parts[p];
+            if (part->done)
+                continue;
+            uint32_t *out =
+                &self->daemons[part->daemon].sock_outstanding[part->sock];
+            if (*out)
+                (*out)--;
+            if (self->outstanding_parts)
+                self->outstanding_parts--;
+        }
+        s_batch_put(self, b);
+    }
+    self->n_slots = k;
     self->ready_head = self->ready_tail = NULL;
-    self->outstanding_parts = 0;
-    for (uint32_t d = 0; d < self->n_daemons; d++)
-        if (self->daemons[d].sock_outstanding)
-            memset(self->daemons[d].sock_outstanding, 0,
-                   self->cfg.streams * sizeof(uint32_t));
     self->in_epoch = false;
 }
 
@@ -240,7 +297,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     if (!self_p || !*self_p)
         return;
     emlio_client_t *self = *self_p;
-    s_abandon_epoch(self);
+    s_abandon_epoch(self, 0);
     while (self->free_list) {
         emlio_batch_t *b = self->free_list;
         self->free_list = b->next;
@@ -248,18 +305,14 @@ emlio_client_destroy(emlio_client_t **self_p)
     }
     for (uint32_t d = 0; d < self->n_daemons; d++) {
         s_daemon_t *daemon = &self->daemons[d];
-        for (uint32_t s = 0; daemon->socks && s < self->cfg.streams; s++) {
+        for (uint32_t s = 0; s < daemon->n_streams; s++) {
             if (daemon->socks[s]) {
                 zmq_socket_monitor(daemon->socks[s], NULL, 0);
                 zmq_close(daemon->socks[s]);
             }
-            if (daemon->mons && daemon->mons[s])
+            if (daemon->mons[s])
                 zmq_close(daemon->mons[s]);
         }
-        emlio_free(daemon->socks);
-        emlio_free(daemon->mons);
-        emlio_free(daemon->down);
-        emlio_free(daemon->sock_outstanding);
         emlio_free(daemon->endpoint);
         emlio_free(daemon->local_id);
     }
@@ -270,12 +323,15 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_free(self->shards);
     emlio_free(self->daemons);
     emlio_free(self->poll);
+    emlio_free(self->poll_daemon);
+    emlio_free(self->poll_stream);
     emlio_free(self->slots);
     emlio_free(self->delivered);
     emlio_free(self->items);
     emlio_free(self->skipped);
     emlio_buf_release(&self->scratch);
     emlio_plan_destroy(&self->plan);
+    emlio_plan_destroy(&self->ahead_plan);
     emlio_free(self->name);
     emlio_free(self);
     *self_p = NULL;
@@ -294,6 +350,8 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
     if (!sock)
         return -1;
     daemon->socks[s] = sock;
+    daemon->fd[s] = -1;
+    daemon->n_streams = EMLIO_MAX(daemon->n_streams, s + 1);
     /* Credits bound what can be queued, so the high-water marks never need
      * to drop or block; heartbeats notice a dead peer; reconnects back off
      * exponentially up to 2 s while a daemon restarts. */
@@ -318,9 +376,10 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
             return -1;
     }
     char ep[96];
-    snprintf(ep, sizeof(ep), "inproc://emlio-mon-%p-%u-%u", (void *)self, d, s);
+    snprintf(ep, sizeof(ep), "inproc://emlio-mon-%" PRIu64 "-%u-%u",
+             emlio__unique_id(), d, s);
     if (zmq_socket_monitor(sock, ep,
-                           ZMQ_EVENT_DISCONNECTED |
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
                                ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
                                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
@@ -338,6 +397,26 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
 
 static int s_resend_stream(emlio_client_t *self, uint32_t d, uint32_t sock,
                            uint64_t before_ns);
+
+/* The id a HELLO on stream s carries: generation 0, which no GET uses. */
+#define S_HELLO_ID(s) S_ID(0, s, 0)
+
+/* Sends HELLO on stream s of daemon d: with our session, so that the
+ * daemon admits our streams as one client; a stream > 0 joins the session
+ * stream 0 opened. Returns 0 or -errno (nothing is lost: the caller
+ * decides). */
+static int
+s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
+{
+    if (emlio__wire_encode_hello(&self->scratch, self->name, self->session, s,
+                                 S_HELLO_ID(s)) < 0)
+        return -ENOMEM;
+    while (zmq_send(self->daemons[d].socks[s], self->scratch.data,
+                    self->scratch.len, ZMQ_DONTWAIT) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return 0;
+}
 
 /* Reads one monitor event if one is waiting: 1 (event and value set), 0
  * (none) or -errno. */
@@ -379,7 +458,11 @@ s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
     int rc;
     while ((rc = s_read_event(daemon->mons[s], &event, &value)) > 0) {
         switch (event) {
+        case ZMQ_EVENT_CONNECTED:
+            daemon->fd[s] = (int)value; /* for TCP_INFO */
+            break;
         case ZMQ_EVENT_DISCONNECTED:
+            daemon->fd[s] = -1;
             daemon->down[s] = true;
             emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
                       "lost connection %u to daemon '%s'; reconnecting", s,
@@ -392,6 +475,11 @@ s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
                           "reconnected %u to daemon '%s'; asking again for "
                           "what was in flight",
                           s, daemon->endpoint);
+                /* A restarted daemon knows nothing of our session: say
+                 * HELLO again first (ZeroMQ keeps the order), so the
+                 * stream counts as ours, not as another client. */
+                if (daemon->max_streams)
+                    s_send_hello(self, d, s);
                 rc = s_resend_stream(self, d, s, emlio__now_ns());
                 if (rc < 0)
                     return rc;
@@ -471,12 +559,11 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
             zmq_msg_t *frame, uint64_t deadline_ns)
 {
     void *sock = daemon->socks[0];
-    if (emlio__wire_encode_hello(&self->scratch, self->name) < 0)
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     uint64_t t0 = emlio__now_ns();
-    if (zmq_send(sock, self->scratch.data, self->scratch.len, 0) < 0)
-        return emlio__seterr(self->err, -errno, "cannot send to '%s': %s",
-                             daemon->endpoint, zmq_strerror(errno));
+    int sent = s_send_hello(self, (uint32_t)(daemon - self->daemons), 0);
+    if (sent < 0)
+        return emlio__seterr(self->err, sent, "cannot send to '%s': %s",
+                             daemon->endpoint, zmq_strerror(-sent));
     for (;;) {
         uint64_t now = emlio__now_ns();
         int left =
@@ -623,6 +710,96 @@ s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
     return 0;
 }
 
+/* Rebuilds the poll set after streams were added: one item per stream, in
+ * daemon order, then one per monitor. */
+static int
+s_rebuild_poll(emlio_client_t *self)
+{
+    size_t n = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        n += self->daemons[d].n_streams;
+    zmq_pollitem_t *poll = emlio_calloc(2 * n, sizeof(*poll));
+    uint32_t *pd = emlio_calloc(n, sizeof(*pd));
+    uint32_t *ps = emlio_calloc(n, sizeof(*ps));
+    if (!poll || !pd || !ps) {
+        emlio_free(poll);
+        emlio_free(pd);
+        emlio_free(ps);
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    }
+    size_t i = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        for (uint32_t s = 0; s < self->daemons[d].n_streams; s++, i++) {
+            poll[i] =
+                (zmq_pollitem_t){ self->daemons[d].socks[s], 0, ZMQ_POLLIN, 0 };
+            poll[n + i] =
+                (zmq_pollitem_t){ self->daemons[d].mons[s], 0, ZMQ_POLLIN, 0 };
+            pd[i] = d;
+            ps[i] = s;
+        }
+    emlio_free(self->poll);
+    emlio_free(self->poll_daemon);
+    emlio_free(self->poll_stream);
+    self->poll = poll;
+    self->poll_daemon = pd;
+    self->poll_stream = ps;
+    self->n_poll = n;
+    return 0;
+}
+
+/* Opens streams on every daemon until each has `want` (within its
+ * session limit). A new stream says HELLO to join our session and carries
+ * GETs once the daemon answered (s_receive_one marks it ready); a daemon
+ * without sessions takes GETs at once. */
+static int
+s_add_streams(emlio_client_t *self, uint32_t want)
+{
+    bool added = false;
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        s_daemon_t *daemon = &self->daemons[d];
+        uint32_t limit =
+            daemon->max_streams ? daemon->max_streams : S_MAX_STREAMS;
+        while (daemon->n_streams < EMLIO_MIN(want, limit)) {
+            uint32_t s = daemon->n_streams;
+            if (s_open_stream(self, daemon, d, s) != 0)
+                return emlio__seterr(self->err, -errno,
+                                     "cannot connect to '%s': %s",
+                                     daemon->endpoint, zmq_strerror(errno));
+            if (daemon->max_streams) {
+                int rc = s_send_hello(self, d, s);
+                if (rc < 0)
+                    return emlio__seterr(self->err, rc,
+                                         "cannot send to '%s': %s",
+                                         daemon->endpoint, zmq_strerror(-rc));
+            } else {
+                daemon->ready[s] = true;
+            }
+            added = true;
+        }
+    }
+    return added || !self->poll ? s_rebuild_poll(self) : 0;
+}
+
+/* The per-stream window the path allows: the smaller of the daemons' send
+ * buffers and the receive buffer this host autotunes to. */
+static void
+s_init_tuning(emlio_client_t *self)
+{
+    emlio_netpath_limits_t limits;
+    emlio__netpath_limits(&limits);
+    uint64_t rcv = EMLIO_MAX(limits.tcp_rmem_max, 2 * limits.rmem_max);
+    uint64_t snd = UINT64_MAX;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        snd = EMLIO_MIN(snd, self->daemons[d].sndbuf
+                                 ? self->daemons[d].sndbuf
+                                 : EMLIO_MAX(limits.tcp_wmem_max, 4u << 20));
+    self->window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
+    uint32_t start =
+        self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
+    emlio__tuner_init(&self->tuner, start, S_MAX_STREAMS,
+                      self->cfg.streams != 0, emlio__now_ns());
+}
+
 int
 emlio_client_connect(emlio_client_t *self, const char *endpoints)
 {
@@ -660,22 +837,17 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
                                  "empty endpoint in '%s'", endpoints);
         s_daemon_t *daemon = &self->daemons[self->n_daemons++];
         daemon->endpoint = emlio_malloc(len + 1);
-        daemon->socks = emlio_calloc(self->cfg.streams, sizeof(void *));
-        daemon->sock_outstanding =
-            emlio_calloc(self->cfg.streams, sizeof(uint32_t));
-        daemon->mons = emlio_calloc(self->cfg.streams, sizeof(void *));
-        daemon->down = emlio_calloc(self->cfg.streams, sizeof(bool));
-        if (!daemon->endpoint || !daemon->socks || !daemon->sock_outstanding ||
-            !daemon->mons || !daemon->down)
+        if (!daemon->endpoint)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
-        for (uint32_t s = 0; s < self->cfg.streams; s++) {
-            if (s_open_stream(self, daemon, self->n_daemons - 1, s) != 0)
-                return emlio__seterr(self->err, -errno,
-                                     "cannot connect to '%s': %s",
-                                     daemon->endpoint, zmq_strerror(errno));
-        }
+        /* Stream 0 says HELLO; the others join once we know the daemon
+         * admits them into our session (s_add_streams). */
+        if (s_open_stream(self, daemon, self->n_daemons - 1, 0) != 0)
+            return emlio__seterr(self->err, -errno,
+                                 "cannot connect to '%s': %s", daemon->endpoint,
+                                 zmq_strerror(errno));
+        daemon->ready[0] = true;
         p = end ? end + 1 : p + len;
     }
     /* Handshake with every daemon; the inventories' strings are borrowed
@@ -706,6 +878,9 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
             msgs[d].dataset);
         daemon->max_batch = msgs[d].max_batch ? msgs[d].max_batch : 4096;
         daemon->max_credit = msgs[d].max_credit ? msgs[d].max_credit : 16;
+        daemon->max_streams =
+            (uint32_t)EMLIO_MIN(msgs[d].max_streams, S_MAX_STREAMS);
+        daemon->sndbuf = msgs[d].sndbuf;
         n_entries += msgs[d].n_shards;
     }
     entries = emlio_calloc(n_entries, sizeof(*entries));
@@ -728,21 +903,10 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
     rc = s_merge_inventories(self, entries, n_entries);
     if (rc < 0)
         goto out;
-    /* One poll item per stream, in daemon order, then one per monitor. */
-    self->n_poll = (size_t)self->n_daemons * self->cfg.streams;
-    self->poll = emlio_calloc(2 * self->n_poll, sizeof(*self->poll));
-    if (!self->poll) {
-        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    s_init_tuning(self);
+    rc = s_add_streams(self, self->tuner.min_streams);
+    if (rc < 0)
         goto out;
-    }
-    for (uint32_t d = 0; d < self->n_daemons; d++)
-        for (uint32_t s = 0; s < self->cfg.streams; s++) {
-            zmq_pollitem_t *it = &self->poll[d * self->cfg.streams + s];
-            it->socket = self->daemons[d].socks[s];
-            it->events = ZMQ_POLLIN;
-            it[self->n_poll].socket = self->daemons[d].mons[s];
-            it[self->n_poll].events = ZMQ_POLLIN;
-        }
     rc = (int)self->n_daemons;
 out:
     for (uint32_t d = 0; d < got; d++) {
@@ -807,9 +971,12 @@ s_init_window(emlio_client_t *self)
     /* Every batch may need a part from any daemon, so the daemon with the
      * fewest credits bounds the window. */
     uint64_t credits = UINT64_MAX;
-    for (uint32_t d = 0; d < self->n_daemons; d++)
-        credits =
-            EMLIO_MIN(credits, self->daemons[d].max_credit * self->cfg.streams);
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        uint32_t ready = 0;
+        for (uint32_t k = 0; k < self->daemons[d].n_streams; k++)
+            ready += self->daemons[d].ready[k];
+        credits = EMLIO_MIN(credits, self->daemons[d].max_credit * ready);
+    }
     uint64_t records = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < self->n_shards; i++) {
@@ -817,6 +984,7 @@ s_init_window(emlio_client_t *self)
         bytes += self->shards[i].bytes;
     }
     uint64_t batch_bytes = records ? bytes / records * self->cfg.batch_size : 1;
+    self->batch_bytes = batch_bytes;
     uint64_t by_memory = S_MAX_INFLIGHT_BYTES / EMLIO_MAX(batch_bytes, 1);
     uint64_t max = EMLIO_MIN(credits, EMLIO_MAX(by_memory, 2));
     self->window_max = (uint32_t)EMLIO_MIN(EMLIO_MAX(max, 1), 65536);
@@ -824,19 +992,28 @@ s_init_window(emlio_client_t *self)
         self->window = EMLIO_MIN(self->cfg.inflight, self->window_max);
     } else {
         /* Start small and grow while the consumer starves (see s_adapt). */
-        uint32_t start = EMLIO_MAX(4, 2 * self->cfg.streams * self->n_daemons);
+        uint32_t start =
+            EMLIO_MAX(4, 2 * self->tuner.min_streams * self->n_daemons);
         self->window = EMLIO_MIN(start, self->window_max);
     }
 }
 
-int
-emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
+static int s_compact(emlio_client_t *self, emlio_batch_t *b);
+static void s_queue_ready(emlio_client_t *self, emlio_batch_t *b);
+
+/* Never generation 0: id 0 is what a daemon uses for errors it cannot tie
+ * to a request, and HELLO ids use generation 0. */
+static uint32_t
+s_next_gen(uint32_t gen)
 {
-    assert(self);
-    if (!self->n_shards)
-        return emlio__seterr(self->err, EMLIO_EINVAL,
-                             "connect before starting an epoch");
-    s_abandon_epoch(self);
+    gen = (gen + 1) & 0xffffff;
+    return gen ? gen : 1;
+}
+
+/* Plans `epoch` for this rank into plan. Returns its batch count or < 0. */
+static int
+s_plan_build(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
+{
     emlio_plan_shard_t *in = emlio_calloc(self->n_shards, sizeof(*in));
     if (!in)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -856,11 +1033,39 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     params.shuffle = self->cfg.shuffle;
     params.window_shards = self->cfg.window_shards;
     params.drop_last = self->cfg.drop_last;
-    int rc = emlio_plan_build(self->plan, in, self->n_shards, &params);
+    int rc = emlio_plan_build(plan, in, self->n_shards, &params);
     emlio_free(in);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "cannot plan epoch %" PRIu64 ": %s",
-                             epoch, emlio_plan_errmsg(self->plan));
+                             epoch, emlio_plan_errmsg(plan));
+    size_t n = emlio_plan_batch_count(plan);
+    if (n > UINT32_MAX)
+        return emlio__seterr(self->err, EMLIO_ELIMIT, "too many batches");
+    return (int)n;
+}
+
+/* begin_epoch(epoch) when that epoch was requested ahead: it becomes the
+ * current one, with the batches already in flight or arrived. */
+static void
+s_take_ahead(emlio_client_t *self)
+{
+    s_abandon_epoch(self, self->ahead_gen);
+    emlio_plan_t *plan = self->plan;
+    self->plan = self->ahead_plan;
+    self->ahead_plan = plan;
+    self->gen = self->ahead_gen;
+    self->n_batches = self->ahead_n;
+    self->next_to_send = self->ahead_next;
+    self->ahead = false;
+}
+
+int
+emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
+{
+    assert(self);
+    if (!self->n_shards)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "connect before starting an epoch");
     for (uint32_t d = 0; d < self->n_daemons; d++)
         if (self->cfg.batch_size > self->daemons[d].max_batch)
             return emlio__seterr(self->err, EMLIO_ELIMIT,
@@ -869,9 +1074,21 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
                                  self->cfg.batch_size,
                                  self->daemons[d].endpoint,
                                  self->daemons[d].max_batch);
-    size_t n = emlio_plan_batch_count(self->plan);
-    if (n > UINT32_MAX)
-        return emlio__seterr(self->err, EMLIO_ELIMIT, "too many batches");
+    bool took_ahead = self->ahead && self->ahead_epoch == epoch;
+    if (took_ahead) {
+        s_take_ahead(self);
+    } else {
+        uint32_t last = self->ahead ? self->ahead_gen : self->gen;
+        s_abandon_epoch(self, 0);
+        self->ahead = false;
+        int rc = s_plan_build(self, self->plan, epoch);
+        if (rc < 0)
+            return rc;
+        self->n_batches = (size_t)rc;
+        self->next_to_send = 0;
+        self->gen = s_next_gen(last);
+    }
+    size_t n = self->n_batches;
     uint8_t *bits = emlio_realloc(self->delivered, n / 8 + 1);
     if (!bits)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -882,28 +1099,44 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
         if (!self->items)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     }
-    if (!self->window)
+    if (!self->window) {
         s_init_window(self);
+    } else if (!self->cfg.inflight) {
+        /* Keep what the window grew to, within the bounds of now (streams
+         * may have been added). */
+        uint32_t window = self->window;
+        s_init_window(self);
+        self->window =
+            EMLIO_MIN(EMLIO_MAX(window, self->window), self->window_max);
+    }
     self->epoch = epoch;
-    /* Never generation 0: id 0 is what a daemon uses for errors it cannot
-     * tie to a request. */
-    self->gen = (self->gen + 1) & 0xffffff;
-    if (self->gen == 0)
-        self->gen = 1;
-    self->n_batches = n;
-    self->next_to_send = 0;
     self->next_deliver = 0;
     self->n_delivered = 0;
     self->in_epoch = true;
     self->epoch_start_ns = emlio__now_ns();
     self->last_delivery_ns = self->epoch_start_ns;
     self->first_batch_ns = 0;
+    self->total_wait_ns += self->wait_ns;
     self->wait_ns = 0;
     self->stat_samples = 0;
     self->stat_bytes = 0;
     self->n_skipped = 0;
     self->adapt_ns = self->epoch_start_ns;
     self->adapt_batches = 0;
+    if (took_ahead) {
+        /* Batches of this epoch that arrived while the last one ran are
+         * complete now (in_order finds them in the slots). */
+        for (size_t i = 0; i < self->n_slots; i++) {
+            emlio_batch_t *b = self->slots[i];
+            if (b->parts_done != b->n_parts)
+                continue;
+            int rc = s_compact(self, b);
+            if (rc < 0)
+                return rc;
+            if (!self->cfg.in_order)
+                s_queue_ready(self, b);
+        }
+    }
     return (int)n;
 }
 
@@ -919,15 +1152,17 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         self->items[i].shard = daemon->local_id[s->shard];
         self->items[i].record = s->record;
     }
-    if (emlio__wire_encode_get(&self->scratch, S_ID(self->gen, b->index, p),
+    if (emlio__wire_encode_get(&self->scratch, S_ID(b->gen, b->index, p),
                                daemon->dataset, self->items, part->n) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     if (sock == UINT32_MAX) {
-        /* The least-loaded stream: replies come back out of order, so round
-         * robin alone could push one connection past its credits. */
+        /* The least-loaded stream that may carry GETs: replies come back
+         * out of order, so round robin alone could push one connection
+         * past its credits. */
         sock = 0;
-        for (uint32_t k = 1; k < self->cfg.streams; k++)
-            if (daemon->sock_outstanding[k] < daemon->sock_outstanding[sock])
+        for (uint32_t k = 1; k < daemon->n_streams; k++)
+            if (daemon->ready[k] &&
+                daemon->sock_outstanding[k] < daemon->sock_outstanding[sock])
                 sock = k;
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
@@ -966,17 +1201,20 @@ s_resend_stream(emlio_client_t *self, uint32_t d, uint32_t sock,
     return 0;
 }
 
-/* Sends the GETs of plan batch i, one per daemon that holds its samples. */
+/* Sends the GETs of batch `index` of plan (epoch, request generation gen),
+ * one per daemon that holds its samples. */
 static int
-s_request_batch(emlio_client_t *self, size_t index)
+s_request_batch(emlio_client_t *self, const emlio_plan_t *from, uint64_t epoch,
+                uint32_t gen, size_t index)
 {
     size_t n;
-    const emlio_plan_sample_t *plan = emlio_plan_batch(self->plan, index, &n);
+    const emlio_plan_sample_t *plan = emlio_plan_batch(from, index, &n);
     emlio_batch_t *b = s_batch_get(self, n);
     if (!b)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    b->epoch = self->epoch;
+    b->epoch = epoch;
     b->index = index;
+    b->gen = gen;
     /* Group the samples by daemon, keeping plan order within each part. */
     uint32_t counts[S_MAX_DAEMONS] = { 0 };
     int part_of[S_MAX_DAEMONS];
@@ -1012,6 +1250,39 @@ s_request_batch(emlio_client_t *self, size_t index)
     return 0;
 }
 
+/* With every batch of the current epoch requested and room in the window,
+ * requests the next epoch's first batches (cfg.end_epoch permitting), so
+ * the pipe stays full across the epoch boundary. A plan that fails here
+ * only means no overlap: begin_epoch will report the failure. */
+static int
+s_fill_ahead(emlio_client_t *self)
+{
+    uint64_t next = self->epoch + 1;
+    if (!self->in_epoch || next == 0 ||
+        (self->cfg.end_epoch && next >= self->cfg.end_epoch))
+        return 0;
+    if (!self->ahead) {
+        int n = s_plan_build(self, self->ahead_plan, next);
+        if (n < 0) {
+            snprintf(self->err, sizeof(self->err), "no error");
+            self->cfg.end_epoch = next; /* do not try again */
+            return 0;
+        }
+        self->ahead = true;
+        self->ahead_epoch = next;
+        self->ahead_gen = s_next_gen(self->gen);
+        self->ahead_n = (size_t)n;
+        self->ahead_next = 0;
+    }
+    while (self->n_slots < self->window && self->ahead_next < self->ahead_n) {
+        int rc = s_request_batch(self, self->ahead_plan, self->ahead_epoch,
+                                 self->ahead_gen, self->ahead_next++);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Keeps the window full: requests plan batches until `window` are out. */
 static int
 s_fill_window(emlio_client_t *self)
@@ -1029,18 +1300,20 @@ s_fill_window(emlio_client_t *self)
         size_t i = self->next_to_send++;
         if (s_is_delivered(self, i))
             continue; /* resumed from saved state */
-        int rc = s_request_batch(self, i);
+        int rc = s_request_batch(self, self->plan, self->epoch, self->gen, i);
         if (rc < 0)
             return rc;
     }
+    if (self->n_slots < self->window && self->next_to_send >= self->n_batches)
+        return s_fill_ahead(self);
     return 0;
 }
 
 static emlio_batch_t *
-s_find_slot(emlio_client_t *self, uint64_t index, size_t *pos)
+s_find_slot(emlio_client_t *self, uint32_t gen, uint64_t index, size_t *pos)
 {
     for (size_t i = 0; i < self->n_slots; i++)
-        if (self->slots[i]->index == index) {
+        if (self->slots[i]->index == index && self->slots[i]->gen == gen) {
             if (pos)
                 *pos = i;
             return self->slots[i];
@@ -1077,29 +1350,72 @@ s_compact(emlio_client_t *self, emlio_batch_t *b)
     return 0;
 }
 
+/* Appends b to the out-of-order delivery queue. */
+static void
+s_queue_ready(emlio_client_t *self, emlio_batch_t *b)
+{
+    b->next = NULL;
+    if (self->ready_tail)
+        self->ready_tail->next = b;
+    else
+        self->ready_head = b;
+    self->ready_tail = b;
+}
+
+/* All parts of b arrived. A batch of the epoch requested ahead waits in
+ * its slot until begin_epoch takes that epoch (its holes are compacted
+ * then, when the skipped list belongs to that epoch). */
 static int
 s_complete(emlio_client_t *self, emlio_batch_t *b)
 {
+    if (b->gen != self->gen)
+        return 0;
     int rc = s_compact(self, b);
     if (rc < 0)
         return rc;
-    if (!self->cfg.in_order) {
-        b->next = NULL;
-        if (self->ready_tail)
-            self->ready_tail->next = b;
-        else
-            self->ready_head = b;
-        self->ready_tail = b;
-    }
+    if (!self->cfg.in_order)
+        s_queue_ready(self, b);
     return 0;
+}
+
+/* The daemon's answer to a stream's HELLO (ids of generation 0): WELCOME
+ * lets the stream carry GETs; ERROR (the session has all the streams the
+ * daemon allows) caps the streams of that daemon where they are. */
+static int
+s_joined(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg)
+{
+    s_daemon_t *daemon = &self->daemons[d];
+    uint64_t s = S_ID_BATCH(msg->id);
+    if (s >= daemon->n_streams)
+        return 1; /* not ours: ignore */
+    if (msg->type == EMLIO_MSG_WELCOME) {
+        if (!daemon->ready[s]) {
+            daemon->ready[s] = true;
+            if (self->n_batches && !self->cfg.inflight) {
+                /* More streams, more credits: the window may grow. */
+                uint32_t window = self->window;
+                s_init_window(self);
+                self->window = EMLIO_MAX(window, self->window);
+                self->window = EMLIO_MIN(self->window, self->window_max);
+            }
+        }
+        return 1;
+    }
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+              "daemon '%s' refused stream %" PRIu64
+              ": %.*s; staying at %" PRIu64 " streams",
+              daemon->endpoint, s, (int)msg->text_len, msg->text, s);
+    daemon->max_streams = (uint32_t)EMLIO_MAX(s, 1);
+    return 1;
 }
 
 /* Receives and files one reply from daemon d's socket. Returns 1 when a
  * message was handled, 0 when none was waiting, < 0 on failure. */
 static int
-s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
+s_receive_one(emlio_client_t *self, uint32_t d, uint32_t stream)
 {
     s_daemon_t *daemon = &self->daemons[d];
+    void *sock = daemon->socks[stream];
     zmq_msg_t header;
     zmq_msg_init(&header);
     if (zmq_msg_recv(&header, sock, ZMQ_DONTWAIT) < 0) {
@@ -1124,10 +1440,16 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
     rc = 1;
     emlio_batch_t *b = NULL;
     s_part_t *part = NULL;
+    if (S_ID_GEN(msg.id) == 0 && msg.id != 0 &&
+        (msg.type == EMLIO_MSG_WELCOME || msg.type == EMLIO_MSG_ERROR)) {
+        rc = s_joined(self, d, &msg);
+        goto out;
+    }
     if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR) {
         uint64_t part_no = S_ID_PART(msg.id);
-        if (S_ID_GEN(msg.id) == self->gen)
-            b = s_find_slot(self, S_ID_BATCH(msg.id), NULL);
+        uint64_t gen = S_ID_GEN(msg.id);
+        if (gen == self->gen || (self->ahead && gen == self->ahead_gen))
+            b = s_find_slot(self, (uint32_t)gen, S_ID_BATCH(msg.id), NULL);
         if (b && part_no < b->n_parts && b->parts[part_no].daemon == d &&
             !b->parts[part_no].done)
             part = &b->parts[part_no];
@@ -1189,6 +1511,8 @@ s_receive_one(emlio_client_t *self, uint32_t d, void *sock)
             goto out;
         }
         b->bytes += s->len;
+        daemon->rx_bytes[stream] += s->len;
+        self->total_bytes += s->len;
     }
     part->done = true;
     daemon->sock_outstanding[part->sock]--;
@@ -1214,19 +1538,147 @@ s_adapt(emlio_client_t *self, bool starved)
     uint64_t dt = now - self->adapt_ns;
     if (dt < 50000000ull)
         return;
+    uint32_t streams = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        for (uint32_t k = 0; k < self->daemons[d].n_streams; k++)
+            streams += self->daemons[d].ready[k];
     uint64_t batches = self->n_delivered - self->adapt_batches;
     double rate = (double)batches * 1e9 / (double)dt;
     double bdp = rate * (double)self->min_latency_ns / 1e9;
-    uint32_t target = (uint32_t)(2 * bdp) + self->cfg.streams * self->n_daemons;
+    uint32_t target = (uint32_t)(2 * bdp) + streams;
     if (starved)
         target = EMLIO_MAX(target, self->window + self->window / 2 + 1);
     else if (target < self->window / 2)
         target = self->window; /* shrink lazily: no flapping */
     else
         target = EMLIO_MAX(target, self->window);
+    /* A stream has at most one TCP window on the wire per RTT: requests
+     * beyond two windows per stream only wait in the daemon's queues (and
+     * cost us memory: fresh pages are dear), so a starving consumer on a
+     * window-limited path is helped by streams (s_tune), not by more
+     * batches in flight. */
+    if (self->window_bytes && self->batch_bytes) {
+        uint64_t per_path =
+            2 * self->window_bytes * streams / EMLIO_MAX(self->batch_bytes, 1) +
+            2 * (uint64_t)streams;
+        target = (uint32_t)EMLIO_MIN((uint64_t)target, per_path);
+    }
     self->window = EMLIO_MIN(EMLIO_MAX(target, 2u), self->window_max);
     self->adapt_ns = now;
     self->adapt_batches = self->n_delivered;
+}
+
+/* Samples the kernel's view of our streams: the path's RTT floor (lowest
+ * min RTT) and its smoothed RTT now (the mean over streams). */
+static void
+s_sample_paths(emlio_client_t *self)
+{
+    uint64_t floor_us = UINT64_MAX, sum_us = 0, n = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        s_daemon_t *daemon = &self->daemons[d];
+        for (uint32_t s = 0; s < daemon->n_streams; s++) {
+            emlio_netpath_info_t info;
+            if (daemon->fd[s] < 0 ||
+                emlio__netpath_info(daemon->fd[s], &info) < 0 || !info.rtt_us)
+                continue;
+            uint32_t low = info.min_rtt_us ? info.min_rtt_us : info.rtt_us;
+            floor_us = EMLIO_MIN(floor_us, low);
+            sum_us += info.rtt_us;
+            n++;
+        }
+    }
+    if (n) {
+        self->rtt_ns = floor_us * 1000;
+        self->srtt_ns = sum_us * 1000 / n;
+    }
+}
+
+/* Logs once, when the windows limit the rate, what would lift it. */
+static void
+s_advise(emlio_client_t *self)
+{
+    if (self->advised || self->tuner.limit != EMLIO_LIMIT_WINDOW ||
+        !self->rtt_ns)
+        return;
+    self->advised = true;
+    double rtt_s = (double)self->rtt_ns / 1e9;
+    double per_stream = (double)self->window_bytes / rtt_s / 1e6;
+    /* A buffer covering this path's bandwidth-delay product at 1.25 GB/s
+     * (10 Gb/s) for one stream. */
+    double need_mib = 1.25e9 * rtt_s / (1 << 20);
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+              "the path is window-limited: RTT %.1f ms, window %" PRIu64
+              " KiB, so each stream carries at most ~%.0f MB/s; %s streams. "
+              "To carry more per stream, raise net.ipv4.tcp_wmem's maximum "
+              "on the daemon host ('%s') and net.ipv4.tcp_rmem's maximum on "
+              "this host to %.0f MiB (~1,250 MB/s per stream at this RTT), or "
+              "run emliod with CAP_NET_ADMIN (it then forces 32 MiB send "
+              "buffers); see docs/tuning.md",
+              rtt_s * 1e3, self->window_bytes >> 10, per_stream,
+              self->tuner.pinned ? "--streams pins the number of"
+                                 : "opening more",
+              self->daemons[0].endpoint, need_mib);
+}
+
+/* One step of the stream tuner (tuner.h), at most once per tick: measures
+ * the rate, the consumer's waiting and the path, and opens streams when
+ * the windows, not the consumer or the daemons, hold the rate back.
+ * waiting_ns is the wait in progress inside next(). */
+static int
+s_tune(emlio_client_t *self, uint64_t waiting_ns)
+{
+    uint64_t now = emlio__now_ns();
+    uint64_t tick = EMLIO_MAX(4 * self->rtt_ns, EMLIO_TUNER_MIN_TICK_NS);
+    if (now - self->tuner.last_tick_ns < tick)
+        return 0;
+    s_sample_paths(self);
+    uint64_t rtt = self->rtt_ns;
+    uint32_t streams = UINT32_MAX;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        streams = EMLIO_MIN(streams, self->daemons[d].n_streams);
+    uint64_t dt = now - self->tuner.last_tick_ns;
+    /* Bytes asked for and not yet here, per stream: parts in flight times
+     * the mean part size. */
+    uint64_t part_bytes = self->batch_bytes / EMLIO_MAX(self->n_daemons, 1);
+    emlio_tuner_input_t in = {
+        .now_ns = now,
+        .bytes = self->total_bytes,
+        .wait_ns = self->total_wait_ns + self->wait_ns + waiting_ns,
+        .streams = streams,
+        .window = self->window_bytes,
+        .queued = self->outstanding_parts * part_bytes /
+                  EMLIO_MAX((uint64_t)streams * self->n_daemons, 1),
+        .rtt_ns = rtt,
+        .srtt_ns = self->srtt_ns,
+    };
+    uint32_t want = emlio__tuner_step(&self->tuner, &in);
+    if (!want)
+        return 0;
+    emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
+              "tuner: %.1f MB/s, consumer waited %.0f%%, %u streams, %" PRIu64
+              " KiB asked per stream, window %" PRIu64
+              " KiB, RTT %.2f/%.2f ms: %s%s",
+              self->tuner.rate / 1e6, 100 * self->tuner.wait_share, streams,
+              in.queued >> 10, in.window >> 10, (double)rtt / 1e6,
+              (double)self->srtt_ns / 1e6, emlio_limit_name(self->tuner.limit),
+              self->tuner.settled ? " (settled)" : "");
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        s_daemon_t *daemon = &self->daemons[d];
+        for (uint32_t s = 0; s < daemon->n_streams; s++) {
+            daemon->rx_rate[s] =
+                (double)(daemon->rx_bytes[s] - daemon->rx_bytes_tick[s]) * 1e9 /
+                (double)dt;
+            daemon->rx_bytes_tick[s] = daemon->rx_bytes[s];
+        }
+    }
+    s_advise(self);
+    if (want <= streams)
+        return 0;
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+              "%.0f MB/s over %u streams per daemon at RTT %.1f ms is "
+              "window-limited; opening %u",
+              self->tuner.rate / 1e6, streams, (double)rtt / 1e6, want);
+    return s_add_streams(self, want);
 }
 
 static emlio_batch_t *
@@ -1238,7 +1690,7 @@ s_take_ready(emlio_client_t *self)
         while (self->next_deliver < self->n_batches &&
                s_is_delivered(self, self->next_deliver))
             self->next_deliver++;
-        b = s_find_slot(self, self->next_deliver, &pos);
+        b = s_find_slot(self, self->gen, self->next_deliver, &pos);
         if (!b || b->parts_done != b->n_parts)
             return NULL;
     } else {
@@ -1248,7 +1700,7 @@ s_take_ready(emlio_client_t *self)
         self->ready_head = b->next;
         if (!self->ready_head)
             self->ready_tail = NULL;
-        emlio_batch_t *slot = s_find_slot(self, b->index, &pos);
+        emlio_batch_t *slot = s_find_slot(self, b->gen, b->index, &pos);
         assert(slot == b);
         (void)slot;
     }
@@ -1269,7 +1721,10 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
     bool waited = false;
     bool starved = false;
     for (;;) {
-        int rc = s_fill_window(self);
+        int rc = s_tune(self, waited ? emlio__now_ns() - wait_start : 0);
+        if (rc < 0)
+            return rc;
+        rc = s_fill_window(self);
         if (rc < 0)
             return rc;
         emlio_batch_t *b = s_take_ready(self);
@@ -1324,8 +1779,8 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
         for (size_t i = 0; i < self->n_poll; i++) {
             if (!(self->poll[self->n_poll + i].revents & ZMQ_POLLIN))
                 continue;
-            rc = s_handle_events(self, (uint32_t)(i / self->cfg.streams),
-                                 (uint32_t)(i % self->cfg.streams));
+            rc = s_handle_events(self, self->poll_daemon[i],
+                                 self->poll_stream[i]);
             if (rc < 0) {
                 self->wait_ns += emlio__now_ns() - wait_start;
                 return rc;
@@ -1334,11 +1789,11 @@ emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
         for (size_t i = 0; i < self->n_poll; i++) {
             if (!(self->poll[i].revents & ZMQ_POLLIN))
                 continue;
-            uint32_t d = (uint32_t)(i / self->cfg.streams);
             /* Drain what is queued on this stream, a bounded amount so the
              * other streams are served too. */
             for (int k = 0; k < 64; k++) {
-                rc = s_receive_one(self, d, self->poll[i].socket);
+                rc = s_receive_one(self, self->poll_daemon[i],
+                                   self->poll_stream[i]);
                 if (rc < 0) {
                     self->wait_ns += emlio__now_ns() - wait_start;
                     return rc;
@@ -1397,6 +1852,43 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
     out->inflight = self->window;
     out->retries = self->retries;
     out->skipped = self->n_skipped;
+    out->rtt_ms = (double)self->rtt_ns / 1e6;
+    out->mb_per_s = self->tuner.rate / 1e6;
+    out->streams = UINT32_MAX;
+    for (uint32_t d = 0; d < self->n_daemons; d++)
+        out->streams = EMLIO_MIN(out->streams, self->daemons[d].n_streams);
+    if (!self->n_daemons)
+        out->streams = 0;
+    out->limit = self->tuner.limit;
+    out->window = self->window_bytes;
+}
+
+size_t
+emlio_client_streams(const emlio_client_t *self, emlio_stream_stats_t *out,
+                     size_t max)
+{
+    size_t n = 0;
+    for (uint32_t d = 0; d < self->n_daemons; d++) {
+        const s_daemon_t *daemon = &self->daemons[d];
+        for (uint32_t s = 0; s < daemon->n_streams; s++, n++) {
+            if (n >= max)
+                continue;
+            emlio_netpath_info_t info;
+            double rtt = 0;
+            if (daemon->fd[s] >= 0 &&
+                emlio__netpath_info(daemon->fd[s], &info) == 0)
+                rtt = info.rtt_us / 1e3;
+            out[n] = (emlio_stream_stats_t){
+                .daemon = d,
+                .stream = s,
+                .ready = daemon->ready[s],
+                .mb_per_s = daemon->rx_rate[s] / 1e6,
+                .rtt_ms = rtt,
+                .bytes = daemon->rx_bytes[s],
+            };
+        }
+    }
+    return n;
 }
 
 const emlio_sample_t *
@@ -1526,6 +2018,10 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
     }
     uint64_t epoch = s_get64(blob + 56);
     uint64_t n = s_get64(blob + 64);
+    /* Nothing requested ahead may survive: some of it may be delivered
+     * already according to the state. */
+    s_abandon_epoch(self, 0);
+    self->ahead = false;
     int rc = emlio_client_begin_epoch(self, epoch);
     if (rc < 0)
         return rc;

@@ -3,6 +3,8 @@
  */
 #include "emlio_internal.h"
 
+#include <stdatomic.h>
+
 #include <time.h>
 #include <zmq.h>
 
@@ -54,14 +56,14 @@ emlio_ctx_set_log(emlio_ctx_t *self, emlio_log_fn *fn, void *userdata,
 }
 
 int
-emlio__ctx_log_level(const emlio_ctx_t *ctx)
+emlio_ctx_log_level(const emlio_ctx_t *ctx)
 {
     return ctx ? ctx->log_level : -1;
 }
 
 void
-emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
-               const char *fmt, ...)
+emlio_ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
+              const char *fmt, ...)
 {
     if (!ctx || !ctx->log_fn || level > ctx->log_level)
         return;
@@ -104,4 +106,11 @@ double
 emlio__now_s(void)
 {
     return (double)emlio__now_ns() / 1e9;
+}
+
+uint64_t
+emlio__unique_id(void)
+{
+    static atomic_uint_fast64_t next;
+    return atomic_fetch_add(&next, 1) + 1;
 }

@@ -45,7 +45,6 @@ void *emlio_realloc(void *ptr, size_t len);
 /* realloc(ptr, n * size), failing instead of overflowing. */
 void *emlio_reallocarray(void *ptr, size_t n, size_t size);
 char *emlio_strdup(const char *s);
-void emlio_free(void *ptr);
 
 /* Size of the per-handle error-message buffers. */
 #define EMLIO_ERRMSG_LEN 512
@@ -57,13 +56,10 @@ int emlio__seterr(char *errbuf, int rc, const char *fmt, ...)
 
 /* Logging through the context's sink. The macro tests the level first so
  * hot paths pay nothing for arguments when the level is off. */
-int emlio__ctx_log_level(const emlio_ctx_t *ctx);
-void emlio__ctx_log(const emlio_ctx_t *ctx, int level, const char *module,
-                    const char *fmt, ...) EMLIO_PRINTF(4, 5);
-#define emlio_log(ctx, level, module, ...)                         \
-    do {                                                           \
-        if ((level) <= emlio__ctx_log_level(ctx))                  \
-            emlio__ctx_log((ctx), (level), (module), __VA_ARGS__); \
+#define emlio_log(ctx, level, module, ...)                        \
+    do {                                                          \
+        if ((level) <= emlio_ctx_log_level(ctx))                  \
+            emlio_ctx_log((ctx), (level), (module), __VA_ARGS__); \
     } while (0)
 
 /* Receives and discards the remaining frames of the multipart message
@@ -75,6 +71,11 @@ void *emlio__ctx_zmq(const emlio_ctx_t *ctx);
 
 /* Monotonic clock in nanoseconds and seconds. */
 uint64_t emlio__now_ns(void);
+
+/* A number never returned before in this process: names inproc endpoints,
+ * which outlive their sockets briefly (ZeroMQ unbinds them
+ * asynchronously), so an address-based name could be reused too soon. */
+uint64_t emlio__unique_id(void);
 double emlio__now_s(void);
 
 #endif /* EMLIO_INTERNAL_H */

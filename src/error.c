@@ -29,6 +29,12 @@ emlio_version(void)
     return EMLIO_VERSION;
 }
 
+const char *
+emlio_version_string(void)
+{
+    return EMLIO_VERSION_STRING;
+}
+
 size_t
 emlio_struct_size(int which)
 {
@@ -43,6 +49,8 @@ emlio_struct_size(int which)
         return sizeof(emlio_server_config_t);
     case EMLIO_STRUCT_PLAN_SAMPLE:
         return sizeof(emlio_plan_sample_t);
+    case EMLIO_STRUCT_STREAM_STATS:
+        return sizeof(emlio_stream_stats_t);
     default:
         return 0;
     }

@@ -3,7 +3,7 @@
  */
 #include "emlio_internal.h"
 
-#include "example.h"
+#include "emlio/example.h"
 
 /* Protobuf wire types. */
 #define WT_VARINT 0
@@ -345,8 +345,8 @@ s_clear_fields(emlio_example_field_t *fields, size_t n)
 }
 
 int
-emlio__example_parse(const uint8_t *buf, size_t len,
-                     emlio_example_field_t *fields, size_t n)
+emlio_example_parse(const uint8_t *buf, size_t len,
+                    emlio_example_field_t *fields, size_t n)
 {
     assert((buf || len == 0) && (fields || n == 0));
     s_clear_fields(fields, n);
@@ -378,8 +378,8 @@ s_foreach_entry(void *userdata, const uint8_t *key, size_t key_len,
 }
 
 int
-emlio__example_foreach(const uint8_t *buf, size_t len, emlio_example_key_fn *fn,
-                       void *userdata)
+emlio_example_foreach(const uint8_t *buf, size_t len, emlio_example_key_fn *fn,
+                      void *userdata)
 {
     assert((buf || len == 0) && fn);
     s_foreach_t each = { fn, userdata };
@@ -428,9 +428,9 @@ s_put_header(uint8_t *p, uint32_t field, size_t n)
 }
 
 int
-emlio__example_build(emlio_buf_t *out, const char *bytes_key,
-                     const uint8_t *bytes, size_t bytes_len,
-                     const char *int64_key, int64_t int64)
+emlio_example_build(emlio_buf_t *out, const char *bytes_key,
+                    const uint8_t *bytes, size_t bytes_len,
+                    const char *int64_key, int64_t int64)
 {
     assert(out && bytes_key && int64_key && (bytes || bytes_len == 0));
     size_t bkey_len = strlen(bytes_key);

@@ -10,7 +10,8 @@
 
 #include "buf.h"
 #include "crc32c.h"
-#include "example.h"
+#include "emlio/example.h"
+#include "netpath.h"
 #include "queue.h"
 #include "security.h"
 #include "shardset.h"
@@ -61,7 +62,9 @@ typedef struct s_peer {
     uint8_t id_len;
     uint32_t outstanding;
     uint64_t last_seen_ns;
-    bool stalled; /* a reply could not be queued: it does not read */
+    uint64_t session; /* the client session it joined by HELLO; 0 = none
+                         (a v1 client: each connection is a client) */
+    bool stalled;     /* a reply could not be queued: it does not read */
 } s_peer_t;
 
 struct emlio_server {
@@ -95,6 +98,9 @@ struct emlio_server {
     s_peer_t *peers;
     size_t n_peers;
     size_t cap_peers;
+    size_t n_clients; /* sessions, counting a session-less peer as one */
+    void *monitor;    /* connection events of the ROUTER (PAIR), or NULL */
+    emlio_netpath_bufplan_t sndbuf;
     /* Counters. */
     atomic_uint_fast64_t requests;
     atomic_uint_fast64_t errors;
@@ -103,6 +109,7 @@ struct emlio_server {
     atomic_uint_fast64_t corrupt_skipped;
     atomic_uint_fast64_t clients;
     atomic_uint_fast64_t active_clients;
+    atomic_uint_fast64_t active_streams;
     emlio_zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
@@ -220,8 +227,11 @@ emlio_server_destroy(emlio_server_t **self_p)
     if (self->router) {
         int linger = 0;
         zmq_setsockopt(self->router, ZMQ_LINGER, &linger, sizeof(linger));
+        zmq_socket_monitor(self->router, NULL, 0);
         zmq_close(self->router);
     }
+    if (self->monitor)
+        zmq_close(self->monitor);
     if (s_wait_batches_released(self)) {
         emlio__shardset_release(&self->set);
     } else {
@@ -254,6 +264,31 @@ s_shardset_log(void *userdata, const char *msg)
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", msg);
 }
 
+/* Encodes the WELCOME once, when both the inventory (load) and the
+ * connections' send buffer (bind) are known; every client gets these
+ * bytes. */
+static int
+s_encode_welcome(emlio_server_t *self)
+{
+    emlio_wire_shard_t *inv = emlio_calloc(self->set.n, sizeof(*inv));
+    if (!inv)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (size_t i = 0; i < self->set.n; i++) {
+        inv[i].name = self->set.shards[i].name;
+        inv[i].name_len = strlen(inv[i].name);
+        inv[i].records = emlio_tfrecord_count(self->set.shards[i].file);
+        inv[i].bytes = emlio_tfrecord_size(self->set.shards[i].file);
+    }
+    int rc = emlio__wire_encode_welcome(
+        &self->welcome, self->name, self->set.fingerprint, self->cfg.max_batch,
+        self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS, self->sndbuf.effective,
+        inv, self->set.n);
+    emlio_free(inv);
+    if (rc < 0)
+        return emlio__seterr(self->err, rc, "out of memory");
+    return 0;
+}
+
 int
 emlio_server_load(emlio_server_t *self)
 {
@@ -265,21 +300,6 @@ emlio_server_load(emlio_server_t *self)
                                   self->err);
     if (rc < 0)
         return rc;
-    emlio_wire_shard_t *inv = emlio_calloc(self->set.n, sizeof(*inv));
-    if (!inv)
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    for (size_t i = 0; i < self->set.n; i++) {
-        inv[i].name = self->set.shards[i].name;
-        inv[i].name_len = strlen(inv[i].name);
-        inv[i].records = emlio_tfrecord_count(self->set.shards[i].file);
-        inv[i].bytes = emlio_tfrecord_size(self->set.shards[i].file);
-    }
-    rc = emlio__wire_encode_welcome(&self->welcome, self->name,
-                                    self->set.fingerprint, self->cfg.max_batch,
-                                    self->cfg.max_credit, inv, self->set.n);
-    emlio_free(inv);
-    if (rc < 0)
-        return emlio__seterr(self->err, rc, "out of memory");
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64
@@ -336,6 +356,80 @@ s_setup_curve(emlio_server_t *self, void *router)
     return 0;
 }
 
+/* Sizes the send buffer of every client connection (see
+ * emlio_server_config_t.sndbuf): through ZMQ_SNDBUF where an explicit size
+ * beats autotuning, or, with CAP_NET_ADMIN, by forcing it on each accepted
+ * connection, whose descriptors the ROUTER's monitor reports. */
+static int
+s_setup_sndbuf(emlio_server_t *self, void *router)
+{
+    emlio_netpath_limits_t limits;
+    emlio__netpath_limits(&limits);
+    emlio__netpath_plan(&limits, true, self->cfg.sndbuf, &self->sndbuf);
+    if (self->sndbuf.zmq_value >= 0 &&
+        zmq_setsockopt(router, ZMQ_SNDBUF, &self->sndbuf.zmq_value,
+                       sizeof(int)) != 0)
+        return emlio__seterr(self->err, -errno, "cannot set ZMQ_SNDBUF: %s",
+                             zmq_strerror(errno));
+    if (self->sndbuf.force_value) {
+        char ep[64];
+        snprintf(ep, sizeof(ep), "inproc://emlio-smon-%" PRIu64,
+                 emlio__unique_id());
+        void *mon = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PAIR);
+        int zero = 0;
+        if (!mon || zmq_socket_monitor(router, ep, ZMQ_EVENT_ACCEPTED) != 0 ||
+            zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+            zmq_connect(mon, ep) != 0) {
+            int err = errno;
+            if (mon)
+                zmq_close(mon);
+            return emlio__seterr(self->err, -err,
+                                 "cannot monitor the server socket: %s",
+                                 zmq_strerror(err));
+        }
+        self->monitor = mon;
+    }
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "send buffer per connection: %" PRIu64 " KiB (%s; "
+              "net.ipv4.tcp_wmem max %" PRIu64
+              " KiB, net.core.wmem_max %" PRIu64 " KiB%s)",
+              self->sndbuf.effective >> 10, self->sndbuf.how,
+              limits.tcp_wmem_max >> 10, limits.wmem_max >> 10,
+              limits.net_admin ? ", CAP_NET_ADMIN" : "");
+    return 0;
+}
+
+/* Acts on the ROUTER's connection events: forces the send buffer of each
+ * accepted connection (the event's value is its descriptor). */
+static void
+s_frontend_monitor(emlio_server_t *self)
+{
+    for (;;) {
+        zmq_msg_t frame;
+        zmq_msg_init(&frame);
+        if (zmq_msg_recv(&frame, self->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&frame);
+            return;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&frame) >= 6) {
+            memcpy(&event, zmq_msg_data(&frame), 2);
+            memcpy(&value, (uint8_t *)zmq_msg_data(&frame) + 2, 4);
+        }
+        zmq_msg_close(&frame);
+        emlio__zmq_drain(self->monitor); /* the address frame */
+        if (event == ZMQ_EVENT_ACCEPTED && self->sndbuf.force_value) {
+            int rc = emlio__netpath_force((int)value, true,
+                                          self->sndbuf.force_value);
+            if (rc < 0)
+                emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                          "cannot force the send buffer of a connection: %s",
+                          strerror(-rc));
+        }
+    }
+}
+
 int
 emlio_server_bind(emlio_server_t *self, const char *endpoint)
 {
@@ -372,8 +466,13 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
     zmq_setsockopt(router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(router, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
+    int rc = s_setup_sndbuf(self, router);
+    if (rc < 0) {
+        zmq_close(router);
+        return rc;
+    }
     if (self->cfg.curve_secret_key) {
-        int rc = s_setup_curve(self, router);
+        rc = s_setup_curve(self, router);
         if (rc < 0) {
             zmq_close(router);
             return rc;
@@ -448,7 +547,7 @@ s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
             { .key = self->label_key, .key_len = self->label_key_len },
         };
         /* Records that are not Examples, or lack the key, pass as raw. */
-        if (emlio__example_parse(rec, rec_len, fields, 2) > 0) {
+        if (emlio_example_parse(rec, rec_len, fields, 2) > 0) {
             if (fields[0].kind == EMLIO_FEATURE_BYTES && fields[0].count) {
                 out->data = fields[0].bytes;
                 out->len = fields[0].bytes_len;
@@ -758,6 +857,27 @@ s_serializer_main(void *arg)
 /* Forgets connections that have nothing outstanding and were not heard
  * from for idle_timeout_ms; ZeroMQ heartbeats already closed dead TCP
  * connections, this trims the bookkeeping behind them. */
+/* Connections of session (0 never matches: session-less peers are each
+ * their own client). */
+static size_t
+s_session_streams(const emlio_server_t *self, uint64_t session)
+{
+    size_t n = 0;
+    for (size_t i = 0; session && i < self->n_peers; i++)
+        n += self->peers[i].session == session;
+    return n;
+}
+
+/* Forgets peer i; the client count drops with its session's last one. */
+static void
+s_peer_remove(emlio_server_t *self, size_t i)
+{
+    uint64_t session = self->peers[i].session;
+    self->peers[i] = self->peers[--self->n_peers];
+    if (!session || !s_session_streams(self, session))
+        self->n_clients--;
+}
+
 static void
 s_peers_expire(emlio_server_t *self, uint64_t now)
 {
@@ -765,17 +885,20 @@ s_peers_expire(emlio_server_t *self, uint64_t now)
     for (size_t i = 0; i < self->n_peers;) {
         s_peer_t *peer = &self->peers[i];
         if (!peer->outstanding && now - peer->last_seen_ns > idle)
-            *peer = self->peers[--self->n_peers];
+            s_peer_remove(self, i);
         else
             i++;
     }
 }
 
 /* The bookkeeping of one client connection (a ZeroMQ routing id). With add,
- * an unknown connection is registered unless max_clients are already
- * known; NULL then means "refuse it". */
+ * an unknown connection is registered, as part of `session` when that
+ * session is known (a client's extra stream: admitted with it, up to
+ * EMLIO_WIRE_MAX_STREAMS), else as a new client unless max_clients are
+ * already known; NULL then means "refuse it". */
 static s_peer_t *
-s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
+s_peer_add(emlio_server_t *self, const uint8_t *id, size_t len, bool add,
+           uint64_t session)
 {
     uint64_t now = emlio__now_ns();
     for (size_t i = 0; i < self->n_peers; i++)
@@ -786,9 +909,12 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
         }
     if (!add || len > S_MAX_IDENTITY)
         return NULL;
-    if (self->n_peers >= self->cfg.max_clients) {
+    size_t streams = s_session_streams(self, session);
+    if (streams >= EMLIO_WIRE_MAX_STREAMS)
+        return NULL;
+    if (!streams && self->n_clients >= self->cfg.max_clients) {
         s_peers_expire(self, now);
-        if (self->n_peers >= self->cfg.max_clients)
+        if (self->n_clients >= self->cfg.max_clients)
             return NULL;
     }
     if (self->n_peers == self->cap_peers) {
@@ -799,13 +925,22 @@ s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
         self->peers = peers;
         self->cap_peers = cap;
     }
+    if (!streams)
+        self->n_clients++;
     s_peer_t *peer = &self->peers[self->n_peers++];
     memcpy(peer->id, id, len);
     peer->id_len = (uint8_t)len;
     peer->outstanding = 0;
     peer->last_seen_ns = now;
+    peer->session = session;
     peer->stalled = false;
     return peer;
+}
+
+static s_peer_t *
+s_peer_find(emlio_server_t *self, const uint8_t *id, size_t len, bool add)
+{
+    return s_peer_add(self, id, len, add, 0);
 }
 
 static void
@@ -848,6 +983,64 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
         }
         i += run;
     }
+}
+
+/* HELLO: admits the connection (alone, or into its client's session) and
+ * answers WELCOME: the whole inventory for a session's first stream, the
+ * short "joined" form for its further streams. */
+static void
+s_frontend_hello(emlio_server_t *self, s_job_t *job)
+{
+    const emlio_wire_msg_t *hello = &job->msg;
+    const uint8_t *id = zmq_msg_data(&job->identity);
+    size_t id_len = zmq_msg_size(&job->identity);
+    s_peer_t *peer = s_peer_find(self, id, id_len, false);
+    if (!peer) {
+        bool joining =
+            hello->session && s_session_streams(self, hello->session) > 0;
+        peer = s_peer_add(self, id, id_len, true, hello->session);
+        if (!peer) {
+            char text[160];
+            if (joining)
+                snprintf(text, sizeof(text),
+                         "too many streams in one client session (limit %u)",
+                         EMLIO_WIRE_MAX_STREAMS);
+            else
+                snprintf(text, sizeof(text),
+                         "too many clients (limit %" PRIu32 ")",
+                         self->cfg.max_clients);
+            s_frontend_reply_error(self, &job->identity, hello->id,
+                                   EMLIO_ELIMIT, text);
+            return;
+        }
+    } else if (hello->session && peer->session != hello->session) {
+        /* A connection says HELLO again under a session (a client that
+         * reconnected its stream 0 first): it becomes part of it. */
+        uint64_t old = peer->session;
+        if (s_session_streams(self, hello->session) > 0 &&
+            (!old || s_session_streams(self, old) == 1))
+            self->n_clients--;
+        peer->session = hello->session;
+    }
+    zmq_msg_t welcome;
+    if (hello->session && hello->stream > 0) {
+        emlio_buf_t joined = EMLIO_BUF_INIT;
+        if (emlio__wire_encode_joined(&joined, hello->id,
+                                      self->set.fingerprint) < 0 ||
+            zmq_msg_init_size(&welcome, joined.len) != 0) {
+            emlio_buf_release(&joined);
+            zmq_msg_close(&job->identity);
+            return;
+        }
+        memcpy(zmq_msg_data(&welcome), joined.data, joined.len);
+        emlio_buf_release(&joined);
+    } else {
+        /* The encoded WELCOME lives as long as the server: no copy. */
+        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
+                          NULL);
+        atomic_fetch_add(&self->clients, 1);
+    }
+    s_send_parts(self->router, &job->identity, &welcome, NULL, 0, ZMQ_DONTWAIT);
 }
 
 /* Handles one client message: HELLO answered here, GET passed to a reader. */
@@ -905,22 +1098,7 @@ s_frontend_request(emlio_server_t *self, void *work)
                                    text);
             goto drop_header;
         }
-        if (!s_peer_find(self, zmq_msg_data(&job->identity),
-                         zmq_msg_size(&job->identity), true)) {
-            char text[128];
-            snprintf(text, sizeof(text),
-                     "too many client connections (limit %" PRIu32 ")",
-                     self->cfg.max_clients);
-            s_frontend_reply_error(self, &job->identity, 0, EMLIO_ELIMIT, text);
-            goto drop_header;
-        }
-        zmq_msg_t welcome;
-        /* The encoded WELCOME lives as long as the server: no copy. */
-        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
-                          NULL);
-        atomic_fetch_add(&self->clients, 1);
-        s_send_parts(self->router, &job->identity, &welcome, NULL, 0,
-                     ZMQ_DONTWAIT);
+        s_frontend_hello(self, job);
         goto drop_header;
     }
     if (job->msg.type != EMLIO_MSG_GET) {
@@ -1020,23 +1198,27 @@ s_frontend_main(void *arg)
                   "cannot bind internal sockets: %s", zmq_strerror(errno));
         goto out;
     }
-    zmq_pollitem_t items[2] = {
+    zmq_pollitem_t items[3] = {
         { self->router, 0, ZMQ_POLLIN, 0 },
         { done, 0, ZMQ_POLLIN, 0 },
+        { self->monitor, 0, ZMQ_POLLIN, 0 },
     };
     uint64_t last_expire = emlio__now_ns();
     while (!atomic_load(&self->stopping)) {
         uint64_t now = emlio__now_ns();
         if (now - last_expire > 1000000000ull) {
             s_peers_expire(self, now);
-            atomic_store(&self->active_clients, self->n_peers);
+            atomic_store(&self->active_clients, self->n_clients);
+            atomic_store(&self->active_streams, self->n_peers);
             last_expire = now;
         }
-        if (zmq_poll(items, 2, S_STOP_POLL_MS) < 0) {
+        if (zmq_poll(items, self->monitor ? 3 : 2, S_STOP_POLL_MS) < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
+        if (self->monitor && (items[2].revents & ZMQ_POLLIN))
+            s_frontend_monitor(self);
         /* Replies first: finished batches free credits and memory. */
         for (int i = 0; i < 256 && (items[1].revents & ZMQ_POLLIN); i++) {
             s_frontend_reply(self, done);
@@ -1068,6 +1250,9 @@ emlio_server_start(emlio_server_t *self)
                              "server must be loaded and bound before start");
     if (self->frontend_started)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
+    int rc = s_encode_welcome(self);
+    if (rc < 0)
+        return rc;
     snprintf(self->inproc_work, sizeof(self->inproc_work),
              "inproc://emlio-work-%p", (void *)self);
     snprintf(self->inproc_done, sizeof(self->inproc_done),
@@ -1078,7 +1263,7 @@ emlio_server_start(emlio_server_t *self)
     self->ser_queue = emlio__queue_new(self->cfg.queue_depth);
     if (!self->workers || !self->ser_queue)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    int rc = pthread_create(&self->frontend, NULL, s_frontend_main, self);
+    rc = pthread_create(&self->frontend, NULL, s_frontend_main, self);
     if (rc != 0)
         return emlio__seterr(self->err, -rc, "cannot start frontend thread: %s",
                              strerror(rc));
@@ -1135,6 +1320,7 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->corrupt_skipped = atomic_load(&self->corrupt_skipped);
     out->clients = atomic_load(&self->clients);
     out->active_clients = atomic_load(&self->active_clients);
+    out->active_streams = atomic_load(&self->active_streams);
     out->auth_refused = emlio__zap_refused(self->zap);
 }
 

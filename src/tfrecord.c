@@ -278,7 +278,7 @@ emlio__tfrecord_parse_index(const char *text, size_t len, const char *idx_name,
 }
 
 int
-emlio__tfrecord_append(emlio_buf_t *out, const uint8_t *data, size_t len)
+emlio_tfrecord_append(emlio_buf_t *out, const uint8_t *data, size_t len)
 {
     int rc = emlio_buf_grow(out, len + EMLIO_TFRECORD_OVERHEAD);
     if (rc < 0)

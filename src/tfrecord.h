@@ -7,10 +7,6 @@
 #include "buf.h"
 #include "emlio/tfrecord.h"
 
-/* Appends one framed record (length, masked length CRC, data, masked data
- * CRC) to out. Returns 0 or EMLIO_ENOMEM. Used by `emlio pack` and tests. */
-int emlio__tfrecord_append(emlio_buf_t *out, const uint8_t *data, size_t len);
-
 /* The two parsers of untrusted bytes behind emlio_tfrecord_scan and
  * emlio_tfrecord_load_index, working on memory so they can be fuzzed without
  * files. base[0, size) is the shard (base may be NULL when size is 0); name

@@ -48,25 +48,53 @@ s_begin(emlio_buf_t *out, msgpack_packer *pk, size_t fields, int type)
 }
 
 int
-emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name)
+emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name,
+                         uint64_t session, uint32_t stream, uint64_t id)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 3, EMLIO_MSG_HELLO);
+    int failed = s_begin(out, &pk, session ? 6 : 3, EMLIO_MSG_HELLO);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
     failed |= s_pack_key(&pk, "name");
     failed |= s_pack_cstr(&pk, client_name);
+    if (session) {
+        failed |= s_pack_key(&pk, "session");
+        failed |= msgpack_pack_uint64(&pk, session);
+        failed |= s_pack_key(&pk, "stream");
+        failed |= msgpack_pack_uint32(&pk, stream);
+        failed |= s_pack_key(&pk, "id");
+        failed |= msgpack_pack_uint64(&pk, id);
+    }
+    return s_finish(failed);
+}
+
+int
+emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id, const char *dataset)
+{
+    msgpack_packer pk;
+    int failed = s_begin(out, &pk, 6, EMLIO_MSG_WELCOME);
+    failed |= s_pack_key(&pk, "v");
+    failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
+    failed |= s_pack_key(&pk, "id");
+    failed |= msgpack_pack_uint64(&pk, id);
+    failed |= s_pack_key(&pk, "dataset");
+    failed |= s_pack_cstr(&pk, dataset);
+    failed |= s_pack_key(&pk, "joined");
+    failed |= msgpack_pack_true(&pk);
+    failed |= s_pack_key(&pk, "shards");
+    failed |= msgpack_pack_array(&pk, 0);
     return s_finish(failed);
 }
 
 int
 emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                            const char *dataset, uint64_t max_batch,
-                           uint64_t max_credit,
-                           const emlio_wire_shard_t *shards, size_t n)
+                           uint64_t max_credit, uint64_t max_streams,
+                           uint64_t sndbuf, const emlio_wire_shard_t *shards,
+                           size_t n)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 7, EMLIO_MSG_WELCOME);
+    int failed = s_begin(out, &pk, 9, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
     failed |= s_pack_key(&pk, "name");
@@ -77,6 +105,10 @@ emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
     failed |= msgpack_pack_uint64(&pk, max_batch);
     failed |= s_pack_key(&pk, "max_credit");
     failed |= msgpack_pack_uint64(&pk, max_credit);
+    failed |= s_pack_key(&pk, "max_streams");
+    failed |= msgpack_pack_uint64(&pk, max_streams);
+    failed |= s_pack_key(&pk, "sndbuf");
+    failed |= msgpack_pack_uint64(&pk, sndbuf);
     failed |= s_pack_key(&pk, "shards");
     failed |= msgpack_pack_array(&pk, n);
     for (size_t i = 0; i < n; i++) {
@@ -238,6 +270,18 @@ s_read_uint(s_reader_t *r, uint64_t *out)
     default:
         return s_fail(r, "expected an unsigned integer");
     }
+}
+
+static bool
+s_read_bool(s_reader_t *r, bool *out)
+{
+    if (!s_need(r, 1))
+        return false;
+    uint8_t t = *r->p++;
+    if (t != 0xc2 && t != 0xc3)
+        return s_fail(r, "expected a boolean");
+    *out = t == 0xc3;
+    return true;
 }
 
 static bool
@@ -604,6 +648,21 @@ emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
             seen |= S_HAS_LIMITS;
         } else if (s_key_is(key, klen, "max_credit")) {
             if (!s_read_uint(&r, &msg->max_credit))
+                goto fail;
+        } else if (s_key_is(key, klen, "session")) {
+            if (!s_read_uint(&r, &msg->session))
+                goto fail;
+        } else if (s_key_is(key, klen, "stream")) {
+            if (!s_read_uint(&r, &msg->stream))
+                goto fail;
+        } else if (s_key_is(key, klen, "max_streams")) {
+            if (!s_read_uint(&r, &msg->max_streams))
+                goto fail;
+        } else if (s_key_is(key, klen, "sndbuf")) {
+            if (!s_read_uint(&r, &msg->sndbuf))
+                goto fail;
+        } else if (s_key_is(key, klen, "joined")) {
+            if (!s_read_bool(&r, &msg->joined))
                 goto fail;
         } else if (s_key_is(key, klen, "code")) {
             if (!s_read_int(&r, &msg->code))

@@ -27,6 +27,9 @@
 #define EMLIO_WIRE_MAX_SAMPLES 65536u      /* samples in one batch */
 #define EMLIO_WIRE_MAX_SHARDS  1000000u    /* shards in one inventory */
 #define EMLIO_WIRE_MAX_NAME    4096u       /* bytes in a shard name */
+#define EMLIO_WIRE_MAX_STREAMS                     \
+    64u /* connections one client session may join \
+         */
 
 enum emlio_msg_type {
     EMLIO_MSG_NONE = 0,
@@ -67,10 +70,16 @@ typedef struct emlio_wire_msg {
     size_t name_len;
     const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
     size_t dataset_len;
-    uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
-    uint64_t max_credit; /* WELCOME: GETs one connection may have out */
-    int64_t code;        /* ERROR: an EMLIO_E* code */
-    const char *text;    /* ERROR: human-readable reason */
+    uint64_t max_batch;   /* WELCOME: samples per GET the server accepts */
+    uint64_t max_credit;  /* WELCOME: GETs one connection may have out */
+    uint64_t session;     /* HELLO: the client's session (0 = none) */
+    uint64_t stream;      /* HELLO: this connection's stream number; > 0
+                             joins an existing session */
+    uint64_t max_streams; /* WELCOME: connections one session may have */
+    uint64_t sndbuf;      /* WELCOME: send buffer per connection, bytes */
+    bool joined;          /* WELCOME: reply to a join (no inventory) */
+    int64_t code;         /* ERROR: an EMLIO_E* code */
+    const char *text;     /* ERROR: human-readable reason */
     size_t text_len;
     emlio_wire_shard_t *shards; /* WELCOME */
     size_t n_shards;
@@ -97,11 +106,20 @@ int emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
 
 /* Encoders append one header frame to out (cleared first). Each returns 0
  * or EMLIO_ENOMEM. */
-int emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name);
+/* HELLO: session 0 sends none (a plain v1 HELLO). A HELLO with stream > 0
+ * joins the session opened by stream 0's HELLO; id is echoed in the reply
+ * (0 = none). */
+int emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name,
+                             uint64_t session, uint32_t stream, uint64_t id);
+/* WELCOME: the full inventory; or, with joined, the short reply to a join
+ * (no shards, id echoed). */
 int emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                                const char *dataset, uint64_t max_batch,
-                               uint64_t max_credit,
+                               uint64_t max_credit, uint64_t max_streams,
+                               uint64_t sndbuf,
                                const emlio_wire_shard_t *shards, size_t n);
+int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
+                              const char *dataset);
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                            const emlio_wire_item_t *items, size_t n);
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,

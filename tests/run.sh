@@ -9,6 +9,7 @@ B=${B:-build}
 TIMEOUT=${TEST_TIMEOUT:-300}
 passed=0
 failed=0
+skipped=0
 failures=()
 log_dir=$B/test-logs
 mkdir -p "$log_dir"
@@ -36,6 +37,8 @@ run() {
     fi
     passed=$((passed + ok))
     failed=$((failed + bad))
+    # Checks that cannot run here print "skip - WHY"; never counted passed.
+    skipped=$((skipped + $(grep -c '^skip - ' "$log")))
     if [ "$bad" -ne 0 ]; then
         failures+=("$name")
         echo "FAIL $name (rc=$rc, $((SECONDS - t0))s) - log: $log"
@@ -70,6 +73,10 @@ done
 
 if [ ${#failures[@]} -ne 0 ]; then
     echo "failed: ${failures[*]}"
+fi
+if [ "$skipped" -ne 0 ]; then
+    echo "$skipped checks skipped:"
+    grep -h '^skip - ' "$log_dir"/*.log | sed 's/^skip - /    /'
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -6,6 +6,7 @@
  * many batch requests in flight over several TCP streams per daemon. Batches
  * are handed over as they arrive (out of order) unless in_order is set.
  *
+ * Example:
  *   emlio_client_config_t cfg;
  *   emlio_client_config_init(&cfg);
  *   cfg.batch_size = 256;
@@ -15,10 +16,12 @@
  *   for (uint64_t epoch = 0; epoch < 10; epoch++) {
  *       emlio_client_begin_epoch(c, epoch);
  *       emlio_batch_t *b;
+ *       int rc;
  *       while ((rc = emlio_client_next(c, &b)) > 0) {
  *           size_t n;
  *           const emlio_sample_t *s = emlio_batch_samples(b, &n);
- *           ... s[i].data, s[i].len, s[i].label ...
+ *           for (size_t i = 0; i < n; i++)
+ *               train_on(s[i].data, s[i].len, s[i].label);
  *           emlio_batch_release(&b);
  *       }
  *       if (rc < 0) die(emlio_client_errmsg(c));
@@ -37,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -53,7 +58,11 @@ typedef struct emlio_client_config {
     int shuffle;            /* enum emlio_shuffle; default window */
     uint32_t window_shards; /* shuffle window; 0 = planner default */
     bool drop_last;         /* see emlio/plan.h; default false */
-    uint32_t streams;       /* TCP streams per daemon; default 2 */
+    uint32_t streams;       /* TCP streams per daemon. 0 (default): tuned -
+                               start with 2 and open more (up to 64) while
+                               the path's TCP windows, not the consumer or
+                               the daemons, limit the rate (see
+                               emlio_client_stats_t.limit); N: exactly N */
     uint32_t inflight;      /* batches in flight; 0 = sized from the
                                measured bandwidth-delay product */
     bool in_order;          /* deliver in plan order; default false */
@@ -69,9 +78,17 @@ typedef struct emlio_client_config {
     const char *curve_server_key;
     const char *curve_public_key;
     const char *curve_secret_key;
+    /* One past the last epoch the caller will run (e.g. first + epochs),
+     * or 0 (default) when not known. While epoch e's last batches arrive,
+     * the client already requests epoch e + 1's first ones (within the
+     * same in-flight window), so the pipe never drains between epochs;
+     * they are handed over only after begin_epoch(e + 1), and dropped if
+     * the caller begins another epoch or stops. With end_epoch set, no
+     * epoch at or past it is requested. */
+    uint64_t end_epoch;
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
-    uint64_t reserved[8];
+    uint64_t reserved[7];
 } emlio_client_config_t;
 
 /* Fills cfg with the defaults documented above. */
@@ -118,8 +135,9 @@ EMLIO_EXPORT size_t emlio_client_daemon_count(const emlio_client_t *self);
 EMLIO_EXPORT const char *
 emlio_client_daemon_endpoint(const emlio_client_t *self, size_t d);
 
-/* Plans epoch for this rank and starts requesting its batches. Batches of
- * an unfinished previous epoch that were not yet delivered are abandoned.
+/* Plans epoch for this rank and starts requesting its batches (or takes
+ * over those already requested ahead: see end_epoch). Batches of an
+ * unfinished previous epoch that were not yet delivered are abandoned.
  * Returns the number of batches this rank will receive in the epoch, or
  * EMLIO_EINVAL / EMLIO_ENOMEM. */
 EMLIO_EXPORT int emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch);
@@ -170,8 +188,48 @@ typedef struct emlio_client_stats {
     uint32_t inflight;    /* window in use (batches) */
     uint64_t retries;     /* requests sent again after a reconnect */
     uint64_t skipped;     /* records daemons left out as corrupt */
-    uint64_t reserved[8]; /* room for later figures; zero */
+    /* The network path, as the kernel measures it (TCP_INFO) and as the
+     * stream tuner judges it; updated every few RTTs. */
+    double rtt_ms;        /* RTT floor over the streams; 0 = not measured */
+    double mb_per_s;      /* delivery rate over the last tuner tick */
+    uint32_t streams;     /* streams per daemon (the fewest of any daemon) */
+    int32_t limit;        /* what limits the rate now: enum emlio_limit */
+    uint64_t window;      /* per-stream TCP window the path allows: the
+                             daemons' send buffer or our receive buffer,
+                             whichever is smaller; bytes */
+    uint64_t reserved[4]; /* room for later figures; zero */
 } emlio_client_stats_t;
+
+/* What limits a client's rate (emlio_client_stats_t.limit). */
+enum emlio_limit {
+    EMLIO_LIMIT_UNKNOWN = 0,  /* not measured yet */
+    EMLIO_LIMIT_CONSUMER = 1, /* the caller: batches wait for it */
+    EMLIO_LIMIT_WINDOW = 2,   /* TCP windows: each stream carries at most
+                                 window / RTT; more streams or bigger buffers
+                                 help (docs/tuning.md) */
+    EMLIO_LIMIT_NETWORK = 3,  /* the path: queues build up (RTT above its
+                                 floor) */
+    EMLIO_LIMIT_DAEMON = 4    /* the daemons (their CPU or disk) */
+};
+
+/* "consumer", "window", "network", "daemon" or "unknown". */
+EMLIO_EXPORT const char *emlio_limit_name(int limit);
+
+/* One TCP stream of a client. */
+typedef struct emlio_stream_stats {
+    uint32_t daemon; /* index for emlio_client_daemon_endpoint */
+    uint32_t stream; /* stream number at that daemon */
+    bool ready;      /* carries requests (joined the daemon's session) */
+    double mb_per_s; /* sample bytes over the last tuner tick */
+    double rtt_ms;   /* smoothed RTT (TCP_INFO); 0 = not measured */
+    uint64_t bytes;  /* sample bytes received on it */
+    uint64_t reserved[2];
+} emlio_stream_stats_t;
+
+/* Fills out[0..max) with the client's streams, daemon by daemon; returns
+ * how many there are (which may exceed max). */
+EMLIO_EXPORT size_t emlio_client_streams(const emlio_client_t *self,
+                                         emlio_stream_stats_t *out, size_t max);
 
 EMLIO_EXPORT void emlio_client_stats(const emlio_client_t *self,
                                      emlio_client_stats_t *out);

@@ -4,11 +4,12 @@
  *
  * A meter measures one interval at a time:
  *
+ * Example:
  *   emlio_energy_t *m = emlio_energy_new();
  *   emlio_energy_set_powercap_root(m, getenv("EMLIO_POWERCAP_ROOT"));
  *   if (emlio_energy_start(m) < 0)
- *       ... emlio_energy_errmsg(m) ...
- *   ... the work ...
+ *       die(emlio_energy_errmsg(m));
+ *   do_the_work();
  *   emlio_energy_report_t r;
  *   emlio_energy_stop(m, &r);
  *   printf("%.3f J (%s)\n", r.energy_j, r.source);
@@ -48,13 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef EMLIO_EXPORT
-#    if defined(__GNUC__)
-#        define EMLIO_EXPORT __attribute__((visibility("default")))
-#    else
-#        define EMLIO_EXPORT
-#    endif
-#endif
+#include "core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,16 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core.h"
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#ifndef EMLIO_EXPORT
-#    if defined(__GNUC__)
-#        define EMLIO_EXPORT __attribute__((visibility("default")))
-#    else
-#        define EMLIO_EXPORT
-#    endif
 #endif
 
 /* Bytes of a Z85 key string including its NUL. */

@@ -5,14 +5,16 @@
  * the same process. A server serves every *.tfrecord file under one data
  * directory on one ZeroMQ ROUTER endpoint:
  *
+ * Example:
  *   emlio_server_config_t cfg;
  *   emlio_server_config_init(&cfg);
  *   cfg.data_dir = "/data/imagenet";
  *   emlio_server_t *srv = emlio_server_new(ctx, &cfg);
- *   if (emlio_server_load(srv) < 0 || emlio_server_bind(srv,
- * "tcp://0.0.0.0:5555") < 0 || emlio_server_start(srv) < 0) fprintf(stderr,
- * "%s\n", emlio_server_errmsg(srv));
- *   ...
+ *   if (emlio_server_load(srv) < 0 ||
+ *       emlio_server_bind(srv, "tcp://0.0.0.0:5555") < 0 ||
+ *       emlio_server_start(srv) < 0)
+ *       die(emlio_server_errmsg(srv));
+ *   wait_for_shutdown();
  *   emlio_server_destroy(&srv);   // stops the threads first
  *
  * Threads: start() launches a pipeline: one frontend thread (owns the TCP
@@ -29,6 +31,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,9 +73,10 @@ typedef struct emlio_server_config {
     int on_corrupt;           /* enum emlio_on_corrupt; default FAIL */
     const char *name;         /* server name in WELCOME; default
                                  "emliod/<version>" */
-    uint32_t max_clients;     /* client connections (each stream is one)
-                                 known at once; more are refused with
-                                 EMLIO_ELIMIT; default 1024 */
+    uint32_t max_clients;     /* clients known at once; a client's streams
+                                 (joined to its session by HELLO) count
+                                 once; more are refused with EMLIO_ELIMIT;
+                                 default 1024 */
     uint32_t idle_timeout_ms; /* a connection with nothing outstanding
                                  and silent this long is forgotten;
                                  default 300000 */
@@ -82,7 +87,14 @@ typedef struct emlio_server_config {
      * context). Copied. */
     const char *curve_secret_key;
     const char *authorized_keys;
-    uint64_t reserved[8]; /* room for later options; leave zero */
+    /* Send buffer of each client connection. 0 (default): as large as the
+     * host allows - forced to 32 MiB when the process has CAP_NET_ADMIN,
+     * else net.core.wmem_max when that beats autotuning, else autotuned up
+     * to net.ipv4.tcp_wmem's maximum. A TCP stream carries at most about
+     * its send buffer per RTT, so this is what long paths need. > 0: that
+     * many bytes (forced where permitted); < 0: leave it to the kernel. */
+    int64_t sndbuf;
+    uint64_t reserved[7]; /* room for later options; leave zero */
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */
@@ -132,8 +144,10 @@ typedef struct emlio_server_stats {
     uint64_t bytes;           /* sample bytes sent */
     uint64_t corrupt_skipped; /* records left out by on_corrupt skip */
     uint64_t clients;         /* HELLOs answered (client connections) */
-    uint64_t active_clients;  /* connections known now */
+    uint64_t active_clients;  /* clients known now (a session's streams
+                                 count once) */
     uint64_t auth_refused;    /* CURVE handshakes refused */
+    uint64_t active_streams;  /* client connections known now */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

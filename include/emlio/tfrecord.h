@@ -29,6 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
+#include "core.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -120,6 +123,12 @@ EMLIO_EXPORT int emlio_tfrecord_advise(const emlio_tfrecord_t *self,
 /* The last failure's text, e.g.
  * "bad length crc in 'a.tfrecord' at offset 4096". Never NULL. */
 EMLIO_EXPORT const char *emlio_tfrecord_errmsg(const emlio_tfrecord_t *self);
+
+/* Appends one framed record (length, masked CRC-32C of the length, data,
+ * masked CRC-32C of the data) to out: the writing side of the format above.
+ * Returns 0 or EMLIO_ENOMEM (out is then unchanged). Reentrant. */
+EMLIO_EXPORT int emlio_tfrecord_append(emlio_buf_t *out, const uint8_t *data,
+                                       size_t len);
 
 #ifdef __cplusplus
 }

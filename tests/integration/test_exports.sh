@@ -48,6 +48,8 @@ check "emlio_requests_total counts the batches" \
     "$(json_field "$T/fetch1.json" batches)"
 check "emlio_clients_total is positive" \
     test "$(metric "$T/scrape.txt" emlio_clients_total)" -ge 1
+check "emlio_clients and emlio_streams are exported" \
+    grep -qE '^emlio_streams [0-9]+' "$T/scrape.txt"
 check "emlio_errors_total is 0" \
     test "$(metric "$T/scrape.txt" emlio_errors_total)" = 0
 check "energy carries its source label" \

@@ -93,12 +93,12 @@ awk '$1 == 0 {print $2, $3}' "$T/rep.ids" | sort >"$T/rep.e0"
 check "replica: each sample once" cmp -s "$T/rep.e0" "$T/all"
 
 # Resume: interrupt a slowed-down fetch with SIGINT, resume from its state.
-"$EMLIO" relay --listen 127.0.0.1:0 --connect "${EP3#tcp://}" --delay-ms 15 \
+"$EMLIO_RELAY" --listen 127.0.0.1:0 --connect "${EP3#tcp://}" --delay-ms 15 \
     >"$T/relay.out" 2>"$T/relay.err" &
 PIDS+=($!)
 RELAY=""
 for _ in $(seq 1 100); do
-    RELAY=$(sed -n 's/^emlio relay: listening on //p' "$T/relay.out")
+    RELAY=$(sed -n 's/^emlio-relay: listening on //p' "$T/relay.out")
     [ -n "$RELAY" ] && break
     sleep 0.05
 done

@@ -22,12 +22,12 @@ free_port() {
 # fetch enough to kill things mid-epoch. Sets RELAY.
 start_relay() {
     : >"$T/relay.out"
-    "$EMLIO" relay --listen 127.0.0.1:0 --connect "127.0.0.1:$1" \
+    "$EMLIO_RELAY" --listen 127.0.0.1:0 --connect "127.0.0.1:$1" \
         --delay-ms 5 >"$T/relay.out" 2>"$T/relay.err" &
     PIDS+=($!)
     RELAY=""
     for _ in $(seq 1 100); do
-        RELAY=$(sed -n 's/^emlio relay: listening on //p' "$T/relay.out")
+        RELAY=$(sed -n 's/^emlio-relay: listening on //p' "$T/relay.out")
         [ -n "$RELAY" ] && return 0
         sleep 0.05
     done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_relay.sh - `emlio relay` against a Python echo server on loopback:
+# test_relay.sh - `emlio-relay` against a Python echo server on loopback:
 # integrity both ways, delay, rate cap, 64 concurrent connections, bad
 # arguments, clean exit on SIGTERM. Run from the repo root with B=<build dir>.
 # Ends with "N passed, N failed" and exits non-zero on any failure.
@@ -137,13 +137,13 @@ sport=$(sed -nE 's/^port ([0-9]+)/\1/p' "$tmp/server.out")
 start_relay() {
     local name=$1
     shift
-    "$EMLIO" relay --listen 127.0.0.1:0 --connect "127.0.0.1:$sport" "$@" \
+    "$EMLIO_RELAY" --listen 127.0.0.1:0 --connect "127.0.0.1:$sport" "$@" \
         >"$tmp/$name.out" 2>"$tmp/$name.err" &
     rpid=$!
     PIDS+=($rpid)
     rport=
-    if wait_for "$tmp/$name.out" '^emlio relay: listening on ' 10; then
-        rport=$(sed -nE 's/^emlio relay: listening on .*:([0-9]+)$/\1/p' \
+    if wait_for "$tmp/$name.out" '^emlio-relay: listening on ' 10; then
+        rport=$(sed -nE 's/^emlio-relay: listening on .*:([0-9]+)$/\1/p' \
             "$tmp/$name.out")
     fi
     [ -n "$rport" ]
@@ -247,7 +247,7 @@ expect_fail() {
     local code=$1 pattern=$2
     shift 2
     local err rc
-    err=$(timeout 10 "$EMLIO" relay "$@" 2>&1 >/dev/null)
+    err=$(timeout 10 "$EMLIO_RELAY" "$@" 2>&1 >/dev/null)
     rc=$?
     if [ $rc -eq "$code" ] && echo "$err" | grep -qE "$pattern"; then
         ok "relay $* -> exit $rc: $(echo "$err" | head -n 1)"
@@ -265,7 +265,7 @@ expect_fail 2 "cannot connect to 'nohost': expected HOST:PORT" \
     --listen 127.0.0.1:0 --connect nohost --delay-ms 1
 expect_fail 1 "cannot listen on '127.0.0.1:$sport': Address already in use" \
     --listen "127.0.0.1:$sport" --connect 127.0.0.1:1 --delay-ms 1
-if "$EMLIO" relay --help | grep -q 'netem'; then
+if "$EMLIO_RELAY" --help | grep -q 'netem'; then
     ok "--help prints usage"
 else
     bad "--help"

@@ -51,10 +51,26 @@ check "plaintext on a public address warns" grep -q "without CURVE" "$T/pub.err"
 
 # Connection limits: one connection allowed, a two-stream client refused.
 start_daemon lim "$T/shards" --max-clients 1 || fail "limited daemon starts"
-"$EMLIO" fetch --connect "$EP" --batch 8 --streams 2 --quiet >/dev/null \
-    2>"$T/lim.err"
+# A client's streams join its session: 8 streams are one client.
+"$EMLIO" fetch --connect "$EP" --batch 8 --streams 8 --quiet --verify \
+    >"$T/lim8.out" 2>"$T/lim8.err"
+check "8 streams count as one client under --max-clients 1" test $? -eq 0
+check "the 8-stream client got every sample" grep -q '"verified": true' "$T/lim8.out"
+# Another client holds the only slot (a v1 HELLO, no session): refused.
+/usr/bin/python3 - "$EP" >"$T/holder.out" 2>&1 <<'PY' &
+import sys, time, zmq, msgpack
+s = zmq.Context().socket(zmq.DEALER)
+s.connect(sys.argv[1])
+s.send(msgpack.packb({"t": 1, "v": 1, "name": "holder"}))
+print("welcomed" if s.poll(5000) else "no answer", flush=True)
+time.sleep(5)
+PY
+HOLDER=$!
+for _ in $(seq 1 100); do grep -q . "$T/holder.out" && break; sleep 0.05; done
+"$EMLIO" fetch --connect "$EP" --batch 8 --quiet >/dev/null 2>"$T/lim.err"
 check "client over --max-clients fails" test $? -ne 0
-check "client over --max-clients is told why" grep -q "too many client connections" "$T/lim.err"
+check "client over --max-clients is told why" grep -q "too many clients" "$T/lim.err"
+kill $HOLDER 2>/dev/null; wait $HOLDER 2>/dev/null
 
 # Hostile peers next to a good client: garbage over ZeroMQ, garbage over
 # raw TCP, and a client that disconnects with requests in flight.

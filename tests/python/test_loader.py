@@ -201,6 +201,32 @@ class LoaderTest(DatasetCase):
             loader.set_epoch(4)
             self.assertEqual({b.epoch for b in loader}, {4})
 
+    def test_path_stats_and_overlapping_epochs(self):
+        # Three epochs in one pass: each epoch's batches are requested
+        # while the last one's arrive, and still come exactly once each.
+        with emlio.Loader(self.endpoint, 32, epochs=3, seed=9) as loader:
+            seen = {}
+            for b in loader:
+                for shard, record, _pad in b.ids:
+                    key = (b.epoch, shard, record)
+                    seen[key] = seen.get(key, 0) + 1
+            self.assertEqual(len(seen), 3 * self.SAMPLES)
+            self.assertEqual(set(seen.values()), {1})
+            st = loader.epoch_stats()
+            self.assertEqual(st["streams"], 2)  # loopback: never more
+            self.assertIn(st["limit"], ("consumer", "window", "network",
+                                        "daemon", "unknown"))
+            self.assertNotIn("reserved", st)
+            streams = loader.path_stats()
+            self.assertEqual(len(streams), 2)
+            self.assertEqual(streams[0]["daemon"], self.endpoint)
+            self.assertTrue(all(s["ready"] for s in streams))
+            total = sum(len(_read(path)) for path, _ in self.files)
+            self.assertEqual(sum(s["bytes"] for s in streams), 3 * total)
+        with emlio.Loader(self.endpoint, 32, streams=3) as loader:
+            list(loader)
+            self.assertEqual(len(loader.path_stats()), 3)
+
     def test_shuffle_differs_between_epochs_and_seeds(self):
         def order(seed, epoch):
             with emlio.Loader(self.endpoint, 300, seed=seed,

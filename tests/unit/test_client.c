@@ -5,7 +5,7 @@
 #include "emlio_test.h"
 
 #include "buf.h"
-#include "example.h"
+#include "emlio/example.h"
 #include "tfrecord.h"
 
 #define SHARDS  3
@@ -29,11 +29,11 @@ s_write_dataset(const char *dir)
             char payload[32];
             int n = snprintf(payload, sizeof(payload), "%d:%d", s, r);
             emlio_buf_clear(&ex);
-            assert_int_equal(emlio__example_build(
+            assert_int_equal(emlio_example_build(
                                  &ex, "image/encoded", (const uint8_t *)payload,
                                  (size_t)n, "image/class/label", s * 100 + r),
                              0);
-            assert_int_equal(emlio__tfrecord_append(&file, ex.data, ex.len), 0);
+            assert_int_equal(emlio_tfrecord_append(&file, ex.data, ex.len), 0);
         }
         char path[128];
         snprintf(path, sizeof(path), "%s/part-%d.tfrecord", dir, s);
@@ -139,6 +139,91 @@ test_client_epoch_delivers_every_sample_once(void **state)
     assert_true(emlio_client_next(c, &b) < 0);
     emlio_client_destroy(&c);
     assert_null(c);
+}
+
+/* Drains the current epoch; checks every sample once and that every batch
+ * belongs to `epoch` (in plan order when in_order). Returns the batches. */
+static int
+s_drain_epoch(fixture_t *f, emlio_client_t *c, uint64_t epoch, bool in_order)
+{
+    (void)f;
+    uint8_t seen[SHARDS][RECORDS] = { { 0 } };
+    emlio_batch_t *b;
+    int rc, got = 0;
+    while ((rc = emlio_client_next(c, &b)) == 1) {
+        assert_int_equal(emlio_batch_epoch(b), epoch);
+        if (in_order)
+            assert_int_equal(emlio_batch_index(b), (uint64_t)got);
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        for (size_t i = 0; i < n; i++) {
+            s_check_sample(c, &s[i]);
+            seen[s[i].shard][s[i].record]++;
+        }
+        emlio_batch_release(&b);
+        got++;
+    }
+    assert_int_equal(rc, 0);
+    for (int s = 0; s < SHARDS; s++)
+        for (int r = 0; r < RECORDS; r++)
+            assert_int_equal(seen[s][r], 1);
+    return got;
+}
+
+/* With end_epoch set, epoch e + 1 is requested while e's last batches
+ * arrive (the daemon has answered more than epoch e's requests when e
+ * ends), handed over only after begin_epoch(e + 1), and every epoch stays
+ * exactly once, out of order and in order; a skipped epoch drops what was
+ * requested ahead; nothing is requested past end_epoch. */
+static void
+test_client_epochs_overlap_exactly_once(void **state)
+{
+    fixture_t *f = *state;
+    for (int in_order = 0; in_order < 2; in_order++) {
+        emlio_client_config_t cfg;
+        emlio_client_config_init(&cfg);
+        cfg.batch_size = 4;
+        cfg.in_order = in_order;
+        cfg.inflight = 6;
+        cfg.end_epoch = 3;
+        emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+        assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
+                         1);
+        emlio_server_stats_t before, after;
+        emlio_server_stats(f->srv, &before);
+        int n0 = emlio_client_begin_epoch(c, 0);
+        assert_int_equal(s_drain_epoch(f, c, 0, in_order), n0);
+        /* Let the requests sent ahead be answered. */
+        for (int i = 0; i < 200; i++) {
+            emlio_server_stats(f->srv, &after);
+            if (after.requests - before.requests > (uint64_t)n0)
+                break;
+            usleep(5000);
+        }
+        assert_true(after.requests - before.requests > (uint64_t)n0);
+        int n1 = emlio_client_begin_epoch(c, 1);
+        assert_int_equal(s_drain_epoch(f, c, 1, in_order), n1);
+        /* Epoch 2 was requested ahead; the caller jumps to 5 instead. */
+        int n5 = emlio_client_begin_epoch(c, 5);
+        assert_int_equal(s_drain_epoch(f, c, 5, in_order), n5);
+        emlio_client_destroy(&c);
+    }
+    /* end_epoch 1: after epoch 0 nothing more is asked. */
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 4;
+    cfg.inflight = 6;
+    cfg.end_epoch = 1;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    emlio_server_stats_t before, after;
+    emlio_server_stats(f->srv, &before);
+    int n0 = emlio_client_begin_epoch(c, 0);
+    assert_int_equal(s_drain_epoch(f, c, 0, false), n0);
+    usleep(50000);
+    emlio_server_stats(f->srv, &after);
+    assert_int_equal(after.requests - before.requests, (uint64_t)n0);
+    emlio_client_destroy(&c);
 }
 
 static void
@@ -250,6 +335,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_epoch_delivers_every_sample_once),
+        cmocka_unit_test(test_client_epochs_overlap_exactly_once),
         cmocka_unit_test(test_client_in_order_follows_the_plan),
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),

@@ -3,14 +3,14 @@
  */
 #include "emlio_test.h"
 
-#include "example.h"
+#include "emlio/example.h"
 
 #define FIELD(k)                             \
     {                                        \
         .key = (k), .key_len = sizeof(k) - 1 \
     }
 
-/* A hand-assembled protobuf writer, independent of emlio__example_build,
+/* A hand-assembled protobuf writer, independent of emlio_example_build,
  * so the parser is not only tested against its own writer. */
 static void
 s_varint(emlio_buf_t *b, uint64_t v)
@@ -153,14 +153,14 @@ test_example_build_parse_roundtrip(void **state)
             for (size_t j = 0; j < sizes[s]; j++)
                 img[j] = (uint8_t)(j * 3);
             emlio_buf_t b = EMLIO_BUF_INIT;
-            assert_int_equal(emlio__example_build(&b, "image/encoded", img,
-                                                  sizes[s], "image/class/label",
-                                                  labels[l]),
+            assert_int_equal(emlio_example_build(&b, "image/encoded", img,
+                                                 sizes[s], "image/class/label",
+                                                 labels[l]),
                              0);
             emlio_example_field_t f[3] = { FIELD("image/class/label"),
                                            FIELD("image/encoded"),
                                            FIELD("missing") };
-            assert_int_equal(emlio__example_parse(b.data, b.len, f, 3), 2);
+            assert_int_equal(emlio_example_parse(b.data, b.len, f, 3), 2);
             assert_int_equal(f[0].kind, EMLIO_FEATURE_INT64);
             assert_int_equal(f[0].count, 1);
             assert_true(f[0].int64 == labels[l]);
@@ -181,7 +181,7 @@ test_example_build_parse_roundtrip(void **state)
 /* The bytes python3-protobuf 3.21 serializes (deterministic, so map keys
  * sorted) for an Example with "a": bytes_list ["x"] and "b": int64_list
  * [0xfffffff], from tensorflow's feature.proto (proto3, so the int64 list
- * is packed, as emlio__example_build writes it). */
+ * is packed, as emlio_example_build writes it). */
 static void
 test_example_build_matches_protobuf(void **state)
 {
@@ -193,7 +193,7 @@ test_example_build_matches_protobuf(void **state)
                                     0x04, 0xff, 0xff, 0xff, 0x7f };
     emlio_buf_t b = EMLIO_BUF_INIT;
     assert_int_equal(
-        emlio__example_build(&b, "a", (const uint8_t *)"x", 1, "b", 0xfffffff),
+        emlio_example_build(&b, "a", (const uint8_t *)"x", 1, "b", 0xfffffff),
         0);
     assert_int_equal(b.len, sizeof(want));
     assert_memory_equal(b.data, want, sizeof(want));
@@ -208,7 +208,7 @@ test_example_packed_unpacked_unknown(void **state)
     s_hand_example(&b);
     emlio_example_field_t f[5] = { FIELD("packed"), FIELD("unpacked"),
                                    FIELD("floats"), FIELD("bytes"), FIELD("") };
-    assert_int_equal(emlio__example_parse(b.data, b.len, f, 5), 4);
+    assert_int_equal(emlio_example_parse(b.data, b.len, f, 5), 4);
     assert_int_equal(f[0].kind, EMLIO_FEATURE_INT64);
     assert_int_equal(f[0].count, 3);
     assert_true(f[0].int64 == 5);
@@ -244,7 +244,7 @@ test_example_last_entry_wins(void **state)
     emlio_buf_t b = EMLIO_BUF_INIT;
     s_sub(&b, 1, &features);
     emlio_example_field_t f[1] = { FIELD("k") };
-    assert_int_equal(emlio__example_parse(b.data, b.len, f, 1), 1);
+    assert_int_equal(emlio_example_parse(b.data, b.len, f, 1), 1);
     assert_int_equal(f[0].kind, EMLIO_FEATURE_BYTES);
     assert_int_equal(f[0].bytes_len, 2);
     emlio_buf_release(&features);
@@ -258,8 +258,8 @@ test_example_empty_and_malformed(void **state)
     (void)state;
     emlio_example_field_t f[1] = { FIELD("k") };
     /* An empty message is a valid Example with no features. */
-    assert_int_equal(emlio__example_parse(NULL, 0, f, 1), 0);
-    assert_int_equal(emlio__example_parse((const uint8_t *)"", 0, f, 1), 0);
+    assert_int_equal(emlio_example_parse(NULL, 0, f, 1), 0);
+    assert_int_equal(emlio_example_parse((const uint8_t *)"", 0, f, 1), 0);
 
     static const struct {
         const char *bytes;
@@ -285,8 +285,8 @@ test_example_empty_and_malformed(void **state)
 
     for (size_t i = 0; i < EMLIO_ARRAY_SIZE(bad); i++) {
         f[0].kind = 42;
-        if (emlio__example_parse((const uint8_t *)bad[i].bytes, bad[i].len, f,
-                                 1) != EMLIO_EPROTO)
+        if (emlio_example_parse((const uint8_t *)bad[i].bytes, bad[i].len, f,
+                                1) != EMLIO_EPROTO)
             fail_msg("malformed input %zu was accepted", i);
         assert_int_equal(f[0].kind, EMLIO_FEATURE_NONE);
     }
@@ -296,9 +296,9 @@ test_example_empty_and_malformed(void **state)
         deep[i] = 0x0b; /* start group 1 */
     for (size_t i = 100; i < 200; i++)
         deep[i] = 0x0c; /* end group 1 */
-    assert_int_equal(emlio__example_parse(deep, sizeof(deep), f, 1),
+    assert_int_equal(emlio_example_parse(deep, sizeof(deep), f, 1),
                      EMLIO_EPROTO);
-    assert_int_equal(emlio__example_parse(deep + 90, 20, f, 1), 0);
+    assert_int_equal(emlio_example_parse(deep + 90, 20, f, 1), 0);
 }
 
 /* Every prefix of a valid Example parses to EMLIO_EPROTO or to a valid
@@ -312,8 +312,8 @@ test_example_truncated_every_length(void **state)
     s_hand_example(&b);
     uint8_t img[300];
     memset(img, 0xab, sizeof(img));
-    assert_int_equal(emlio__example_build(&b, "image/encoded", img, sizeof(img),
-                                          "image/class/label", -5),
+    assert_int_equal(emlio_example_build(&b, "image/encoded", img, sizeof(img),
+                                         "image/class/label", -5),
                      0);
     for (size_t len = 0; len < b.len; len++) {
         uint8_t *copy = malloc(len ? len : 1);
@@ -322,7 +322,7 @@ test_example_truncated_every_length(void **state)
             memcpy(copy, b.data, len);
         emlio_example_field_t f[3] = { FIELD("packed"), FIELD("image/encoded"),
                                        FIELD("floats") };
-        int rc = emlio__example_parse(copy, len, f, 3);
+        int rc = emlio_example_parse(copy, len, f, 3);
         assert_true(rc == EMLIO_EPROTO || (rc >= 0 && rc <= 3));
         for (size_t i = 0; i < 3; i++)
             if (f[i].kind == EMLIO_FEATURE_BYTES)
@@ -331,7 +331,7 @@ test_example_truncated_every_length(void **state)
     }
     emlio_example_field_t f[3] = { FIELD("packed"), FIELD("image/encoded"),
                                    FIELD("floats") };
-    assert_int_equal(emlio__example_parse(b.data, b.len, f, 3), 3);
+    assert_int_equal(emlio_example_parse(b.data, b.len, f, 3), 3);
     assert_int_equal(f[1].bytes_len, sizeof(img));
     emlio_buf_release(&b);
 }
@@ -365,8 +365,7 @@ test_example_foreach(void **state)
     emlio_buf_t b = EMLIO_BUF_INIT;
     s_hand_example(&b);
     s_seen_t seen = { 0 };
-    assert_int_equal(emlio__example_foreach(b.data, b.len, s_collect, &seen),
-                     0);
+    assert_int_equal(emlio_example_foreach(b.data, b.len, s_collect, &seen), 0);
     assert_int_equal(seen.calls, 4);
     static const char *keys[] = { "packed", "unpacked", "floats", "bytes" };
     static const int kinds[] = { EMLIO_FEATURE_INT64, EMLIO_FEATURE_INT64,
@@ -379,14 +378,14 @@ test_example_foreach(void **state)
     }
     /* A non-zero return stops the walk and is passed through. */
     s_seen_t stop = { .stop_after = 2 };
-    assert_int_equal(emlio__example_foreach(b.data, b.len, s_collect, &stop),
+    assert_int_equal(emlio_example_foreach(b.data, b.len, s_collect, &stop),
                      77);
     assert_int_equal(stop.calls, 2);
     /* Malformed input reports EMLIO_EPROTO. */
     s_seen_t none = { 0 };
-    assert_int_equal(emlio__example_foreach((const uint8_t *)"\x0a\x05", 2,
-                                            s_collect, &none),
-                     EMLIO_EPROTO);
+    assert_int_equal(
+        emlio_example_foreach((const uint8_t *)"\x0a\x05", 2, s_collect, &none),
+        EMLIO_EPROTO);
     assert_int_equal(none.calls, 0);
     emlio_buf_release(&b);
 }

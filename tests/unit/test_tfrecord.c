@@ -4,7 +4,7 @@
 #include "emlio_test.h"
 
 #include "crc32c.h"
-#include "example.h"
+#include "emlio/example.h"
 #include "tfrecord.h"
 
 #define NREC 7
@@ -49,7 +49,7 @@ s_build(emlio_buf_t *out)
         assert_non_null(data);
         for (size_t j = 0; j < len; j++)
             data[j] = s_rec_byte(i, j);
-        assert_int_equal(emlio__tfrecord_append(out, data, len), 0);
+        assert_int_equal(emlio_tfrecord_append(out, data, len), 0);
         free(data);
     }
 }
@@ -411,7 +411,7 @@ test_tfrecord_length_past_end(void **state)
     static const uint64_t lens[] = { 1u << 20, (uint64_t)1 << 40, UINT64_MAX };
     for (size_t k = 0; k < EMLIO_ARRAY_SIZE(lens); k++) {
         emlio_buf_t b = EMLIO_BUF_INIT;
-        assert_int_equal(emlio__tfrecord_append(&b, (const uint8_t *)"ab", 2),
+        assert_int_equal(emlio_tfrecord_append(&b, (const uint8_t *)"ab", 2),
                          0);
         uint8_t hdr[12];
         for (int i = 0; i < 8; i++)
@@ -469,7 +469,7 @@ test_tfrecord_reads_foreign_shard(void **state)
             { .key = "image/class/label", .key_len = 17 },
             { .key = "image/scores", .key_len = 12 },
         };
-        assert_int_equal(emlio__example_parse(data, len, f, 3), 3);
+        assert_int_equal(emlio_example_parse(data, len, f, 3), 3);
         assert_int_equal(f[0].kind, EMLIO_FEATURE_BYTES);
         assert_int_equal(f[0].count, 1);
         assert_int_equal(f[0].bytes_len, 100 + 1000 * i);

@@ -58,24 +58,45 @@ test_wire_welcome_hello_error_round_trip(void **state)
                                      { "sub/b.tfrecord", 14, 0, 16 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     emlio_wire_msg_t msg;
-    assert_int_equal(
-        emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8, shards, 2),
-        0);
+    assert_int_equal(emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8,
+                                                64, 1 << 22, shards, 2),
+                     0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_WELCOME);
     assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
     assert_int_equal(msg.max_batch, 64);
     assert_int_equal(msg.max_credit, 8);
+    assert_int_equal(msg.max_streams, 64);
+    assert_int_equal(msg.sndbuf, 1 << 22);
+    assert_false(msg.joined);
     assert_int_equal(msg.n_shards, 2);
     assert_int_equal(msg.shards[1].name_len, 14);
     assert_memory_equal(msg.shards[1].name, "sub/b.tfrecord", 14);
     assert_int_equal(msg.shards[1].bytes, 16);
     emlio__wire_msg_release(&msg);
 
-    assert_int_equal(emlio__wire_encode_hello(&buf, "me"), 0);
+    assert_int_equal(emlio__wire_encode_hello(&buf, "me", 0, 0, 0), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_HELLO);
     assert_int_equal(msg.name_len, 2);
+    assert_int_equal(msg.session, 0);
+    emlio__wire_msg_release(&msg);
+
+    /* A session HELLO joining stream 5, and the short reply to a join. */
+    assert_int_equal(
+        emlio__wire_encode_hello(&buf, "me", 0xfeedbeefcafeull, 5, 77), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_HELLO);
+    assert_int_equal(msg.session, 0xfeedbeefcafeull);
+    assert_int_equal(msg.stream, 5);
+    assert_int_equal(msg.id, 77);
+    emlio__wire_msg_release(&msg);
+    assert_int_equal(emlio__wire_encode_joined(&buf, 77, "ff00"), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_WELCOME);
+    assert_true(msg.joined);
+    assert_int_equal(msg.id, 77);
+    assert_int_equal(msg.n_shards, 0);
     emlio__wire_msg_release(&msg);
 
     assert_int_equal(emlio__wire_encode_error(&buf, 3, EMLIO_ECORRUPT, "bad"),

@@ -4,7 +4,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,11 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
 #include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio.h"
+#include "emlio/buf.h"
+#include "fetch_metrics.h"
+#include "fetch_path.h"
 #include "influx.h"
 
 /* Set by SIGINT/SIGTERM; checked between batches. */
@@ -38,68 +39,6 @@ s_cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
-static void
-s_usage(FILE *out)
-{
-    fprintf(
-        out,
-        "usage: emlio fetch --connect EP[,EP...] --batch B [options]\n"
-        "\n"
-        "  --connect EPS        daemon endpoints, comma-separated\n"
-        "  --batch B            samples per batch\n"
-        "  --epochs E           epochs to run (default 1)\n"
-        "  --seed S             shuffle seed shared by all ranks (0)\n"
-        "  --shuffle MODE       window (default) or none\n"
-        "  --window-shards N    shards per shuffle window (4)\n"
-        "  --drop-last          drop the remainder instead of padding\n"
-        "  --rank R --world W   this rank and the job size (else RANK/\n"
-        "                       WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, 0/1)\n"
-        "  --streams N          TCP streams per daemon (2)\n"
-        "  --inflight K         batches in flight (default: auto, BDP)\n"
-        "  --in-order           deliver in plan order\n"
-        "  --no-crc             skip the per-sample CRC-32C check\n"
-        "  --verify             exit non-zero unless every planned sample\n"
-        "                       arrived exactly once, intact\n"
-        "  --ids FILE           write 'EPOCH SHARD RECORD' per sample\n"
-        "                       (padding lines end in ' pad')\n"
-        "  --state FILE         resume from / save progress to FILE\n"
-        "  --timeout-ms MS      fail when no reply comes for MS (60000)\n"
-        "  --connect-timeout-ms MS  give up connecting after MS (10000)\n"
-        "  --quiet              no progress line\n"
-        "  --influx URL         push an emlio_epoch point per epoch, e.g.\n"
-        "                       http://127.0.0.1:8086/write?db=emlio\n"
-        "\n"
-        "The last line of stdout is a JSON object with the figures.\n");
-}
-
-/* Rank and world: flags, else torchrun's, else SLURM's, else 0 of 1. */
-static int
-s_rank_from_env(bool have_rank, bool have_world, uint64_t *rank,
-                uint64_t *world)
-{
-    static const char *const pairs[][2] = {
-        { "RANK", "WORLD_SIZE" }, { "SLURM_PROCID", "SLURM_NTASKS" }
-    };
-    for (size_t i = 0; i < 2 && !(have_rank && have_world); i++) {
-        const char *r = getenv(pairs[i][0]);
-        const char *w = getenv(pairs[i][1]);
-        if (!r || !w)
-            continue;
-        if ((!have_rank && cli_parse_u64("fetch", pairs[i][0], r, rank) < 0) ||
-            (!have_world && cli_parse_u64("fetch", pairs[i][1], w, world) < 0))
-            return -1;
-        have_rank = have_world = true;
-    }
-    if (*world == 0 || *rank >= *world) {
-        fprintf(stderr,
-                "emlio fetch: rank %" PRIu64 " is not below world "
-                "%" PRIu64 "\n",
-                *rank, *world);
-        return -1;
-    }
-    return 0;
 }
 
 /* The state file: "EMFS", the length of the --ids file that matches the
@@ -217,7 +156,8 @@ s_verifier_release(s_verifier_t *v)
  * every energy figure labelled with its source. */
 static void
 s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
-              uint64_t bytes, const emlio_energy_report_t *rep, bool partial)
+              uint64_t bytes, const emlio_energy_report_t *rep, bool partial,
+              const emlio_client_t *client)
 {
     printf("{\"epoch\": %" PRIu64 ", \"partial\": %s, \"seconds\": %.6f"
            ", \"wait_s\": %.6f, \"first_batch_s\": %.6f, \"samples\": %" PRIu64
@@ -233,7 +173,9 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
         printf("%s\"%s\": {\"joules\": %.6f, \"source\": \"%s\"}",
                i ? ", " : "", rep->domains[i].name, rep->domains[i].joules,
                rep->domains[i].source);
-    printf("}}\n");
+    printf("}");
+    fetch_path_json(stdout, client);
+    printf("}\n");
 }
 
 /* Pushes the epoch's figures (those of s_print_epoch) to InfluxDB as one
@@ -281,222 +223,529 @@ s_push_epoch(const emlio_influx_url_t *url, uint64_t epoch, uint32_t rank,
     emlio_buf_release(&body);
 }
 
-int
-cmd_fetch(int argc, char **argv)
-{
-    enum {
-        O_EPOCHS = 256,
-        O_SEED,
-        O_SHUFFLE,
-        O_WINDOW,
-        O_DROP_LAST,
-        O_RANK,
-        O_WORLD,
-        O_STREAMS,
-        O_INFLIGHT,
-        O_IN_ORDER,
-        O_NO_CRC,
-        O_VERIFY,
-        O_IDS,
-        O_STATE,
-        O_TIMEOUT,
-        O_CONNECT_TIMEOUT,
-        O_QUIET,
-        O_INFLUX,
-        O_SERVER_KEY,
-        O_CLIENT_KEY
-    };
-    static const struct option opts[] = {
-        { "connect", required_argument, NULL, 'c' },
-        { "batch", required_argument, NULL, 'b' },
-        { "epochs", required_argument, NULL, O_EPOCHS },
-        { "seed", required_argument, NULL, O_SEED },
-        { "shuffle", required_argument, NULL, O_SHUFFLE },
-        { "window-shards", required_argument, NULL, O_WINDOW },
-        { "drop-last", no_argument, NULL, O_DROP_LAST },
-        { "rank", required_argument, NULL, O_RANK },
-        { "world", required_argument, NULL, O_WORLD },
-        { "streams", required_argument, NULL, O_STREAMS },
-        { "inflight", required_argument, NULL, O_INFLIGHT },
-        { "in-order", no_argument, NULL, O_IN_ORDER },
-        { "no-crc", no_argument, NULL, O_NO_CRC },
-        { "verify", no_argument, NULL, O_VERIFY },
-        { "ids", required_argument, NULL, O_IDS },
-        { "state", required_argument, NULL, O_STATE },
-        { "timeout-ms", required_argument, NULL, O_TIMEOUT },
-        { "connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT },
-        { "quiet", no_argument, NULL, O_QUIET },
-        { "influx", required_argument, NULL, O_INFLUX },
-        { "server-key", required_argument, NULL, O_SERVER_KEY },
-        { "client-key", required_argument, NULL, O_CLIENT_KEY },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
+/* Everything one `emlio fetch` run needs: its options, the open files and
+ * the running totals. */
+typedef struct s_fetch {
+    cli_plan_opts_t plan;
     emlio_client_config_t cfg;
-    emlio_client_config_init(&cfg);
-    const char *connect = NULL;
-    const char *ids_path = NULL;
-    const char *state_path = NULL;
-    const char *server_key_path = NULL;
-    const char *client_key_path = NULL;
-    uint64_t batch = 0, epochs = 1, rank = 0, world = 1, v;
-    bool have_rank = false, have_world = false, verify = false, quiet = false;
+    uint64_t epochs;
+    bool verify;
+    bool quiet;
+    const char *ids_path;
+    const char *state_path;
+    const char *server_key_path;
+    const char *client_key_path;
+    const char *influx_arg;
     emlio_influx_url_t influx;
-    bool have_influx = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "c:b:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            connect = optarg;
-            break;
-        case 'b':
-            if (cli_parse_u64("fetch", "--batch", optarg, &batch) < 0)
-                return 2;
-            break;
-        case O_EPOCHS:
-            if (cli_parse_u64("fetch", "--epochs", optarg, &epochs) < 0)
-                return 2;
-            break;
-        case O_SEED:
-            if (cli_parse_u64("fetch", "--seed", optarg, &cfg.seed) < 0)
-                return 2;
-            break;
-        case O_SHUFFLE:
-            if (!strcmp(optarg, "none"))
-                cfg.shuffle = EMLIO_SHUFFLE_NONE;
-            else if (!strcmp(optarg, "window"))
-                cfg.shuffle = EMLIO_SHUFFLE_WINDOW;
-            else {
-                fprintf(stderr,
-                        "emlio fetch: invalid --shuffle '%s': "
-                        "expected window or none\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case O_WINDOW:
-            if (cli_parse_u64("fetch", "--window-shards", optarg, &v) < 0)
-                return 2;
-            cfg.window_shards = (uint32_t)v;
-            break;
-        case O_DROP_LAST:
-            cfg.drop_last = true;
-            break;
-        case O_RANK:
-            if (cli_parse_u64("fetch", "--rank", optarg, &rank) < 0)
-                return 2;
-            have_rank = true;
-            break;
-        case O_WORLD:
-            if (cli_parse_u64("fetch", "--world", optarg, &world) < 0)
-                return 2;
-            have_world = true;
-            break;
-        case O_STREAMS:
-            if (cli_parse_u64("fetch", "--streams", optarg, &v) < 0)
-                return 2;
-            cfg.streams = (uint32_t)v;
-            break;
-        case O_INFLIGHT:
-            if (cli_parse_u64("fetch", "--inflight", optarg, &v) < 0)
-                return 2;
-            cfg.inflight = (uint32_t)v;
-            break;
-        case O_IN_ORDER:
-            cfg.in_order = true;
-            break;
-        case O_NO_CRC:
-            cfg.verify = false;
-            break;
-        case O_VERIFY:
-            verify = true;
-            break;
-        case O_IDS:
-            ids_path = optarg;
-            break;
-        case O_STATE:
-            state_path = optarg;
-            break;
-        case O_TIMEOUT:
-            if (cli_parse_u64("fetch", "--timeout-ms", optarg, &v) < 0)
-                return 2;
-            cfg.timeout_ms = (int)v;
-            break;
-        case O_CONNECT_TIMEOUT:
-            if (cli_parse_u64("fetch", "--connect-timeout-ms", optarg, &v) < 0)
-                return 2;
-            cfg.connect_timeout_ms = (int)v;
-            break;
-        case O_QUIET:
-            quiet = true;
-            break;
-        case O_INFLUX: {
-            char err[512];
-            if (emlio__influx_url_parse(&influx, optarg, err) < 0) {
-                fprintf(stderr, "emlio fetch: --influx: %s\n", err);
-                return 2;
-            }
-            have_influx = true;
-            break;
-        }
-        case O_SERVER_KEY:
-            server_key_path = optarg;
-            break;
-        case O_CLIENT_KEY:
-            client_key_path = optarg;
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        default:
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "emlio fetch: unexpected argument '%s'\n",
-                argv[optind]);
-        return 2;
-    }
-    if (!connect || batch == 0 || batch > UINT32_MAX) {
+    const char *metrics_arg;
+    fetch_metrics_t *metrics;
+    double last_metrics;
+    char server_key[EMLIO_CURVE_KEY_LEN];
+    char client_pub[EMLIO_CURVE_KEY_LEN];
+    char client_sec[EMLIO_CURVE_KEY_LEN];
+    /* The run. */
+    emlio_ctx_t *ctx;
+    emlio_client_t *client;
+    emlio_energy_t *meter;
+    FILE *ids;
+    s_verifier_t ver;
+    bool resumed;
+    bool tty;
+    bool failed_verify;
+    uint64_t ids_offset;
+    uint64_t epoch;
+    uint64_t epochs_done;
+    uint64_t skipped;
+    uint64_t samples;
+    uint64_t bytes;
+    uint64_t batches;
+    uint64_t pads;
+    uint32_t inflight;
+    double t0;
+    double cpu0;
+    double first_batch_s;
+    double wait_s;
+    double energy_j;
+    char energy_source[24];
+    double last_progress;
+} s_fetch_t;
+
+static void
+s_usage(FILE *out, const opt_t *const *tables)
+{
+    fprintf(out, "usage: emlio fetch --connect EP[,EP...] --batch B "
+                 "[options]\n\n");
+    opt_usage(out, tables);
+    fprintf(out, "\nThe last line of stdout is a JSON object with the "
+                 "figures.\n");
+}
+
+/* Parses argv into self. Returns -1 to go on, else the exit status. */
+static int
+s_parse_args(s_fetch_t *self, int argc, char **argv)
+{
+    emlio_client_config_t *cfg = &self->cfg;
+    opt_t shared[CLI_PLAN_NOPTS + 1];
+    cli_plan_opts_init(&self->plan);
+    cli_plan_opts_table(&self->plan, shared);
+    const opt_t own[] = {
+        OPT("epochs", 0, OPT_U64, &self->epochs, "E",
+            "epochs to run (default 1)"),
+        OPT("streams", 0, OPT_U32, &cfg->streams, "N",
+            "TCP streams per daemon (default: tuned, 2 to 64)", .min = 1,
+            .max = 64),
+        OPT("inflight", 0, OPT_U32, &cfg->inflight, "K",
+            "batches in flight (default: auto, BDP)"),
+        OPT("in-order", 0, OPT_FLAG, &cfg->in_order, NULL,
+            "deliver in plan order"),
+        OPT("no-crc", 0, OPT_UNSET, &cfg->verify, NULL,
+            "skip the per-sample CRC-32C check"),
+        OPT("verify", 0, OPT_FLAG, &self->verify, NULL,
+            "exit non-zero unless every planned sample\n"
+            "arrived exactly once, intact"),
+        OPT("ids", 0, OPT_STR, &self->ids_path, "FILE",
+            "write 'EPOCH SHARD RECORD' per sample\n"
+            "(padding lines end in ' pad')"),
+        OPT("state", 0, OPT_STR, &self->state_path, "FILE",
+            "resume from / save progress to FILE"),
+        OPT("timeout-ms", 0, OPT_INT, &cfg->timeout_ms, "MS",
+            "fail when no reply comes for MS (60000)"),
+        OPT("connect-timeout-ms", 0, OPT_INT, &cfg->connect_timeout_ms, "MS",
+            "give up connecting after MS (10000)"),
+        OPT("quiet", 0, OPT_FLAG, &self->quiet, NULL, "no progress line"),
+        OPT("influx", 0, OPT_STR, &self->influx_arg, "URL",
+            "push an emlio_epoch point per epoch, e.g.\n"
+            "http://127.0.0.1:8086/write?db=emlio"),
+        OPT("metrics", 0, OPT_STR, &self->metrics_arg, "HOST:PORT",
+            "serve Prometheus metrics (RTT, streams, rate\n"
+            "per stream, what limits) at\n"
+            "http://HOST:PORT/metrics (port 0: any)"),
+        OPT("server-key", 0, OPT_STR, &self->server_key_path, "FILE",
+            "the daemon's CURVE public key"),
+        OPT("client-key", 0, OPT_STR, &self->client_key_path, "FILE",
+            "this client's CURVE secret key"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "this text"),
+        OPT_END,
+    };
+    const opt_t *const tables[] = { shared, own, NULL };
+    self->epochs = 1;
+    int status = cli_parse("fetch", tables, argc, argv, s_usage);
+    if (status >= 0)
+        return status;
+    if (!self->plan.connect || self->plan.batch == 0) {
         fprintf(stderr, "emlio fetch: --connect and a positive --batch are "
                         "required\n");
         return 2;
     }
-    if (s_rank_from_env(have_rank, have_world, &rank, &world) < 0)
-        return 2;
-    char server_key[EMLIO_CURVE_KEY_LEN], client_pub[EMLIO_CURVE_KEY_LEN],
-        client_sec[EMLIO_CURVE_KEY_LEN];
-    if (!server_key_path != !client_key_path) {
+    return -1;
+}
+
+/* Applies the parsed options to cfg: the plan, rank, keys, the InfluxDB
+ * URL. Returns 0 or -1 after printing why. */
+static int
+s_configure(s_fetch_t *self)
+{
+    emlio_client_config_t *cfg = &self->cfg;
+    if (cli_rank_from_env("fetch", &self->plan) < 0)
+        return -1;
+    cfg->batch_size = (uint32_t)self->plan.batch;
+    cfg->seed = self->plan.seed;
+    cfg->shuffle = self->plan.shuffle;
+    cfg->window_shards = self->plan.window_shards;
+    cfg->drop_last = self->plan.drop_last;
+    cfg->rank = (uint32_t)self->plan.rank;
+    cfg->world = (uint32_t)self->plan.world;
+    if (self->verify)
+        cfg->verify = true; /* --verify proves intact bytes: CRCs stay on */
+    if (self->influx_arg) {
+        char err[512];
+        if (emlio__influx_url_parse(&self->influx, self->influx_arg, err) < 0) {
+            fprintf(stderr, "emlio fetch: --influx: %s\n", err);
+            return -1;
+        }
+    }
+    if (!self->server_key_path != !self->client_key_path) {
         fprintf(stderr, "emlio fetch: --server-key and --client-key go "
                         "together\n");
+        return -1;
+    }
+    if (!self->server_key_path)
+        return 0;
+    const char *bad = self->server_key_path;
+    int krc = emlio_curve_read_key(self->server_key_path, self->server_key);
+    if (krc == 0) {
+        bad = self->client_key_path;
+        krc = emlio_curve_read_key(self->client_key_path, self->client_sec);
+    }
+    if (krc == 0 && emlio_curve_public(self->client_pub, self->client_sec) < 0)
+        krc = EMLIO_EFORMAT;
+    if (krc < 0) {
+        fprintf(stderr, "emlio fetch: cannot read key '%s': %s\n", bad,
+                krc == EMLIO_EFORMAT ? "not a Z85 key" : emlio_strerror(krc));
+        return -1;
+    }
+    cfg->curve_server_key = self->server_key;
+    cfg->curve_public_key = self->client_pub;
+    cfg->curve_secret_key = self->client_sec;
+    return 0;
+}
+
+/* Loads the --state file when there is one: the client resumes the saved
+ * epoch, and ids_offset is where the matching --ids file ends. */
+static int
+s_load_state(s_fetch_t *self)
+{
+    emlio_buf_t file = EMLIO_BUF_INIT;
+    int rc = dataset_read_file(self->state_path, &file);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0) {
+        fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n",
+                self->state_path, emlio_strerror(rc));
+        return -1;
+    }
+    const uint8_t *blob = file.data;
+    if (file.len < S_STATE_HEAD || memcmp(blob, "EMFS", 4)) {
+        fprintf(stderr,
+                "emlio fetch: cannot resume from '%s': not a state file\n",
+                self->state_path);
+        emlio_buf_release(&file);
+        return -1;
+    }
+    for (int i = 7; i >= 0; i--)
+        self->ids_offset = (self->ids_offset << 8) | blob[4 + i];
+    rc = emlio_client_load_state(self->client, blob + S_STATE_HEAD,
+                                 file.len - S_STATE_HEAD);
+    emlio_buf_release(&file);
+    if (rc < 0) {
+        fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
+                self->state_path, emlio_client_errmsg(self->client));
+        return -1;
+    }
+    self->resumed = true;
+    emlio_client_stats_t st;
+    emlio_client_stats(self->client, &st);
+    self->epoch = st.epoch;
+    return 0;
+}
+
+/* Connects, resumes from --state, opens --ids and the energy meter. */
+static int
+s_open(s_fetch_t *self)
+{
+    /* The epochs to run are known: the next one's batches are requested
+     * while the current one's last arrive, and none past the last. */
+    self->cfg.end_epoch = self->epochs;
+    self->ctx = emlio_ctx_new();
+    if (self->ctx)
+        cli_install_log(self->ctx);
+    self->client = self->ctx ? emlio_client_new(self->ctx, &self->cfg) : NULL;
+    self->meter = emlio_energy_new();
+    if (!self->client || !self->meter) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        return -1;
+    }
+    if (emlio_client_connect(self->client, self->plan.connect) < 0) {
+        fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(self->client));
+        return -1;
+    }
+    if (self->state_path && s_load_state(self) < 0)
+        return -1;
+    const char *ids_path = self->ids_path;
+    if (ids_path && !(self->ids = fopen(ids_path, self->resumed ? "a" : "w"))) {
+        fprintf(stderr, "emlio fetch: cannot open '%s': %s\n", ids_path,
+                strerror(errno));
+        return -1;
+    }
+    /* Lines written after the last saved state belong to batches that will
+     * be delivered again: cut them. */
+    if (self->ids && self->resumed &&
+        (ftruncate(fileno(self->ids), (off_t)self->ids_offset) != 0 ||
+         fseeko(self->ids, (off_t)self->ids_offset, SEEK_SET) != 0)) {
+        fprintf(stderr, "emlio fetch: cannot trim '%s': %s\n", ids_path,
+                strerror(errno));
+        return -1;
+    }
+    /* Energy is measured per epoch (RAPL/NVML where present, else the
+     * labelled model); the figures of the epochs add up to the totals. */
+    if (emlio_energy_set_powercap_root(self->meter,
+                                       getenv("EMLIO_POWERCAP_ROOT")) < 0) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Accounts for one delivered batch: totals, --ids lines, the verifier. */
+static void
+s_take_batch(s_fetch_t *self, emlio_batch_t *b)
+{
+    size_t n;
+    const emlio_sample_t *s = emlio_batch_samples(b, &n);
+    for (size_t i = 0; i < n; i++) {
+        self->bytes += s[i].len;
+        self->pads += s[i].pad;
+        if (self->ids)
+            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s\n", self->epoch,
+                    emlio_client_shard_name(self->client, s[i].shard),
+                    s[i].record, s[i].pad ? " pad" : "");
+        if (self->verify)
+            s_verifier_add(&self->ver, &s[i]);
+    }
+    self->samples += n;
+    self->batches++;
+    if (self->first_batch_s < 0)
+        self->first_batch_s = dataset_now() - self->t0;
+}
+
+/* Redraws the progress line on a terminal, at most four times a second. */
+static void
+s_progress(s_fetch_t *self, size_t planned)
+{
+    if (!self->tty || dataset_now() - self->last_progress <= 0.25)
+        return;
+    double dt = dataset_now() - self->t0;
+    emlio_client_stats_t st;
+    emlio_client_stats(self->client, &st);
+    char path[96];
+    fetch_path_brief(path, sizeof(path), self->client);
+    fprintf(stderr,
+            "\repoch %" PRIu64 "/%" PRIu64 "  batch %" PRIu64
+            "/%zu  %.0f samples/s  %.1f MB/s  window %u  %s   ",
+            self->epoch + 1, self->epochs, st.batches, planned,
+            (double)self->samples / dt, (double)self->bytes / dt / 1e6,
+            st.inflight, path);
+    self->last_progress = dataset_now();
+}
+
+/* Receives the batches of the current epoch until its end or a signal.
+ * Returns 0, or -1 after printing why (the state is saved first). */
+static int
+s_drain_epoch(s_fetch_t *self)
+{
+    size_t planned = emlio_plan_batch_count(emlio_client_plan(self->client));
+    self->last_progress = 0;
+    emlio_batch_t *b;
+    int rc;
+    while ((rc = emlio_client_next(self->client, &b)) != 0) {
+        if (rc == -EINTR) {
+            if (s_interrupted)
+                break;
+            continue;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "emlio fetch: epoch %" PRIu64 ": %s\n", self->epoch,
+                    emlio_client_errmsg(self->client));
+            if (self->state_path)
+                s_save_state(self->client, self->state_path, self->ids);
+            return -1;
+        }
+        s_take_batch(self, b);
+        emlio_batch_release(&b);
+        if (self->metrics && dataset_now() - self->last_metrics > 0.1) {
+            fetch_metrics_update(self->metrics, self->client, self->samples,
+                                 self->bytes);
+            self->last_metrics = dataset_now();
+        }
+        if (self->state_path &&
+            s_save_state(self->client, self->state_path, self->ids) < 0)
+            return -1;
+        s_progress(self, planned);
+        if (s_interrupted)
+            break;
+    }
+    return 0;
+}
+
+/* Reports the records the daemons left out as corrupt in this epoch; they
+ * count as delivered for the verifier (reported, not lost). */
+static void
+s_report_skipped(s_fetch_t *self)
+{
+    size_t n;
+    const emlio_sample_t *skipped = emlio_client_skipped(self->client, &n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr,
+                "emlio fetch: epoch %" PRIu64 ": skipped corrupt record "
+                "%" PRIu64 " of shard '%s' (left out by the daemon)\n",
+                self->epoch, skipped[i].record,
+                emlio_client_shard_name(self->client, skipped[i].shard));
+        if (self->verify)
+            s_verifier_add(&self->ver, &skipped[i]);
+    }
+    self->skipped += n;
+}
+
+/* Checks the epoch's exactly-once bookkeeping; sets failed_verify. */
+static void
+s_check_epoch(s_fetch_t *self)
+{
+    const s_verifier_t *v = &self->ver;
+    uint64_t missing = 0;
+    for (uint64_t g = 0; g < v->total; g++)
+        if ((v->planned[g / 8] & (1u << (g % 8))) &&
+            !(v->seen[g / 8] & (1u << (g % 8))))
+            missing++;
+    /* After a resume the earlier part was delivered by the run that saved
+     * the state, so only duplicates and strays count here. */
+    bool partial = v->received < v->expected && missing && self->state_path;
+    if (v->duplicates || v->unplanned || (missing && !partial)) {
+        fprintf(stderr,
+                "emlio fetch: verify failed in epoch %" PRIu64 ": %" PRIu64
+                " of %" PRIu64 " samples arrived, %" PRIu64 " missing, %" PRIu64
+                " twice, %" PRIu64 " unplanned\n",
+                self->epoch, v->received, v->expected, missing, v->duplicates,
+                v->unplanned);
+        self->failed_verify = true;
+    }
+}
+
+/* Runs the current epoch: plan, receive, then print (and push) its line.
+ * Returns 0 or -1 after printing why. */
+static int
+s_run_epoch(s_fetch_t *self)
+{
+    /* Started before the epoch so its probe (up to ~20 ms for a perf PMU)
+     * is not counted as the epoch's time to first batch. */
+    if (emlio_energy_start(self->meter) < 0) {
+        fprintf(stderr, "emlio fetch: cannot measure energy: %s\n",
+                emlio_energy_errmsg(self->meter));
+        return -1;
+    }
+    if (!self->resumed &&
+        emlio_client_begin_epoch(self->client, self->epoch) < 0) {
+        fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(self->client));
+        return -1;
+    }
+    uint64_t samples0 = self->samples;
+    uint64_t bytes0 = self->bytes;
+    /* On a resumed epoch only the rest is checked: what came before was
+     * checked (and its ids written) by the run that saved it. */
+    if (self->verify && s_verifier_begin(&self->ver, self->client) < 0) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        return -1;
+    }
+    if (s_drain_epoch(self) < 0)
+        return -1;
+    emlio_client_stats_t st;
+    emlio_client_stats(self->client, &st);
+    self->wait_s += st.wait_s;
+    self->inflight = st.inflight;
+    self->resumed = false;
+    uint64_t n = self->samples - samples0;
+    uint64_t nb = self->bytes - bytes0;
+    emlio_energy_report_t rep;
+    emlio_energy_add_bytes(self->meter, nb);
+    if (emlio_energy_stop(self->meter, &rep) == 0) {
+        self->energy_j += rep.energy_j;
+        snprintf(self->energy_source, sizeof(self->energy_source), "%s",
+                 rep.source);
+        s_print_epoch(self->epoch, &st, n, nb, &rep, s_interrupted,
+                      self->client);
+        if (self->influx_arg)
+            s_push_epoch(&self->influx, self->epoch, self->cfg.rank,
+                         self->cfg.world, &st, n, nb, &rep);
+    }
+    s_report_skipped(self);
+    if (s_interrupted)
+        return 0;
+    self->epochs_done++;
+    if (self->verify)
+        s_check_epoch(self);
+    return 0;
+}
+
+/* The last line of stdout: the run's totals as one JSON object. */
+static void
+s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
+{
+    uint64_t samples = self->samples;
+    uint64_t bytes = self->bytes;
+    double energy_j = self->energy_j;
+    printf("{\"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
+           ", \"batches\": %" PRIu64 ", \"epochs\": %" PRIu64
+           ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"mb_per_s\": %.2f"
+           ", \"first_batch_s\": %.6f, \"wait_s\": %.6f, \"cpu_s\": %.3f"
+           ", \"pad_samples\": %" PRIu64 ", \"rank\": %u, \"world\": %u"
+           ", \"inflight\": %u, \"interrupted\": %s"
+           ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
+           ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
+           ", \"skipped\": %" PRIu64,
+           samples, bytes, self->batches, self->epochs_done, seconds,
+           seconds > 0 ? (double)samples / seconds : 0,
+           seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
+           self->first_batch_s < 0 ? 0 : self->first_batch_s, self->wait_s,
+           cpu_s, self->pads, self->cfg.rank, self->cfg.world, self->inflight,
+           s_interrupted ? "true" : "false",
+           self->verify && !self->failed_verify ? "true" : "false", energy_j,
+           self->energy_source, samples ? energy_j / (double)samples : 0,
+           bytes ? energy_j / ((double)bytes / 1e9) : 0, self->skipped);
+    fetch_path_json(stdout, self->client);
+    printf("}\n");
+    fflush(stdout);
+}
+
+/* Runs every epoch, then saves the state and prints the totals. Returns
+ * the exit status. */
+static int
+s_run(s_fetch_t *self)
+{
+    self->tty = !self->quiet && isatty(STDERR_FILENO);
+    self->t0 = dataset_now();
+    self->cpu0 = s_cpu_seconds();
+    self->first_batch_s = -1;
+    snprintf(self->energy_source, sizeof(self->energy_source), "none");
+    for (; self->epoch < self->epochs && !s_interrupted; self->epoch++) {
+        if (s_run_epoch(self) < 0)
+            return 1;
+        if (s_interrupted)
+            break;
+    }
+    if (self->tty)
+        fprintf(stderr, "\n");
+    double seconds = dataset_now() - self->t0;
+    double cpu_s = s_cpu_seconds() - self->cpu0;
+    emlio_energy_report_t last;
+    if (emlio_energy_running(self->meter) &&
+        emlio_energy_stop(self->meter, &last) == 0)
+        self->energy_j += last.energy_j;
+    if (self->state_path &&
+        s_save_state(self->client, self->state_path, self->ids) < 0)
+        return 1;
+    if (self->ids && fflush(self->ids) != 0) {
+        fprintf(stderr, "emlio fetch: cannot write '%s': %s\n", self->ids_path,
+                strerror(errno));
+        return 1;
+    }
+    s_print_summary(self, seconds, cpu_s);
+    return self->failed_verify ? 1 : s_interrupted ? 130 : 0;
+}
+
+/* --metrics: the endpoint starts once connected, and says where it is. */
+static int
+s_start_metrics(s_fetch_t *self)
+{
+    if (!self->metrics_arg)
+        return 0;
+    self->metrics = fetch_metrics_start(self->metrics_arg);
+    if (!self->metrics)
+        return -1;
+    fetch_metrics_update(self->metrics, self->client, 0, 0);
+    fprintf(stderr, "emlio fetch: metrics on http://%s/metrics\n",
+            fetch_metrics_address(self->metrics));
+    return 0;
+}
+
+int
+cmd_fetch(int argc, char **argv)
+{
+    s_fetch_t self = { 0 };
+    emlio_client_config_init(&self.cfg);
+    int status = s_parse_args(&self, argc, argv);
+    if (status >= 0)
+        return status;
+    if (s_configure(&self) < 0)
         return 2;
-    }
-    if (server_key_path) {
-        const char *bad = server_key_path;
-        int krc = emlio_curve_read_key(server_key_path, server_key);
-        if (krc == 0) {
-            bad = client_key_path;
-            krc = emlio_curve_read_key(client_key_path, client_sec);
-        }
-        if (krc == 0 && emlio_curve_public(client_pub, client_sec) < 0)
-            krc = EMLIO_EFORMAT;
-        if (krc < 0) {
-            fprintf(stderr, "emlio fetch: cannot read key '%s': %s\n", bad,
-                    krc == EMLIO_EFORMAT ? "not a Z85 key"
-                                         : emlio_strerror(krc));
-            return 2;
-        }
-        cfg.curve_server_key = server_key;
-        cfg.curve_public_key = client_pub;
-        cfg.curve_secret_key = client_sec;
-    }
-    cfg.batch_size = (uint32_t)batch;
-    if (verify)
-        cfg.verify = true; /* --verify proves intact bytes: CRCs stay on */
-    cfg.rank = (uint32_t)rank;
-    cfg.world = (uint32_t)world;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -504,251 +753,18 @@ cmd_fetch(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    int status = 1;
-    emlio_ctx_t *ctx = emlio_ctx_new();
-    emlio_client_t *client = ctx ? emlio_client_new(ctx, &cfg) : NULL;
-    FILE *ids = NULL;
-    s_verifier_t ver = { 0 };
-    emlio_energy_t *meter = NULL;
-    bool resumed = false;
-    uint64_t ids_offset = 0;
-    uint64_t skipped_total = 0;
-    uint64_t epoch = 0;
-    if (!client) {
-        fprintf(stderr, "emlio fetch: out of memory\n");
-        goto out;
-    }
-    int rc = emlio_client_connect(client, connect);
-    if (rc < 0) {
-        fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(client));
-        goto out;
-    }
-    if (state_path) {
-        emlio_buf_t file = EMLIO_BUF_INIT;
-        rc = dataset_read_file(state_path, &file);
-        const uint8_t *blob = file.data;
-        size_t len = file.len;
-        if (rc == 0) {
-            if (len < S_STATE_HEAD || memcmp(blob, "EMFS", 4)) {
-                fprintf(stderr,
-                        "emlio fetch: cannot resume from '%s': not a "
-                        "state file\n",
-                        state_path);
-                emlio_buf_release(&file);
-                goto out;
-            }
-            for (int i = 7; i >= 0; i--)
-                ids_offset = (ids_offset << 8) | blob[4 + i];
-            rc = emlio_client_load_state(client, blob + S_STATE_HEAD,
-                                         len - S_STATE_HEAD);
-            emlio_buf_release(&file);
-            if (rc < 0) {
-                fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n",
-                        state_path, emlio_client_errmsg(client));
-                goto out;
-            }
-            resumed = true;
-            emlio_client_stats_t st;
-            emlio_client_stats(client, &st);
-            epoch = st.epoch;
-        } else if (rc != -ENOENT) {
-            fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n",
-                    state_path, emlio_strerror(rc));
-            goto out;
-        }
-    }
-    if (ids_path && !(ids = fopen(ids_path, resumed ? "a" : "w"))) {
-        fprintf(stderr, "emlio fetch: cannot open '%s': %s\n", ids_path,
-                strerror(errno));
-        goto out;
-    }
-    /* Lines written after the last saved state belong to batches that will
-     * be delivered again: cut them. */
-    if (ids && resumed &&
-        (ftruncate(fileno(ids), (off_t)ids_offset) != 0 ||
-         fseeko(ids, (off_t)ids_offset, SEEK_SET) != 0)) {
-        fprintf(stderr, "emlio fetch: cannot trim '%s': %s\n", ids_path,
-                strerror(errno));
-        goto out;
-    }
-    /* Energy is measured per epoch (RAPL/NVML where present, else the
-     * labelled model); the figures of the epochs add up to the totals. */
-    meter = emlio_energy_new();
-    if (!meter || emlio_energy_set_powercap_root(
-                      meter, getenv("EMLIO_POWERCAP_ROOT")) < 0) {
-        fprintf(stderr, "emlio fetch: out of memory\n");
-        goto out;
-    }
-    double energy_j = 0;
-    char energy_source[24] = "none";
-    bool tty = !quiet && isatty(STDERR_FILENO);
-    double t0 = dataset_now();
-    double cpu0 = s_cpu_seconds();
-    double first_batch_s = -1, wait_s = 0;
-    uint64_t samples = 0, bytes = 0, batches = 0, pads = 0, epochs_done = 0;
-    bool failed_verify = false;
-    uint32_t inflight = 0;
-    for (; epoch < epochs && !s_interrupted; epoch++) {
-        /* Started before the epoch so its probe (up to ~20 ms for a perf
-         * PMU) is not counted as the epoch's time to first batch. */
-        if (emlio_energy_start(meter) < 0) {
-            fprintf(stderr, "emlio fetch: cannot measure energy: %s\n",
-                    emlio_energy_errmsg(meter));
-            goto out;
-        }
-        if (!resumed && (rc = emlio_client_begin_epoch(client, epoch)) < 0) {
-            fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(client));
-            goto out;
-        }
-        uint64_t epoch_samples0 = samples, epoch_bytes0 = bytes;
-        /* On a resumed epoch only the rest is checked: what came before
-         * was checked (and its ids written) by the run that saved it. */
-        if (verify && s_verifier_begin(&ver, client) < 0) {
-            fprintf(stderr, "emlio fetch: out of memory\n");
-            goto out;
-        }
-        size_t planned = emlio_plan_batch_count(emlio_client_plan(client));
-        double last_progress = 0;
-        emlio_batch_t *b;
-        while ((rc = emlio_client_next(client, &b)) != 0) {
-            if (rc == -EINTR) {
-                if (s_interrupted)
-                    break;
-                continue;
-            }
-            if (rc < 0) {
-                fprintf(stderr, "emlio fetch: epoch %" PRIu64 ": %s\n", epoch,
-                        emlio_client_errmsg(client));
-                if (state_path)
-                    s_save_state(client, state_path, ids);
-                goto out;
-            }
-            size_t n;
-            const emlio_sample_t *s = emlio_batch_samples(b, &n);
-            for (size_t i = 0; i < n; i++) {
-                bytes += s[i].len;
-                pads += s[i].pad;
-                if (ids)
-                    fprintf(ids, "%" PRIu64 " %s %" PRIu64 "%s\n", epoch,
-                            emlio_client_shard_name(client, s[i].shard),
-                            s[i].record, s[i].pad ? " pad" : "");
-                if (verify)
-                    s_verifier_add(&ver, &s[i]);
-            }
-            samples += n;
-            batches++;
-            if (first_batch_s < 0)
-                first_batch_s = dataset_now() - t0;
-            emlio_batch_release(&b);
-            if (state_path && s_save_state(client, state_path, ids) < 0)
-                goto out;
-            if (tty && dataset_now() - last_progress > 0.25) {
-                double dt = dataset_now() - t0;
-                emlio_client_stats_t st;
-                emlio_client_stats(client, &st);
-                fprintf(stderr,
-                        "\repoch %" PRIu64 "/%" PRIu64 "  batch %" PRIu64
-                        "/%zu  %.0f samples/s  %.1f MB/s  window %u   ",
-                        epoch + 1, epochs, st.batches, planned,
-                        (double)samples / dt, (double)bytes / dt / 1e6,
-                        st.inflight);
-                last_progress = dataset_now();
-            }
-            if (s_interrupted)
-                break;
-        }
-        emlio_client_stats_t st;
-        emlio_client_stats(client, &st);
-        wait_s += st.wait_s;
-        inflight = st.inflight;
-        resumed = false;
-        emlio_energy_report_t rep;
-        emlio_energy_add_bytes(meter, bytes - epoch_bytes0);
-        if (emlio_energy_stop(meter, &rep) == 0) {
-            uint64_t n = samples - epoch_samples0;
-            uint64_t nb = bytes - epoch_bytes0;
-            energy_j += rep.energy_j;
-            snprintf(energy_source, sizeof(energy_source), "%s", rep.source);
-            s_print_epoch(epoch, &st, n, nb, &rep, s_interrupted);
-            if (have_influx)
-                s_push_epoch(&influx, epoch, cfg.rank, cfg.world, &st, n, nb,
-                             &rep);
-        }
-        size_t n_skipped;
-        const emlio_sample_t *skipped =
-            emlio_client_skipped(client, &n_skipped);
-        for (size_t i = 0; i < n_skipped; i++) {
-            fprintf(stderr,
-                    "emlio fetch: epoch %" PRIu64 ": skipped corrupt record "
-                    "%" PRIu64 " of shard '%s' (left out by the daemon)\n",
-                    epoch, skipped[i].record,
-                    emlio_client_shard_name(client, skipped[i].shard));
-            if (verify)
-                s_verifier_add(&ver, &skipped[i]); /* reported, not lost */
-        }
-        skipped_total += n_skipped;
-        if (s_interrupted)
-            break;
-        epochs_done++;
-        if (verify) {
-            uint64_t missing = 0;
-            for (uint64_t g = 0; g < ver.total; g++)
-                if ((ver.planned[g / 8] & (1u << (g % 8))) &&
-                    !(ver.seen[g / 8] & (1u << (g % 8))))
-                    missing++;
-            /* After a resume the earlier part was delivered by the run that
-             * saved the state, so only duplicates and strays count here. */
-            bool partial = ver.received < ver.expected && missing && state_path;
-            if (ver.duplicates || ver.unplanned || (missing && !partial)) {
-                fprintf(stderr,
-                        "emlio fetch: verify failed in epoch %" PRIu64
-                        ": %" PRIu64 " of %" PRIu64 " samples arrived, %" PRIu64
-                        " missing, %" PRIu64 " twice, %" PRIu64 " unplanned\n",
-                        epoch, ver.received, ver.expected, missing,
-                        ver.duplicates, ver.unplanned);
-                failed_verify = true;
-            }
-        }
-    }
-    if (tty)
-        fprintf(stderr, "\n");
-    double seconds = dataset_now() - t0;
-    double cpu_s = s_cpu_seconds() - cpu0;
-    emlio_energy_report_t last;
-    if (emlio_energy_running(meter) && emlio_energy_stop(meter, &last) == 0)
-        energy_j += last.energy_j;
-    if (state_path && s_save_state(client, state_path, ids) < 0)
-        goto out;
-    if (ids && fflush(ids) != 0) {
-        fprintf(stderr, "emlio fetch: cannot write '%s': %s\n", ids_path,
-                strerror(errno));
-        goto out;
-    }
-    printf("{\"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
-           ", \"batches\": %" PRIu64 ", \"epochs\": %" PRIu64
-           ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"mb_per_s\": %.2f"
-           ", \"first_batch_s\": %.6f, \"wait_s\": %.6f, \"cpu_s\": %.3f"
-           ", \"pad_samples\": %" PRIu64 ", \"rank\": %u, \"world\": %u"
-           ", \"inflight\": %u, \"streams\": %u, \"interrupted\": %s"
-           ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
-           ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
-           ", \"skipped\": %" PRIu64 "}\n",
-           samples, bytes, batches, epochs_done, seconds,
-           seconds > 0 ? (double)samples / seconds : 0,
-           seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
-           first_batch_s < 0 ? 0 : first_batch_s, wait_s, cpu_s, pads, cfg.rank,
-           cfg.world, inflight, cfg.streams, s_interrupted ? "true" : "false",
-           verify && !failed_verify ? "true" : "false", energy_j, energy_source,
-           samples ? energy_j / (double)samples : 0,
-           bytes ? energy_j / ((double)bytes / 1e9) : 0, skipped_total);
-    fflush(stdout);
-    status = failed_verify ? 1 : s_interrupted ? 130 : 0;
-out:
-    if (ids)
-        fclose(ids);
-    s_verifier_release(&ver);
-    emlio_energy_destroy(&meter);
-    emlio_client_destroy(&client);
-    emlio_ctx_destroy(&ctx);
+    status = s_open(&self) < 0            ? 1
+             : s_start_metrics(&self) < 0 ? 1
+                                          : s_run(&self);
+    if (self.metrics)
+        fetch_metrics_update(self.metrics, self.client, self.samples,
+                             self.bytes);
+    fetch_metrics_stop(&self.metrics);
+    if (self.ids)
+        fclose(self.ids);
+    s_verifier_release(&self.ver);
+    emlio_energy_destroy(&self.meter);
+    emlio_client_destroy(&self.client);
+    emlio_ctx_destroy(&self.ctx);
     return status;
 }

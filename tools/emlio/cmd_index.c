@@ -2,14 +2,14 @@
  * writes their DALI-format index files.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <getopt.h>
 #include <sys/stat.h>
 
-#include "buf.h"
 #include "commands.h"
 #include "dataset_util.h"
+#include "emlio/buf.h"
 
 #define CMD "index"
 
@@ -50,7 +50,7 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
     dataset_strv_t names = DATASET_STRV_INIT;
     int rc = dataset_list_dir(dir, 0, &names);
     if (rc < 0)
-        *bad_path = emlio_strdup(dir);
+        *bad_path = strdup(dir);
     for (size_t i = 0; i < names.n && rc == 0; i++) {
         char *path = dataset_path_join(dir, names.items[i]);
         struct stat st;
@@ -62,7 +62,7 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
             rc = s_collect(path, out, depth + 1, bad_path);
         else if (S_ISREG(st.st_mode) && s_is_tfrecord_name(names.items[i]))
             rc = dataset_strv_push(out, path);
-        emlio_free(path);
+        free(path);
     }
     dataset_strv_release(&names);
     return rc;
@@ -166,7 +166,7 @@ cmd_index(int argc, char **argv)
             if (rc < 0) {
                 dataset_error(CMD, "cannot read '%s': %s", bad ? bad : arg,
                               dataset_strerror(rc, ebuf, sizeof(ebuf)));
-                emlio_free(bad);
+                free(bad);
                 dataset_strv_release(&files);
                 failed++;
                 continue;

@@ -2,13 +2,13 @@
  * one TFRecord shard, as text or one JSON object.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <getopt.h>
 
 #include "commands.h"
 #include "dataset_util.h"
-#include "example.h"
+#include "emlio/example.h"
 
 #define CMD "inspect"
 
@@ -88,7 +88,7 @@ s_on_key(void *userdata, const uint8_t *key, size_t key_len, int kind,
         keys->dropped++;
         return 0;
     }
-    char *copy = emlio_malloc(key_len + 1);
+    char *copy = malloc(key_len + 1);
     if (!copy) {
         keys->rc = EMLIO_ENOMEM;
         return 1;
@@ -144,8 +144,80 @@ s_text_key(const char *s, size_t len)
     }
 }
 
-int
-cmd_inspect(int argc, char **argv)
+/* What cmd_inspect found, for the two output formats. */
+typedef struct inspect_summary {
+    const char *path;
+    size_t n;       /* records */
+    uint64_t size;  /* file bytes */
+    uint64_t total; /* record data bytes */
+    uint64_t min_len;
+    uint64_t max_len;
+    double mean;
+    size_t sampled; /* records whose keys were read */
+    size_t raw;     /* of those, not tf.train.Example */
+    bool verify;
+} inspect_summary_t;
+
+static void
+s_print_json(const inspect_summary_t *sm, const inspect_keys_t *keys)
+{
+    printf("{\"file\": ");
+    s_json_string(sm->path, strlen(sm->path));
+    printf(", \"records\": %zu, \"bytes\": %" PRIu64
+           ", \"data_bytes\": %" PRIu64 ", \"record_bytes\": {\"min\": "
+           "%" PRIu64 ", \"mean\": %.1f, \"max\": %" PRIu64 "}",
+           sm->n, sm->size, sm->total, sm->min_len, sm->mean, sm->max_len);
+    printf(", \"sampled\": %zu, \"raw\": %zu, \"verified\": %s, "
+           "\"features\": [",
+           sm->sampled, sm->raw, sm->verify ? "true" : "false");
+    for (size_t i = 0; i < keys->n; i++) {
+        const inspect_key_t *k = &keys->items[i];
+        printf("%s{\"key\": ", i ? ", " : "");
+        s_json_string(k->key, k->key_len);
+        printf(", \"kind\": \"%s\", \"records\": %" PRIu64
+               ", \"min_values\": %zu, \"max_values\": %zu}",
+               s_kind_name(k->kind), k->records, k->min_count, k->max_count);
+    }
+    printf("], \"untracked_keys\": %zu}\n", keys->dropped);
+}
+
+static void
+s_print_text(const inspect_summary_t *sm, const inspect_keys_t *keys)
+{
+    printf("file:     %s\n", sm->path);
+    printf("records:  %zu\n", sm->n);
+    printf("bytes:    %" PRIu64 " (record data %" PRIu64 ")\n", sm->size,
+           sm->total);
+    printf("record:   min %" PRIu64 ", mean %.1f, max %" PRIu64 " bytes\n",
+           sm->min_len, sm->mean, sm->max_len);
+    printf("crc:      %s\n", sm->verify ? "every data crc checked"
+                                        : "length crcs checked (--verify "
+                                          "checks data)");
+    printf("features (first %zu records, %zu raw):\n", sm->sampled, sm->raw);
+    size_t key_width = 0;
+    for (size_t i = 0; i < keys->n; i++)
+        key_width = EMLIO_MAX(key_width, keys->items[i].key_len);
+    for (size_t i = 0; i < keys->n; i++) {
+        const inspect_key_t *k = &keys->items[i];
+        printf("  ");
+        s_text_key(k->key, k->key_len);
+        printf("%*s  %-5s  ", (int)(key_width - k->key_len), "",
+               s_kind_name(k->kind));
+        if (k->min_count == k->max_count)
+            printf("%zu value%s", k->min_count, k->min_count == 1 ? "" : "s");
+        else
+            printf("%zu..%zu values", k->min_count, k->max_count);
+        printf("  in %" PRIu64 " records\n", k->records);
+    }
+    if (keys->dropped)
+        printf("  (%zu more key entries not tracked)\n", keys->dropped);
+}
+
+/* Parses argv: the options and the one FILE. Returns -1 to go on, else
+ * the exit status (after printing usage or what is wrong). */
+static int
+s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
+             const char **path)
 {
     enum { OPT_JSON = 256, OPT_VERIFY };
     static const struct option opts[] = {
@@ -155,22 +227,19 @@ cmd_inspect(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    bool json = false;
-    bool verify = false;
-    uint64_t sample = INSPECT_DEFAULT_SAMPLE;
     int opt;
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, ":n:h", opts, NULL)) != -1) {
         switch (opt) {
         case OPT_JSON:
-            json = true;
+            *json = true;
             break;
         case OPT_VERIFY:
-            verify = true;
+            *verify = true;
             break;
         case 'n':
-            if (dataset_parse_u64(optarg, false, &sample) < 0) {
+            if (dataset_parse_u64(optarg, false, sample) < 0) {
                 dataset_error(CMD,
                               "bad value '%s' for --sample: expected an "
                               "unsigned integer",
@@ -195,13 +264,26 @@ cmd_inspect(int argc, char **argv)
         s_usage(stderr);
         return 2;
     }
-    const char *path = argv[optind];
+    *path = argv[optind];
+    return -1;
+}
+
+int
+cmd_inspect(int argc, char **argv)
+{
+    bool json = false;
+    bool verify = false;
+    uint64_t sample = INSPECT_DEFAULT_SAMPLE;
+    const char *path = NULL;
+    int parsed = s_parse_args(argc, argv, &json, &verify, &sample, &path);
+    if (parsed >= 0)
+        return parsed;
 
     char ebuf[128];
     int status = 1;
     inspect_keys_t keys = { 0 };
     emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
-    keys.items = emlio_calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
+    keys.items = calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
     if (!tf || !keys.items) {
         dataset_error(CMD, "out of memory");
         goto out;
@@ -239,7 +321,7 @@ cmd_inspect(int argc, char **argv)
                           dataset_strerror(rc, ebuf, sizeof(ebuf)));
             goto out;
         }
-        rc = emlio__example_foreach(data, len, s_on_key, &keys);
+        rc = emlio_example_foreach(data, len, s_on_key, &keys);
         if (keys.rc < 0) {
             dataset_error(CMD, "out of memory");
             goto out;
@@ -250,62 +332,26 @@ cmd_inspect(int argc, char **argv)
     qsort(keys.items, keys.n, sizeof(*keys.items), s_key_cmp);
     double mean = n ? (double)total / (double)n : 0.0;
 
-    if (json) {
-        printf("{\"file\": ");
-        s_json_string(path, strlen(path));
-        printf(", \"records\": %zu, \"bytes\": %" PRIu64
-               ", \"data_bytes\": %" PRIu64 ", \"record_bytes\": {\"min\": "
-               "%" PRIu64 ", \"mean\": %.1f, \"max\": %" PRIu64 "}",
-               n, emlio_tfrecord_size(tf), total, min_len, mean, max_len);
-        printf(", \"sampled\": %zu, \"raw\": %zu, \"verified\": %s, "
-               "\"features\": [",
-               sampled, raw, verify ? "true" : "false");
-        for (size_t i = 0; i < keys.n; i++) {
-            const inspect_key_t *k = &keys.items[i];
-            printf("%s{\"key\": ", i ? ", " : "");
-            s_json_string(k->key, k->key_len);
-            printf(", \"kind\": \"%s\", \"records\": %" PRIu64
-                   ", \"min_values\": %zu, \"max_values\": %zu}",
-                   s_kind_name(k->kind), k->records, k->min_count,
-                   k->max_count);
-        }
-        printf("], \"untracked_keys\": %zu}\n", keys.dropped);
-    } else {
-        printf("file:     %s\n", path);
-        printf("records:  %zu\n", n);
-        printf("bytes:    %" PRIu64 " (record data %" PRIu64 ")\n",
-               emlio_tfrecord_size(tf), total);
-        printf("record:   min %" PRIu64 ", mean %.1f, max %" PRIu64 " bytes\n",
-               min_len, mean, max_len);
-        printf("crc:      %s\n", verify ? "every data crc checked"
-                                        : "length crcs checked (--verify "
-                                          "checks data)");
-        printf("features (first %zu records, %zu raw):\n", sampled, raw);
-        size_t key_width = 0;
-        for (size_t i = 0; i < keys.n; i++)
-            key_width = EMLIO_MAX(key_width, keys.items[i].key_len);
-        for (size_t i = 0; i < keys.n; i++) {
-            const inspect_key_t *k = &keys.items[i];
-            printf("  ");
-            s_text_key(k->key, k->key_len);
-            printf("%*s  %-5s  ", (int)(key_width - k->key_len), "",
-                   s_kind_name(k->kind));
-            if (k->min_count == k->max_count)
-                printf("%zu value%s", k->min_count,
-                       k->min_count == 1 ? "" : "s");
-            else
-                printf("%zu..%zu values", k->min_count, k->max_count);
-            printf("  in %" PRIu64 " records\n", k->records);
-        }
-        if (keys.dropped)
-            printf("  (%zu more key entries not tracked)\n", keys.dropped);
-    }
+    inspect_summary_t sm = { .path = path,
+                             .n = n,
+                             .size = emlio_tfrecord_size(tf),
+                             .total = total,
+                             .min_len = min_len,
+                             .max_len = max_len,
+                             .mean = mean,
+                             .sampled = sampled,
+                             .raw = raw,
+                             .verify = verify };
+    if (json)
+        s_print_json(&sm, &keys);
+    else
+        s_print_text(&sm, &keys);
     status = 0;
 out:
     if (keys.items) {
         for (size_t i = 0; i < keys.n; i++)
-            emlio_free(keys.items[i].key);
-        emlio_free(keys.items);
+            free(keys.items[i].key);
+        free(keys.items);
     }
     emlio_tfrecord_destroy(&tf);
     return status;

@@ -2,7 +2,7 @@
  * TFRecord shards of tf.train.Example records, with DALI index files.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,11 +12,11 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
-#include "buf.h"
 #include "commands.h"
 #include "dataset_util.h"
-#include "example.h"
-#include "tfrecord.h"
+#include "emlio/buf.h"
+#include "emlio/example.h"
+#include "emlio/tfrecord.h"
 
 #define CMD "pack"
 
@@ -99,14 +99,13 @@ s_push_item(pack_t *self, const char *path, size_t dir_len, uint32_t label,
 {
     if (self->n_items == self->cap_items) {
         size_t cap = self->cap_items ? self->cap_items * 2 : 1024;
-        pack_item_t *items =
-            emlio_reallocarray(self->items, cap, sizeof(*items));
+        pack_item_t *items = reallocarray(self->items, cap, sizeof(*items));
         if (!items)
             return EMLIO_ENOMEM;
         self->items = items;
         self->cap_items = cap;
     }
-    char *copy = emlio_strdup(path);
+    char *copy = strdup(path);
     if (!copy)
         return EMLIO_ENOMEM;
     self->items[self->n_items++] = (pack_item_t){ copy, dir_len, label, size };
@@ -154,7 +153,7 @@ s_walk(pack_t *self, const char *dir, uint32_t label, int depth)
         } else {
             self->skipped++;
         }
-        emlio_free(path);
+        free(path);
     }
     dataset_strv_release(&names);
     return status;
@@ -224,7 +223,7 @@ s_scan_tree(pack_t *self)
                           self->classes.items[c], dir);
             status = 1;
         }
-        emlio_free(dir);
+        free(dir);
         if (status)
             return status;
     }
@@ -357,9 +356,9 @@ s_write_shard(pack_t *self, tjhandle tj, const char *final_path, size_t begin,
             goto out;
         }
         emlio_buf_clear(&ex);
-        if (emlio__example_build(&ex, self->bytes_key, img.data, img.len,
-                                 self->label_key, (int64_t)it->label) < 0 ||
-            emlio__tfrecord_append(&out, ex.data, ex.len) < 0)
+        if (emlio_example_build(&ex, self->bytes_key, img.data, img.len,
+                                self->label_key, (int64_t)it->label) < 0 ||
+            emlio_tfrecord_append(&out, ex.data, ex.len) < 0)
             goto oom;
         stats->image_bytes += img.len;
         if (out.len >= PACK_WRITE_CHUNK || i + 1 == end) {
@@ -444,7 +443,7 @@ s_write_classes(const pack_t *self)
     if (rc < 0)
         dataset_error(CMD, "cannot write '%s': %s", path ? path : "classes.txt",
                       dataset_strerror(rc, ebuf, sizeof(ebuf)));
-    emlio_free(path);
+    free(path);
     emlio_buf_release(&text);
     return rc < 0 ? 1 : 0;
 }
@@ -459,7 +458,7 @@ s_run(pack_t *self)
     status = s_check_dst(self);
     if (status)
         return status;
-    size_t *first = emlio_reallocarray(NULL, self->n_items + 1, sizeof(*first));
+    size_t *first = reallocarray(NULL, self->n_items + 1, sizeof(*first));
     tjhandle tj = tjInitDecompress();
     emlio_buf_t path = EMLIO_BUF_INIT;
     if (!first || !tj) {
@@ -502,7 +501,7 @@ s_run(pack_t *self)
 out:
     if (tj)
         tjDestroy(tj);
-    emlio_free(first);
+    free(first);
     emlio_buf_release(&path);
     return status;
 }
@@ -610,8 +609,8 @@ cmd_pack(int argc, char **argv)
     }
     int status = s_run(&self);
     for (size_t i = 0; i < self.n_items; i++)
-        emlio_free(self.items[i].path);
-    emlio_free(self.items);
+        free(self.items[i].path);
+    free(self.items);
     dataset_strv_release(&self.classes);
     return status;
 }

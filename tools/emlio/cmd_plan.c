@@ -4,7 +4,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,20 +14,13 @@
 #include "emlio.h"
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
+    fprintf(out, "usage: emlio plan --connect EP[,EP...] --world W --batch B "
+                 "[options]\n\n");
+    opt_usage(out, tables);
     fprintf(out,
-            "usage: emlio plan --connect EP[,EP...] --world W --batch B "
-            "[options]\n"
-            "\n"
-            "  --epoch E            epoch to plan (default 0)\n"
-            "  --seed S             shuffle seed (default 0)\n"
-            "  --rank R             print only rank R (default: every rank)\n"
-            "  --shuffle MODE       window (default) or none\n"
-            "  --window-shards N    shards per shuffle window (4)\n"
-            "  --drop-last          drop the remainder instead of padding\n"
-            "  --summary            per-rank totals only, no samples\n"
-            "\n"
+            "\n--rank R prints only rank R (default: every rank).\n"
             "Prints one JSON object: {\"epoch\", \"world\", \"batch_size\", "
             "\"seed\",\n"
             "\"dataset_samples\", \"dropped\", \"ranks\": [{\"rank\", "
@@ -36,106 +28,57 @@ s_usage(FILE *out)
             "\"batches\": [[[shard, record, daemon, pad], ...], ...]}]}.\n");
 }
 
-int
-cmd_plan(int argc, char **argv)
+/* Parses argv into the plan parameters. Returns -1 to go on, else the exit
+ * status. */
+static int
+s_parse_args(int argc, char **argv, cli_plan_opts_t *po,
+             emlio_plan_params_t *params, bool *summary)
 {
-    enum {
-        O_EPOCH = 256,
-        O_SEED,
-        O_RANK,
-        O_SHUFFLE,
-        O_WINDOW,
-        O_DROP_LAST,
-        O_SUMMARY,
-        O_WORLD
+    opt_t shared[CLI_PLAN_NOPTS + 1];
+    cli_plan_opts_init(po);
+    po->world = 0;
+    cli_plan_opts_table(po, shared);
+    const opt_t own[] = {
+        OPT("epoch", 0, OPT_U64, &params->epoch, "E",
+            "epoch to plan (default 0)"),
+        OPT("summary", 0, OPT_FLAG, summary, NULL,
+            "per-rank totals only, no samples"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "this text"),
+        OPT_END,
     };
-    static const struct option opts[] = {
-        { "connect", required_argument, NULL, 'c' },
-        { "batch", required_argument, NULL, 'b' },
-        { "world", required_argument, NULL, O_WORLD },
-        { "epoch", required_argument, NULL, O_EPOCH },
-        { "seed", required_argument, NULL, O_SEED },
-        { "rank", required_argument, NULL, O_RANK },
-        { "shuffle", required_argument, NULL, O_SHUFFLE },
-        { "window-shards", required_argument, NULL, O_WINDOW },
-        { "drop-last", no_argument, NULL, O_DROP_LAST },
-        { "summary", no_argument, NULL, O_SUMMARY },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    emlio_plan_params_t params;
-    emlio_plan_params_init(&params);
-    const char *connect = NULL;
-    uint64_t v, world = 0, batch = 0;
-    int64_t only_rank = -1;
-    bool summary = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "c:b:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            connect = optarg;
-            break;
-        case 'b':
-            if (cli_parse_u64("plan", "--batch", optarg, &batch) < 0)
-                return 2;
-            break;
-        case O_WORLD:
-            if (cli_parse_u64("plan", "--world", optarg, &world) < 0)
-                return 2;
-            break;
-        case O_EPOCH:
-            if (cli_parse_u64("plan", "--epoch", optarg, &params.epoch) < 0)
-                return 2;
-            break;
-        case O_SEED:
-            if (cli_parse_u64("plan", "--seed", optarg, &params.seed) < 0)
-                return 2;
-            break;
-        case O_RANK:
-            if (cli_parse_u64("plan", "--rank", optarg, &v) < 0)
-                return 2;
-            only_rank = (int64_t)v;
-            break;
-        case O_SHUFFLE:
-            if (!strcmp(optarg, "none") || !strcmp(optarg, "window")) {
-                params.shuffle = !strcmp(optarg, "none") ? EMLIO_SHUFFLE_NONE
-                                                         : EMLIO_SHUFFLE_WINDOW;
-            } else {
-                fprintf(stderr, "emlio plan: invalid --shuffle '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case O_WINDOW:
-            if (cli_parse_u64("plan", "--window-shards", optarg, &v) < 0)
-                return 2;
-            params.window_shards = (uint32_t)v;
-            break;
-        case O_DROP_LAST:
-            params.drop_last = true;
-            break;
-        case O_SUMMARY:
-            summary = true;
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        default:
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (!connect || world == 0 || world > UINT32_MAX || batch == 0 ||
-        batch > UINT32_MAX ||
-        (only_rank >= 0 && (uint64_t)only_rank >= world)) {
+    const opt_t *const tables[] = { shared, own, NULL };
+    int status = cli_parse("plan", tables, argc, argv, s_usage);
+    if (status >= 0)
+        return status;
+    if (!po->connect || po->world == 0 || po->batch == 0 ||
+        (po->have_rank && po->rank >= po->world)) {
         fprintf(stderr, "emlio plan: --connect, a positive --world and --batch "
                         "are required, and --rank must be below --world\n");
         return 2;
     }
-    params.world = (uint32_t)world;
-    params.batch_size = (uint32_t)batch;
+    params->world = (uint32_t)po->world;
+    params->batch_size = (uint32_t)po->batch;
+    params->seed = po->seed;
+    params->shuffle = po->shuffle;
+    params->window_shards = po->window_shards;
+    params->drop_last = po->drop_last;
+    return -1;
+}
 
-    int status = 1;
+int
+cmd_plan(int argc, char **argv)
+{
+    emlio_plan_params_t params;
+    emlio_plan_params_init(&params);
+    cli_plan_opts_t po;
+    bool summary = false;
+    int status = s_parse_args(argc, argv, &po, &params, &summary);
+    if (status >= 0)
+        return status;
+    const char *connect = po.connect;
+    int64_t only_rank = po.have_rank ? (int64_t)po.rank : -1;
+
+    status = 1;
     emlio_ctx_t *ctx = emlio_ctx_new();
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);

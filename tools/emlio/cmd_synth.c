@@ -2,7 +2,7 @@
  * JPEG images of a chosen mean size, deterministically from a seed.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <fcntl.h>
 #include <getopt.h>
@@ -11,9 +11,9 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
-#include "buf.h"
 #include "commands.h"
 #include "dataset_util.h"
+#include "emlio/buf.h"
 
 #define CMD "synth"
 
@@ -113,7 +113,7 @@ s_render(synth_t *self, uint64_t rng, uint64_t cls, int w, int h)
 {
     size_t need = (size_t)w * (size_t)h * 3;
     if (need > self->pixels_cap) {
-        uint8_t *p = emlio_realloc(self->pixels, need);
+        uint8_t *p = realloc(self->pixels, need);
         if (!p)
             return EMLIO_ENOMEM;
         self->pixels = p;
@@ -507,7 +507,7 @@ cmd_synth(int argc, char **argv)
         return 1;
     }
     int status = 1;
-    self.noise = emlio_reallocarray(NULL, SYNTH_NOISE_LEN, sizeof(uint16_t));
+    self.noise = reallocarray(NULL, SYNTH_NOISE_LEN, sizeof(uint16_t));
     if (self.noise) {
         uint64_t st = self.seed ^ 0x6e6f697365ull;
         for (size_t i = 0; i < SYNTH_NOISE_LEN; i++)
@@ -518,7 +518,7 @@ cmd_synth(int argc, char **argv)
     }
     tjDestroy(self.tj);
     tjFree(self.jpeg);
-    emlio_free(self.pixels);
-    emlio_free(self.noise);
+    free(self.pixels);
+    free(self.noise);
     return status;
 }

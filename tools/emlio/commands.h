@@ -13,7 +13,6 @@ int cmd_index(int argc, char **argv);   /* cmd_index.c */
 int cmd_inspect(int argc, char **argv); /* cmd_inspect.c */
 int cmd_fetch(int argc, char **argv);   /* cmd_fetch.c */
 int cmd_plan(int argc, char **argv);    /* cmd_plan.c */
-int cmd_relay(int argc, char **argv);   /* cmd_relay.c */
 int cmd_keygen(int argc, char **argv);  /* cmd_keygen.c */
 int cmd_energy(int argc, char **argv);  /* cmd_energy.c */
 

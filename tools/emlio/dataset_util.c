@@ -1,7 +1,7 @@
 /* dataset_util.c - helpers shared by the dataset subcommands of `emlio`.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
 #include "dataset_util.h"
+#include "emlio/buf.h"
 
 void
 dataset_error(const char *cmd, const char *fmt, ...)
@@ -72,13 +72,13 @@ dataset_strv_push(dataset_strv_t *self, const char *s)
 {
     if (self->n == self->cap) {
         size_t cap = self->cap ? self->cap * 2 : 16;
-        char **items = emlio_reallocarray(self->items, cap, sizeof(*items));
+        char **items = reallocarray(self->items, cap, sizeof(*items));
         if (!items)
             return EMLIO_ENOMEM;
         self->items = items;
         self->cap = cap;
     }
-    char *copy = emlio_strdup(s);
+    char *copy = strdup(s);
     if (!copy)
         return EMLIO_ENOMEM;
     self->items[self->n++] = copy;
@@ -102,8 +102,8 @@ void
 dataset_strv_release(dataset_strv_t *self)
 {
     for (size_t i = 0; i < self->n; i++)
-        emlio_free(self->items[i]);
-    emlio_free(self->items);
+        free(self->items[i]);
+    free(self->items);
     self->items = NULL;
     self->n = 0;
     self->cap = 0;
@@ -115,7 +115,7 @@ dataset_path_join(const char *a, const char *b)
     size_t la = strlen(a);
     size_t lb = strlen(b);
     bool slash = la > 0 && a[la - 1] != '/';
-    char *path = emlio_malloc(la + slash + lb + 1);
+    char *path = malloc(la + slash + lb + 1);
     if (!path)
         return NULL;
     memcpy(path, a, la);
@@ -165,7 +165,7 @@ dataset_mkdir_p(const char *dir)
 {
     if (!dir[0])
         return -ENOENT;
-    char *path = emlio_strdup(dir);
+    char *path = strdup(dir);
     if (!path)
         return EMLIO_ENOMEM;
     int rc = 0;
@@ -189,7 +189,7 @@ dataset_mkdir_p(const char *dir)
         else if (!S_ISDIR(st.st_mode))
             rc = -ENOTDIR;
     }
-    emlio_free(path);
+    free(path);
     return rc;
 }
 
@@ -280,7 +280,5 @@ out:
 double
 dataset_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)tool_now_ns() * 1e-9;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "emlio.h"
 
 static const struct {
     const char *name;
@@ -18,7 +19,6 @@ static const struct {
     { "inspect", cmd_inspect, "show records, bytes and feature keys" },
     { "fetch", cmd_fetch, "run epochs against emliod daemons" },
     { "plan", cmd_plan, "print a rank's epoch plan as JSON" },
-    { "relay", cmd_relay, "TCP relay that adds delay (RTT emulation)" },
     { "keygen", cmd_keygen, "write a CURVE key pair for emliod and clients" },
     { "energy", cmd_energy, "run a command and report time, CPU and energy" },
 };
@@ -26,7 +26,9 @@ static const struct {
 static void
 s_usage(FILE *out)
 {
-    fprintf(out, "usage: emlio <command> [options]\n\ncommands:\n");
+    fprintf(
+        out,
+        "usage: emlio <command> [options]\n       emlio --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(s_commands) / sizeof(s_commands[0]); i++)
         fprintf(out, "  %-8s %s\n", s_commands[i].name, s_commands[i].help);
     fprintf(out, "\nRun 'emlio <command> --help' for its options.\n");
@@ -46,6 +48,11 @@ main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         s_usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("emlio %s (libemlio %s)\n", EMLIO_VERSION_STRING,
+               emlio_version_string());
         return 0;
     }
     for (size_t i = 0; i < sizeof(s_commands) / sizeof(s_commands[0]); i++)

@@ -4,7 +4,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -16,6 +15,8 @@
 
 #include "emlio.h"
 #include "metrics.h"
+#include "opts.h"
+#include "sd_notify.h"
 
 static const char *const s_levels[] = { "error", "warn", "info", "debug" };
 
@@ -34,42 +35,17 @@ s_log(void *userdata, int level, const char *module, const char *msg)
 }
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
-    fprintf(out,
-            "usage: emliod --data DIR --bind ENDPOINT [options]\n"
-            "\n"
-            "Serves every *.tfrecord under DIR to emlio clients.\n"
-            "\n"
-            "  --data DIR          dataset directory (searched recursively)\n"
-            "  --bind ENDPOINT     e.g. tcp://0.0.0.0:5555; tcp://127.0.0.1:*\n"
-            "                      picks a free port (printed when ready)\n"
-            "  --readers N         reader threads: find and verify (2)\n"
-            "                      (--workers is an alias)\n"
-            "  --serializers N     serializer threads: frames (1)\n"
-            "  --queue-depth N     jobs between the stages (64)\n"
-            "  --no-readahead      no madvise WILLNEED as requests arrive\n"
-            "  --drop-behind       madvise DONTNEED pages once sent\n"
-            "  --max-batch N       samples per request (default 4096)\n"
-            "  --max-credit N      outstanding requests per stream (256)\n"
-            "  --bytes-key KEY     Example feature to send (image/encoded)\n"
-            "  --label-key KEY     int64 label feature (image/class/label)\n"
-            "  --raw               send whole records, do not parse Examples\n"
-            "  --no-verify         do not check record CRCs when reading\n"
-            "  --no-write-index    do not write missing .idx files\n"
-            "  --on-corrupt MODE   fail (default) or skip corrupt records\n"
-            "  --log-level LEVEL   error, warn, info (default), debug\n"
-            "  --curve-secret FILE encrypt with CURVE using this secret key\n"
-            "                      (from `emlio keygen`)\n"
-            "  --authorized-keys DIR  admit only clients whose public key\n"
-            "                      file is in DIR (needs --curve-secret)\n"
-            "  --max-clients N     client connections at once (1024)\n"
-            "  --idle-timeout S    forget silent connections after S (300)\n"
-            "  --metrics HOST:PORT serve Prometheus metrics at\n"
-            "                      http://HOST:PORT/metrics (port 0: any)\n"
-            "  --influx URL        push to InfluxDB, e.g.\n"
-            "                      http://127.0.0.1:8086/write?db=emlio\n"
-            "  --influx-interval S seconds between pushes (default 10)\n");
+    fprintf(out, "usage: emliod --data DIR --bind ENDPOINT [options]\n"
+                 "       emliod --config FILE [options]\n"
+                 "\n"
+                 "Serves every *.tfrecord under DIR to emlio clients.\n"
+                 "\n");
+    opt_usage(out, tables);
+    fprintf(out, "\nA config file holds one option a line, without the "
+                 "dashes (\"bind tcp://*:5555\");\noptions on the command "
+                 "line override it.\n");
 }
 
 /* Sets up the metrics endpoint and the InfluxDB pusher (docs/energy.md,
@@ -96,271 +72,213 @@ s_start_metrics(emlio_ctx_t *ctx, emlio_server_t *srv, const char *addr,
     return rc;
 }
 
+/* The daemon's options: the server's configuration and what main itself
+ * sets up (metrics, log level, keys). */
+typedef struct s_opts {
+    emlio_server_config_t cfg;
+    const char *bind;
+    const char *config;
+    const char *curve_secret_path;
+    int log_level;
+    const char *metrics_addr;
+    const char *influx_url;
+    double influx_interval;
+    uint32_t idle_timeout_s;
+    bool have_idle_timeout;
+    const char *sndbuf;
+    bool version;
+    char *config_text;
+} s_opts_t;
+
+static const opt_choice_t s_corrupt_modes[] = {
+    { "fail", EMLIO_ON_CORRUPT_FAIL },
+    { "skip", EMLIO_ON_CORRUPT_SKIP },
+    { NULL, 0 },
+};
+
+static const opt_choice_t s_level_names[] = {
+    { "error", EMLIO_LOG_ERROR },
+    { "warn", EMLIO_LOG_WARN },
+    { "info", EMLIO_LOG_INFO },
+    { "debug", EMLIO_LOG_DEBUG },
+    { NULL, 0 },
+};
+
+/* --sndbuf: "auto" (0), "kernel" (-1) or a byte count. Returns -1 to go
+ * on, or 2 after saying what is wrong. */
 static int
-s_parse_uint(const char *opt, const char *arg, uint32_t *out)
+s_parse_sndbuf(const char *arg, emlio_server_config_t *cfg)
 {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(arg, &end, 10);
-    if (errno || *end || end == arg || v == 0 || v > UINT32_MAX) {
-        fprintf(stderr,
-                "emliod: invalid value '%s' for %s: expected a "
-                "positive integer\n",
-                arg, opt);
+    if (!arg || !strcmp(arg, "auto")) {
+        cfg->sndbuf = 0;
         return -1;
     }
-    *out = (uint32_t)v;
+    if (!strcmp(arg, "kernel")) {
+        cfg->sndbuf = -1;
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(arg, &end, 10);
+    if (errno || end == arg || *end || arg[0] == '-' || v == 0 ||
+        v > (1u << 30)) {
+        fprintf(stderr,
+                "emliod: invalid value '%s' for --sndbuf: auto, kernel or "
+                "1..1073741824 bytes\n",
+                arg);
+        return 2;
+    }
+    cfg->sndbuf = (int64_t)v;
+    return -1;
+}
+
+/* Parses the config file (when --config names one) and then argv, so
+ * the command line wins. Returns -1 to go on, else the exit status. */
+static int
+s_parse_args(s_opts_t *o, int argc, char **argv)
+{
+    emlio_server_config_t *cfg = &o->cfg;
+    const opt_t table[] = {
+        OPT("data", 'd', OPT_STR, &cfg->data_dir, "DIR",
+            "dataset directory (searched recursively)"),
+        OPT("bind", 'b', OPT_STR, &o->bind, "ENDPOINT",
+            "e.g. tcp://0.0.0.0:5555; tcp://127.0.0.1:*\n"
+            "picks a free port (printed when ready)"),
+        OPT("config", 0, OPT_STR, &o->config, "FILE",
+            "read options from FILE (one a line)"),
+        OPT("readers", 0, OPT_U32, &cfg->workers, "N",
+            "reader threads: find and verify (2)", .min = 1),
+        OPT("workers", 0, OPT_U32, &cfg->workers, "N", "same as --readers",
+            .min = 1),
+        OPT("serializers", 0, OPT_U32, &cfg->serializers, "N",
+            "serializer threads: frames (1)", .min = 1),
+        OPT("queue-depth", 0, OPT_U32, &cfg->queue_depth, "N",
+            "jobs between the stages (64)", .min = 1),
+        OPT("no-readahead", 0, OPT_UNSET, &cfg->readahead, NULL,
+            "no madvise WILLNEED as requests arrive"),
+        OPT("drop-behind", 0, OPT_FLAG, &cfg->drop_behind, NULL,
+            "madvise DONTNEED pages once sent"),
+        OPT("max-batch", 0, OPT_U32, &cfg->max_batch, "N",
+            "samples per request (default 4096)", .min = 1),
+        OPT("max-credit", 0, OPT_U32, &cfg->max_credit, "N",
+            "outstanding requests per stream (256)", .min = 1),
+        OPT("bytes-key", 0, OPT_STR, &cfg->bytes_key, "KEY",
+            "Example feature to send (image/encoded)"),
+        OPT("label-key", 0, OPT_STR, &cfg->label_key, "KEY",
+            "int64 label feature (image/class/label)"),
+        OPT("raw", 0, OPT_FLAG, &cfg->raw, NULL,
+            "send whole records, do not parse Examples"),
+        OPT("no-verify", 0, OPT_UNSET, &cfg->verify, NULL,
+            "do not check record CRCs when reading"),
+        OPT("no-write-index", 0, OPT_UNSET, &cfg->write_index, NULL,
+            "do not write missing .idx files"),
+        OPT("on-corrupt", 0, OPT_CHOICE, &cfg->on_corrupt, "MODE",
+            "fail (default) or skip corrupt records",
+            .choices = s_corrupt_modes),
+        OPT("log-level", 0, OPT_CHOICE, &o->log_level, "LEVEL",
+            "error, warn, info (default), debug", .choices = s_level_names),
+        OPT("curve-secret", 0, OPT_STR, &o->curve_secret_path, "FILE",
+            "encrypt with CURVE using this secret key\n(from `emlio keygen`)"),
+        OPT("authorized-keys", 0, OPT_STR, &cfg->authorized_keys, "DIR",
+            "admit only clients whose public key\n"
+            "file is in DIR (needs --curve-secret)"),
+        OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
+            "client connections at once (1024)", .min = 1),
+        OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
+            "forget silent connections after S (300)", .min = 1,
+            .max = UINT32_MAX / 1000, .seen = &o->have_idle_timeout),
+        OPT("sndbuf", 0, OPT_STR, &o->sndbuf, "auto|kernel|BYTES",
+            "send buffer of each connection; auto (default):\n"
+            "as large as the host allows (docs/tuning.md)"),
+        OPT("metrics", 0, OPT_STR, &o->metrics_addr, "HOST:PORT",
+            "serve Prometheus metrics at\n"
+            "http://HOST:PORT/metrics (port 0: any)"),
+        OPT("influx", 0, OPT_STR, &o->influx_url, "URL",
+            "push to InfluxDB, e.g.\nhttp://127.0.0.1:8086/write?db=emlio"),
+        OPT("influx-interval", 0, OPT_DOUBLE, &o->influx_interval, "S",
+            "seconds between pushes (default 10)", .dmin = 0.05, .dmax = 86400),
+        OPT("version", 0, OPT_FLAG, &o->version, NULL, "print the version"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "this text"),
+        OPT_END,
+    };
+    const opt_t *const tables[] = { table, NULL };
+    int rc = opt_parse("emliod", tables, argc, argv);
+    if (rc == 0 && o->config) {
+        /* The file first, then argv again so the command line wins. */
+        rc = opt_load_config("emliod", tables, o->config, &o->config_text);
+        if (rc == 0)
+            rc = opt_parse("emliod", tables, argc, argv);
+    }
+    if (rc == OPT_HELP_SHOWN) {
+        s_usage(stdout, tables);
+        return 0;
+    }
+    if (rc < 0)
+        return 2;
+    if (o->version) {
+        printf("emliod %s (libemlio %s)\n", EMLIO_VERSION_STRING,
+               emlio_version_string());
+        return 0;
+    }
+    if (o->have_idle_timeout)
+        cfg->idle_timeout_ms = o->idle_timeout_s * 1000;
+    return s_parse_sndbuf(o->sndbuf, cfg);
+}
+
+/* Reads the CURVE secret key when one is configured. Returns 0, or the
+ * exit status after printing why. */
+static int
+s_load_keys(s_opts_t *o, char curve_secret[EMLIO_CURVE_KEY_LEN])
+{
+    if (!o->curve_secret_path) {
+        if (o->cfg.authorized_keys) {
+            fprintf(stderr, "emliod: --authorized-keys needs --curve-secret\n");
+            return 2;
+        }
+        return 0;
+    }
+    int krc = emlio_curve_read_key(o->curve_secret_path, curve_secret);
+    if (krc < 0) {
+        fprintf(stderr, "emliod: cannot read curve secret '%s': %s\n",
+                o->curve_secret_path,
+                krc == EMLIO_EFORMAT ? "not a Z85 key" : emlio_strerror(krc));
+        return 2;
+    }
+    o->cfg.curve_secret_key = curve_secret;
     return 0;
 }
 
-int
-main(int argc, char **argv)
+/* Loads, binds and starts the server and the exporters, then waits for
+ * SIGINT or SIGTERM. Returns 0 or < 0 after printing why. */
+static int
+s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
 {
-    enum {
-        O_WORKERS = 256,
-        O_MAX_BATCH,
-        O_MAX_CREDIT,
-        O_BYTES_KEY,
-        O_LABEL_KEY,
-        O_RAW,
-        O_NO_VERIFY,
-        O_NO_WRITE_INDEX,
-        O_ON_CORRUPT,
-        O_LOG_LEVEL,
-        O_CURVE_SECRET,
-        O_AUTHORIZED_KEYS,
-        O_MAX_CLIENTS,
-        O_IDLE_TIMEOUT,
-        O_SERIALIZERS,
-        O_QUEUE_DEPTH,
-        O_NO_READAHEAD,
-        O_DROP_BEHIND,
-        O_METRICS,
-        O_INFLUX,
-        O_INFLUX_INTERVAL
-    };
-    static const struct option opts[] = {
-        { "data", required_argument, NULL, 'd' },
-        { "bind", required_argument, NULL, 'b' },
-        { "workers", required_argument, NULL, O_WORKERS },
-        { "readers", required_argument, NULL, O_WORKERS },
-        { "serializers", required_argument, NULL, O_SERIALIZERS },
-        { "queue-depth", required_argument, NULL, O_QUEUE_DEPTH },
-        { "no-readahead", no_argument, NULL, O_NO_READAHEAD },
-        { "drop-behind", no_argument, NULL, O_DROP_BEHIND },
-        { "max-batch", required_argument, NULL, O_MAX_BATCH },
-        { "max-credit", required_argument, NULL, O_MAX_CREDIT },
-        { "bytes-key", required_argument, NULL, O_BYTES_KEY },
-        { "label-key", required_argument, NULL, O_LABEL_KEY },
-        { "raw", no_argument, NULL, O_RAW },
-        { "no-verify", no_argument, NULL, O_NO_VERIFY },
-        { "no-write-index", no_argument, NULL, O_NO_WRITE_INDEX },
-        { "on-corrupt", required_argument, NULL, O_ON_CORRUPT },
-        { "log-level", required_argument, NULL, O_LOG_LEVEL },
-        { "curve-secret", required_argument, NULL, O_CURVE_SECRET },
-        { "authorized-keys", required_argument, NULL, O_AUTHORIZED_KEYS },
-        { "max-clients", required_argument, NULL, O_MAX_CLIENTS },
-        { "idle-timeout", required_argument, NULL, O_IDLE_TIMEOUT },
-        { "metrics", required_argument, NULL, O_METRICS },
-        { "influx", required_argument, NULL, O_INFLUX },
-        { "influx-interval", required_argument, NULL, O_INFLUX_INTERVAL },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    emlio_server_config_t cfg;
-    emlio_server_config_init(&cfg);
-    const char *bind = NULL;
-    const char *curve_secret_path = NULL;
-    int log_level = EMLIO_LOG_INFO;
-    const char *metrics_addr = NULL;
-    const char *influx_url = NULL;
-    double influx_interval = 10;
-    int c;
-    while ((c = getopt_long(argc, argv, "d:b:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            cfg.data_dir = optarg;
-            break;
-        case 'b':
-            bind = optarg;
-            break;
-        case O_WORKERS:
-            if (s_parse_uint("--workers", optarg, &cfg.workers) < 0)
-                return 2;
-            break;
-        case O_MAX_BATCH:
-            if (s_parse_uint("--max-batch", optarg, &cfg.max_batch) < 0)
-                return 2;
-            break;
-        case O_MAX_CREDIT:
-            if (s_parse_uint("--max-credit", optarg, &cfg.max_credit) < 0)
-                return 2;
-            break;
-        case O_BYTES_KEY:
-            cfg.bytes_key = optarg;
-            break;
-        case O_LABEL_KEY:
-            cfg.label_key = optarg;
-            break;
-        case O_RAW:
-            cfg.raw = true;
-            break;
-        case O_NO_VERIFY:
-            cfg.verify = false;
-            break;
-        case O_NO_WRITE_INDEX:
-            cfg.write_index = false;
-            break;
-        case O_ON_CORRUPT:
-            if (!strcmp(optarg, "fail")) {
-                cfg.on_corrupt = EMLIO_ON_CORRUPT_FAIL;
-            } else if (!strcmp(optarg, "skip")) {
-                cfg.on_corrupt = EMLIO_ON_CORRUPT_SKIP;
-            } else {
-                fprintf(stderr,
-                        "emliod: invalid --on-corrupt '%s': expected "
-                        "fail or skip\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case O_LOG_LEVEL:
-            log_level = -1;
-            for (int i = 0; i < 4; i++)
-                if (!strcmp(optarg, s_levels[i]))
-                    log_level = i;
-            if (log_level < 0) {
-                fprintf(stderr, "emliod: invalid --log-level '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case O_CURVE_SECRET:
-            curve_secret_path = optarg;
-            break;
-        case O_AUTHORIZED_KEYS:
-            cfg.authorized_keys = optarg;
-            break;
-        case O_MAX_CLIENTS:
-            if (s_parse_uint("--max-clients", optarg, &cfg.max_clients) < 0)
-                return 2;
-            break;
-        case O_SERIALIZERS:
-            if (s_parse_uint("--serializers", optarg, &cfg.serializers) < 0)
-                return 2;
-            break;
-        case O_QUEUE_DEPTH:
-            if (s_parse_uint("--queue-depth", optarg, &cfg.queue_depth) < 0)
-                return 2;
-            break;
-        case O_NO_READAHEAD:
-            cfg.readahead = false;
-            break;
-        case O_DROP_BEHIND:
-            cfg.drop_behind = true;
-            break;
-        case O_IDLE_TIMEOUT: {
-            uint32_t secs;
-            if (s_parse_uint("--idle-timeout", optarg, &secs) < 0 ||
-                secs > UINT32_MAX / 1000)
-                return 2;
-            cfg.idle_timeout_ms = secs * 1000;
-            break;
-        }
-        case O_METRICS:
-            metrics_addr = optarg;
-            break;
-        case O_INFLUX:
-            influx_url = optarg;
-            break;
-        case O_INFLUX_INTERVAL: {
-            char *end;
-            influx_interval = strtod(optarg, &end);
-            if (*end || end == optarg ||
-                !(influx_interval >= 0.05 && influx_interval <= 86400)) {
-                fprintf(stderr,
-                        "emliod: invalid --influx-interval '%s': expected "
-                        "0.05 to 86400 seconds\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        }
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        default:
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "emliod: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    char curve_secret[EMLIO_CURVE_KEY_LEN];
-    if (curve_secret_path) {
-        int krc = emlio_curve_read_key(curve_secret_path, curve_secret);
-        if (krc < 0) {
-            fprintf(stderr, "emliod: cannot read curve secret '%s': %s\n",
-                    curve_secret_path,
-                    krc == EMLIO_EFORMAT ? "not a Z85 key"
-                                         : emlio_strerror(krc));
-            return 2;
-        }
-        cfg.curve_secret_key = curve_secret;
-    } else if (cfg.authorized_keys) {
-        fprintf(stderr, "emliod: --authorized-keys needs --curve-secret\n");
-        return 2;
-    }
-    if (!cfg.data_dir || !bind) {
-        fprintf(stderr, "emliod: --data and --bind are required\n");
-        s_usage(stderr);
-        return 2;
-    }
-
-    /* ZeroMQ allocates a buffer per received message; keep freed memory in
-     * the heap instead of returning it to the kernel each time, since
-     * faulting fresh pages in is expensive (~16 us a page on our VMs). */
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-
-    /* Block the stop signals before any thread exists, so every library
-     * thread inherits the mask and only sigwait below receives them. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    emlio_ctx_t *ctx = emlio_ctx_new();
-    if (!ctx) {
-        fprintf(stderr, "emliod: out of memory\n");
-        return 1;
-    }
-    emlio_ctx_set_log(ctx, s_log, NULL, log_level);
-    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    emlio_server_t *srv = emlio_server_new(ctx, &o->cfg);
     int rc = srv ? 0 : EMLIO_ENOMEM;
-    if (rc == 0 && (rc = emlio_server_load(srv)) < 0)
+    if (rc < 0)
+        fprintf(stderr, "emliod: out of memory\n");
+    else if ((rc = emlio_server_load(srv)) < 0)
         fprintf(stderr, "emliod: cannot load dataset: %s\n",
                 emlio_server_errmsg(srv));
-    else if (rc >= 0 && (rc = emlio_server_bind(srv, bind)) < 0)
+    else if ((rc = emlio_server_bind(srv, o->bind)) < 0)
         fprintf(stderr, "emliod: %s\n", emlio_server_errmsg(srv));
-    else if (rc >= 0 && (rc = emlio_server_start(srv)) < 0)
+    else if ((rc = emlio_server_start(srv)) < 0)
         fprintf(stderr, "emliod: cannot start: %s\n", emlio_server_errmsg(srv));
     emlio_metrics_t *metrics = NULL;
-    if (rc >= 0 && (metrics_addr || influx_url))
-        rc = s_start_metrics(ctx, srv, metrics_addr, influx_url,
-                             influx_interval, &metrics);
+    if (rc >= 0 && (o->metrics_addr || o->influx_url))
+        rc = s_start_metrics(ctx, srv, o->metrics_addr, o->influx_url,
+                             o->influx_interval, &metrics);
     if (rc >= 0) {
         printf("emliod: listening on %s\n", emlio_server_endpoint(srv));
-        if (metrics_addr)
+        if (o->metrics_addr)
             printf("emliod: metrics on http://%s/metrics\n",
                    emlio__metrics_address(metrics));
         fflush(stdout);
+        sd_notify_ready(emlio_server_endpoint(srv));
         int sig = 0;
-        while (sigwait(&stop, &sig) != 0)
+        while (sigwait(stop, &sig) != 0)
             ;
+        sd_notify_stopping();
         emlio_server_stats_t st;
         emlio_server_stats(srv, &st);
         fprintf(stderr,
@@ -372,7 +290,54 @@ main(int argc, char **argv)
     }
     emlio__metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
+    return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+    s_opts_t o = { .log_level = EMLIO_LOG_INFO, .influx_interval = 10 };
+    emlio_server_config_init(&o.cfg);
+    char curve_secret[EMLIO_CURVE_KEY_LEN];
+    int status = s_parse_args(&o, argc, argv);
+    if (status < 0)
+        status = s_load_keys(&o, curve_secret);
+    else if (status == 0)
+        status = -1; /* --help or --version: done */
+    if (status == 0 && (!o.cfg.data_dir || !o.bind)) {
+        fprintf(stderr, "emliod: --data and --bind are required\n");
+        status = 2;
+    }
+    if (status != 0) {
+        free(o.config_text);
+        return status < 0 ? 0 : status;
+    }
+
+    /* ZeroMQ allocates a buffer per received message; keep freed memory in
+     * the heap instead of returning it to the kernel each time, since
+     * faulting fresh pages in is expensive (~16 us a page on our VMs). */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+
+    /* Block the stop signals before any thread exists, so every library
+     * thread inherits the mask and only sigwait receives them. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    int rc = ctx ? 0 : EMLIO_ENOMEM;
+    if (ctx) {
+        emlio_ctx_set_log(ctx, s_log, NULL, o.log_level);
+        rc = s_serve(ctx, &o, &stop);
+    } else {
+        fprintf(stderr, "emliod: out of memory\n");
+    }
     emlio_ctx_destroy(&ctx);
     memset(curve_secret, 0, sizeof(curve_secret));
+    free(o.config_text);
     return rc < 0 ? 1 : 0;
 }

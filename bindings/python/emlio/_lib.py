@@ -6,10 +6,15 @@
 
 The library is looked up, in order:
 
-1. ``$EMLIO_LIBRARY`` (a path to ``libemlio.so``);
-2. ``$B/libemlio.so`` where ``B`` is the build directory (default ``build``),
-   relative to the repository root when it is not absolute;
-3. the system loader (``libemlio.so`` on ``LD_LIBRARY_PATH`` / ldconfig).
+1. ``$EMLIO_LIBRARY`` (a path to ``libemlio.so``), the only one tried when
+   set;
+2. what ``pip install`` recorded (``_build_config.py``): the installed
+   library pkg-config found then, or the copy the package carries;
+3. in a source tree, ``$B/libemlio.so`` where ``B`` is the build directory
+   (default ``build``), relative to the repository root;
+4. ``pkg-config --variable=libdir libemlio`` now;
+5. the system loader (``libemlio.so.MAJOR`` on ``LD_LIBRARY_PATH``, the
+   ldconfig cache).
 
 The run-time ``emlio_version()`` is checked against the version these
 bindings were written for.
@@ -18,9 +23,30 @@ bindings were written for.
 import ctypes
 import ctypes.util
 import os
+import subprocess
 
-# The C API version these bindings were written against (include/emlio.h).
-BINDING_VERSION = (0, 1, 0)
+
+
+def _binding_version():
+    """The version of this package: recorded by setup.py when installed,
+    else the source tree's VERSION file (the single source of both)."""
+    try:
+        from ._build_config import VERSION as text
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        try:
+            with open(os.path.join(here, "..", "..", "..", "VERSION")) as f:
+                text = f.read().strip()
+        except OSError:
+            raise ImportError("emlio: no _build_config.py and no VERSION "
+                              "file: install with pip or run from the "
+                              "source tree") from None
+    return tuple(int(x) for x in text.split(".")[:3])
+
+
+# The C API version these bindings were written against (VERSION).
+BINDING_VERSION = _binding_version()
+_SONAME = "libemlio.so.%d" % BINDING_VERSION[0]
 
 EMLIO_SHUFFLE_NONE = 0
 EMLIO_SHUFFLE_WINDOW = 1
@@ -52,7 +78,8 @@ class ClientConfig(ctypes.Structure):
         ("curve_server_key", ctypes.c_char_p),
         ("curve_public_key", ctypes.c_char_p),
         ("curve_secret_key", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("end_epoch", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 
@@ -83,7 +110,26 @@ class ClientStats(ctypes.Structure):
         ("inflight", ctypes.c_uint32),
         ("retries", ctypes.c_uint64),
         ("skipped", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("rtt_ms", ctypes.c_double),
+        ("mb_per_s", ctypes.c_double),
+        ("streams", ctypes.c_uint32),
+        ("limit", ctypes.c_int32),
+        ("window", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+class StreamStats(ctypes.Structure):
+    """emlio_stream_stats_t: one TCP stream of a client."""
+
+    _fields_ = [
+        ("daemon", ctypes.c_uint32),
+        ("stream", ctypes.c_uint32),
+        ("ready", ctypes.c_bool),
+        ("mb_per_s", ctypes.c_double),
+        ("rtt_ms", ctypes.c_double),
+        ("bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 
@@ -101,22 +147,56 @@ def _repo_root():
     return os.path.normpath(os.path.join(here, "..", "..", ".."))
 
 
+def _recorded():
+    """The library pip install recorded or carried, if any."""
+    try:
+        from . import _build_config as cfg
+    except ImportError:
+        return []
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    if cfg.BUNDLED:
+        out.append(os.path.join(here, cfg.BUNDLED))
+    if cfg.LIBRARY:
+        out.append(cfg.LIBRARY)
+    return out
+
+
+def _pkg_config_library():
+    try:
+        libdir = subprocess.run(
+            ["pkg-config", "--variable=libdir", "libemlio"],
+            capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [os.path.join(libdir, _SONAME)] if libdir else []
+
+
+def _search():
+    """The places after EMLIO_LIBRARY, in order; lazily, so pkg-config runs
+    only when nothing before it was found."""
+    yield from _recorded()
+    root = _repo_root()
+    if os.path.exists(os.path.join(root, "VERSION")):
+        build = os.environ.get("B", "build")
+        if not os.path.isabs(build):
+            build = os.path.join(root, build)
+        yield os.path.join(build, "libemlio.so")
+    yield from _pkg_config_library()
+    found = ctypes.util.find_library("emlio")
+    if found:
+        yield found
+    yield _SONAME
+    yield "libemlio.so"
+
+
 def _candidates():
     env = os.environ.get("EMLIO_LIBRARY")
     if env:
         # An explicit choice is the only one tried: a wrong path must fail
         # loudly, not silently fall back to another build.
         return [env], True
-    out = []
-    build = os.environ.get("B", "build")
-    if not os.path.isabs(build):
-        build = os.path.join(_repo_root(), build)
-    out.append(os.path.join(build, "libemlio.so"))
-    found = ctypes.util.find_library("emlio")
-    if found:
-        out.append(found)
-    out.append("libemlio.so")
-    return out, False
+    return _search(), False
 
 
 def _declare(lib):
@@ -150,6 +230,10 @@ def _declare(lib):
     fn("emlio_batch_index", ctypes.c_uint64, vp)
     fn("emlio_batch_release", None, _c_void_pp)
     fn("emlio_client_stats", None, vp, ctypes.POINTER(ClientStats))
+    fn("emlio_client_streams", ctypes.c_size_t, vp,
+       ctypes.POINTER(StreamStats), ctypes.c_size_t)
+    fn("emlio_limit_name", ctypes.c_char_p, ctypes.c_int)
+    fn("emlio_client_daemon_endpoint", ctypes.c_char_p, vp, ctypes.c_size_t)
     fn("emlio_client_save_state", ctypes.c_int, vp,
        ctypes.POINTER(_c_u8_p), ctypes.POINTER(ctypes.c_size_t))
     fn("emlio_client_free_blob", None, _c_u8_p)
@@ -181,7 +265,8 @@ def _check_version(lib, path):
 def _check_layout(lib, path):
     """Refuses a library whose structs differ from the mirrors above: a
     mismatch would corrupt memory instead of failing."""
-    for which, struct in ((1, ClientConfig), (2, ClientStats), (3, Sample)):
+    for which, struct in ((1, ClientConfig), (2, ClientStats), (3, Sample),
+                          (6, StreamStats)):
         have = lib.emlio_struct_size(which)
         if have != ctypes.sizeof(struct):
             raise ImportError(
@@ -208,7 +293,8 @@ def load():
         _check_layout(lib, name)
         return lib, name, version
     raise ImportError(
-        "cannot load libemlio (set EMLIO_LIBRARY or B, the build directory):"
+        "cannot load libemlio (install it, or set EMLIO_LIBRARY or B, the"
+        " build directory):"
         " " + "; ".join(errors))
 
 

@@ -378,8 +378,11 @@ class Loader:
         Resume state from :meth:`state_dict`: the epoch it was saved in
         continues with exactly the batches not yet delivered.
     streams, inflight : int
-        TCP streams per daemon; batches in flight (0 = auto, from the
-        measured bandwidth-delay product).
+        TCP streams per daemon (0, the default: tuned - two, and more while
+        the path's TCP windows limit the rate; see :meth:`path_stats`);
+        batches in flight (0 = auto, from the measured bandwidth-delay
+        product). Either way the next epoch's first batches are requested
+        while the current one's last arrive (none past ``epochs``).
     drop_last : bool
         Drop the remainder instead of delivering a short last batch.
     verify : bool
@@ -398,7 +401,7 @@ class Loader:
 
     def __init__(self, endpoints, batch_size, epochs=None, shuffle=True,
                  seed=0, rank=None, world_size=None, in_order=False,
-                 state=None, streams=2, inflight=0, drop_last=False,
+                 state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
                  window_shards=0, log_level=None, name=None):
         self._client = None
@@ -443,6 +446,8 @@ class Loader:
         cfg.drop_last = bool(drop_last)
         cfg.streams = int(streams)
         cfg.inflight = int(inflight)
+        # Known epochs: the overlap never requests past the last one.
+        cfg.end_epoch = 0 if self.epochs is None else self.epochs
         cfg.in_order = bool(in_order)
         cfg.verify = bool(verify)
         cfg.connect_timeout_ms = int(connect_timeout_ms)
@@ -664,11 +669,31 @@ class Loader:
 
     def epoch_stats(self):
         """Figures of the current (or just finished) epoch: epoch, batches,
-        samples, bytes, seconds, wait_s, first_batch_s, inflight, retries."""
+        samples, bytes, seconds, wait_s, first_batch_s, inflight, retries,
+        skipped, and the network path: rtt_ms, mb_per_s, streams, window
+        (bytes one stream may have in flight) and limit (what limits the
+        rate: "consumer", "window", "network", "daemon" or "unknown")."""
         self._require_open()
         st = _lib.ClientStats()
         _C.emlio_client_stats(self._client, ctypes.byref(st))
-        return {f: getattr(st, f) for f, _ in _lib.ClientStats._fields_}
+        out = {f: getattr(st, f) for f, _ in _lib.ClientStats._fields_
+               if f != "reserved"}
+        out["limit"] = _C.emlio_limit_name(st.limit).decode()
+        return out
+
+    def path_stats(self):
+        """The client's TCP streams, one dict each: daemon (endpoint),
+        stream, ready, mb_per_s (over the tuner's last tick), rtt_ms
+        (TCP_INFO), bytes."""
+        self._require_open()
+        n = _C.emlio_client_streams(self._client, None, 0)
+        arr = (_lib.StreamStats * max(n, 1))()
+        n = min(n, _C.emlio_client_streams(self._client, arr, n))
+        return [{"daemon": _C.emlio_client_daemon_endpoint(
+                    self._client, s.daemon).decode(),
+                 "stream": s.stream, "ready": bool(s.ready),
+                 "mb_per_s": s.mb_per_s, "rtt_ms": s.rtt_ms,
+                 "bytes": s.bytes} for s in arr[:n]]
 
     def plan_info(self):
         """This rank's plan of the current epoch: batches, samples, pads,

@@ -2,7 +2,7 @@
  * can cap each direction's rate: RTT emulation where the kernel has no netem.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -230,7 +230,7 @@ emlio_relay_parse_addr(const char *text, struct sockaddr_storage *addr,
 emlio_relay_t *
 emlio_relay_new(const emlio_relay_opts_t *opts)
 {
-    emlio_relay_t *self = emlio_calloc(1, sizeof(*self));
+    emlio_relay_t *self = calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->opts = *opts;
@@ -239,9 +239,9 @@ emlio_relay_new(const emlio_relay_opts_t *opts)
     self->lfd = -1;
     self->epfd = -1;
     self->free_car = S_NO_CARRIER;
-    self->slots = emlio_calloc((size_t)self->opts.max_conns, sizeof(void *));
-    self->live = emlio_calloc((size_t)self->opts.max_conns, sizeof(void *));
-    self->dead = emlio_calloc((size_t)self->opts.max_conns, sizeof(void *));
+    self->slots = calloc((size_t)self->opts.max_conns, sizeof(void *));
+    self->live = calloc((size_t)self->opts.max_conns, sizeof(void *));
+    self->dead = calloc((size_t)self->opts.max_conns, sizeof(void *));
     if (!self->slots || !self->live || !self->dead) {
         emlio_relay_destroy(&self);
         return NULL;
@@ -318,7 +318,7 @@ s_carrier_get(emlio_relay_t *self)
     if (i == S_NO_CARRIER) {
         if (self->ncar == self->car_cap) {
             uint32_t cap = self->car_cap ? self->car_cap * 2 : 64;
-            s_carrier_t *car = emlio_reallocarray(self->car, cap, sizeof(*car));
+            s_carrier_t *car = reallocarray(self->car, cap, sizeof(*car));
             if (!car) {
                 errno = ENOMEM;
                 return S_NO_CARRIER;
@@ -406,7 +406,7 @@ s_stats_line(emlio_relay_t *self, FILE *out, const char *what,
     double cpu = s_cpu_s() - self->cpu0;
     double gb = (double)(self->bytes[0] + self->bytes[1]) / 1e9;
     fprintf(out,
-            "emlio relay: %s: %.1f s, conns %u open %" PRIu64 " total %" PRIu64
+            "emlio-relay: %s: %.1f s, conns %u open %" PRIu64 " total %" PRIu64
             " failed, bytes c->s %" PRIu64 " s->c %" PRIu64
             ", %.1f MB/s, chunks %" PRIu64 ", late p50 %.0f p99 %.0f max %.0f"
             " us, cpu %.3f s (%.3f s/GB)\n",
@@ -503,9 +503,9 @@ s_conn_free_dead(emlio_relay_t *self)
     for (uint32_t i = 0; i < self->ndead; i++) {
         s_conn_t *c = self->dead[i];
         self->slots[c->slot] = NULL;
-        emlio_free(c->dir[0].segs);
-        emlio_free(c->dir[1].segs);
-        emlio_free(c);
+        free(c->dir[0].segs);
+        free(c->dir[1].segs);
+        free(c);
     }
     self->ndead = 0;
     if (!self->accepting && self->lfd >= 0 &&
@@ -521,12 +521,12 @@ s_seg_push(s_dir_t *d, s_seg_t seg)
 {
     if (d->count == d->seg_cap) {
         uint32_t cap = d->seg_cap ? d->seg_cap * 2 : 16;
-        s_seg_t *segs = emlio_reallocarray(NULL, cap, sizeof(*segs));
+        s_seg_t *segs = reallocarray(NULL, cap, sizeof(*segs));
         if (!segs)
             return -ENOMEM;
         for (uint32_t k = 0; k < d->count; k++)
             segs[k] = d->segs[(d->head + k) % d->seg_cap];
-        emlio_free(d->segs);
+        free(d->segs);
         d->segs = segs;
         d->seg_cap = cap;
         d->head = 0;
@@ -585,7 +585,7 @@ s_dir_read(emlio_relay_t *self, s_conn_t *c, int i)
             if (d->tail == S_NO_CARRIER) {
                 if (self->opts.log)
                     fprintf(self->opts.log,
-                            "emlio relay: cannot get a buffer: %s\n",
+                            "emlio-relay: cannot get a buffer: %s\n",
                             strerror(errno));
                 s_conn_close(self, c, true);
                 return;
@@ -794,7 +794,7 @@ s_conn_connected(emlio_relay_t *self, s_conn_t *c)
         return;
     if (err) {
         if (self->opts.log)
-            fprintf(self->opts.log, "emlio relay: cannot connect to '%s': %s\n",
+            fprintf(self->opts.log, "emlio-relay: cannot connect to '%s': %s\n",
                     self->opts.connect, strerror(err));
         self->conns_failed++;
         s_conn_close(self, c, true);
@@ -828,14 +828,14 @@ s_accept(emlio_relay_t *self)
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno != EAGAIN && self->opts.log)
-                fprintf(self->opts.log, "emlio relay: cannot accept: %s\n",
+                fprintf(self->opts.log, "emlio-relay: cannot accept: %s\n",
                         strerror(errno));
             return;
         }
         s_set_nodelay(fd);
         int up = socket(self->connect_addr.ss_family,
                         SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        s_conn_t *c = up >= 0 ? emlio_calloc(1, sizeof(*c)) : NULL;
+        s_conn_t *c = up >= 0 ? calloc(1, sizeof(*c)) : NULL;
         if (!c) {
             if (up >= 0)
                 close(up);
@@ -866,7 +866,7 @@ s_accept(emlio_relay_t *self)
         if (rc != 0 && errno != EINPROGRESS) {
             if (self->opts.log)
                 fprintf(self->opts.log,
-                        "emlio relay: cannot connect to '%s': %s\n",
+                        "emlio-relay: cannot connect to '%s': %s\n",
                         self->opts.connect, strerror(errno));
             self->conns_failed++;
             s_conn_close(self, c, true);
@@ -893,12 +893,12 @@ emlio_relay_bind(emlio_relay_t *self)
 
     if (emlio_relay_parse_addr(self->opts.listen, &la, &la_len, why,
                                sizeof(why)) < 0)
-        return emlio__seterr(self->err, -1, "cannot listen on '%s': %s",
-                             self->opts.listen, why);
+        return tool_seterr(self->err, -1, "cannot listen on '%s': %s",
+                           self->opts.listen, why);
     if (emlio_relay_parse_addr(self->opts.connect, &self->connect_addr,
                                &self->connect_len, why, sizeof(why)) < 0)
-        return emlio__seterr(self->err, -1, "cannot connect to '%s': %s",
-                             self->opts.connect, why);
+        return tool_seterr(self->err, -1, "cannot connect to '%s': %s",
+                           self->opts.connect, why);
 
     /* Two descriptors per connection, two per pipe: ask for the hard cap. */
     struct rlimit rl;
@@ -909,23 +909,23 @@ emlio_relay_bind(emlio_relay_t *self)
 
     self->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (self->epfd < 0)
-        return emlio__seterr(self->err, -1, "cannot create epoll: %s",
-                             strerror(errno));
+        return tool_seterr(self->err, -1, "cannot create epoll: %s",
+                           strerror(errno));
     self->lfd =
         socket(la.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (self->lfd < 0)
-        return emlio__seterr(self->err, -1, "cannot listen on '%s': %s",
-                             self->opts.listen, strerror(errno));
+        return tool_seterr(self->err, -1, "cannot listen on '%s': %s",
+                           self->opts.listen, strerror(errno));
     int one = 1;
     (void)setsockopt(self->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(self->lfd, (struct sockaddr *)&la, la_len) != 0 ||
         listen(self->lfd, 1024) != 0)
-        return emlio__seterr(self->err, -1, "cannot listen on '%s': %s",
-                             self->opts.listen, strerror(errno));
+        return tool_seterr(self->err, -1, "cannot listen on '%s': %s",
+                           self->opts.listen, strerror(errno));
     socklen_t len = sizeof(la);
     if (getsockname(self->lfd, (struct sockaddr *)&la, &len) != 0)
-        return emlio__seterr(self->err, -1, "cannot listen on '%s': %s",
-                             self->opts.listen, strerror(errno));
+        return tool_seterr(self->err, -1, "cannot listen on '%s': %s",
+                           self->opts.listen, strerror(errno));
     char host[INET6_ADDRSTRLEN];
     if (la.ss_family == AF_INET) {
         struct sockaddr_in *a = (struct sockaddr_in *)&la;
@@ -940,8 +940,8 @@ emlio_relay_bind(emlio_relay_t *self)
     }
     struct epoll_event ev = { .events = EPOLLIN, .data.u64 = S_EV_LISTEN };
     if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, self->lfd, &ev) != 0)
-        return emlio__seterr(self->err, -1, "cannot watch '%s': %s",
-                             self->endpoint, strerror(errno));
+        return tool_seterr(self->err, -1, "cannot watch '%s': %s",
+                           self->endpoint, strerror(errno));
     self->accepting = true;
 
     /* Warm the pool so the first connections pay no page faults. */
@@ -989,8 +989,8 @@ emlio_relay_run(emlio_relay_t *self, int stop_fd)
     if (stop_fd >= 0) {
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = S_EV_STOP };
         if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, stop_fd, &ev) != 0)
-            return emlio__seterr(self->err, -1, "cannot watch stop fd: %s",
-                                 strerror(errno));
+            return tool_seterr(self->err, -1, "cannot watch stop fd: %s",
+                               strerror(errno));
     }
     /* The default 50 us timer slack would show up as lateness. */
     (void)prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -1042,8 +1042,8 @@ emlio_relay_run(emlio_relay_t *self, int stop_fd)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return emlio__seterr(self->err, -1, "cannot wait for events: %s",
-                                 strerror(errno));
+            return tool_seterr(self->err, -1, "cannot wait for events: %s",
+                               strerror(errno));
         }
         for (int e = 0; e < n; e++) {
             uint64_t tag = evs[e].data.u64;
@@ -1103,14 +1103,14 @@ emlio_relay_destroy(emlio_relay_t **self_p)
             close(self->car[i].wfd);
         }
     }
-    emlio_free(self->car);
+    free(self->car);
     if (self->lfd >= 0)
         close(self->lfd);
     if (self->epfd >= 0)
         close(self->epfd);
-    emlio_free(self->slots);
-    emlio_free(self->live);
-    emlio_free(self->dead);
-    emlio_free(self);
+    free(self->slots);
+    free(self->live);
+    free(self->dead);
+    free(self);
     *self_p = NULL;
 }

@@ -1,8 +1,8 @@
-/* cmd_relay.c - `emlio relay`: a TCP relay that adds a fixed delay (and an
- * optional rate cap) in each direction, to emulate RTT without netem.
+/* main.c - `emlio-relay`, a benchmark tool: a TCP relay that adds a fixed delay
+ * (and an optional rate cap) in each direction, to emulate RTT without netem.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -10,7 +10,6 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "commands.h"
 #include "relay.h"
 
 static void
@@ -18,7 +17,7 @@ s_usage(FILE *out)
 {
     fprintf(
         out,
-        "usage: emlio relay --listen HOST:PORT --connect HOST:PORT --delay-ms D\n"
+        "usage: emlio-relay --listen HOST:PORT --connect HOST:PORT --delay-ms D\n"
         "                   [--rate-mbit R] [--max-conns N] [--stats-interval S]\n"
         "                   [--max-buffer-mb M] [--spin-us U] [--mode copy|splice]\n"
         "\n"
@@ -27,7 +26,7 @@ s_usage(FILE *out)
         "direction (RTT = 2 D). Half-closes are passed on after the delay too.\n"
         "\n"
         "  --listen HOST:PORT     where to accept; port 0 picks a free one. When\n"
-        "                         ready it prints 'emlio relay: listening on\n"
+        "                         ready it prints 'emlio-relay: listening on\n"
         "                         HOST:PORT' (the real port) on stdout\n"
         "  --connect HOST:PORT    the server to relay to\n"
         "  --delay-ms D           one-way delay in milliseconds (0 allowed)\n"
@@ -68,7 +67,7 @@ s_parse_num(const char *text, double min, double *out)
 }
 
 int
-cmd_relay(int argc, char **argv)
+main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         { "listen", required_argument, NULL, 'l' },
@@ -146,26 +145,26 @@ cmd_relay(int argc, char **argv)
             break;
         default:
             if (optopt)
-                fprintf(stderr, "emlio relay: option '%s' needs a value\n",
+                fprintf(stderr, "emlio-relay: option '%s' needs a value\n",
                         argv[optind - 1]);
             else
-                fprintf(stderr, "emlio relay: unknown option '%s'\n",
+                fprintf(stderr, "emlio-relay: unknown option '%s'\n",
                         argv[optind - 1]);
-            fprintf(stderr, "Run 'emlio relay --help' for usage.\n");
+            fprintf(stderr, "Run 'emlio-relay --help' for usage.\n");
             return 2;
         }
         if (!ok) {
-            fprintf(stderr, "emlio relay: invalid %s '%s'\n", name, optarg);
+            fprintf(stderr, "emlio-relay: invalid %s '%s'\n", name, optarg);
             return 2;
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "emlio relay: unexpected argument '%s'\n",
+        fprintf(stderr, "emlio-relay: unexpected argument '%s'\n",
                 argv[optind]);
         return 2;
     }
     if (!opts.listen || !opts.connect || !have_delay) {
-        fprintf(stderr, "emlio relay: missing %s\n",
+        fprintf(stderr, "emlio-relay: missing %s\n",
                 !opts.listen    ? "--listen"
                 : !opts.connect ? "--connect"
                                 : "--delay-ms");
@@ -180,13 +179,13 @@ cmd_relay(int argc, char **argv)
     char why[256];
     if (emlio_relay_parse_addr(opts.listen, &addr, &addr_len, why,
                                sizeof(why)) < 0) {
-        fprintf(stderr, "emlio relay: cannot listen on '%s': %s\n", opts.listen,
+        fprintf(stderr, "emlio-relay: cannot listen on '%s': %s\n", opts.listen,
                 why);
         return 2;
     }
     if (emlio_relay_parse_addr(opts.connect, &addr, &addr_len, why,
                                sizeof(why)) < 0) {
-        fprintf(stderr, "emlio relay: cannot connect to '%s': %s\n",
+        fprintf(stderr, "emlio-relay: cannot connect to '%s': %s\n",
                 opts.connect, why);
         return 2;
     }
@@ -199,13 +198,13 @@ cmd_relay(int argc, char **argv)
     sigaddset(&mask, SIGTERM);
     signal(SIGPIPE, SIG_IGN);
     if (sigprocmask(SIG_BLOCK, &mask, NULL) != 0) {
-        fprintf(stderr, "emlio relay: cannot block signals: %s\n",
+        fprintf(stderr, "emlio-relay: cannot block signals: %s\n",
                 strerror(errno));
         return 1;
     }
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
-        fprintf(stderr, "emlio relay: cannot create signalfd: %s\n",
+        fprintf(stderr, "emlio-relay: cannot create signalfd: %s\n",
                 strerror(errno));
         return 1;
     }
@@ -213,14 +212,14 @@ cmd_relay(int argc, char **argv)
     int status = 1;
     emlio_relay_t *relay = emlio_relay_new(&opts);
     if (!relay) {
-        fprintf(stderr, "emlio relay: out of memory\n");
+        fprintf(stderr, "emlio-relay: out of memory\n");
     } else if (emlio_relay_bind(relay) < 0) {
-        fprintf(stderr, "emlio relay: %s\n", emlio_relay_errmsg(relay));
+        fprintf(stderr, "emlio-relay: %s\n", emlio_relay_errmsg(relay));
     } else {
-        printf("emlio relay: listening on %s\n", emlio_relay_endpoint(relay));
+        printf("emlio-relay: listening on %s\n", emlio_relay_endpoint(relay));
         fflush(stdout);
         if (emlio_relay_run(relay, sfd) < 0)
-            fprintf(stderr, "emlio relay: %s\n", emlio_relay_errmsg(relay));
+            fprintf(stderr, "emlio-relay: %s\n", emlio_relay_errmsg(relay));
         else
             status = 0;
         emlio_relay_print_stats(relay, stderr);

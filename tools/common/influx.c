@@ -2,7 +2,7 @@
  * POST over plain sockets (no TLS, no library).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -31,24 +31,24 @@ emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
     memset(out, 0, sizeof(*out));
     size_t n = strnlen(url, EMLIO_INFLUX_PATH_MAX + 512);
     if (n > EMLIO_INFLUX_PATH_MAX + 256)
-        return emlio__seterr(err, EMLIO_EINVAL, "URL is too long");
+        return tool_seterr(err, EMLIO_EINVAL, "URL is too long");
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)url[i] <= ' ' || (unsigned char)url[i] >= 0x7f)
-            return emlio__seterr(err, EMLIO_EINVAL,
-                                 "invalid URL '%.200s': white space or "
-                                 "control byte at %zu",
-                                 url, i);
+            return tool_seterr(err, EMLIO_EINVAL,
+                               "invalid URL '%.200s': white space or "
+                               "control byte at %zu",
+                               url, i);
     static const char scheme[] = "http://";
     if (strncasecmp(url, "https://", 8) == 0)
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': https is not supported, "
-                             "use http://",
-                             url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': https is not supported, "
+                           "use http://",
+                           url);
     if (strncasecmp(url, scheme, sizeof(scheme) - 1) != 0)
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': expected http://HOST"
-                             "[:PORT]/PATH",
-                             url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': expected http://HOST"
+                           "[:PORT]/PATH",
+                           url);
     const char *p = url + sizeof(scheme) - 1;
     const char *end = url + n;
     const char *auth_end = p;
@@ -56,10 +56,10 @@ emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
            *auth_end != '#')
         auth_end++;
     if (memchr(p, '@', (size_t)(auth_end - p)))
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': user info is not "
-                             "supported",
-                             url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': user info is not "
+                           "supported",
+                           url);
     const char *host = p;
     const char *host_end;
     const char *port = NULL;
@@ -67,62 +67,61 @@ emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
         host = p + 1;
         host_end = memchr(host, ']', (size_t)(auth_end - host));
         if (!host_end)
-            return emlio__seterr(err, EMLIO_EINVAL,
-                                 "invalid URL '%.200s': missing ']'", url);
+            return tool_seterr(err, EMLIO_EINVAL,
+                               "invalid URL '%.200s': missing ']'", url);
         for (const char *q = host; q < host_end; q++)
             if (!(isxdigit((unsigned char)*q) || *q == ':' || *q == '.'))
-                return emlio__seterr(err, EMLIO_EINVAL,
-                                     "invalid URL '%.200s': bad IPv6 address",
-                                     url);
+                return tool_seterr(err, EMLIO_EINVAL,
+                                   "invalid URL '%.200s': bad IPv6 address",
+                                   url);
         p = host_end + 1;
         if (p < auth_end && *p != ':')
-            return emlio__seterr(err, EMLIO_EINVAL,
-                                 "invalid URL '%.200s': junk after ']'", url);
+            return tool_seterr(err, EMLIO_EINVAL,
+                               "invalid URL '%.200s': junk after ']'", url);
     } else {
         while (p < auth_end && s_host_char(*p))
             p++;
         host_end = p;
         if (p < auth_end && *p != ':')
-            return emlio__seterr(err, EMLIO_EINVAL,
-                                 "invalid URL '%.200s': bad host character "
-                                 "'%c'",
-                                 url, *p);
+            return tool_seterr(err, EMLIO_EINVAL,
+                               "invalid URL '%.200s': bad host character "
+                               "'%c'",
+                               url, *p);
     }
     size_t host_len = (size_t)(host_end - host);
     if (host_len == 0)
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': empty host", url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': empty host", url);
     if (host_len > EMLIO_INFLUX_HOST_MAX)
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': host is too long", url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': host is too long", url);
     out->port = 80;
     if (p < auth_end && *p == ':') {
         port = p + 1;
         unsigned long v = 0;
         if (port == auth_end)
-            return emlio__seterr(err, EMLIO_EINVAL,
-                                 "invalid URL '%.200s': empty port", url);
+            return tool_seterr(err, EMLIO_EINVAL,
+                               "invalid URL '%.200s': empty port", url);
         for (const char *q = port; q < auth_end; q++) {
             if (*q < '0' || *q > '9' || v > 65535)
-                return emlio__seterr(err, EMLIO_EINVAL,
-                                     "invalid URL '%.200s': bad port", url);
+                return tool_seterr(err, EMLIO_EINVAL,
+                                   "invalid URL '%.200s': bad port", url);
             v = v * 10 + (unsigned long)(*q - '0');
         }
         if (v == 0 || v > 65535)
-            return emlio__seterr(err, EMLIO_EINVAL,
-                                 "invalid URL '%.200s': port out of range",
-                                 url);
+            return tool_seterr(err, EMLIO_EINVAL,
+                               "invalid URL '%.200s': port out of range", url);
         out->port = (uint16_t)v;
     }
     if (memchr(auth_end, '#', (size_t)(end - auth_end)))
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': fragments are not "
-                             "supported",
-                             url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': fragments are not "
+                           "supported",
+                           url);
     size_t path_len = (size_t)(end - auth_end);
     if (path_len > EMLIO_INFLUX_PATH_MAX - 1)
-        return emlio__seterr(err, EMLIO_EINVAL,
-                             "invalid URL '%.200s': path is too long", url);
+        return tool_seterr(err, EMLIO_EINVAL,
+                           "invalid URL '%.200s': path is too long", url);
     memcpy(out->host, host, host_len);
     out->host[host_len] = '\0';
     if (path_len == 0 || auth_end[0] == '?')
@@ -243,7 +242,7 @@ emlio__influx_end(emlio_influx_point_t *p, int64_t ts_ns)
 static int
 s_ms_left(uint64_t deadline_ns)
 {
-    uint64_t now = emlio__now_ns();
+    uint64_t now = tool_now_ns();
     if (now >= deadline_ns)
         return 0;
     return (int)EMLIO_MIN((deadline_ns - now) / 1000000u + 1,
@@ -356,7 +355,7 @@ emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
 {
     assert(url && (body || len == 0) && err);
     uint64_t deadline_ns =
-        emlio__now_ns() + (uint64_t)EMLIO_MAX(timeout_ms, 1) * 1000000u;
+        tool_now_ns() + (uint64_t)EMLIO_MAX(timeout_ms, 1) * 1000000u;
     char port[8];
     snprintf(port, sizeof(port), "%u", (unsigned)url->port);
     struct addrinfo hints;
@@ -367,8 +366,8 @@ emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
     struct addrinfo *res = NULL;
     int grc = getaddrinfo(url->host, port, &hints, &res);
     if (grc != 0)
-        return emlio__seterr(err, EMLIO_ENOTFOUND, "cannot resolve '%s': %s",
-                             url->host, gai_strerror(grc));
+        return tool_seterr(err, EMLIO_ENOTFOUND, "cannot resolve '%s': %s",
+                           url->host, gai_strerror(grc));
     int fd = -1;
     int rc = -ECONNREFUSED;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
@@ -379,9 +378,9 @@ emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
     freeaddrinfo(res);
     bool v6 = strchr(url->host, ':') != NULL;
     if (fd < 0)
-        return emlio__seterr(err, rc, "cannot connect to '%s%s%s:%u': %s",
-                             v6 ? "[" : "", url->host, v6 ? "]" : "",
-                             (unsigned)url->port, emlio_strerror(rc));
+        return tool_seterr(err, rc, "cannot connect to '%s%s%s:%u': %s",
+                           v6 ? "[" : "", url->host, v6 ? "]" : "",
+                           (unsigned)url->port, emlio_strerror(rc));
 
     emlio_buf_t req = EMLIO_BUF_INIT;
     rc = emlio_buf_addf(&req,
@@ -397,7 +396,7 @@ emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
     if (rc < 0) {
         emlio_buf_release(&req);
         close(fd);
-        return emlio__seterr(err, EMLIO_ENOMEM, "out of memory");
+        return tool_seterr(err, EMLIO_ENOMEM, "out of memory");
     }
     rc = s_send_all(fd, req.data, req.len, deadline_ns);
     emlio_buf_release(&req);
@@ -406,15 +405,14 @@ emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
         rc = s_recv_answer(fd, answer, sizeof(answer), deadline_ns);
     close(fd);
     if (rc < 0)
-        return emlio__seterr(err, rc, "cannot post to '%s:%u%s': %s", url->host,
-                             (unsigned)url->port, url->path,
-                             emlio_strerror(rc));
+        return tool_seterr(err, rc, "cannot post to '%s:%u%s': %s", url->host,
+                           (unsigned)url->port, url->path, emlio_strerror(rc));
     int status = 0;
     if (rc < 12 || strncmp(answer, "HTTP/1.", 7) != 0 || answer[8] != ' ' ||
         sscanf(answer + 9, "%3d", &status) != 1 || status < 100)
-        return emlio__seterr(err, EMLIO_EPROTO,
-                             "'%s:%u%s' did not answer in HTTP", url->host,
-                             (unsigned)url->port, url->path);
+        return tool_seterr(err, EMLIO_EPROTO,
+                           "'%s:%u%s' did not answer in HTTP", url->host,
+                           (unsigned)url->port, url->path);
     if (status >= 200 && status < 300)
         return 0;
     /* Quote the body (InfluxDB explains itself there), on one line. */
@@ -425,7 +423,7 @@ emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
     for (; *text && q < sizeof(quoted) - 1; text++)
         quoted[q++] = (*text == '\r' || *text == '\n') ? ' ' : *text;
     quoted[q] = '\0';
-    return emlio__seterr(err, EMLIO_EPROTO, "'%s:%u%s' answered %d%s%s",
-                         url->host, (unsigned)url->port, url->path, status,
-                         q ? ": " : "", quoted);
+    return tool_seterr(err, EMLIO_EPROTO, "'%s:%u%s' answered %d%s%s",
+                       url->host, (unsigned)url->port, url->path, status,
+                       q ? ": " : "", quoted);
 }

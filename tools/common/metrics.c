@@ -2,7 +2,7 @@
  * and emliod's exporter (GET /metrics and periodic InfluxDB pushes).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "tool_util.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -279,7 +279,7 @@ emlio_metrics_http_t *
 emlio__metrics_http_new(emlio_metrics_render_fn *fn, void *userdata)
 {
     assert(fn);
-    emlio_metrics_http_t *self = emlio_calloc(1, sizeof(*self));
+    emlio_metrics_http_t *self = calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->fn = fn;
@@ -334,7 +334,7 @@ emlio__metrics_http_destroy(emlio_metrics_http_t **self_p)
     for (int i = 0; i < 2; i++)
         if (self->wake[i] >= 0)
             close(self->wake[i]);
-    emlio_free(self);
+    free(self);
     *self_p = NULL;
 }
 
@@ -375,15 +375,15 @@ emlio__metrics_http_bind(emlio_metrics_http_t *self, const char *hostport)
 {
     assert(self && hostport);
     if (self->lfd >= 0)
-        return emlio__seterr(self->err, EMLIO_ESTATE,
-                             "cannot bind '%s': already bound", hostport);
+        return tool_seterr(self->err, EMLIO_ESTATE,
+                           "cannot bind '%s': already bound", hostport);
     char host[256];
     char port[8];
     if (s_split_hostport(hostport, host, sizeof(host), port, sizeof(port)) < 0)
-        return emlio__seterr(self->err, EMLIO_EINVAL,
-                             "invalid metrics address '%s': expected "
-                             "HOST:PORT",
-                             hostport);
+        return tool_seterr(self->err, EMLIO_EINVAL,
+                           "invalid metrics address '%s': expected "
+                           "HOST:PORT",
+                           hostport);
     struct addrinfo hints;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
@@ -392,9 +392,8 @@ emlio__metrics_http_bind(emlio_metrics_http_t *self, const char *hostport)
     struct addrinfo *res = NULL;
     int grc = getaddrinfo(host, port, &hints, &res);
     if (grc != 0)
-        return emlio__seterr(self->err, EMLIO_ENOTFOUND,
-                             "cannot resolve '%s': %s", host,
-                             gai_strerror(grc));
+        return tool_seterr(self->err, EMLIO_ENOTFOUND,
+                           "cannot resolve '%s': %s", host, gai_strerror(grc));
     int rc = -EADDRNOTAVAIL;
     int fd = -1;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
@@ -415,8 +414,8 @@ emlio__metrics_http_bind(emlio_metrics_http_t *self, const char *hostport)
     }
     freeaddrinfo(res);
     if (fd < 0)
-        return emlio__seterr(self->err, rc, "cannot bind '%s': %s", hostport,
-                             emlio_strerror(rc));
+        return tool_seterr(self->err, rc, "cannot bind '%s': %s", hostport,
+                           emlio_strerror(rc));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     char text[INET6_ADDRSTRLEN] = "?";
@@ -576,7 +575,7 @@ s_accept(emlio_metrics_http_t *self)
         c->in_len = 0;
         c->answered = false;
         c->deadline_ns =
-            emlio__now_ns() + (uint64_t)EMLIO_METRICS_CONN_MS * 1000000u;
+            tool_now_ns() + (uint64_t)EMLIO_METRICS_CONN_MS * 1000000u;
     }
 }
 
@@ -590,7 +589,7 @@ s_http_main(void *arg)
         size_t n = 0;
         pfd[n++] = (struct pollfd){ .fd = self->wake[0], .events = POLLIN };
         size_t open = 0;
-        uint64_t now = emlio__now_ns();
+        uint64_t now = tool_now_ns();
         uint64_t next = now + 1000000000u;
         for (size_t i = 0; i < EMLIO_METRICS_MAX_CONNS; i++) {
             s_conn_t *c = &self->conns[i];
@@ -648,18 +647,17 @@ emlio__metrics_http_start(emlio_metrics_http_t *self)
 {
     assert(self);
     if (self->lfd < 0 || self->started)
-        return emlio__seterr(self->err, EMLIO_ESTATE,
-                             "cannot start the metrics endpoint: %s",
-                             self->started ? "it already runs" : "not bound");
+        return tool_seterr(self->err, EMLIO_ESTATE,
+                           "cannot start the metrics endpoint: %s",
+                           self->started ? "it already runs" : "not bound");
     if (self->wake[0] < 0 && pipe2(self->wake, O_NONBLOCK | O_CLOEXEC) < 0)
-        return emlio__seterr(self->err, -errno, "cannot create a pipe: %s",
-                             strerror(errno));
+        return tool_seterr(self->err, -errno, "cannot create a pipe: %s",
+                           strerror(errno));
     atomic_store(&self->quit, false);
     int rc = pthread_create(&self->thread, NULL, s_http_main, self);
     if (rc != 0)
-        return emlio__seterr(self->err, -rc,
-                             "cannot start the metrics thread: %s",
-                             strerror(rc));
+        return tool_seterr(self->err, -rc,
+                           "cannot start the metrics thread: %s", strerror(rc));
     self->started = true;
     return 0;
 }
@@ -738,7 +736,7 @@ emlio_metrics_t *
 emlio__metrics_new(emlio_ctx_t *ctx, emlio_server_t *srv)
 {
     assert(ctx && srv);
-    emlio_metrics_t *self = emlio_calloc(1, sizeof(*self));
+    emlio_metrics_t *self = calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->ctx = ctx;
@@ -752,7 +750,7 @@ emlio__metrics_new(emlio_ctx_t *ctx, emlio_server_t *srv)
         if (ca_ok)
             pthread_condattr_destroy(&ca);
         emlio_energy_destroy(&self->meter);
-        emlio_free(self);
+        free(self);
         return NULL;
     }
     pthread_mutex_init(&self->plock, NULL);
@@ -760,7 +758,7 @@ emlio__metrics_new(emlio_ctx_t *ctx, emlio_server_t *srv)
     pthread_condattr_destroy(&ca);
     if (gethostname(self->host, sizeof(self->host) - 1) != 0)
         snprintf(self->host, sizeof(self->host), "unknown");
-    self->t0_ns = emlio__now_ns();
+    self->t0_ns = tool_now_ns();
     return self;
 }
 
@@ -782,8 +780,8 @@ emlio__metrics_destroy(emlio_metrics_t **self_p)
     pthread_mutex_destroy(&self->lock);
     pthread_mutex_destroy(&self->plock);
     pthread_cond_destroy(&self->pwake);
-    emlio_free(self->url_text);
-    emlio_free(self);
+    free(self->url_text);
+    free(self);
     *self_p = NULL;
 }
 
@@ -800,11 +798,11 @@ emlio__metrics_listen(emlio_metrics_t *self, const char *hostport)
     assert(self && hostport);
     if (!self->http &&
         !(self->http = emlio__metrics_http_new(s_render_cb, self)))
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        return tool_seterr(self->err, EMLIO_ENOMEM, "out of memory");
     int rc = emlio__metrics_http_bind(self->http, hostport);
     if (rc < 0)
-        return emlio__seterr(self->err, rc, "%s",
-                             emlio__metrics_http_errmsg(self->http));
+        return tool_seterr(self->err, rc, "%s",
+                           emlio__metrics_http_errmsg(self->http));
     return 0;
 }
 
@@ -814,16 +812,16 @@ emlio__metrics_set_influx(emlio_metrics_t *self, const char *url,
 {
     assert(self && url);
     if (!(interval_s >= 0.05 && interval_s <= 86400))
-        return emlio__seterr(self->err, EMLIO_EINVAL,
-                             "invalid influx interval %g: expected 0.05 to "
-                             "86400 seconds",
-                             interval_s);
+        return tool_seterr(self->err, EMLIO_EINVAL,
+                           "invalid influx interval %g: expected 0.05 to "
+                           "86400 seconds",
+                           interval_s);
     int rc = emlio__influx_url_parse(&self->url, url, self->err);
     if (rc < 0)
         return rc;
-    emlio_free(self->url_text);
-    if (!(self->url_text = emlio_strdup(url)))
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    free(self->url_text);
+    if (!(self->url_text = strdup(url)))
+        return tool_seterr(self->err, EMLIO_ENOMEM, "out of memory");
     self->influx = true;
     self->interval_s = interval_s;
     return 0;
@@ -859,7 +857,7 @@ s_snapshot(emlio_metrics_t *self, s_snapshot_t *s)
     emlio_server_stats(self->srv, &s->st);
     s->cpu_s = emlio__metrics_cpu_s();
     s->rss = emlio__metrics_rss_bytes();
-    s->uptime_s = (double)(emlio__now_ns() - self->t0_ns) / 1e9;
+    s->uptime_s = (double)(tool_now_ns() - self->t0_ns) / 1e9;
     pthread_mutex_lock(&self->lock);
     s->energy = self->meter_ok && emlio_energy_read(self->meter, &s->rep) == 0;
     pthread_mutex_unlock(&self->lock);
@@ -920,6 +918,15 @@ emlio__metrics_render(emlio_metrics_t *self, emlio_buf_t *out)
     if (rc == 0)
         rc = s_family_u64(out, "emlio_clients_total", "counter",
                           "Client connections (HELLOs answered)", s.st.clients);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_clients", "gauge",
+                          "Clients known now (a client's streams join its "
+                          "session and count once)",
+                          s.st.active_clients);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_streams", "gauge",
+                          "Client connections (TCP streams) known now",
+                          s.st.active_streams);
     if (rc == 0)
         rc = s_family_u64(out, "emlio_shards", "gauge", "Shards served",
                           emlio_server_shard_count(self->srv));
@@ -1058,7 +1065,7 @@ int
 emlio__metrics_start(emlio_metrics_t *self)
 {
     assert(self);
-    self->t0_ns = emlio__now_ns();
+    self->t0_ns = tool_now_ns();
     int rc = emlio_energy_start(self->meter);
     self->meter_ok = rc == 0;
     if (rc < 0)
@@ -1069,14 +1076,14 @@ emlio__metrics_start(emlio_metrics_t *self)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "metrics", "energy: %s",
                   emlio_energy_notes(self->meter));
     if (self->http && (rc = emlio__metrics_http_start(self->http)) < 0)
-        return emlio__seterr(self->err, rc, "%s",
-                             emlio__metrics_http_errmsg(self->http));
+        return tool_seterr(self->err, rc, "%s",
+                           emlio__metrics_http_errmsg(self->http));
     if (self->influx && !self->pusher_started) {
         rc = pthread_create(&self->pusher, NULL, s_pusher_main, self);
         if (rc != 0)
-            return emlio__seterr(self->err, -rc,
-                                 "cannot start the influx thread: %s",
-                                 strerror(rc));
+            return tool_seterr(self->err, -rc,
+                               "cannot start the influx thread: %s",
+                               strerror(rc));
         self->pusher_started = true;
     }
     return 0;

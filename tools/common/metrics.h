@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "emlio/buf.h"
 
 /* Limits of the HTTP endpoint. */
 #define EMLIO_METRICS_MAX_REQUEST 8192 /* bytes of request line + headers */

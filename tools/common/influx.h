@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "emlio/buf.h"
 
 #define EMLIO_INFLUX_HOST_MAX 255
 #define EMLIO_INFLUX_PATH_MAX 2048

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+# examples/torchrun_rank.py - one rank of a torchrun job: streams this
+# rank's share of every epoch through a PyTorch DataLoader.
+# SPDX-License-Identifier: MIT
+"""One rank under torchrun (see examples/torchrun_loader.sh).
+
+RANK and WORLD_SIZE come from torchrun (emlio reads them); LOCAL_RANK
+would pick the GPU. With --out DIR each rank writes DIR/ids.RANK (one
+"epoch shard record" line per sample) and DIR/result.RANK.json, which is
+how the tests check that the ranks together saw every sample exactly once.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "bindings", "python"))
+
+import torch  # noqa: E402
+
+import emlio  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--connect", required=True, help="daemon endpoints")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="directory for ids.RANK and result.RANK")
+    args = ap.parse_args()
+
+    # RANK/WORLD_SIZE from torchrun; emlio.Loader reads them the same way.
+    rank, world = emlio.rank_and_world()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = (torch.device("cuda", local_rank) if torch.cuda.is_available()
+              else torch.device("cpu"))
+    ids = open(os.path.join(args.out, "ids.%d" % rank), "w") if args.out \
+        else None
+    samples = 0
+    with emlio.Loader(args.connect, batch_size=args.batch,
+                      seed=args.seed) as loader:
+        for epoch in range(args.epochs):
+            for batch in loader.epoch(epoch):
+                # A training step would decode batch.samples here.
+                labels = torch.from_numpy(batch.labels).to(device)
+                samples += int(labels.numel())
+                if ids:
+                    for shard, record, pad in batch.ids:
+                        ids.write("%d %s %d%s\n" % (epoch, shard, record,
+                                                    " pad" if pad else ""))
+    if ids:
+        ids.close()
+    result = {"rank": rank, "world": world, "local_rank": local_rank,
+              "samples": samples, "epochs": args.epochs}
+    if args.out:
+        with open(os.path.join(args.out, "result.%d.json" % rank), "w") as f:
+            json.dump(result, f)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+/* netpath.c - host TCP limits, buffer sizing and TCP_INFO samples.
+ * SPDX-License-Identifier: MIT
+ */
+#define _GNU_SOURCE
+#include "netpath.h"
+
+#include <errno.h>
+#include <linux/tcp.h> /* glibc's struct tcp_info lacks min_rtt, bytes_* */
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* The last number on the first line of a /proc/sys file (tcp_wmem holds
+ * "min default max"); 0 when unreadable. */
+static uint64_t
+s_read_last(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    char line[128];
+    uint64_t v = 0;
+    if (fgets(line, sizeof(line), f)) {
+        const char *p = line;
+        unsigned long long x;
+        int n;
+        while (sscanf(p, "%llu%n", &x, &n) == 1) {
+            v = x;
+            p += n;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+/* Whether SO_SNDBUFFORCE works here: tried on a throwaway socket, which is
+ * what the kernel checks (CAP_NET_ADMIN in the socket's namespace). */
+static bool
+s_can_force(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    int v = 1 << 20;
+    bool ok = setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &v, sizeof(v)) == 0;
+    close(fd);
+    return ok;
+}
+
+void
+emlio__netpath_limits(emlio_netpath_limits_t *out)
+{
+    out->tcp_wmem_max = s_read_last("/proc/sys/net/ipv4/tcp_wmem");
+    out->tcp_rmem_max = s_read_last("/proc/sys/net/ipv4/tcp_rmem");
+    out->wmem_max = s_read_last("/proc/sys/net/core/wmem_max");
+    out->rmem_max = s_read_last("/proc/sys/net/core/rmem_max");
+    out->net_admin = s_can_force();
+}
+
+void
+emlio__netpath_plan(const emlio_netpath_limits_t *limits, bool send,
+                    int64_t want, emlio_netpath_bufplan_t *out)
+{
+    uint64_t autotuned = send ? limits->tcp_wmem_max : limits->tcp_rmem_max;
+    uint64_t cap = send ? limits->wmem_max : limits->rmem_max;
+    *out = (emlio_netpath_bufplan_t){ -1, 0, autotuned, "autotuned" };
+    if (want < 0)
+        return;
+    uint64_t ask = want > 0 ? (uint64_t)want : EMLIO_NETPATH_AUTO_FORCE;
+    if (ask > (1u << 30))
+        ask = 1u << 30;
+    /* The kernel doubles what it is given (bookkeeping overhead), so the
+     * buffer an explicit value buys is twice that value. */
+    if (limits->net_admin && (want > 0 || 2 * ask > autotuned)) {
+        out->force_value = (int)ask;
+        out->effective = 2 * ask;
+        out->how = "forced";
+        return;
+    }
+    uint64_t explicit_max = cap < ask ? cap : ask;
+    if (want > 0 || 2 * explicit_max > autotuned) {
+        out->zmq_value = (int)explicit_max;
+        out->effective = 2 * explicit_max;
+        out->how = "explicit";
+    }
+}
+
+int
+emlio__netpath_force(int fd, bool send, int bytes)
+{
+    if (setsockopt(fd, SOL_SOCKET, send ? SO_SNDBUFFORCE : SO_RCVBUFFORCE,
+                   &bytes, sizeof(bytes)) != 0)
+        return -errno;
+    return 0;
+}
+
+int
+emlio__netpath_info(int fd, emlio_netpath_info_t *out)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return -errno;
+    memset(out, 0, sizeof(*out));
+    out->rtt_us = ti.tcpi_rtt;
+    out->rcv_rtt_us = ti.tcpi_rcv_rtt;
+    out->snd_cwnd = ti.tcpi_snd_cwnd;
+    out->snd_mss = ti.tcpi_snd_mss;
+    out->rcv_space = ti.tcpi_rcv_space;
+    /* Fields newer than the oldest kernels we run on: present only when
+     * the kernel filled that far. */
+    if (len >= offsetof(struct tcp_info, tcpi_bytes_received) +
+                   sizeof(ti.tcpi_bytes_received)) {
+        out->bytes_acked = ti.tcpi_bytes_acked;
+        out->bytes_received = ti.tcpi_bytes_received;
+    }
+    if (len >=
+        offsetof(struct tcp_info, tcpi_min_rtt) + sizeof(ti.tcpi_min_rtt))
+        out->min_rtt_us = ti.tcpi_min_rtt;
+    socklen_t il = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &out->sndbuf, &il);
+    il = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &out->rcvbuf, &il);
+    return 0;
+}

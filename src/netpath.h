@@ -1,0 +1,70 @@
+/* netpath.h - what the host's TCP allows and measures: socket-buffer limits,
+ * buffer sizing, and per-connection TCP_INFO samples.
+ * SPDX-License-Identifier: MIT
+ *
+ * A TCP stream carries at most about (send buffer) / RTT, so on a long path
+ * the buffers, not the link, set the rate. Linux gives a socket two ways to
+ * get a big buffer: autotuning up to net.ipv4.tcp_wmem/tcp_rmem's maximum,
+ * or an explicit SO_SNDBUF/SO_RCVBUF, which the kernel doubles and caps at
+ * net.core.wmem_max/rmem_max (and which turns autotuning off). A process
+ * with CAP_NET_ADMIN may pass the cap with SO_SNDBUFFORCE/SO_RCVBUFFORCE.
+ * This module picks the largest of these the host allows, and reads the
+ * kernel's own view of a connection (RTT, bytes, window) for the client's
+ * stream tuner and for the "what limits the rate" report.
+ */
+#ifndef EMLIO_NETPATH_H
+#define EMLIO_NETPATH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The host's limits, from /proc/sys (0 where unreadable). */
+typedef struct emlio_netpath_limits {
+    uint64_t tcp_wmem_max; /* autotuned send buffer ceiling */
+    uint64_t tcp_rmem_max; /* autotuned receive buffer ceiling */
+    uint64_t wmem_max;     /* explicit SO_SNDBUF ceiling (before doubling) */
+    uint64_t rmem_max;     /* explicit SO_RCVBUF ceiling (before doubling) */
+    bool net_admin;        /* SO_SNDBUFFORCE/SO_RCVBUFFORCE permitted */
+} emlio_netpath_limits_t;
+
+void emlio__netpath_limits(emlio_netpath_limits_t *out);
+
+/* How to size one direction's buffer. `want` > 0: that many bytes;
+ * 0: the largest the host allows (capped at EMLIO_NETPATH_AUTO_FORCE when
+ * forcing); < 0: leave it to the kernel. */
+typedef struct emlio_netpath_bufplan {
+    int zmq_value;      /* for ZMQ_SNDBUF/ZMQ_RCVBUF; -1 = leave unset */
+    int force_value;    /* for SO_*BUFFORCE on each connection; 0 = none */
+    uint64_t effective; /* the buffer the kernel will allow, in bytes */
+    const char *how;    /* "autotuned", "explicit" or "forced" */
+} emlio_netpath_bufplan_t;
+
+/* The forced buffer "auto" asks for: twice this in the kernel (32 MiB),
+ * enough for ~1 GB/s per stream at 30 ms. */
+#define EMLIO_NETPATH_AUTO_FORCE (16u << 20)
+
+void emlio__netpath_plan(const emlio_netpath_limits_t *limits, bool send,
+                         int64_t want, emlio_netpath_bufplan_t *out);
+
+/* Applies SO_SNDBUFFORCE (send) or SO_RCVBUFFORCE to a connected TCP fd.
+ * Returns 0 or -errno. */
+int emlio__netpath_force(int fd, bool send, int bytes);
+
+/* One TCP_INFO sample of a connection. */
+typedef struct emlio_netpath_info {
+    uint32_t rtt_us;     /* smoothed RTT (from our sends' ACKs) */
+    uint32_t min_rtt_us; /* lowest RTT seen; 0 where unknown */
+    uint32_t rcv_rtt_us; /* receiver-side RTT estimate */
+    uint64_t bytes_received;
+    uint64_t bytes_acked;
+    uint32_t snd_cwnd; /* segments */
+    uint32_t snd_mss;
+    uint32_t rcv_space; /* receive window the kernel aims for */
+    int sndbuf;         /* SO_SNDBUF / SO_RCVBUF as the kernel keeps them */
+    int rcvbuf;
+} emlio_netpath_info_t;
+
+/* Reads fd's TCP_INFO; 0, or -errno (the fd is gone or not TCP). */
+int emlio__netpath_info(int fd, emlio_netpath_info_t *out);
+
+#endif /* EMLIO_NETPATH_H */

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_layout.sh - the shape of the programs: `emlio` keeps only user
+# commands (the RTT relay is the benchmark program emlio-relay), fetch,
+# plan and emliod share one option parser (same syntax, same messages),
+# the programs include no private library header, and no function in
+# tools/ is longer than 120 lines.
+# Run from the repo root with B=<build dir>.
+set -u
+. tests/integration/lib.sh
+
+"$EMLIO" --help >"$T/help.txt"
+check "emlio --help lists no relay" bash -c "! grep -q relay '$T/help.txt'"
+"$EMLIO" relay --help >/dev/null 2>"$T/relay.err"
+check "emlio relay is an unknown command (exit 2)" test $? -eq 2
+check "make builds the relay as its own program" test -x "$EMLIO_RELAY"
+"$EMLIO_RELAY" --help >"$T/relay.help" 2>&1
+check "emlio-relay --help" grep -q '^usage: emlio-relay' "$T/relay.help"
+
+# One parser: --opt=value and --opt value, and the same message for a bad
+# number, in all three programs.
+"$EMLIO" fetch --connect=tcp://127.0.0.1:1 --batch=x 2>"$T/f.err" >/dev/null
+check "fetch: --batch=x is a usage error" test $? -eq 2
+check "fetch: message" grep -q "^emlio fetch: invalid value 'x' for --batch$" "$T/f.err"
+"$EMLIO" plan --connect tcp://127.0.0.1:1 --world 2 --batch=x 2>"$T/p.err" >/dev/null
+check "plan: --batch=x is a usage error" test $? -eq 2
+check "plan: message" grep -q "^emlio plan: invalid value 'x' for --batch$" "$T/p.err"
+"$EMLIOD" --data=/nonexistent --bind tcp://127.0.0.1:1 --readers=x 2>"$T/d.err" >/dev/null
+check "emliod: --readers=x is a usage error" test $? -eq 2
+check "emliod: message" grep -q "^emliod: invalid value 'x' for --readers$" "$T/d.err"
+for p in "fetch --connect a --batch 1 --no-such" "plan --no-such"; do
+    # shellcheck disable=SC2086
+    "$EMLIO" $p >/dev/null 2>"$T/u.err"
+    check "emlio ${p%% *}: unknown option named" grep -q "unknown option '--no-such'" "$T/u.err"
+done
+"$EMLIOD" --no-such >/dev/null 2>"$T/u.err"
+check "emliod: unknown option named" grep -q "unknown option '--no-such'" "$T/u.err"
+for f in tools/emlio/cmd_fetch.c tools/emlio/cmd_plan.c tools/emliod/main.c; do
+    check "$f uses the shared parser, not getopt" bash -c \
+        "grep -q 'opt_parse\|cli_parse' '$f' && ! grep -q getopt '$f'"
+done
+
+# Quoted includes in tools/ resolve to the program's own directory,
+# tools/common or the public include/ tree: never src/.
+bad=""
+for f in tools/*/*.[ch]; do
+    for inc in $(sed -nE 's/^#\s*include "([^"]+)".*/\1/p' "$f"); do
+        [ -e "$(dirname "$f")/$inc" ] || [ -e "tools/common/$inc" ] ||
+            [ -e "include/$inc" ] || [ "$inc" = emlio/version.h ] ||
+            bad+=" $f:$inc"
+    done
+done
+check "tools/ include only their own and public headers${bad:+ (not:$bad)}" \
+    test -z "$bad"
+
+# Function length: from a definition's opening brace in column 0 to its
+# closing brace in column 0.
+long=$(for f in tools/*/*.c; do
+    awk -v f="$f" '
+        /^[a-z_][a-z_0-9]*\(/ { name = $0; sub(/\(.*/, "", name) }
+        /^\{/ { start = NR }
+        /^\}/ && start { if (NR - start + 1 > 120) print f ":" name ":" NR - start + 1; start = 0 }
+    ' "$f"
+done)
+check "no function in tools/ is longer than 120 lines${long:+ ($long)}" \
+    test -z "$long"
+finish

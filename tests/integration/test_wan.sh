@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# test_wan.sh - EMLIO over a real long path: emliod in this namespace, emlio
+# fetch in another, joined by bench/delayline (TUN devices, kernel TCP end
+# to end: windows, buffers and slow start act as on a WAN). Checks that the
+# stream tuner opens streams on a window-limited 50 ms path and stays at two
+# on a fast one, that --streams pins the number, that the window advice is
+# printed, and that epochs overlapping (the next requested while the current
+# arrives) still deliver every sample exactly once per epoch.
+# Skipped, with the reason, where namespaces or TUN devices are not allowed.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
+
+DELAYLINE=$B/bench/delayline
+NS=emwan$$
+if ! ip netns add "$NS" 2>/dev/null; then
+    skip "network namespaces are not permitted here (ip netns add failed)"
+    finish
+    exit $?
+fi
+if [ ! -c /dev/net/tun ]; then
+    ip netns del "$NS"
+    skip "no /dev/net/tun: the delay line cannot run here"
+    finish
+    exit $?
+fi
+trap 'kill $DL 2>/dev/null; wait $DL 2>/dev/null; ip netns del $NS 2>/dev/null; cleanup' EXIT
+# Private addresses and devices, so parallel runs and benchmarks coexist.
+NEAR=10.79.$(($$ % 250)).1
+FAR=10.79.$(($$ % 250)).2
+
+# start_path ONE_WAY_MS: the delay line, up and addressed.
+start_path() {
+    [ -n "${DL:-}" ] && { kill "$DL" 2>/dev/null; wait "$DL" 2>/dev/null; }
+    : >"$T/dl.out"
+    "$DELAYLINE" --netns "$NS" --delay-ms "$1" --near-addr "$NEAR" \
+        --far-addr "$FAR" --near-dev "wn$$" --far-dev "wf$$" \
+        >"$T/dl.out" 2>"$T/dl.err" &
+    DL=$!
+    for _ in $(seq 1 100); do
+        grep -q ready "$T/dl.out" && return 0
+        kill -0 "$DL" 2>/dev/null || break
+        sleep 0.05
+    done
+    cat "$T/dl.err"
+    return 1
+}
+
+# fetch_far NAME ARGS...: emlio fetch inside the far namespace.
+fetch_far() {
+    local name=$1
+    shift
+    EMLIO_LOG_LEVEL=info ip netns exec "$NS" "$EMLIO" fetch --connect "$EP" \
+        --batch 32 --quiet "$@" >"$T/$name.out" 2>"$T/$name.err"
+}
+
+check "dataset builds" make_dataset "$T" 1200 4 100000 32M
+: >"$T/d.out"
+# --sndbuf kernel: autotuned 4 MiB send buffers, as on most hosts, even
+# though the test runs as root (auto would force 32 MiB).
+"$EMLIOD" --data "$T/shards" --bind "tcp://$NEAR:*" --sndbuf kernel \
+    --log-level warn >"$T/d.out" 2>"$T/d.err" &
+PIDS+=($!)
+check "delay line starts (50 ms RTT)" start_path 25
+for _ in $(seq 1 200); do
+    EP=$(sed -n 's/^emliod: listening on //p' "$T/d.out")
+    [ -n "$EP" ] && break
+    sleep 0.05
+done
+check "daemon listens on the near address" test -n "$EP"
+
+# A window-limited path: 4 MiB / 50 ms = ~84 MB/s per stream.
+fetch_far slow --epochs 4 --verify --ids "$T/slow.ids"
+check "fetch over 50 ms succeeds" test $? -eq 0
+check "every sample exactly once in each of 4 overlapping epochs" \
+    grep -q '"verified": true' "$T/slow.out"
+check "the ids list each epoch's 1200 samples once" test \
+    "$(sort -u "$T/slow.ids" | wc -l),$(wc -l <"$T/slow.ids")" = 4800,4800
+rtt=$(json_field "$T/slow.out" rtt_ms)
+check "the RTT is measured (~50 ms: $rtt)" /usr/bin/python3 -c \
+    "import sys; sys.exit(not 45 <= $rtt <= 80)"
+streams=$(json_field "$T/slow.out" streams)
+check "the tuner opened streams on a window-limited path ($streams > 2)" \
+    test "$streams" -gt 2
+check "the window-limited path is reported with the sysctl to raise" \
+    grep -q "window-limited.*net.ipv4.tcp_wmem" "$T/slow.err"
+check "per-stream rates are reported" /usr/bin/python3 -c "
+import json; j = json.loads(open('$T/slow.out').read().splitlines()[-1])
+assert len(j['stream_mb_per_s']) == j['streams'], j
+assert j['limit'] in ('window', 'daemon', 'network', 'consumer'), j"
+check "epoch lines carry the path" grep -q '"epoch": 3,.*"rtt_ms"' "$T/slow.out"
+
+# The training side's Prometheus endpoint, scraped mid-run (from inside
+# the far namespace, where fetch runs).
+fetch_far scraped --epochs 3 --metrics 127.0.0.1:0 &
+FPID=$!
+addr=""
+for _ in $(seq 1 200); do
+    addr=$(sed -n 's|^emlio fetch: metrics on http://\(.*\)/metrics$|\1|p' \
+        "$T/scraped.err")
+    [ -n "$addr" ] && break
+    sleep 0.05
+done
+sleep 1.5
+ip netns exec "$NS" /usr/bin/python3 -c "
+import urllib.request, sys
+print(urllib.request.urlopen('http://$addr/metrics', timeout=5).read().decode())" \
+    >"$T/scrape.txt" 2>&1
+wait $FPID
+check "fetch --metrics serves while it runs" grep -q '^emlio_client_streams ' "$T/scrape.txt"
+check "metrics give the RTT (~0.05 s)" grep -qE '^emlio_client_rtt_seconds 0\.0[4-7]' "$T/scrape.txt"
+check "metrics give a rate per stream" grep -q '^emlio_client_stream_rate_bytes_per_second{daemon="tcp://' "$T/scrape.txt"
+check "metrics name what limits" grep -q '^emlio_client_limit{limit="window"}' "$T/scrape.txt"
+if command -v promtool >/dev/null; then
+    check "promtool accepts the exposition" promtool check metrics <"$T/scrape.txt"
+else
+    skip "promtool is not installed: exposition not linted"
+fi
+
+fetch_far pinned --epochs 2 --streams 2
+check "--streams 2 pins the number on the same path" test \
+    "$(json_field "$T/pinned.out" streams)" -eq 2
+
+# A fast path (0.05 ms): the windows never limit; two streams stay.
+check "delay line restarts (0.05 ms RTT)" start_path 0.025
+fetch_far fast --epochs 3 --verify
+check "fetch over 0.05 ms succeeds" grep -q '"verified": true' "$T/fast.out"
+check "the tuner stays at 2 streams on a fast path" test \
+    "$(json_field "$T/fast.out" streams)" -eq 2
+check "no window advice on a fast path" sh -c "! grep -q window-limited '$T/fast.err'"
+finish

@@ -1,0 +1,49 @@
+/* tool_util.h - the first include of the programs' shared modules (the
+ * exporters, the option parser): feature macros, system headers, libemlio's
+ * public API and a few helpers the library keeps private.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef EMLIO_TOOL_UTIL_H
+#define EMLIO_TOOL_UTIL_H
+
+#ifndef _GNU_SOURCE
+#    define _GNU_SOURCE
+#endif
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emlio.h"
+
+#define EMLIO_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define EMLIO_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define EMLIO_MAX(a, b)     ((a) > (b) ? (a) : (b))
+
+/* Size of the error-message buffers of the tools' modules. */
+#define EMLIO_ERRMSG_LEN 512
+
+/* Logging through the context's sink; the level is tested first so the
+ * arguments cost nothing when it is off. */
+#define emlio_log(ctx, level, module, ...)                        \
+    do {                                                          \
+        if ((level) <= emlio_ctx_log_level(ctx))                  \
+            emlio_ctx_log((ctx), (level), (module), __VA_ARGS__); \
+    } while (0)
+
+/* Formats into errbuf (EMLIO_ERRMSG_LEN bytes) and returns rc. */
+int tool_seterr(char *errbuf, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Monotonic clock in nanoseconds. */
+uint64_t tool_now_ns(void);
+
+#endif /* EMLIO_TOOL_UTIL_H */

@@ -1,0 +1,171 @@
+/* fetch_metrics.c - the training side's Prometheus endpoint (see .h).
+ * SPDX-License-Identifier: MIT
+ */
+#include "fetch_metrics.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "metrics.h"
+
+#define MAX_STREAMS 256
+
+struct fetch_metrics {
+    emlio_metrics_http_t *http;
+    pthread_mutex_t lock;
+    /* The snapshot, under lock. */
+    emlio_client_stats_t st;
+    emlio_stream_stats_t streams[MAX_STREAMS];
+    char endpoints[MAX_STREAMS][96];
+    size_t n_streams;
+    uint64_t samples, bytes;
+    bool have;
+};
+
+/* One labelled gauge family: name, help, and a sample per label set. */
+static int
+s_gauge(emlio_buf_t *out, const char *name, const char *help, double v)
+{
+    return emlio__metrics_family(out, name, "gauge", help) |
+           emlio__metrics_sample(out, name, NULL, 0, v);
+}
+
+static int
+s_render(void *userdata, emlio_buf_t *out)
+{
+    fetch_metrics_t *self = userdata;
+    static const int limits[] = { EMLIO_LIMIT_UNKNOWN, EMLIO_LIMIT_CONSUMER,
+                                  EMLIO_LIMIT_WINDOW, EMLIO_LIMIT_NETWORK,
+                                  EMLIO_LIMIT_DAEMON };
+    int rc = 0;
+    pthread_mutex_lock(&self->lock);
+    const emlio_client_stats_t *st = &self->st;
+    rc |= emlio__metrics_family(out, "emlio_client_samples_total", "counter",
+                                "Samples delivered to the caller.");
+    rc |= emlio__metrics_sample_u64(out, "emlio_client_samples_total", NULL, 0,
+                                    self->samples);
+    rc |= emlio__metrics_family(out, "emlio_client_bytes_total", "counter",
+                                "Sample bytes delivered to the caller.");
+    rc |= emlio__metrics_sample_u64(out, "emlio_client_bytes_total", NULL, 0,
+                                    self->bytes);
+    rc |= s_gauge(out, "emlio_client_epoch", "The current epoch.",
+                  (double)st->epoch);
+    rc |= s_gauge(out, "emlio_client_epoch_wait_seconds",
+                  "Time the caller waited for batches this epoch.", st->wait_s);
+    rc |= s_gauge(out, "emlio_client_rtt_seconds",
+                  "The path's RTT floor over the streams (TCP_INFO).",
+                  st->rtt_ms / 1e3);
+    rc |= s_gauge(out, "emlio_client_streams", "TCP streams per daemon in use.",
+                  (double)st->streams);
+    rc |= s_gauge(out, "emlio_client_window_bytes",
+                  "Bytes one stream may have in flight (the smaller of the "
+                  "daemons' send buffer and our receive buffer).",
+                  (double)st->window);
+    rc |= s_gauge(out, "emlio_client_rate_bytes_per_second",
+                  "Delivery rate over the stream tuner's last tick.",
+                  st->mb_per_s * 1e6);
+    rc |= s_gauge(out, "emlio_client_inflight_batches",
+                  "Batches the client keeps requested.", st->inflight);
+    rc |= emlio__metrics_family(out, "emlio_client_limit", "gauge",
+                                "What limits the rate now: 1 for the "
+                                "current reason, 0 for the others.");
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        emlio_metrics_label_t l = { "limit", emlio_limit_name(limits[i]) };
+        rc |= emlio__metrics_sample(out, "emlio_client_limit", &l, 1,
+                                    st->limit == limits[i]);
+    }
+    rc |= emlio__metrics_family(
+        out, "emlio_client_stream_rate_bytes_per_second", "gauge",
+        "Sample bytes per second of each "
+        "stream over the tuner's last tick.");
+    for (size_t i = 0; i < self->n_streams; i++) {
+        char stream[16];
+        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
+        emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
+                                       { "stream", stream } };
+        rc |= emlio__metrics_sample(out,
+                                    "emlio_client_stream_rate_bytes_per_second",
+                                    l, 2, self->streams[i].mb_per_s * 1e6);
+    }
+    rc |= emlio__metrics_family(out, "emlio_client_stream_rtt_seconds", "gauge",
+                                "Smoothed RTT of each stream (TCP_INFO).");
+    for (size_t i = 0; i < self->n_streams; i++) {
+        char stream[16];
+        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
+        emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
+                                       { "stream", stream } };
+        rc |= emlio__metrics_sample(out, "emlio_client_stream_rtt_seconds", l,
+                                    2, self->streams[i].rtt_ms / 1e3);
+    }
+    pthread_mutex_unlock(&self->lock);
+    return rc ? EMLIO_ENOMEM : 0;
+}
+
+fetch_metrics_t *
+fetch_metrics_start(const char *hostport)
+{
+    fetch_metrics_t *self = calloc(1, sizeof(*self));
+    if (!self) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        return NULL;
+    }
+    pthread_mutex_init(&self->lock, NULL);
+    self->http = emlio__metrics_http_new(s_render, self);
+    int rc = self->http ? emlio__metrics_http_bind(self->http, hostport)
+                        : EMLIO_ENOMEM;
+    if (rc == 0)
+        rc = emlio__metrics_http_start(self->http);
+    if (rc < 0) {
+        fprintf(stderr, "emlio fetch: cannot serve metrics on '%s': %s\n",
+                hostport,
+                self->http ? emlio__metrics_http_errmsg(self->http)
+                           : "out of memory");
+        fetch_metrics_stop(&self);
+        return NULL;
+    }
+    return self;
+}
+
+const char *
+fetch_metrics_address(const fetch_metrics_t *self)
+{
+    return emlio__metrics_http_address(self->http);
+}
+
+void
+fetch_metrics_update(fetch_metrics_t *self, const emlio_client_t *client,
+                     uint64_t samples, uint64_t bytes)
+{
+    emlio_stream_stats_t streams[MAX_STREAMS];
+    size_t n = emlio_client_streams(client, streams, MAX_STREAMS);
+    if (n > MAX_STREAMS)
+        n = MAX_STREAMS;
+    pthread_mutex_lock(&self->lock);
+    emlio_client_stats(client, &self->st);
+    for (size_t i = 0; i < n; i++) {
+        self->streams[i] = streams[i];
+        const char *ep =
+            emlio_client_daemon_endpoint(client, streams[i].daemon);
+        snprintf(self->endpoints[i], sizeof(self->endpoints[i]), "%s",
+                 ep ? ep : "");
+    }
+    self->n_streams = n;
+    self->samples = samples;
+    self->bytes = bytes;
+    self->have = true;
+    pthread_mutex_unlock(&self->lock);
+}
+
+void
+fetch_metrics_stop(fetch_metrics_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    fetch_metrics_t *self = *self_p;
+    emlio__metrics_http_destroy(&self->http);
+    pthread_mutex_destroy(&self->lock);
+    free(self);
+    *self_p = NULL;
+}
