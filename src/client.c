@@ -103,6 +103,8 @@ struct emlio_client {
     emlio_client_config_t cfg;
     char *name;
     uint64_t session; /* random: lets the daemons count our streams once */
+    emlio_netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
+                                       sized */
     emlio_tuner_t tuner;
     uint64_t window_bytes; /* per-stream TCP window the path allows */
     uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
@@ -202,6 +204,9 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
         self->cfg.world = 1;
     if (self->cfg.streams > S_MAX_STREAMS)
         self->cfg.streams = S_MAX_STREAMS;
+    emlio_netpath_limits_t limits;
+    emlio__netpath_limits(&limits);
+    emlio__netpath_plan(&limits, false, 0, &self->rcvbuf);
     while (!self->session) /* never 0: that means "no session" on the wire */
         if (getrandom(&self->session, sizeof(self->session), 0) !=
             sizeof(self->session))
@@ -392,6 +397,13 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
                    sizeof(reconnect_max));
+    /* The receive buffer as large as the host allows (see netpath.h):
+     * explicit where that beats autotuning, forced on CONNECTED where we
+     * may. */
+    if (self->rcvbuf.zmq_value >= 0 &&
+        zmq_setsockopt(sock, ZMQ_RCVBUF, &self->rcvbuf.zmq_value,
+                       sizeof(int)) != 0)
+        return -1;
     if (self->cfg.curve_server_key) {
         if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY,
                            self->cfg.curve_server_key, 40) != 0 ||
@@ -486,6 +498,9 @@ s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
         switch (event) {
         case ZMQ_EVENT_CONNECTED:
             daemon->fd[s] = (int)value; /* for TCP_INFO */
+            if (self->rcvbuf.force_value)
+                emlio__netpath_force((int)value, false,
+                                     self->rcvbuf.force_value);
             break;
         case ZMQ_EVENT_DISCONNECTED:
             daemon->fd[s] = -1;
@@ -831,7 +846,7 @@ s_init_tuning(emlio_client_t *self)
 {
     emlio_netpath_limits_t limits;
     emlio__netpath_limits(&limits);
-    uint64_t rcv = EMLIO_MAX(limits.tcp_rmem_max, 2 * limits.rmem_max);
+    uint64_t rcv = self->rcvbuf.effective;
     uint64_t snd = UINT64_MAX;
     for (uint32_t d = 0; d < self->n_daemons; d++)
         snd = EMLIO_MIN(snd, self->daemons[d].sndbuf
