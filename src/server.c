@@ -23,6 +23,8 @@
  * the shard mappings before it gives up and leaves them mapped. */
 #define S_RELEASE_WAIT_MS 5000
 #define S_MAX_IDENTITY    255
+/* s_read_sample's verdict for a sample lacking the requested field. */
+#define S_EMISSING        (-1999)
 
 /* One GET on its way from the frontend to a worker and back. */
 /* One sample located and verified by a reader: a view into the mapping. */
@@ -33,6 +35,8 @@ typedef struct s_sample_view {
     uint32_t crc;
     uint32_t shard;
     uint64_t record;
+    uint8_t *owned; /* a copy the view points into (ImageFolder files),
+                       freed with the batch; NULL for the mapping */
 } s_sample_view_t;
 
 /* One GET on its way through the pipeline: frontend -> reader ->
@@ -73,6 +77,9 @@ struct emlio_server {
     char *data_dir;
     char *bytes_key;
     char *label_key;
+    char *format; /* copies of cfg's strings (NULL = default) */
+    char *field;
+    char *label_field;    /* "cls" unless configured */
     size_t bytes_key_len; /* measured once, not per sample */
     size_t label_key_len;
     char *name;
@@ -157,8 +164,12 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
     self->label_key = s_dup_or(cfg->label_key, "image/class/label");
     self->name = s_dup_or(cfg->name, default_name);
+    self->format = s_dup_or(cfg->format, "auto");
+    self->field = cfg->field ? emlio_strdup(cfg->field) : NULL;
+    self->label_field = s_dup_or(cfg->label_field, "cls");
     if (!self->data_dir || !self->bytes_key || !self->label_key ||
-        !self->name) {
+        !self->name || !self->format || !self->label_field ||
+        (cfg->field && !self->field)) {
         emlio_server_destroy(&self);
         return NULL;
     }
@@ -168,6 +179,9 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->label_key_len = strlen(self->label_key);
     self->cfg.label_key = self->label_key;
     self->cfg.name = self->name;
+    self->cfg.format = self->format;
+    self->cfg.field = self->field;
+    self->cfg.label_field = self->label_field;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -252,6 +266,9 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->data_dir);
     emlio_free(self->bytes_key);
     emlio_free(self->label_key);
+    emlio_free(self->format);
+    emlio_free(self->field);
+    emlio_free(self->label_field);
     emlio_free(self->name);
     emlio_free(self);
     *self_p = NULL;
@@ -276,8 +293,8 @@ s_encode_welcome(emlio_server_t *self)
     for (size_t i = 0; i < self->set.n; i++) {
         inv[i].name = self->set.shards[i].name;
         inv[i].name_len = strlen(inv[i].name);
-        inv[i].records = emlio_tfrecord_count(self->set.shards[i].file);
-        inv[i].bytes = emlio_tfrecord_size(self->set.shards[i].file);
+        inv[i].records = emlio__shard_count(&self->set.shards[i]);
+        inv[i].bytes = emlio__shard_size(&self->set.shards[i]);
     }
     int rc = emlio__wire_encode_welcome(
         &self->welcome, self->name, self->set.fingerprint, self->cfg.max_batch,
@@ -295,9 +312,14 @@ emlio_server_load(emlio_server_t *self)
     assert(self);
     if (self->loaded)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already loaded");
-    int rc = emlio__shardset_load(&self->set, self->data_dir, self->cfg.verify,
-                                  self->cfg.write_index, s_shardset_log, self,
-                                  self->err);
+    emlio_shardset_opts_t opts = {
+        .format = self->cfg.format,
+        .mixed_formats = self->cfg.mixed_formats,
+        .verify_data = self->cfg.verify,
+        .write_index = self->cfg.write_index,
+    };
+    int rc = emlio__shardset_load(&self->set, self->data_dir, &opts,
+                                  s_shardset_log, self, self->err);
     if (rc < 0)
         return rc;
     self->loaded = true;
@@ -515,10 +537,12 @@ s_frame_free(void *data, void *hint)
     if (self->cfg.drop_behind) {
         /* Sent: these pages will not be read again this epoch. */
         for (size_t i = 0; i < rel->n; i++)
-            emlio_tfrecord_advise(self->set.shards[rel->items[i].shard].file,
-                                  (size_t)rel->items[i].record, 1,
-                                  EMLIO_ADVISE_DONTNEED);
+            emlio__shard_advise(&self->set.shards[rel->items[i].shard],
+                                (size_t)rel->items[i].record, 1,
+                                EMLIO_ADVISE_DONTNEED);
     }
+    for (size_t i = 0; i < rel->n; i++)
+        emlio_free(rel->items[i].owned);
     emlio_free(rel);
     atomic_fetch_sub(&self->batches_in_flight, 1);
 }
@@ -527,10 +551,58 @@ s_frame_free(void *data, void *hint)
  * is checked by combining the CRCs of the parts before, inside and after
  * the sample bytes, so no byte is read twice. */
 
+/* A tar sample: the configured member (or the first image member), zero
+ * copy from the mapping, and the label from the label member. A sample
+ * without that member is EMLIO_EFORMAT with -ENOENT's meaning (the caller
+ * names shard, sample and field). */
+static int
+s_read_tar_sample(const emlio_server_t *self, const emlio_shard_t *shard,
+                  uint64_t record, s_sample_view_t *out)
+{
+    const uint8_t *data;
+    size_t len;
+    int rc = self->field ? emlio__tar_field(shard->tar, (size_t)record,
+                                            self->field, &data, &len)
+                         : emlio__tar_default_field(shard->tar, (size_t)record,
+                                                    &data, &len);
+    if (rc == -ENOENT)
+        return S_EMISSING;
+    if (rc < 0)
+        return rc;
+    out->data = data;
+    out->len = len;
+    out->label =
+        emlio__tar_label(shard->tar, (size_t)record, self->label_field);
+    out->crc = emlio_crc32c(0, data, len);
+    return 0;
+}
+
+static int
+s_read_folder_sample(const emlio_shard_t *shard, uint64_t record,
+                     s_sample_view_t *out)
+{
+    uint8_t *data;
+    size_t len;
+    int rc = emlio__folder_read(shard->folder, (size_t)record, &data, &len);
+    if (rc < 0)
+        return rc;
+    out->owned = data;
+    out->data = data;
+    out->len = len;
+    out->label = emlio__folder_label(shard->folder);
+    out->crc = emlio_crc32c(0, data, len);
+    return 0;
+}
+
 static int
 s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
               uint64_t record, s_sample_view_t *out)
 {
+    out->owned = NULL;
+    if (shard->kind == EMLIO_SHARD_TAR)
+        return s_read_tar_sample(self, shard, record, out);
+    if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
+        return s_read_folder_sample(shard, record, out);
     const uint8_t *rec;
     size_t rec_len;
     uint32_t stored;
@@ -669,6 +741,16 @@ s_read_job(emlio_server_t *self, s_job_t *job)
         const emlio_shard_t *shard = &self->set.shards[item->shard];
         s_sample_view_t *view = &job->views[job->n_views];
         int rc = s_read_sample(self, shard, item->record, view);
+        if (rc == S_EMISSING && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
+            atomic_fetch_add(&self->corrupt_skipped, 1);
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "skipping sample %" PRIu64 " of '%s' at offset "
+                      "%" PRIu64 ": no field '%s'",
+                      item->record, shard->name,
+                      emlio__shard_offset(shard, item->record),
+                      self->field ? self->field : "(image)");
+            continue;
+        }
         if (rc == EMLIO_ECORRUPT &&
             self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
@@ -676,23 +758,36 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                       "skipping corrupt record %" PRIu64 " of '%s' at offset "
                       "%" PRIu64,
                       item->record, shard->name,
-                      emlio_tfrecord_loc(shard->file, item->record)->offset);
+                      emlio__shard_offset(shard, item->record));
             continue;
         }
         if (rc < 0) {
-            job->code = rc;
+            job->code = rc == S_EMISSING ? EMLIO_EFORMAT : rc;
             if (rc == EMLIO_ENOTFOUND)
                 snprintf(job->text, sizeof(job->text),
                          "no record %" PRIu64 " in shard '%s' (%zu records)",
+                         item->record, shard->name, emlio__shard_count(shard));
+            else if (rc == S_EMISSING)
+                snprintf(job->text, sizeof(job->text),
+                         "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
+                         " has no field '%s'",
                          item->record, shard->name,
-                         emlio_tfrecord_count(shard->file));
+                         emlio__shard_offset(shard, item->record),
+                         self->field ? self->field : "(image)");
+            else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
+                snprintf(job->text, sizeof(job->text),
+                         "%s file '%s/%s' (record %" PRIu64 ")",
+                         rc == EMLIO_EFORMAT ? "changed" : "unreadable",
+                         shard->name,
+                         emlio__folder_file(shard->folder, item->record),
+                         item->record);
             else
                 snprintf(job->text, sizeof(job->text),
                          "%s record %" PRIu64 " in shard '%s' at offset "
                          "%" PRIu64,
                          rc == EMLIO_ECORRUPT ? "corrupt" : "unreadable",
                          item->record, shard->name,
-                         emlio_tfrecord_loc(shard->file, item->record)->offset);
+                         emlio__shard_offset(shard, item->record));
             return;
         }
         view->shard = item->shard;
@@ -731,6 +826,7 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
         for (size_t i = 0; i < n; i++) {
             const s_sample_view_t *v = &job->views[i];
             rel->items[i] = *v;
+            job->views[i].owned = NULL; /* rel frees it with the batch */
             /* Zero-copy: the frame points into the mapping. */
             zmq_msg_init_data(&frames[i], (void *)v->data, v->len, s_frame_free,
                               rel);
@@ -774,6 +870,8 @@ s_job_free(s_job_t *job)
 {
     if (!job)
         return;
+    for (size_t i = 0; job->views && i < job->n_views; i++)
+        emlio_free(job->views[i].owned);
     emlio_free(job->views);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);
@@ -974,12 +1072,12 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
                get->items[i + run].record == first->record + run)
             run++;
         if (first->shard < self->set.n) {
-            const emlio_tfrecord_t *file = self->set.shards[first->shard].file;
-            size_t count = emlio_tfrecord_count(file);
+            const emlio_shard_t *shard = &self->set.shards[first->shard];
+            size_t count = emlio__shard_count(shard);
             if (first->record < count)
-                emlio_tfrecord_advise(file, (size_t)first->record,
-                                      EMLIO_MIN(run, count - first->record),
-                                      EMLIO_ADVISE_WILLNEED);
+                emlio__shard_advise(shard, (size_t)first->record,
+                                    EMLIO_MIN(run, count - first->record),
+                                    EMLIO_ADVISE_WILLNEED);
         }
         i += run;
     }

@@ -1,0 +1,54 @@
+/* imagefolder.h - ImageFolder trees (ROOT/CLASS/.../x.jpg) as shards.
+ * SPDX-License-Identifier: MIT
+ *
+ * Each class directory is one shard: its image files (found recursively,
+ * hidden files and directories skipped, extensions compared without case)
+ * in byte order of their path are its records, and its label is the index
+ * of the class directory among the sorted class directories, as
+ * torchvision's ImageFolder assigns them.
+ *
+ * Records are read with openat (relative to a directory descriptor held
+ * per class, so no path walk from the root) + one read into a fresh
+ * buffer + close: see docs/formats.md for the measurements behind this.
+ * Each read checks the file's size against the listing; a changed file is
+ * an error naming it, never a short or padded sample.
+ *
+ * Thread rules: scan from one thread; then emlio__folder_read from many.
+ */
+#ifndef EMLIO_IMAGEFOLDER_H
+#define EMLIO_IMAGEFOLDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct emlio__folder emlio__folder_t;
+
+/* Is name (a file's basename) an image ImageFolder serves? */
+bool emlio__folder_is_image(const char *name);
+
+/* A handle for class directory root/cls with label `label`. Opens nothing.
+ * NULL only when out of memory. */
+emlio__folder_t *emlio__folder_new(const char *root, const char *cls,
+                                   int64_t label);
+void emlio__folder_destroy(emlio__folder_t **self_p);
+
+/* Opens the class directory and lists its images. Returns the count or
+ * -errno / EMLIO_ENOMEM with the message in errmsg. */
+int emlio__folder_scan(emlio__folder_t *self);
+
+size_t emlio__folder_count(const emlio__folder_t *self);
+/* Sum of the listed files' sizes. */
+uint64_t emlio__folder_size(const emlio__folder_t *self);
+int64_t emlio__folder_label(const emlio__folder_t *self);
+/* Path of record i relative to the class directory (borrowed). */
+const char *emlio__folder_file(const emlio__folder_t *self, size_t i);
+const char *emlio__folder_errmsg(const emlio__folder_t *self);
+
+/* Reads record i into a fresh buffer (*data, freed with emlio_free).
+ * Returns 0, EMLIO_ENOTFOUND (no record i), EMLIO_EFORMAT (the file's size
+ * changed since the listing), -errno or EMLIO_ENOMEM. Thread-safe. */
+int emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
+                       size_t *len);
+
+#endif /* EMLIO_IMAGEFOLDER_H */
