@@ -15,8 +15,13 @@
 
 #define S_MAX_DAEMONS        255 /* part numbers are 8 bits of the request id */
 #define S_MAX_STREAMS        EMLIO_WIRE_MAX_STREAMS
-/* Streams per daemon the tuner starts from (cfg.streams = 0). */
+/* Streams per daemon the tuner starts from (cfg.streams = 0): two, or on a
+ * long path as many as carry S_START_RATE at the measured RTT and window
+ * (at most S_MAX_START_STREAMS), so that the first epoch does not crawl
+ * while the tuner doubles its way up. */
 #define S_AUTO_START_STREAMS 2
+#define S_MAX_START_STREAMS  16
+#define S_START_RATE         250e6 /* bytes/s: 2 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -96,6 +101,8 @@ struct emlio_client {
     emlio_client_config_t cfg;
     char *name;
     uint64_t session; /* random: lets the daemons count our streams once */
+    emlio_netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
+                                       sized */
     emlio_tuner_t tuner;
     uint64_t window_bytes; /* per-stream TCP window the path allows */
     uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
@@ -195,6 +202,9 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
         self->cfg.world = 1;
     if (self->cfg.streams > S_MAX_STREAMS)
         self->cfg.streams = S_MAX_STREAMS;
+    emlio_netpath_limits_t limits;
+    emlio__netpath_limits(&limits);
+    emlio__netpath_plan(&limits, false, 0, &self->rcvbuf);
     while (!self->session) /* never 0: that means "no session" on the wire */
         if (getrandom(&self->session, sizeof(self->session), 0) !=
             sizeof(self->session))
@@ -366,6 +376,13 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
                    sizeof(reconnect_max));
+    /* The receive buffer as large as the host allows (see netpath.h):
+     * explicit where that beats autotuning, forced on CONNECTED where we
+     * may. */
+    if (self->rcvbuf.zmq_value >= 0 &&
+        zmq_setsockopt(sock, ZMQ_RCVBUF, &self->rcvbuf.zmq_value,
+                       sizeof(int)) != 0)
+        return -1;
     if (self->cfg.curve_server_key) {
         if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY,
                            self->cfg.curve_server_key, 40) != 0 ||
@@ -460,6 +477,9 @@ s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
         switch (event) {
         case ZMQ_EVENT_CONNECTED:
             daemon->fd[s] = (int)value; /* for TCP_INFO */
+            if (self->rcvbuf.force_value)
+                emlio__netpath_force((int)value, false,
+                                     self->rcvbuf.force_value);
             break;
         case ZMQ_EVENT_DISCONNECTED:
             daemon->fd[s] = -1;
@@ -780,14 +800,17 @@ s_add_streams(emlio_client_t *self, uint32_t want)
     return added || !self->poll ? s_rebuild_poll(self) : 0;
 }
 
+static void s_sample_paths(emlio_client_t *self);
+
 /* The per-stream window the path allows: the smaller of the daemons' send
- * buffers and the receive buffer this host autotunes to. */
+ * buffers and the receive buffer this host autotunes to; and the streams
+ * to start with. */
 static void
 s_init_tuning(emlio_client_t *self)
 {
     emlio_netpath_limits_t limits;
     emlio__netpath_limits(&limits);
-    uint64_t rcv = EMLIO_MAX(limits.tcp_rmem_max, 2 * limits.rmem_max);
+    uint64_t rcv = self->rcvbuf.effective;
     uint64_t snd = UINT64_MAX;
     for (uint32_t d = 0; d < self->n_daemons; d++)
         snd = EMLIO_MIN(snd, self->daemons[d].sndbuf
@@ -796,6 +819,21 @@ s_init_tuning(emlio_client_t *self)
     self->window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
     uint32_t start =
         self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
+    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
+    uint64_t rtt = self->rtt_ns ? self->rtt_ns : self->min_latency_ns;
+    if (!self->cfg.streams && rtt && self->window_bytes) {
+        /* 85%: what one stream really carries of window / RTT here. */
+        double per_stream =
+            0.85 * (double)self->window_bytes * 1e9 / (double)rtt;
+        double need = S_START_RATE / per_stream;
+        if (need > start)
+            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
+        if (start > S_AUTO_START_STREAMS)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                      "with %u streams per daemon",
+                      (double)rtt / 1e6, self->window_bytes >> 10, start);
+    }
     emlio__tuner_init(&self->tuner, start, S_MAX_STREAMS,
                       self->cfg.streams != 0, emlio__now_ns());
 }
