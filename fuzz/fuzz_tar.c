@@ -16,8 +16,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[EMLIO_ERRMSG_LEN];
     emlio__tar_index_t idx;
-    int rc = emlio__tar_scan_mem(size ? data : NULL, size, "fuzz.tar", &idx,
-                                 err);
+    int rc =
+        emlio__tar_scan_mem(size ? data : NULL, size, "fuzz.tar", &idx, err);
     if (rc < 0) {
         if (idx.members || idx.n_members || idx.first || idx.fields)
             abort();
@@ -47,11 +47,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const char *nm = idx.names[m];
             if (strpbrk(nm, " \n\t\r") || strlen(nm) == 0)
                 writable = false;
-            wrc |= emlio_buf_addf(&text, "%s%s %" PRIu64 " %" PRIu64 " %s",
-                                  m == idx.first[s] ? "" : " ",
-                                  idx.fields[idx.members[m].field],
-                                  idx.members[m].offset, idx.members[m].len,
-                                  nm);
+            wrc |= emlio_buf_addf(
+                &text, "%s%s %" PRIu64 " %" PRIu64 " %s",
+                m == idx.first[s] ? "" : " ", idx.fields[idx.members[m].field],
+                idx.members[m].offset, idx.members[m].len, nm);
         }
         wrc |= emlio_buf_addf(&text, "\n");
     }
@@ -73,8 +72,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* The parser alone on arbitrary text against this input. */
     emlio__tar_index_t other;
-    if (emlio__tar_parse_index((const char *)data, size, "fuzz.idx", data,
-                               size, "fuzz.tar", &other, err) >= 0)
+    if (emlio__tar_parse_index((const char *)data, size, "fuzz.idx", data, size,
+                               "fuzz.tar", &other, err) >= 0)
         emlio__tar_index_release(&other);
     emlio_buf_release(&text);
     emlio__tar_index_release(&idx);

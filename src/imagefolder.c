@@ -31,9 +31,9 @@ bool
 emlio__folder_is_image(const char *name)
 {
     /* torchvision's IMG_EXTENSIONS. */
-    static const char *const exts[] = { ".jpg", ".jpeg", ".png", ".ppm",
-                                        ".bmp", ".pgm",  ".tif", ".tiff",
-                                        ".webp" };
+    static const char *const exts[] = { ".jpg", ".jpeg", ".png",
+                                        ".ppm", ".bmp",  ".pgm",
+                                        ".tif", ".tiff", ".webp" };
     size_t n = strlen(name);
     if (name[0] == '.')
         return false;
@@ -132,8 +132,7 @@ s_walk(emlio__folder_t *self, const char *rel, int depth)
             if (fstatat(self->dirfd, child, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
                 S_ISDIR(lst.st_mode)) {
                 char sub[PATH_MAX];
-                if (snprintf(sub, sizeof(sub), "%s/", child) <
-                    (int)sizeof(sub))
+                if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
                     rc = s_walk(self, sub, depth + 1);
             }
         } else if (S_ISREG(st.st_mode) && emlio__folder_is_image(e->d_name)) {

@@ -47,7 +47,8 @@ typedef struct s_job {
     emlio_wire_msg_t msg;
     s_sample_view_t *views; /* filled by the reader; skipped ones left out */
     size_t n_views;
-    int code; /* the reader's verdict: 0, or the error to answer with */
+    size_t per; /* views per sample (fields), set by the reader */
+    int code;   /* the reader's verdict: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
 } s_job_t;
 
@@ -80,6 +81,10 @@ struct emlio_server {
     char *format; /* copies of cfg's strings (NULL = default) */
     char *field;
     char *label_field;    /* "cls" unless configured */
+    char *fields_spec;    /* cfg.fields, copied */
+    char **fields;        /* the names of --fields; NULL = one default */
+    size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
+    emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
     size_t bytes_key_len; /* measured once, not per sample */
     size_t label_key_len;
     char *name;
@@ -167,9 +172,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->format = s_dup_or(cfg->format, "auto");
     self->field = cfg->field ? emlio_strdup(cfg->field) : NULL;
     self->label_field = s_dup_or(cfg->label_field, "cls");
+    self->fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     if (!self->data_dir || !self->bytes_key || !self->label_key ||
         !self->name || !self->format || !self->label_field ||
-        (cfg->field && !self->field)) {
+        (cfg->field && !self->field) || (cfg->fields && !self->fields_spec)) {
         emlio_server_destroy(&self);
         return NULL;
     }
@@ -182,6 +188,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->cfg.format = self->format;
     self->cfg.field = self->field;
     self->cfg.label_field = self->label_field;
+    self->cfg.fields = self->fields_spec;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -212,6 +219,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         return NULL;
     }
     emlio_buf_init(&self->welcome);
+    emlio_buf_init(&self->welcome2);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
 }
@@ -269,6 +277,11 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->format);
     emlio_free(self->field);
     emlio_free(self->label_field);
+    emlio_free(self->fields_spec);
+    for (size_t i = 0; i < self->n_fields; i++)
+        emlio_free(self->fields[i]);
+    emlio_free(self->fields);
+    emlio_buf_release(&self->welcome2);
     emlio_free(self->name);
     emlio_free(self);
     *self_p = NULL;
@@ -296,13 +309,96 @@ s_encode_welcome(emlio_server_t *self)
         inv[i].records = emlio__shard_count(&self->set.shards[i]);
         inv[i].bytes = emlio__shard_size(&self->set.shards[i]);
     }
-    int rc = emlio__wire_encode_welcome(
-        &self->welcome, self->name, self->set.fingerprint, self->cfg.max_batch,
-        self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS, self->sndbuf.effective,
-        inv, self->set.n);
+    int rc = emlio__wire_encode_welcome_v(
+        &self->welcome, 1, self->name, self->set.fingerprint,
+        self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
+        self->sndbuf.effective, inv, self->set.n, NULL, 0);
+    if (rc == 0)
+        rc = emlio__wire_encode_welcome_v(
+            &self->welcome2, 2, self->name, self->set.fingerprint,
+            self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
+            self->sndbuf.effective, inv, self->set.n, self->fields,
+            self->n_fields);
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
+    return 0;
+}
+
+/* Splits cfg.fields ("jpg,cls,json") into self->fields and checks the
+ * names against what the backends can serve. */
+static int
+s_parse_fields(emlio_server_t *self)
+{
+    const char *p = self->fields_spec;
+    if (!p)
+        return 0;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len > EMLIO_WIRE_MAX_NAME)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': empty or long name",
+                                 self->fields_spec);
+        if (self->n_fields >= EMLIO_WIRE_MAX_FIELDS)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': more than %u fields",
+                                 self->fields_spec, EMLIO_WIRE_MAX_FIELDS);
+        char **fields = emlio_reallocarray(self->fields, self->n_fields + 1,
+                                           sizeof(*fields));
+        if (!fields)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        self->fields = fields;
+        char *name = emlio_malloc(len + 1);
+        if (!name)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memcpy(name, p, len);
+        name[len] = '\0';
+        for (size_t i = 0; i < self->n_fields; i++)
+            if (strcmp(self->fields[i], name) == 0) {
+                emlio__seterr(self->err, EMLIO_EINVAL,
+                              "bad field list '%s': '%s' twice",
+                              self->fields_spec, name);
+                emlio_free(name);
+                return EMLIO_EINVAL;
+            }
+        self->fields[self->n_fields++] = name;
+        p += len + (comma ? 1 : 0);
+        if (comma && !*p)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': empty name",
+                                 self->fields_spec);
+    }
+    return 0;
+}
+
+/* A requested field no shard can have is a configuration error found at
+ * start-up, not one error per sample later. */
+static int
+s_check_fields(emlio_server_t *self)
+{
+    for (size_t f = 0; f < self->n_fields; f++) {
+        const char *want = self->fields[f];
+        bool found = false, unknown = false;
+        for (size_t i = 0; i < self->set.n && !found; i++) {
+            const emlio_shard_t *shard = &self->set.shards[i];
+            if (shard->kind == EMLIO_SHARD_TAR) {
+                const emlio__tar_index_t *idx = emlio__tar_index(shard->tar);
+                for (size_t k = 0; k < idx->n_fields && !found; k++)
+                    found = strcmp(idx->fields[k], want) == 0;
+            } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+                found = !strcmp(want, "image") || !strcmp(want, "label");
+            } else {
+                unknown = true; /* Example keys: checked per record */
+            }
+        }
+        if (!found && !unknown)
+            return emlio__seterr(
+                self->err, EMLIO_ENOTFOUND,
+                "no shard under '%s' has field '%s' (tar: member "
+                "extensions; imagefolder: image, label)",
+                self->data_dir, want);
+    }
     return 0;
 }
 
@@ -318,10 +414,18 @@ emlio_server_load(emlio_server_t *self)
         .verify_data = self->cfg.verify,
         .write_index = self->cfg.write_index,
     };
-    int rc = emlio__shardset_load(&self->set, self->data_dir, &opts,
-                                  s_shardset_log, self, self->err);
+    int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
+    rc = emlio__shardset_load(&self->set, self->data_dir, &opts, s_shardset_log,
+                              self, self->err);
+    if (rc < 0)
+        return rc;
+    rc = s_check_fields(self);
+    if (rc < 0) {
+        emlio__shardset_release(&self->set);
+        return rc;
+    }
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64
@@ -594,6 +698,134 @@ s_read_folder_sample(const emlio_shard_t *shard, uint64_t record,
     return 0;
 }
 
+/* An owned little-endian copy of an int64 or float value (a field frame
+ * of a number). */
+static int
+s_number_view(s_sample_view_t *out, const void *le, size_t len)
+{
+    out->owned = emlio_malloc(len);
+    if (!out->owned)
+        return EMLIO_ENOMEM;
+    memcpy(out->owned, le, len);
+    out->data = out->owned;
+    out->len = len;
+    return 0;
+}
+
+static int
+s_int64_view(s_sample_view_t *out, int64_t v)
+{
+    uint8_t le[8];
+    for (int k = 0; k < 8; k++)
+        le[k] = (uint8_t)((uint64_t)v >> (8 * k));
+    return s_number_view(out, le, sizeof(le));
+}
+
+/* Multi-field samples: fills views[0, n_fields) with one frame per
+ * configured field, the label and the sample CRC (over the frames in
+ * field order) in views[0]. A missing field is S_EMISSING with its name in
+ * *missing. On failure nothing stays owned. */
+static int
+s_read_fields(const emlio_server_t *self, const emlio_shard_t *shard,
+              uint64_t record, s_sample_view_t *views, const char **missing)
+{
+    size_t nf = self->n_fields;
+    int rc = 0;
+    int64_t label = -1;
+    for (size_t f = 0; f < nf; f++)
+        views[f].owned = NULL;
+    if (shard->kind == EMLIO_SHARD_TAR) {
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            const uint8_t *d;
+            size_t len;
+            rc = emlio__tar_field(shard->tar, (size_t)record, self->fields[f],
+                                  &d, &len);
+            if (rc == -ENOENT) {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            } else if (rc == 0) {
+                views[f].data = d;
+                views[f].len = len;
+            }
+        }
+        label = emlio__tar_label(shard->tar, (size_t)record, self->label_field);
+    } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+        label = emlio__folder_label(shard->folder);
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            if (strcmp(self->fields[f], "image") == 0) {
+                uint8_t *d;
+                size_t len;
+                rc =
+                    emlio__folder_read(shard->folder, (size_t)record, &d, &len);
+                if (rc == 0) {
+                    views[f].owned = d;
+                    views[f].data = d;
+                    views[f].len = len;
+                }
+            } else if (strcmp(self->fields[f], "label") == 0) {
+                rc = s_int64_view(&views[f], label);
+            } else {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            }
+        }
+    } else {
+        const uint8_t *rec;
+        size_t rec_len;
+        uint32_t stored;
+        rc = emlio_tfrecord_record(shard->file, (size_t)record, &rec, &rec_len,
+                                   &stored);
+        if (rc == 0 && self->cfg.verify &&
+            emlio_crc32c(0, rec, rec_len) != stored)
+            rc = EMLIO_ECORRUPT;
+        emlio_example_field_t ex[EMLIO_WIRE_MAX_FIELDS + 1];
+        if (rc == 0) {
+            memset(ex, 0, sizeof(ex));
+            for (size_t f = 0; f < nf; f++) {
+                ex[f].key = self->fields[f];
+                ex[f].key_len = strlen(self->fields[f]);
+            }
+            ex[nf].key = self->label_key;
+            ex[nf].key_len = self->label_key_len;
+            if (emlio_example_parse(rec, rec_len, ex, nf + 1) < 0)
+                rc = EMLIO_EFORMAT;
+        }
+        if (rc == 0 && ex[nf].kind == EMLIO_FEATURE_INT64 && ex[nf].count)
+            label = ex[nf].int64;
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            if (ex[f].kind == EMLIO_FEATURE_BYTES && ex[f].count) {
+                views[f].data = ex[f].bytes;
+                views[f].len = ex[f].bytes_len;
+            } else if (ex[f].kind == EMLIO_FEATURE_INT64 && ex[f].count) {
+                rc = s_int64_view(&views[f], ex[f].int64);
+            } else if (ex[f].kind == EMLIO_FEATURE_FLOAT && ex[f].count) {
+                uint32_t bits;
+                uint8_t le[4];
+                memcpy(&bits, &ex[f].f32, 4);
+                for (int k = 0; k < 4; k++)
+                    le[k] = (uint8_t)(bits >> (8 * k));
+                rc = s_number_view(&views[f], le, 4);
+            } else {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            }
+        }
+    }
+    if (rc < 0) {
+        for (size_t f = 0; f < nf; f++) {
+            emlio_free(views[f].owned);
+            views[f].owned = NULL;
+        }
+        return rc;
+    }
+    uint32_t crc = 0;
+    for (size_t f = 0; f < nf; f++)
+        crc = emlio_crc32c(crc, views[f].data, views[f].len);
+    views[0].label = label;
+    views[0].crc = crc;
+    return 0;
+}
+
 static int
 s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
               uint64_t record, s_sample_view_t *out)
@@ -713,7 +945,9 @@ s_read_job(emlio_server_t *self, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
     size_t n = get->n_items;
-    job->views = emlio_calloc(n, sizeof(*job->views));
+    size_t per = self->n_fields ? self->n_fields : 1; /* frames per sample */
+    job->per = per;
+    job->views = emlio_calloc(n ? n * per : 1, sizeof(*job->views));
     if (!job->views) {
         job->code = EMLIO_ENOMEM;
         snprintf(job->text, sizeof(job->text), "out of memory");
@@ -739,16 +973,18 @@ s_read_job(emlio_server_t *self, s_job_t *job)
             return;
         }
         const emlio_shard_t *shard = &self->set.shards[item->shard];
-        s_sample_view_t *view = &job->views[job->n_views];
-        int rc = s_read_sample(self, shard, item->record, view);
+        s_sample_view_t *view = &job->views[job->n_views * per];
+        const char *missing = self->field ? self->field : "(image)";
+        int rc = self->n_fields
+                     ? s_read_fields(self, shard, item->record, view, &missing)
+                     : s_read_sample(self, shard, item->record, view);
         if (rc == S_EMISSING && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
             emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
                       "skipping sample %" PRIu64 " of '%s' at offset "
                       "%" PRIu64 ": no field '%s'",
                       item->record, shard->name,
-                      emlio__shard_offset(shard, item->record),
-                      self->field ? self->field : "(image)");
+                      emlio__shard_offset(shard, item->record), missing);
             continue;
         }
         if (rc == EMLIO_ECORRUPT &&
@@ -772,8 +1008,7 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                          "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
                          " has no field '%s'",
                          item->record, shard->name,
-                         emlio__shard_offset(shard, item->record),
-                         self->field ? self->field : "(image)");
+                         emlio__shard_offset(shard, item->record), missing);
             else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
                 snprintf(job->text, sizeof(job->text),
                          "%s file '%s/%s' (record %" PRIu64 ")",
@@ -790,8 +1025,10 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                          emlio__shard_offset(shard, item->record));
             return;
         }
-        view->shard = item->shard;
-        view->record = item->record;
+        for (size_t f = 0; f < per; f++) {
+            view[f].shard = item->shard;
+            view[f].record = item->record;
+        }
         job->n_views++;
     }
 }
@@ -804,15 +1041,17 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
     size_t n = job->n_views;
+    size_t per = self->n_fields ? self->n_fields : 1; /* frames per sample */
+    size_t nf = n * per;
     emlio_wire_sample_t *samples = NULL;
     zmq_msg_t *frames = NULL;
     s_release_t *rel = NULL;
     size_t made = 0;
     uint64_t bytes = 0;
     if (job->code == 0) {
-        samples = emlio_calloc(n, sizeof(*samples));
-        frames = emlio_calloc(n, sizeof(*frames));
-        rel = emlio_malloc(sizeof(*rel) + n * sizeof(rel->items[0]));
+        samples = emlio_calloc(n ? n : 1, sizeof(*samples));
+        frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
+        rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]));
         if (!samples || !frames || !rel) {
             job->code = EMLIO_ENOMEM;
             snprintf(job->text, sizeof(job->text), "out of memory");
@@ -820,28 +1059,29 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
     }
     if (job->code == 0) {
         rel->server = self;
-        rel->n = n;
-        atomic_init(&rel->left, (unsigned)(n ? n : 1));
+        rel->n = nf;
+        atomic_init(&rel->left, (unsigned)(nf ? nf : 1));
         atomic_fetch_add(&self->batches_in_flight, 1);
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < nf; i++) {
             const s_sample_view_t *v = &job->views[i];
             rel->items[i] = *v;
             job->views[i].owned = NULL; /* rel frees it with the batch */
             /* Zero-copy: the frame points into the mapping. */
             zmq_msg_init_data(&frames[i], (void *)v->data, v->len, s_frame_free,
                               rel);
-            samples[i] =
-                (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
+            if (i % per == 0)
+                samples[i / per] = (emlio_wire_sample_t){ v->shard, v->record,
+                                                          v->label, v->crc };
             bytes += v->len;
         }
-        made = n;
+        made = nf;
         emlio_buf_t buf = EMLIO_BUF_INIT;
         zmq_msg_t header;
         if (emlio__wire_encode_batch(&buf, get->id, samples, n) == 0 &&
             s_header_msg(&header, &buf) == 0) {
-            if (n == 0) /* no frame will release it */
+            if (nf == 0) /* no frame will release it */
                 s_frame_free(NULL, rel);
-            s_send_parts(done, &job->identity, &header, frames, n, 0);
+            s_send_parts(done, &job->identity, &header, frames, nf, 0);
             atomic_fetch_add(&self->requests, 1);
             atomic_fetch_add(&self->samples, n);
             atomic_fetch_add(&self->bytes, bytes);
@@ -870,7 +1110,10 @@ s_job_free(s_job_t *job)
 {
     if (!job)
         return;
-    for (size_t i = 0; job->views && i < job->n_views; i++)
+    /* Views a batch did not take (an error reply); the per-sample frame
+     * count is not known here, so every slot that may hold one is freed
+     * (calloc'd, so the rest are NULL). */
+    for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
         emlio_free(job->views[i].owned);
     emlio_free(job->views);
     emlio__wire_msg_release(&job->msg);
@@ -1123,8 +1366,8 @@ s_frontend_hello(emlio_server_t *self, s_job_t *job)
     zmq_msg_t welcome;
     if (hello->session && hello->stream > 0) {
         emlio_buf_t joined = EMLIO_BUF_INIT;
-        if (emlio__wire_encode_joined(&joined, hello->id,
-                                      self->set.fingerprint) < 0 ||
+        if (emlio__wire_encode_joined_v(&joined, hello->version, hello->id,
+                                        self->set.fingerprint) < 0 ||
             zmq_msg_init_size(&welcome, joined.len) != 0) {
             emlio_buf_release(&joined);
             zmq_msg_close(&job->identity);
@@ -1134,8 +1377,9 @@ s_frontend_hello(emlio_server_t *self, s_job_t *job)
         emlio_buf_release(&joined);
     } else {
         /* The encoded WELCOME lives as long as the server: no copy. */
-        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
-                          NULL);
+        const emlio_buf_t *w =
+            hello->version >= 2 ? &self->welcome2 : &self->welcome;
+        zmq_msg_init_data(&welcome, w->data, w->len, NULL, NULL);
         atomic_fetch_add(&self->clients, 1);
     }
     s_send_parts(self->router, &job->identity, &welcome, NULL, 0, ZMQ_DONTWAIT);
@@ -1186,12 +1430,27 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     if (job->msg.type == EMLIO_MSG_HELLO) {
-        if (job->msg.version != EMLIO_WIRE_VERSION) {
+        if (job->msg.version < EMLIO_WIRE_VERSION_MIN ||
+            job->msg.version > EMLIO_WIRE_VERSION) {
             char text[128];
             snprintf(text, sizeof(text),
                      "protocol version %" PRIu64 " not supported (server "
-                     "speaks %d)",
-                     job->msg.version, EMLIO_WIRE_VERSION);
+                     "speaks %d to %d)",
+                     job->msg.version, EMLIO_WIRE_VERSION_MIN,
+                     EMLIO_WIRE_VERSION);
+            s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
+                                   text);
+            goto drop_header;
+        }
+        if (job->msg.version < 2 && self->n_fields) {
+            /* A v1 client would read the frames of one sample's fields as
+             * several samples: refuse it clearly instead. */
+            char text[EMLIO_ERRMSG_LEN];
+            snprintf(text, sizeof(text),
+                     "protocol version 1 not supported: this daemon serves "
+                     "multi-field samples (--fields %.300s), which need "
+                     "protocol version 2; upgrade the client",
+                     self->fields_spec);
             s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
                                    text);
             goto drop_header;

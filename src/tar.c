@@ -75,8 +75,7 @@ s_split(const char *path, size_t len, size_t *key_len, const char **field,
 }
 
 static int
-s_field_id(emlio__tar_index_t *idx, const char *field, size_t len,
-           uint32_t *id)
+s_field_id(emlio__tar_index_t *idx, const char *field, size_t len, uint32_t *id)
 {
     for (size_t i = 0; i < idx->n_fields; i++)
         if (strlen(idx->fields[i]) == len &&
@@ -145,7 +144,8 @@ s_add_member(s_builder_t *b, const char *path, size_t len, uint64_t offset,
     } else {
         if (idx->n_samples + 2 > b->cap_samples) {
             size_t cap = b->cap_samples ? b->cap_samples * 2 : 64;
-            uint32_t *first = emlio_reallocarray(idx->first, cap, sizeof(*first));
+            uint32_t *first =
+                emlio_reallocarray(idx->first, cap, sizeof(*first));
             if (!first)
                 return EMLIO_ENOMEM;
             idx->first = first;
@@ -188,8 +188,7 @@ s_add_member(s_builder_t *b, const char *path, size_t len, uint64_t offset,
         copy[len] = '\0';
         idx->names[idx->n_members] = copy;
     }
-    idx->members[idx->n_members++] =
-        (emlio__tar_member_t){ offset, size, id };
+    idx->members[idx->n_members++] = (emlio__tar_member_t){ offset, size, id };
     idx->first[idx->n_samples] = (uint32_t)idx->n_members;
     return 0;
 }
@@ -369,8 +368,7 @@ s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
             rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
                                "bad tar header checksum in '%s' at offset "
                                "%" PRIu64 "%s",
-                               name, off,
-                               off == 0 ? " (not a tar file?)" : "");
+                               name, off, off == 0 ? " (not a tar file?)" : "");
             break;
         }
         uint64_t len;
@@ -440,8 +438,8 @@ s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
                     p += 2;
                     n -= 2;
                 }
-                rc = s_add_member(&b, p, n, data, len, keep_names, name,
-                                  errbuf, off);
+                rc = s_add_member(&b, p, n, data, len, keep_names, name, errbuf,
+                                  off);
                 if (rc < 0)
                     break;
             }
@@ -463,7 +461,8 @@ emlio__tar_scan_mem(const uint8_t *base, size_t size, const char *name,
     return s_scan(base, size, name, true, out, errbuf);
 }
 
-/* ---- DALI wds2idx v1.2 ---------------------------------------------------- */
+/* ---- DALI wds2idx v1.2 ----------------------------------------------------
+ */
 
 static bool
 s_parse_u64(const char **p, const char *end, uint64_t *out)
@@ -568,8 +567,7 @@ emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
             size_t key_len, field_len;
             const char *field;
             if (!s_split(mname, mname_len, &key_len, &field, &field_len) ||
-                field_len != ext_len ||
-                memcmp(field, ext, ext_len) != 0) {
+                field_len != ext_len || memcmp(field, ext, ext_len) != 0) {
                 rc = EMLIO_EFORMAT;
                 break;
             }
@@ -601,13 +599,13 @@ emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
     if (rc == 0 && samples != declared)
         rc = EMLIO_EFORMAT;
     if (rc == EMLIO_EFORMAT)
-        emlio__seterr(errbuf, rc,
-                      "index '%s' line %zu does not describe '%s'", idx_name,
-                      line, name);
+        emlio__seterr(errbuf, rc, "index '%s' line %zu does not describe '%s'",
+                      idx_name, line, name);
     return s_builder_finish(&b, rc);
 }
 
-/* ---- the handle ----------------------------------------------------------- */
+/* ---- the handle -----------------------------------------------------------
+ */
 
 emlio__tar_t *
 emlio__tar_new(const char *path)
@@ -707,8 +705,8 @@ emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
     struct stat st;
     if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > INDEX_MAX_BYTES) {
         close(fd);
-        return emlio__seterr(self->err, EMLIO_EFORMAT,
-                             "cannot use index '%s'", idx_path);
+        return emlio__seterr(self->err, EMLIO_EFORMAT, "cannot use index '%s'",
+                             idx_path);
     }
     if (st.st_mtim.tv_sec < self->mtime.tv_sec ||
         (st.st_mtim.tv_sec == self->mtime.tv_sec &&
@@ -925,8 +923,8 @@ emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field)
             return -1;
         v = v * 10 + (p[k] - '0');
     }
-    while (k < n && (p[k] == ' ' || p[k] == '\n' || p[k] == '\r' ||
-                     p[k] == '\t'))
+    while (k < n &&
+           (p[k] == ' ' || p[k] == '\n' || p[k] == '\r' || p[k] == '\t'))
         k++;
     if (!digits || k != n)
         return -1;
@@ -934,8 +932,7 @@ emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field)
 }
 
 int
-emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n,
-                  int advice)
+emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n, int advice)
 {
     const emlio__tar_index_t *idx = &self->idx;
     if (!self->base || first >= idx->n_samples || n == 0)

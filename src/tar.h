@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 /* Longest member path we accept (GNU long names and pax paths included). */
-#define EMLIO_TAR_MAX_NAME 4096
+#define EMLIO_TAR_MAX_NAME   4096
 /* Fields (distinct extensions) per shard; more is not a WebDataset. */
 #define EMLIO_TAR_MAX_FIELDS 256
 
@@ -106,7 +106,8 @@ int emlio__tar_default_field(const emlio__tar_t *self, size_t i,
 /* The label of sample i from its member `field` (ASCII decimal, as
  * webdataset's "cls"); -1 when absent or not a number. */
 int64_t emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field);
-/* Page-cache advice for samples [first, first + n), as emlio_tfrecord_advise. */
+/* Page-cache advice for samples [first, first + n), as emlio_tfrecord_advise.
+ */
 int emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n,
                       int advice);
 

@@ -104,9 +104,16 @@ typedef struct emlio_server_config {
      * field holding its label (NULL = "cls"). Copied. */
     const char *field;
     const char *label_field;
-    bool mixed_formats;   /* serve several formats under one data_dir;
-                             default false (an error, naming what was found) */
-    uint64_t reserved[3]; /* room for later options; leave zero */
+    bool mixed_formats; /* serve several formats under one data_dir;
+                           default false (an error, naming what was found) */
+    /* Multi-field samples: comma-separated field names sent as one frame
+     * each per sample (protocol v2 only; v1 clients are refused with
+     * EMLIO_EVERSION). tar: member extensions ("jpg,cls,json"); TFRecord:
+     * Example feature keys (bytes features as they are, int64 as 8-byte
+     * and float as 4-byte little-endian values); ImageFolder: "image" and
+     * "label". NULL = one field, as --field/--bytes-key choose. Copied. */
+    const char *fields;
+    uint64_t reserved[2]; /* room for later options; leave zero */
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */

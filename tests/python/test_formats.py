@@ -296,6 +296,159 @@ class TarTest(unittest.TestCase):
                                  self.N + 20)
 
 
+class MultiFieldTest(unittest.TestCase):
+    """--fields: protocol v2, one frame per field per sample."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="emlio-mf.")
+        cls.tar_dir = os.path.join(cls.tmp, "tar")
+        os.makedirs(cls.tar_dir)
+        rng = random.Random(11)
+        cls.want = {}
+        with tarfile.open(os.path.join(cls.tar_dir, "a.tar"), "w") as tf:
+            for i in range(25):
+                fields = {"jpg": rng.randbytes(50 + rng.randrange(900)),
+                          "cls": str(i % 4).encode(),
+                          "json": b'{"k": %d}' % i}
+                cls.want[fields["jpg"]] = fields
+                for f, data in fields.items():
+                    info = tarfile.TarInfo("s/%03d.%s" % (i, f))
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_tar_fields_by_name(self):
+        with Daemon(self.tar_dir, "--fields", "jpg,cls,json") as daemon:
+            with emlio.Loader(daemon.endpoint, 6, seed=2, epochs=1) as ld:
+                self.assertEqual(ld.field_names, ["jpg", "cls", "json"])
+                seen = 0
+                for b in ld:
+                    f = b.fields
+                    self.assertEqual(sorted(f), ["cls", "jpg", "json"])
+                    labels = b.labels.tolist()
+                    for i in range(len(b)):
+                        jpg = bytes(f["jpg"][i])
+                        self.assertEqual(bytes(b[i]), jpg)  # field 0
+                        want = self.want[jpg]
+                        self.assertEqual(bytes(f["cls"][i]), want["cls"])
+                        self.assertEqual(bytes(f["json"][i]), want["json"])
+                        self.assertEqual(bytes(b.field(2)[i]), want["json"])
+                        self.assertEqual(labels[i], int(want["cls"]))
+                        seen += 1
+                self.assertEqual(seen, 25)
+            with emlio.Loader(daemon.endpoint, 6, epochs=1,
+                              fields=["json"]) as ld:
+                n = sum(len(b.fields["json"]) for b in ld)
+                self.assertEqual(n, 25)
+            with self.assertRaises(emlio.NotFoundError) as ctx:
+                emlio.Loader(daemon.endpoint, 6, fields=["txt"])
+            self.assertIn("'txt'", str(ctx.exception))
+
+    def test_unknown_field_fails_at_start(self):
+        p = subprocess.run([_support.EMLIOD, "--data", self.tar_dir, "--bind",
+                            "tcp://127.0.0.1:*", "--fields", "jpg,png"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("field 'png'", p.stderr.decode())
+
+    def test_v1_client_gets_a_clear_error(self):
+        import msgpack
+        import zmq
+        with Daemon(self.tar_dir, "--fields", "jpg,cls") as daemon:
+            ctx = zmq.Context()
+            try:
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(daemon.endpoint)
+                s.send(msgpack.packb({"t": 1, "v": 1, "name": "old"}))
+                self.assertTrue(s.poll(10000))
+                h = msgpack.unpackb(s.recv_multipart()[0], raw=False)
+                self.assertEqual(h["t"], 5)
+                self.assertEqual(h["code"], -1007)  # EMLIO_EVERSION
+                self.assertIn("multi-field", h["msg"])
+                self.assertIn("version 2", h["msg"])
+                # A v1 client of a single-field daemon is served as before.
+            finally:
+                ctx.destroy(linger=0)
+        with Daemon(self.tar_dir) as daemon:
+            ctx = zmq.Context()
+            try:
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(daemon.endpoint)
+                s.send(msgpack.packb({"t": 1, "v": 1, "name": "old"}))
+                self.assertTrue(s.poll(10000))
+                h = msgpack.unpackb(s.recv_multipart()[0], raw=False)
+                self.assertEqual(h["t"], 2)
+                self.assertEqual(h["v"], 1)
+                self.assertNotIn("fields", h)
+            finally:
+                ctx.destroy(linger=0)
+
+    def test_missing_field_names_shard_sample_and_field(self):
+        d = os.path.join(self.tmp, "holes")
+        os.makedirs(d)
+        with tarfile.open(os.path.join(d, "h.tar"), "w") as tf:
+            for i in range(5):
+                for f in (("jpg", "json") if i != 2 else ("jpg",)):
+                    info = tarfile.TarInfo("%d.%s" % (i, f))
+                    info.size = 3
+                    tf.addfile(info, io.BytesIO(b"abc"))
+        with Daemon(d, "--fields", "jpg,json") as daemon:
+            with self.assertRaises(emlio.EmlioError) as ctx:
+                with emlio.Loader(daemon.endpoint, 5, epochs=1) as ld:
+                    for _ in ld:
+                        pass
+        msg = str(ctx.exception)
+        self.assertIn("sample 2 of shard 'h.tar'", msg)
+        self.assertIn("no field 'json'", msg)
+        with Daemon(d, "--fields", "jpg,json", "--on-corrupt",
+                    "skip") as daemon:
+            with emlio.Loader(daemon.endpoint, 5, epochs=1) as ld:
+                # Sample 2 is left out; the other four carry both fields.
+                self.assertEqual(sum(len(b.field("json")) for b in ld), 4)
+
+    def test_tfrecord_and_imagefolder_fields(self):
+        shards, files = _support.make_dataset(
+            os.path.join(self.tmp, "tf"), 30, 3, "2K", "16K")
+        by_bytes = {}
+        for path, label in files:
+            with open(path, "rb") as f:
+                by_bytes[f.read()] = label
+        with Daemon(shards, "--fields",
+                    "image/encoded,image/class/label") as daemon:
+            with emlio.Loader(daemon.endpoint, 7, epochs=1) as ld:
+                n = 0
+                for b in ld:
+                    for img, lab in zip(b.field("image/encoded"),
+                                        b.field("image/class/label")):
+                        self.assertEqual(
+                            int.from_bytes(bytes(lab), "little",
+                                           signed=True),
+                            by_bytes[bytes(img)])
+                        n += 1
+                self.assertEqual(n, 30)
+        img_root = os.path.join(self.tmp, "tf", "img")
+        with Daemon(img_root, "--fields", "image,label") as daemon:
+            with emlio.Loader(daemon.endpoint, 7, epochs=1) as ld:
+                n = 0
+                for b in ld:
+                    labels = b.labels.tolist()
+                    for i, (img, lab) in enumerate(zip(b.field("image"),
+                                                       b.field("label"))):
+                        want = by_bytes[bytes(img)]
+                        self.assertEqual(int.from_bytes(bytes(lab),
+                                                        "little"), want)
+                        self.assertEqual(labels[i], want)
+                        n += 1
+                self.assertEqual(n, 30)
+
+
 class ImageFolderTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

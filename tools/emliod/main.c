@@ -170,6 +170,9 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "auto (default), tfrecord, tar (WebDataset)\nor imagefolder"),
         OPT("mixed-formats", 0, OPT_FLAG, &cfg->mixed_formats, NULL,
             "serve *.tfrecord and *.tar together"),
+        OPT("fields", 0, OPT_STR, &cfg->fields, "A,B,..",
+            "send these fields, one frame each per\nsample (protocol v2; "
+            "docs/formats.md)"),
         OPT("field", 0, OPT_STR, &cfg->field, "EXT",
             "tar member to send (first image member)"),
         OPT("label-field", 0, OPT_STR, &cfg->label_field, "EXT",
