@@ -348,6 +348,42 @@ class MultiFieldTest(unittest.TestCase):
                 emlio.Loader(daemon.endpoint, 6, fields=["txt"])
             self.assertIn("'txt'", str(ctx.exception))
 
+    def test_torch_and_dali_adapters_take_fields(self):
+        with Daemon(self.tar_dir, "--fields", "jpg,cls,json") as daemon:
+            try:
+                import torch  # noqa: F401
+                from emlio.torch import EmlioDataset
+            except ImportError as exc:
+                print("skip - torch not importable: %s" % exc)
+            else:
+                ds = EmlioDataset(daemon.endpoint, 6, fields=["jpg", "json"])
+                n = 0
+                for out, labels in ds:
+                    self.assertEqual(sorted(out), ["jpg", "json"])
+                    data, offsets = out["jpg"]
+                    jd, jo = out["json"]
+                    for i in range(len(labels)):
+                        jpg = bytes(data[offsets[i]:offsets[i + 1]].numpy())
+                        want = self.want[jpg]
+                        self.assertEqual(
+                            bytes(jd[jo[i]:jo[i + 1]].numpy()), want["json"])
+                        self.assertEqual(int(labels[i]), int(want["cls"]))
+                        n += 1
+                ds.close()
+                self.assertEqual(n, 25)
+            # The DALI source needs no DALI to be called as DALI calls it.
+            from emlio.dali import ExternalSource
+            src = ExternalSource(daemon.endpoint, 6, fields="cls,jpg")
+            n = 0
+            for cls_out, jpg_out, labels in src:
+                self.assertEqual(labels.shape, (len(jpg_out), 1))
+                for c, j, lab in zip(cls_out, jpg_out, labels[:, 0]):
+                    self.assertEqual(bytes(c), self.want[bytes(j)]["cls"])
+                    self.assertEqual(int(lab), int(bytes(c)))
+                    n += 1
+            src.close()
+            self.assertEqual(n, 25)
+
     def test_unknown_field_fails_at_start(self):
         p = subprocess.run([_support.EMLIOD, "--data", self.tar_dir, "--bind",
                             "tcp://127.0.0.1:*", "--fields", "jpg,png"],

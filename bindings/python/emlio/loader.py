@@ -301,6 +301,19 @@ class Batch:
         """{field name: field(name)} for the loader's fields."""
         return {f: self.field(f) for f in self._loader.fields}
 
+    def concat_field(self, name):
+        """Field `name` of every sample copied into one contiguous uint8
+        array, and int64 offsets of length len(batch) + 1 (NumPy only)."""
+        views = self.field(name)
+        lens = _np.fromiter((len(v) for v in views), _np.int64, len(views))
+        offsets = _np.zeros(len(views) + 1, _np.int64)
+        _np.cumsum(lens, out=offsets[1:])
+        data = _np.empty(int(offsets[-1]), _uint8)
+        for v, a, b in zip(views, offsets[:-1].tolist(),
+                           offsets[1:].tolist()):
+            data[a:b] = v
+        return data, offsets
+
     @property
     def labels(self):
         """Labels as an int64 array (a copy; list without NumPy); -1 for a
