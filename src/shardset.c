@@ -117,14 +117,15 @@ s_fnv(uint64_t h, const void *data, size_t len)
 
 static int
 s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
-              emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+              bool rescan, emlio_shardset_log_fn *log, void *userdata,
+              char *errbuf)
 {
     char idx[PATH_MAX];
     const char *path = emlio_tfrecord_path(file);
     if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
         return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
                              path);
-    int rc = emlio_tfrecord_load_index(file, idx);
+    int rc = rescan ? -ENOENT : emlio_tfrecord_load_index(file, idx);
     if (rc >= 0)
         return rc;
     if (rc != -ENOENT && log) {
@@ -150,15 +151,15 @@ s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
 
 /* Loads (or builds, and caches) the wds2idx index of a tar shard. */
 static int
-s_index_tar(emlio__tar_t *tar, bool write_index, emlio_shardset_log_fn *log,
-            void *userdata, char *errbuf)
+s_index_tar(emlio__tar_t *tar, bool write_index, bool rescan,
+            emlio_shardset_log_fn *log, void *userdata, char *errbuf)
 {
     char idx[PATH_MAX];
     const char *path = emlio__tar_path(tar);
     if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
         return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
                              path);
-    int rc = emlio__tar_load_index(tar, idx);
+    int rc = rescan ? -ENOENT : emlio__tar_load_index(tar, idx);
     if (rc >= 0)
         return rc;
     if (rc != -ENOENT && log) {
@@ -314,7 +315,7 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
             goto out;
         }
         rc = s_index_shard(shard->file, opts->verify_data, opts->write_index,
-                           log, userdata, errbuf);
+                           opts->rescan, log, userdata, errbuf);
         if (rc < 0)
             goto out;
     }
@@ -336,7 +337,8 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
             emlio__seterr(errbuf, rc, "%s", emlio__tar_errmsg(shard->tar));
             goto out;
         }
-        rc = s_index_tar(shard->tar, opts->write_index, log, userdata, errbuf);
+        rc = s_index_tar(shard->tar, opts->write_index, opts->rescan, log,
+                         userdata, errbuf);
         if (rc < 0)
             goto out;
     }

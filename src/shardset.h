@@ -52,6 +52,7 @@ typedef struct emlio_shardset_opts {
     bool mixed_formats;
     bool verify_data;
     bool write_index;
+    bool rescan; /* ignore existing index files */
 } emlio_shardset_opts_t;
 
 typedef struct emlio_shardset {
