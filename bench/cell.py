@@ -6,9 +6,11 @@ server and the client of the loader (and nothing else: the RTT relay runs
 outside it). Usage:  cell.py SPEC.json
 
 SPEC: {"server": null | {"argv": [...], "ready_re": REGEX | null,
-                         "ready_port": PORT | null, "stop_signal": "TERM",
-                         "stdout": PATH, "stderr": PATH},
-       "client": {"argv": [...], "stdout": PATH, "stderr": PATH},
+                         "ready_port": PORT | null, "ready_host": ADDR (127.0.0.1),
+                         "stop_signal": "TERM", "stdout": PATH, "stderr": PATH},
+       "client": {"argv": [...], "stdout": PATH, "stderr": PATH,
+                  "stop_after_s": S | null (SIGINT the client after S seconds),
+                  "ok_rcs": [0] (exit statuses that count as success)},
        "timeout_s": S, "result": PATH}
 
 Writes RESULT (JSON): client exit status, CPU seconds and peak RSS (from
@@ -112,7 +114,8 @@ def main():
                     break
                 if s.get("ready_port"):
                     try:
-                        socket.create_connection(("127.0.0.1", s["ready_port"]), 0.2).close()
+                        socket.create_connection((s.get("ready_host", "127.0.0.1"),
+                                                  s["ready_port"]), 0.2).close()
                         break
                     except OSError:
                         time.sleep(0.02)
@@ -124,7 +127,20 @@ def main():
         cli = subprocess.Popen(c["argv"], stdout=open(c["stdout"], "wb"),
                                stderr=open(c["stderr"], "wb"),
                                preexec_fn=lambda: (os.setpgrp(), _pdeathsig()))
-        rc, ru, to = wait4_timeout(cli, spec["timeout_s"], "client " + c["argv"][0])
+        stopper = None
+        if c.get("stop_after_s"):
+            def interrupt():
+                try:
+                    os.killpg(cli.pid, signal.SIGINT)
+                except OSError:
+                    pass
+            stopper = threading.Timer(c["stop_after_s"], interrupt)
+            stopper.start()
+        try:
+            rc, ru, to = wait4_timeout(cli, spec["timeout_s"], "client " + c["argv"][0])
+        finally:
+            if stopper:
+                stopper.cancel()
         wall = time.monotonic() - t0
         cpu1 = tree_cpu(srv.pid) if srv else 0.0
         res.update(client_rc=rc, client_timed_out=to, client_wall_s=wall,
@@ -141,7 +157,7 @@ def main():
             if sru is not None:
                 res.update(server_life_cpu_s=sru.ru_utime + sru.ru_stime,
                            server_maxrss_kb=sru.ru_maxrss, server_minflt=sru.ru_minflt)
-        res["ok"] = (rc == 0 and not to)
+        res["ok"] = (rc in c.get("ok_rcs", [0]) and not to)
     except Exception as e:  # reported to bench/run, which prints it
         res["error"] = "%s: %s" % (type(e).__name__, e)
     finally:

@@ -25,6 +25,17 @@
  * reported. A full ring drops the packet,
  * as a router's tail-drop queue would; the ring is sized far above the
  * bandwidth-delay product of any path this machine can carry.
+ *
+ * By default both devices carry a virtio-net header and take checksum and
+ * TSO offload (--no-offload turns it off): the sending kernel then hands
+ * over 64 KB TCP packets unsegmented and unchecksummed, and the receiving
+ * kernel trusts them, which saves one pass over every byte (+5-10% for one
+ * iperf3 stream here). --spin-us US busy-waits instead of sleeping when
+ * the next packet is due within US microseconds: lower lateness at
+ * sub-millisecond delays, at the cost of CPU. Each byte is still copied
+ * four times (sender, TUN read, TUN write, receiver); on this 2-core VM
+ * iperf3 + delay line reach ~1.2-1.4 GB/s for one stream at 0.05 ms RTT
+ * when other work shares the cores.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -49,8 +60,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SLOT_HDR 16u /* len (4) + pad (4) + due time (8) */
-#define MAX_PKT  65536u
+#define SLOT_HDR 16u            /* len (4) + pad (4) + due time (8) */
+#define MAX_PKT  (65536u + 64u) /* a GSO packet and its virtio-net header */
 
 typedef struct {
     const char *name; /* "near->far" or "far->near" */
@@ -63,6 +74,7 @@ typedef struct {
     uint64_t delay_ns;
     double rate_bytes_per_ns; /* 0 = no cap */
     double loss;              /* probability of dropping a packet */
+    uint64_t spin_ns; /* busy-wait instead of sleeping for waits this short */
     uint64_t rng;
     /* Figures, written by one thread each, read at exit. */
     uint64_t packets, bytes, dropped_full, dropped_loss, write_errors;
@@ -96,17 +108,24 @@ die(const char *what, const char *arg)
 
 /* Opens a TUN device named `name` in the calling thread's namespace. */
 static int
-tun_open(const char *name)
+tun_open(const char *name, bool offload)
 {
     int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
     if (fd < 0)
         die("cannot open /dev/net/tun for", name);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof(ifr));
-    ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+    ifr.ifr_flags = IFF_TUN | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0);
     snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
     if (ioctl(fd, TUNSETIFF, &ifr) < 0)
         die("cannot create TUN device", name);
+    /* Offload: every packet carries a virtio-net header, and the device
+     * takes unchecksummed TSO packets. The sender's kernel then neither
+     * segments nor checksums what it hands us, and the header, passed on
+     * unchanged, tells the receiving kernel the checksum needs no check. */
+    if (offload &&
+        ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) < 0)
+        die("cannot set offloads on TUN device", name);
     return fd;
 }
 
@@ -236,6 +255,16 @@ direction_main(void *arg)
             ts.tv_sec = (time_t)(left / 1000000000ull);
             ts.tv_nsec = (long)(left % 1000000000ull);
         }
+        if (next_due && d->spin_ns && tmo->tv_sec == 0 &&
+            (uint64_t)tmo->tv_nsec <= d->spin_ns) {
+            /* A short wait: spin (still taking arrivals) rather than pay a
+             * timer wake-up, which is late by tens of microseconds here. */
+            uint64_t now;
+            while ((now = now_ns()) < next_due && !g_stop)
+                take_packets(d);
+            next_due = give_packets(d, now);
+            continue;
+        }
         int rc = ppoll(&pfd, 1, tmo, NULL);
         if (rc > 0)
             take_packets(d);
@@ -268,6 +297,7 @@ usage(void)
             "[--loss P]\n"
             "                 [--near-addr A] [--far-addr B] [--mtu N] "
             "[--near-dev D] [--far-dev D]\n"
+            "                 [--no-offload] [--spin-us US]\n"
             "  MS is the one-way delay (RTT/2) applied in each direction.\n");
     exit(2);
 }
@@ -279,8 +309,14 @@ main(int argc, char **argv)
                *near_dev = "dlnear0", *far_dev = "dlfar0";
     double delay_ms = -1, rate_mbit = 0, loss = 0;
     int mtu = 65000;
+    bool offload = true;
+    double spin_us = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--no-offload")) {
+            offload = false;
+            continue;
+        }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             usage();
@@ -300,6 +336,8 @@ main(int argc, char **argv)
             near_dev = v;
         else if (!strcmp(a, "--far-dev"))
             far_dev = v;
+        else if (!strcmp(a, "--spin-us"))
+            spin_us = atof(v);
         else if (!strcmp(a, "--mtu"))
             mtu = atoi(v);
         else
@@ -320,10 +358,10 @@ main(int argc, char **argv)
     int far_ns = open(path, O_RDONLY | O_CLOEXEC);
     if (home < 0 || far_ns < 0)
         die("cannot open network namespace", netns);
-    int near_fd = tun_open(near_dev);
+    int near_fd = tun_open(near_dev, offload);
     if (setns(far_ns, CLONE_NEWNET) < 0)
         die("cannot enter network namespace", netns);
-    int far_fd = tun_open(far_dev);
+    int far_fd = tun_open(far_dev, offload);
     if (setns(home, CLONE_NEWNET) < 0)
         die("cannot return to the home namespace", "");
     close(far_ns);
@@ -362,6 +400,7 @@ main(int argc, char **argv)
         dir[k].delay_ns = (uint64_t)(delay_ms * 1e6);
         dir[k].rate_bytes_per_ns = rate_mbit * 1e6 / 8 / 1e9;
         dir[k].loss = loss;
+        dir[k].spin_ns = (uint64_t)(spin_us * 1e3);
         dir[k].rng = 0x9E3779B97F4A7C15ull + (uint64_t)k;
     }
     struct sigaction sa;
