@@ -42,8 +42,8 @@ emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
         .write_index = flags & EMLIO_DATASET_WRITE_INDEX,
         .rescan = flags & EMLIO_DATASET_REINDEX,
     };
-    int rc = emlio__shardset_load(&self->set, dir, &opts, NULL, NULL,
-                                  self->err);
+    int rc =
+        emlio__shardset_load(&self->set, dir, &opts, NULL, NULL, self->err);
     self->open = rc >= 0;
     return rc;
 }
@@ -138,8 +138,7 @@ emlio_dataset_record(const emlio_dataset_t *self, size_t s, size_t r,
             if (dot && strlen(dot + 1) < sizeof(ext)) {
                 for (size_t k = 0; dot[1 + k]; k++) {
                     char c = dot[1 + k];
-                    ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a')
-                                                    : c;
+                    ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
                     ext[k + 1] = '\0';
                 }
             }

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct emlio__folder emlio__folder_t;
 
@@ -50,5 +51,21 @@ const char *emlio__folder_errmsg(const emlio__folder_t *self);
  * changed since the listing), -errno or EMLIO_ENOMEM. Thread-safe. */
 int emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
                        size_t *len);
+
+/* The listing cache: every class's directories (with mtimes) and files
+ * (with size and mtime), written beside the tree as ROOT/.emlio-files
+ * (atomically; hidden, so never served) after a scan. */
+int emlio__folder_cache_write(const char *path, struct timespec root_mtime,
+                              emlio__folder_t *const *folders, size_t n);
+/* Fills folders[0, n) (new, unscanned, the tree's classes in order) from
+ * cache text[0, len) when it still describes the tree: the same classes
+ * (as listed from the root now) and every listed directory's mtime
+ * unchanged (root_mtime is recorded for people, not compared: writing the
+ * cache into the root changes it). Files are
+ * checked at each read (size and mtime). Returns 0, -ESTALE,
+ * EMLIO_EFORMAT or EMLIO_ENOMEM (then the folders are left empty). */
+int emlio__folder_cache_load(const char *text, size_t len,
+                             struct timespec root_mtime,
+                             emlio__folder_t *const *folders, size_t n);
 
 #endif /* EMLIO_IMAGEFOLDER_H */

@@ -212,6 +212,94 @@ s_classes(const char *root, s_names_t *out, char *errbuf)
     return rc;
 }
 
+/* Reads the whole small file at path into a fresh buffer. */
+static int
+s_slurp(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rbe");
+    if (!f)
+        return -errno;
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    char chunk[65536];
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        rc = emlio_buf_add(&buf, chunk, got);
+    fclose(f);
+    if (rc < 0) {
+        emlio_buf_release(&buf);
+        return rc;
+    }
+    *out = (char *)emlio_buf_detach(&buf, len);
+    return 0;
+}
+
+/* The class directories as shards: their listing from ROOT/.emlio-files
+ * when it still describes the tree, else from a walk (then cached). The
+ * classes' names move into the shards. */
+static int
+s_load_folders(emlio_shardset_t *self, const char *dir, s_names_t *classes,
+               const struct stat *root, const emlio_shardset_opts_t *opts,
+               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    size_t first = self->n;
+    emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
+    if (!folders)
+        return EMLIO_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < classes->n && rc == 0; i++) {
+        emlio_shard_t *shard = &self->shards[self->n];
+        shard->name = classes->v[i];
+        shard->kind = EMLIO_SHARD_IMAGEFOLDER;
+        classes->v[i] = NULL;
+        self->n++;
+        shard->folder = emlio__folder_new(dir, shard->name, (int64_t)i);
+        folders[i] = shard->folder;
+        if (!shard->folder)
+            rc = EMLIO_ENOMEM;
+    }
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
+    char *text = NULL;
+    size_t len = 0;
+    bool cached = false;
+    if (rc == 0 && !opts->rescan && s_slurp(cache, &text, &len) == 0) {
+        cached = emlio__folder_cache_load(text, len, root->st_mtim, folders,
+                                          classes->n) == 0;
+        if (!cached && log) {
+            char msg[PATH_MAX + 64];
+            snprintf(msg, sizeof(msg),
+                     "file list '%s' is stale; listing the tree", cache);
+            log(userdata, msg);
+        }
+    }
+    emlio_free(text);
+    for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
+        emlio_shard_t *shard = &self->shards[first + i];
+        rc = emlio__folder_scan(shard->folder);
+        if (rc < 0)
+            emlio__seterr(errbuf, rc, "%s",
+                          emlio__folder_errmsg(shard->folder));
+    }
+    for (size_t i = 0; i < classes->n && rc >= 0; i++)
+        if (emlio__folder_count(folders[i]) == 0) /* as torchvision */
+            rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                               "class directory '%s/%s' has no images", dir,
+                               self->shards[first + i].name);
+    if (rc >= 0 && !cached && opts->write_index) {
+        int wrc = emlio__folder_cache_write(cache, root->st_mtim, folders,
+                                            classes->n);
+        if (wrc < 0 && log) {
+            char msg[PATH_MAX + 128];
+            snprintf(msg, sizeof(msg), "cannot write file list '%s': %s", cache,
+                     emlio_strerror(wrc));
+            log(userdata, msg);
+        }
+    }
+    emlio_free(folders);
+    return rc < 0 ? rc : 0;
+}
+
 static int
 s_grow(emlio_shardset_t *self, size_t more)
 {
@@ -342,29 +430,11 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
         if (rc < 0)
             goto out;
     }
-    for (size_t i = 0; i < classes.n; i++) {
-        emlio_shard_t *shard = &self->shards[self->n];
-        shard->name = classes.v[i];
-        shard->kind = EMLIO_SHARD_IMAGEFOLDER;
-        classes.v[i] = NULL;
-        self->n++;
-        shard->folder = emlio__folder_new(dir, shard->name, (int64_t)i);
-        if (!shard->folder) {
-            rc = EMLIO_ENOMEM;
+    if (classes.n) {
+        rc = s_load_folders(self, dir, &classes, &st, opts, log, userdata,
+                            errbuf);
+        if (rc < 0)
             goto out;
-        }
-        rc = emlio__folder_scan(shard->folder);
-        if (rc < 0) {
-            emlio__seterr(errbuf, rc, "%s",
-                          emlio__folder_errmsg(shard->folder));
-            goto out;
-        }
-        if (rc == 0) { /* torchvision refuses an empty class too */
-            rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
-                               "class directory '%s/%s' has no images", dir,
-                               shard->name);
-            goto out;
-        }
     }
     /* One order whatever the backends: by name, as the planner expects. */
     qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);

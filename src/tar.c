@@ -739,21 +739,6 @@ emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
     return rc;
 }
 
-static int
-s_write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 int
 emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path)
 {
@@ -783,30 +768,7 @@ emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path)
         emlio_buf_release(&text);
         return rc == -EINVAL ? rc : -ENOMEM;
     }
-    emlio_buf_t tmp = EMLIO_BUF_INIT;
-    if (emlio_buf_addf(&tmp, "%s.tmpXXXXXX", idx_path) < 0) {
-        emlio_buf_release(&text);
-        return -ENOMEM;
-    }
-    char *tmp_path = (char *)tmp.data;
-    int fd = mkostemp(tmp_path, O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-    } else {
-        if (fchmod(fd, 0644) < 0)
-            rc = -errno;
-        if (rc == 0)
-            rc = s_write_all(fd, text.data, text.len);
-        if (rc == 0 && fsync(fd) < 0)
-            rc = -errno;
-        if (close(fd) < 0 && rc == 0)
-            rc = -errno;
-        if (rc == 0 && rename(tmp_path, idx_path) < 0)
-            rc = -errno;
-        if (rc < 0)
-            unlink(tmp_path);
-    }
-    emlio_buf_release(&tmp);
+    rc = emlio__write_file_atomic(idx_path, text.data, text.len);
     emlio_buf_release(&text);
     return rc;
 }

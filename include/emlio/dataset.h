@@ -34,9 +34,10 @@ typedef struct emlio_dataset emlio_dataset_t;
 /* emlio_dataset_open flags. */
 #define EMLIO_DATASET_MIXED       1 /* several formats at once are fine */
 #define EMLIO_DATASET_WRITE_INDEX 2 /* write missing or stale index files */
-#define EMLIO_DATASET_REINDEX     4 /* ignore index files: scan every shard
-                                       (and rewrite them with WRITE_INDEX) */
-#define EMLIO_DATASET_VERIFY      8 /* check every TFRecord data CRC */
+#define EMLIO_DATASET_REINDEX                                          \
+    4                          /* ignore index files: scan every shard \
+                                  (and rewrite them with WRITE_INDEX) */
+#define EMLIO_DATASET_VERIFY 8 /* check every TFRecord data CRC */
 
 /* Allocates a closed handle; NULL only when out of memory. */
 EMLIO_EXPORT emlio_dataset_t *emlio_dataset_new(void);
@@ -62,8 +63,8 @@ EMLIO_EXPORT size_t emlio_dataset_shard_count(const emlio_dataset_t *self);
  * NULL / 0 past the count. */
 EMLIO_EXPORT const char *emlio_dataset_shard_name(const emlio_dataset_t *self,
                                                   size_t i);
-EMLIO_EXPORT const char *
-emlio_dataset_shard_format(const emlio_dataset_t *self, size_t i);
+EMLIO_EXPORT const char *emlio_dataset_shard_format(const emlio_dataset_t *self,
+                                                    size_t i);
 EMLIO_EXPORT size_t emlio_dataset_shard_records(const emlio_dataset_t *self,
                                                 size_t i);
 EMLIO_EXPORT uint64_t emlio_dataset_shard_bytes(const emlio_dataset_t *self,

@@ -566,6 +566,43 @@ class ImageFolderTest(unittest.TestCase):
         for e in (0, 1):
             self.assertEqual(sorted(per_epoch[e]), sorted(want), e)
 
+    def count(self, root, *extra):
+        with Daemon(root, *extra) as daemon:
+            with emlio.Loader(daemon.endpoint, 4, epochs=1) as ld:
+                return sum(len(b) for b in ld)
+
+    def test_file_list_cached_and_revalidated(self):
+        root = os.path.join(self.tmp, "cached")
+        shutil.copytree(self.root, root)
+        cache = os.path.join(root, ".emlio-files")
+        self.assertEqual(self.count(root), self.n)
+        with open(cache) as f:
+            self.assertEqual(f.readline(), "emlio-imagefolder 1\n")
+        before = os.stat(cache).st_mtime_ns
+        self.assertEqual(self.count(root), self.n)
+        self.assertEqual(os.stat(cache).st_mtime_ns, before, "not reused")
+        # A new image in a nested directory makes the list stale.
+        with open(os.path.join(root, "cat", "nested", "new.jpg"), "wb") as f:
+            f.write(b"new image")
+        self.assertEqual(self.count(root), self.n + 1)
+        self.assertNotEqual(os.stat(cache).st_mtime_ns, before)
+        # A new class too; a removed image as well.
+        os.makedirs(os.path.join(root, "eel"))
+        with open(os.path.join(root, "eel", "e.png"), "wb") as f:
+            f.write(b"eel")
+        os.unlink(os.path.join(root, "dog", "z.bmp"))
+        self.assertEqual(self.count(root), self.n + 1)
+        # A file rewritten in place (same size, new mtime) is reported
+        # when read, never served as the listing's file.
+        p = os.path.join(root, "bird_2", "only.png")
+        size = os.path.getsize(p)
+        with open(p, "r+b") as f:
+            f.write(b"x" * size)
+        os.utime(p, ns=(time.time_ns(), time.time_ns() + 10**9))
+        with self.assertRaises(emlio.EmlioError) as ctx:
+            self.count(root)
+        self.assertIn("bird_2/only.png", str(ctx.exception))
+
     def test_changed_file_is_an_error_naming_it(self):
         root = os.path.join(self.tmp, "changing")
         shutil.copytree(self.root, root)

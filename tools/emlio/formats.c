@@ -120,8 +120,8 @@ formats_inspect(const char *cmd, const char *path, bool json, uint64_t sample)
         size_t take = sample == 0 || sample > n ? n : (size_t)sample;
         for (size_t r = 0; r < take; r++) {
             int64_t label;
-            int rc = emlio_dataset_record(ds, s, r, s_count_field, &fields,
-                                          &label);
+            int rc =
+                emlio_dataset_record(ds, s, r, s_count_field, &fields, &label);
             if (rc < 0) {
                 char ebuf[128];
                 dataset_error(cmd, "cannot read record %zu of '%s': %s", r,
@@ -278,8 +278,7 @@ s_tar_member(emlio_buf_t *out, const char *name, const uint8_t *data,
 /* One field of a source record into the tar: tar members and ImageFolder
  * files as they are; a TFRecord record as its image bytes (jpg). */
 static int
-s_pack_field(void *userdata, const char *field, const uint8_t *data,
-             size_t len)
+s_pack_field(void *userdata, const char *field, const uint8_t *data, size_t len)
 {
     s_tarw_t *w = userdata;
     char name[4200];
@@ -299,8 +298,8 @@ s_pack_field(void *userdata, const char *field, const uint8_t *data,
 }
 
 static int
-s_flush_shard(const char *cmd, s_tarw_t *w, const char *dst,
-              const char *prefix, size_t shard_no)
+s_flush_shard(const char *cmd, s_tarw_t *w, const char *dst, const char *prefix,
+              size_t shard_no)
 {
     static const uint8_t zeros[1024];
     char path[4096];
