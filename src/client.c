@@ -88,6 +88,8 @@ struct emlio_batch {
     size_t cap;
     zmq_msg_t *frames;
     size_t n_frames;
+    const uint8_t **fdata; /* [position * n_fields + field] */
+    size_t *flen;
     s_part_t *parts;
     uint32_t n_parts;
     uint32_t parts_done;
@@ -119,6 +121,9 @@ struct emlio_client {
     uint32_t n_daemons;
     s_shard_t *shards;
     size_t n_shards;
+    char **fields;    /* the daemons' field names (protocol v2); NULL = one
+                         unnamed field */
+    size_t n_fields;  /* frames per sample, >= 1 */
     char dataset[17]; /* fingerprint over all daemons' datasets */
     zmq_pollitem_t *poll;
     size_t n_poll;
@@ -223,6 +228,8 @@ s_batch_free(emlio_batch_t *b)
         zmq_msg_close(&b->frames[i]);
     emlio_free(b->samples);
     emlio_free(b->frames);
+    emlio_free(b->fdata);
+    emlio_free(b->flen);
     emlio_free(b->parts);
     emlio_free(b->positions);
     emlio_free(b);
@@ -241,11 +248,15 @@ s_batch_get(emlio_client_t *self, size_t n)
         if (!b)
             return NULL;
         b->cap = EMLIO_MAX(n, self->cfg.batch_size);
+        size_t nf = self->n_fields ? self->n_fields : 1;
         b->samples = emlio_calloc(b->cap, sizeof(*b->samples));
-        b->frames = emlio_calloc(b->cap, sizeof(*b->frames));
+        b->frames = emlio_calloc(b->cap * nf, sizeof(*b->frames));
+        b->fdata = emlio_calloc(b->cap * nf, sizeof(*b->fdata));
+        b->flen = emlio_calloc(b->cap * nf, sizeof(*b->flen));
         b->positions = emlio_calloc(b->cap, sizeof(*b->positions));
         b->parts = emlio_calloc(self->n_daemons, sizeof(*b->parts));
-        if (!b->samples || !b->frames || !b->positions || !b->parts) {
+        if (!b->samples || !b->frames || !b->positions || !b->parts ||
+            !b->fdata || !b->flen) {
             s_batch_free(b);
             return NULL;
         }
@@ -354,6 +365,9 @@ s_disconnect(emlio_client_t *self)
         emlio_free(self->shards[i].holders);
     }
     emlio_free(self->shards);
+    for (size_t i = 0; self->fields && i < self->n_fields; i++)
+        emlio_free(self->fields[i]);
+    emlio_free(self->fields);
     emlio_free(self->daemons);
     emlio_free(self->poll);
     emlio_free(self->poll_daemon);
@@ -680,13 +694,15 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
             zmq_msg_close(frame);
             continue; /* a stale reply from an earlier session */
         }
-        if (msg->version != EMLIO_WIRE_VERSION) {
+        if (msg->version < EMLIO_WIRE_VERSION_MIN ||
+            msg->version > EMLIO_WIRE_VERSION) {
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
-            return emlio__seterr(
-                self->err, EMLIO_EVERSION,
-                "daemon '%s' speaks protocol %" PRIu64 ", we speak %d",
-                daemon->endpoint, msg->version, EMLIO_WIRE_VERSION);
+            return emlio__seterr(self->err, EMLIO_EVERSION,
+                                 "daemon '%s' speaks protocol %" PRIu64
+                                 ", we speak %d to %d",
+                                 daemon->endpoint, msg->version,
+                                 EMLIO_WIRE_VERSION_MIN, EMLIO_WIRE_VERSION);
         }
         self->min_latency_ns = emlio__now_ns() - t0;
         return 0;
@@ -714,6 +730,39 @@ s_cmp_entry(const void *pa, const void *pb)
     if (a->name_len != b->name_len)
         return a->name_len < b->name_len ? -1 : 1;
     return a->daemon < b->daemon ? -1 : a->daemon > b->daemon;
+}
+
+/* Keeps the field names of the first daemon's WELCOME; every other daemon
+ * must serve the same fields, or samples would differ by daemon. */
+static int
+s_take_fields(emlio_client_t *self, const s_daemon_t *daemon,
+              const emlio_wire_msg_t *msg, bool first)
+{
+    if (first) {
+        self->n_fields = msg->n_fields ? msg->n_fields : 1;
+        if (!msg->n_fields)
+            return 0;
+        self->fields = emlio_calloc(msg->n_fields, sizeof(*self->fields));
+        if (!self->fields)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        for (size_t i = 0; i < msg->n_fields; i++) {
+            self->fields[i] = emlio_malloc(msg->fields[i].len + 1);
+            if (!self->fields[i])
+                return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+            memcpy(self->fields[i], msg->fields[i].s, msg->fields[i].len);
+            self->fields[i][msg->fields[i].len] = '\0';
+        }
+        return 0;
+    }
+    bool same = (msg->n_fields ? msg->n_fields : 1) == self->n_fields;
+    for (size_t i = 0; same && i < msg->n_fields; i++)
+        same = self->fields && strlen(self->fields[i]) == msg->fields[i].len &&
+               !memcmp(self->fields[i], msg->fields[i].s, msg->fields[i].len);
+    if (!same)
+        return emlio__seterr(self->err, EMLIO_EMISMATCH,
+                             "daemon '%s' serves other fields than '%s'",
+                             daemon->endpoint, self->daemons[0].endpoint);
+    return 0;
 }
 
 /* Builds the global shard table: the union of inventories by name. */
@@ -967,6 +1016,9 @@ s_connect(emlio_client_t *self, const char *endpoints)
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, S_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
         n_entries += msgs[d].n_shards;
+        rc = s_take_fields(self, daemon, &msgs[d], d == 0);
+        if (rc < 0)
+            goto out;
     }
     entries = emlio_calloc(n_entries, sizeof(*entries));
     if (!entries) {
@@ -1002,6 +1054,45 @@ out:
     emlio_free(frames);
     emlio_free(msgs);
     return rc;
+}
+
+size_t
+emlio_client_field_count(const emlio_client_t *self)
+{
+    assert(self);
+    return self->n_fields ? self->n_fields : 1;
+}
+
+const char *
+emlio_client_field_name(const emlio_client_t *self, size_t i)
+{
+    assert(self);
+    if (i >= emlio_client_field_count(self))
+        return NULL;
+    return self->fields ? self->fields[i] : "";
+}
+
+int
+emlio_client_field_index(const emlio_client_t *self, const char *name)
+{
+    assert(self && name);
+    for (size_t i = 0; self->fields && i < self->n_fields; i++)
+        if (strcmp(self->fields[i], name) == 0)
+            return (int)i;
+    return EMLIO_ENOTFOUND;
+}
+
+int
+emlio_batch_field(const emlio_batch_t *b, size_t i, size_t field,
+                  const uint8_t **data, size_t *len)
+{
+    assert(b && data && len);
+    size_t nf = b->owner->n_fields ? b->owner->n_fields : 1;
+    if (i >= b->n || field >= nf)
+        return EMLIO_ENOTFOUND;
+    *data = b->fdata[i * nf + field];
+    *len = b->flen[i * nf + field];
+    return 0;
 }
 
 size_t
@@ -1315,6 +1406,10 @@ s_request_batch(emlio_client_t *self, const emlio_plan_t *from, uint64_t epoch,
         b->samples[i] =
             (emlio_sample_t){ NULL,          SIZE_MAX,       -1,
                               plan[i].shard, plan[i].record, plan[i].pad };
+        for (size_t f = 0; f < self->n_fields; f++) {
+            b->fdata[i * self->n_fields + f] = NULL; /* until it arrives */
+            b->flen[i * self->n_fields + f] = 0;
+        }
     }
     uint32_t offset = 0;
     for (uint32_t p = 0; p < b->n_parts; p++) {
@@ -1584,23 +1679,38 @@ s_receive_one(emlio_client_t *self, uint32_t d, uint32_t stream)
                                daemon->endpoint, msg.id);
             goto out;
         }
-        zmq_msg_t *frame = &b->frames[b->n_frames];
-        zmq_msg_init(frame);
-        int more = zmq_msg_more(j == 0 ? &header : &b->frames[b->n_frames - 1]);
-        if (!more || zmq_msg_recv(frame, sock, 0) < 0) {
-            zmq_msg_close(frame);
-            rc = emlio__seterr(self->err, EMLIO_EPROTO,
-                               "daemon '%s' sent %zu sample frames where the "
-                               "header announced %zu",
-                               daemon->endpoint, j, msg.n_samples);
-            goto out;
+        /* One frame per field (protocol v2), one in all otherwise. */
+        uint32_t pos = part->positions[next++];
+        size_t nf = self->n_fields;
+        uint32_t crc = 0;
+        size_t sample_len = 0;
+        for (size_t f = 0; f < nf; f++) {
+            zmq_msg_t *frame = &b->frames[b->n_frames];
+            zmq_msg_init(frame);
+            int more = zmq_msg_more(
+                j == 0 && f == 0 ? &header : &b->frames[b->n_frames - 1]);
+            if (!more || zmq_msg_recv(frame, sock, 0) < 0) {
+                zmq_msg_close(frame);
+                rc = emlio__seterr(self->err, EMLIO_EPROTO,
+                                   "daemon '%s' sent %zu sample frames where "
+                                   "the header announced %zu",
+                                   daemon->endpoint, j * nf + f,
+                                   msg.n_samples * nf);
+                goto out;
+            }
+            b->n_frames++;
+            b->fdata[pos * nf + f] = zmq_msg_data(frame);
+            b->flen[pos * nf + f] = zmq_msg_size(frame);
+            if (self->cfg.verify)
+                crc =
+                    emlio_crc32c(crc, zmq_msg_data(frame), zmq_msg_size(frame));
+            sample_len += zmq_msg_size(frame);
         }
-        b->n_frames++;
-        emlio_sample_t *s = &b->samples[part->positions[next++]];
-        s->data = zmq_msg_data(frame);
-        s->len = zmq_msg_size(frame);
+        emlio_sample_t *s = &b->samples[pos];
+        s->data = b->fdata[pos * nf];
+        s->len = b->flen[pos * nf];
         s->label = ws->label;
-        if (self->cfg.verify && emlio_crc32c(0, s->data, s->len) != ws->crc) {
+        if (self->cfg.verify && crc != ws->crc) {
             rc = emlio__seterr(self->err, EMLIO_ECORRUPT,
                                "sample %" PRIu64 " of shard '%s' from daemon "
                                "'%s' failed its checksum",
@@ -1608,9 +1718,9 @@ s_receive_one(emlio_client_t *self, uint32_t d, uint32_t stream)
                                daemon->endpoint);
             goto out;
         }
-        b->bytes += s->len;
-        daemon->rx_bytes[stream] += s->len;
-        self->total_bytes += s->len;
+        b->bytes += sample_len;
+        daemon->rx_bytes[stream] += sample_len;
+        self->total_bytes += sample_len;
     }
     part->done = true;
     daemon->sock_outstanding[part->sock]--;

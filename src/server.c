@@ -34,13 +34,18 @@
 #define S_FD_LOG_MS                         10000
 /* The largest request a daemon accepts, for max_batch samples per GET. */
 #define EMLIO_SERVER_MAX_REQUEST(max_batch) (4096 + (int64_t)(max_batch)*24)
+/* s_read_sample's verdict for a sample lacking the requested field. */
+#define S_EMISSING                          (-1999)
 
 /* One GET on its way from the frontend to a worker and back. */
 /* One sample located and verified by a reader: a view into the mapping. */
 typedef struct s_sample_view {
     const uint8_t *data;
     size_t len;
-    uint8_t *owned; /* copying read: the record's private copy, else NULL */
+    /* A frame's bytes are either a private copy (copying reads, ImageFolder
+     * files, numbers), freed by that frame, or in a shard's mapping, then
+     * the view holds one use of the shard for as long as the frame lives. */
+    uint8_t *owned; /* the copy data points into, else NULL */
     bool held;      /* holds a use of its shard's mapping */
     int64_t label;
     uint32_t crc;
@@ -56,7 +61,8 @@ typedef struct s_job {
     emlio_wire_msg_t msg;
     s_sample_view_t *views; /* filled by the reader; skipped ones left out */
     size_t n_views;
-    int code; /* the reader's verdict: 0, or the error to answer with */
+    size_t per; /* views per sample (fields), set by the reader */
+    int code;   /* the reader's verdict: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
 } s_job_t;
 
@@ -107,6 +113,13 @@ struct emlio_server {
     char *data_dir;
     char *bytes_key;
     char *label_key;
+    char *format; /* copies of cfg's strings (NULL = default) */
+    char *field;
+    char *label_field;    /* "cls" unless configured */
+    char *fields_spec;    /* cfg.fields, copied */
+    char **fields;        /* the names of --fields; NULL = one default */
+    size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
+    emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
     size_t bytes_key_len; /* measured once, not per sample */
     size_t label_key_len;
     char *name;
@@ -210,8 +223,13 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
     self->label_key = s_dup_or(cfg->label_key, "image/class/label");
     self->name = s_dup_or(cfg->name, default_name);
+    self->format = s_dup_or(cfg->format, "auto");
+    self->field = cfg->field ? emlio_strdup(cfg->field) : NULL;
+    self->label_field = s_dup_or(cfg->label_field, "cls");
+    self->fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     if (!self->data_dir || !self->bytes_key || !self->label_key ||
-        !self->name) {
+        !self->name || !self->format || !self->label_field ||
+        (cfg->field && !self->field) || (cfg->fields && !self->fields_spec)) {
         emlio_server_destroy(&self);
         return NULL;
     }
@@ -221,6 +239,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->label_key_len = strlen(self->label_key);
     self->cfg.label_key = self->label_key;
     self->cfg.name = self->name;
+    self->cfg.format = self->format;
+    self->cfg.field = self->field;
+    self->cfg.label_field = self->label_field;
+    self->cfg.fields = self->fields_spec;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -251,6 +273,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         return NULL;
     }
     emlio_buf_init(&self->welcome);
+    emlio_buf_init(&self->welcome2);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
 }
@@ -348,6 +371,14 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->data_dir);
     emlio_free(self->bytes_key);
     emlio_free(self->label_key);
+    emlio_free(self->format);
+    emlio_free(self->field);
+    emlio_free(self->label_field);
+    emlio_free(self->fields_spec);
+    for (size_t i = 0; i < self->n_fields; i++)
+        emlio_free(self->fields[i]);
+    emlio_free(self->fields);
+    emlio_buf_release(&self->welcome2);
     emlio_free(self->name);
     emlio_free(self);
     *self_p = NULL;
@@ -373,17 +404,100 @@ s_encode_welcome(emlio_server_t *self)
     for (size_t i = 0; i < set->n; i++) {
         inv[i].name = set->shards[i].name;
         inv[i].name_len = strlen(inv[i].name);
-        inv[i].records = emlio_tfrecord_count(set->shards[i].file);
-        inv[i].bytes = emlio_tfrecord_size(set->shards[i].file);
+        inv[i].records = emlio__shard_count(&set->shards[i]);
+        inv[i].bytes = emlio__shard_size(&set->shards[i]);
     }
     emlio_buf_clear(&self->welcome);
-    int rc = emlio__wire_encode_welcome(
-        &self->welcome, self->name, set->fingerprint, self->cfg.max_batch,
+    emlio_buf_clear(&self->welcome2);
+    int rc = emlio__wire_encode_welcome_v(
+        &self->welcome, 1, self->name, set->fingerprint, self->cfg.max_batch,
         self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS, self->sndbuf.effective,
-        inv, set->n);
+        inv, set->n, NULL, 0);
+    if (rc == 0)
+        rc = emlio__wire_encode_welcome_v(
+            &self->welcome2, 2, self->name, set->fingerprint,
+            self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
+            self->sndbuf.effective, inv, set->n, self->fields, self->n_fields);
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
+    return 0;
+}
+
+/* Splits cfg.fields ("jpg,cls,json") into self->fields and checks the
+ * names against what the backends can serve. */
+static int
+s_parse_fields(emlio_server_t *self)
+{
+    const char *p = self->fields_spec;
+    if (!p)
+        return 0;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len > EMLIO_WIRE_MAX_NAME)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': empty or long name",
+                                 self->fields_spec);
+        if (self->n_fields >= EMLIO_WIRE_MAX_FIELDS)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': more than %u fields",
+                                 self->fields_spec, EMLIO_WIRE_MAX_FIELDS);
+        char **fields = emlio_reallocarray(self->fields, self->n_fields + 1,
+                                           sizeof(*fields));
+        if (!fields)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        self->fields = fields;
+        char *name = emlio_malloc(len + 1);
+        if (!name)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memcpy(name, p, len);
+        name[len] = '\0';
+        for (size_t i = 0; i < self->n_fields; i++)
+            if (strcmp(self->fields[i], name) == 0) {
+                emlio__seterr(self->err, EMLIO_EINVAL,
+                              "bad field list '%s': '%s' twice",
+                              self->fields_spec, name);
+                emlio_free(name);
+                return EMLIO_EINVAL;
+            }
+        self->fields[self->n_fields++] = name;
+        p += len + (comma ? 1 : 0);
+        if (comma && !*p)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': empty name",
+                                 self->fields_spec);
+    }
+    return 0;
+}
+
+/* A requested field no shard can have is a configuration error found at
+ * start-up, not one error per sample later. */
+static int
+s_check_fields(emlio_server_t *self)
+{
+    for (size_t f = 0; f < self->n_fields; f++) {
+        const char *want = self->fields[f];
+        bool found = false, unknown = false;
+        for (size_t i = 0; i < self->core->set.n && !found; i++) {
+            const emlio_shard_t *shard = &self->core->set.shards[i];
+            if (shard->kind == EMLIO_SHARD_TAR) {
+                const emlio__tar_index_t *idx = emlio__tar_index(shard->tar);
+                for (size_t k = 0; k < idx->n_fields && !found; k++)
+                    found = strcmp(idx->fields[k], want) == 0;
+            } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+                found = !strcmp(want, "image") || !strcmp(want, "label");
+            } else {
+                unknown = true; /* Example keys: checked per record */
+            }
+        }
+        if (!found && !unknown)
+            return emlio__seterr(
+                self->err, EMLIO_ENOTFOUND,
+                "no shard under '%s' has field '%s' (tar: member "
+                "extensions; imagefolder: image, label)",
+                self->data_dir, want);
+    }
     return 0;
 }
 
@@ -397,17 +511,32 @@ emlio_server_load(emlio_server_t *self)
      * the daemon from starting: the scan checks the framing only; the data
      * CRC is checked on every read, and each skipped record is logged. */
     bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
-    int rc = emlio__shardset_load(
-        &self->core->set, self->data_dir, self->cfg.verify && !skip,
-        self->cfg.write_index, s_shardset_log, self, self->err);
+    emlio_shardset_opts_t opts = {
+        .format = self->cfg.format,
+        .mixed_formats = self->cfg.mixed_formats,
+        .verify_data = self->cfg.verify && !skip,
+        .write_index = self->cfg.write_index,
+        .lease = true,
+    };
+    int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
-    if (self->core->set.leased < self->core->set.n)
+    rc = emlio__shardset_load(&self->core->set, self->data_dir, &opts,
+                              s_shardset_log, self, self->err);
+    if (rc < 0)
+        return rc;
+    rc = s_check_fields(self);
+    if (rc < 0) {
+        emlio__shardset_release(&self->core->set);
+        return rc;
+    }
+    const emlio_shardset_t *set = &self->core->set;
+    if (set->leased < set->mapped)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-                  "%zu of %zu shards could not be leased (open for writing "
-                  "elsewhere, or no lease support): they are read by copying",
-                  self->core->set.n - self->core->set.leased,
-                  self->core->set.n);
+                  "%zu of %zu mapped shards could not be leased (open for "
+                  "writing elsewhere, or no lease support): they are read by "
+                  "copying",
+                  set->mapped - set->leased, set->mapped);
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64
@@ -605,13 +734,19 @@ s_release_unref(s_release_t *rel)
     if (atomic_fetch_sub(&rel->left, 1) != 1)
         return;
     s_core_t *core = rel->core;
+    const s_sample_view_t *advised = NULL;
     for (size_t i = 0; i < rel->n; i++) {
-        emlio_shard_t *shard = &core->set.shards[rel->items[i].shard];
-        if (!rel->items[i].held)
+        const s_sample_view_t *item = &rel->items[i];
+        emlio_shard_t *shard = &core->set.shards[item->shard];
+        if (!item->held)
             continue;
-        if (core->drop_behind) /* sent: not read again this epoch */
-            emlio_tfrecord_advise(shard->file, (size_t)rel->items[i].record, 1,
-                                  EMLIO_ADVISE_DONTNEED);
+        /* Sent: not read again this epoch (advised once per sample, whose
+         * fields are consecutive items). */
+        if (core->drop_behind && (!advised || advised->shard != item->shard ||
+                                  advised->record != item->record))
+            emlio__shard_advise(shard, (size_t)item->record, 1,
+                                EMLIO_ADVISE_DONTNEED);
+        advised = item;
         emlio__shard_release(shard);
     }
     emlio_free(rel);
@@ -634,34 +769,138 @@ s_free_hint(void *data, void *hint)
     emlio_free(hint);
 }
 
+/* Ends what a view holds: its use of the mapping or its private copy. */
+static void
+s_view_release(emlio_server_t *self, s_sample_view_t *view)
+{
+    if (view->held)
+        emlio__shard_release(&self->core->set.shards[view->shard]);
+    emlio_free(view->owned);
+    view->held = false;
+    view->owned = NULL;
+}
+
+/* Points view at member m of a tar shard the caller has acquired: into the
+ * mapping (the view holds one more use of the shard) when it is leased,
+ * else into a private copy read with pread. */
+static int
+s_tar_member_view(emlio_server_t *self, emlio_shard_t *shard, size_t m,
+                  s_sample_view_t *view)
+{
+    if (shard->leased) {
+        view->data = emlio__tar_data(shard->tar, m);
+        view->len = (size_t)emlio__tar_index(shard->tar)->members[m].len;
+        view->held = true;
+        emlio__shard_hold(shard);
+        return 0;
+    }
+    uint32_t stored;
+    return emlio__shard_read_copy(shard, m, &view->owned, &view->data,
+                                  &view->len, &stored, s_shardset_log, self);
+}
+
+/* The label of tar sample `record` from its label member (-1 when it has
+ * none or it is not a number), read as the sample's data is. */
+static int
+s_tar_label(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
+            int64_t *label)
+{
+    size_t m;
+    *label = -1;
+    if (emlio__tar_find(shard->tar, (size_t)record, self->label_field, &m) < 0)
+        return 0;
+    if (shard->leased) {
+        const emlio__tar_member_t *mem =
+            &emlio__tar_index(shard->tar)->members[m];
+        *label = emlio__tar_parse_label(emlio__tar_data(shard->tar, m),
+                                        (size_t)mem->len);
+        return 0;
+    }
+    uint8_t *copy;
+    const uint8_t *data;
+    size_t len;
+    uint32_t stored;
+    int rc = emlio__shard_read_copy(shard, m, &copy, &data, &len, &stored,
+                                    s_shardset_log, self);
+    if (rc < 0)
+        return rc;
+    *label = emlio__tar_parse_label(data, len);
+    emlio_free(copy);
+    return 0;
+}
+
+/* A tar sample: the configured member (or the first image member) and the
+ * label from the label member. A sample without that member is
+ * S_EMISSING (the caller names shard, sample and field). */
+static int
+s_read_tar_sample(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
+                  s_sample_view_t *out)
+{
+    size_t m;
+    int rc = emlio__tar_find(shard->tar, (size_t)record, self->field, &m);
+    if (rc == -ENOENT)
+        return S_EMISSING;
+    if (rc == 0)
+        rc = s_tar_member_view(self, shard, m, out);
+    if (rc == 0)
+        rc = s_tar_label(self, shard, record, &out->label);
+    if (rc < 0)
+        return rc;
+    out->crc = emlio_crc32c(0, out->data, out->len);
+    return 0;
+}
+
+static int
+s_read_folder_sample(const emlio_shard_t *shard, uint64_t record,
+                     s_sample_view_t *out)
+{
+    uint8_t *data;
+    size_t len;
+    int rc = emlio__folder_read(shard->folder, (size_t)record, &data, &len);
+    if (rc < 0)
+        return rc;
+    out->owned = data;
+    out->data = data;
+    out->len = len;
+    out->label = emlio__folder_label(shard->folder);
+    out->crc = emlio_crc32c(0, data, len);
+    return 0;
+}
+
+/* Record `record` of a TFRecord shard the caller has acquired: in the
+ * mapping when the shard is leased (*copy NULL), else in a private copy
+ * (*copy, the caller's to free). */
+static int
+s_tfrecord_bytes(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
+                 uint8_t **copy, const uint8_t **rec, size_t *rec_len,
+                 uint32_t *stored)
+{
+    *copy = NULL;
+    if (shard->leased)
+        return emlio_tfrecord_record(shard->file, (size_t)record, rec, rec_len,
+                                     stored);
+    return emlio__shard_read_copy(shard, (size_t)record, copy, rec, rec_len,
+                                  stored, s_shardset_log, self);
+}
+
 /* Finds one sample's bytes and CRC in one pass: the record's stored CRC
  * is checked by combining the CRCs of the parts before, inside and after
  * the sample bytes, so no byte is read twice. */
-
 static int
-s_read_sample(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
-              s_sample_view_t *out)
+s_read_tfrecord_sample(emlio_server_t *self, emlio_shard_t *shard,
+                       uint64_t record, s_sample_view_t *out)
 {
     const uint8_t *rec;
     size_t rec_len;
     uint32_t stored;
-    int rc;
-    /* A shard that changed on disk is never touched again: its mapping may
-     * now lie past the end of the file. */
-    if (!emlio__shard_acquire(shard))
-        return -ESTALE;
-    if (shard->leased) {
-        rc = emlio_tfrecord_record(shard->file, (size_t)record, &rec, &rec_len,
-                                   &stored);
-        out->held = rc == 0; /* the use ends when ZeroMQ drops the frame */
-    } else {
-        rc = emlio__shard_read_copy(shard, (size_t)record, &out->owned, &rec,
-                                    &rec_len, &stored, s_shardset_log, self);
-    }
-    if (!out->held)
-        emlio__shard_release(shard);
+    int rc = s_tfrecord_bytes(self, shard, record, &out->owned, &rec, &rec_len,
+                              &stored);
     if (rc < 0)
         return rc;
+    if (!out->owned) { /* the frame will point into the mapping */
+        out->held = true;
+        emlio__shard_hold(shard);
+    }
     out->data = rec;
     out->len = rec_len;
     out->label = -1;
@@ -697,15 +936,168 @@ s_read_sample(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
     return 0;
 }
 
-/* Ends what a view holds: its use of the mapping or its private copy. */
-static void
-s_view_release(emlio_server_t *self, s_sample_view_t *view)
+/* An owned copy of data[0, len): a field frame of a number, or a field
+ * of a record read by copying (each frame frees its own copy). */
+static int
+s_copy_view(s_sample_view_t *out, const void *data, size_t len)
 {
-    if (view->held)
-        emlio__shard_release(&self->core->set.shards[view->shard]);
-    emlio_free(view->owned);
-    view->held = false;
-    view->owned = NULL;
+    out->owned = emlio_malloc(len ? len : 1);
+    if (!out->owned)
+        return EMLIO_ENOMEM;
+    memcpy(out->owned, data, len);
+    out->data = out->owned;
+    out->len = len;
+    return 0;
+}
+
+static int
+s_int64_view(s_sample_view_t *out, int64_t v)
+{
+    uint8_t le[8];
+    for (int k = 0; k < 8; k++)
+        le[k] = (uint8_t)((uint64_t)v >> (8 * k));
+    return s_copy_view(out, le, sizeof(le));
+}
+
+/* The fields of a TFRecord Example, for s_read_fields. */
+static int
+s_read_tfrecord_fields(emlio_server_t *self, emlio_shard_t *shard,
+                       uint64_t record, s_sample_view_t *views,
+                       const char **missing, int64_t *label)
+{
+    size_t nf = self->n_fields;
+    uint8_t *copy;
+    const uint8_t *rec;
+    size_t rec_len;
+    uint32_t stored;
+    int rc =
+        s_tfrecord_bytes(self, shard, record, &copy, &rec, &rec_len, &stored);
+    if (rc == 0 && self->cfg.verify && emlio_crc32c(0, rec, rec_len) != stored)
+        rc = EMLIO_ECORRUPT;
+    emlio_example_field_t ex[EMLIO_WIRE_MAX_FIELDS + 1];
+    if (rc == 0) {
+        memset(ex, 0, sizeof(ex));
+        for (size_t f = 0; f < nf; f++) {
+            ex[f].key = self->fields[f];
+            ex[f].key_len = strlen(self->fields[f]);
+        }
+        ex[nf].key = self->label_key;
+        ex[nf].key_len = self->label_key_len;
+        if (emlio_example_parse(rec, rec_len, ex, nf + 1) < 0)
+            rc = EMLIO_EFORMAT;
+    }
+    if (rc == 0 && ex[nf].kind == EMLIO_FEATURE_INT64 && ex[nf].count)
+        *label = ex[nf].int64;
+    for (size_t f = 0; f < nf && rc == 0; f++) {
+        if (ex[f].kind == EMLIO_FEATURE_BYTES && ex[f].count && copy) {
+            rc = s_copy_view(&views[f], ex[f].bytes, ex[f].bytes_len);
+        } else if (ex[f].kind == EMLIO_FEATURE_BYTES && ex[f].count) {
+            views[f].data = ex[f].bytes;
+            views[f].len = ex[f].bytes_len;
+            views[f].held = true;
+            emlio__shard_hold(shard);
+        } else if (ex[f].kind == EMLIO_FEATURE_INT64 && ex[f].count) {
+            rc = s_int64_view(&views[f], ex[f].int64);
+        } else if (ex[f].kind == EMLIO_FEATURE_FLOAT && ex[f].count) {
+            uint32_t bits;
+            uint8_t le[4];
+            memcpy(&bits, &ex[f].f32, 4);
+            for (int k = 0; k < 4; k++)
+                le[k] = (uint8_t)(bits >> (8 * k));
+            rc = s_copy_view(&views[f], le, 4);
+        } else {
+            *missing = self->fields[f];
+            rc = S_EMISSING;
+        }
+    }
+    emlio_free(copy);
+    return rc;
+}
+
+/* Multi-field samples: fills views[0, n_fields) with one frame per
+ * configured field, the label and the sample CRC (over the frames in
+ * field order) in views[0]. A missing field is S_EMISSING with its name in
+ * *missing. Each view holds what its frame needs (a use of the mapping or
+ * its own copy); on failure the caller releases the views. */
+static int
+s_read_fields(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
+              s_sample_view_t *views, const char **missing)
+{
+    size_t nf = self->n_fields;
+    int rc = 0;
+    int64_t label = -1;
+    if (shard->kind == EMLIO_SHARD_TAR) {
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            size_t m;
+            rc = emlio__tar_find(shard->tar, (size_t)record, self->fields[f],
+                                 &m);
+            if (rc == -ENOENT) {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            } else if (rc == 0) {
+                rc = s_tar_member_view(self, shard, m, &views[f]);
+            }
+        }
+        if (rc == 0)
+            rc = s_tar_label(self, shard, record, &label);
+    } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+        label = emlio__folder_label(shard->folder);
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            if (strcmp(self->fields[f], "image") == 0) {
+                uint8_t *d;
+                size_t len;
+                rc =
+                    emlio__folder_read(shard->folder, (size_t)record, &d, &len);
+                if (rc == 0) {
+                    views[f].owned = d;
+                    views[f].data = d;
+                    views[f].len = len;
+                }
+            } else if (strcmp(self->fields[f], "label") == 0) {
+                rc = s_int64_view(&views[f], label);
+            } else {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            }
+        }
+    } else {
+        rc =
+            s_read_tfrecord_fields(self, shard, record, views, missing, &label);
+    }
+    if (rc < 0)
+        return rc;
+    uint32_t crc = 0;
+    for (size_t f = 0; f < nf; f++)
+        crc = emlio_crc32c(crc, views[f].data, views[f].len);
+    views[0].label = label;
+    views[0].crc = crc;
+    return 0;
+}
+
+/* Reads one sample into views[0, per): one view, or one per configured
+ * field. A mapped shard (TFRecord, tar) that changed on disk is never
+ * touched again, since its mapping may now lie past the end of the file
+ * (-ESTALE); while it is read, this read is one of its users. On failure
+ * the caller releases the views. */
+static int
+s_read_item(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
+            s_sample_view_t *views, const char **missing)
+{
+    bool mapped = shard->kind != EMLIO_SHARD_IMAGEFOLDER;
+    if (mapped && !emlio__shard_acquire(shard))
+        return -ESTALE;
+    int rc;
+    if (self->n_fields)
+        rc = s_read_fields(self, shard, record, views, missing);
+    else if (shard->kind == EMLIO_SHARD_TAR)
+        rc = s_read_tar_sample(self, shard, record, views);
+    else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
+        rc = s_read_folder_sample(shard, record, views);
+    else
+        rc = s_read_tfrecord_sample(self, shard, record, views);
+    if (mapped)
+        emlio__shard_release(shard); /* the views hold their own uses */
+    return rc;
 }
 
 static void
@@ -776,7 +1168,9 @@ s_read_job(emlio_server_t *self, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
     size_t n = get->n_items;
-    job->views = emlio_calloc(n, sizeof(*job->views));
+    size_t per = self->n_fields ? self->n_fields : 1; /* frames per sample */
+    job->per = per;
+    job->views = emlio_calloc(n ? n * per : 1, sizeof(*job->views));
     if (!job->views) {
         job->code = EMLIO_ENOMEM;
         snprintf(job->text, sizeof(job->text), "out of memory");
@@ -802,15 +1196,20 @@ s_read_job(emlio_server_t *self, s_job_t *job)
             return;
         }
         emlio_shard_t *shard = &self->core->set.shards[item->shard];
-        s_sample_view_t *view = &job->views[job->n_views];
-        view->shard = item->shard;
-        view->record = item->record;
-        int rc = s_read_sample(self, shard, item->record, view);
+        s_sample_view_t *view = &job->views[job->n_views * per];
+        for (size_t f = 0; f < per; f++) {
+            view[f].shard = item->shard;
+            view[f].record = item->record;
+        }
+        const char *missing = self->field ? self->field : "(image)";
+        int rc = s_read_item(self, shard, item->record, view, &missing);
         if (rc == -ESTALE ||
-            (rc == EMLIO_ECORRUPT && atomic_load(&shard->changed)))
+            (rc == EMLIO_ECORRUPT && shard->kind != EMLIO_SHARD_IMAGEFOLDER &&
+             atomic_load(&shard->changed)))
             rc = -ESTALE; /* changed on disk, not rotten: say so */
         if (rc < 0)
-            s_view_release(self, view);
+            for (size_t f = 0; f < per; f++)
+                s_view_release(self, &view[f]);
         if (rc == -ESTALE && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
             continue;
@@ -823,6 +1222,26 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                      item->record, shard->name);
             return;
         }
+        if (rc == EMLIO_EFORMAT && shard->kind == EMLIO_SHARD_IMAGEFOLDER &&
+            self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
+            /* A file rewritten since it was listed: like a changed shard. */
+            atomic_fetch_add(&self->corrupt_skipped, 1);
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "skipping changed file '%s/%s' (record %" PRIu64 ")",
+                      shard->name,
+                      emlio__folder_file(shard->folder, item->record),
+                      item->record);
+            continue;
+        }
+        if (rc == S_EMISSING && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
+            atomic_fetch_add(&self->corrupt_skipped, 1);
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "skipping sample %" PRIu64 " of '%s' at offset "
+                      "%" PRIu64 ": no field '%s'",
+                      item->record, shard->name,
+                      emlio__shard_offset(shard, item->record), missing);
+            continue;
+        }
         if (rc == EMLIO_ECORRUPT &&
             self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
@@ -830,23 +1249,35 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                       "skipping corrupt record %" PRIu64 " of '%s' at offset "
                       "%" PRIu64,
                       item->record, shard->name,
-                      emlio_tfrecord_loc(shard->file, item->record)->offset);
+                      emlio__shard_offset(shard, item->record));
             continue;
         }
         if (rc < 0) {
-            job->code = rc;
+            job->code = rc == S_EMISSING ? EMLIO_EFORMAT : rc;
             if (rc == EMLIO_ENOTFOUND)
                 snprintf(job->text, sizeof(job->text),
                          "no record %" PRIu64 " in shard '%s' (%zu records)",
+                         item->record, shard->name, emlio__shard_count(shard));
+            else if (rc == S_EMISSING)
+                snprintf(job->text, sizeof(job->text),
+                         "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
+                         " has no field '%s'",
                          item->record, shard->name,
-                         emlio_tfrecord_count(shard->file));
+                         emlio__shard_offset(shard, item->record), missing);
+            else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
+                snprintf(job->text, sizeof(job->text),
+                         "%s file '%s/%s' (record %" PRIu64 ")",
+                         rc == EMLIO_EFORMAT ? "changed" : "unreadable",
+                         shard->name,
+                         emlio__folder_file(shard->folder, item->record),
+                         item->record);
             else
                 snprintf(job->text, sizeof(job->text),
                          "%s record %" PRIu64 " in shard '%s' at offset "
                          "%" PRIu64,
                          rc == EMLIO_ECORRUPT ? "corrupt" : "unreadable",
                          item->record, shard->name,
-                         emlio_tfrecord_loc(shard->file, item->record)->offset);
+                         emlio__shard_offset(shard, item->record));
             return;
         }
         job->n_views++;
@@ -861,14 +1292,16 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
     size_t n = job->n_views;
+    size_t per = self->n_fields ? self->n_fields : 1; /* frames per sample */
+    size_t nf = n * per;
     emlio_wire_sample_t *samples = NULL;
     zmq_msg_t *frames = NULL;
     s_release_t *rel = NULL;
     uint64_t bytes = 0;
     if (job->code == 0) {
-        samples = emlio_calloc(n, sizeof(*samples));
-        frames = emlio_calloc(n, sizeof(*frames));
-        rel = emlio_malloc(sizeof(*rel) + n * sizeof(rel->items[0]));
+        samples = emlio_calloc(n ? n : 1, sizeof(*samples));
+        frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
+        rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]));
         if (!samples || !frames || !rel) {
             job->code = EMLIO_ENOMEM;
             snprintf(job->text, sizeof(job->text), "out of memory");
@@ -880,7 +1313,7 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
     zmq_msg_t header;
     if (job->code == 0) {
         for (size_t i = 0; i < n; i++) {
-            const s_sample_view_t *v = &job->views[i];
+            const s_sample_view_t *v = &job->views[i * per];
             samples[i] =
                 (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
         }
@@ -891,21 +1324,23 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
         }
     }
     if (job->code == 0) {
-        /* One reference per mapped frame plus the sender's own. */
+        /* One reference per mapped frame plus the sender's own; a frame of
+         * a copy frees its copy itself. */
         unsigned mapped = 0;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < nf; i++)
             mapped += job->views[i].held;
         rel->core = self->core;
-        rel->n = n;
+        rel->n = nf;
         atomic_init(&rel->left, mapped + 1);
         atomic_fetch_add(&self->core->refs, 1);
         atomic_fetch_add(&self->core->batches_in_flight, 1);
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < nf; i++) {
             s_sample_view_t *v = &job->views[i];
             rel->items[i] = *v;
             rel->items[i].owned = NULL;
             /* Zero-copy: the frame points into the mapping or the copy.
              * zmq_msg_init_data cannot fail for a non-NULL free function. */
+            assert(v->owned || v->held);
             if (v->owned)
                 (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
                                         s_free_hint, v->owned);
@@ -916,7 +1351,7 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
             v->held = false; /* now the token's */
             bytes += v->len;
         }
-        s_send_parts(done, &job->identity, &header, frames, n, 0);
+        s_send_parts(done, &job->identity, &header, frames, nf, 0);
         s_release_unref(rel); /* the sender's reference */
         atomic_fetch_add(&self->requests, 1);
         atomic_fetch_add(&self->samples, n);
@@ -940,7 +1375,9 @@ s_job_free(emlio_server_t *self, s_job_t *job)
 {
     if (!job)
         return;
-    for (size_t i = 0; job->views && i < job->n_views; i++)
+    /* Views a batch did not take (an error reply): every frame of every
+     * sample read so far. */
+    for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
         s_view_release(self, &job->views[i]);
     emlio_free(job->views);
     emlio__wire_msg_release(&job->msg);
@@ -1383,13 +1820,12 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
                get->items[i + run].record == first->record + run)
             run++;
         if (first->shard < self->core->set.n) {
-            const emlio_tfrecord_t *file =
-                self->core->set.shards[first->shard].file;
-            size_t count = emlio_tfrecord_count(file);
+            const emlio_shard_t *shard = &self->core->set.shards[first->shard];
+            size_t count = emlio__shard_count(shard);
             if (first->record < count)
-                emlio_tfrecord_advise(file, (size_t)first->record,
-                                      EMLIO_MIN(run, count - first->record),
-                                      EMLIO_ADVISE_WILLNEED);
+                emlio__shard_advise(shard, (size_t)first->record,
+                                    EMLIO_MIN(run, count - first->record),
+                                    EMLIO_ADVISE_WILLNEED);
         }
         i += run;
     }
@@ -1438,14 +1874,16 @@ s_frontend_hello(emlio_server_t *self, s_job_t *job)
     emlio_buf_t joined = EMLIO_BUF_INIT;
     const emlio_buf_t *reply = &self->welcome;
     if (hello->session && hello->stream > 0) {
-        if (emlio__wire_encode_joined(&joined, hello->id,
-                                      self->core->set.fingerprint) < 0) {
+        if (emlio__wire_encode_joined_v(&joined, hello->version, hello->id,
+                                        self->core->set.fingerprint) < 0) {
             emlio_buf_release(&joined);
             zmq_msg_close(&job->identity);
             return;
         }
         reply = &joined;
     } else {
+        if (hello->version >= 2)
+            reply = &self->welcome2;
         atomic_fetch_add(&self->clients, 1);
     }
     if (zmq_msg_init_size(&welcome, reply->len) != 0) {
@@ -1523,12 +1961,27 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     if (job->msg.type == EMLIO_MSG_HELLO) {
-        if (job->msg.version != EMLIO_WIRE_VERSION) {
+        if (job->msg.version < EMLIO_WIRE_VERSION_MIN ||
+            job->msg.version > EMLIO_WIRE_VERSION) {
             char text[128];
             snprintf(text, sizeof(text),
                      "protocol version %" PRIu64 " not supported (server "
-                     "speaks %d)",
-                     job->msg.version, EMLIO_WIRE_VERSION);
+                     "speaks %d to %d)",
+                     job->msg.version, EMLIO_WIRE_VERSION_MIN,
+                     EMLIO_WIRE_VERSION);
+            s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
+                                   text);
+            goto drop_header;
+        }
+        if (job->msg.version < 2 && self->n_fields) {
+            /* A v1 client would read the frames of one sample's fields as
+             * several samples: refuse it clearly instead. */
+            char text[EMLIO_ERRMSG_LEN];
+            snprintf(text, sizeof(text),
+                     "protocol version 1 not supported: this daemon serves "
+                     "multi-field samples (--fields %.300s), which need "
+                     "protocol version 2; upgrade the client",
+                     self->fields_spec);
             s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
                                    text);
             goto drop_header;

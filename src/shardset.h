@@ -16,19 +16,36 @@
 #include <sys/types.h>
 
 #include "emlio/tfrecord.h"
+#include "imagefolder.h"
+#include "tar.h"
 
-/* One shard. A shard that changes under a running daemon must never be
- * read through its mapping once the change is visible (a shrunk file
- * raises SIGBUS on access), so every access to the mapping, including a
+/* "A shard is a shard": one of three backends, behind the accessors below
+ * (count, size, offset, advice). The server reads records per backend. */
+typedef enum emlio_shard_kind {
+    EMLIO_SHARD_TFRECORD = 0,
+    EMLIO_SHARD_TAR = 1,
+    EMLIO_SHARD_IMAGEFOLDER = 2,
+} emlio_shard_kind_t;
+
+/* One shard. A mapped shard (TFRecord, tar) that changes under a running daemon
+ * must never be read through its mapping once the change is visible (a shrunk
+ * file raises SIGBUS on access), so every access to the mapping, including a
  * zero-copy frame that ZeroMQ still holds, counts as a user. Leased shards
  * hold a read lease (F_SETLEASE): a writer's open waits until we have
  * stopped reading and released the lease. Shards that cannot be leased
  * (another process has them open for writing, a file system without
  * leases, a foreign owner without CAP_LEASE) are read with pread into a
- * private copy, which a shrinking file cannot fault. */
+ * private copy, which a shrinking file cannot fault. ImageFolder files
+ * are always read into copies (emlio__folder_read checks size and mtime
+ * on every read), so nothing here applies to them. */
 typedef struct emlio_shard {
     char *name; /* path relative to the data directory */
-    emlio_tfrecord_t *file;
+    emlio_shard_kind_t kind;
+    emlio_tfrecord_t *file;  /* EMLIO_SHARD_TFRECORD, else NULL */
+    emlio__tar_t *tar;       /* EMLIO_SHARD_TAR, else NULL */
+    emlio__folder_t *folder; /* EMLIO_SHARD_IMAGEFOLDER, else NULL */
+    /* The rest concerns mapped shards (TFRecord, tar); an ImageFolder
+     * class has fd -1, is never leased and never counts users. */
     int fd;        /* open read-only for the lease and copying reads */
     bool leased;   /* holds a read lease; otherwise copying reads */
     bool released; /* changed: lease given back, mapping no longer read */
@@ -42,33 +59,68 @@ typedef struct emlio_shard {
     atomic_bool logged;  /* the change has been logged */
 } emlio_shard_t;
 
+/* Records of the shard. */
+size_t emlio__shard_count(const emlio_shard_t *shard);
+/* Bytes of the shard (file size; sum of files for a class directory). */
+uint64_t emlio__shard_size(const emlio_shard_t *shard);
+/* Byte offset of record i in the shard's file, for messages (0 for an
+ * ImageFolder class, whose records are files). */
+uint64_t emlio__shard_offset(const emlio_shard_t *shard, size_t i);
+/* Page-cache advice for records [first, first + n); best effort. */
+void emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
+                         int advice);
+/* "tfrecord", "tar" or "imagefolder". */
+const char *emlio__shard_kind_name(emlio_shard_kind_t kind);
+
+/* How a data directory is read (see emlio_server_config_t). */
+typedef struct emlio_shardset_opts {
+    const char *format; /* NULL/"auto", "tfrecord", "tar", "imagefolder" */
+    bool mixed_formats;
+    bool verify_data;
+    bool write_index;
+    bool rescan; /* ignore existing index files */
+    /* Open and lease every mapped shard (fd, leased; copying reads when no
+     * lease can be had): the daemon. Without it shards are only mapped
+     * (fd -1), as the short-lived tools want them. */
+    bool lease;
+} emlio_shardset_opts_t;
+
 typedef struct emlio_shardset {
     emlio_shard_t *shards;
     size_t n;
     uint64_t records;
     uint64_t bytes;
-    size_t leased;        /* shards holding a read lease */
+    size_t mapped;        /* TFRecord and tar shards */
+    size_t leased;        /* of those, shards holding a read lease */
     char fingerprint[17]; /* 16 hex digits */
 } emlio_shardset_t;
 
 /* Log hook for non-fatal events (an index that could not be written). */
 typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
 
-/* Finds every *.tfrecord under dir (recursively, following no symlinked
- * directories), maps each, loads its "<file>.idx" when it is valid and
- * otherwise scans the file (verify_data: checking every data CRC) and, if
- * write_index, writes the index. Returns the shard count or an error with
- * errbuf naming the file (see emlio_server_load). */
+/* Finds every *.tfrecord and *.tar under dir (recursively, following no
+ * symlinked directories), maps each, loads its "<file>.idx" when it is
+ * valid (and, for tar, not older than the shard) and otherwise scans the
+ * file (verify_data: checking every TFRecord data CRC) and, if
+ * write_index, writes the index. With no such files (or format
+ * "imagefolder"), dir is read as an ImageFolder tree: one shard per class
+ * directory. Several formats at once are EMLIO_EINVAL unless
+ * opts->mixed_formats. Returns the shard count or an error with errbuf
+ * naming the file (see emlio_server_load). */
 int emlio__shardset_load(emlio_shardset_t *self, const char *dir,
-                         bool verify_data, bool write_index,
+                         const emlio_shardset_opts_t *opts,
                          emlio_shardset_log_fn *log, void *userdata,
                          char *errbuf);
 
-/* Lets a shard's data be read: true and one more user, or false when the
- * shard changed on disk (then nothing may touch its mapping). */
+/* Lets a mapped shard's data be read: true and one more user, or false
+ * when the shard changed on disk (then nothing may touch its mapping). */
 bool emlio__shard_acquire(emlio_shard_t *shard);
 
-/* Ends one use begun by emlio__shard_acquire. */
+/* One more use of a shard the caller already uses (acquired): a frame
+ * pointing into the mapping, say. Ended by emlio__shard_release. */
+void emlio__shard_hold(emlio_shard_t *shard);
+
+/* Ends one use begun by emlio__shard_acquire or emlio__shard_hold. */
 void emlio__shard_release(emlio_shard_t *shard);
 
 /* Marks shard changed (once; logs why through log) so that no new reader
@@ -76,16 +128,24 @@ void emlio__shard_release(emlio_shard_t *shard);
 void emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
                                emlio_shardset_log_fn *log, void *userdata);
 
-/* Reads record i of shard into a fresh copy with pread (copying reads, for
- * shards without a lease): *buf_out is the caller's to free; *data and *len
- * are the record's payload inside it and *stored its stored CRC. Returns 0,
- * EMLIO_ENOTFOUND, EMLIO_ENOMEM, -EIO, or -ESTALE when the file has become
- * shorter than the record (the shard is then marked changed). */
+/* A copying read (mapped shards without a lease) with pread into a fresh
+ * buffer, by kind:
+ * - TFRecord: i is a record; reads its framing and data; *data and *len
+ *   are the record's payload inside the copy and *stored its stored CRC
+ *   (the caller checks it, as for mapped reads);
+ * - tar: i is a member (an index into emlio__tar_index()->members); reads
+ *   the member's header with its data and checks the header as an index
+ *   load does (emlio__tar_header_ok); *data and *len are the member's
+ *   data and *stored is 0 (tar has no checksum of the data).
+ * *buf_out is the caller's to free (NULL on failure). Returns 0,
+ * EMLIO_ENOTFOUND, EMLIO_EFORMAT (not a mapped shard, or a record too
+ * large), EMLIO_ENOMEM, -EIO, or -ESTALE when the file has become shorter
+ * or a tar header no longer matches (the shard is then marked changed). */
 int emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
                            const uint8_t **data, size_t *len, uint32_t *stored,
                            emlio_shardset_log_fn *log, void *userdata);
 
-/* Looks for shards that are being changed on disk: a lease break under
+/* Looks for mapped shards that are being changed on disk: a lease break under
  * way, a file that shrank, or a path that now names another file (logged
  * once; the inode we opened is still intact, so it is still served). For a
  * leased shard whose lease is being broken, gives the lease back once its

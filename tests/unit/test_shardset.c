@@ -39,6 +39,44 @@ s_log(void *userdata, const char *msg)
     snprintf(log->last, sizeof(log->last), "%s", msg);
 }
 
+/* Loads dir as the daemon does: leases, data CRCs checked. */
+static int
+s_load(emlio_shardset_t *set, const char *dir, emlio_shardset_log_fn *log,
+       void *userdata, char *err)
+{
+    emlio_shardset_opts_t opts = { .verify_data = true, .lease = true };
+    return emlio__shardset_load(set, dir, &opts, log, userdata, err);
+}
+
+/* Appends a ustar member name of len bytes of c (padded to 512). */
+static void
+s_tar_member(emlio_buf_t *tar, const char *name, size_t len, char c)
+{
+    uint8_t h[512] = { 0 };
+    snprintf((char *)h, 100, "%s", name);
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
+    memcpy(h + 136, "00000000000", 12);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (size_t i = 0; i < sizeof(h); i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    assert_int_equal(emlio_buf_add(tar, h, sizeof(h)), 0);
+    uint8_t block[512];
+    for (size_t off = 0; off < len; off += sizeof(block)) {
+        size_t n = len - off < sizeof(block) ? len - off : sizeof(block);
+        memset(block, 0, sizeof(block));
+        memset(block, c, n);
+        assert_int_equal(emlio_buf_add(tar, block, sizeof(block)), 0);
+    }
+}
+
 static void
 test_shardset_loads_and_refuses_an_empty_dataset(void **state)
 {
@@ -48,19 +86,14 @@ test_shardset_loads_and_refuses_an_empty_dataset(void **state)
     char err[EMLIO_ERRMSG_LEN];
     emlio_shardset_t set;
     test_mkdtemp(dir, sizeof(dir));
-    assert_int_equal(
-        emlio__shardset_load(&set, dir, true, false, NULL, NULL, err),
-        EMLIO_ENOTFOUND);
+    assert_int_equal(s_load(&set, dir, NULL, NULL, err), EMLIO_ENOTFOUND);
     snprintf(path, sizeof(path), "%s/empty.tfrecord", dir);
     test_write_file(path, "", 0);
-    assert_int_equal(
-        emlio__shardset_load(&set, dir, true, false, NULL, NULL, err),
-        EMLIO_ENOTFOUND);
+    assert_int_equal(s_load(&set, dir, NULL, NULL, err), EMLIO_ENOTFOUND);
     assert_non_null(strstr(err, "empty"));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     s_write_shard(path, RECORDS);
-    assert_int_equal(
-        emlio__shardset_load(&set, dir, true, false, NULL, NULL, err), 2);
+    assert_int_equal(s_load(&set, dir, NULL, NULL, err), 2);
     assert_int_equal(set.records, RECORDS);
     assert_int_equal(strlen(set.fingerprint), 16);
     assert_int_equal(set.leased, 2); /* a local file system, our files */
@@ -83,8 +116,7 @@ test_shardset_lease_makes_writers_wait(void **state)
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     s_write_shard(path, RECORDS);
-    assert_int_equal(
-        emlio__shardset_load(&set, dir, true, false, s_log, &log, err), 1);
+    assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
     emlio_shard_t *shard = &set.shards[0];
     assert_true(shard->leased);
     assert_true(emlio__shard_acquire(shard)); /* a frame in flight */
@@ -139,8 +171,7 @@ test_shardset_copying_reads_survive_a_shrink(void **state)
     s_write_shard(path, RECORDS);
     int wfd = open(path, O_RDWR);
     assert_true(wfd >= 0);
-    assert_int_equal(
-        emlio__shardset_load(&set, dir, true, false, s_log, &log, err), 1);
+    assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
     emlio_shard_t *shard = &set.shards[0];
     assert_false(shard->leased);
     uint8_t *copy;
@@ -182,8 +213,7 @@ test_shardset_notices_a_replaced_shard(void **state)
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     snprintf(tmp, sizeof(tmp), "%s/a.new", dir);
     s_write_shard(path, RECORDS);
-    assert_int_equal(
-        emlio__shardset_load(&set, dir, true, false, s_log, &log, err), 1);
+    assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
     s_write_shard(tmp, 2);
     assert_int_equal(rename(tmp, path), 0);
     emlio__shardset_watch(&set, true, 60000, s_log, &log);
@@ -198,6 +228,94 @@ test_shardset_notices_a_replaced_shard(void **state)
     test_rmtree(dir);
 }
 
+/* A tar shard without a lease is read by copying too: each member with its
+ * header, which must still describe it; a shrink or a rewritten header is
+ * -ESTALE and marks the shard changed, never a SIGBUS. */
+static void
+test_shardset_copying_reads_of_tar_members(void **state)
+{
+    (void)state;
+    char dir[64];
+    char path[128];
+    char err[EMLIO_ERRMSG_LEN];
+    emlio_shardset_t set;
+    s_log_t log = { 0 };
+    test_mkdtemp(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/a.tar", dir);
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    s_tar_member(&tar, "000.jpg", 600, 'x');
+    s_tar_member(&tar, "000.cls", 1, '3');
+    s_tar_member(&tar, "001.jpg", 700, 'y');
+    s_tar_member(&tar, "001.cls", 1, '4');
+    uint8_t zeros[1024] = { 0 };
+    assert_int_equal(emlio_buf_add(&tar, zeros, sizeof(zeros)), 0);
+    test_write_file(path, tar.data, tar.len);
+    emlio_buf_release(&tar);
+    int wfd = open(path, O_RDWR);
+    assert_true(wfd >= 0);
+    assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
+    emlio_shard_t *shard = &set.shards[0];
+    assert_int_equal(shard->kind, EMLIO_SHARD_TAR);
+    assert_false(shard->leased);
+    assert_int_equal(set.mapped, 1);
+    size_t m;
+    assert_int_equal(emlio__tar_find(shard->tar, 1, NULL, &m), 0);
+    uint8_t *copy;
+    const uint8_t *data;
+    size_t len;
+    uint32_t stored;
+    assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
+                                            &stored, s_log, &log),
+                     0);
+    assert_int_equal(len, 700);
+    assert_int_equal(data[0], 'y');
+    assert_int_equal(data[699], 'y');
+    emlio_free(copy);
+    /* Another member's header rewritten in place (its checksum breaks). */
+    assert_int_equal(pwrite(wfd, "Z", 1, 0), 1);
+    assert_int_equal(emlio__tar_find(shard->tar, 0, "cls", &m), 0);
+    assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
+                                            &stored, s_log, &log),
+                     0); /* its own header is intact */
+    emlio_free(copy);
+    assert_int_equal(emlio__tar_find(shard->tar, 0, "jpg", &m), 0);
+    assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
+                                            &stored, s_log, &log),
+                     -ESTALE);
+    assert_null(copy);
+    assert_true(atomic_load(&shard->changed));
+    assert_false(emlio__shard_acquire(shard));
+    assert_int_equal(log.n, 1);
+    assert_non_null(strstr(log.last, "'a.tar' changed on disk"));
+    close(wfd);
+    emlio__shardset_release(&set);
+    test_rmtree(dir);
+}
+
+/* An ImageFolder class is never leased: its files are read by copies. */
+static void
+test_shardset_imagefolder_is_not_leased(void **state)
+{
+    (void)state;
+    char dir[64];
+    char path[160];
+    char err[EMLIO_ERRMSG_LEN];
+    emlio_shardset_t set;
+    test_mkdtemp(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/cat", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/cat/x.jpg", dir);
+    test_write_file(path, "jpeg", 4);
+    assert_int_equal(s_load(&set, dir, NULL, NULL, err), 1);
+    assert_int_equal(set.shards[0].kind, EMLIO_SHARD_IMAGEFOLDER);
+    assert_int_equal(set.shards[0].fd, -1);
+    assert_false(set.shards[0].leased);
+    assert_int_equal(set.mapped, 0);
+    emlio__shardset_watch(&set, true, 60000, NULL, NULL); /* a no-op */
+    emlio__shardset_release(&set);
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -206,6 +324,8 @@ main(void)
         cmocka_unit_test(test_shardset_lease_makes_writers_wait),
         cmocka_unit_test(test_shardset_copying_reads_survive_a_shrink),
         cmocka_unit_test(test_shardset_notices_a_replaced_shard),
+        cmocka_unit_test(test_shardset_copying_reads_of_tar_members),
+        cmocka_unit_test(test_shardset_imagefolder_is_not_leased),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
