@@ -13,6 +13,7 @@
 #define EMLIO_H
 
 #include "emlio/core.h"
+#include "emlio/dataset.h"
 
 #include "emlio/buf.h"
 #include "emlio/client.h"

@@ -15,8 +15,13 @@
 
 #define S_MAX_DAEMONS        255 /* part numbers are 8 bits of the request id */
 #define S_MAX_STREAMS        EMLIO_WIRE_MAX_STREAMS
-/* Streams per daemon the tuner starts from (cfg.streams = 0). */
+/* Streams per daemon the tuner starts from (cfg.streams = 0): two, or on a
+ * long path as many as carry S_START_RATE at the measured RTT and window
+ * (at most S_MAX_START_STREAMS), so that the first epoch does not crawl
+ * while the tuner doubles its way up. */
 #define S_AUTO_START_STREAMS 2
+#define S_MAX_START_STREAMS  16
+#define S_START_RATE         250e6 /* bytes/s: 2 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -83,6 +88,8 @@ struct emlio_batch {
     size_t cap;
     zmq_msg_t *frames;
     size_t n_frames;
+    const uint8_t **fdata; /* [position * n_fields + field] */
+    size_t *flen;
     s_part_t *parts;
     uint32_t n_parts;
     uint32_t parts_done;
@@ -96,6 +103,8 @@ struct emlio_client {
     emlio_client_config_t cfg;
     char *name;
     uint64_t session; /* random: lets the daemons count our streams once */
+    emlio_netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
+                                       sized */
     emlio_tuner_t tuner;
     uint64_t window_bytes; /* per-stream TCP window the path allows */
     uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
@@ -110,6 +119,9 @@ struct emlio_client {
     uint32_t n_daemons;
     s_shard_t *shards;
     size_t n_shards;
+    char **fields;    /* the daemons' field names (protocol v2); NULL = one
+                         unnamed field */
+    size_t n_fields;  /* frames per sample, >= 1 */
     char dataset[17]; /* fingerprint over all daemons' datasets */
     zmq_pollitem_t *poll;
     size_t n_poll;
@@ -195,6 +207,9 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
         self->cfg.world = 1;
     if (self->cfg.streams > S_MAX_STREAMS)
         self->cfg.streams = S_MAX_STREAMS;
+    emlio_netpath_limits_t limits;
+    emlio__netpath_limits(&limits);
+    emlio__netpath_plan(&limits, false, 0, &self->rcvbuf);
     while (!self->session) /* never 0: that means "no session" on the wire */
         if (getrandom(&self->session, sizeof(self->session), 0) !=
             sizeof(self->session))
@@ -211,6 +226,8 @@ s_batch_free(emlio_batch_t *b)
         zmq_msg_close(&b->frames[i]);
     emlio_free(b->samples);
     emlio_free(b->frames);
+    emlio_free(b->fdata);
+    emlio_free(b->flen);
     emlio_free(b->parts);
     emlio_free(b->positions);
     emlio_free(b);
@@ -229,11 +246,15 @@ s_batch_get(emlio_client_t *self, size_t n)
         if (!b)
             return NULL;
         b->cap = EMLIO_MAX(n, self->cfg.batch_size);
+        size_t nf = self->n_fields ? self->n_fields : 1;
         b->samples = emlio_calloc(b->cap, sizeof(*b->samples));
-        b->frames = emlio_calloc(b->cap, sizeof(*b->frames));
+        b->frames = emlio_calloc(b->cap * nf, sizeof(*b->frames));
+        b->fdata = emlio_calloc(b->cap * nf, sizeof(*b->fdata));
+        b->flen = emlio_calloc(b->cap * nf, sizeof(*b->flen));
         b->positions = emlio_calloc(b->cap, sizeof(*b->positions));
         b->parts = emlio_calloc(self->n_daemons, sizeof(*b->parts));
-        if (!b->samples || !b->frames || !b->positions || !b->parts) {
+        if (!b->samples || !b->frames || !b->positions || !b->parts ||
+            !b->fdata || !b->flen) {
             s_batch_free(b);
             return NULL;
         }
@@ -321,6 +342,9 @@ emlio_client_destroy(emlio_client_t **self_p)
         emlio_free(self->shards[i].holders);
     }
     emlio_free(self->shards);
+    for (size_t i = 0; self->fields && i < self->n_fields; i++)
+        emlio_free(self->fields[i]);
+    emlio_free(self->fields);
     emlio_free(self->daemons);
     emlio_free(self->poll);
     emlio_free(self->poll_daemon);
@@ -366,6 +390,13 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
                    sizeof(reconnect_max));
+    /* The receive buffer as large as the host allows (see netpath.h):
+     * explicit where that beats autotuning, forced on CONNECTED where we
+     * may. */
+    if (self->rcvbuf.zmq_value >= 0 &&
+        zmq_setsockopt(sock, ZMQ_RCVBUF, &self->rcvbuf.zmq_value,
+                       sizeof(int)) != 0)
+        return -1;
     if (self->cfg.curve_server_key) {
         if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY,
                            self->cfg.curve_server_key, 40) != 0 ||
@@ -460,6 +491,9 @@ s_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
         switch (event) {
         case ZMQ_EVENT_CONNECTED:
             daemon->fd[s] = (int)value; /* for TCP_INFO */
+            if (self->rcvbuf.force_value)
+                emlio__netpath_force((int)value, false,
+                                     self->rcvbuf.force_value);
             break;
         case ZMQ_EVENT_DISCONNECTED:
             daemon->fd[s] = -1;
@@ -624,13 +658,15 @@ s_handshake(emlio_client_t *self, s_daemon_t *daemon, emlio_wire_msg_t *msg,
             zmq_msg_close(frame);
             continue; /* a stale reply from an earlier session */
         }
-        if (msg->version != EMLIO_WIRE_VERSION) {
+        if (msg->version < EMLIO_WIRE_VERSION_MIN ||
+            msg->version > EMLIO_WIRE_VERSION) {
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
-            return emlio__seterr(
-                self->err, EMLIO_EVERSION,
-                "daemon '%s' speaks protocol %" PRIu64 ", we speak %d",
-                daemon->endpoint, msg->version, EMLIO_WIRE_VERSION);
+            return emlio__seterr(self->err, EMLIO_EVERSION,
+                                 "daemon '%s' speaks protocol %" PRIu64
+                                 ", we speak %d to %d",
+                                 daemon->endpoint, msg->version,
+                                 EMLIO_WIRE_VERSION_MIN, EMLIO_WIRE_VERSION);
         }
         self->min_latency_ns = emlio__now_ns() - t0;
         return 0;
@@ -658,6 +694,39 @@ s_cmp_entry(const void *pa, const void *pb)
     if (a->name_len != b->name_len)
         return a->name_len < b->name_len ? -1 : 1;
     return a->daemon < b->daemon ? -1 : a->daemon > b->daemon;
+}
+
+/* Keeps the field names of the first daemon's WELCOME; every other daemon
+ * must serve the same fields, or samples would differ by daemon. */
+static int
+s_take_fields(emlio_client_t *self, const s_daemon_t *daemon,
+              const emlio_wire_msg_t *msg, bool first)
+{
+    if (first) {
+        self->n_fields = msg->n_fields ? msg->n_fields : 1;
+        if (!msg->n_fields)
+            return 0;
+        self->fields = emlio_calloc(msg->n_fields, sizeof(*self->fields));
+        if (!self->fields)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        for (size_t i = 0; i < msg->n_fields; i++) {
+            self->fields[i] = emlio_malloc(msg->fields[i].len + 1);
+            if (!self->fields[i])
+                return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+            memcpy(self->fields[i], msg->fields[i].s, msg->fields[i].len);
+            self->fields[i][msg->fields[i].len] = '\0';
+        }
+        return 0;
+    }
+    bool same = (msg->n_fields ? msg->n_fields : 1) == self->n_fields;
+    for (size_t i = 0; same && i < msg->n_fields; i++)
+        same = self->fields && strlen(self->fields[i]) == msg->fields[i].len &&
+               !memcmp(self->fields[i], msg->fields[i].s, msg->fields[i].len);
+    if (!same)
+        return emlio__seterr(self->err, EMLIO_EMISMATCH,
+                             "daemon '%s' serves other fields than '%s'",
+                             daemon->endpoint, self->daemons[0].endpoint);
+    return 0;
 }
 
 /* Builds the global shard table: the union of inventories by name. */
@@ -780,14 +849,17 @@ s_add_streams(emlio_client_t *self, uint32_t want)
     return added || !self->poll ? s_rebuild_poll(self) : 0;
 }
 
+static void s_sample_paths(emlio_client_t *self);
+
 /* The per-stream window the path allows: the smaller of the daemons' send
- * buffers and the receive buffer this host autotunes to. */
+ * buffers and the receive buffer this host autotunes to; and the streams
+ * to start with. */
 static void
 s_init_tuning(emlio_client_t *self)
 {
     emlio_netpath_limits_t limits;
     emlio__netpath_limits(&limits);
-    uint64_t rcv = EMLIO_MAX(limits.tcp_rmem_max, 2 * limits.rmem_max);
+    uint64_t rcv = self->rcvbuf.effective;
     uint64_t snd = UINT64_MAX;
     for (uint32_t d = 0; d < self->n_daemons; d++)
         snd = EMLIO_MIN(snd, self->daemons[d].sndbuf
@@ -796,6 +868,21 @@ s_init_tuning(emlio_client_t *self)
     self->window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
     uint32_t start =
         self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
+    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
+    uint64_t rtt = self->rtt_ns ? self->rtt_ns : self->min_latency_ns;
+    if (!self->cfg.streams && rtt && self->window_bytes) {
+        /* 85%: what one stream really carries of window / RTT here. */
+        double per_stream =
+            0.85 * (double)self->window_bytes * 1e9 / (double)rtt;
+        double need = S_START_RATE / per_stream;
+        if (need > start)
+            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
+        if (start > S_AUTO_START_STREAMS)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                      "with %u streams per daemon",
+                      (double)rtt / 1e6, self->window_bytes >> 10, start);
+    }
     emlio__tuner_init(&self->tuner, start, S_MAX_STREAMS,
                       self->cfg.streams != 0, emlio__now_ns());
 }
@@ -882,6 +969,9 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, S_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
         n_entries += msgs[d].n_shards;
+        rc = s_take_fields(self, daemon, &msgs[d], d == 0);
+        if (rc < 0)
+            goto out;
     }
     entries = emlio_calloc(n_entries, sizeof(*entries));
     if (!entries) {
@@ -917,6 +1007,45 @@ out:
     emlio_free(frames);
     emlio_free(msgs);
     return rc;
+}
+
+size_t
+emlio_client_field_count(const emlio_client_t *self)
+{
+    assert(self);
+    return self->n_fields ? self->n_fields : 1;
+}
+
+const char *
+emlio_client_field_name(const emlio_client_t *self, size_t i)
+{
+    assert(self);
+    if (i >= emlio_client_field_count(self))
+        return NULL;
+    return self->fields ? self->fields[i] : "";
+}
+
+int
+emlio_client_field_index(const emlio_client_t *self, const char *name)
+{
+    assert(self && name);
+    for (size_t i = 0; self->fields && i < self->n_fields; i++)
+        if (strcmp(self->fields[i], name) == 0)
+            return (int)i;
+    return EMLIO_ENOTFOUND;
+}
+
+int
+emlio_batch_field(const emlio_batch_t *b, size_t i, size_t field,
+                  const uint8_t **data, size_t *len)
+{
+    assert(b && data && len);
+    size_t nf = b->owner->n_fields ? b->owner->n_fields : 1;
+    if (i >= b->n || field >= nf)
+        return EMLIO_ENOTFOUND;
+    *data = b->fdata[i * nf + field];
+    *len = b->flen[i * nf + field];
+    return 0;
 }
 
 size_t
@@ -1230,6 +1359,10 @@ s_request_batch(emlio_client_t *self, const emlio_plan_t *from, uint64_t epoch,
         b->samples[i] =
             (emlio_sample_t){ NULL,          SIZE_MAX,       -1,
                               plan[i].shard, plan[i].record, plan[i].pad };
+        for (size_t f = 0; f < self->n_fields; f++) {
+            b->fdata[i * self->n_fields + f] = NULL; /* until it arrives */
+            b->flen[i * self->n_fields + f] = 0;
+        }
     }
     uint32_t offset = 0;
     for (uint32_t p = 0; p < b->n_parts; p++) {
@@ -1486,23 +1619,38 @@ s_receive_one(emlio_client_t *self, uint32_t d, uint32_t stream)
                                daemon->endpoint, msg.id);
             goto out;
         }
-        zmq_msg_t *frame = &b->frames[b->n_frames];
-        zmq_msg_init(frame);
-        int more = zmq_msg_more(j == 0 ? &header : &b->frames[b->n_frames - 1]);
-        if (!more || zmq_msg_recv(frame, sock, 0) < 0) {
-            zmq_msg_close(frame);
-            rc = emlio__seterr(self->err, EMLIO_EPROTO,
-                               "daemon '%s' sent %zu sample frames where the "
-                               "header announced %zu",
-                               daemon->endpoint, j, msg.n_samples);
-            goto out;
+        /* One frame per field (protocol v2), one in all otherwise. */
+        uint32_t pos = part->positions[next++];
+        size_t nf = self->n_fields;
+        uint32_t crc = 0;
+        size_t sample_len = 0;
+        for (size_t f = 0; f < nf; f++) {
+            zmq_msg_t *frame = &b->frames[b->n_frames];
+            zmq_msg_init(frame);
+            int more = zmq_msg_more(
+                j == 0 && f == 0 ? &header : &b->frames[b->n_frames - 1]);
+            if (!more || zmq_msg_recv(frame, sock, 0) < 0) {
+                zmq_msg_close(frame);
+                rc = emlio__seterr(self->err, EMLIO_EPROTO,
+                                   "daemon '%s' sent %zu sample frames where "
+                                   "the header announced %zu",
+                                   daemon->endpoint, j * nf + f,
+                                   msg.n_samples * nf);
+                goto out;
+            }
+            b->n_frames++;
+            b->fdata[pos * nf + f] = zmq_msg_data(frame);
+            b->flen[pos * nf + f] = zmq_msg_size(frame);
+            if (self->cfg.verify)
+                crc =
+                    emlio_crc32c(crc, zmq_msg_data(frame), zmq_msg_size(frame));
+            sample_len += zmq_msg_size(frame);
         }
-        b->n_frames++;
-        emlio_sample_t *s = &b->samples[part->positions[next++]];
-        s->data = zmq_msg_data(frame);
-        s->len = zmq_msg_size(frame);
+        emlio_sample_t *s = &b->samples[pos];
+        s->data = b->fdata[pos * nf];
+        s->len = b->flen[pos * nf];
         s->label = ws->label;
-        if (self->cfg.verify && emlio_crc32c(0, s->data, s->len) != ws->crc) {
+        if (self->cfg.verify && crc != ws->crc) {
             rc = emlio__seterr(self->err, EMLIO_ECORRUPT,
                                "sample %" PRIu64 " of shard '%s' from daemon "
                                "'%s' failed its checksum",
@@ -1510,9 +1658,9 @@ s_receive_one(emlio_client_t *self, uint32_t d, uint32_t stream)
                                daemon->endpoint);
             goto out;
         }
-        b->bytes += s->len;
-        daemon->rx_bytes[stream] += s->len;
-        self->total_bytes += s->len;
+        b->bytes += sample_len;
+        daemon->rx_bytes[stream] += sample_len;
+        self->total_bytes += sample_len;
     }
     part->done = true;
     daemon->sock_outstanding[part->sock]--;

@@ -62,6 +62,10 @@ int emlio__seterr(char *errbuf, int rc, const char *fmt, ...)
             emlio_ctx_log((ctx), (level), (module), __VA_ARGS__); \
     } while (0)
 
+/* Writes data[0, len) to path atomically: a temporary file beside it
+ * (mode 0644), fsync'ed and renamed over path. Returns 0 or -errno. */
+int emlio__write_file_atomic(const char *path, const void *data, size_t len);
+
 /* Receives and discards the remaining frames of the multipart message
  * being read on sock (a void * so zmq.h stays out of here). */
 void emlio__zmq_drain(void *sock);

@@ -23,6 +23,8 @@
  * the shard mappings before it gives up and leaves them mapped. */
 #define S_RELEASE_WAIT_MS 5000
 #define S_MAX_IDENTITY    255
+/* s_read_sample's verdict for a sample lacking the requested field. */
+#define S_EMISSING        (-1999)
 
 /* One GET on its way from the frontend to a worker and back. */
 /* One sample located and verified by a reader: a view into the mapping. */
@@ -33,6 +35,8 @@ typedef struct s_sample_view {
     uint32_t crc;
     uint32_t shard;
     uint64_t record;
+    uint8_t *owned; /* a copy the view points into (ImageFolder files),
+                       freed with the batch; NULL for the mapping */
 } s_sample_view_t;
 
 /* One GET on its way through the pipeline: frontend -> reader ->
@@ -43,7 +47,8 @@ typedef struct s_job {
     emlio_wire_msg_t msg;
     s_sample_view_t *views; /* filled by the reader; skipped ones left out */
     size_t n_views;
-    int code; /* the reader's verdict: 0, or the error to answer with */
+    size_t per; /* views per sample (fields), set by the reader */
+    int code;   /* the reader's verdict: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
 } s_job_t;
 
@@ -73,6 +78,13 @@ struct emlio_server {
     char *data_dir;
     char *bytes_key;
     char *label_key;
+    char *format; /* copies of cfg's strings (NULL = default) */
+    char *field;
+    char *label_field;    /* "cls" unless configured */
+    char *fields_spec;    /* cfg.fields, copied */
+    char **fields;        /* the names of --fields; NULL = one default */
+    size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
+    emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
     size_t bytes_key_len; /* measured once, not per sample */
     size_t label_key_len;
     char *name;
@@ -157,8 +169,13 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
     self->label_key = s_dup_or(cfg->label_key, "image/class/label");
     self->name = s_dup_or(cfg->name, default_name);
+    self->format = s_dup_or(cfg->format, "auto");
+    self->field = cfg->field ? emlio_strdup(cfg->field) : NULL;
+    self->label_field = s_dup_or(cfg->label_field, "cls");
+    self->fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     if (!self->data_dir || !self->bytes_key || !self->label_key ||
-        !self->name) {
+        !self->name || !self->format || !self->label_field ||
+        (cfg->field && !self->field) || (cfg->fields && !self->fields_spec)) {
         emlio_server_destroy(&self);
         return NULL;
     }
@@ -168,6 +185,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->label_key_len = strlen(self->label_key);
     self->cfg.label_key = self->label_key;
     self->cfg.name = self->name;
+    self->cfg.format = self->format;
+    self->cfg.field = self->field;
+    self->cfg.label_field = self->label_field;
+    self->cfg.fields = self->fields_spec;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -198,6 +219,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         return NULL;
     }
     emlio_buf_init(&self->welcome);
+    emlio_buf_init(&self->welcome2);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
 }
@@ -252,6 +274,14 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->data_dir);
     emlio_free(self->bytes_key);
     emlio_free(self->label_key);
+    emlio_free(self->format);
+    emlio_free(self->field);
+    emlio_free(self->label_field);
+    emlio_free(self->fields_spec);
+    for (size_t i = 0; i < self->n_fields; i++)
+        emlio_free(self->fields[i]);
+    emlio_free(self->fields);
+    emlio_buf_release(&self->welcome2);
     emlio_free(self->name);
     emlio_free(self);
     *self_p = NULL;
@@ -276,16 +306,99 @@ s_encode_welcome(emlio_server_t *self)
     for (size_t i = 0; i < self->set.n; i++) {
         inv[i].name = self->set.shards[i].name;
         inv[i].name_len = strlen(inv[i].name);
-        inv[i].records = emlio_tfrecord_count(self->set.shards[i].file);
-        inv[i].bytes = emlio_tfrecord_size(self->set.shards[i].file);
+        inv[i].records = emlio__shard_count(&self->set.shards[i]);
+        inv[i].bytes = emlio__shard_size(&self->set.shards[i]);
     }
-    int rc = emlio__wire_encode_welcome(
-        &self->welcome, self->name, self->set.fingerprint, self->cfg.max_batch,
-        self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS, self->sndbuf.effective,
-        inv, self->set.n);
+    int rc = emlio__wire_encode_welcome_v(
+        &self->welcome, 1, self->name, self->set.fingerprint,
+        self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
+        self->sndbuf.effective, inv, self->set.n, NULL, 0);
+    if (rc == 0)
+        rc = emlio__wire_encode_welcome_v(
+            &self->welcome2, 2, self->name, self->set.fingerprint,
+            self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
+            self->sndbuf.effective, inv, self->set.n, self->fields,
+            self->n_fields);
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
+    return 0;
+}
+
+/* Splits cfg.fields ("jpg,cls,json") into self->fields and checks the
+ * names against what the backends can serve. */
+static int
+s_parse_fields(emlio_server_t *self)
+{
+    const char *p = self->fields_spec;
+    if (!p)
+        return 0;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len > EMLIO_WIRE_MAX_NAME)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': empty or long name",
+                                 self->fields_spec);
+        if (self->n_fields >= EMLIO_WIRE_MAX_FIELDS)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': more than %u fields",
+                                 self->fields_spec, EMLIO_WIRE_MAX_FIELDS);
+        char **fields = emlio_reallocarray(self->fields, self->n_fields + 1,
+                                           sizeof(*fields));
+        if (!fields)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        self->fields = fields;
+        char *name = emlio_malloc(len + 1);
+        if (!name)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memcpy(name, p, len);
+        name[len] = '\0';
+        for (size_t i = 0; i < self->n_fields; i++)
+            if (strcmp(self->fields[i], name) == 0) {
+                emlio__seterr(self->err, EMLIO_EINVAL,
+                              "bad field list '%s': '%s' twice",
+                              self->fields_spec, name);
+                emlio_free(name);
+                return EMLIO_EINVAL;
+            }
+        self->fields[self->n_fields++] = name;
+        p += len + (comma ? 1 : 0);
+        if (comma && !*p)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "bad field list '%s': empty name",
+                                 self->fields_spec);
+    }
+    return 0;
+}
+
+/* A requested field no shard can have is a configuration error found at
+ * start-up, not one error per sample later. */
+static int
+s_check_fields(emlio_server_t *self)
+{
+    for (size_t f = 0; f < self->n_fields; f++) {
+        const char *want = self->fields[f];
+        bool found = false, unknown = false;
+        for (size_t i = 0; i < self->set.n && !found; i++) {
+            const emlio_shard_t *shard = &self->set.shards[i];
+            if (shard->kind == EMLIO_SHARD_TAR) {
+                const emlio__tar_index_t *idx = emlio__tar_index(shard->tar);
+                for (size_t k = 0; k < idx->n_fields && !found; k++)
+                    found = strcmp(idx->fields[k], want) == 0;
+            } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+                found = !strcmp(want, "image") || !strcmp(want, "label");
+            } else {
+                unknown = true; /* Example keys: checked per record */
+            }
+        }
+        if (!found && !unknown)
+            return emlio__seterr(
+                self->err, EMLIO_ENOTFOUND,
+                "no shard under '%s' has field '%s' (tar: member "
+                "extensions; imagefolder: image, label)",
+                self->data_dir, want);
+    }
     return 0;
 }
 
@@ -295,11 +408,24 @@ emlio_server_load(emlio_server_t *self)
     assert(self);
     if (self->loaded)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already loaded");
-    int rc = emlio__shardset_load(&self->set, self->data_dir, self->cfg.verify,
-                                  self->cfg.write_index, s_shardset_log, self,
-                                  self->err);
+    emlio_shardset_opts_t opts = {
+        .format = self->cfg.format,
+        .mixed_formats = self->cfg.mixed_formats,
+        .verify_data = self->cfg.verify,
+        .write_index = self->cfg.write_index,
+    };
+    int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
+    rc = emlio__shardset_load(&self->set, self->data_dir, &opts, s_shardset_log,
+                              self, self->err);
+    if (rc < 0)
+        return rc;
+    rc = s_check_fields(self);
+    if (rc < 0) {
+        emlio__shardset_release(&self->set);
+        return rc;
+    }
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64
@@ -515,10 +641,12 @@ s_frame_free(void *data, void *hint)
     if (self->cfg.drop_behind) {
         /* Sent: these pages will not be read again this epoch. */
         for (size_t i = 0; i < rel->n; i++)
-            emlio_tfrecord_advise(self->set.shards[rel->items[i].shard].file,
-                                  (size_t)rel->items[i].record, 1,
-                                  EMLIO_ADVISE_DONTNEED);
+            emlio__shard_advise(&self->set.shards[rel->items[i].shard],
+                                (size_t)rel->items[i].record, 1,
+                                EMLIO_ADVISE_DONTNEED);
     }
+    for (size_t i = 0; i < rel->n; i++)
+        emlio_free(rel->items[i].owned);
     emlio_free(rel);
     atomic_fetch_sub(&self->batches_in_flight, 1);
 }
@@ -527,10 +655,186 @@ s_frame_free(void *data, void *hint)
  * is checked by combining the CRCs of the parts before, inside and after
  * the sample bytes, so no byte is read twice. */
 
+/* A tar sample: the configured member (or the first image member), zero
+ * copy from the mapping, and the label from the label member. A sample
+ * without that member is EMLIO_EFORMAT with -ENOENT's meaning (the caller
+ * names shard, sample and field). */
+static int
+s_read_tar_sample(const emlio_server_t *self, const emlio_shard_t *shard,
+                  uint64_t record, s_sample_view_t *out)
+{
+    const uint8_t *data;
+    size_t len;
+    int rc = self->field ? emlio__tar_field(shard->tar, (size_t)record,
+                                            self->field, &data, &len)
+                         : emlio__tar_default_field(shard->tar, (size_t)record,
+                                                    &data, &len);
+    if (rc == -ENOENT)
+        return S_EMISSING;
+    if (rc < 0)
+        return rc;
+    out->data = data;
+    out->len = len;
+    out->label =
+        emlio__tar_label(shard->tar, (size_t)record, self->label_field);
+    out->crc = emlio_crc32c(0, data, len);
+    return 0;
+}
+
+static int
+s_read_folder_sample(const emlio_shard_t *shard, uint64_t record,
+                     s_sample_view_t *out)
+{
+    uint8_t *data;
+    size_t len;
+    int rc = emlio__folder_read(shard->folder, (size_t)record, &data, &len);
+    if (rc < 0)
+        return rc;
+    out->owned = data;
+    out->data = data;
+    out->len = len;
+    out->label = emlio__folder_label(shard->folder);
+    out->crc = emlio_crc32c(0, data, len);
+    return 0;
+}
+
+/* An owned little-endian copy of an int64 or float value (a field frame
+ * of a number). */
+static int
+s_number_view(s_sample_view_t *out, const void *le, size_t len)
+{
+    out->owned = emlio_malloc(len);
+    if (!out->owned)
+        return EMLIO_ENOMEM;
+    memcpy(out->owned, le, len);
+    out->data = out->owned;
+    out->len = len;
+    return 0;
+}
+
+static int
+s_int64_view(s_sample_view_t *out, int64_t v)
+{
+    uint8_t le[8];
+    for (int k = 0; k < 8; k++)
+        le[k] = (uint8_t)((uint64_t)v >> (8 * k));
+    return s_number_view(out, le, sizeof(le));
+}
+
+/* Multi-field samples: fills views[0, n_fields) with one frame per
+ * configured field, the label and the sample CRC (over the frames in
+ * field order) in views[0]. A missing field is S_EMISSING with its name in
+ * *missing. On failure nothing stays owned. */
+static int
+s_read_fields(const emlio_server_t *self, const emlio_shard_t *shard,
+              uint64_t record, s_sample_view_t *views, const char **missing)
+{
+    size_t nf = self->n_fields;
+    int rc = 0;
+    int64_t label = -1;
+    for (size_t f = 0; f < nf; f++)
+        views[f].owned = NULL;
+    if (shard->kind == EMLIO_SHARD_TAR) {
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            const uint8_t *d;
+            size_t len;
+            rc = emlio__tar_field(shard->tar, (size_t)record, self->fields[f],
+                                  &d, &len);
+            if (rc == -ENOENT) {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            } else if (rc == 0) {
+                views[f].data = d;
+                views[f].len = len;
+            }
+        }
+        label = emlio__tar_label(shard->tar, (size_t)record, self->label_field);
+    } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+        label = emlio__folder_label(shard->folder);
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            if (strcmp(self->fields[f], "image") == 0) {
+                uint8_t *d;
+                size_t len;
+                rc =
+                    emlio__folder_read(shard->folder, (size_t)record, &d, &len);
+                if (rc == 0) {
+                    views[f].owned = d;
+                    views[f].data = d;
+                    views[f].len = len;
+                }
+            } else if (strcmp(self->fields[f], "label") == 0) {
+                rc = s_int64_view(&views[f], label);
+            } else {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            }
+        }
+    } else {
+        const uint8_t *rec;
+        size_t rec_len;
+        uint32_t stored;
+        rc = emlio_tfrecord_record(shard->file, (size_t)record, &rec, &rec_len,
+                                   &stored);
+        if (rc == 0 && self->cfg.verify &&
+            emlio_crc32c(0, rec, rec_len) != stored)
+            rc = EMLIO_ECORRUPT;
+        emlio_example_field_t ex[EMLIO_WIRE_MAX_FIELDS + 1];
+        if (rc == 0) {
+            memset(ex, 0, sizeof(ex));
+            for (size_t f = 0; f < nf; f++) {
+                ex[f].key = self->fields[f];
+                ex[f].key_len = strlen(self->fields[f]);
+            }
+            ex[nf].key = self->label_key;
+            ex[nf].key_len = self->label_key_len;
+            if (emlio_example_parse(rec, rec_len, ex, nf + 1) < 0)
+                rc = EMLIO_EFORMAT;
+        }
+        if (rc == 0 && ex[nf].kind == EMLIO_FEATURE_INT64 && ex[nf].count)
+            label = ex[nf].int64;
+        for (size_t f = 0; f < nf && rc == 0; f++) {
+            if (ex[f].kind == EMLIO_FEATURE_BYTES && ex[f].count) {
+                views[f].data = ex[f].bytes;
+                views[f].len = ex[f].bytes_len;
+            } else if (ex[f].kind == EMLIO_FEATURE_INT64 && ex[f].count) {
+                rc = s_int64_view(&views[f], ex[f].int64);
+            } else if (ex[f].kind == EMLIO_FEATURE_FLOAT && ex[f].count) {
+                uint32_t bits;
+                uint8_t le[4];
+                memcpy(&bits, &ex[f].f32, 4);
+                for (int k = 0; k < 4; k++)
+                    le[k] = (uint8_t)(bits >> (8 * k));
+                rc = s_number_view(&views[f], le, 4);
+            } else {
+                *missing = self->fields[f];
+                rc = S_EMISSING;
+            }
+        }
+    }
+    if (rc < 0) {
+        for (size_t f = 0; f < nf; f++) {
+            emlio_free(views[f].owned);
+            views[f].owned = NULL;
+        }
+        return rc;
+    }
+    uint32_t crc = 0;
+    for (size_t f = 0; f < nf; f++)
+        crc = emlio_crc32c(crc, views[f].data, views[f].len);
+    views[0].label = label;
+    views[0].crc = crc;
+    return 0;
+}
+
 static int
 s_read_sample(const emlio_server_t *self, const emlio_shard_t *shard,
               uint64_t record, s_sample_view_t *out)
 {
+    out->owned = NULL;
+    if (shard->kind == EMLIO_SHARD_TAR)
+        return s_read_tar_sample(self, shard, record, out);
+    if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
+        return s_read_folder_sample(shard, record, out);
     const uint8_t *rec;
     size_t rec_len;
     uint32_t stored;
@@ -641,7 +945,9 @@ s_read_job(emlio_server_t *self, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
     size_t n = get->n_items;
-    job->views = emlio_calloc(n, sizeof(*job->views));
+    size_t per = self->n_fields ? self->n_fields : 1; /* frames per sample */
+    job->per = per;
+    job->views = emlio_calloc(n ? n * per : 1, sizeof(*job->views));
     if (!job->views) {
         job->code = EMLIO_ENOMEM;
         snprintf(job->text, sizeof(job->text), "out of memory");
@@ -667,8 +973,20 @@ s_read_job(emlio_server_t *self, s_job_t *job)
             return;
         }
         const emlio_shard_t *shard = &self->set.shards[item->shard];
-        s_sample_view_t *view = &job->views[job->n_views];
-        int rc = s_read_sample(self, shard, item->record, view);
+        s_sample_view_t *view = &job->views[job->n_views * per];
+        const char *missing = self->field ? self->field : "(image)";
+        int rc = self->n_fields
+                     ? s_read_fields(self, shard, item->record, view, &missing)
+                     : s_read_sample(self, shard, item->record, view);
+        if (rc == S_EMISSING && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
+            atomic_fetch_add(&self->corrupt_skipped, 1);
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "skipping sample %" PRIu64 " of '%s' at offset "
+                      "%" PRIu64 ": no field '%s'",
+                      item->record, shard->name,
+                      emlio__shard_offset(shard, item->record), missing);
+            continue;
+        }
         if (rc == EMLIO_ECORRUPT &&
             self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
             atomic_fetch_add(&self->corrupt_skipped, 1);
@@ -676,27 +994,41 @@ s_read_job(emlio_server_t *self, s_job_t *job)
                       "skipping corrupt record %" PRIu64 " of '%s' at offset "
                       "%" PRIu64,
                       item->record, shard->name,
-                      emlio_tfrecord_loc(shard->file, item->record)->offset);
+                      emlio__shard_offset(shard, item->record));
             continue;
         }
         if (rc < 0) {
-            job->code = rc;
+            job->code = rc == S_EMISSING ? EMLIO_EFORMAT : rc;
             if (rc == EMLIO_ENOTFOUND)
                 snprintf(job->text, sizeof(job->text),
                          "no record %" PRIu64 " in shard '%s' (%zu records)",
+                         item->record, shard->name, emlio__shard_count(shard));
+            else if (rc == S_EMISSING)
+                snprintf(job->text, sizeof(job->text),
+                         "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
+                         " has no field '%s'",
                          item->record, shard->name,
-                         emlio_tfrecord_count(shard->file));
+                         emlio__shard_offset(shard, item->record), missing);
+            else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
+                snprintf(job->text, sizeof(job->text),
+                         "%s file '%s/%s' (record %" PRIu64 ")",
+                         rc == EMLIO_EFORMAT ? "changed" : "unreadable",
+                         shard->name,
+                         emlio__folder_file(shard->folder, item->record),
+                         item->record);
             else
                 snprintf(job->text, sizeof(job->text),
                          "%s record %" PRIu64 " in shard '%s' at offset "
                          "%" PRIu64,
                          rc == EMLIO_ECORRUPT ? "corrupt" : "unreadable",
                          item->record, shard->name,
-                         emlio_tfrecord_loc(shard->file, item->record)->offset);
+                         emlio__shard_offset(shard, item->record));
             return;
         }
-        view->shard = item->shard;
-        view->record = item->record;
+        for (size_t f = 0; f < per; f++) {
+            view[f].shard = item->shard;
+            view[f].record = item->record;
+        }
         job->n_views++;
     }
 }
@@ -709,15 +1041,17 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
 {
     const emlio_wire_msg_t *get = &job->msg;
     size_t n = job->n_views;
+    size_t per = self->n_fields ? self->n_fields : 1; /* frames per sample */
+    size_t nf = n * per;
     emlio_wire_sample_t *samples = NULL;
     zmq_msg_t *frames = NULL;
     s_release_t *rel = NULL;
     size_t made = 0;
     uint64_t bytes = 0;
     if (job->code == 0) {
-        samples = emlio_calloc(n, sizeof(*samples));
-        frames = emlio_calloc(n, sizeof(*frames));
-        rel = emlio_malloc(sizeof(*rel) + n * sizeof(rel->items[0]));
+        samples = emlio_calloc(n ? n : 1, sizeof(*samples));
+        frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
+        rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]));
         if (!samples || !frames || !rel) {
             job->code = EMLIO_ENOMEM;
             snprintf(job->text, sizeof(job->text), "out of memory");
@@ -725,27 +1059,29 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
     }
     if (job->code == 0) {
         rel->server = self;
-        rel->n = n;
-        atomic_init(&rel->left, (unsigned)(n ? n : 1));
+        rel->n = nf;
+        atomic_init(&rel->left, (unsigned)(nf ? nf : 1));
         atomic_fetch_add(&self->batches_in_flight, 1);
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < nf; i++) {
             const s_sample_view_t *v = &job->views[i];
             rel->items[i] = *v;
+            job->views[i].owned = NULL; /* rel frees it with the batch */
             /* Zero-copy: the frame points into the mapping. */
             zmq_msg_init_data(&frames[i], (void *)v->data, v->len, s_frame_free,
                               rel);
-            samples[i] =
-                (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
+            if (i % per == 0)
+                samples[i / per] = (emlio_wire_sample_t){ v->shard, v->record,
+                                                          v->label, v->crc };
             bytes += v->len;
         }
-        made = n;
+        made = nf;
         emlio_buf_t buf = EMLIO_BUF_INIT;
         zmq_msg_t header;
         if (emlio__wire_encode_batch(&buf, get->id, samples, n) == 0 &&
             s_header_msg(&header, &buf) == 0) {
-            if (n == 0) /* no frame will release it */
+            if (nf == 0) /* no frame will release it */
                 s_frame_free(NULL, rel);
-            s_send_parts(done, &job->identity, &header, frames, n, 0);
+            s_send_parts(done, &job->identity, &header, frames, nf, 0);
             atomic_fetch_add(&self->requests, 1);
             atomic_fetch_add(&self->samples, n);
             atomic_fetch_add(&self->bytes, bytes);
@@ -774,6 +1110,11 @@ s_job_free(s_job_t *job)
 {
     if (!job)
         return;
+    /* Views a batch did not take (an error reply); the per-sample frame
+     * count is not known here, so every slot that may hold one is freed
+     * (calloc'd, so the rest are NULL). */
+    for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
+        emlio_free(job->views[i].owned);
     emlio_free(job->views);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);
@@ -974,12 +1315,12 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
                get->items[i + run].record == first->record + run)
             run++;
         if (first->shard < self->set.n) {
-            const emlio_tfrecord_t *file = self->set.shards[first->shard].file;
-            size_t count = emlio_tfrecord_count(file);
+            const emlio_shard_t *shard = &self->set.shards[first->shard];
+            size_t count = emlio__shard_count(shard);
             if (first->record < count)
-                emlio_tfrecord_advise(file, (size_t)first->record,
-                                      EMLIO_MIN(run, count - first->record),
-                                      EMLIO_ADVISE_WILLNEED);
+                emlio__shard_advise(shard, (size_t)first->record,
+                                    EMLIO_MIN(run, count - first->record),
+                                    EMLIO_ADVISE_WILLNEED);
         }
         i += run;
     }
@@ -1025,8 +1366,8 @@ s_frontend_hello(emlio_server_t *self, s_job_t *job)
     zmq_msg_t welcome;
     if (hello->session && hello->stream > 0) {
         emlio_buf_t joined = EMLIO_BUF_INIT;
-        if (emlio__wire_encode_joined(&joined, hello->id,
-                                      self->set.fingerprint) < 0 ||
+        if (emlio__wire_encode_joined_v(&joined, hello->version, hello->id,
+                                        self->set.fingerprint) < 0 ||
             zmq_msg_init_size(&welcome, joined.len) != 0) {
             emlio_buf_release(&joined);
             zmq_msg_close(&job->identity);
@@ -1036,8 +1377,9 @@ s_frontend_hello(emlio_server_t *self, s_job_t *job)
         emlio_buf_release(&joined);
     } else {
         /* The encoded WELCOME lives as long as the server: no copy. */
-        zmq_msg_init_data(&welcome, self->welcome.data, self->welcome.len, NULL,
-                          NULL);
+        const emlio_buf_t *w =
+            hello->version >= 2 ? &self->welcome2 : &self->welcome;
+        zmq_msg_init_data(&welcome, w->data, w->len, NULL, NULL);
         atomic_fetch_add(&self->clients, 1);
     }
     s_send_parts(self->router, &job->identity, &welcome, NULL, 0, ZMQ_DONTWAIT);
@@ -1088,12 +1430,27 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     if (job->msg.type == EMLIO_MSG_HELLO) {
-        if (job->msg.version != EMLIO_WIRE_VERSION) {
+        if (job->msg.version < EMLIO_WIRE_VERSION_MIN ||
+            job->msg.version > EMLIO_WIRE_VERSION) {
             char text[128];
             snprintf(text, sizeof(text),
                      "protocol version %" PRIu64 " not supported (server "
-                     "speaks %d)",
-                     job->msg.version, EMLIO_WIRE_VERSION);
+                     "speaks %d to %d)",
+                     job->msg.version, EMLIO_WIRE_VERSION_MIN,
+                     EMLIO_WIRE_VERSION);
+            s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
+                                   text);
+            goto drop_header;
+        }
+        if (job->msg.version < 2 && self->n_fields) {
+            /* A v1 client would read the frames of one sample's fields as
+             * several samples: refuse it clearly instead. */
+            char text[EMLIO_ERRMSG_LEN];
+            snprintf(text, sizeof(text),
+                     "protocol version 1 not supported: this daemon serves "
+                     "multi-field samples (--fields %.300s), which need "
+                     "protocol version 2; upgrade the client",
+                     self->fields_spec);
             s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION,
                                    text);
             goto drop_header;

@@ -53,7 +53,7 @@ s_has_suffix(const char *s, const char *suffix)
  * bounded so a pathological tree cannot exhaust the stack. */
 static int
 s_walk(const char *root, const char *rel, int depth, s_names_t *out,
-       char *errbuf)
+       s_names_t *tars, char *errbuf)
 {
     char path[PATH_MAX];
     if (depth > 32)
@@ -84,10 +84,13 @@ s_walk(const char *root, const char *rel, int depth, s_names_t *out,
         if (S_ISDIR(st.st_mode)) {
             char sub[PATH_MAX];
             if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
-                rc = s_walk(root, sub, depth + 1, out, errbuf);
+                rc = s_walk(root, sub, depth + 1, out, tars, errbuf);
         } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
                    s_has_suffix(e->d_name, ".tfrecord")) {
             rc = s_names_push(out, child);
+        } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
+                   s_has_suffix(e->d_name, ".tar")) {
+            rc = s_names_push(tars, child);
         }
     }
     closedir(dir);
@@ -114,14 +117,15 @@ s_fnv(uint64_t h, const void *data, size_t len)
 
 static int
 s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
-              emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+              bool rescan, emlio_shardset_log_fn *log, void *userdata,
+              char *errbuf)
 {
     char idx[PATH_MAX];
     const char *path = emlio_tfrecord_path(file);
     if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
         return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
                              path);
-    int rc = emlio_tfrecord_load_index(file, idx);
+    int rc = rescan ? -ENOENT : emlio_tfrecord_load_index(file, idx);
     if (rc >= 0)
         return rc;
     if (rc != -ENOENT && log) {
@@ -145,13 +149,196 @@ s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
     return rc;
 }
 
+/* Loads (or builds, and caches) the wds2idx index of a tar shard. */
+static int
+s_index_tar(emlio__tar_t *tar, bool write_index, bool rescan,
+            emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    char idx[PATH_MAX];
+    const char *path = emlio__tar_path(tar);
+    if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
+        return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
+                             path);
+    int rc = rescan ? -ENOENT : emlio__tar_load_index(tar, idx);
+    if (rc >= 0)
+        return rc;
+    if (rc != -ENOENT && log) {
+        char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
+        snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
+                 emlio__tar_errmsg(tar));
+        log(userdata, msg);
+    }
+    rc = emlio__tar_scan(tar);
+    if (rc < 0)
+        return emlio__seterr(errbuf, rc, "%s", emlio__tar_errmsg(tar));
+    if (write_index && rc > 0) {
+        int wrc = emlio__tar_write_index(tar, idx);
+        if (wrc < 0 && log) {
+            char msg[PATH_MAX + 128];
+            snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
+                     emlio_strerror(wrc));
+            log(userdata, msg);
+        }
+    }
+    return rc;
+}
+
+/* The class directories of an ImageFolder root: its non-hidden
+ * subdirectories (symlinks to directories included, as torchvision's
+ * os.scandir(...).is_dir() does), sorted. */
+static int
+s_classes(const char *root, s_names_t *out, char *errbuf)
+{
+    DIR *dir = opendir(root);
+    if (!dir)
+        return emlio__seterr(errbuf, -errno, "cannot open directory '%s': %s",
+                             root, strerror(errno));
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char full[PATH_MAX];
+        struct stat st;
+        if (snprintf(full, sizeof(full), "%s/%s", root, e->d_name) >=
+                (int)sizeof(full) ||
+            stat(full, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        rc = s_names_push(out, e->d_name);
+    }
+    closedir(dir);
+    if (rc == 0)
+        qsort(out->v, out->n, sizeof(*out->v), s_cmp_names);
+    return rc;
+}
+
+/* Reads the whole small file at path into a fresh buffer. */
+static int
+s_slurp(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rbe");
+    if (!f)
+        return -errno;
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    char chunk[65536];
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        rc = emlio_buf_add(&buf, chunk, got);
+    fclose(f);
+    if (rc < 0) {
+        emlio_buf_release(&buf);
+        return rc;
+    }
+    *out = (char *)emlio_buf_detach(&buf, len);
+    return 0;
+}
+
+/* The class directories as shards: their listing from ROOT/.emlio-files
+ * when it still describes the tree, else from a walk (then cached). The
+ * classes' names move into the shards. */
+static int
+s_load_folders(emlio_shardset_t *self, const char *dir, s_names_t *classes,
+               const struct stat *root, const emlio_shardset_opts_t *opts,
+               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    size_t first = self->n;
+    emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
+    if (!folders)
+        return EMLIO_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < classes->n && rc == 0; i++) {
+        emlio_shard_t *shard = &self->shards[self->n];
+        shard->name = classes->v[i];
+        shard->kind = EMLIO_SHARD_IMAGEFOLDER;
+        classes->v[i] = NULL;
+        self->n++;
+        shard->folder = emlio__folder_new(dir, shard->name, (int64_t)i);
+        folders[i] = shard->folder;
+        if (!shard->folder)
+            rc = EMLIO_ENOMEM;
+    }
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
+    char *text = NULL;
+    size_t len = 0;
+    bool cached = false;
+    if (rc == 0 && !opts->rescan && s_slurp(cache, &text, &len) == 0) {
+        cached = emlio__folder_cache_load(text, len, root->st_mtim, folders,
+                                          classes->n) == 0;
+        if (!cached && log) {
+            char msg[PATH_MAX + 64];
+            snprintf(msg, sizeof(msg),
+                     "file list '%s' is stale; listing the tree", cache);
+            log(userdata, msg);
+        }
+    }
+    emlio_free(text);
+    for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
+        emlio_shard_t *shard = &self->shards[first + i];
+        rc = emlio__folder_scan(shard->folder);
+        if (rc < 0)
+            emlio__seterr(errbuf, rc, "%s",
+                          emlio__folder_errmsg(shard->folder));
+    }
+    for (size_t i = 0; i < classes->n && rc >= 0; i++)
+        if (emlio__folder_count(folders[i]) == 0) /* as torchvision */
+            rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                               "class directory '%s/%s' has no images", dir,
+                               self->shards[first + i].name);
+    if (rc >= 0 && !cached && opts->write_index) {
+        int wrc = emlio__folder_cache_write(cache, root->st_mtim, folders,
+                                            classes->n);
+        if (wrc < 0 && log) {
+            char msg[PATH_MAX + 128];
+            snprintf(msg, sizeof(msg), "cannot write file list '%s': %s", cache,
+                     emlio_strerror(wrc));
+            log(userdata, msg);
+        }
+    }
+    emlio_free(folders);
+    return rc < 0 ? rc : 0;
+}
+
+static int
+s_grow(emlio_shardset_t *self, size_t more)
+{
+    emlio_shard_t *shards =
+        emlio_reallocarray(self->shards, self->n + more, sizeof(*shards));
+    if (!shards)
+        return EMLIO_ENOMEM;
+    self->shards = shards;
+    memset(shards + self->n, 0, more * sizeof(*shards));
+    return 0;
+}
+
+static int
+s_cmp_shards(const void *a, const void *b)
+{
+    return strcmp(((const emlio_shard_t *)a)->name,
+                  ((const emlio_shard_t *)b)->name);
+}
+
 int
-emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
-                     bool write_index, emlio_shardset_log_fn *log,
-                     void *userdata, char *errbuf)
+emlio__shardset_load(emlio_shardset_t *self, const char *dir,
+                     const emlio_shardset_opts_t *opts,
+                     emlio_shardset_log_fn *log, void *userdata, char *errbuf)
 {
     struct stat st;
     memset(self, 0, sizeof(*self));
+    const char *format = opts->format ? opts->format : "auto";
+    bool want_tf = true, want_tar = true, want_folder = true;
+    if (strcmp(format, "tfrecord") == 0)
+        want_tar = want_folder = false;
+    else if (strcmp(format, "tar") == 0)
+        want_tf = want_folder = false;
+    else if (strcmp(format, "imagefolder") == 0)
+        want_tf = want_tar = false;
+    else if (strcmp(format, "auto") != 0)
+        return emlio__seterr(errbuf, EMLIO_EINVAL,
+                             "unknown format '%s' (auto, tfrecord, tar or "
+                             "imagefolder)",
+                             format);
     if (stat(dir, &st) != 0)
         return emlio__seterr(errbuf, -errno,
                              "cannot open data directory '%s': %s", dir,
@@ -160,26 +347,49 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
         return emlio__seterr(errbuf, -ENOTDIR,
                              "data directory '%s' is not a directory", dir);
     s_names_t names = { 0 };
-    int rc = s_walk(dir, "", 0, &names, errbuf);
+    s_names_t tars = { 0 };
+    s_names_t classes = { 0 };
+    int rc = s_walk(dir, "", 0, &names, &tars, errbuf);
     if (rc < 0)
         goto out;
-    if (names.n == 0) {
+    if (!want_tf)
+        s_names_release(&names);
+    if (!want_tar)
+        s_names_release(&tars);
+    /* An ImageFolder is what is left when no shard files are found (or
+     * what was asked for); files of other formats inside class
+     * directories are not images and are ignored then. */
+    bool folder =
+        want_folder && (!want_tf || names.n == 0) && (!want_tar || tars.n == 0);
+    if (folder) {
+        rc = s_classes(dir, &classes, errbuf);
+        if (rc < 0)
+            goto out;
+    }
+    if (names.n && tars.n && !opts->mixed_formats) {
+        rc = emlio__seterr(errbuf, EMLIO_EINVAL,
+                           "several formats under '%s': %zu *.tfrecord and "
+                           "%zu *.tar shards (choose one with --format, or "
+                           "serve both with --mixed-formats)",
+                           dir, names.n, tars.n);
+        goto out;
+    }
+    if (names.n == 0 && tars.n == 0 && classes.n == 0) {
         rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
-                           "no *.tfrecord shards under '%s'", dir);
+                           "no *.tfrecord shards, *.tar shards or class "
+                           "directories under '%s'",
+                           dir);
         goto out;
     }
-    qsort(names.v, names.n, sizeof(*names.v), s_cmp_names);
-    self->shards = emlio_calloc(names.n, sizeof(*self->shards));
-    if (!self->shards) {
-        rc = EMLIO_ENOMEM;
+    rc = s_grow(self, names.n + tars.n + classes.n);
+    if (rc < 0)
         goto out;
-    }
-    uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < names.n; i++) {
         char path[PATH_MAX];
-        emlio_shard_t *shard = &self->shards[i];
+        emlio_shard_t *shard = &self->shards[self->n];
         snprintf(path, sizeof(path), "%s/%s", dir, names.v[i]);
         shard->name = names.v[i];
+        shard->kind = EMLIO_SHARD_TFRECORD;
         names.v[i] = NULL;
         self->n++;
         shard->file = emlio_tfrecord_new(path);
@@ -192,12 +402,47 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
             emlio__seterr(errbuf, rc, "%s", emlio_tfrecord_errmsg(shard->file));
             goto out;
         }
-        rc = s_index_shard(shard->file, verify_data, write_index, log, userdata,
-                           errbuf);
+        rc = s_index_shard(shard->file, opts->verify_data, opts->write_index,
+                           opts->rescan, log, userdata, errbuf);
         if (rc < 0)
             goto out;
-        uint64_t records = emlio_tfrecord_count(shard->file);
-        uint64_t bytes = emlio_tfrecord_size(shard->file);
+    }
+    for (size_t i = 0; i < tars.n; i++) {
+        char path[PATH_MAX];
+        emlio_shard_t *shard = &self->shards[self->n];
+        snprintf(path, sizeof(path), "%s/%s", dir, tars.v[i]);
+        shard->name = tars.v[i];
+        shard->kind = EMLIO_SHARD_TAR;
+        tars.v[i] = NULL;
+        self->n++;
+        shard->tar = emlio__tar_new(path);
+        if (!shard->tar) {
+            rc = EMLIO_ENOMEM;
+            goto out;
+        }
+        rc = emlio__tar_open(shard->tar);
+        if (rc < 0) {
+            emlio__seterr(errbuf, rc, "%s", emlio__tar_errmsg(shard->tar));
+            goto out;
+        }
+        rc = s_index_tar(shard->tar, opts->write_index, opts->rescan, log,
+                         userdata, errbuf);
+        if (rc < 0)
+            goto out;
+    }
+    if (classes.n) {
+        rc = s_load_folders(self, dir, &classes, &st, opts, log, userdata,
+                            errbuf);
+        if (rc < 0)
+            goto out;
+    }
+    /* One order whatever the backends: by name, as the planner expects. */
+    qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < self->n; i++) {
+        const emlio_shard_t *shard = &self->shards[i];
+        uint64_t records = emlio__shard_count(shard);
+        uint64_t bytes = emlio__shard_size(shard);
         self->records += records;
         self->bytes += bytes;
         h = s_fnv(h, shard->name, strlen(shard->name) + 1);
@@ -213,6 +458,8 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir, bool verify_data,
     rc = (int)self->n;
 out:
     s_names_release(&names);
+    s_names_release(&tars);
+    s_names_release(&classes);
     if (rc < 0)
         emlio__shardset_release(self);
     return rc;
@@ -224,7 +471,79 @@ emlio__shardset_release(emlio_shardset_t *self)
     for (size_t i = 0; i < self->n; i++) {
         emlio_free(self->shards[i].name);
         emlio_tfrecord_destroy(&self->shards[i].file);
+        emlio__tar_destroy(&self->shards[i].tar);
+        emlio__folder_destroy(&self->shards[i].folder);
     }
     emlio_free(self->shards);
     memset(self, 0, sizeof(*self));
+}
+
+size_t
+emlio__shard_count(const emlio_shard_t *shard)
+{
+    switch (shard->kind) {
+    case EMLIO_SHARD_TAR:
+        return emlio__tar_count(shard->tar);
+    case EMLIO_SHARD_IMAGEFOLDER:
+        return emlio__folder_count(shard->folder);
+    default:
+        return emlio_tfrecord_count(shard->file);
+    }
+}
+
+uint64_t
+emlio__shard_size(const emlio_shard_t *shard)
+{
+    switch (shard->kind) {
+    case EMLIO_SHARD_TAR:
+        return emlio__tar_size(shard->tar);
+    case EMLIO_SHARD_IMAGEFOLDER:
+        return emlio__folder_size(shard->folder);
+    default:
+        return emlio_tfrecord_size(shard->file);
+    }
+}
+
+uint64_t
+emlio__shard_offset(const emlio_shard_t *shard, size_t i)
+{
+    switch (shard->kind) {
+    case EMLIO_SHARD_TAR:
+        return emlio__tar_offset(shard->tar, i);
+    case EMLIO_SHARD_IMAGEFOLDER:
+        return 0;
+    default:
+        return i < emlio_tfrecord_count(shard->file)
+                   ? emlio_tfrecord_loc(shard->file, i)->offset
+                   : 0;
+    }
+}
+
+void
+emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
+                    int advice)
+{
+    switch (shard->kind) {
+    case EMLIO_SHARD_TAR:
+        emlio__tar_advise(shard->tar, first, n, advice);
+        break;
+    case EMLIO_SHARD_IMAGEFOLDER:
+        break; /* files are read whole, once */
+    default:
+        emlio_tfrecord_advise(shard->file, first, n, advice);
+        break;
+    }
+}
+
+const char *
+emlio__shard_kind_name(emlio_shard_kind_t kind)
+{
+    switch (kind) {
+    case EMLIO_SHARD_TAR:
+        return "tar";
+    case EMLIO_SHARD_IMAGEFOLDER:
+        return "imagefolder";
+    default:
+        return "tfrecord";
+    }
 }

@@ -14,11 +14,46 @@
 #include <stdint.h>
 
 #include "emlio/tfrecord.h"
+#include "imagefolder.h"
+#include "tar.h"
+
+/* "A shard is a shard": one of three backends, behind the accessors below
+ * (count, size, offset, advice). The server reads records per backend. */
+typedef enum emlio_shard_kind {
+    EMLIO_SHARD_TFRECORD = 0,
+    EMLIO_SHARD_TAR = 1,
+    EMLIO_SHARD_IMAGEFOLDER = 2,
+} emlio_shard_kind_t;
 
 typedef struct emlio_shard {
     char *name; /* path relative to the data directory */
-    emlio_tfrecord_t *file;
+    emlio_shard_kind_t kind;
+    emlio_tfrecord_t *file;  /* EMLIO_SHARD_TFRECORD, else NULL */
+    emlio__tar_t *tar;       /* EMLIO_SHARD_TAR, else NULL */
+    emlio__folder_t *folder; /* EMLIO_SHARD_IMAGEFOLDER, else NULL */
 } emlio_shard_t;
+
+/* Records of the shard. */
+size_t emlio__shard_count(const emlio_shard_t *shard);
+/* Bytes of the shard (file size; sum of files for a class directory). */
+uint64_t emlio__shard_size(const emlio_shard_t *shard);
+/* Byte offset of record i in the shard's file, for messages (0 for an
+ * ImageFolder class, whose records are files). */
+uint64_t emlio__shard_offset(const emlio_shard_t *shard, size_t i);
+/* Page-cache advice for records [first, first + n); best effort. */
+void emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
+                         int advice);
+/* "tfrecord", "tar" or "imagefolder". */
+const char *emlio__shard_kind_name(emlio_shard_kind_t kind);
+
+/* How a data directory is read (see emlio_server_config_t). */
+typedef struct emlio_shardset_opts {
+    const char *format; /* NULL/"auto", "tfrecord", "tar", "imagefolder" */
+    bool mixed_formats;
+    bool verify_data;
+    bool write_index;
+    bool rescan; /* ignore existing index files */
+} emlio_shardset_opts_t;
 
 typedef struct emlio_shardset {
     emlio_shard_t *shards;
@@ -31,13 +66,17 @@ typedef struct emlio_shardset {
 /* Log hook for non-fatal events (an index that could not be written). */
 typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
 
-/* Finds every *.tfrecord under dir (recursively, following no symlinked
- * directories), maps each, loads its "<file>.idx" when it is valid and
- * otherwise scans the file (verify_data: checking every data CRC) and, if
- * write_index, writes the index. Returns the shard count or an error with
- * errbuf naming the file (see emlio_server_load). */
+/* Finds every *.tfrecord and *.tar under dir (recursively, following no
+ * symlinked directories), maps each, loads its "<file>.idx" when it is
+ * valid (and, for tar, not older than the shard) and otherwise scans the
+ * file (verify_data: checking every TFRecord data CRC) and, if
+ * write_index, writes the index. With no such files (or format
+ * "imagefolder"), dir is read as an ImageFolder tree: one shard per class
+ * directory. Several formats at once are EMLIO_EINVAL unless
+ * opts->mixed_formats. Returns the shard count or an error with errbuf
+ * naming the file (see emlio_server_load). */
 int emlio__shardset_load(emlio_shardset_t *self, const char *dir,
-                         bool verify_data, bool write_index,
+                         const emlio_shardset_opts_t *opts,
                          emlio_shardset_log_fn *log, void *userdata,
                          char *errbuf);
 

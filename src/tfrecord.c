@@ -468,21 +468,6 @@ emlio_tfrecord_load_index(emlio_tfrecord_t *self, const char *idx_path)
     return rc;
 }
 
-static int
-s_write_all(int fd, const uint8_t *p, size_t len)
-{
-    while (len) {
-        ssize_t put = write(fd, p, len);
-        if (put < 0 && errno == EINTR)
-            continue;
-        if (put < 0)
-            return -errno;
-        p += put;
-        len -= (size_t)put;
-    }
-    return 0;
-}
-
 int
 emlio_tfrecord_write_index(const emlio_tfrecord_t *self, const char *idx_path)
 {
@@ -497,33 +482,7 @@ emlio_tfrecord_write_index(const emlio_tfrecord_t *self, const char *idx_path)
         emlio_buf_release(&text);
         return -ENOMEM;
     }
-    emlio_buf_t tmp = EMLIO_BUF_INIT;
-    if (emlio_buf_addf(&tmp, "%s.tmpXXXXXX", idx_path) < 0) {
-        emlio_buf_release(&text);
-        return -ENOMEM;
-    }
-    char *tmp_path = (char *)tmp.data;
-    int fd = mkostemp(tmp_path, O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-    } else {
-        /* mkstemp creates 0600; an index is as public as its shard. */
-        if (fchmod(fd, 0644) < 0)
-            rc = -errno;
-        if (rc == 0)
-            rc = s_write_all(fd, text.data, text.len);
-        /* fsync before rename so a crash leaves the old index or the
-         * whole new one, never an empty file under the final name. */
-        if (rc == 0 && fsync(fd) < 0)
-            rc = -errno;
-        if (close(fd) < 0 && rc == 0)
-            rc = -errno;
-        if (rc == 0 && rename(tmp_path, idx_path) < 0)
-            rc = -errno;
-        if (rc < 0)
-            unlink(tmp_path);
-    }
-    emlio_buf_release(&tmp);
+    rc = emlio__write_file_atomic(idx_path, text.data, text.len);
     emlio_buf_release(&text);
     return rc;
 }

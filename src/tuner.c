@@ -52,7 +52,8 @@ emlio__tuner_step(emlio_tuner_t *t, const emlio_tuner_input_t *in)
      * streams run near window / RTT each with enough asked of them to fill
      * their windows (else the batches in flight, not the streams, are
      * short: the client's window grows for that);
-     * the path when its queues grow (smoothed RTT well above the floor);
+     * the path when its queues grow (smoothed RTT above 1.5 x the floor
+     * + 5 ms: on loopback a busy CPU alone delays ACKs by a few ms);
      * else the daemons. Without an RTT (not TCP) windows never limit. */
     double per_stream =
         in->rtt_ns ? (double)in->window * 1e9 / (double)in->rtt_ns : 0;
@@ -64,7 +65,7 @@ emlio__tuner_step(emlio_tuner_t *t, const emlio_tuner_input_t *in)
         t->limit = EMLIO_LIMIT_CONSUMER;
     else if (window_bound)
         t->limit = EMLIO_LIMIT_WINDOW;
-    else if (in->rtt_ns && in->srtt_ns > 2 * in->rtt_ns + 1000000ull)
+    else if (in->rtt_ns && 2 * in->srtt_ns > 3 * in->rtt_ns + 10000000ull)
         t->limit = EMLIO_LIMIT_NETWORK;
     else
         t->limit = EMLIO_LIMIT_DAEMON;

@@ -71,10 +71,17 @@ emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name,
 int
 emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id, const char *dataset)
 {
+    return emlio__wire_encode_joined_v(out, EMLIO_WIRE_VERSION, id, dataset);
+}
+
+int
+emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
+                            const char *dataset)
+{
     msgpack_packer pk;
     int failed = s_begin(out, &pk, 6, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
+    failed |= msgpack_pack_uint64(&pk, version);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_key(&pk, "dataset");
@@ -93,10 +100,30 @@ emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                            uint64_t sndbuf, const emlio_wire_shard_t *shards,
                            size_t n)
 {
+    return emlio__wire_encode_welcome_v(
+        out, EMLIO_WIRE_VERSION, server_name, dataset, max_batch, max_credit,
+        max_streams, sndbuf, shards, n, NULL, 0);
+}
+
+int
+emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
+                             const char *server_name, const char *dataset,
+                             uint64_t max_batch, uint64_t max_credit,
+                             uint64_t max_streams, uint64_t sndbuf,
+                             const emlio_wire_shard_t *shards, size_t n,
+                             char *const *fields, size_t n_fields)
+{
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 9, EMLIO_MSG_WELCOME);
+    bool with_fields = version >= 2 && n_fields > 0;
+    int failed = s_begin(out, &pk, with_fields ? 10 : 9, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
+    failed |= msgpack_pack_uint64(&pk, version);
+    if (with_fields) {
+        failed |= s_pack_key(&pk, "fields");
+        failed |= msgpack_pack_array(&pk, n_fields);
+        for (size_t i = 0; i < n_fields; i++)
+            failed |= s_pack_cstr(&pk, fields[i]);
+    }
     failed |= s_pack_key(&pk, "name");
     failed |= s_pack_cstr(&pk, server_name);
     failed |= s_pack_key(&pk, "dataset");
@@ -511,6 +538,27 @@ s_decode_shards(s_reader_t *r, emlio_wire_msg_t *msg)
 }
 
 static bool
+s_decode_fields(s_reader_t *r, emlio_wire_msg_t *msg)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n > EMLIO_WIRE_MAX_FIELDS)
+        return s_fail(r, "too many fields");
+    msg->fields = emlio_calloc(n ? n : 1, sizeof(*msg->fields));
+    if (!msg->fields)
+        return s_fail(r, "out of memory");
+    msg->n_fields = n;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!s_read_str(r, &msg->fields[i].s, &msg->fields[i].len))
+            return false;
+        if (msg->fields[i].len == 0 || msg->fields[i].len > EMLIO_WIRE_MAX_NAME)
+            return s_fail(r, "bad field name length");
+    }
+    return true;
+}
+
+static bool
 s_decode_items(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
 {
     uint64_t n;
@@ -592,6 +640,7 @@ emlio__wire_msg_release(emlio_wire_msg_t *msg)
     emlio_free(msg->shards);
     emlio_free(msg->items);
     emlio_free(msg->samples);
+    emlio_free(msg->fields);
     memset(msg, 0, sizeof(*msg));
 }
 
@@ -675,6 +724,9 @@ emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
             if (!s_decode_shards(&r, msg))
                 goto fail;
             seen |= S_HAS_SHARDS;
+        } else if (s_key_is(key, klen, "fields") && !msg->fields) {
+            if (!s_decode_fields(&r, msg))
+                goto fail;
         } else if (s_key_is(key, klen, "items") && !msg->items) {
             if (!s_decode_items(&r, msg, max_items))
                 goto fail;

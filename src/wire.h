@@ -1,4 +1,4 @@
-/* wire.h - the EMLIO wire protocol v1: message encoding and decoding.
+/* wire.h - the EMLIO wire protocol v1 and v2: encoding and decoding.
  * SPDX-License-Identifier: MIT
  *
  * Every message's first frame is a msgpack map (the header); a BATCH is
@@ -19,7 +19,12 @@
 
 #include "buf.h"
 
-#define EMLIO_WIRE_VERSION 1
+/* The protocol version this library speaks, and the oldest it accepts.
+ * v2 adds named fields: WELCOME lists them, and a BATCH carries one frame
+ * per field per sample (docs/protocol.md). */
+#define EMLIO_WIRE_VERSION     2
+#define EMLIO_WIRE_VERSION_MIN 1
+#define EMLIO_WIRE_MAX_FIELDS  64u /* fields per sample */
 
 /* Hard ceilings that no configuration may exceed; daemons and clients apply
  * their own, lower, limits on top. */
@@ -46,6 +51,11 @@ typedef struct emlio_wire_shard {
     uint64_t records;
     uint64_t bytes;
 } emlio_wire_shard_t;
+
+typedef struct emlio_wire_str {
+    const char *s; /* borrowed from the decoded frame; not NUL-terminated */
+    size_t len;
+} emlio_wire_str_t;
 
 typedef struct emlio_wire_item {
     uint32_t shard; /* index into the server's WELCOME inventory */
@@ -87,6 +97,9 @@ typedef struct emlio_wire_msg {
     size_t n_items;
     emlio_wire_sample_t *samples; /* BATCH */
     size_t n_samples;
+    emlio_wire_str_t *fields; /* WELCOME v2: field names (none = one
+                                 unnamed field) */
+    size_t n_fields;
 } emlio_wire_msg_t;
 
 #define EMLIO_WIRE_MSG_INIT \
@@ -120,6 +133,16 @@ int emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                                const emlio_wire_shard_t *shards, size_t n);
 int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
                               const char *dataset);
+/* The same two at a chosen protocol version: version 1 omits the fields;
+ * version 2 lists fields[0, n_fields) (none = one unnamed field). */
+int emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
+                                 const char *server_name, const char *dataset,
+                                 uint64_t max_batch, uint64_t max_credit,
+                                 uint64_t max_streams, uint64_t sndbuf,
+                                 const emlio_wire_shard_t *shards, size_t n,
+                                 char *const *fields, size_t n_fields);
+int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
+                                const char *dataset);
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                            const emlio_wire_item_t *items, size_t n);
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,

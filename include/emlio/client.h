@@ -59,9 +59,11 @@ typedef struct emlio_client_config {
     uint32_t window_shards; /* shuffle window; 0 = planner default */
     bool drop_last;         /* see emlio/plan.h; default false */
     uint32_t streams;       /* TCP streams per daemon. 0 (default): tuned -
-                               start with 2 and open more (up to 64) while
-                               the path's TCP windows, not the consumer or
-                               the daemons, limit the rate (see
+                               start with 2 (more, up to 16, on a long path
+                               where 2 could not carry 250 MB/s at the
+                               measured RTT and window) and open more (up
+                               to 64) while the path's TCP windows, not the
+                               consumer or the daemons, limit the rate (see
                                emlio_client_stats_t.limit); N: exactly N */
     uint32_t inflight;      /* batches in flight; 0 = sized from the
                                measured bandwidth-delay product */
@@ -168,6 +170,25 @@ typedef struct emlio_sample {
 /* The samples of a batch, in plan order, and their count in *n. */
 EMLIO_EXPORT const emlio_sample_t *emlio_batch_samples(const emlio_batch_t *b,
                                                        size_t *n);
+
+/* Multi-field samples (protocol v2, a daemon started with --fields):
+ * every sample carries one byte string per field, in the order the daemon
+ * lists them; emlio_sample_t's data/len is field 0. A daemon without
+ * --fields serves one unnamed field (""). Field names are borrowed from the
+ * client and valid until it is destroyed; field_name returns NULL past the
+ * count, field_index EMLIO_ENOTFOUND for an unknown name. */
+EMLIO_EXPORT size_t emlio_client_field_count(const emlio_client_t *self);
+EMLIO_EXPORT const char *emlio_client_field_name(const emlio_client_t *self,
+                                                 size_t i);
+EMLIO_EXPORT int emlio_client_field_index(const emlio_client_t *self,
+                                          const char *name);
+
+/* Points data and len at field `field` of sample i of the batch (zero-copy,
+ * valid until the batch is released; NULL/0 for a sample the daemon
+ * skipped). Returns 0 or EMLIO_ENOTFOUND (i or field out of range). */
+EMLIO_EXPORT int emlio_batch_field(const emlio_batch_t *b, size_t i,
+                                   size_t field, const uint8_t **data,
+                                   size_t *len);
 
 /* The batch's epoch and its index in this rank's plan of that epoch. */
 EMLIO_EXPORT uint64_t emlio_batch_epoch(const emlio_batch_t *b);

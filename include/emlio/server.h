@@ -94,7 +94,26 @@ typedef struct emlio_server_config {
      * its send buffer per RTT, so this is what long paths need. > 0: that
      * many bytes (forced where permitted); < 0: leave it to the kernel. */
     int64_t sndbuf;
-    uint64_t reserved[7]; /* room for later options; leave zero */
+    /* The data format (docs/formats.md): NULL or "auto" (what is found:
+     * *.tfrecord files, *.tar WebDataset shards, or else an ImageFolder
+     * tree of class directories), "tfrecord", "tar" or "imagefolder".
+     * Copied. */
+    const char *format;
+    /* The field sent as each sample's bytes for tar shards (a member
+     * extension such as "jpg"; NULL = the first image member) and the
+     * field holding its label (NULL = "cls"). Copied. */
+    const char *field;
+    const char *label_field;
+    bool mixed_formats; /* serve several formats under one data_dir;
+                           default false (an error, naming what was found) */
+    /* Multi-field samples: comma-separated field names sent as one frame
+     * each per sample (protocol v2 only; v1 clients are refused with
+     * EMLIO_EVERSION). tar: member extensions ("jpg,cls,json"); TFRecord:
+     * Example feature keys (bytes features as they are, int64 as 8-byte
+     * and float as 4-byte little-endian values); ImageFolder: "image" and
+     * "label". NULL = one field, as --field/--bytes-key choose. Copied. */
+    const char *fields;
+    uint64_t reserved[2]; /* room for later options; leave zero */
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */

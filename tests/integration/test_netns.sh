@@ -11,7 +11,12 @@ cd "$(dirname "$0")/../.." || exit 1
 tag=em$$
 ns() { echo "${tag}$1"; }
 cleanup_ns() {
-    for n in s1 s2 c1 c2 br; do ip netns del "$(ns $n)" 2>/dev/null; done
+    # `ip netns exec` may fork: kill what runs inside each namespace, not
+    # only the pids we started, or daemons outlive the test.
+    for n in s1 s2 c1 c2 br; do
+        ip netns pids "$(ns $n)" 2>/dev/null | xargs -r kill 2>/dev/null
+        ip netns del "$(ns $n)" 2>/dev/null
+    done
 }
 if ! ip netns add "$(ns probe)" 2>/dev/null; then
     echo "skipped: network namespaces are not permitted here (ip netns add failed)"

@@ -55,13 +55,14 @@ fetch_far() {
 }
 
 check "dataset builds" make_dataset "$T" 1200 4 100000 32M
+# The path first: the daemon binds the near address the delay line adds.
+check "delay line starts (50 ms RTT)" start_path 25
 : >"$T/d.out"
 # --sndbuf kernel: autotuned 4 MiB send buffers, as on most hosts, even
 # though the test runs as root (auto would force 32 MiB).
 "$EMLIOD" --data "$T/shards" --bind "tcp://$NEAR:*" --sndbuf kernel \
     --log-level warn >"$T/d.out" 2>"$T/d.err" &
 PIDS+=($!)
-check "delay line starts (50 ms RTT)" start_path 25
 for _ in $(seq 1 200); do
     EP=$(sed -n 's/^emliod: listening on //p' "$T/d.out")
     [ -n "$EP" ] && break

@@ -103,50 +103,11 @@ s_check_sample(emlio_client_t *c, const emlio_sample_t *s)
     assert_int_equal(s->label, shard * 100 + (int64_t)s->record);
 }
 
-static void
-test_client_epoch_delivers_every_sample_once(void **state)
-{
-    fixture_t *f = *state;
-    emlio_client_t *c = s_client(f, 7, false, EMLIO_SHUFFLE_WINDOW);
-    assert_int_equal(emlio_client_shard_count(c), SHARDS);
-    int batches = emlio_client_begin_epoch(c, 0);
-    assert_int_equal(batches, (SHARDS * RECORDS + 6) / 7);
-    uint8_t seen[SHARDS][RECORDS] = { { 0 } };
-    emlio_batch_t *b;
-    int rc;
-    int got = 0;
-    while ((rc = emlio_client_next(c, &b)) == 1) {
-        size_t n;
-        const emlio_sample_t *s = emlio_batch_samples(b, &n);
-        for (size_t i = 0; i < n; i++) {
-            s_check_sample(c, &s[i]);
-            seen[s[i].shard][s[i].record]++;
-        }
-        emlio_batch_release(&b);
-        assert_null(b);
-        got++;
-    }
-    assert_int_equal(rc, 0);
-    assert_int_equal(got, batches);
-    for (int s = 0; s < SHARDS; s++)
-        for (int r = 0; r < RECORDS; r++)
-            assert_int_equal(seen[s][r], 1);
-    emlio_client_stats_t st;
-    emlio_client_stats(c, &st);
-    assert_int_equal(st.samples, SHARDS * RECORDS);
-    assert_int_equal(st.batches, (uint64_t)batches);
-    /* After the end, next keeps saying so. */
-    assert_true(emlio_client_next(c, &b) < 0);
-    emlio_client_destroy(&c);
-    assert_null(c);
-}
-
 /* Drains the current epoch; checks every sample once and that every batch
  * belongs to `epoch` (in plan order when in_order). Returns the batches. */
 static int
-s_drain_epoch(fixture_t *f, emlio_client_t *c, uint64_t epoch, bool in_order)
+s_drain_epoch(emlio_client_t *c, uint64_t epoch, bool in_order)
 {
-    (void)f;
     uint8_t seen[SHARDS][RECORDS] = { { 0 } };
     emlio_batch_t *b;
     int rc, got = 0;
@@ -161,6 +122,7 @@ s_drain_epoch(fixture_t *f, emlio_client_t *c, uint64_t epoch, bool in_order)
             seen[s[i].shard][s[i].record]++;
         }
         emlio_batch_release(&b);
+        assert_null(b);
         got++;
     }
     assert_int_equal(rc, 0);
@@ -168,6 +130,26 @@ s_drain_epoch(fixture_t *f, emlio_client_t *c, uint64_t epoch, bool in_order)
         for (int r = 0; r < RECORDS; r++)
             assert_int_equal(seen[s][r], 1);
     return got;
+}
+
+static void
+test_client_epoch_delivers_every_sample_once(void **state)
+{
+    fixture_t *f = *state;
+    emlio_client_t *c = s_client(f, 7, false, EMLIO_SHUFFLE_WINDOW);
+    assert_int_equal(emlio_client_shard_count(c), SHARDS);
+    int batches = emlio_client_begin_epoch(c, 0);
+    assert_int_equal(batches, (SHARDS * RECORDS + 6) / 7);
+    assert_int_equal(s_drain_epoch(c, 0, false), batches);
+    emlio_batch_t *b;
+    emlio_client_stats_t st;
+    emlio_client_stats(c, &st);
+    assert_int_equal(st.samples, SHARDS * RECORDS);
+    assert_int_equal(st.batches, (uint64_t)batches);
+    /* After the end, next keeps saying so. */
+    assert_true(emlio_client_next(c, &b) < 0);
+    emlio_client_destroy(&c);
+    assert_null(c);
 }
 
 /* With end_epoch set, epoch e + 1 is requested while e's last batches
@@ -192,7 +174,7 @@ test_client_epochs_overlap_exactly_once(void **state)
         emlio_server_stats_t before, after;
         emlio_server_stats(f->srv, &before);
         int n0 = emlio_client_begin_epoch(c, 0);
-        assert_int_equal(s_drain_epoch(f, c, 0, in_order), n0);
+        assert_int_equal(s_drain_epoch(c, 0, in_order), n0);
         /* Let the requests sent ahead be answered. */
         for (int i = 0; i < 200; i++) {
             emlio_server_stats(f->srv, &after);
@@ -202,10 +184,10 @@ test_client_epochs_overlap_exactly_once(void **state)
         }
         assert_true(after.requests - before.requests > (uint64_t)n0);
         int n1 = emlio_client_begin_epoch(c, 1);
-        assert_int_equal(s_drain_epoch(f, c, 1, in_order), n1);
+        assert_int_equal(s_drain_epoch(c, 1, in_order), n1);
         /* Epoch 2 was requested ahead; the caller jumps to 5 instead. */
         int n5 = emlio_client_begin_epoch(c, 5);
-        assert_int_equal(s_drain_epoch(f, c, 5, in_order), n5);
+        assert_int_equal(s_drain_epoch(c, 5, in_order), n5);
         emlio_client_destroy(&c);
     }
     /* end_epoch 1: after epoch 0 nothing more is asked. */
@@ -219,7 +201,7 @@ test_client_epochs_overlap_exactly_once(void **state)
     emlio_server_stats_t before, after;
     emlio_server_stats(f->srv, &before);
     int n0 = emlio_client_begin_epoch(c, 0);
-    assert_int_equal(s_drain_epoch(f, c, 0, false), n0);
+    assert_int_equal(s_drain_epoch(c, 0, false), n0);
     usleep(50000);
     emlio_server_stats(f->srv, &after);
     assert_int_equal(after.requests - before.requests, (uint64_t)n0);

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/buf.h"
+#include "formats.h"
 
 #define CMD "index"
 
@@ -22,7 +23,8 @@ s_usage(FILE *out)
         "\n"
         "Scans every *.tfrecord file under each DIR (recursively) and each\n"
         "FILE named, checking the framing and every data CRC, and writes\n"
-        "the DALI-format index <file>.idx next to it (atomically). A bad\n"
+        "the DALI-format index <file>.idx next to it (atomically). WebDataset\n"
+        "*.tar shards get DALI's wds2idx v1.2 index <file>.idx the same way. A bad\n"
         "file is reported with its byte offset and skipped; the others are\n"
         "still indexed, and the exit status is 1 if any failed.\n"
         "\n"
@@ -66,6 +68,25 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
     }
     dataset_strv_release(&names);
     return rc;
+}
+
+/* Whether dir holds a *.tar shard anywhere below it. */
+static bool
+s_has_tar(const char *dir)
+{
+    dataset_strv_t names = DATASET_STRV_INIT;
+    bool found = false;
+    if (dataset_list_dir(dir, 0, &names) == 0)
+        for (size_t i = 0; i < names.n && !found; i++) {
+            char *path = dataset_path_join(dir, names.items[i]);
+            struct stat st;
+            if (path && stat(path, &st) == 0)
+                found = S_ISDIR(st.st_mode) ? s_has_tar(path)
+                                            : formats_is_tar(path);
+            free(path);
+        }
+    dataset_strv_release(&names);
+    return found;
 }
 
 /* Indexes one file. Returns its record count, or -1 after printing the
@@ -160,6 +181,15 @@ cmd_index(int argc, char **argv)
             failed++;
             continue;
         }
+        if (formats_is_tar(arg) || (S_ISDIR(st.st_mode) && s_has_tar(arg))) {
+            long n = formats_index_tars(CMD, arg, quiet, &records);
+            if (n < 0)
+                failed++;
+            else
+                done += (size_t)n;
+            if (!S_ISDIR(st.st_mode))
+                continue;
+        }
         if (S_ISDIR(st.st_mode)) {
             char *bad = NULL;
             int rc = s_collect(arg, &files, 0, &bad);
@@ -171,7 +201,7 @@ cmd_index(int argc, char **argv)
                 failed++;
                 continue;
             }
-            if (files.n == 0) {
+            if (files.n == 0 && !s_has_tar(arg)) {
                 dataset_error(CMD,
                               "cannot index '%s': no *.tfrecord files "
                               "in it",

@@ -5,10 +5,12 @@
 #include "tool_util.h"
 
 #include <getopt.h>
+#include <sys/stat.h>
 
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/example.h"
+#include "formats.h"
 
 #define CMD "inspect"
 
@@ -37,7 +39,12 @@ static void
 s_usage(FILE *out)
 {
     fprintf(out,
-            "usage: emlio inspect FILE [options]\n"
+            "usage: emlio inspect FILE|DIR [options]\n"
+            "\n"
+            "A DIR (TFRecord, WebDataset tar or ImageFolder, as emliod reads\n"
+            "it) or a *.tar shard: prints the format, shards, records, bytes,\n"
+            "the fields of the first --sample records of each shard and the\n"
+            "label range.\n"
             "\n"
             "Prints the record count, the file size, the min/mean/max record\n"
             "size and the feature keys of a TFRecord shard. Keys (with their\n"
@@ -278,6 +285,10 @@ cmd_inspect(int argc, char **argv)
     int parsed = s_parse_args(argc, argv, &json, &verify, &sample, &path);
     if (parsed >= 0)
         return parsed;
+    /* A data directory (any format) or a WebDataset tar shard. */
+    struct stat st;
+    if (formats_is_tar(path) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+        return formats_inspect(CMD, path, json, sample);
 
     char ebuf[128];
     int status = 1;

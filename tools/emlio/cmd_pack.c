@@ -17,6 +17,7 @@
 #include "emlio/buf.h"
 #include "emlio/example.h"
 #include "emlio/tfrecord.h"
+#include "formats.h"
 
 #define CMD "pack"
 
@@ -83,6 +84,11 @@ s_usage(FILE *out)
         "      --seed S         shuffle the records with seed S\n"
         "      --prefix P       shard file name prefix (default train)\n"
         "      --quiet          print no summary\n"
+        "      --to FORMAT      tfrecord (default) or tar: WebDataset\n"
+        "                       shards DST/<prefix>-NNNNN.tar from SRC in\n"
+        "                       any format emliod serves (ImageFolder,\n"
+        "                       TFRecord, tar), samples keyed by position,\n"
+        "                       the label as <key>.cls, wds2idx indexes\n"
         "  -h, --help           show this help\n");
 }
 
@@ -520,7 +526,8 @@ cmd_pack(int argc, char **argv)
         OPT_LABEL_KEY,
         OPT_SEED,
         OPT_PREFIX,
-        OPT_QUIET
+        OPT_QUIET,
+        OPT_TO
     };
     static const struct option opts[] = {
         { "shard-bytes", required_argument, NULL, 's' },
@@ -529,10 +536,12 @@ cmd_pack(int argc, char **argv)
         { "seed", required_argument, NULL, OPT_SEED },
         { "prefix", required_argument, NULL, OPT_PREFIX },
         { "quiet", no_argument, NULL, OPT_QUIET },
+        { "to", required_argument, NULL, OPT_TO },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     pack_t self = { 0 };
+    bool to_tar = false;
     self.prefix = "train";
     self.bytes_key = "image/encoded";
     self.label_key = "image/class/label";
@@ -574,6 +583,16 @@ cmd_pack(int argc, char **argv)
         case OPT_QUIET:
             self.quiet = true;
             break;
+        case OPT_TO:
+            if (strcmp(optarg, "tfrecord") && strcmp(optarg, "tar")) {
+                dataset_error(CMD,
+                              "bad value '%s' for --to: expected tfrecord "
+                              "or tar",
+                              optarg);
+                return 2;
+            }
+            to_tar = !strcmp(optarg, "tar");
+            break;
         case 'h':
             s_usage(stdout);
             return 0;
@@ -607,6 +626,9 @@ cmd_pack(int argc, char **argv)
                       self.prefix);
         return 2;
     }
+    if (to_tar)
+        return formats_pack_tar(CMD, self.src, self.dst, self.prefix,
+                                self.shard_bytes, self.quiet);
     int status = s_run(&self);
     for (size_t i = 0; i < self.n_items; i++)
         free(self.items[i].path);

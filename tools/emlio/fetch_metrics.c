@@ -5,8 +5,10 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "metrics.h"
 
@@ -30,6 +32,25 @@ s_gauge(emlio_buf_t *out, const char *name, const char *help, double v)
 {
     return emlio__metrics_family(out, name, "gauge", help) |
            emlio__metrics_sample(out, name, NULL, 0, v);
+}
+
+/* A gauge with one sample per stream, labelled by daemon and stream: the
+ * double at `field` of each stream's figures, times scale. */
+static int
+s_per_stream(const fetch_metrics_t *self, emlio_buf_t *out, const char *name,
+             const char *help, size_t field, double scale)
+{
+    int rc = emlio__metrics_family(out, name, "gauge", help);
+    for (size_t i = 0; i < self->n_streams; i++) {
+        char stream[16];
+        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
+        emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
+                                       { "stream", stream } };
+        double v;
+        memcpy(&v, (const char *)&self->streams[i] + field, sizeof(v));
+        rc |= emlio__metrics_sample(out, name, l, 2, v * scale);
+    }
+    return rc;
 }
 
 static int
@@ -76,29 +97,13 @@ s_render(void *userdata, emlio_buf_t *out)
         rc |= emlio__metrics_sample(out, "emlio_client_limit", &l, 1,
                                     st->limit == limits[i]);
     }
-    rc |= emlio__metrics_family(
-        out, "emlio_client_stream_rate_bytes_per_second", "gauge",
-        "Sample bytes per second of each "
-        "stream over the tuner's last tick.");
-    for (size_t i = 0; i < self->n_streams; i++) {
-        char stream[16];
-        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
-        emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
-                                       { "stream", stream } };
-        rc |= emlio__metrics_sample(out,
-                                    "emlio_client_stream_rate_bytes_per_second",
-                                    l, 2, self->streams[i].mb_per_s * 1e6);
-    }
-    rc |= emlio__metrics_family(out, "emlio_client_stream_rtt_seconds", "gauge",
-                                "Smoothed RTT of each stream (TCP_INFO).");
-    for (size_t i = 0; i < self->n_streams; i++) {
-        char stream[16];
-        snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
-        emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
-                                       { "stream", stream } };
-        rc |= emlio__metrics_sample(out, "emlio_client_stream_rtt_seconds", l,
-                                    2, self->streams[i].rtt_ms / 1e3);
-    }
+    rc |= s_per_stream(self, out, "emlio_client_stream_rate_bytes_per_second",
+                       "Sample bytes per second of each stream over the "
+                       "tuner's last tick.",
+                       offsetof(emlio_stream_stats_t, mb_per_s), 1e6);
+    rc |= s_per_stream(self, out, "emlio_client_stream_rtt_seconds",
+                       "Smoothed RTT of each stream (TCP_INFO).",
+                       offsetof(emlio_stream_stats_t, rtt_ms), 1e-3);
     pthread_mutex_unlock(&self->lock);
     return rc ? EMLIO_ENOMEM : 0;
 }

@@ -226,6 +226,11 @@ def _declare(lib):
     # The sample array is returned as a plain address: the Loader builds
     # its views from it with as few Python objects as possible.
     fn("emlio_batch_samples", vp, vp, ctypes.POINTER(ctypes.c_size_t))
+    fn("emlio_client_field_count", ctypes.c_size_t, vp)
+    fn("emlio_client_field_name", ctypes.c_char_p, vp, ctypes.c_size_t)
+    fn("emlio_batch_field", ctypes.c_int, vp, ctypes.c_size_t,
+       ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+       ctypes.POINTER(ctypes.c_size_t))
     fn("emlio_batch_epoch", ctypes.c_uint64, vp)
     fn("emlio_batch_index", ctypes.c_uint64, vp)
     fn("emlio_batch_release", None, _c_void_pp)

@@ -70,7 +70,8 @@ class _EpochIterator:
 
 class ExternalSource:
     """A batch source for ``fn.external_source(source=..., num_outputs=2,
-    batch=True)``. Arguments are those of :class:`emlio.Loader` (except
+    batch=True)`` (with ``fields=[...]``: ``num_outputs=len(fields) + 1``,
+    one output per field, then the labels). Arguments are those of :class:`emlio.Loader` (except
     ``epochs``), plus ``label_dtype`` (np.int32 by default) and
     ``skip_pad`` (leave out padding repeats; batches may then be short)."""
 
@@ -80,6 +81,9 @@ class ExternalSource:
             raise TypeError("ExternalSource runs one epoch per iter(); use "
                             "set_epoch() instead of epochs=")
         self._loader = Loader(endpoints, batch_size, **loader_kw)
+        # fields=[...]: one DALI output per field, then the labels.
+        self._fields = (list(self._loader.fields)
+                        if loader_kw.get("fields") is not None else None)
         self.batch_size = batch_size
         self.label_dtype = np.dtype(label_dtype)
         self.skip_pad = skip_pad
@@ -120,6 +124,8 @@ class ExternalSource:
             raise
 
     def _convert(self, batch):
+        if self._fields:
+            return self._convert_fields(batch)
         data, offsets = batch.concat()
         labels = batch.labels
         o = offsets.tolist()
@@ -130,6 +136,23 @@ class ExternalSource:
         else:
             jpegs = [data[o[i]:o[i + 1]] for i in range(len(batch))]
         return jpegs, labels.astype(self.label_dtype).reshape(-1, 1)
+
+    def _convert_fields(self, batch):
+        """fields=[...]: one output per field (a list of B uint8 arrays in
+        one contiguous buffer each) and the labels last, so
+        ``num_outputs=len(fields) + 1``."""
+        keep = (~batch.pads).tolist() if self.skip_pad else None
+        outs = []
+        for f in self._fields:
+            data, offsets = batch.concat_field(f)
+            o = offsets.tolist()
+            outs.append([data[o[i]:o[i + 1]] for i in range(len(batch))
+                         if keep is None or keep[i]])
+        labels = batch.labels
+        if keep is not None:
+            labels = labels[np.asarray(keep, dtype=bool)]
+        outs.append(labels.astype(self.label_dtype).reshape(-1, 1))
+        return tuple(outs)
 
     def epoch_stats(self):
         return self._loader.epoch_stats()

@@ -33,7 +33,8 @@ import logging
 import os
 
 from . import _lib
-from .errors import EmlioError, InvalidArgumentError, make_error
+from .errors import (EmlioError, InvalidArgumentError, NotFoundError,
+                     make_error)
 
 try:
     import numpy as _np
@@ -265,6 +266,54 @@ class Batch:
     def __iter__(self):
         return iter(self.samples)
 
+    def field(self, name):
+        """Zero-copy views of one field of every sample (a name from
+        ``loader.fields``, or an index into ``loader.field_names``): a list
+        of np.uint8 arrays (memoryviews without NumPy), valid until the
+        batch is released. A sample the daemon skipped gives an empty
+        view."""
+        self._check()
+        loader = self._loader
+        k = name if isinstance(name, int) else loader._field_index.get(name)
+        if k is None or not 0 <= k < len(loader.field_names):
+            raise NotFoundError(-1008, "no field '%s' in this loader (it "
+                                "has %s)" % (name, ",".join(loader.fields)))
+        data = ctypes.c_void_p()
+        ln = ctypes.c_size_t()
+        out = []
+        for i in range(self._n):
+            _C.emlio_batch_field(self._ptr, i, k, ctypes.byref(data),
+                                 ctypes.byref(ln))
+            n = ln.value
+            if not n:
+                out.append(_np.empty(0, _uint8) if _np is not None
+                           else memoryview(b""))
+            elif _np is not None:
+                out.append(_frombuffer(_window(n).from_address(data.value),
+                                       _uint8, n))
+            else:
+                mv = memoryview(_window(n).from_address(data.value))
+                out.append(mv.cast("B")[:n])
+        return out
+
+    @property
+    def fields(self):
+        """{field name: field(name)} for the loader's fields."""
+        return {f: self.field(f) for f in self._loader.fields}
+
+    def concat_field(self, name):
+        """Field `name` of every sample copied into one contiguous uint8
+        array, and int64 offsets of length len(batch) + 1 (NumPy only)."""
+        views = self.field(name)
+        lens = _np.fromiter((len(v) for v in views), _np.int64, len(views))
+        offsets = _np.zeros(len(views) + 1, _np.int64)
+        _np.cumsum(lens, out=offsets[1:])
+        data = _np.empty(int(offsets[-1]), _uint8)
+        for v, a, b in zip(views, offsets[:-1].tolist(),
+                           offsets[1:].tolist()):
+            data[a:b] = v
+        return data, offsets
+
     @property
     def labels(self):
         """Labels as an int64 array (a copy; list without NumPy); -1 for a
@@ -403,7 +452,7 @@ class Loader:
                  seed=0, rank=None, world_size=None, in_order=False,
                  state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
-                 window_shards=0, log_level=None, name=None):
+                 window_shards=0, log_level=None, name=None, fields=None):
         self._client = None
         self._ctx = None
         self._live = {}
@@ -488,6 +537,28 @@ class Loader:
             self.shard_records = [
                 _C.emlio_client_shard_records(self._client, i)
                 for i in range(n)]
+            # Fields the daemons serve (protocol v2; [""] = one unnamed
+            # field), and those asked for by fields= (all by default).
+            self.field_names = [
+                _C.emlio_client_field_name(self._client, i).decode(
+                    "utf-8", "replace")
+                for i in range(_C.emlio_client_field_count(self._client))]
+            if fields is None:
+                self.fields = list(self.field_names)
+            else:
+                if isinstance(fields, str):
+                    fields = [f for f in fields.split(",") if f]
+                self.fields = list(fields)
+                for f in self.fields:
+                    if f not in self.field_names:
+                        raise NotFoundError(
+                            -1008, "daemon '%s' serves no field '%s' (it "
+                            "serves %s; start emliod with --fields)"
+                            % (endpoints, f, ",".join(
+                                n for n in self.field_names if n) or
+                               "one unnamed field"))
+            self._field_index = {f: self.field_names.index(f)
+                                 for f in self.fields}
             if state is not None:
                 self.load_state_dict(state)
         except BaseException:

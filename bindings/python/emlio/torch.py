@@ -130,6 +130,8 @@ class EmlioDataset(IterableDataset):
             yield self._convert(batch)
 
     def _convert(self, batch):
+        if self._loader_kw.get("fields") is not None:
+            return self._convert_fields(batch)
         labels = torch.from_numpy(batch.labels)
         if self.skip_pad:
             keep = ~batch.pads
@@ -141,6 +143,26 @@ class EmlioDataset(IterableDataset):
             return self._from_views(batch.samples, labels)
         data, offsets = batch.concat()
         return torch.from_numpy(data), torch.from_numpy(offsets), labels
+
+    def _convert_fields(self, batch):
+        """fields=[...]: ({field: (data, offsets)}, labels), or with
+        output="list" ({field: [tensor per sample]}, labels)."""
+        keep = ~batch.pads if self.skip_pad else None
+        labels = torch.from_numpy(batch.labels)
+        if keep is not None:
+            labels = labels[torch.from_numpy(keep)]
+        out = {}
+        for f in self._loader.fields:
+            if self.output == "list" or keep is not None:
+                views = batch.field(f)
+                if keep is not None:
+                    views = [v for v, k in zip(views, keep.tolist()) if k]
+                made = self._from_views(views, labels)
+                out[f] = made[0] if self.output == "list" else made[:2]
+            else:
+                data, offsets = batch.concat_field(f)
+                out[f] = (torch.from_numpy(data), torch.from_numpy(offsets))
+        return out, labels
 
     def _from_views(self, views, labels):
         if self.output == "list":

@@ -1,0 +1,114 @@
+/* tar.h - WebDataset tar shards: mapped, indexed, members zero-copy.
+ * SPDX-License-Identifier: MIT
+ *
+ * A WebDataset shard is a tar archive (POSIX ustar, GNU long names 'L',
+ * pax extended headers 'x') whose regular members are grouped into
+ * samples: consecutive members sharing a key, the key being the member
+ * path up to the first dot of its basename, the field the rest after that
+ * dot, lower-cased ("a/b/000.seg.png" is key "a/b/000", field "seg.png").
+ * Members whose basename has no key (no dot, or a leading dot) and
+ * non-regular members (directories, links, pax globals) are not samples
+ * and are skipped, as webdataset and DALI skip them.
+ *
+ * The index (members with data offset, length and field; samples as runs
+ * of members) comes from one walk of the headers, or from a DALI wds2idx
+ * "v1.2" index file checked against the mapping.
+ *
+ * Thread rules: open/scan/load_index/write_index from one thread; after
+ * that the accessors may be called from many threads at once.
+ */
+#ifndef EMLIO_TAR_H
+#define EMLIO_TAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest member path we accept (GNU long names and pax paths included). */
+#define EMLIO_TAR_MAX_NAME   4096
+/* Fields (distinct extensions) per shard; more is not a WebDataset. */
+#define EMLIO_TAR_MAX_FIELDS 256
+
+typedef struct emlio__tar_member {
+    uint64_t offset; /* of the data, a multiple of 512 */
+    uint64_t len;
+    uint32_t field; /* index into fields */
+} emlio__tar_member_t;
+
+/* What a scan or an index load produces; owned by whoever holds it. */
+typedef struct emlio__tar_index {
+    emlio__tar_member_t *members;
+    size_t n_members;
+    uint32_t *first; /* n_samples + 1 entries: sample i is members
+                        [first[i], first[i + 1]) */
+    size_t n_samples;
+    char **fields; /* distinct field names, in order of first appearance */
+    size_t n_fields;
+    char **names; /* member paths (scan only; NULL after a load) */
+} emlio__tar_index_t;
+
+void emlio__tar_index_release(emlio__tar_index_t *idx);
+
+/* Walks the tar headers of base[0, size) named name and fills *out (empty
+ * on entry). Returns the sample count, EMLIO_EFORMAT (bad checksum, a
+ * member running past the end, a duplicate field in one sample; errbuf
+ * names the file and offset) or EMLIO_ENOMEM. Nothing is left allocated
+ * on failure. Never reads outside base[0, size). */
+int emlio__tar_scan_mem(const uint8_t *base, size_t size, const char *name,
+                        emlio__tar_index_t *out, char *errbuf);
+
+/* Parses a wds2idx v1.2 index text[0, len) named idx_name and checks it
+ * against the shard base[0, size) named name: every member's header just
+ * before its data, with a valid checksum, regular type and the same size;
+ * offsets increasing; samples grouped by key. Returns the sample count,
+ * EMLIO_EFORMAT (message names the index line) or EMLIO_ENOMEM. */
+int emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
+                           const uint8_t *base, size_t size, const char *name,
+                           emlio__tar_index_t *out, char *errbuf);
+
+typedef struct emlio__tar emlio__tar_t;
+
+emlio__tar_t *emlio__tar_new(const char *path);
+void emlio__tar_destroy(emlio__tar_t **self_p);
+/* Maps the file read-only. Returns 0 or -errno (message in errmsg). */
+int emlio__tar_open(emlio__tar_t *self);
+/* Builds the index by walking the headers. Returns the sample count or an
+ * error as emlio__tar_scan_mem. */
+int emlio__tar_scan(emlio__tar_t *self);
+/* Loads idx_path when it is not older than the shard and describes it.
+ * Returns the sample count, -ENOENT, -ESTALE (older than the shard),
+ * EMLIO_EFORMAT or EMLIO_ENOMEM. */
+int emlio__tar_load_index(emlio__tar_t *self, const char *idx_path);
+/* Writes the index in DALI's wds2idx v1.2 format, atomically. Members
+ * whose names hold white space cannot be written (-EINVAL). Needs the
+ * member names, so only after a scan. Returns 0 or -errno. */
+int emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path);
+
+const char *emlio__tar_path(const emlio__tar_t *self);
+const char *emlio__tar_errmsg(const emlio__tar_t *self);
+size_t emlio__tar_count(const emlio__tar_t *self);
+uint64_t emlio__tar_size(const emlio__tar_t *self);
+const emlio__tar_index_t *emlio__tar_index(const emlio__tar_t *self);
+/* Offset of sample i's first member's data (for messages and advice). */
+uint64_t emlio__tar_offset(const emlio__tar_t *self, size_t i);
+
+/* Finds field `field` (exact, lower case) of sample i and points *data
+ * into the mapping (zero-copy, valid while the handle lives). Returns 0,
+ * EMLIO_ENOTFOUND (no sample i) or -ENOENT (the sample lacks the field). */
+int emlio__tar_field(const emlio__tar_t *self, size_t i, const char *field,
+                     const uint8_t **data, size_t *len);
+/* The member a single-field stream sends when no field is named: the first
+ * member whose field is an image extension (jpg, jpeg, png, webp, ...),
+ * else the first member that is not "cls". Returns 0, EMLIO_ENOTFOUND or
+ * -ENOENT (an empty sample). */
+int emlio__tar_default_field(const emlio__tar_t *self, size_t i,
+                             const uint8_t **data, size_t *len);
+/* The label of sample i from its member `field` (ASCII decimal, as
+ * webdataset's "cls"); -1 when absent or not a number. */
+int64_t emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field);
+/* Page-cache advice for samples [first, first + n), as emlio_tfrecord_advise.
+ */
+int emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n,
+                      int advice);
+
+#endif /* EMLIO_TAR_H */

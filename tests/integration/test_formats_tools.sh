@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_formats_tools.sh - emlio inspect, index and pack over WebDataset tar
+# and ImageFolder (docs/formats.md): ImageFolder -> tar and TFRecord -> tar
+# conversions served by emliod with exactly-once epochs, a GNU tar archive
+# indexed in DALI's wds2idx format, and inspect's summary of each format.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
+
+check "dataset builds" make_dataset "$T" 120 4 3000 64K
+# ImageFolder -> tar, shards of about 48 KB.
+"$EMLIO" pack "$T/img" "$T/wds" --to tar --shard-bytes 48K --quiet
+check "pack --to tar succeeds" test $? -eq 0
+nt=$(ls "$T"/wds/*.tar | wc -l)
+check "several tar shards ($nt)" test "$nt" -ge 3
+check "every tar shard has its index" test "$(ls "$T"/wds/*.tar.idx | wc -l)" = "$nt"
+check "indexes are wds2idx v1.2" grep -q '^v1.2 ' "$T/wds/train-00000.tar.idx"
+check "GNU tar reads the shards" tar tf "$T/wds/train-00000.tar" >/dev/null
+"$EMLIO" inspect "$T/wds" --json >"$T/insp.json"
+check "inspect tar: format" test "$(json_field "$T/insp.json" format)" = tar
+check "inspect tar: 120 records" test "$(json_field "$T/insp.json" records)" = 120
+check "inspect tar: labels 0..3" test "$(json_field "$T/insp.json" label_max)" = 3
+"$EMLIO" inspect "$T/img" --json >"$T/insp2.json"
+check "inspect imagefolder: format" \
+    test "$(json_field "$T/insp2.json" format)" = imagefolder
+check "inspect imagefolder: 4 shards (classes)" \
+    test "$(json_field "$T/insp2.json" shards)" = 4
+# The same bytes whatever the format: tar and ImageFolder served, verified,
+# every sample once per epoch.
+for src in wds img; do
+    start_daemon "d-$src" "$T/$src" || { fail "daemon on $src starts"; continue; }
+    "$EMLIO" fetch --connect "$EP" --batch 16 --epochs 2 --verify \
+        --ids "$T/ids-$src" --quiet >"$T/f-$src.out" 2>"$T/f-$src.err"
+    check "$src: fetch --verify succeeds" test $? -eq 0
+    check "$src: 240 samples" test "$(json_field "$T/f-$src.out" samples)" = 240
+    for e in 0 1; do
+        awk -v e=$e '$1 == e {print $2, $3}' "$T/ids-$src" | sort >"$T/$src-e$e"
+        check "$src epoch $e: 120 distinct samples" \
+            test "$(sort -u "$T/$src-e$e" | wc -l)" = 120
+    done
+    check "$src: same bytes as the tar shards" \
+        test "$(json_field "$T/f-$src.out" bytes)" = \
+        "$(json_field "$T/f-wds.out" bytes)"
+    kill "$DPID"
+done
+# TFRecord -> tar keeps the image bytes and labels.
+"$EMLIO" pack "$T/shards" "$T/wds2" --to tar --quiet
+check "pack tfrecord --to tar" test "$(ls "$T"/wds2/*.tar | wc -l)" -ge 1
+"$EMLIO" inspect "$T/wds2" --json >"$T/insp3.json"
+check "tfrecord -> tar: 120 records" test "$(json_field "$T/insp3.json" records)" = 120
+# A GNU tar archive with a long name and a directory, indexed by `index`.
+mkdir -p "$T/gnu/src/$(printf 'd%.0s' $(seq 1 110))"
+long="$(printf 'd%.0s' $(seq 1 110))/k1"
+printf abc >"$T/gnu/src/$long.jpg"
+printf 7 >"$T/gnu/src/$long.cls"
+mkdir -p "$T/gnu/shards"
+tar -C "$T/gnu/src" --format=gnu -cf "$T/gnu/shards/g.tar" .
+"$EMLIO" index "$T/gnu/shards" >"$T/index.out" 2>&1
+check "index a GNU tar" test $? -eq 0
+check "index names the shard" grep -q "g.tar: 1 samples" "$T/index.out"
+check "wds2idx names the long member" grep -q "$long.jpg" "$T/gnu/shards/g.tar.idx"
+head -c 700 "$T/gnu/shards/g.tar" >"$T/gnu/shards/g.tar.new" &&
+    mv "$T/gnu/shards/g.tar.new" "$T/gnu/shards/g.tar"
+"$EMLIO" index "$T/gnu/shards/g.tar" >/dev/null 2>"$T/index.err"
+check "index of a truncated tar fails" test $? -ne 0
+check "index names file and offset" grep -q "g.tar' at offset [0-9]" "$T/index.err"
+finish

@@ -1,0 +1,274 @@
+/* test_tar.c - unit tests of the WebDataset tar walk and wds2idx indexes,
+ * on archives built here byte by byte (the headers GNU tar and tarfile do
+ * not write by default: ustar prefixes, pax sizes, base-256 sizes, signed
+ * checksums).
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_test.h"
+
+#include "tar.h"
+
+/* Appends one 512-byte header (and nothing else) to out. size_field may
+ * be NULL to write size in octal; type is the typeflag. */
+static void
+s_header(emlio_buf_t *out, const char *name, const char *prefix,
+         uint64_t size, char type, const uint8_t *size_field, bool signed_sum)
+{
+    uint8_t h[512];
+    memset(h, 0, sizeof(h));
+    memcpy(h, name, strlen(name));
+    snprintf((char *)h + 100, 8, "%07o", 0644);
+    snprintf((char *)h + 108, 8, "%07o", 0);
+    snprintf((char *)h + 116, 8, "%07o", 0);
+    if (size_field)
+        memcpy(h + 124, size_field, 12);
+    else {
+        char octal[32];
+        snprintf(octal, sizeof(octal), "%011" PRIo64, size);
+        memcpy(h + 124, octal, 11);
+    }
+    snprintf((char *)h + 136, 12, "%011o", 0);
+    h[156] = (uint8_t)type;
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    if (prefix)
+        memcpy(h + 345, prefix, strlen(prefix));
+    if (signed_sum)
+        h[300] = 0xff; /* makes the signed and unsigned sums differ */
+    memset(h + 148, ' ', 8);
+    long sum = 0;
+    for (size_t i = 0; i < sizeof(h); i++)
+        sum += signed_sum ? (int8_t)h[i] : h[i];
+    snprintf((char *)h + 148, 8, "%06lo", (unsigned long)sum & 0777777);
+    h[155] = ' ';
+    assert_int_equal(emlio_buf_add(out, h, sizeof(h)), 0);
+}
+
+static void
+s_data(emlio_buf_t *out, const void *data, size_t len)
+{
+    static const uint8_t zeros[512];
+    assert_int_equal(emlio_buf_add(out, data, len), 0);
+    assert_int_equal(emlio_buf_add(out, zeros, (512 - len % 512) % 512), 0);
+}
+
+static void
+s_member(emlio_buf_t *out, const char *name, const char *data)
+{
+    s_header(out, name, NULL, strlen(data), '0', NULL, false);
+    s_data(out, data, strlen(data));
+}
+
+static void
+s_end(emlio_buf_t *out)
+{
+    static const uint8_t zeros[1024];
+    assert_int_equal(emlio_buf_add(out, zeros, sizeof(zeros)), 0);
+}
+
+/* The bytes of field f of sample i, or NULL. */
+static const char *
+s_field(const emlio__tar_index_t *idx, const emlio_buf_t *tar, size_t i,
+        const char *f, size_t *len)
+{
+    for (uint32_t m = idx->first[i]; m < idx->first[i + 1]; m++)
+        if (!strcmp(idx->fields[idx->members[m].field], f)) {
+            *len = (size_t)idx->members[m].len;
+            return (const char *)tar->data + idx->members[m].offset;
+        }
+    return NULL;
+}
+
+static void
+test_tar_groups_samples_as_webdataset(void **state)
+{
+    (void)state;
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    char err[EMLIO_ERRMSG_LEN];
+    s_header(&tar, "dir/", NULL, 0, '5', NULL, false); /* a directory */
+    s_member(&tar, "README", "no key: skipped");
+    s_member(&tar, "dir/.hidden.txt", "leading dot: skipped");
+    s_member(&tar, "./dir/a.b.JPG", "A"); /* key dir/a, field b.jpg */
+    s_member(&tar, "dir/a.cls", "3\n");
+    s_member(&tar, "dir/b.cls", "x"); /* not a number: label -1 */
+    s_header(&tar, "link.jpg", NULL, 0, '2', NULL, false); /* symlink */
+    /* ustar prefix + name. */
+    s_header(&tar, "c.jpg", "some/prefix", 2, '0', NULL, false);
+    s_data(&tar, "CC", 2);
+    s_end(&tar);
+    emlio__tar_index_t idx;
+    int rc = emlio__tar_scan_mem(tar.data, tar.len, "t.tar", &idx, err);
+    assert_int_equal(rc, 3);
+    assert_int_equal(idx.n_members, 4);
+    assert_string_equal(idx.names[0], "dir/a.b.JPG");
+    assert_string_equal(idx.names[3], "some/prefix/c.jpg");
+    size_t len;
+    const char *p = s_field(&idx, &tar, 0, "b.jpg", &len);
+    assert_non_null(p);
+    assert_int_equal(len, 1);
+    assert_memory_equal(p, "A", 1);
+    assert_non_null(s_field(&idx, &tar, 0, "cls", &len));
+    assert_null(s_field(&idx, &tar, 1, "jpg", &len));
+    p = s_field(&idx, &tar, 2, "jpg", &len);
+    assert_memory_equal(p, "CC", 2);
+    emlio__tar_index_release(&idx);
+    emlio_buf_release(&tar);
+}
+
+static void
+test_tar_long_names_pax_and_base256(void **state)
+{
+    (void)state;
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    char err[EMLIO_ERRMSG_LEN];
+    char longname[300];
+    memset(longname, 'n', 250);
+    memcpy(longname + 250, "/k.jpg", 7);
+    /* GNU long name. */
+    s_header(&tar, "././@LongLink", NULL, strlen(longname) + 1, 'L', NULL,
+             false);
+    s_data(&tar, longname, strlen(longname) + 1);
+    s_header(&tar, "truncated-name.jpg", NULL, 3, '0', NULL, false);
+    s_data(&tar, "abc", 3);
+    /* pax path and size (the header's own size field says 0). */
+    const char *pax = "19 path=pax/p.json\n10 size=5\n";
+    s_header(&tar, "PaxHeaders/p", NULL, strlen(pax), 'x', NULL, false);
+    s_data(&tar, pax, strlen(pax));
+    s_header(&tar, "p.json", NULL, 0, '0', NULL, false);
+    s_data(&tar, "12345", 5);
+    /* GNU base-256 size and a signed checksum (old writers). */
+    uint8_t b256[12] = { 0x80 };
+    b256[11] = 4;
+    s_header(&tar, "q.png", NULL, 0, '0', b256, true);
+    s_data(&tar, "wxyz", 4);
+    s_end(&tar);
+    emlio__tar_index_t idx;
+    int rc = emlio__tar_scan_mem(tar.data, tar.len, "t.tar", &idx, err);
+    assert_int_equal(rc, 3);
+    assert_string_equal(idx.names[0], longname);
+    assert_string_equal(idx.names[1], "pax/p.json");
+    assert_int_equal(idx.members[1].len, 5);
+    assert_int_equal(idx.members[2].len, 4);
+    emlio__tar_index_release(&idx);
+    emlio_buf_release(&tar);
+}
+
+static void
+test_tar_errors_name_file_and_offset(void **state)
+{
+    (void)state;
+    char err[EMLIO_ERRMSG_LEN];
+    emlio__tar_index_t idx;
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    s_member(&tar, "a.jpg", "1");
+    s_member(&tar, "a.jpg", "2"); /* the same field twice in one sample */
+    s_end(&tar);
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "d.tar", &idx,
+                                         err),
+                     EMLIO_EFORMAT);
+    assert_non_null(strstr(err, "duplicate field 'jpg'"));
+    assert_non_null(strstr(err, "'d.tar' at offset 1024"));
+    assert_null(idx.members);
+    /* A flipped header byte. */
+    ((uint8_t *)tar.data)[1024 + 3] ^= 1;
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "d.tar", &idx,
+                                         err),
+                     EMLIO_EFORMAT);
+    assert_non_null(strstr(err, "bad tar header checksum in 'd.tar' at "
+                                "offset 1024"));
+    /* Truncated inside a member's data, and inside a header. */
+    emlio_buf_clear(&tar);
+    s_header(&tar, "big.jpg", NULL, 5000, '0', NULL, false);
+    assert_int_equal(emlio_buf_add(&tar, "xxxx", 4), 0);
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "t.tar", &idx,
+                                         err),
+                     EMLIO_EFORMAT);
+    assert_non_null(strstr(err, "truncated tar member in 't.tar' at offset 0"));
+    assert_int_equal(emlio__tar_scan_mem(tar.data, 300, "t.tar", &idx, err),
+                     EMLIO_EFORMAT);
+    assert_non_null(strstr(err, "truncated tar header"));
+    /* Empty input and end blocks only: a valid archive of no samples. */
+    assert_int_equal(emlio__tar_scan_mem(NULL, 0, "e.tar", &idx, err), 0);
+    emlio_buf_clear(&tar);
+    s_end(&tar);
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "e.tar", &idx,
+                                         err),
+                     0);
+    emlio_buf_release(&tar);
+}
+
+static void
+test_tar_index_round_trip_and_stale(void **state)
+{
+    (void)state;
+    char dir[64], path[128], idxp[160];
+    test_mkdtemp(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/s.tar", dir);
+    snprintf(idxp, sizeof(idxp), "%s.idx", path);
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    for (int i = 0; i < 5; i++) {
+        char name[32], data[32];
+        snprintf(name, sizeof(name), "k%d.jpg", i);
+        snprintf(data, sizeof(data), "image %d", i);
+        s_member(&tar, name, data);
+        snprintf(name, sizeof(name), "k%d.cls", i);
+        snprintf(data, sizeof(data), "%d", i * 2);
+        s_member(&tar, name, data);
+    }
+    s_end(&tar);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(tar.data, 1, tar.len, f), tar.len);
+    fclose(f);
+    emlio__tar_t *t = emlio__tar_new(path);
+    assert_int_equal(emlio__tar_open(t), 0);
+    assert_int_equal(emlio__tar_load_index(t, idxp), -ENOENT);
+    assert_int_equal(emlio__tar_scan(t), 5);
+    assert_int_equal(emlio__tar_write_index(t, idxp), 0);
+    assert_int_equal(emlio__tar_label(t, 3, "cls"), 6);
+    const uint8_t *d;
+    size_t len;
+    assert_int_equal(emlio__tar_field(t, 4, "jpg", &d, &len), 0);
+    assert_memory_equal(d, "image 4", 7);
+    assert_int_equal(emlio__tar_field(t, 4, "png", &d, &len), -ENOENT);
+    assert_int_equal(emlio__tar_field(t, 5, "jpg", &d, &len), EMLIO_ENOTFOUND);
+    emlio__tar_destroy(&t);
+    /* Loaded back: the same samples. */
+    t = emlio__tar_new(path);
+    assert_int_equal(emlio__tar_open(t), 0);
+    assert_int_equal(emlio__tar_load_index(t, idxp), 5);
+    assert_int_equal(emlio__tar_label(t, 2, "cls"), 4);
+    emlio__tar_destroy(&t);
+    /* An index that does not describe the file is refused. */
+    emlio_buf_t text = EMLIO_BUF_INIT;
+    assert_int_equal(emlio_buf_addf(&text, "v1.2 1\njpg 512 3 k0.jpg\n"), 0);
+    emlio__tar_index_t idx;
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(emlio__tar_parse_index((const char *)text.data, text.len,
+                                            "x.idx", tar.data, tar.len,
+                                            "s.tar", &idx, err),
+                     EMLIO_EFORMAT);
+    assert_non_null(strstr(err, "line 2"));
+    /* Older than the shard: stale. */
+    struct timespec old[2] = { { 1000, 0 }, { 1000, 0 } };
+    assert_int_equal(utimensat(AT_FDCWD, idxp, old, 0), 0);
+    t = emlio__tar_new(path);
+    assert_int_equal(emlio__tar_open(t), 0);
+    assert_int_equal(emlio__tar_load_index(t, idxp), -ESTALE);
+    emlio__tar_destroy(&t);
+    emlio_buf_release(&text);
+    emlio_buf_release(&tar);
+    test_rmtree(dir);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tar_groups_samples_as_webdataset),
+        cmocka_unit_test(test_tar_long_names_pax_and_base256),
+        cmocka_unit_test(test_tar_errors_name_file_and_offset),
+        cmocka_unit_test(test_tar_index_round_trip_and_stale),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
