@@ -11,8 +11,8 @@
 /* Appends one 512-byte header (and nothing else) to out. size_field may
  * be NULL to write size in octal; type is the typeflag. */
 static void
-s_header(emlio_buf_t *out, const char *name, const char *prefix,
-         uint64_t size, char type, const uint8_t *size_field, bool signed_sum)
+s_header(emlio_buf_t *out, const char *name, const char *prefix, uint64_t size,
+         char type, const uint8_t *size_field, bool signed_sum)
 {
     uint8_t h[512];
     memset(h, 0, sizeof(h));
@@ -163,16 +163,14 @@ test_tar_errors_name_file_and_offset(void **state)
     s_member(&tar, "a.jpg", "1");
     s_member(&tar, "a.jpg", "2"); /* the same field twice in one sample */
     s_end(&tar);
-    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "d.tar", &idx,
-                                         err),
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "d.tar", &idx, err),
                      EMLIO_EFORMAT);
     assert_non_null(strstr(err, "duplicate field 'jpg'"));
     assert_non_null(strstr(err, "'d.tar' at offset 1024"));
     assert_null(idx.members);
     /* A flipped header byte. */
     ((uint8_t *)tar.data)[1024 + 3] ^= 1;
-    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "d.tar", &idx,
-                                         err),
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "d.tar", &idx, err),
                      EMLIO_EFORMAT);
     assert_non_null(strstr(err, "bad tar header checksum in 'd.tar' at "
                                 "offset 1024"));
@@ -180,8 +178,7 @@ test_tar_errors_name_file_and_offset(void **state)
     emlio_buf_clear(&tar);
     s_header(&tar, "big.jpg", NULL, 5000, '0', NULL, false);
     assert_int_equal(emlio_buf_add(&tar, "xxxx", 4), 0);
-    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "t.tar", &idx,
-                                         err),
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "t.tar", &idx, err),
                      EMLIO_EFORMAT);
     assert_non_null(strstr(err, "truncated tar member in 't.tar' at offset 0"));
     assert_int_equal(emlio__tar_scan_mem(tar.data, 300, "t.tar", &idx, err),
@@ -191,8 +188,7 @@ test_tar_errors_name_file_and_offset(void **state)
     assert_int_equal(emlio__tar_scan_mem(NULL, 0, "e.tar", &idx, err), 0);
     emlio_buf_clear(&tar);
     s_end(&tar);
-    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "e.tar", &idx,
-                                         err),
+    assert_int_equal(emlio__tar_scan_mem(tar.data, tar.len, "e.tar", &idx, err),
                      0);
     emlio_buf_release(&tar);
 }
@@ -245,8 +241,8 @@ test_tar_index_round_trip_and_stale(void **state)
     emlio__tar_index_t idx;
     char err[EMLIO_ERRMSG_LEN];
     assert_int_equal(emlio__tar_parse_index((const char *)text.data, text.len,
-                                            "x.idx", tar.data, tar.len,
-                                            "s.tar", &idx, err),
+                                            "x.idx", tar.data, tar.len, "s.tar",
+                                            &idx, err),
                      EMLIO_EFORMAT);
     assert_non_null(strstr(err, "line 2"));
     /* Older than the shard: stale. */
