@@ -113,7 +113,9 @@ struct emlio_client {
     uint64_t srtt_ns;      /* smoothed RTT now */
     uint64_t total_bytes;  /* sample bytes received, all epochs */
     uint64_t total_wait_ns;
-    uint64_t batch_bytes;  /* mean bytes of one batch in this dataset */
+    uint64_t batch_bytes; /* mean bytes of one batch in this dataset */
+    uint64_t cpu_idle;    /* host CPU jiffies at the last tuner tick */
+    uint64_t cpu_total;
     bool advised;          /* the window advice was logged */
     uint32_t *poll_daemon; /* poll item i -> daemon, stream */
     uint32_t *poll_stream;
@@ -1868,7 +1870,16 @@ s_tune(emlio_client_t *self, uint64_t waiting_ns)
                   EMLIO_MAX((uint64_t)streams * self->n_daemons, 1),
         .rtt_ns = rtt,
         .srtt_ns = self->srtt_ns,
+        .host_idle = -1,
     };
+    uint64_t idle, total;
+    if (emlio__netpath_cpu_times(&idle, &total) == 0) {
+        if (self->cpu_total && total > self->cpu_total)
+            in.host_idle = (double)(idle - self->cpu_idle) /
+                           (double)(total - self->cpu_total);
+        self->cpu_idle = idle;
+        self->cpu_total = total;
+    }
     uint32_t want = emlio__tuner_step(&self->tuner, &in);
     if (!want)
         return 0;

@@ -98,6 +98,25 @@ emlio__netpath_force(int fd, bool send, int bytes)
 }
 
 int
+emlio__netpath_cpu_times(uint64_t *idle, uint64_t *total)
+{
+    FILE *f = fopen("/proc/stat", "re");
+    if (!f)
+        return -1;
+    unsigned long long v[8] = { 0 };
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+                   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n < 5)
+        return -1;
+    *idle = v[3] + v[4];
+    *total = 0;
+    for (int i = 0; i < 8; i++)
+        *total += v[i];
+    return 0;
+}
+
+int
 emlio__netpath_info(int fd, emlio_netpath_info_t *out)
 {
     struct tcp_info ti;

@@ -64,6 +64,10 @@ typedef struct emlio_netpath_info {
     int rcvbuf;
 } emlio_netpath_info_t;
 
+/* This host's CPU time so far, from /proc/stat: idle (idle + iowait) and
+ * total jiffies. Returns 0, or -1 where /proc/stat is unreadable. */
+int emlio__netpath_cpu_times(uint64_t *idle, uint64_t *total);
+
 /* Reads fd's TCP_INFO; 0, or -errno (the fd is gone or not TCP). */
 int emlio__netpath_info(int fd, emlio_netpath_info_t *out);
 

@@ -15,6 +15,8 @@ emlio_limit_name(int limit)
         return "network";
     case EMLIO_LIMIT_DAEMON:
         return "daemon";
+    case EMLIO_LIMIT_CPU:
+        return "cpu";
     default:
         return "unknown";
     }
@@ -54,7 +56,8 @@ emlio__tuner_step(emlio_tuner_t *t, const emlio_tuner_input_t *in)
      * short: the client's window grows for that);
      * the path when its queues grow (smoothed RTT above 1.5 x the floor
      * + 5 ms: on loopback a busy CPU alone delays ACKs by a few ms);
-     * else the daemons. Without an RTT (not TCP) windows never limit. */
+     * this host's CPUs when they are all busy; else the daemons. Without
+     * an RTT (not TCP) windows never limit. */
     double per_stream =
         in->rtt_ns ? (double)in->window * 1e9 / (double)in->rtt_ns : 0;
     bool window_bound =
@@ -65,6 +68,8 @@ emlio__tuner_step(emlio_tuner_t *t, const emlio_tuner_input_t *in)
         t->limit = EMLIO_LIMIT_CONSUMER;
     else if (window_bound)
         t->limit = EMLIO_LIMIT_WINDOW;
+    else if (in->host_idle >= 0 && in->host_idle < EMLIO_TUNER_CPU_IDLE)
+        t->limit = EMLIO_LIMIT_CPU;
     else if (in->rtt_ns && 2 * in->srtt_ns > 3 * in->rtt_ns + 10000000ull)
         t->limit = EMLIO_LIMIT_NETWORK;
     else

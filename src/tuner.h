@@ -34,6 +34,9 @@
 #define EMLIO_TUNER_MIN_WAIT     0.05 /* consumer blocked share of a tick */
 #define EMLIO_TUNER_MIN_GAIN     0.10 /* rate growth that justifies a step */
 #define EMLIO_TUNER_MIN_TICK_NS  200000000ull
+#define EMLIO_TUNER_CPU_IDLE                \
+    0.10 /* host idle share below which the \
+            CPUs count as the limit */
 
 /* What limits the rate: enum emlio_limit of emlio/client.h. */
 
@@ -67,6 +70,8 @@ typedef struct emlio_tuner_input {
     uint64_t queued;  /* bytes requested and not yet received, per stream */
     uint64_t rtt_ns;  /* the path's RTT floor (min RTT); 0 = unknown */
     uint64_t srtt_ns; /* its smoothed RTT now */
+    double host_idle; /* share of this host's CPU time idle over the tick,
+                         0..1; < 0 = unknown */
 } emlio_tuner_input_t;
 
 /* Returns the number of streams wanted (>= in->streams) once a tick has

@@ -241,10 +241,12 @@ enum emlio_limit {
                                  help (docs/tuning.md) */
     EMLIO_LIMIT_NETWORK = 3,  /* the path: queues build up (RTT above its
                                  floor) */
-    EMLIO_LIMIT_DAEMON = 4    /* the daemons (their CPU or disk) */
+    EMLIO_LIMIT_DAEMON = 4,   /* the daemons (their CPU or disk) */
+    EMLIO_LIMIT_CPU = 5       /* this host's CPUs: all busy (under 10%
+                                 idle), so receiving is starved */
 };
 
-/* "consumer", "window", "network", "daemon" or "unknown". */
+/* "consumer", "window", "network", "daemon", "cpu" or "unknown". */
 EMLIO_EXPORT const char *emlio_limit_name(int limit);
 
 /* One TCP stream of a client. */

@@ -88,7 +88,7 @@ check "the window-limited path is reported with the sysctl to raise" \
 check "per-stream rates are reported" /usr/bin/python3 -c "
 import json; j = json.loads(open('$T/slow.out').read().splitlines()[-1])
 assert len(j['stream_mb_per_s']) == j['streams'], j
-assert j['limit'] in ('window', 'daemon', 'network', 'consumer'), j"
+assert j['limit'] in ('window', 'daemon', 'network', 'consumer', 'cpu'), j"
 check "epoch lines carry the path" grep -q '"epoch": 3,.*"rtt_ms"' "$T/slow.out"
 
 # The training side's Prometheus endpoint, scraped mid-run (from inside

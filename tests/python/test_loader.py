@@ -215,7 +215,7 @@ class LoaderTest(DatasetCase):
             st = loader.epoch_stats()
             self.assertEqual(st["streams"], 2)  # loopback: never more
             self.assertIn(st["limit"], ("consumer", "window", "network",
-                                        "daemon", "unknown"))
+                                        "daemon", "cpu", "unknown"))
             self.assertNotIn("reserved", st)
             streams = loader.path_stats()
             self.assertEqual(len(streams), 2)

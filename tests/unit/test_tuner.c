@@ -19,6 +19,7 @@ typedef struct {
     uint64_t window;
     double link;
     double demand;
+    double host_idle; /* this host's idle CPU share; -1 unknown */
 } s_path_t;
 
 /* Runs the tuner for `seconds` of simulated time on path p, ticking every
@@ -51,6 +52,7 @@ s_simulate(emlio_tuner_t *t, const s_path_t *p, double seconds,
             .queued = 2 * p->window, /* the client keeps two windows out */
             .rtt_ns = p->rtt_ns,
             .srtt_ns = p->rtt_ns + MS / 2,
+            .host_idle = p->host_idle,
         };
         uint32_t want = emlio__tuner_step(t, &in);
         if (want > streams)
@@ -67,7 +69,7 @@ test_tuner_grows_on_a_window_limited_path(void **state)
 {
     (void)state;
     emlio_tuner_t t;
-    s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 2e9 };
+    s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 2e9, 0.5 };
     uint32_t streams = s_simulate(&t, &p, 10, START);
     assert_true(streams >= 8);
     assert_true(streams <= 32);
@@ -83,7 +85,7 @@ test_tuner_grows_further_at_100ms(void **state)
 {
     (void)state;
     emlio_tuner_t t;
-    s_path_t p = { 100 * MS, 4 * MIB, 1.0e9, 2e9 };
+    s_path_t p = { 100 * MS, 4 * MIB, 1.0e9, 2e9, -1 };
     uint32_t streams = s_simulate(&t, &p, 30, START);
     assert_true(streams >= 16);
     assert_true(t.rate > 0.9 * p.link);
@@ -96,9 +98,14 @@ test_tuner_stays_few_on_a_fast_path(void **state)
 {
     (void)state;
     emlio_tuner_t t;
-    s_path_t p = { 50000, 4 * MIB, 1.2e9, 2e9 };
+    s_path_t p = { 50000, 4 * MIB, 1.2e9, 2e9, 0.4 };
     assert_int_equal(s_simulate(&t, &p, 5, START), START);
     assert_int_equal(t.limit, EMLIO_LIMIT_DAEMON);
+    /* The same with this host's CPUs saturated: they are named. */
+    p.host_idle = 0.02;
+    assert_int_equal(s_simulate(&t, &p, 5, START), START);
+    assert_int_equal(t.limit, EMLIO_LIMIT_CPU);
+    assert_string_equal(emlio_limit_name(EMLIO_LIMIT_CPU), "cpu");
 }
 
 /* A slow consumer (100 MB/s) on a window-limited path: the consumer, not
@@ -108,7 +115,7 @@ test_tuner_leaves_a_slow_consumer_alone(void **state)
 {
     (void)state;
     emlio_tuner_t t;
-    s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 100e6 };
+    s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 100e6, 0.5 };
     assert_int_equal(s_simulate(&t, &p, 5, START), START);
     assert_int_equal(t.limit, EMLIO_LIMIT_CONSUMER);
 }
@@ -128,7 +135,8 @@ test_tuner_pinned_and_unmeasured(void **state)
                                .window = 4 * MIB,
                                .queued = 8 * MIB,
                                .rtt_ns = 30 * MS,
-                               .srtt_ns = 31 * MS };
+                               .srtt_ns = 31 * MS,
+                               .host_idle = -1 };
     assert_int_equal(emlio__tuner_step(&t, &in), 3);
     assert_int_equal(t.limit, EMLIO_LIMIT_WINDOW);
 

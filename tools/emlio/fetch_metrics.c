@@ -58,8 +58,8 @@ s_render(void *userdata, emlio_buf_t *out)
 {
     fetch_metrics_t *self = userdata;
     static const int limits[] = { EMLIO_LIMIT_UNKNOWN, EMLIO_LIMIT_CONSUMER,
-                                  EMLIO_LIMIT_WINDOW, EMLIO_LIMIT_NETWORK,
-                                  EMLIO_LIMIT_DAEMON };
+                                  EMLIO_LIMIT_WINDOW,  EMLIO_LIMIT_NETWORK,
+                                  EMLIO_LIMIT_DAEMON,  EMLIO_LIMIT_CPU };
     int rc = 0;
     pthread_mutex_lock(&self->lock);
     const emlio_client_stats_t *st = &self->st;

@@ -757,7 +757,8 @@ class Loader:
         samples, bytes, seconds, wait_s, first_batch_s, inflight, retries,
         skipped, and the network path: rtt_ms, mb_per_s, streams, window
         (bytes one stream may have in flight) and limit (what limits the
-        rate: "consumer", "window", "network", "daemon" or "unknown")."""
+        rate: "consumer", "window", "network", "daemon", "cpu" or
+        "unknown")."""
         self._require_open()
         st = _lib.ClientStats()
         _C.emlio_client_stats(self._client, ctypes.byref(st))
