@@ -201,7 +201,8 @@ emlio__folder_scan(emlio__folder_t *self)
     int rc = s_walk(self, "", 0);
     if (rc < 0)
         return rc;
-    qsort(self->files, self->n, sizeof(*self->files), s_cmp_files);
+    if (self->n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(self->files, self->n, sizeof(*self->files), s_cmp_files);
     return self->n > INT_MAX ? EMLIO_EFORMAT : (int)self->n;
 }
 

@@ -34,7 +34,7 @@
 #define S_FD_LOG_MS                         10000
 /* The largest request a daemon accepts, for max_batch samples per GET. */
 #define EMLIO_SERVER_MAX_REQUEST(max_batch) (4096 + (int64_t)(max_batch)*24)
-/* s_read_sample's verdict for a sample lacking the requested field. */
+/* s_read_item's verdict for a sample lacking the requested field. */
 #define S_EMISSING                          (-1999)
 
 /* One GET on its way from the frontend to a worker and back. */

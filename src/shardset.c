@@ -481,7 +481,7 @@ s_classes(const char *root, s_names_t *out, char *errbuf)
         rc = s_names_push(out, e->d_name);
     }
     closedir(dir);
-    if (rc == 0)
+    if (rc == 0 && out->n > 1) /* qsort(NULL, 0) is undefined */
         qsort(out->v, out->n, sizeof(*out->v), s_cmp_names);
     return rc;
 }
