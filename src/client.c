@@ -406,13 +406,15 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
     int hb_ivl = 2000;
     int hb_ttl = 10000;
     int reconnect_max = 2000;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof(zero));
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero));
-    zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
-    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl));
-    zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
-                   sizeof(reconnect_max));
+    if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl)) !=
+            0 ||
+        zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
+                       sizeof(reconnect_max)) != 0)
+        return -1;
     /* The receive buffer as large as the host allows (see netpath.h):
      * explicit where that beats autotuning, forced on CONNECTED where we
      * may. */
@@ -443,7 +445,8 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
     if (!mon)
         return -1;
     daemon->mons[s] = mon;
-    zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero));
+    if (zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0)
+        return -1;
     if (zmq_connect(mon, ep) != 0)
         return -1;
     return zmq_connect(sock, daemon->endpoint);
@@ -451,6 +454,23 @@ s_open_stream(emlio_client_t *self, s_daemon_t *daemon, uint32_t d, uint32_t s)
 
 static int s_resend_stream(emlio_client_t *self, uint32_t d, uint32_t sock,
                            uint64_t before_ns);
+
+/* Closes the last stream s of a daemon (one that failed to open). */
+static void
+s_close_stream(s_daemon_t *daemon, uint32_t s)
+{
+    if (daemon->socks[s]) {
+        zmq_socket_monitor(daemon->socks[s], NULL, 0);
+        zmq_close(daemon->socks[s]);
+    }
+    if (daemon->mons[s])
+        zmq_close(daemon->mons[s]);
+    daemon->socks[s] = daemon->mons[s] = NULL;
+    daemon->ready[s] = false;
+    daemon->fd[s] = -1;
+    if (daemon->n_streams == s + 1)
+        daemon->n_streams = s;
+}
 
 /* The id a HELLO on stream s carries: generation 0, which no GET uses. */
 #define S_HELLO_ID(s) S_ID(0, s, 0)
@@ -868,19 +888,21 @@ s_add_streams(emlio_client_t *self, uint32_t want)
             daemon->max_streams ? daemon->max_streams : S_MAX_STREAMS;
         while (daemon->n_streams < EMLIO_MIN(want, limit)) {
             uint32_t s = daemon->n_streams;
-            if (s_open_stream(self, daemon, d, s) != 0)
-                return emlio__seterr(self->err, -errno,
-                                     "cannot connect to '%s': %s",
-                                     daemon->endpoint, zmq_strerror(errno));
-            if (daemon->max_streams) {
-                int rc = s_send_hello(self, d, s);
-                if (rc < 0)
-                    return emlio__seterr(self->err, rc,
-                                         "cannot send to '%s': %s",
-                                         daemon->endpoint, zmq_strerror(-rc));
-            } else {
-                daemon->ready[s] = true;
+            int rc = s_open_stream(self, daemon, d, s) != 0 ? -errno : 0;
+            if (rc == 0 && daemon->max_streams)
+                rc = s_send_hello(self, d, s);
+            if (rc < 0) {
+                /* Out of descriptors, say: the streams we have carry on;
+                 * this daemon gets no more. */
+                s_close_stream(daemon, s);
+                daemon->max_streams = EMLIO_MAX(s, 1);
+                emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                          "cannot open stream %u to '%s': %s; staying at %u", s,
+                          daemon->endpoint, zmq_strerror(-rc), s);
+                break;
             }
+            if (!daemon->max_streams)
+                daemon->ready[s] = true;
             added = true;
         }
     }
