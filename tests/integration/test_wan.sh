@@ -122,6 +122,14 @@ fetch_far pinned --epochs 2 --streams 2
 check "--streams 2 pins the number on the same path" test \
     "$(json_field "$T/pinned.out" streams)" -eq 2
 
+# 30 ms, the issue's path: three overlapping epochs, each exactly once.
+check "delay line restarts (30 ms RTT)" start_path 15
+fetch_far thirty --epochs 3 --verify --ids "$T/thirty.ids"
+check "3 overlapping epochs over 30 ms: every sample exactly once" \
+    grep -q '"verified": true' "$T/thirty.out"
+check "the 30 ms ids list 3 x 1200 distinct samples" test \
+    "$(sort -u "$T/thirty.ids" | wc -l),$(wc -l <"$T/thirty.ids")" = 3600,3600
+
 # A fast path (0.05 ms): the windows never limit; two streams stay.
 check "delay line restarts (0.05 ms RTT)" start_path 0.025
 fetch_far fast --epochs 3 --verify
