@@ -594,6 +594,48 @@ s_cmp_shards(const void *a, const void *b)
                   ((const emlio_shard_t *)b)->name);
 }
 
+/* Adds the mapped shard *name (a TFRecord or tar file under dir; the name
+ * is taken over and *name set NULL): leases it when asked (before the
+ * mapping, so no writer can shrink it under us unseen), maps it and reads
+ * or builds its index. Returns 0 or < 0 with errbuf set; a shard that
+ * failed is counted in self->n, so release frees it. */
+static int
+s_load_mapped(emlio_shardset_t *self, const char *dir, char **name,
+              emlio_shard_kind_t kind, const emlio_shardset_opts_t *opts,
+              emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    char path[PATH_MAX];
+    emlio_shard_t *shard = &self->shards[self->n];
+    snprintf(path, sizeof(path), "%s/%s", dir, *name);
+    shard->name = *name;
+    shard->kind = kind;
+    *name = NULL;
+    self->n++;
+    shard->fd = -1;
+    bool tar = kind == EMLIO_SHARD_TAR;
+    if (tar)
+        shard->tar = emlio__tar_new(path);
+    else
+        shard->file = emlio_tfrecord_new(path);
+    if (tar ? !shard->tar : !shard->file)
+        return EMLIO_ENOMEM;
+    int rc = opts->lease ? s_lease_shard(shard, path, errbuf) : 0;
+    if (rc < 0)
+        return rc;
+    self->mapped++;
+    self->leased += shard->leased;
+    rc = tar ? emlio__tar_open(shard->tar) : emlio_tfrecord_open(shard->file);
+    if (rc < 0)
+        return emlio__seterr(errbuf, rc, "%s",
+                             tar ? emlio__tar_errmsg(shard->tar)
+                                 : emlio_tfrecord_errmsg(shard->file));
+    if (tar)
+        return s_index_tar(shard->tar, opts->write_index, opts->rescan, log,
+                           userdata, errbuf);
+    return s_index_shard(shard->file, opts->verify_data, opts->write_index,
+                         opts->rescan, log, userdata, errbuf);
+}
+
 int
 emlio__shardset_load(emlio_shardset_t *self, const char *dir,
                      const emlio_shardset_opts_t *opts,
@@ -659,64 +701,14 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
     rc = s_grow(self, names.n + tars.n + classes.n);
     if (rc < 0)
         goto out;
-    for (size_t i = 0; i < names.n; i++) {
-        char path[PATH_MAX];
-        emlio_shard_t *shard = &self->shards[self->n];
-        snprintf(path, sizeof(path), "%s/%s", dir, names.v[i]);
-        shard->name = names.v[i];
-        shard->kind = EMLIO_SHARD_TFRECORD;
-        names.v[i] = NULL;
-        self->n++;
-        shard->fd = -1;
-        shard->file = emlio_tfrecord_new(path);
-        if (!shard->file) {
-            rc = EMLIO_ENOMEM;
-            goto out;
-        }
-        rc = opts->lease ? s_lease_shard(shard, path, errbuf) : 0;
-        if (rc < 0)
-            goto out;
-        self->mapped++;
-        self->leased += shard->leased;
-        rc = emlio_tfrecord_open(shard->file);
-        if (rc < 0) {
-            emlio__seterr(errbuf, rc, "%s", emlio_tfrecord_errmsg(shard->file));
-            goto out;
-        }
-        rc = s_index_shard(shard->file, opts->verify_data, opts->write_index,
-                           opts->rescan, log, userdata, errbuf);
-        if (rc < 0)
-            goto out;
-    }
-    for (size_t i = 0; i < tars.n; i++) {
-        char path[PATH_MAX];
-        emlio_shard_t *shard = &self->shards[self->n];
-        snprintf(path, sizeof(path), "%s/%s", dir, tars.v[i]);
-        shard->name = tars.v[i];
-        shard->kind = EMLIO_SHARD_TAR;
-        tars.v[i] = NULL;
-        self->n++;
-        shard->fd = -1;
-        shard->tar = emlio__tar_new(path);
-        if (!shard->tar) {
-            rc = EMLIO_ENOMEM;
-            goto out;
-        }
-        rc = opts->lease ? s_lease_shard(shard, path, errbuf) : 0;
-        if (rc < 0)
-            goto out;
-        self->mapped++;
-        self->leased += shard->leased;
-        rc = emlio__tar_open(shard->tar);
-        if (rc < 0) {
-            emlio__seterr(errbuf, rc, "%s", emlio__tar_errmsg(shard->tar));
-            goto out;
-        }
-        rc = s_index_tar(shard->tar, opts->write_index, opts->rescan, log,
-                         userdata, errbuf);
-        if (rc < 0)
-            goto out;
-    }
+    for (size_t i = 0; i < names.n && rc >= 0; i++)
+        rc = s_load_mapped(self, dir, &names.v[i], EMLIO_SHARD_TFRECORD, opts,
+                           log, userdata, errbuf);
+    for (size_t i = 0; i < tars.n && rc >= 0; i++)
+        rc = s_load_mapped(self, dir, &tars.v[i], EMLIO_SHARD_TAR, opts, log,
+                           userdata, errbuf);
+    if (rc < 0)
+        goto out;
     if (classes.n) {
         rc = s_load_folders(self, dir, &classes, &st, opts, log, userdata,
                             errbuf);
