@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "mapfile.h"
 #include "tfrecord.h"
 
 /* An index file is a few dozen bytes per record of at least 16 bytes; a
@@ -338,47 +339,11 @@ emlio_tfrecord_open(emlio_tfrecord_t *self)
     if (self->open)
         return emlio__seterr(self->err, EMLIO_EINVAL, "'%s' is already open",
                              self->path);
-    int fd;
-    do
-        fd = open(self->path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int rc = -errno;
-        return emlio__seterr(self->err, rc, "cannot open '%s': %s", self->path,
-                             emlio_strerror(rc));
-    }
     struct stat st;
-    int rc = 0;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        emlio__seterr(self->err, rc, "cannot stat '%s': %s", self->path,
-                      emlio_strerror(rc));
-    } else if (S_ISDIR(st.st_mode)) {
-        rc = emlio__seterr(self->err, -EISDIR, "cannot map '%s': %s",
-                           self->path, emlio_strerror(-EISDIR));
-    } else if (!S_ISREG(st.st_mode)) {
-        rc = emlio__seterr(self->err, EMLIO_EFORMAT,
-                           "cannot map '%s': not a regular file", self->path);
-    } else if ((uint64_t)st.st_size > SIZE_MAX) {
-        rc = emlio__seterr(self->err, -EFBIG, "cannot map '%s': %s", self->path,
-                           emlio_strerror(-EFBIG));
-    } else if (st.st_size > 0) {
-        void *map =
-            mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            rc = -errno;
-            emlio__seterr(self->err, rc, "cannot map '%s': %s", self->path,
-                          emlio_strerror(rc));
-        } else {
-            self->base = map;
-        }
-    }
-    /* The mapping keeps the file alive; the descriptor is no longer
-     * needed, and holding one per shard would eat the fd limit. */
-    close(fd);
+    int rc =
+        emlio__map_file(self->path, &self->base, &self->size, &st, self->err);
     if (rc < 0)
         return rc;
-    self->size = (size_t)st.st_size;
     self->open = true;
     return 0;
 }

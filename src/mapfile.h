@@ -1,0 +1,21 @@
+/* mapfile.h - map a whole file read-only: what the TFRecord and tar
+ * readers share.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef EMLIO_MAPFILE_H
+#define EMLIO_MAPFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+/* Opens path read-only and maps it whole (MAP_PRIVATE; *base NULL for an
+ * empty file), fills *st from the open file, and closes the descriptor:
+ * the mapping keeps the file alive, and one descriptor per shard would eat
+ * the fd limit. Returns 0, or < 0 with errbuf (EMLIO_ERRMSG_LEN) saying
+ * "cannot open/stat/map 'path': why" (a directory, a non-regular file and a
+ * file larger than the address space are refused). */
+int emlio__map_file(const char *path, const uint8_t **base, size_t *size,
+                    struct stat *st, char *errbuf);
+
+#endif /* EMLIO_MAPFILE_H */
