@@ -105,6 +105,7 @@ struct emlio_client {
     emlio_client_config_t cfg;
     char *name;
     uint64_t session; /* random: lets the daemons count our streams once */
+    emlio_netpath_limits_t limits;  /* this host's TCP buffer limits */
     emlio_netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
                                        sized */
     emlio_tuner_t tuner;
@@ -211,9 +212,8 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
         self->cfg.world = 1;
     if (self->cfg.streams > S_MAX_STREAMS)
         self->cfg.streams = S_MAX_STREAMS;
-    emlio_netpath_limits_t limits;
-    emlio__netpath_limits(&limits);
-    emlio__netpath_plan(&limits, false, 0, &self->rcvbuf);
+    emlio__netpath_limits(&self->limits);
+    emlio__netpath_plan(&self->limits, false, 0, &self->rcvbuf);
     while (!self->session) /* never 0: that means "no session" on the wire */
         if (getrandom(&self->session, sizeof(self->session), 0) !=
             sizeof(self->session))
@@ -917,14 +917,13 @@ static void s_sample_paths(emlio_client_t *self);
 static void
 s_init_tuning(emlio_client_t *self)
 {
-    emlio_netpath_limits_t limits;
-    emlio__netpath_limits(&limits);
     uint64_t rcv = self->rcvbuf.effective;
     uint64_t snd = UINT64_MAX;
     for (uint32_t d = 0; d < self->n_daemons; d++)
-        snd = EMLIO_MIN(snd, self->daemons[d].sndbuf
-                                 ? self->daemons[d].sndbuf
-                                 : EMLIO_MAX(limits.tcp_wmem_max, 4u << 20));
+        snd = EMLIO_MIN(snd,
+                        self->daemons[d].sndbuf
+                            ? self->daemons[d].sndbuf
+                            : EMLIO_MAX(self->limits.tcp_wmem_max, 4u << 20));
     self->window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
     uint32_t start =
         self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
@@ -1198,6 +1197,16 @@ s_init_window(emlio_client_t *self)
     }
 }
 
+/* The auto-sized window keeps what it grew to, within the bounds of now
+ * (streams, and so credits, may have been added). */
+static void
+s_rebound_window(emlio_client_t *self)
+{
+    uint32_t window = self->window;
+    s_init_window(self);
+    self->window = EMLIO_MIN(EMLIO_MAX(window, self->window), self->window_max);
+}
+
 static int s_compact(emlio_client_t *self, emlio_batch_t *b);
 static void s_queue_ready(emlio_client_t *self, emlio_batch_t *b);
 
@@ -1302,12 +1311,7 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     if (!self->window) {
         s_init_window(self);
     } else if (!self->cfg.inflight) {
-        /* Keep what the window grew to, within the bounds of now (streams
-         * may have been added). */
-        uint32_t window = self->window;
-        s_init_window(self);
-        self->window =
-            EMLIO_MIN(EMLIO_MAX(window, self->window), self->window_max);
+        s_rebound_window(self);
     }
     self->epoch = epoch;
     self->next_deliver = 0;
@@ -1595,13 +1599,8 @@ s_joined(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg)
     if (msg->type == EMLIO_MSG_WELCOME) {
         if (!daemon->ready[s]) {
             daemon->ready[s] = true;
-            if (self->n_batches && !self->cfg.inflight) {
-                /* More streams, more credits: the window may grow. */
-                uint32_t window = self->window;
-                s_init_window(self);
-                self->window = EMLIO_MAX(window, self->window);
-                self->window = EMLIO_MIN(self->window, self->window_max);
-            }
+            if (self->n_batches && !self->cfg.inflight)
+                s_rebound_window(self); /* more streams, more credits */
         }
         return 1;
     }

@@ -53,3 +53,13 @@ emlio__map_file(const char *path, const uint8_t **base, size_t *size,
     close(fd);
     return rc;
 }
+
+int
+emlio__map_blank(const uint8_t *base, size_t size)
+{
+    if (!base)
+        return 0;
+    void *map = mmap((void *)base, size, PROT_READ,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    return map == MAP_FAILED ? -errno : 0;
+}

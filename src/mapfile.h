@@ -18,4 +18,9 @@
 int emlio__map_file(const char *path, const uint8_t **base, size_t *size,
                     struct stat *st, char *errbuf);
 
+/* Replaces the pages of a mapping made by emlio__map_file with zeros, in
+ * place (frames pointing into it stay valid, but read zeros instead of a
+ * file that shrank: no SIGBUS). A NULL base is a no-op. 0 or -errno. */
+int emlio__map_blank(const uint8_t *base, size_t size);
+
 #endif /* EMLIO_MAPFILE_H */

@@ -389,64 +389,43 @@ emlio__shardset_watch(emlio_shardset_t *self, bool check_paths,
     }
 }
 
+/* Loads the DALI index cached beside a mapped shard (TFRecord .idx or tar
+ * wds2idx), or scans the shard and caches a new one (an empty tar gets
+ * none). A stale or broken index is logged and rebuilt; a failed write is
+ * only logged. Returns the record count or < 0 with errbuf set. */
 static int
-s_index_shard(emlio_tfrecord_t *file, bool verify_data, bool write_index,
-              bool rescan, emlio_shardset_log_fn *log, void *userdata,
-              char *errbuf)
+s_index_mapped(emlio_shard_t *shard, const emlio_shardset_opts_t *opts,
+               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
 {
+    bool tar = shard->kind == EMLIO_SHARD_TAR;
+    const char *path =
+        tar ? emlio__tar_path(shard->tar) : emlio_tfrecord_path(shard->file);
     char idx[PATH_MAX];
-    const char *path = emlio_tfrecord_path(file);
     if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
         return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
                              path);
-    int rc = rescan ? -ENOENT : emlio_tfrecord_load_index(file, idx);
+    int rc = opts->rescan ? -ENOENT
+             : tar        ? emlio__tar_load_index(shard->tar, idx)
+                          : emlio_tfrecord_load_index(shard->file, idx);
     if (rc >= 0)
         return rc;
+    const char *why = tar ? emlio__tar_errmsg(shard->tar)
+                          : emlio_tfrecord_errmsg(shard->file);
     if (rc != -ENOENT && log) {
         char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
         snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
-                 emlio_tfrecord_errmsg(file));
+                 why);
         log(userdata, msg);
     }
-    rc = emlio_tfrecord_scan(file, verify_data);
+    rc = tar ? emlio__tar_scan(shard->tar)
+             : emlio_tfrecord_scan(shard->file, opts->verify_data);
     if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", emlio_tfrecord_errmsg(file));
-    if (write_index) {
-        int wrc = emlio_tfrecord_write_index(file, idx);
-        if (wrc < 0 && log) {
-            char msg[PATH_MAX + 128];
-            snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
-                     emlio_strerror(wrc));
-            log(userdata, msg);
-        }
-    }
-    return rc;
-}
-
-/* Loads (or builds, and caches) the wds2idx index of a tar shard. */
-static int
-s_index_tar(emlio__tar_t *tar, bool write_index, bool rescan,
-            emlio_shardset_log_fn *log, void *userdata, char *errbuf)
-{
-    char idx[PATH_MAX];
-    const char *path = emlio__tar_path(tar);
-    if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
-        return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
-                             path);
-    int rc = rescan ? -ENOENT : emlio__tar_load_index(tar, idx);
-    if (rc >= 0)
-        return rc;
-    if (rc != -ENOENT && log) {
-        char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
-        snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
-                 emlio__tar_errmsg(tar));
-        log(userdata, msg);
-    }
-    rc = emlio__tar_scan(tar);
-    if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", emlio__tar_errmsg(tar));
-    if (write_index && rc > 0) {
-        int wrc = emlio__tar_write_index(tar, idx);
+        return emlio__seterr(errbuf, rc, "%s",
+                             tar ? emlio__tar_errmsg(shard->tar)
+                                 : emlio_tfrecord_errmsg(shard->file));
+    if (opts->write_index && (!tar || rc > 0)) {
+        int wrc = tar ? emlio__tar_write_index(shard->tar, idx)
+                      : emlio_tfrecord_write_index(shard->file, idx);
         if (wrc < 0 && log) {
             char msg[PATH_MAX + 128];
             snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
@@ -629,11 +608,7 @@ s_load_mapped(emlio_shardset_t *self, const char *dir, char **name,
         return emlio__seterr(errbuf, rc, "%s",
                              tar ? emlio__tar_errmsg(shard->tar)
                                  : emlio_tfrecord_errmsg(shard->file));
-    if (tar)
-        return s_index_tar(shard->tar, opts->write_index, opts->rescan, log,
-                           userdata, errbuf);
-    return s_index_shard(shard->file, opts->verify_data, opts->write_index,
-                         opts->rescan, log, userdata, errbuf);
+    return s_index_mapped(shard, opts, log, userdata, errbuf);
 }
 
 int

@@ -895,11 +895,7 @@ int
 emlio__tar_blank(emlio__tar_t *self)
 {
     assert(self);
-    if (!self->base)
-        return 0;
-    void *map = mmap((void *)self->base, self->size, PROT_READ,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    return map == MAP_FAILED ? -errno : 0;
+    return emlio__map_blank(self->base, self->size);
 }
 
 int

@@ -23,7 +23,6 @@ struct fetch_metrics {
     char endpoints[MAX_STREAMS][96];
     size_t n_streams;
     uint64_t samples, bytes;
-    bool have;
 };
 
 /* One labelled gauge family: name, help, and a sample per label set. */
@@ -159,7 +158,6 @@ fetch_metrics_update(fetch_metrics_t *self, const emlio_client_t *client,
     self->n_streams = n;
     self->samples = samples;
     self->bytes = bytes;
-    self->have = true;
     pthread_mutex_unlock(&self->lock);
 }
 

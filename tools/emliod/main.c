@@ -194,7 +194,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "admit only clients whose public key\n"
             "file is in DIR (needs --curve-secret)"),
         OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
-            "client connections at once (1024)", .min = 1),
+            "clients at once; a client's streams count once\n(1024)", .min = 1),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
             "forget silent connections after S (300)", .min = 1,
             .max = UINT32_MAX / 1000, .seen = &o->have_idle_timeout),
