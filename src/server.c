@@ -677,6 +677,17 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
                   "and any client may read it",
                   endpoint);
     }
+    /* Bind before the monitor exists: a failed bind (a port in use) then
+     * closes a socket that was never monitored. Closing a monitored socket
+     * races libzmq's monitor teardown and could hang the context's
+     * termination (libzmq issues 1279, 2083). Nothing is served before
+     * start, and the port is announced only after this returns. */
+    if (zmq_bind(router, endpoint) != 0) {
+        int err = errno;
+        zmq_close(router);
+        return emlio__seterr(self->err, -err, "cannot bind '%s': %s", endpoint,
+                             zmq_strerror(err));
+    }
     /* Connection events drive the accounting of connections: a slot is
      * freed the moment its connection closes, idle ones are shut down, and
      * running out of file descriptors is seen. */
@@ -697,14 +708,6 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
         return emlio__seterr(self->err, -err,
                              "cannot monitor the connections of '%s': %s",
                              endpoint, zmq_strerror(err));
-    }
-    if (zmq_bind(router, endpoint) != 0) {
-        int err = errno;
-        (void)zmq_socket_monitor(router, NULL, 0);
-        s_close_socket(&self->monitor);
-        zmq_close(router);
-        return emlio__seterr(self->err, -err, "cannot bind '%s': %s", endpoint,
-                             zmq_strerror(err));
     }
     size_t len = sizeof(self->endpoint);
     if (zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, self->endpoint, &len) != 0)
