@@ -2237,6 +2237,11 @@ emlio_server_stop(emlio_server_t *self)
     emlio__queue_close(self->ser_queue);
     for (uint32_t i = readers; i < self->n_workers_started; i++)
         pthread_join(self->workers[i], NULL);
+    /* Jobs no serializer took (one that never started, after a failed
+     * start): a closed queue hands out what it still holds, then ends. */
+    void *left;
+    while (self->ser_queue && emlio__queue_pop(self->ser_queue, &left) == 0)
+        s_job_drop(self, left);
     emlio__queue_destroy(&self->ser_queue);
     /* Replies still queued inside are dropped with their frames. */
     s_close_socket(&self->work);
