@@ -51,10 +51,19 @@ int
 emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name,
                          uint64_t session, uint32_t stream, uint64_t id)
 {
+    return emlio__wire_encode_hello_v(out, EMLIO_WIRE_VERSION_PLAIN,
+                                      client_name, session, stream, id);
+}
+
+int
+emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
+                           const char *client_name, uint64_t session,
+                           uint32_t stream, uint64_t id)
+{
     msgpack_packer pk;
     int failed = s_begin(out, &pk, session ? 6 : 3, EMLIO_MSG_HELLO);
     failed |= s_pack_key(&pk, "v");
-    failed |= msgpack_pack_uint8(&pk, EMLIO_WIRE_VERSION);
+    failed |= msgpack_pack_uint64(&pk, version);
     failed |= s_pack_key(&pk, "name");
     failed |= s_pack_cstr(&pk, client_name);
     if (session) {
@@ -113,11 +122,33 @@ emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
                              const emlio_wire_shard_t *shards, size_t n,
                              char *const *fields, size_t n_fields)
 {
+    return emlio__wire_encode_welcome_xf(
+        out, version, server_name, dataset, max_batch, max_credit, max_streams,
+        sndbuf, shards, n, fields, n_fields, NULL);
+}
+
+int
+emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
+                              const char *server_name, const char *dataset,
+                              uint64_t max_batch, uint64_t max_credit,
+                              uint64_t max_streams, uint64_t sndbuf,
+                              const emlio_wire_shard_t *shards, size_t n,
+                              char *const *fields, size_t n_fields,
+                              const emlio_wire_xf_caps_t *caps)
+{
     msgpack_packer pk;
     bool with_fields = version >= 2 && n_fields > 0;
-    int failed = s_begin(out, &pk, with_fields ? 10 : 9, EMLIO_MSG_WELCOME);
+    bool with_caps = version >= EMLIO_WIRE_VERSION_XF && caps;
+    size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0);
+    int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
+    if (with_caps) {
+        failed |= s_pack_key(&pk, "xf_threads");
+        failed |= msgpack_pack_uint64(&pk, caps->threads);
+        failed |= s_pack_key(&pk, "core_mw");
+        failed |= msgpack_pack_uint64(&pk, caps->core_mw);
+    }
     if (with_fields) {
         failed |= s_pack_key(&pk, "fields");
         failed |= msgpack_pack_array(&pk, n_fields);
@@ -153,12 +184,29 @@ int
 emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                        const emlio_wire_item_t *items, size_t n)
 {
+    return emlio__wire_encode_get_xf(out, id, dataset, items, n, NULL);
+}
+
+int
+emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
+                          const emlio_wire_item_t *items, size_t n,
+                          const emlio_wire_xf_t *xf)
+{
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 4, EMLIO_MSG_GET);
+    bool with_xf = xf && xf->spec;
+    int failed = s_begin(out, &pk, with_xf ? 7 : 4, EMLIO_MSG_GET);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_key(&pk, "dataset");
     failed |= s_pack_cstr(&pk, dataset);
+    if (with_xf) {
+        failed |= s_pack_key(&pk, "transform");
+        failed |= s_pack_cstr(&pk, xf->spec);
+        failed |= s_pack_key(&pk, "seed");
+        failed |= msgpack_pack_uint64(&pk, xf->seed);
+        failed |= s_pack_key(&pk, "epoch");
+        failed |= msgpack_pack_uint64(&pk, xf->epoch);
+    }
     /* A flat [shard, record, shard, record, ...] array: half the framing of
      * an array of pairs, and trivially bounded when decoding. */
     failed |= s_pack_key(&pk, "items");
@@ -170,6 +218,21 @@ emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
     return s_finish(failed);
 }
 
+/* Flat quadruples [shard, record, label, crc32c] per sample. */
+static int
+s_pack_samples(msgpack_packer *pk, const emlio_wire_sample_t *samples, size_t n)
+{
+    int failed = s_pack_key(pk, "samples");
+    failed |= msgpack_pack_array(pk, 4 * n);
+    for (size_t i = 0; i < n; i++) {
+        failed |= msgpack_pack_uint32(pk, samples[i].shard);
+        failed |= msgpack_pack_uint64(pk, samples[i].record);
+        failed |= msgpack_pack_int64(pk, samples[i].label);
+        failed |= msgpack_pack_uint32(pk, samples[i].crc);
+    }
+    return failed;
+}
+
 int
 emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                          const emlio_wire_sample_t *samples, size_t n)
@@ -178,15 +241,28 @@ emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
     int failed = s_begin(out, &pk, 3, EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
-    /* Flat quadruples [shard, record, label, crc32c] per sample. */
-    failed |= s_pack_key(&pk, "samples");
-    failed |= msgpack_pack_array(&pk, 4 * n);
-    for (size_t i = 0; i < n; i++) {
-        failed |= msgpack_pack_uint32(&pk, samples[i].shard);
-        failed |= msgpack_pack_uint64(&pk, samples[i].record);
-        failed |= msgpack_pack_int64(&pk, samples[i].label);
-        failed |= msgpack_pack_uint32(&pk, samples[i].crc);
-    }
+    failed |= s_pack_samples(&pk, samples, n);
+    return s_finish(failed);
+}
+
+int
+emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
+                                const emlio_wire_sample_t *samples, size_t n,
+                                const emlio_wire_tensor_t *t)
+{
+    msgpack_packer pk;
+    int failed = s_begin(out, &pk, 5, EMLIO_MSG_BATCH);
+    failed |= s_pack_key(&pk, "id");
+    failed |= msgpack_pack_uint64(&pk, id);
+    failed |= s_pack_key(&pk, "shape");
+    failed |= msgpack_pack_array(&pk, 4);
+    failed |= msgpack_pack_uint64(&pk, n);
+    failed |= msgpack_pack_uint32(&pk, t->height);
+    failed |= msgpack_pack_uint32(&pk, t->width);
+    failed |= msgpack_pack_uint32(&pk, t->channels);
+    failed |= s_pack_key(&pk, "xf_ns");
+    failed |= msgpack_pack_uint64(&pk, t->xf_ns);
+    failed |= s_pack_samples(&pk, samples, n);
     return s_finish(failed);
 }
 
@@ -644,6 +720,116 @@ emlio__wire_msg_release(emlio_wire_msg_t *msg)
     memset(msg, 0, sizeof(*msg));
 }
 
+/* The shape of a tensor BATCH: [samples, height, width, channels], each
+ * bounded so that their product cannot overflow (checked by the client
+ * against what it asked for). */
+static bool
+s_decode_shape(s_reader_t *r, emlio_wire_msg_t *msg)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n != 4)
+        return s_fail(r, "shape must be [samples, height, width, channels]");
+    for (int i = 0; i < 4; i++)
+        if (!s_read_uint(r, &msg->shape[i]))
+            return false;
+    if (msg->shape[0] > EMLIO_WIRE_MAX_SAMPLES || msg->shape[1] > 65535 ||
+        msg->shape[2] > 65535 || msg->shape[3] > 4)
+        return s_fail(r, "shape out of range");
+    msg->has_shape = true;
+    return true;
+}
+
+/* An unsigned key of the header: where it goes, and the S_HAS_ bit it
+ * sets (0 = none). */
+typedef struct s_uint_key {
+    const char *key;
+    size_t offset;
+    unsigned has;
+} s_uint_key_t;
+
+static const s_uint_key_t s_uint_keys[] = {
+    { "v", offsetof(emlio_wire_msg_t, version), S_HAS_V },
+    { "id", offsetof(emlio_wire_msg_t, id), S_HAS_ID },
+    { "max_batch", offsetof(emlio_wire_msg_t, max_batch), S_HAS_LIMITS },
+    { "max_credit", offsetof(emlio_wire_msg_t, max_credit), 0 },
+    { "session", offsetof(emlio_wire_msg_t, session), 0 },
+    { "stream", offsetof(emlio_wire_msg_t, stream), 0 },
+    { "max_streams", offsetof(emlio_wire_msg_t, max_streams), 0 },
+    { "sndbuf", offsetof(emlio_wire_msg_t, sndbuf), 0 },
+    { "xf_threads", offsetof(emlio_wire_msg_t, xf_threads), 0 },
+    { "core_mw", offsetof(emlio_wire_msg_t, core_mw), 0 },
+    { "seed", offsetof(emlio_wire_msg_t, xf_seed), 0 },
+    { "epoch", offsetof(emlio_wire_msg_t, xf_epoch), 0 },
+    { "xf_ns", offsetof(emlio_wire_msg_t, xf_ns), 0 },
+};
+
+/* Decodes the value of one header key into msg; unknown keys are skipped.
+ * Sets the key's S_HAS_ bit in *seen. */
+static bool
+s_decode_key(s_reader_t *r, emlio_wire_msg_t *msg, const char *key, size_t klen,
+             size_t max_items, unsigned *seen)
+{
+    for (size_t k = 0; k < sizeof(s_uint_keys) / sizeof(s_uint_keys[0]); k++) {
+        if (!s_key_is(key, klen, s_uint_keys[k].key))
+            continue;
+        *seen |= s_uint_keys[k].has;
+        return s_read_uint(r,
+                           (uint64_t *)((char *)msg + s_uint_keys[k].offset));
+    }
+    if (s_key_is(key, klen, "t")) {
+        uint64_t u;
+        if (!s_read_uint(r, &u))
+            return false;
+        if (u < EMLIO_MSG_HELLO || u > EMLIO_MSG_ERROR)
+            return s_fail(r, "unknown message type");
+        msg->type = (int)u;
+        *seen |= S_HAS_T;
+        return true;
+    }
+    if (s_key_is(key, klen, "name")) {
+        *seen |= S_HAS_NAME;
+        return s_read_str(r, &msg->name, &msg->name_len);
+    }
+    if (s_key_is(key, klen, "dataset")) {
+        *seen |= S_HAS_DATASET;
+        return s_read_str(r, &msg->dataset, &msg->dataset_len);
+    }
+    if (s_key_is(key, klen, "joined"))
+        return s_read_bool(r, &msg->joined);
+    if (s_key_is(key, klen, "code")) {
+        *seen |= S_HAS_CODE;
+        return s_read_int(r, &msg->code);
+    }
+    if (s_key_is(key, klen, "msg"))
+        return s_read_str(r, &msg->text, &msg->text_len);
+    if (s_key_is(key, klen, "transform")) {
+        if (!s_read_str(r, &msg->xf_spec, &msg->xf_spec_len))
+            return false;
+        if (msg->xf_spec_len == 0 || msg->xf_spec_len > EMLIO_WIRE_MAX_SPEC)
+            return s_fail(r, "bad transform spec length");
+        return true;
+    }
+    if (s_key_is(key, klen, "shape") && !msg->has_shape)
+        return s_decode_shape(r, msg);
+    if (s_key_is(key, klen, "shards") && !msg->shards) {
+        *seen |= S_HAS_SHARDS;
+        return s_decode_shards(r, msg);
+    }
+    if (s_key_is(key, klen, "fields") && !msg->fields)
+        return s_decode_fields(r, msg);
+    if (s_key_is(key, klen, "items") && !msg->items) {
+        *seen |= S_HAS_ITEMS;
+        return s_decode_items(r, msg, max_items);
+    }
+    if (s_key_is(key, klen, "samples") && !msg->samples) {
+        *seen |= S_HAS_SAMPLES;
+        return s_decode_samples(r, msg, max_items);
+    }
+    return s_skip(r, 1);
+}
+
 int
 emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
                    size_t max_items, char *errbuf)
@@ -663,81 +849,9 @@ emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
     for (uint64_t i = 0; i < n; i++) {
         const char *key;
         size_t klen;
-        uint64_t u;
-        if (!s_read_str(&r, &key, &klen))
+        if (!s_read_str(&r, &key, &klen) ||
+            !s_decode_key(&r, msg, key, klen, max_items, &seen))
             goto fail;
-        if (s_key_is(key, klen, "t")) {
-            if (!s_read_uint(&r, &u))
-                goto fail;
-            if (u < EMLIO_MSG_HELLO || u > EMLIO_MSG_ERROR) {
-                s_fail(&r, "unknown message type");
-                goto fail;
-            }
-            msg->type = (int)u;
-            seen |= S_HAS_T;
-        } else if (s_key_is(key, klen, "v")) {
-            if (!s_read_uint(&r, &msg->version))
-                goto fail;
-            seen |= S_HAS_V;
-        } else if (s_key_is(key, klen, "id")) {
-            if (!s_read_uint(&r, &msg->id))
-                goto fail;
-            seen |= S_HAS_ID;
-        } else if (s_key_is(key, klen, "name")) {
-            if (!s_read_str(&r, &msg->name, &msg->name_len))
-                goto fail;
-            seen |= S_HAS_NAME;
-        } else if (s_key_is(key, klen, "dataset")) {
-            if (!s_read_str(&r, &msg->dataset, &msg->dataset_len))
-                goto fail;
-            seen |= S_HAS_DATASET;
-        } else if (s_key_is(key, klen, "max_batch")) {
-            if (!s_read_uint(&r, &msg->max_batch))
-                goto fail;
-            seen |= S_HAS_LIMITS;
-        } else if (s_key_is(key, klen, "max_credit")) {
-            if (!s_read_uint(&r, &msg->max_credit))
-                goto fail;
-        } else if (s_key_is(key, klen, "session")) {
-            if (!s_read_uint(&r, &msg->session))
-                goto fail;
-        } else if (s_key_is(key, klen, "stream")) {
-            if (!s_read_uint(&r, &msg->stream))
-                goto fail;
-        } else if (s_key_is(key, klen, "max_streams")) {
-            if (!s_read_uint(&r, &msg->max_streams))
-                goto fail;
-        } else if (s_key_is(key, klen, "sndbuf")) {
-            if (!s_read_uint(&r, &msg->sndbuf))
-                goto fail;
-        } else if (s_key_is(key, klen, "joined")) {
-            if (!s_read_bool(&r, &msg->joined))
-                goto fail;
-        } else if (s_key_is(key, klen, "code")) {
-            if (!s_read_int(&r, &msg->code))
-                goto fail;
-            seen |= S_HAS_CODE;
-        } else if (s_key_is(key, klen, "msg")) {
-            if (!s_read_str(&r, &msg->text, &msg->text_len))
-                goto fail;
-        } else if (s_key_is(key, klen, "shards") && !msg->shards) {
-            if (!s_decode_shards(&r, msg))
-                goto fail;
-            seen |= S_HAS_SHARDS;
-        } else if (s_key_is(key, klen, "fields") && !msg->fields) {
-            if (!s_decode_fields(&r, msg))
-                goto fail;
-        } else if (s_key_is(key, klen, "items") && !msg->items) {
-            if (!s_decode_items(&r, msg, max_items))
-                goto fail;
-            seen |= S_HAS_ITEMS;
-        } else if (s_key_is(key, klen, "samples") && !msg->samples) {
-            if (!s_decode_samples(&r, msg, max_items))
-                goto fail;
-            seen |= S_HAS_SAMPLES;
-        } else if (!s_skip(&r, 1)) {
-            goto fail;
-        }
     }
     if (!(seen & S_HAS_T)) {
         s_fail(&r, "no message type");
@@ -745,6 +859,10 @@ emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
     }
     if ((seen & s_required[msg->type]) != s_required[msg->type]) {
         s_fail(&r, "a required field is missing");
+        goto fail;
+    }
+    if (msg->has_shape && msg->shape[0] != msg->n_samples) {
+        s_fail(&r, "shape does not match the samples");
         goto fail;
     }
     if (r.p != r.end) {

@@ -19,12 +19,18 @@
 
 #include "buf.h"
 
-/* The protocol version this library speaks, and the oldest it accepts.
- * v2 adds named fields: WELCOME lists them, and a BATCH carries one frame
- * per field per sample (docs/protocol.md). */
-#define EMLIO_WIRE_VERSION     2
-#define EMLIO_WIRE_VERSION_MIN 1
-#define EMLIO_WIRE_MAX_FIELDS  64u /* fields per sample */
+/* The protocol versions this library speaks. v2 adds named fields: WELCOME
+ * lists them, and a BATCH carries one frame per field per sample. v3 adds
+ * transforms: a GET may ask the daemon to decode and augment its samples,
+ * and the BATCH then carries one tensor frame (docs/protocol.md 5.6).
+ * A client says v3 only when it wants transforms, so a client that does not
+ * is served by old daemons exactly as before (EMLIO_WIRE_VERSION_PLAIN). */
+#define EMLIO_WIRE_VERSION       3
+#define EMLIO_WIRE_VERSION_MIN   1
+#define EMLIO_WIRE_VERSION_PLAIN 2
+#define EMLIO_WIRE_VERSION_XF    3
+#define EMLIO_WIRE_MAX_SPEC      1024u /* bytes in a transform spec */
+#define EMLIO_WIRE_MAX_FIELDS    64u   /* fields per sample */
 
 /* Hard ceilings that no configuration may exceed; daemons and clients apply
  * their own, lower, limits on top. */
@@ -100,7 +106,42 @@ typedef struct emlio_wire_msg {
     emlio_wire_str_t *fields; /* WELCOME v2: field names (none = one
                                  unnamed field) */
     size_t n_fields;
+    /* v3 (transforms, docs/protocol.md 5.6). */
+    uint64_t xf_threads; /* WELCOME: the daemon's transform threads (0 =
+                            it does not transform) */
+    uint64_t core_mw;    /* WELCOME: the daemon host's power per busy core,
+                            milliwatts (0 = unknown) */
+    const char *xf_spec; /* GET: transform spec (borrowed); NULL = raw */
+    size_t xf_spec_len;
+    uint64_t xf_seed;  /* GET: the RNG seed of the transform */
+    uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
+    bool has_shape;    /* BATCH: a tensor batch (one frame) */
+    uint64_t shape[4]; /* BATCH: samples, height, width, channels */
+    uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
 } emlio_wire_msg_t;
+
+/* What a GET asks to be done to its samples (protocol v3): NULL spec = the
+ * raw samples, as in v1/v2. */
+typedef struct emlio_wire_xf {
+    const char *spec; /* canonical transform spec (emlio/transform.h) */
+    uint64_t seed;
+    uint64_t epoch;
+} emlio_wire_xf_t;
+
+/* The tensor block of a BATCH that answers a GET with a transform: one
+ * frame of samples x height x width x channels bytes (uint8, HWC). */
+typedef struct emlio_wire_tensor {
+    uint32_t height;
+    uint32_t width;
+    uint32_t channels;
+    uint64_t xf_ns; /* CPU ns spent transforming the batch (informative) */
+} emlio_wire_tensor_t;
+
+/* The v3 WELCOME additions (informative for placement). */
+typedef struct emlio_wire_xf_caps {
+    uint64_t threads; /* 0 = this daemon does not transform */
+    uint64_t core_mw; /* power per busy core, milliwatts; 0 = unknown */
+} emlio_wire_xf_caps_t;
 
 #define EMLIO_WIRE_MSG_INIT \
     {                       \
@@ -133,6 +174,10 @@ int emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                                const emlio_wire_shard_t *shards, size_t n);
 int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
                               const char *dataset);
+/* HELLO at a chosen version (v3: the client will ask for transforms). */
+int emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
+                               const char *client_name, uint64_t session,
+                               uint32_t stream, uint64_t id);
 /* The same two at a chosen protocol version: version 1 omits the fields;
  * version 2 lists fields[0, n_fields) (none = one unnamed field). */
 int emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
@@ -143,10 +188,29 @@ int emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
                                  char *const *fields, size_t n_fields);
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);
+/* WELCOME at version >= 3 with the daemon's transform capabilities (caps
+ * NULL or a version below 3: as emlio__wire_encode_welcome_v). */
+int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
+                                  const char *server_name, const char *dataset,
+                                  uint64_t max_batch, uint64_t max_credit,
+                                  uint64_t max_streams, uint64_t sndbuf,
+                                  const emlio_wire_shard_t *shards, size_t n,
+                                  char *const *fields, size_t n_fields,
+                                  const emlio_wire_xf_caps_t *caps);
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                            const emlio_wire_item_t *items, size_t n);
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                              const emlio_wire_sample_t *samples, size_t n);
+/* GET with a transform (xf NULL or xf->spec NULL: a plain GET). */
+int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
+                              const char *dataset,
+                              const emlio_wire_item_t *items, size_t n,
+                              const emlio_wire_xf_t *xf);
+/* BATCH of a transformed GET: the quadruples (crc over each sample's
+ * height x width x channels slice) and the shape of the one tensor frame. */
+int emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
+                                    const emlio_wire_sample_t *samples,
+                                    size_t n, const emlio_wire_tensor_t *t);
 int emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
                              const char *text);
 

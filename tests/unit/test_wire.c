@@ -206,6 +206,94 @@ test_wire_unknown_keys_skipped_and_fields_required(void **state)
                      EMLIO_EPROTO);
 }
 
+/* Protocol v3: a GET that asks for a transform, the tensor BATCH that
+ * answers it, a WELCOME with the daemon's transform capabilities. */
+static void
+test_wire_v3_transform_round_trip(void **state)
+{
+    (void)state;
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    emlio_wire_msg_t msg;
+    char err[EMLIO_ERRMSG_LEN];
+    emlio_wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
+    emlio_wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7 };
+    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.type, EMLIO_MSG_GET);
+    assert_int_equal(msg.xf_spec_len, strlen(xf.spec));
+    assert_memory_equal(msg.xf_spec, xf.spec, msg.xf_spec_len);
+    assert_int_equal(msg.xf_seed, 42);
+    assert_int_equal(msg.xf_epoch, 7);
+    assert_int_equal(msg.n_items, 2);
+    emlio__wire_msg_release(&msg);
+
+    /* A plain GET has no transform. */
+    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, NULL),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_null(msg.xf_spec);
+    emlio__wire_msg_release(&msg);
+
+    emlio_wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
+    emlio_wire_tensor_t t = { 224, 200, 3, 123456 };
+    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 2, &t), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_true(msg.has_shape);
+    assert_int_equal(msg.shape[0], 2);
+    assert_int_equal(msg.shape[1], 224);
+    assert_int_equal(msg.shape[2], 200);
+    assert_int_equal(msg.shape[3], 3);
+    assert_int_equal(msg.xf_ns, 123456);
+    assert_int_equal(msg.samples[1].crc, 12);
+    emlio__wire_msg_release(&msg);
+
+    /* A shape that disagrees with the samples is refused. */
+    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t), 0);
+    {
+        /* shape[0] is the first element after "shape" + fixarray(4). */
+        uint8_t *p = memmem(buf.data, buf.len, "shape", 5);
+        assert_non_null(p);
+        assert_int_equal(p[5], 0x94);
+        assert_int_equal(p[6], 0x01);
+        p[6] = 0x02;
+    }
+    assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "shape"));
+
+    emlio_wire_xf_caps_t caps = { 4, 15000 };
+    emlio_wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240 } };
+    assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
+                                                   64, 0, shards, 1, NULL, 0,
+                                                   &caps),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.version, 3);
+    assert_int_equal(msg.xf_threads, 4);
+    assert_int_equal(msg.core_mw, 15000);
+    emlio__wire_msg_release(&msg);
+    /* Below v3 the capabilities are not sent. */
+    assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 2, "d", "ff", 64, 8,
+                                                   64, 0, shards, 1, NULL, 0,
+                                                   &caps),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.xf_threads, 0);
+    emlio__wire_msg_release(&msg);
+
+    assert_int_equal(emlio__wire_encode_hello_v(&buf, 3, "c", 0, 0, 0), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.version, 3);
+    emlio__wire_msg_release(&msg);
+    /* The default HELLO stays at the plain version old daemons speak. */
+    assert_int_equal(emlio__wire_encode_hello(&buf, "c", 0, 0, 0), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.version, EMLIO_WIRE_VERSION_PLAIN);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+}
+
 int
 main(void)
 {
@@ -216,6 +304,7 @@ main(void)
         cmocka_unit_test(test_wire_truncated_prefixes_fail),
         cmocka_unit_test(test_wire_hostile_lengths_rejected),
         cmocka_unit_test(test_wire_unknown_keys_skipped_and_fields_required),
+        cmocka_unit_test(test_wire_v3_transform_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
