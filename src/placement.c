@@ -120,7 +120,6 @@ emlio__place_choose(const emlio_place_input_t *in, emlio_place_choice_t *out)
     snprintf(out->why, sizeof(out->why),
              "server share %.3f: %.0f images/s (bound by %s), %.4f J/image; "
              "fastest share %.3f: %.0f images/s, %.4f J/image",
-             out->server_share, out->images_per_s, out->bound,
-             out->j_per_image, out->best_ips_share, out->best_ips,
-             out->best_j_per_image);
+             out->server_share, out->images_per_s, out->bound, out->j_per_image,
+             out->best_ips_share, out->best_ips, out->best_j_per_image);
 }

@@ -30,8 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define EMLIO_PLACE_STEPS 8           /* f in steps of 1/8 */
-#define EMLIO_PLACE_SLACK (1.0 / 1.1) /* at most 10% slower than the best */
+#define EMLIO_PLACE_STEPS        8           /* f in steps of 1/8 */
+#define EMLIO_PLACE_SLACK        (1.0 / 1.1) /* at most 10% slower than the best */
 /* Priors while neither side has been measured: a crop-aware JPEG decode
  * and RandomResizedCrop of a ~110 KB image on one core of our VMs
  * (docs/transform.md), and the energy model's busy-core power. */
@@ -55,10 +55,10 @@ typedef struct emlio_place_input {
 } emlio_place_input_t;
 
 typedef struct emlio_place_choice {
-    double server_share; /* f: share of batches decoded by the daemons */
-    double images_per_s; /* predicted rate of this choice */
-    double j_per_image;  /* predicted energy per image of this choice */
-    double best_ips;     /* the fastest choice's rate */
+    double server_share;     /* f: share of batches decoded by the daemons */
+    double images_per_s;     /* predicted rate of this choice */
+    double j_per_image;      /* predicted energy per image of this choice */
+    double best_ips;         /* the fastest choice's rate */
     double best_ips_share;   /* ... and its f */
     double best_j_per_image; /* ... and its energy per image */
     const char *bound;       /* what bounds the chosen rate: "server",
