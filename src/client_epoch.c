@@ -67,6 +67,7 @@ s_take_ahead(emlio_client_t *self)
     emlio__epoch_abandon(self, self->ahead.gen);
     emlio__epoch_t old = self->current;
     self->current = self->ahead;
+    self->current.live = false; /* until begin_epoch got through */
     self->ahead = old;
     self->ahead.live = false;
 }
