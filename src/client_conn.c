@@ -618,8 +618,11 @@ s_init_tuning(emlio_client_t *self)
                       self->cfg.streams != 0, emlio__now_ns());
 }
 
-int
-emlio__client_dial(emlio_client_t *self, const char *endpoints)
+/* Checks the CURVE keys, splits the comma-separated endpoint list and
+ * opens stream 0 to each daemon (it says HELLO; the others join once we
+ * know the daemon admits them into our session: s_add_streams). */
+static int
+s_open_daemons(emlio_client_t *self, const char *endpoints)
 {
     const emlio_client_config_t *keycfg = &self->cfg;
     int keys = !!keycfg->curve_server_key + !!keycfg->curve_public_key +
@@ -656,8 +659,6 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
-        /* Stream 0 says HELLO; the others join once we know the daemon
-         * admits them into our session (s_add_streams). */
         if (s_open_stream(self, daemon, self->conn.n_daemons - 1, 0) != 0)
             return emlio__seterr(self->err, -errno,
                                  "cannot connect to '%s': %s", daemon->endpoint,
@@ -665,13 +666,24 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
         daemon->ready[0] = true;
         p = end ? end + 1 : p + len;
     }
+    return 0;
+}
+
+/* Connects to every daemon of the list: stream 0 each, HELLO/WELCOME, the
+ * merged inventory, then the streams the tuner starts with. Leaves what it
+ * opened for emlio__client_disconnect on failure. */
+int
+emlio__client_dial(emlio_client_t *self, const char *endpoints)
+{
+    int rc = s_open_daemons(self, endpoints);
+    if (rc < 0)
+        return rc;
     /* Handshake with every daemon; the inventories' strings are borrowed
      * from the WELCOME frames, kept until the merge is done. */
     zmq_msg_t *frames = emlio_calloc(self->conn.n_daemons, sizeof(*frames));
     emlio_wire_msg_t *msgs = emlio_calloc(self->conn.n_daemons, sizeof(*msgs));
     s_entry_t *entries = NULL;
     uint32_t got = 0;
-    int rc = 0;
     if (!frames || !msgs) {
         rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         goto out;
