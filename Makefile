@@ -31,7 +31,7 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libzmq $(MSGPACK_PC) 2>/dev/null)
-DEP_LIBS := $(shell $(PKG_CONFIG) --libs libzmq $(MSGPACK_PC) 2>/dev/null) -lpthread -lm
+DEP_LIBS := $(shell $(PKG_CONFIG) --libs libzmq $(MSGPACK_PC) 2>/dev/null) -ljpeg -lpng -lpthread -lm
 JPEG_LIBS := $(shell $(PKG_CONFIG) --libs libturbojpeg 2>/dev/null || echo -lturbojpeg)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
