@@ -16,6 +16,17 @@
 #define PRECISION_BITS 22
 #define HALF           (1 << (PRECISION_BITS - 1))
 
+/* The two pixel loops are compiled for AVX2 as well, picked at load time
+ * (GCC's function multiversioning): integer arithmetic, so both versions
+ * give the same bytes. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#    define EMLIO_HOT                                              \
+        __attribute__((noinline, target_clones("avx2", "default"), \
+                       optimize("O3")))
+#else
+#    define EMLIO_HOT __attribute__((noinline))
+#endif
+
 uint32_t
 emlio__resample_max_reduction(const emlio__resample_t *rs)
 {
@@ -164,7 +175,7 @@ s_clip8(int32_t v)
 
 /* One row of the horizontal pass: nx output pixels from src (whose first
  * pixel is source column x_first), mirrored when flip. */
-static void
+EMLIO_HOT static void
 s_row_horizontal(const uint8_t *src, uint32_t x_first, uint8_t *dst,
                  uint32_t nx, const int32_t *bounds, const int32_t *kk,
                  uint32_t ksize, bool flip)
@@ -190,7 +201,7 @@ s_row_horizontal(const uint8_t *src, uint32_t x_first, uint8_t *dst,
 
 /* One output row of the vertical pass: acc is n int32s of scratch. The
  * tap loop runs over whole rows so the compiler can vectorise it. */
-static void
+EMLIO_HOT static void
 s_row_vertical(const uint8_t *temp, size_t n, int32_t y_first,
                const int32_t *bound, const int32_t *k, int32_t *acc,
                uint8_t *dst)
