@@ -94,8 +94,7 @@ main(int argc, char **argv)
     file_t *files = calloc(n, sizeof(*files));
     for (size_t i = 0; i < n; i++)
         if (!files || s_load(g.gl_pathv[i], &files[i]) < 0) {
-            fprintf(stderr, "transform_bench: cannot read %s\n",
-                    g.gl_pathv[i]);
+            fprintf(stderr, "transform_bench: cannot read %s\n", g.gl_pathv[i]);
             return 1;
         }
     char err[EMLIO_ERRBUF_SIZE];

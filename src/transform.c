@@ -170,6 +170,9 @@ s_parse_arg(parser_t *p, op_t *op, bool *have_size)
     }
     bool sized = op->kind != OP_HFLIP;
     char tok[64];
+    if (!eq && ve == vs)
+        return emlio__tf_err(p->err, p->errlen, EMLIO_EINVAL,
+                             "%s: empty argument", s_op_names[op->kind]);
     if (sized && (!eq || !strcmp(key, "size"))) {
         if (*have_size)
             return emlio__tf_err(p->err, p->errlen, EMLIO_EINVAL,
@@ -189,9 +192,6 @@ s_parse_arg(parser_t *p, op_t *op, bool *have_size)
                                  s_token(p, vs, ve, tok, sizeof(tok)));
         return 0;
     }
-    if (!eq && ve == vs)
-        return emlio__tf_err(p->err, p->errlen, EMLIO_EINVAL,
-                             "%s: empty argument", s_op_names[op->kind]);
     return emlio__tf_err(p->err, p->errlen, EMLIO_EINVAL,
                          "%s: unknown argument \"%s\"", s_op_names[op->kind],
                          eq ? key : s_token(p, vs, ve, tok, sizeof(tok)));
