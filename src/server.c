@@ -34,24 +34,6 @@
 #define S_FD_LOG_MS                         10000
 /* The largest request a daemon accepts, for max_batch samples per GET. */
 #define EMLIO_SERVER_MAX_REQUEST(max_batch) (4096 + (int64_t)(max_batch)*24)
-/* s_read_item's verdict for a sample lacking the requested field. */
-#define S_EMISSING                          (-1999)
-
-/* One GET on its way from the frontend to a worker and back. */
-/* One sample located and verified by a reader: a view into the mapping. */
-typedef struct s_sample_view {
-    const uint8_t *data;
-    size_t len;
-    /* A frame's bytes are either a private copy (copying reads, ImageFolder
-     * files, numbers), freed by that frame, or in a shard's mapping, then
-     * the view holds one use of the shard for as long as the frame lives. */
-    uint8_t *owned; /* the copy data points into, else NULL */
-    bool held;      /* holds a use of its shard's mapping */
-    int64_t label;
-    uint32_t crc;
-    uint32_t shard;
-    uint64_t record;
-} s_sample_view_t;
 
 /* One GET on its way through the pipeline: frontend -> reader ->
  * serializer -> frontend. */
@@ -59,7 +41,7 @@ typedef struct s_job {
     zmq_msg_t identity;
     zmq_msg_t header; /* kept alive: msg borrows strings from it */
     emlio_wire_msg_t msg;
-    s_sample_view_t *views; /* filled by the reader; skipped ones left out */
+    emlio__view_t *views; /* filled by the reader; skipped ones left out */
     size_t n_views;
     size_t per; /* views per sample (fields), set by the reader */
     int code;   /* the reader's verdict: 0, or the error to answer with */
@@ -84,7 +66,7 @@ typedef struct s_release {
     s_core_t *core;
     atomic_uint left;
     size_t n;
-    s_sample_view_t items[]; /* only shard, record and held are used */
+    emlio__view_t items[]; /* only shard, record and held are used */
 } s_release_t;
 
 /* One TCP (or IPC) connection of the ROUTER, known from the socket
@@ -126,6 +108,7 @@ struct emlio_server {
     char *curve_secret;
     char *authorized_keys;
     s_core_t *core; /* shards and mappings, shared with frames in flight */
+    emlio__read_opts_t rd; /* what readers ask of the formats (load) */
     bool loaded;
     emlio_buf_t welcome;
     void *router;
@@ -481,15 +464,9 @@ s_check_fields(emlio_server_t *self)
         bool found = false, unknown = false;
         for (size_t i = 0; i < self->core->set.n && !found; i++) {
             const emlio_shard_t *shard = &self->core->set.shards[i];
-            if (shard->kind == EMLIO_SHARD_TAR) {
-                const emlio__tar_index_t *idx = emlio__tar_index(shard->tar);
-                for (size_t k = 0; k < idx->n_fields && !found; k++)
-                    found = strcmp(idx->fields[k], want) == 0;
-            } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
-                found = !strcmp(want, "image") || !strcmp(want, "label");
-            } else {
-                unknown = true; /* Example keys: checked per record */
-            }
+            int has = shard->ops->has_field(shard, want);
+            found = has > 0;
+            unknown |= has < 0; /* Example keys: checked per record */
         }
         if (!found && !unknown)
             return emlio__seterr(
@@ -521,6 +498,20 @@ emlio_server_load(emlio_server_t *self)
     int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
+    self->rd = (emlio__read_opts_t){
+        .field = self->field,
+        .label_field = self->label_field,
+        .bytes_key = self->bytes_key,
+        .bytes_key_len = self->bytes_key_len,
+        .label_key = self->label_key,
+        .label_key_len = self->label_key_len,
+        .fields = self->fields,
+        .n_fields = self->n_fields,
+        .raw = self->cfg.raw,
+        .verify = self->cfg.verify,
+        .log = s_shardset_log,
+        .userdata = self,
+    };
     rc = emlio__shardset_load(&self->core->set, self->data_dir, &opts,
                               s_shardset_log, self, self->err);
     if (rc < 0)
@@ -737,9 +728,9 @@ s_release_unref(s_release_t *rel)
     if (atomic_fetch_sub(&rel->left, 1) != 1)
         return;
     s_core_t *core = rel->core;
-    const s_sample_view_t *advised = NULL;
+    const emlio__view_t *advised = NULL;
     for (size_t i = 0; i < rel->n; i++) {
-        const s_sample_view_t *item = &rel->items[i];
+        const emlio__view_t *item = &rel->items[i];
         emlio_shard_t *shard = &core->set.shards[item->shard];
         if (!item->held)
             continue;
@@ -774,333 +765,9 @@ s_free_hint(void *data, void *hint)
 
 /* Ends what a view holds: its use of the mapping or its private copy. */
 static void
-s_view_release(emlio_server_t *self, s_sample_view_t *view)
+s_view_release(emlio_server_t *self, emlio__view_t *view)
 {
-    if (view->held)
-        emlio__shard_release(&self->core->set.shards[view->shard]);
-    emlio_free(view->owned);
-    view->held = false;
-    view->owned = NULL;
-}
-
-/* Points view at member m of a tar shard the caller has acquired: into the
- * mapping (the view holds one more use of the shard) when it is leased,
- * else into a private copy read with pread. */
-static int
-s_tar_member_view(emlio_server_t *self, emlio_shard_t *shard, size_t m,
-                  s_sample_view_t *view)
-{
-    if (shard->leased) {
-        view->data = emlio__tar_data(shard->tar, m);
-        view->len = (size_t)emlio__tar_index(shard->tar)->members[m].len;
-        view->held = true;
-        emlio__shard_hold(shard);
-        return 0;
-    }
-    uint32_t stored;
-    return emlio__shard_read_copy(shard, m, &view->owned, &view->data,
-                                  &view->len, &stored, s_shardset_log, self);
-}
-
-/* The label of tar sample `record` from its label member (-1 when it has
- * none or it is not a number), read as the sample's data is. */
-static int
-s_tar_label(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
-            int64_t *label)
-{
-    size_t m;
-    *label = -1;
-    if (emlio__tar_find(shard->tar, (size_t)record, self->label_field, &m) < 0)
-        return 0;
-    if (shard->leased) {
-        const emlio__tar_member_t *mem =
-            &emlio__tar_index(shard->tar)->members[m];
-        *label = emlio__tar_parse_label(emlio__tar_data(shard->tar, m),
-                                        (size_t)mem->len);
-        return 0;
-    }
-    uint8_t *copy;
-    const uint8_t *data;
-    size_t len;
-    uint32_t stored;
-    int rc = emlio__shard_read_copy(shard, m, &copy, &data, &len, &stored,
-                                    s_shardset_log, self);
-    if (rc < 0)
-        return rc;
-    *label = emlio__tar_parse_label(data, len);
-    emlio_free(copy);
-    return 0;
-}
-
-/* A tar sample: the configured member (or the first image member) and the
- * label from the label member. A sample without that member is
- * S_EMISSING (the caller names shard, sample and field). */
-static int
-s_read_tar_sample(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
-                  s_sample_view_t *out)
-{
-    size_t m;
-    int rc = emlio__tar_find(shard->tar, (size_t)record, self->field, &m);
-    if (rc == -ENOENT)
-        return S_EMISSING;
-    if (rc == 0)
-        rc = s_tar_member_view(self, shard, m, out);
-    if (rc == 0)
-        rc = s_tar_label(self, shard, record, &out->label);
-    if (rc < 0)
-        return rc;
-    out->crc = emlio_crc32c(0, out->data, out->len);
-    return 0;
-}
-
-static int
-s_read_folder_sample(const emlio_shard_t *shard, uint64_t record,
-                     s_sample_view_t *out)
-{
-    uint8_t *data;
-    size_t len;
-    int rc = emlio__folder_read(shard->folder, (size_t)record, &data, &len);
-    if (rc < 0)
-        return rc;
-    out->owned = data;
-    out->data = data;
-    out->len = len;
-    out->label = emlio__folder_label(shard->folder);
-    out->crc = emlio_crc32c(0, data, len);
-    return 0;
-}
-
-/* Record `record` of a TFRecord shard the caller has acquired: in the
- * mapping when the shard is leased (*copy NULL), else in a private copy
- * (*copy, the caller's to free). */
-static int
-s_tfrecord_bytes(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
-                 uint8_t **copy, const uint8_t **rec, size_t *rec_len,
-                 uint32_t *stored)
-{
-    *copy = NULL;
-    if (shard->leased)
-        return emlio_tfrecord_record(shard->file, (size_t)record, rec, rec_len,
-                                     stored);
-    return emlio__shard_read_copy(shard, (size_t)record, copy, rec, rec_len,
-                                  stored, s_shardset_log, self);
-}
-
-/* Finds one sample's bytes and CRC in one pass: the record's stored CRC
- * is checked by combining the CRCs of the parts before, inside and after
- * the sample bytes, so no byte is read twice. */
-static int
-s_read_tfrecord_sample(emlio_server_t *self, emlio_shard_t *shard,
-                       uint64_t record, s_sample_view_t *out)
-{
-    const uint8_t *rec;
-    size_t rec_len;
-    uint32_t stored;
-    int rc = s_tfrecord_bytes(self, shard, record, &out->owned, &rec, &rec_len,
-                              &stored);
-    if (rc < 0)
-        return rc;
-    if (!out->owned) { /* the frame will point into the mapping */
-        out->held = true;
-        emlio__shard_hold(shard);
-    }
-    out->data = rec;
-    out->len = rec_len;
-    out->label = -1;
-    if (!self->cfg.raw) {
-        emlio_example_field_t fields[2] = {
-            { .key = self->bytes_key, .key_len = self->bytes_key_len },
-            { .key = self->label_key, .key_len = self->label_key_len },
-        };
-        /* Records that are not Examples, or lack the key, pass as raw. */
-        if (emlio_example_parse(rec, rec_len, fields, 2) > 0) {
-            if (fields[0].kind == EMLIO_FEATURE_BYTES && fields[0].count) {
-                out->data = fields[0].bytes;
-                out->len = fields[0].bytes_len;
-            }
-            if (fields[1].kind == EMLIO_FEATURE_INT64 && fields[1].count)
-                out->label = fields[1].int64;
-        }
-    }
-    out->crc = emlio_crc32c(0, out->data, out->len);
-    if (self->cfg.verify) {
-        size_t before = (size_t)(out->data - rec);
-        size_t after = rec_len - before - out->len;
-        uint32_t whole = out->crc;
-        if (before || after) {
-            uint32_t head = emlio_crc32c(0, rec, before);
-            uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
-            whole = emlio_crc32c_combine(head, out->crc, out->len);
-            whole = emlio_crc32c_combine(whole, tail, after);
-        }
-        if (whole != stored)
-            return EMLIO_ECORRUPT;
-    }
-    return 0;
-}
-
-/* An owned copy of data[0, len): a field frame of a number, or a field
- * of a record read by copying (each frame frees its own copy). */
-static int
-s_copy_view(s_sample_view_t *out, const void *data, size_t len)
-{
-    out->owned = emlio_malloc(len ? len : 1);
-    if (!out->owned)
-        return EMLIO_ENOMEM;
-    memcpy(out->owned, data, len);
-    out->data = out->owned;
-    out->len = len;
-    return 0;
-}
-
-static int
-s_int64_view(s_sample_view_t *out, int64_t v)
-{
-    uint8_t le[8];
-    for (int k = 0; k < 8; k++)
-        le[k] = (uint8_t)((uint64_t)v >> (8 * k));
-    return s_copy_view(out, le, sizeof(le));
-}
-
-/* The fields of a TFRecord Example, for s_read_fields. */
-static int
-s_read_tfrecord_fields(emlio_server_t *self, emlio_shard_t *shard,
-                       uint64_t record, s_sample_view_t *views,
-                       const char **missing, int64_t *label)
-{
-    size_t nf = self->n_fields;
-    uint8_t *copy;
-    const uint8_t *rec;
-    size_t rec_len;
-    uint32_t stored;
-    int rc =
-        s_tfrecord_bytes(self, shard, record, &copy, &rec, &rec_len, &stored);
-    if (rc == 0 && self->cfg.verify && emlio_crc32c(0, rec, rec_len) != stored)
-        rc = EMLIO_ECORRUPT;
-    emlio_example_field_t ex[EMLIO_WIRE_MAX_FIELDS + 1];
-    if (rc == 0) {
-        memset(ex, 0, sizeof(ex));
-        for (size_t f = 0; f < nf; f++) {
-            ex[f].key = self->fields[f];
-            ex[f].key_len = strlen(self->fields[f]);
-        }
-        ex[nf].key = self->label_key;
-        ex[nf].key_len = self->label_key_len;
-        if (emlio_example_parse(rec, rec_len, ex, nf + 1) < 0)
-            rc = EMLIO_EFORMAT;
-    }
-    if (rc == 0 && ex[nf].kind == EMLIO_FEATURE_INT64 && ex[nf].count)
-        *label = ex[nf].int64;
-    for (size_t f = 0; f < nf && rc == 0; f++) {
-        if (ex[f].kind == EMLIO_FEATURE_BYTES && ex[f].count && copy) {
-            rc = s_copy_view(&views[f], ex[f].bytes, ex[f].bytes_len);
-        } else if (ex[f].kind == EMLIO_FEATURE_BYTES && ex[f].count) {
-            views[f].data = ex[f].bytes;
-            views[f].len = ex[f].bytes_len;
-            views[f].held = true;
-            emlio__shard_hold(shard);
-        } else if (ex[f].kind == EMLIO_FEATURE_INT64 && ex[f].count) {
-            rc = s_int64_view(&views[f], ex[f].int64);
-        } else if (ex[f].kind == EMLIO_FEATURE_FLOAT && ex[f].count) {
-            uint32_t bits;
-            uint8_t le[4];
-            memcpy(&bits, &ex[f].f32, 4);
-            for (int k = 0; k < 4; k++)
-                le[k] = (uint8_t)(bits >> (8 * k));
-            rc = s_copy_view(&views[f], le, 4);
-        } else {
-            *missing = self->fields[f];
-            rc = S_EMISSING;
-        }
-    }
-    emlio_free(copy);
-    return rc;
-}
-
-/* Multi-field samples: fills views[0, n_fields) with one frame per
- * configured field, the label and the sample CRC (over the frames in
- * field order) in views[0]. A missing field is S_EMISSING with its name in
- * *missing. Each view holds what its frame needs (a use of the mapping or
- * its own copy); on failure the caller releases the views. */
-static int
-s_read_fields(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
-              s_sample_view_t *views, const char **missing)
-{
-    size_t nf = self->n_fields;
-    int rc = 0;
-    int64_t label = -1;
-    if (shard->kind == EMLIO_SHARD_TAR) {
-        for (size_t f = 0; f < nf && rc == 0; f++) {
-            size_t m;
-            rc = emlio__tar_find(shard->tar, (size_t)record, self->fields[f],
-                                 &m);
-            if (rc == -ENOENT) {
-                *missing = self->fields[f];
-                rc = S_EMISSING;
-            } else if (rc == 0) {
-                rc = s_tar_member_view(self, shard, m, &views[f]);
-            }
-        }
-        if (rc == 0)
-            rc = s_tar_label(self, shard, record, &label);
-    } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
-        label = emlio__folder_label(shard->folder);
-        for (size_t f = 0; f < nf && rc == 0; f++) {
-            if (strcmp(self->fields[f], "image") == 0) {
-                uint8_t *d;
-                size_t len;
-                rc =
-                    emlio__folder_read(shard->folder, (size_t)record, &d, &len);
-                if (rc == 0) {
-                    views[f].owned = d;
-                    views[f].data = d;
-                    views[f].len = len;
-                }
-            } else if (strcmp(self->fields[f], "label") == 0) {
-                rc = s_int64_view(&views[f], label);
-            } else {
-                *missing = self->fields[f];
-                rc = S_EMISSING;
-            }
-        }
-    } else {
-        rc =
-            s_read_tfrecord_fields(self, shard, record, views, missing, &label);
-    }
-    if (rc < 0)
-        return rc;
-    uint32_t crc = 0;
-    for (size_t f = 0; f < nf; f++)
-        crc = emlio_crc32c(crc, views[f].data, views[f].len);
-    views[0].label = label;
-    views[0].crc = crc;
-    return 0;
-}
-
-/* Reads one sample into views[0, per): one view, or one per configured
- * field. A mapped shard (TFRecord, tar) that changed on disk is never
- * touched again, since its mapping may now lie past the end of the file
- * (-ESTALE); while it is read, this read is one of its users. On failure
- * the caller releases the views. */
-static int
-s_read_item(emlio_server_t *self, emlio_shard_t *shard, uint64_t record,
-            s_sample_view_t *views, const char **missing)
-{
-    bool mapped = shard->kind != EMLIO_SHARD_IMAGEFOLDER;
-    if (mapped && !emlio__shard_acquire(shard))
-        return -ESTALE;
-    int rc;
-    if (self->n_fields)
-        rc = s_read_fields(self, shard, record, views, missing);
-    else if (shard->kind == EMLIO_SHARD_TAR)
-        rc = s_read_tar_sample(self, shard, record, views);
-    else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
-        rc = s_read_folder_sample(shard, record, views);
-    else
-        rc = s_read_tfrecord_sample(self, shard, record, views);
-    if (mapped)
-        emlio__shard_release(shard); /* the views hold their own uses */
-    return rc;
+    emlio__view_release(view, &self->core->set.shards[view->shard]);
 }
 
 static void
@@ -1164,8 +831,92 @@ s_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
     return s_send_parts(sock, identity, &header, NULL, 0, flags);
 }
 
+/* Counts a sample skipped under --on-corrupt skip and logs why (msg may
+ * be NULL: a changed shard was logged once already). */
+static void
+s_skip(emlio_server_t *self, const char *msg)
+{
+    atomic_fetch_add(&self->corrupt_skipped, 1);
+    if (msg)
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", msg);
+}
+
+/* Judges one sample's read verdict rc: 0 keeps it, 1 skips it (under
+ * --on-corrupt skip, counted and logged), < 0 fails the job with the
+ * error in job->code and job->text. */
+static int
+s_read_verdict(emlio_server_t *self, s_job_t *job, emlio_shard_t *shard,
+               uint64_t record, int rc, const char *missing)
+{
+    bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
+    const emlio__format_ops_t *ops = shard->ops;
+    char where[PATH_MAX + 128] = "";
+    char msg[PATH_MAX + 256];
+    if (rc == 0)
+        return 0;
+    if (rc == EMLIO_ECORRUPT && atomic_load(&shard->changed))
+        rc = -ESTALE; /* changed on disk, not rotten: say so */
+    /* Only after ENOTFOUND is excluded may the format describe record. */
+    if (rc != EMLIO_ENOTFOUND)
+        ops->describe(shard, record, where, sizeof(where));
+    uint64_t offset =
+        rc == EMLIO_ENOTFOUND ? 0 : emlio__shard_offset(shard, (size_t)record);
+    if (rc == -ESTALE && skip) {
+        s_skip(self, NULL);
+        return 1;
+    }
+    if (rc == -ESTALE) {
+        job->code = EMLIO_ECORRUPT;
+        snprintf(job->text, sizeof(job->text),
+                 "record %" PRIu64 " of shard '%s' cannot be read intact: "
+                 "the shard changed on disk while being served",
+                 record, shard->name);
+        return -1;
+    }
+    if (skip && ops->changed_code && rc == ops->changed_code) {
+        /* A file rewritten since it was listed: like a changed shard. */
+        snprintf(msg, sizeof(msg), "skipping changed %s", where);
+        s_skip(self, msg);
+        return 1;
+    }
+    if (skip && rc == EMLIO__FORMAT_EMISSING) {
+        snprintf(msg, sizeof(msg),
+                 "skipping sample %" PRIu64 " of '%s' at offset %" PRIu64
+                 ": no field '%s'",
+                 record, shard->name, offset, missing);
+        s_skip(self, msg);
+        return 1;
+    }
+    if (skip && rc == EMLIO_ECORRUPT) {
+        snprintf(msg, sizeof(msg),
+                 "skipping corrupt record %" PRIu64 " of '%s' at offset "
+                 "%" PRIu64,
+                 record, shard->name, offset);
+        s_skip(self, msg);
+        return 1;
+    }
+    job->code = rc == EMLIO__FORMAT_EMISSING ? EMLIO_EFORMAT : rc;
+    if (rc == EMLIO_ENOTFOUND)
+        snprintf(job->text, sizeof(job->text),
+                 "no record %" PRIu64 " in shard '%s' (%zu records)", record,
+                 shard->name, emlio__shard_count(shard));
+    else if (rc == EMLIO__FORMAT_EMISSING)
+        snprintf(job->text, sizeof(job->text),
+                 "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
+                 " has no field '%s'",
+                 record, shard->name, offset, missing);
+    else
+        snprintf(job->text, sizeof(job->text), "%s %s",
+                 rc == EMLIO_ECORRUPT                           ? "corrupt"
+                 : ops->changed_code && rc == ops->changed_code ? "changed"
+                                                                : "unreadable",
+                 where);
+    return -1;
+}
+
 /* The reader stage: checks the request against the dataset, finds and
- * verifies every record, and leaves views (or an error) in the job. */
+ * verifies every sample through its shard's format, and leaves views (or
+ * an error) in the job: per views for each sample kept, in request order. */
 static void
 s_read_job(emlio_server_t *self, s_job_t *job)
 {
@@ -1199,91 +950,21 @@ s_read_job(emlio_server_t *self, s_job_t *job)
             return;
         }
         emlio_shard_t *shard = &self->core->set.shards[item->shard];
-        s_sample_view_t *view = &job->views[job->n_views * per];
+        emlio__view_t *view = &job->views[job->n_views * per];
         for (size_t f = 0; f < per; f++) {
             view[f].shard = item->shard;
             view[f].record = item->record;
         }
         const char *missing = self->field ? self->field : "(image)";
-        int rc = s_read_item(self, shard, item->record, view, &missing);
-        if (rc == -ESTALE ||
-            (rc == EMLIO_ECORRUPT && shard->kind != EMLIO_SHARD_IMAGEFOLDER &&
-             atomic_load(&shard->changed)))
-            rc = -ESTALE; /* changed on disk, not rotten: say so */
+        int rc =
+            emlio__format_read(shard, item->record, &self->rd, view, &missing);
         if (rc < 0)
             for (size_t f = 0; f < per; f++)
                 s_view_release(self, &view[f]);
-        if (rc == -ESTALE && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
-            atomic_fetch_add(&self->corrupt_skipped, 1);
-            continue;
-        }
-        if (rc == -ESTALE) {
-            job->code = EMLIO_ECORRUPT;
-            snprintf(job->text, sizeof(job->text),
-                     "record %" PRIu64 " of shard '%s' cannot be read intact: "
-                     "the shard changed on disk while being served",
-                     item->record, shard->name);
+        rc = s_read_verdict(self, job, shard, item->record, rc, missing);
+        if (rc < 0)
             return;
-        }
-        if (rc == EMLIO_EFORMAT && shard->kind == EMLIO_SHARD_IMAGEFOLDER &&
-            self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
-            /* A file rewritten since it was listed: like a changed shard. */
-            atomic_fetch_add(&self->corrupt_skipped, 1);
-            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
-                      "skipping changed file '%s/%s' (record %" PRIu64 ")",
-                      shard->name,
-                      emlio__folder_file(shard->folder, item->record),
-                      item->record);
-            continue;
-        }
-        if (rc == S_EMISSING && self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
-            atomic_fetch_add(&self->corrupt_skipped, 1);
-            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
-                      "skipping sample %" PRIu64 " of '%s' at offset "
-                      "%" PRIu64 ": no field '%s'",
-                      item->record, shard->name,
-                      emlio__shard_offset(shard, item->record), missing);
-            continue;
-        }
-        if (rc == EMLIO_ECORRUPT &&
-            self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP) {
-            atomic_fetch_add(&self->corrupt_skipped, 1);
-            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
-                      "skipping corrupt record %" PRIu64 " of '%s' at offset "
-                      "%" PRIu64,
-                      item->record, shard->name,
-                      emlio__shard_offset(shard, item->record));
-            continue;
-        }
-        if (rc < 0) {
-            job->code = rc == S_EMISSING ? EMLIO_EFORMAT : rc;
-            if (rc == EMLIO_ENOTFOUND)
-                snprintf(job->text, sizeof(job->text),
-                         "no record %" PRIu64 " in shard '%s' (%zu records)",
-                         item->record, shard->name, emlio__shard_count(shard));
-            else if (rc == S_EMISSING)
-                snprintf(job->text, sizeof(job->text),
-                         "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
-                         " has no field '%s'",
-                         item->record, shard->name,
-                         emlio__shard_offset(shard, item->record), missing);
-            else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER)
-                snprintf(job->text, sizeof(job->text),
-                         "%s file '%s/%s' (record %" PRIu64 ")",
-                         rc == EMLIO_EFORMAT ? "changed" : "unreadable",
-                         shard->name,
-                         emlio__folder_file(shard->folder, item->record),
-                         item->record);
-            else
-                snprintf(job->text, sizeof(job->text),
-                         "%s record %" PRIu64 " in shard '%s' at offset "
-                         "%" PRIu64,
-                         rc == EMLIO_ECORRUPT ? "corrupt" : "unreadable",
-                         item->record, shard->name,
-                         emlio__shard_offset(shard, item->record));
-            return;
-        }
-        job->n_views++;
+        job->n_views += rc == 0;
     }
 }
 
@@ -1316,7 +997,7 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
     zmq_msg_t header;
     if (job->code == 0) {
         for (size_t i = 0; i < n; i++) {
-            const s_sample_view_t *v = &job->views[i * per];
+            const emlio__view_t *v = &job->views[i * per];
             samples[i] =
                 (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
         }
@@ -1338,7 +1019,7 @@ s_serialize_job(emlio_server_t *self, void *done, s_job_t *job)
         atomic_fetch_add(&self->core->refs, 1);
         atomic_fetch_add(&self->core->batches_in_flight, 1);
         for (size_t i = 0; i < nf; i++) {
-            s_sample_view_t *v = &job->views[i];
+            emlio__view_t *v = &job->views[i];
             rel->items[i] = *v;
             rel->items[i].owned = NULL;
             /* Zero-copy: the frame points into the mapping or the copy.
