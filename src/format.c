@@ -8,8 +8,13 @@
 #include "format.h"
 #include "shardset.h"
 
-/* Adding a format: its adapter file, and one line here. File formats come
- * first; a tree format is tried only when no shard file is found. */
+/* Adding a format: its adapter file, and its line here (with its extern).
+ * File formats come first; a tree format is tried only when no shard file
+ * is found. */
+extern const emlio__format_ops_t emlio__format_tfrecord;
+extern const emlio__format_ops_t emlio__format_tar;
+extern const emlio__format_ops_t emlio__format_imagefolder;
+
 const emlio__format_ops_t *const emlio__formats[] = {
     &emlio__format_tfrecord,
     &emlio__format_tar,

@@ -143,10 +143,6 @@ typedef struct emlio__format_ops {
                   emlio_dataset_field_fn *fn, void *userdata, int64_t *label);
 } emlio__format_ops_t;
 
-extern const emlio__format_ops_t emlio__format_tfrecord;
-extern const emlio__format_ops_t emlio__format_tar;
-extern const emlio__format_ops_t emlio__format_imagefolder;
-
 /* Every format, file formats first, in the order a directory's shards are
  * loaded; NULL-terminated. */
 extern const emlio__format_ops_t *const emlio__formats[];

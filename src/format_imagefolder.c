@@ -14,6 +14,9 @@
 #include "imagefolder.h"
 #include "shardset.h"
 
+/* Defined at the end; the tree loader stamps it on the shards it makes. */
+extern const emlio__format_ops_t emlio__format_imagefolder;
+
 static void
 s_destroy(void *impl)
 {
