@@ -269,7 +269,7 @@ s_encode_welcome(emlio_server_t *self)
 }
 
 /* Splits cfg.fields ("jpg,cls,json") into self->own.fields and checks the
- * names against what the backends can serve. */
+ * names against what the shards' formats can serve. */
 static int
 s_parse_fields(emlio_server_t *self)
 {
