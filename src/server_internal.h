@@ -220,8 +220,7 @@ void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
 /* ---- server_request.c: the frontend thread ---- */
 void *emlio__srv_frontend_main(void *arg);
 
-/* ---- server_pipeline.c: replies and jobs, the reader and serializer threads
- * ---- */
+/* ---- server_pipeline.c: replies, jobs, reader and serializer threads ---- */
 int emlio__srv_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
                           zmq_msg_t *frames, size_t n, int flags);
 int emlio__srv_send_error(void *sock, zmq_msg_t *identity, uint64_t id,
