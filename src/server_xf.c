@@ -7,7 +7,7 @@
 
 /* Decoding is the stage that can wait: readers and senders, and so the
  * daemon's raw-byte clients, come first on a busy host. */
-#define S_NICE 10
+#define S_NICE              10
 /* Tensor blocks kept for reuse between batches. */
 #define S_KEEP_BLOCKS_BYTES (256u << 20)
 
