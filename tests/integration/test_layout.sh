@@ -52,6 +52,21 @@ done
 check "tools/ include only their own and public headers${bad:+ (not:$bad)}" \
     test -z "$bad"
 
+# Prefixes as libuv keeps them: emlio_ is the installed API, emlio__ the
+# library's internals; the tools and the bench name their own things
+# tool_/relay_ and never borrow either prefix for them.
+bad=$(grep -noE '\b(emlio__[a-z0-9_]+|EMLIO_(MIN|MAX|ARRAY_SIZE|ERRMSG_LEN)\b|emlio_(relay|metrics|influx)[a-z0-9_]*)' \
+    tools/*/*.[ch] bench/relay/*.[ch] | head -5 | tr '\n' ' ')
+check "tools/ and bench/relay use no library or public prefix for their own names${bad:+ (not: $bad)}" \
+    test -z "$bad"
+first=""
+for f in tools/*/*.c bench/relay/*.c; do
+    inc=$(grep -m1 -E '^#\s*(include|define)' "$f")
+    [ "$inc" = '#include "tool_util.h"' ] || first+=" $f"
+done
+check "every .c in tools/ and bench/relay starts with the prelude tool_util.h${first:+ (not:$first)}" \
+    test -z "$first"
+
 # Function length: from a definition's opening brace in column 0 to its
 # closing brace in column 0.
 long=$(for f in tools/*/*.c; do

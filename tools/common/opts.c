@@ -1,7 +1,8 @@
 /* opts.c - the option parser shared by emliod, `emlio fetch` and `emlio plan`.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>

@@ -1,6 +1,8 @@
 /* cli.c - options and JSON helpers shared by `emlio fetch` and `emlio plan`.
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,8 @@
  * its wall time, CPU time and energy, like `perf stat`.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <math.h>
 #include <signal.h>

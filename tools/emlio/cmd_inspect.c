@@ -86,8 +86,8 @@ s_on_key(void *userdata, const uint8_t *key, size_t key_len, int kind,
         if (k->kind == kind && k->key_len == key_len &&
             !memcmp(k->key, key, key_len)) {
             k->records++;
-            k->min_count = EMLIO_MIN(k->min_count, count);
-            k->max_count = EMLIO_MAX(k->max_count, count);
+            k->min_count = TOOL_MIN(k->min_count, count);
+            k->max_count = TOOL_MAX(k->max_count, count);
             return 0;
         }
     }
@@ -112,7 +112,7 @@ s_key_cmp(const void *pa, const void *pb)
 {
     const inspect_key_t *a = pa;
     const inspect_key_t *b = pb;
-    size_t n = EMLIO_MIN(a->key_len, b->key_len);
+    size_t n = TOOL_MIN(a->key_len, b->key_len);
     int c = memcmp(a->key, b->key, n);
     if (c == 0 && a->key_len != b->key_len)
         c = a->key_len < b->key_len ? -1 : 1;
@@ -203,7 +203,7 @@ s_print_text(const inspect_summary_t *sm, const inspect_keys_t *keys)
     printf("features (first %zu records, %zu raw):\n", sm->sampled, sm->raw);
     size_t key_width = 0;
     for (size_t i = 0; i < keys->n; i++)
-        key_width = EMLIO_MAX(key_width, keys->items[i].key_len);
+        key_width = TOOL_MAX(key_width, keys->items[i].key_len);
     for (size_t i = 0; i < keys->n; i++) {
         const inspect_key_t *k = &keys->items[i];
         printf("  ");
@@ -318,8 +318,8 @@ cmd_inspect(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         uint64_t len = emlio_tfrecord_loc(tf, i)->len;
         total += len;
-        min_len = i == 0 ? len : EMLIO_MIN(min_len, len);
-        max_len = EMLIO_MAX(max_len, len);
+        min_len = i == 0 ? len : TOOL_MIN(min_len, len);
+        max_len = TOOL_MAX(max_len, len);
     }
     size_t sampled = sample == 0 || sample > n ? n : (size_t)sample;
     size_t raw = 0;

@@ -2,6 +2,8 @@
  * (public, to hand to peers) and NAME.key_secret (secret, mode 0600).
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include <stdio.h>
 #include <string.h>
 

@@ -174,7 +174,7 @@ s_item_cmp(const void *pa, const void *pb)
     const pack_item_t *b = pb;
     if (a->label != b->label)
         return a->label < b->label ? -1 : 1;
-    size_t n = EMLIO_MIN(a->dir_len, b->dir_len);
+    size_t n = TOOL_MIN(a->dir_len, b->dir_len);
     int c = memcmp(a->path, b->path, n);
     if (c == 0 && a->dir_len != b->dir_len)
         c = a->dir_len < b->dir_len ? -1 : 1;

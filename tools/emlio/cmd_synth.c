@@ -200,8 +200,8 @@ s_pick_size(synth_t *self, uint64_t *rng, int *w, int *h)
     double aspect = 0.6 + (double)dataset_rand_below(rng, 1001) / 1000.0;
     double fw = sqrt(area * aspect);
     double fh = area / fw;
-    *w = (int)EMLIO_MAX(SYNTH_MIN_SIDE, EMLIO_MIN(SYNTH_MAX_SIDE, lround(fw)));
-    *h = (int)EMLIO_MAX(SYNTH_MIN_SIDE, EMLIO_MIN(SYNTH_MAX_SIDE, lround(fh)));
+    *w = (int)TOOL_MAX(SYNTH_MIN_SIDE, TOOL_MIN(SYNTH_MAX_SIDE, lround(fw)));
+    *h = (int)TOOL_MAX(SYNTH_MIN_SIDE, TOOL_MIN(SYNTH_MAX_SIDE, lround(fh)));
 }
 
 /* Compresses a few throwaway images (their own seed stream) to learn the
@@ -303,8 +303,8 @@ s_run(synth_t *self)
         }
     }
 
-    int class_width = EMLIO_MAX(3, s_digits(self->classes - 1));
-    int name_width = EMLIO_MAX(8, s_digits(self->samples - 1));
+    int class_width = TOOL_MAX(3, s_digits(self->classes - 1));
+    int name_width = TOOL_MAX(8, s_digits(self->samples - 1));
     emlio_buf_t path = EMLIO_BUF_INIT;
     for (uint64_t c = 0; c < self->classes; c++) {
         emlio_buf_clear(&path);
@@ -362,8 +362,8 @@ s_run(synth_t *self)
         self->seen_pixels += (double)w * h;
         pixels += (double)w * h;
         total += self->jpeg_len;
-        min_len = EMLIO_MIN(min_len, self->jpeg_len);
-        max_len = EMLIO_MAX(max_len, self->jpeg_len);
+        min_len = TOOL_MIN(min_len, self->jpeg_len);
+        max_len = TOOL_MAX(max_len, self->jpeg_len);
     }
     double dt = dataset_now() - t0;
     if (!self->quiet) {

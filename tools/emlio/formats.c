@@ -132,8 +132,8 @@ formats_inspect(const char *cmd, const char *path, bool json, uint64_t sample)
             }
             sampled++;
             if (label >= 0) {
-                lab_min = EMLIO_MIN(lab_min, label);
-                lab_max = EMLIO_MAX(lab_max, label);
+                lab_min = TOOL_MIN(lab_min, label);
+                lab_max = TOOL_MAX(lab_max, label);
             }
         }
     }

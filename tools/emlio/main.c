@@ -1,6 +1,8 @@
 /* main.c - `emlio`, the command-line front end: dispatches to subcommands.
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include <malloc.h>
 #include <stdio.h>
 #include <string.h>
