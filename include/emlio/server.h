@@ -2,8 +2,9 @@
  * SPDX-License-Identifier: MIT
  *
  * emliod is a thin main() around this module, so tests can run a server in
- * the same process. A server serves every *.tfrecord file under one data
- * directory on one ZeroMQ ROUTER endpoint:
+ * the same process. A server serves one data directory (its *.tfrecord
+ * files, its WebDataset *.tar shards or an ImageFolder tree, as
+ * cfg.format says) on one ZeroMQ ROUTER endpoint:
  *
  * Example:
  *   emlio_server_config_t cfg;
@@ -131,7 +132,7 @@ EMLIO_EXPORT void emlio_server_destroy(emlio_server_t **self_p);
 /* Finds, maps and indexes the shards under cfg.data_dir (reusing valid .idx
  * files, scanning and writing them otherwise). Blocks for the scan. Returns
  * the number of shards, -errno (directory missing or unreadable),
- * EMLIO_ENOTFOUND (no *.tfrecord files), EMLIO_EFORMAT/EMLIO_ECORRUPT (a
+ * EMLIO_ENOTFOUND (no shards of the format), EMLIO_EFORMAT/EMLIO_ECORRUPT (a
  * shard is damaged: the message names it and the offset) or EMLIO_ENOMEM. */
 EMLIO_EXPORT int emlio_server_load(emlio_server_t *self);
 

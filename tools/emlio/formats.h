@@ -19,7 +19,7 @@ int formats_inspect(const char *cmd, const char *path, bool json,
                     uint64_t sample);
 
 /* Scans every tar shard under path (a directory, or the directory of the
- * tar named) and rewrites its wds2idx index. Adds to *done and *records;
+ * tar named) and rewrites its wds2idx index. Adds the samples to *records;
  * returns the number of shards indexed or -1 after printing the error. */
 long formats_index_tars(const char *cmd, const char *path, bool quiet,
                         uint64_t *records);

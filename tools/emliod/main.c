@@ -41,7 +41,8 @@ s_usage(FILE *out, const opt_t *const *tables)
     fprintf(out, "usage: emliod --data DIR --bind ENDPOINT [options]\n"
                  "       emliod --config FILE [options]\n"
                  "\n"
-                 "Serves every *.tfrecord under DIR to emlio clients.\n"
+                 "Serves the dataset under DIR (*.tfrecord files, WebDataset\n"
+                 "*.tar shards or an ImageFolder tree) to emlio clients.\n"
                  "\n");
     opt_usage(out, tables);
     fprintf(out, "\nA config file holds one option a line, without the "
