@@ -48,6 +48,79 @@ emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
     return rc;
 }
 
+/* Scans (or loads the index of) the one mapped shard of a single-file
+ * dataset and writes its index when asked. Returns the record count. */
+static int
+s_index_file(emlio_dataset_t *self, emlio_shard_t *shard, const char *path,
+             int flags)
+{
+    bool tar = shard->kind == EMLIO_SHARD_TAR;
+    char idx[PATH_MAX];
+    if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
+        return emlio__seterr(self->err, -ENAMETOOLONG, "path too long: '%s'",
+                             path);
+    int rc =
+        tar ? emlio__tar_open(shard->tar) : emlio_tfrecord_open(shard->file);
+    /* An index says nothing of the data CRCs; a stale one is rebuilt. */
+    bool scan = (flags & EMLIO_DATASET_REINDEX) ||
+                (!tar && (flags & EMLIO_DATASET_VERIFY));
+    if (rc == 0 && !scan)
+        scan = (tar ? emlio__tar_load_index(shard->tar, idx)
+                    : emlio_tfrecord_load_index(shard->file, idx)) < 0;
+    if (rc == 0 && scan) {
+        rc = tar ? emlio__tar_scan(shard->tar)
+                 : emlio_tfrecord_scan(shard->file,
+                                       flags & EMLIO_DATASET_VERIFY);
+        if (rc >= 0 && (flags & EMLIO_DATASET_WRITE_INDEX) && (!tar || rc)) {
+            int wrc = tar ? emlio__tar_write_index(shard->tar, idx)
+                          : emlio_tfrecord_write_index(shard->file, idx);
+            if (wrc < 0)
+                return emlio__seterr(self->err, wrc,
+                                     "cannot write index '%s': %s", idx,
+                                     emlio_strerror(wrc));
+        }
+    }
+    if (rc < 0)
+        return emlio__seterr(self->err, rc, "%s",
+                             tar ? emlio__tar_errmsg(shard->tar)
+                                 : emlio_tfrecord_errmsg(shard->file));
+    return rc;
+}
+
+int
+emlio_dataset_open_file(emlio_dataset_t *self, const char *path, int flags)
+{
+    assert(self && path && !self->open);
+    size_t len = strlen(path);
+    bool tar = len > 4 && !strcmp(path + len - 4, ".tar");
+    const char *slash = strrchr(path, '/');
+    emlio_shardset_t *set = &self->set;
+    set->shards = emlio_calloc(1, sizeof(*set->shards));
+    if (!set->shards)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    emlio_shard_t *shard = &set->shards[0];
+    set->n = 1; /* from here on release frees what the shard holds */
+    shard->fd = -1;
+    shard->kind = tar ? EMLIO_SHARD_TAR : EMLIO_SHARD_TFRECORD;
+    shard->name = emlio_strdup(slash ? slash + 1 : path);
+    if (tar)
+        shard->tar = emlio__tar_new(path);
+    else
+        shard->file = emlio_tfrecord_new(path);
+    int rc = !shard->name || (tar ? !shard->tar : !shard->file)
+                 ? emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory")
+                 : s_index_file(self, shard, path, flags);
+    if (rc < 0) {
+        emlio__shardset_release(set);
+        return rc;
+    }
+    set->mapped = 1;
+    set->records = emlio__shard_count(shard);
+    set->bytes = emlio__shard_size(shard);
+    self->open = true;
+    return rc;
+}
+
 const char *
 emlio_dataset_errmsg(const emlio_dataset_t *self)
 {

@@ -51,6 +51,18 @@ EMLIO_EXPORT void emlio_dataset_destroy(emlio_dataset_t **self_p);
 EMLIO_EXPORT int emlio_dataset_open(emlio_dataset_t *self, const char *dir,
                                     const char *format, int flags);
 
+/* Opens one shard file as a dataset of one shard: "*.tar" as a WebDataset
+ * shard, any other name as a TFRecord file (`emlio inspect FILE`, `emlio
+ * index`). Flags: EMLIO_DATASET_VERIFY, EMLIO_DATASET_REINDEX (scan even
+ * when FILE.idx is valid) and EMLIO_DATASET_WRITE_INDEX (write FILE.idx
+ * after a scan; unlike emlio_dataset_open, a failed write is an error, as
+ * a tool that was asked to index must say so). The fingerprint of a single
+ * file is "". Returns the record count or an error (message in
+ * emlio_dataset_errmsg, naming the file and, for a corrupt one, the
+ * offset). */
+EMLIO_EXPORT int emlio_dataset_open_file(emlio_dataset_t *self,
+                                         const char *path, int flags);
+
 /* The last failure's text; never NULL. */
 EMLIO_EXPORT const char *emlio_dataset_errmsg(const emlio_dataset_t *self);
 

@@ -64,4 +64,18 @@ head -c 700 "$T/gnu/shards/g.tar" >"$T/gnu/shards/g.tar.new" &&
 "$EMLIO" index "$T/gnu/shards/g.tar" >/dev/null 2>"$T/index.err"
 check "index of a truncated tar fails" test $? -ne 0
 check "index names file and offset" grep -q "g.tar' at offset [0-9]" "$T/index.err"
+
+# An index that cannot be written (as on a read-only or full file system;
+# here a directory stands where the index goes, which stops root too) is a
+# failure that is reported, counted and turned into a non-zero exit; the
+# other shards are still indexed.
+mkdir -p "$T/ro"
+cp "$T/wds/train-00000.tar" "$T/wds/train-00001.tar" "$T/ro/"
+mkdir -p "$T/ro/train-00000.tar.idx/keep"
+"$EMLIO" index "$T/ro" >"$T/ro.out" 2>"$T/ro.err"
+check "index: an unwritable index fails the run" test $? -eq 1
+check "index: the failure names the index" \
+    grep -q "cannot write index '$T/ro/train-00000.tar.idx'" "$T/ro.err"
+check "index: the failure is counted" grep -q "; 1 failed" "$T/ro.out"
+check "index: the other shard is still indexed" test -f "$T/ro/train-00001.tar.idx"
 finish

@@ -1,5 +1,6 @@
-/* cmd_index.c - `emlio index`: scans TFRecord shards, checks every CRC and
- * writes their DALI-format index files.
+/* cmd_index.c - `emlio index`: scans TFRecord and WebDataset tar shards
+ * through emlio/dataset.h, checks every CRC and writes their DALI-format
+ * index files.
  * SPDX-License-Identifier: MIT
  */
 #include "tool_util.h"
@@ -21,12 +22,13 @@ s_usage(FILE *out)
         out,
         "usage: emlio index [options] DIR|FILE...\n"
         "\n"
-        "Scans every *.tfrecord file under each DIR (recursively) and each\n"
-        "FILE named, checking the framing and every data CRC, and writes\n"
-        "the DALI-format index <file>.idx next to it (atomically). WebDataset\n"
-        "*.tar shards get DALI's wds2idx v1.2 index <file>.idx the same way. A bad\n"
-        "file is reported with its byte offset and skipped; the others are\n"
-        "still indexed, and the exit status is 1 if any failed.\n"
+        "Scans every *.tfrecord file and WebDataset *.tar shard under each\n"
+        "DIR (recursively) and each FILE named, checking the framing and\n"
+        "every data CRC, and writes the DALI-format index <file>.idx next\n"
+        "to it (atomically; wds2idx v1.2 for a tar). A bad file, or an\n"
+        "index that cannot be written, is reported with its path (and byte\n"
+        "offset) and skipped; the others are still indexed, and the exit\n"
+        "status is 1 if any failed.\n"
         "\n"
         "options:\n"
         "      --no-verify   check only the framing and length CRCs\n"
@@ -36,14 +38,16 @@ s_usage(FILE *out)
 }
 
 static bool
-s_is_tfrecord_name(const char *name)
+s_is_shard_name(const char *name)
 {
     size_t len = strlen(name);
-    return len > 9 && !strcmp(name + len - 9, ".tfrecord");
+    return (len > 9 && !strcmp(name + len - 9, ".tfrecord")) ||
+           formats_is_tar(name);
 }
 
-/* Appends every *.tfrecord file under dir to out, sorted per directory.
- * Returns 0 or a negative code; *bad_path gets the path that failed. */
+/* Appends every *.tfrecord and *.tar file under dir to out, sorted per
+ * directory. Returns 0 or a negative code; *bad_path gets the path that
+ * failed. */
 static int
 s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
 {
@@ -62,70 +66,12 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
             ; /* a dangling link: nothing to index */
         else if (S_ISDIR(st.st_mode))
             rc = s_collect(path, out, depth + 1, bad_path);
-        else if (S_ISREG(st.st_mode) && s_is_tfrecord_name(names.items[i]))
+        else if (S_ISREG(st.st_mode) && s_is_shard_name(names.items[i]))
             rc = dataset_strv_push(out, path);
         free(path);
     }
     dataset_strv_release(&names);
     return rc;
-}
-
-/* Whether dir holds a *.tar shard anywhere below it. */
-static bool
-s_has_tar(const char *dir)
-{
-    dataset_strv_t names = DATASET_STRV_INIT;
-    bool found = false;
-    if (dataset_list_dir(dir, 0, &names) == 0)
-        for (size_t i = 0; i < names.n && !found; i++) {
-            char *path = dataset_path_join(dir, names.items[i]);
-            struct stat st;
-            if (path && stat(path, &st) == 0)
-                found = S_ISDIR(st.st_mode) ? s_has_tar(path)
-                                            : formats_is_tar(path);
-            free(path);
-        }
-    dataset_strv_release(&names);
-    return found;
-}
-
-/* Indexes one file. Returns its record count, or -1 after printing the
- * error. */
-static long
-s_index_file(const char *path, bool verify)
-{
-    char ebuf[128];
-    emlio_buf_t idx = EMLIO_BUF_INIT;
-    emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
-    long result = -1;
-    if (!tf || emlio_buf_addf(&idx, "%s.idx", path) < 0) {
-        dataset_error(CMD, "cannot index '%s': out of memory", path);
-        goto out;
-    }
-    int rc = emlio_tfrecord_open(tf);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot open '%s': %s", path,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        goto out;
-    }
-    rc = emlio_tfrecord_scan(tf, verify);
-    if (rc < 0) {
-        /* The library's message names the file and the byte offset. */
-        dataset_error(CMD, "cannot index '%s': %s", path,
-                      emlio_tfrecord_errmsg(tf));
-        goto out;
-    }
-    result = rc;
-    rc = emlio_tfrecord_write_index(tf, (const char *)idx.data);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot write '%s': %s", (const char *)idx.data,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        result = -1;
-    }
-out:
-    emlio_tfrecord_destroy(&tf);
-    emlio_buf_release(&idx);
-    return result;
 }
 
 int
@@ -181,15 +127,6 @@ cmd_index(int argc, char **argv)
             failed++;
             continue;
         }
-        if (formats_is_tar(arg) || (S_ISDIR(st.st_mode) && s_has_tar(arg))) {
-            long n = formats_index_tars(CMD, arg, quiet, &records);
-            if (n < 0)
-                failed++;
-            else
-                done += (size_t)n;
-            if (!S_ISDIR(st.st_mode))
-                continue;
-        }
         if (S_ISDIR(st.st_mode)) {
             char *bad = NULL;
             int rc = s_collect(arg, &files, 0, &bad);
@@ -201,10 +138,10 @@ cmd_index(int argc, char **argv)
                 failed++;
                 continue;
             }
-            if (files.n == 0 && !s_has_tar(arg)) {
+            if (files.n == 0) {
                 dataset_error(CMD,
-                              "cannot index '%s': no *.tfrecord files "
-                              "in it",
+                              "cannot index '%s': no *.tfrecord or *.tar "
+                              "files in it",
                               arg);
                 failed++;
             }
@@ -213,15 +150,13 @@ cmd_index(int argc, char **argv)
             return 1;
         }
         for (size_t i = 0; i < files.n; i++) {
-            long n = s_index_file(files.items[i], verify);
+            long n = formats_index_file(CMD, files.items[i], verify, quiet);
             if (n < 0) {
                 failed++;
                 continue;
             }
             done++;
             records += (uint64_t)n;
-            if (!quiet)
-                printf("%s: %ld records\n", files.items[i], n);
         }
         dataset_strv_release(&files);
     }

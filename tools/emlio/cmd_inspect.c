@@ -1,5 +1,6 @@
 /* cmd_inspect.c - `emlio inspect`: record counts, sizes and feature keys of
- * one TFRecord shard, as text or one JSON object.
+ * one TFRecord shard, or a summary of a data directory or tar shard (see
+ * formats.c), as text or one JSON object. Both go through emlio/dataset.h.
  * SPDX-License-Identifier: MIT
  */
 #include "tool_util.h"
@@ -151,6 +152,25 @@ s_text_key(const char *s, size_t len)
     }
 }
 
+/* One TFRecord record as emlio_dataset_record hands it over: its length,
+ * and its keys when it is among the sampled ones (keys not NULL). */
+typedef struct inspect_record {
+    inspect_keys_t *keys;
+    size_t len;
+    bool raw; /* not a tf.train.Example */
+} inspect_record_t;
+
+static int
+s_on_record(void *userdata, const char *field, const uint8_t *data, size_t len)
+{
+    (void)field;
+    inspect_record_t *rec = userdata;
+    rec->len = len;
+    if (rec->keys)
+        rec->raw = emlio_example_foreach(data, len, s_on_key, rec->keys) < 0;
+    return rec->keys && rec->keys->rc < 0 ? rec->keys->rc : 0;
+}
+
 /* What cmd_inspect found, for the two output formats. */
 typedef struct inspect_summary {
     const char *path;
@@ -293,59 +313,50 @@ cmd_inspect(int argc, char **argv)
     char ebuf[128];
     int status = 1;
     inspect_keys_t keys = { 0 };
-    emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
+    emlio_dataset_t *ds = emlio_dataset_new();
     keys.items = calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
-    if (!tf || !keys.items) {
+    if (!ds || !keys.items) {
         dataset_error(CMD, "out of memory");
         goto out;
     }
-    int rc = emlio_tfrecord_open(tf);
+    /* Always a scan, as an index says nothing of the framing CRCs. */
+    int rc = emlio_dataset_open_file(
+        ds, path, EMLIO_DATASET_REINDEX | (verify ? EMLIO_DATASET_VERIFY : 0));
     if (rc < 0) {
-        dataset_error(CMD, "cannot open '%s': %s", path,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        dataset_error(CMD, "cannot %s '%s': %s",
+                      rc > -1000 && rc != -EIO ? "open" : "read", path,
+                      emlio_dataset_errmsg(ds));
         goto out;
     }
-    rc = emlio_tfrecord_scan(tf, verify);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", path,
-                      emlio_tfrecord_errmsg(tf));
-        goto out;
-    }
-    size_t n = emlio_tfrecord_count(tf);
+    size_t n = emlio_dataset_shard_records(ds, 0);
     uint64_t total = 0;
     uint64_t min_len = 0;
     uint64_t max_len = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t len = emlio_tfrecord_loc(tf, i)->len;
-        total += len;
-        min_len = i == 0 ? len : TOOL_MIN(min_len, len);
-        max_len = TOOL_MAX(max_len, len);
-    }
     size_t sampled = sample == 0 || sample > n ? n : (size_t)sample;
     size_t raw = 0;
-    for (size_t i = 0; i < sampled; i++) {
-        const uint8_t *data;
-        size_t len;
-        rc = emlio_tfrecord_record(tf, i, &data, &len, NULL);
+    for (size_t i = 0; i < n; i++) {
+        inspect_record_t rec = { i < sampled ? &keys : NULL, 0, false };
+        rc = emlio_dataset_record(ds, 0, i, s_on_record, &rec, NULL);
+        if (keys.rc < 0) {
+            dataset_error(CMD, "out of memory");
+            goto out;
+        }
         if (rc < 0) {
             dataset_error(CMD, "cannot read record %zu of '%s': %s", i, path,
                           dataset_strerror(rc, ebuf, sizeof(ebuf)));
             goto out;
         }
-        rc = emlio_example_foreach(data, len, s_on_key, &keys);
-        if (keys.rc < 0) {
-            dataset_error(CMD, "out of memory");
-            goto out;
-        }
-        if (rc < 0)
-            raw++;
+        total += rec.len;
+        min_len = i == 0 ? rec.len : TOOL_MIN(min_len, rec.len);
+        max_len = TOOL_MAX(max_len, rec.len);
+        raw += rec.raw;
     }
     qsort(keys.items, keys.n, sizeof(*keys.items), s_key_cmp);
     double mean = n ? (double)total / (double)n : 0.0;
 
     inspect_summary_t sm = { .path = path,
                              .n = n,
-                             .size = emlio_tfrecord_size(tf),
+                             .size = emlio_dataset_shard_bytes(ds, 0),
                              .total = total,
                              .min_len = min_len,
                              .max_len = max_len,
@@ -364,6 +375,6 @@ out:
             free(keys.items[i].key);
         free(keys.items);
     }
-    emlio_tfrecord_destroy(&tf);
+    emlio_dataset_destroy(&ds);
     return status;
 }
