@@ -5,9 +5,9 @@
  */
 #include "tool_util.h"
 
-#include <getopt.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/buf.h"
@@ -16,7 +16,7 @@
 #define CMD "index"
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(
         out,
@@ -30,11 +30,8 @@ s_usage(FILE *out)
         "offset) and skipped; the others are still indexed, and the exit\n"
         "status is 1 if any failed.\n"
         "\n"
-        "options:\n"
-        "      --no-verify   check only the framing and length CRCs\n"
-        "                    (faster; does not read the record data)\n"
-        "  -q, --quiet       print only errors\n"
-        "  -h, --help        show this help\n");
+        "options:\n");
+    opt_usage(out, tables);
 }
 
 static bool
@@ -77,38 +74,24 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
 int
 cmd_index(int argc, char **argv)
 {
-    enum { OPT_NO_VERIFY = 256 };
-    static const struct option opts[] = {
-        { "no-verify", no_argument, NULL, OPT_NO_VERIFY },
-        { "quiet", no_argument, NULL, 'q' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
     bool verify = true;
     bool quiet = false;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":qh", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_NO_VERIFY:
-            verify = false;
-            break;
-        case 'q':
-            quiet = true;
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (optind >= argc) {
+    const opt_t table[] = {
+        OPT("no-verify", 0, OPT_UNSET, &verify, NULL,
+            "check only the framing and length CRCs\n(faster; does not read "
+            "the record data)"),
+        OPT("quiet", 'q', OPT_FLAG, &quiet, NULL, "print only errors"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (status >= 0)
+        return status;
+    if (npos == 0) {
         dataset_error(CMD, "missing DIR or FILE");
-        s_usage(stderr);
+        s_usage(stderr, tables);
         return 2;
     }
 
@@ -117,7 +100,7 @@ cmd_index(int argc, char **argv)
     size_t done = 0;
     uint64_t records = 0;
     double t0 = dataset_now();
-    for (int a = optind; a < argc; a++) {
+    for (int a = 1; a <= npos; a++) {
         const char *arg = argv[a];
         struct stat st;
         dataset_strv_t files = DATASET_STRV_INIT;

@@ -5,9 +5,9 @@
  */
 #include "tool_util.h"
 
-#include <getopt.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/example.h"
@@ -15,10 +15,11 @@
 
 #define CMD "inspect"
 
-#define INSPECT_DEFAULT_SAMPLE 100
+#define INSPECT_DEFAULT_SAMPLE      100
+#define INSPECT_DEFAULT_SAMPLE_TEXT "100"
 /* Distinct (key, kind) pairs we track; a shard with more is unusual and
  * the rest are counted as "more". */
-#define INSPECT_MAX_KEYS       256
+#define INSPECT_MAX_KEYS            256
 
 typedef struct inspect_key {
     char *key; /* owned, NUL-terminated copy */
@@ -37,7 +38,7 @@ typedef struct inspect_keys {
 } inspect_keys_t;
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(out,
             "usage: emlio inspect FILE|DIR [options]\n"
@@ -53,13 +54,8 @@ s_usage(FILE *out)
             "them) are the union over the first --sample records; a record\n"
             "that does not parse as a tf.train.Example is counted as raw.\n"
             "\n"
-            "options:\n"
-            "      --json        print one JSON object\n"
-            "  -n, --sample N    records to read keys from (default %d;\n"
-            "                    0 means all)\n"
-            "      --verify      also check every record's data CRC\n"
-            "  -h, --help        show this help\n",
-            INSPECT_DEFAULT_SAMPLE);
+            "options:\n");
+    opt_usage(out, tables);
 }
 
 static const char *
@@ -246,52 +242,27 @@ static int
 s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
              const char **path)
 {
-    enum { OPT_JSON = 256, OPT_VERIFY };
-    static const struct option opts[] = {
-        { "json", no_argument, NULL, OPT_JSON },
-        { "sample", required_argument, NULL, 'n' },
-        { "verify", no_argument, NULL, OPT_VERIFY },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+    const opt_t table[] = {
+        OPT("json", 0, OPT_FLAG, json, NULL, "print one JSON object"),
+        OPT("sample", 'n', OPT_U64, sample, "N",
+            "records to read keys from (default " INSPECT_DEFAULT_SAMPLE_TEXT
+            ";\n0 means all)"),
+        OPT("verify", 0, OPT_FLAG, verify, NULL,
+            "also check every record's data CRC"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
     };
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":n:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_JSON:
-            *json = true;
-            break;
-        case OPT_VERIFY:
-            *verify = true;
-            break;
-        case 'n':
-            if (dataset_parse_u64(optarg, false, sample) < 0) {
-                dataset_error(CMD,
-                              "bad value '%s' for --sample: expected an "
-                              "unsigned integer",
-                              optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        case ':':
-            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
-            return 2;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        dataset_error(CMD, "expected one FILE, got %d", argc - optind);
-        s_usage(stderr);
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (status >= 0)
+        return status;
+    if (npos != 1) {
+        dataset_error(CMD, "expected one FILE, got %d", npos);
+        s_usage(stderr, tables);
         return 2;
     }
-    *path = argv[optind];
+    *path = argv[1];
     return -1;
 }
 
