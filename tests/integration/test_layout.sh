@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_layout.sh - the shape of the programs: `emlio` keeps only user
-# commands (the RTT relay is the benchmark program emlio-relay), fetch,
-# plan and emliod share one option parser (same syntax, same messages),
+# commands (the RTT relay is the benchmark program emlio-relay), every
+# command and emliod share one option parser (same syntax, same messages),
 # the programs include no private library header, and no function in
 # tools/ is longer than 120 lines.
 # Run from the repo root with B=<build dir>.
@@ -34,7 +34,7 @@ for p in "fetch --connect a --batch 1 --no-such" "plan --no-such"; do
 done
 "$EMLIOD" --no-such >/dev/null 2>"$T/u.err"
 check "emliod: unknown option named" grep -q "unknown option '--no-such'" "$T/u.err"
-for f in tools/emlio/cmd_fetch.c tools/emlio/cmd_plan.c tools/emliod/main.c; do
+for f in tools/emlio/cmd_*.c tools/emliod/main.c; do
     check "$f uses the shared parser, not getopt" bash -c \
         "grep -q 'opt_parse\|cli_parse' '$f' && ! grep -q getopt '$f'"
 done

@@ -6,12 +6,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/buf.h"
@@ -54,7 +54,7 @@ typedef struct pack {
 } pack_t;
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(
         out,
@@ -74,22 +74,8 @@ s_usage(FILE *out)
         "Each shard is written under a temporary name, re-read and\n"
         "checked, renamed into place, and given a DALI index <shard>.idx.\n"
         "\n"
-        "options:\n"
-        "  -s, --shard-bytes N  target shard size, K/M/G suffixes allowed\n"
-        "                       (default 64M)\n"
-        "      --bytes-key K    feature key of the image bytes\n"
-        "                       (default image/encoded)\n"
-        "      --label-key K    feature key of the label\n"
-        "                       (default image/class/label)\n"
-        "      --seed S         shuffle the records with seed S\n"
-        "      --prefix P       shard file name prefix (default train)\n"
-        "      --quiet          print no summary\n"
-        "      --to FORMAT      tfrecord (default) or tar: WebDataset\n"
-        "                       shards DST/<prefix>-NNNNN.tar from SRC in\n"
-        "                       any format emliod serves (ImageFolder,\n"
-        "                       TFRecord, tar), samples keyed by position,\n"
-        "                       the label as <key>.cls, wds2idx indexes\n"
-        "  -h, --help           show this help\n");
+        "options:\n");
+    opt_usage(out, tables);
 }
 
 static bool
@@ -518,101 +504,56 @@ s_valid_key(const char *key)
     return key[0] != '\0' && strlen(key) < 1024;
 }
 
+enum { PACK_TO_TFRECORD, PACK_TO_TAR };
+
 int
 cmd_pack(int argc, char **argv)
 {
-    enum {
-        OPT_BYTES_KEY = 256,
-        OPT_LABEL_KEY,
-        OPT_SEED,
-        OPT_PREFIX,
-        OPT_QUIET,
-        OPT_TO
-    };
-    static const struct option opts[] = {
-        { "shard-bytes", required_argument, NULL, 's' },
-        { "bytes-key", required_argument, NULL, OPT_BYTES_KEY },
-        { "label-key", required_argument, NULL, OPT_LABEL_KEY },
-        { "seed", required_argument, NULL, OPT_SEED },
-        { "prefix", required_argument, NULL, OPT_PREFIX },
-        { "quiet", no_argument, NULL, OPT_QUIET },
-        { "to", required_argument, NULL, OPT_TO },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+    static const opt_choice_t formats[] = {
+        { "tfrecord", PACK_TO_TFRECORD },
+        { "tar", PACK_TO_TAR },
+        { NULL, 0 },
     };
     pack_t self = { 0 };
-    bool to_tar = false;
+    int to = PACK_TO_TFRECORD;
     self.prefix = "train";
     self.bytes_key = "image/encoded";
     self.label_key = "image/class/label";
     self.shard_bytes = PACK_DEFAULT_SHARD_BYTES;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":s:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            if (dataset_parse_u64(optarg, true, &self.shard_bytes) < 0 ||
-                self.shard_bytes == 0) {
-                dataset_error(CMD,
-                              "bad value '%s' for --shard-bytes: expected a "
-                              "positive size such as 64M",
-                              optarg);
-                return 2;
-            }
-            break;
-        case OPT_BYTES_KEY:
-            self.bytes_key = optarg;
-            break;
-        case OPT_LABEL_KEY:
-            self.label_key = optarg;
-            break;
-        case OPT_SEED:
-            if (dataset_parse_u64(optarg, false, &self.seed) < 0) {
-                dataset_error(CMD,
-                              "bad value '%s' for --seed: expected an "
-                              "unsigned integer",
-                              optarg);
-                return 2;
-            }
-            self.shuffle = true;
-            break;
-        case OPT_PREFIX:
-            self.prefix = optarg;
-            break;
-        case OPT_QUIET:
-            self.quiet = true;
-            break;
-        case OPT_TO:
-            if (strcmp(optarg, "tfrecord") && strcmp(optarg, "tar")) {
-                dataset_error(CMD,
-                              "bad value '%s' for --to: expected tfrecord "
-                              "or tar",
-                              optarg);
-                return 2;
-            }
-            to_tar = !strcmp(optarg, "tar");
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        case ':':
-            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
-            return 2;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 2) {
-        dataset_error(CMD, "expected SRC and DST, got %d arguments",
-                      argc - optind);
-        s_usage(stderr);
+    const opt_t table[] = {
+        OPT("shard-bytes", 's', OPT_SIZE, &self.shard_bytes, "N",
+            "target shard size, K/M/G suffixes allowed\n(default 64M)",
+            .min = 1),
+        OPT("bytes-key", 0, OPT_STR, &self.bytes_key, "K",
+            "feature key of the image bytes\n(default image/encoded)"),
+        OPT("label-key", 0, OPT_STR, &self.label_key, "K",
+            "feature key of the label\n(default image/class/label)"),
+        OPT("seed", 0, OPT_U64, &self.seed, "S",
+            "shuffle the records with seed S", .seen = &self.shuffle),
+        OPT("prefix", 0, OPT_STR, &self.prefix, "P",
+            "shard file name prefix (default train)"),
+        OPT("quiet", 0, OPT_FLAG, &self.quiet, NULL, "print no summary"),
+        OPT("to", 0, OPT_CHOICE, &to, "FORMAT",
+            "tfrecord (default) or tar: WebDataset\nshards "
+            "DST/<prefix>-NNNNN.tar from SRC in\nany format emliod serves "
+            "(ImageFolder,\nTFRecord, tar), samples keyed by position,\nthe "
+            "label as <key>.cls, wds2idx indexes",
+            .choices = formats),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int parsed = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (parsed >= 0)
+        return parsed;
+    if (npos != 2) {
+        dataset_error(CMD, "expected SRC and DST, got %d arguments", npos);
+        s_usage(stderr, tables);
         return 2;
     }
-    self.src = argv[optind];
-    self.dst = argv[optind + 1];
+    self.src = argv[1];
+    self.dst = argv[2];
     if (!s_valid_key(self.bytes_key) || !s_valid_key(self.label_key) ||
         !strcmp(self.bytes_key, self.label_key)) {
         dataset_error(CMD,
@@ -626,7 +567,7 @@ cmd_pack(int argc, char **argv)
                       self.prefix);
         return 2;
     }
-    if (to_tar)
+    if (to == PACK_TO_TAR)
         return formats_pack_tar(CMD, self.src, self.dst, self.prefix,
                                 self.shard_bytes, self.quiet);
     int status = s_run(&self);
