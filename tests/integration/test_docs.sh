@@ -124,6 +124,20 @@ print(f"{len(problems)} drift problems")
 sys.exit(1 if problems else 0)
 EOF
 rc=$?
-check "help, man pages and README agree with the option tables and headers" test $rc -eq 0 ||
-    cat "$T/drift.txt"
+[ $rc -eq 0 ] || cat "$T/drift.txt"
+check "help, man pages and README agree with the option tables and headers" test $rc -eq 0
+
+# Every environment variable a program reads is in its man page.
+for pair in emlio:tools/emlio emliod:tools/emliod; do
+    prog=${pair%%:*}
+    man=man/$prog.$([ "$prog" = emlio ] && echo 1 || echo 8).in
+    for v in $(grep -ho 'getenv("[A-Z_]*")' "${pair#*:}"/*.c | sed 's/getenv("\(.*\)")/\1/' | sort -u); do
+        check "$man documents \$$v" grep -qw "$v" "$man"
+    done
+done
+# What emliod serves, in its own words: every format, not *.tfrecord only.
+for f in "$T/help.emliod" man/emliod.8.in include/emlio/server.h; do
+    check "${f#"$T"/} names the tar and ImageFolder formats" \
+        bash -c "grep -q 'tar' '$f' && grep -qi 'imagefolder' '$f'"
+done
 finish
