@@ -9,6 +9,7 @@ struct emlio_dataset {
     emlio_shardset_t set;
     bool open;
     char err[EMLIO_ERRMSG_LEN];
+    char name[PATH_MAX]; /* emlio_dataset_record_name's answer */
 };
 
 emlio_dataset_t *
@@ -162,6 +163,20 @@ uint64_t
 emlio_dataset_shard_bytes(const emlio_dataset_t *self, size_t i)
 {
     return i < self->set.n ? emlio__shard_size(&self->set.shards[i]) : 0;
+}
+
+const char *
+emlio_dataset_record_name(emlio_dataset_t *self, size_t s, size_t r)
+{
+    if (s >= self->set.n || r >= emlio__shard_count(&self->set.shards[s]))
+        return NULL;
+    const emlio_shard_t *shard = &self->set.shards[s];
+    if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
+        snprintf(self->name, sizeof(self->name), "%s/%s", shard->name,
+                 emlio__folder_file(shard->folder, r));
+        return self->name;
+    }
+    return NULL;
 }
 
 /* The TFRecord label as emliod finds it by default. */

@@ -82,6 +82,14 @@ EMLIO_EXPORT size_t emlio_dataset_shard_records(const emlio_dataset_t *self,
 EMLIO_EXPORT uint64_t emlio_dataset_shard_bytes(const emlio_dataset_t *self,
                                                 size_t i);
 
+/* The file of record r of shard s in an ImageFolder: its path relative to
+ * the data directory ("cat/x.jpg"), for messages and for tools that want
+ * the file's name or size. NULL for TFRecord and tar records (they are
+ * parts of a shard) and past the count. Borrowed until the next call on
+ * the handle. */
+EMLIO_EXPORT const char *emlio_dataset_record_name(emlio_dataset_t *self,
+                                                   size_t s, size_t r);
+
 /* Called once per field of a record: tar members (field = extension),
  * an ImageFolder file (field = its lower-case extension, "jpg", "png",
  * ...) and a TFRecord record (field "", the whole serialized record).

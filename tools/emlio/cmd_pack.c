@@ -4,7 +4,6 @@
  */
 #include "tool_util.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -29,8 +28,9 @@
 #define PACK_WRITE_CHUNK         (4u << 20)
 
 typedef struct pack_item {
-    char *path;     /* SRC/class/.../name (owned) */
-    size_t dir_len; /* bytes of path before the file name */
+    char *path;     /* SRC/class/.../name (owned), for messages */
+    size_t shard;   /* the class in the dataset */
+    size_t record;  /* the file in the class */
     uint32_t label; /* class index */
     uint64_t size;  /* st_size when listed */
 } pack_item_t;
@@ -46,11 +46,12 @@ typedef struct pack {
     bool shuffle;
     bool quiet;
 
+    emlio_dataset_t *ds; /* SRC, as emliod would serve it */
     dataset_strv_t classes;
     pack_item_t *items;
     size_t n_items;
     size_t cap_items;
-    size_t skipped; /* files that are not .jpg/.jpeg */
+    size_t skipped; /* images that are not .jpg/.jpeg */
 } pack_t;
 
 static void
@@ -62,14 +63,15 @@ s_usage(FILE *out, const opt_t *const *tables)
         "\n"
         "Packs the ImageFolder tree SRC/<class>/**/<image>.jpg into TFRecord\n"
         "shards DST/<prefix>-NNNNN-of-NNNNN.tfrecord of tf.train.Example\n"
-        "records holding the JPEG bytes and the class index. Classes are\n"
-        "the subdirectories of SRC in sorted (byte) order, as torchvision's\n"
-        "ImageFolder numbers them; DST/classes.txt lists them, line i for\n"
-        "label i. Files not named .jpg/.jpeg are skipped; a .jpg/.jpeg\n"
-        "file that is not a JPEG image is an error.\n"
+        "records holding the JPEG bytes and the class index. SRC is read\n"
+        "as emliod serves it: classes are the subdirectories of SRC in\n"
+        "sorted (byte) order, as torchvision's ImageFolder numbers them;\n"
+        "DST/classes.txt lists them, line i for label i. Images not named\n"
+        ".jpg/.jpeg are skipped; a .jpg/.jpeg file that is not a JPEG\n"
+        "image is an error.\n"
         "\n"
-        "Record order: sorted by class, then by path inside the class\n"
-        "(torchvision's order), unless --seed shuffles it (Fisher-Yates\n"
+        "Record order: by class, then by path inside the class (the order\n"
+        "emliod serves), unless --seed shuffles it (Fisher-Yates\n"
         "with the seed, so the same seed gives the same shards).\n"
         "Each shard is written under a temporary name, re-read and\n"
         "checked, renamed into place, and given a DALI index <shard>.idx.\n"
@@ -86,8 +88,7 @@ s_is_jpeg_name(const char *name)
 }
 
 static int
-s_push_item(pack_t *self, const char *path, size_t dir_len, uint32_t label,
-            uint64_t size)
+s_push_item(pack_t *self, const pack_item_t *item)
 {
     if (self->n_items == self->cap_items) {
         size_t cap = self->cap_items ? self->cap_items * 2 : 1024;
@@ -97,78 +98,55 @@ s_push_item(pack_t *self, const char *path, size_t dir_len, uint32_t label,
         self->items = items;
         self->cap_items = cap;
     }
-    char *copy = strdup(path);
-    if (!copy)
-        return EMLIO_ENOMEM;
-    self->items[self->n_items++] = (pack_item_t){ copy, dir_len, label, size };
+    self->items[self->n_items++] = *item;
     return 0;
 }
 
-/* Collects every .jpg/.jpeg file under dir (recursively, following links
- * like os.walk(followlinks=True)). Returns 0, or 1 after printing an
- * error. */
+/* Lists the .jpg/.jpeg files of class c (dataset order: torchvision's)
+ * with their sizes. Returns 0, or 1 after printing an error. */
 static int
-s_walk(pack_t *self, const char *dir, uint32_t label, int depth)
+s_list_class(pack_t *self, size_t c)
 {
     char ebuf[128];
-    if (depth > 64) {
-        dataset_error(CMD, "cannot read '%s': directories nest too deep", dir);
+    const char *cls = emlio_dataset_shard_name(self->ds, c);
+    size_t before = self->n_items;
+    if (dataset_strv_push(&self->classes, cls) < 0) {
+        dataset_error(CMD, "out of memory");
         return 1;
     }
-    dataset_strv_t names = DATASET_STRV_INIT;
-    int rc = dataset_list_dir(dir, 0, &names);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", dir,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        dataset_strv_release(&names);
-        return 1;
-    }
-    int status = 0;
-    size_t dir_len = strlen(dir) + 1;
-    for (size_t i = 0; i < names.n && status == 0; i++) {
-        char *path = dataset_path_join(dir, names.items[i]);
-        struct stat st;
-        if (!path) {
-            dataset_error(CMD, "out of memory");
-            status = 1;
-        } else if (stat(path, &st) < 0) {
-            /* A dangling link: torchvision would skip it too. */
+    for (size_t r = 0; r < emlio_dataset_shard_records(self->ds, c); r++) {
+        const char *name = emlio_dataset_record_name(self->ds, c, r);
+        if (!s_is_jpeg_name(name)) {
             self->skipped++;
-        } else if (S_ISDIR(st.st_mode)) {
-            status = s_walk(self, path, label, depth + 1);
-        } else if (S_ISREG(st.st_mode) && s_is_jpeg_name(names.items[i])) {
-            if (s_push_item(self, path, dir_len, label, (uint64_t)st.st_size) <
-                0) {
-                dataset_error(CMD, "out of memory");
-                status = 1;
-            }
-        } else {
-            self->skipped++;
+            continue;
         }
-        free(path);
+        pack_item_t item = { dataset_path_join(self->src, name), c, r,
+                             (uint32_t)c, 0 };
+        struct stat st;
+        if (!item.path || s_push_item(self, &item) < 0) {
+            free(item.path);
+            dataset_error(CMD, "out of memory");
+            return 1;
+        }
+        if (stat(item.path, &st) < 0) {
+            dataset_error(CMD, "cannot read '%s': %s", item.path,
+                          dataset_strerror(-errno, ebuf, sizeof(ebuf)));
+            return 1;
+        }
+        self->items[self->n_items - 1].size = (uint64_t)st.st_size;
     }
-    dataset_strv_release(&names);
-    return status;
+    if (self->n_items == before) {
+        dataset_error(CMD,
+                      "cannot pack class '%s': no .jpg/.jpeg files in '%s/%s'",
+                      cls, self->src, cls);
+        return 1;
+    }
+    return 0;
 }
 
-/* torchvision's order: sorted(os.walk(...)) by directory, then sorted file
- * names; the class comes first. */
-static int
-s_item_cmp(const void *pa, const void *pb)
-{
-    const pack_item_t *a = pa;
-    const pack_item_t *b = pb;
-    if (a->label != b->label)
-        return a->label < b->label ? -1 : 1;
-    size_t n = TOOL_MIN(a->dir_len, b->dir_len);
-    int c = memcmp(a->path, b->path, n);
-    if (c == 0 && a->dir_len != b->dir_len)
-        c = a->dir_len < b->dir_len ? -1 : 1;
-    if (c != 0)
-        return c;
-    return strcmp(a->path + a->dir_len, b->path + b->dir_len);
-}
-
+/* Opens SRC through emlio/dataset.h, the reader emliod serves it with, so
+ * the classes, labels and files are the ones clients see; keeps the JPEGs
+ * and shuffles them when asked. Returns 0, or 1 after printing an error. */
 static int
 s_scan_tree(pack_t *self)
 {
@@ -183,43 +161,26 @@ s_scan_tree(pack_t *self)
         dataset_error(CMD, "cannot read '%s': not a directory", self->src);
         return 1;
     }
-    int rc = dataset_list_dir(self->src, 'd', &self->classes);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", self->src,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+    self->ds = emlio_dataset_new();
+    if (!self->ds) {
+        dataset_error(CMD, "out of memory");
         return 1;
     }
-    if (self->classes.n == 0) {
+    if (emlio_dataset_open(self->ds, self->src, "imagefolder", 0) < 0) {
         dataset_error(CMD,
-                      "cannot pack '%s': no class directories in it "
-                      "(expected SRC/<class>/<image>.jpg)",
-                      self->src);
+                      "cannot pack '%s': %s (expected "
+                      "SRC/<class>/<image>.jpg)",
+                      self->src, emlio_dataset_errmsg(self->ds));
         return 1;
     }
-    if (self->classes.n > INT32_MAX) {
+    size_t n_classes = emlio_dataset_shard_count(self->ds);
+    if (n_classes > INT32_MAX) {
         dataset_error(CMD, "cannot pack '%s': too many classes", self->src);
         return 1;
     }
-    for (size_t c = 0; c < self->classes.n; c++) {
-        size_t before = self->n_items;
-        char *dir = dataset_path_join(self->src, self->classes.items[c]);
-        if (!dir) {
-            dataset_error(CMD, "out of memory");
+    for (size_t c = 0; c < n_classes; c++)
+        if (s_list_class(self, c))
             return 1;
-        }
-        int status = s_walk(self, dir, (uint32_t)c, 0);
-        if (status == 0 && self->n_items == before) {
-            dataset_error(CMD,
-                          "cannot pack class '%s': no .jpg/.jpeg files "
-                          "in '%s'",
-                          self->classes.items[c], dir);
-            status = 1;
-        }
-        free(dir);
-        if (status)
-            return status;
-    }
-    qsort(self->items, self->n_items, sizeof(*self->items), s_item_cmp);
     if (self->shuffle) {
         uint64_t st_rng = self->seed;
         for (size_t i = self->n_items; i > 1; i--) {
@@ -298,6 +259,14 @@ typedef struct pack_stats {
     uint64_t shard_bytes;
 } pack_stats_t;
 
+/* Copies an ImageFolder file's bytes (its one field) into the buffer. */
+static int
+s_copy_field(void *userdata, const char *field, const uint8_t *data, size_t len)
+{
+    (void)field;
+    return emlio_buf_add(userdata, data, len) < 0 ? EMLIO_ENOMEM : 0;
+}
+
 /* Reads, checks and frames the records of one shard into a temporary file,
  * re-reads it with a full CRC scan, renames it into place and writes its
  * index. Returns 0, or 1 after printing an error. */
@@ -328,7 +297,9 @@ s_write_shard(pack_t *self, tjhandle tj, const char *final_path, size_t begin,
     uint64_t written = 0;
     for (size_t i = begin; i < end; i++) {
         const pack_item_t *it = &self->items[i];
-        rc = dataset_read_file(it->path, &img);
+        emlio_buf_clear(&img);
+        rc = emlio_dataset_record(self->ds, it->shard, it->record, s_copy_field,
+                                  &img, NULL);
         if (rc < 0) {
             dataset_error(CMD, "cannot read '%s': %s", it->path,
                           dataset_strerror(rc, ebuf, sizeof(ebuf)));
@@ -484,7 +455,7 @@ s_run(pack_t *self)
                "shards in '%s'\n",
                stats.records, self->classes.n, self->src, n_shards, self->dst);
         printf("bytes: %" PRIu64 " of images, %" PRIu64 " of shards; "
-               "%zu files skipped (not .jpg/.jpeg)\n",
+               "%zu files skipped (images not .jpg/.jpeg)\n",
                stats.image_bytes, stats.shard_bytes, self->skipped);
         printf("time: %.2f s, %.1f MB/s, %.0f records/s\n", dt,
                dt > 0 ? (double)stats.shard_bytes / dt / 1e6 : 0.0,
@@ -575,5 +546,6 @@ cmd_pack(int argc, char **argv)
         free(self.items[i].path);
     free(self.items);
     dataset_strv_release(&self.classes);
+    emlio_dataset_destroy(&self.ds);
     return status;
 }
