@@ -232,6 +232,16 @@ check "pack refuses a DST that already holds shards" \
     fails_with 1 "already holds shards"
 "$EMLIO" pack "$T/src" "$T/dst2" --shard-bytes 300K --quiet
 check "pack is deterministic" diff -r "$T/dst" "$T/dst2"
+# --force replaces the shards of the earlier run: none is left stale.
+cp -r "$T/dst" "$T/forced"
+capture "$EMLIO" pack "$T/src" "$T/forced" --shard-bytes 1M --force --quiet
+check "pack --force succeeds" test "$RC" -eq 0
+check "pack --force leaves only the new shards" \
+    test "$(find "$T/forced" -name '*.tfrecord' | wc -l)" -eq \
+    "$(find "$T/forced" -name '*-of-*' -name "*-of-$(printf %05d \
+        "$(find "$T/forced" -name '*.tfrecord' | wc -l)").tfrecord" | wc -l)"
+check "pack --force leaves fewer shards than before" \
+    test "$(find "$T/forced" -name '*.tfrecord' | wc -l)" -lt "$nshards"
 "$EMLIO" pack "$T/src" "$T/shuf1" --shard-bytes 300K --seed 3 --quiet
 "$EMLIO" pack "$T/src" "$T/shuf2" --shard-bytes 300K --seed 3 --quiet
 check "pack --seed is deterministic" diff -r "$T/shuf1" "$T/shuf2"

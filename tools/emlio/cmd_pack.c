@@ -45,6 +45,7 @@ typedef struct pack {
     uint64_t seed;
     bool shuffle;
     bool quiet;
+    bool force; /* replace the <prefix>-* shards of an earlier run */
 
     emlio_dataset_t *ds; /* SRC, as emliod would serve it */
     dataset_strv_t classes;
@@ -193,40 +194,68 @@ s_scan_tree(pack_t *self)
     return 0;
 }
 
-/* Refuses to mix with shards of an earlier run that uses the same prefix:
- * a different shard count would leave stale files that readers pick up. */
+/* Whether name is a file an earlier pack with this prefix wrote: a shard,
+ * its index, or the class list. */
+static bool
+s_replaced(const char *name, const char *prefix)
+{
+    static const char *const ends[] = { ".tfrecord", ".tfrecord.idx", ".tar",
+                                        ".tar.idx" };
+    size_t plen = strlen(prefix);
+    size_t len = strlen(name);
+    if (!strcmp(name, "classes.txt"))
+        return true;
+    if (strncmp(name, prefix, plen) || name[plen] != '-')
+        return false;
+    for (size_t i = 0; i < TOOL_ARRAY_SIZE(ends); i++) {
+        size_t n = strlen(ends[i]);
+        if (len > plen + n && !strcmp(name + len - n, ends[i]))
+            return true;
+    }
+    return false;
+}
+
+/* Refuses a DST that is not empty: shards of an earlier run would mix with
+ * the new ones (a different count leaves stale shards that readers pick
+ * up, and --verify cannot tell). With --force, first removes the files it
+ * replaces (<prefix>-* shards and indexes, classes.txt). Returns 0, or 1
+ * after printing an error. */
 static int
-s_check_dst(pack_t *self)
+s_check_dst(const char *dst, const char *prefix, bool force)
 {
     char ebuf[128];
-    int rc = dataset_mkdir_p(self->dst);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot create '%s': %s", self->dst,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        return 1;
-    }
     dataset_strv_t names = DATASET_STRV_INIT;
-    rc = dataset_list_dir(self->dst, 0, &names);
+    int rc = dataset_list_dir(dst, 0, &names);
+    if (rc == -ENOENT)
+        return 0; /* created once SRC has been read */
     if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", self->dst,
+        dataset_error(CMD, "cannot read '%s': %s", dst,
                       dataset_strerror(rc, ebuf, sizeof(ebuf)));
         dataset_strv_release(&names);
         return 1;
     }
-    size_t plen = strlen(self->prefix);
     int status = 0;
-    for (size_t i = 0; i < names.n; i++) {
+    for (size_t i = 0; i < names.n && status == 0; i++) {
         const char *name = names.items[i];
-        size_t len = strlen(name);
-        if (!strncmp(name, self->prefix, plen) && name[plen] == '-' &&
-            len > 9 && !strcmp(name + len - 9, ".tfrecord")) {
-            dataset_error(CMD,
-                          "cannot write to '%s': it already holds shards "
-                          "('%s'); remove them or choose another --prefix",
-                          self->dst, name);
-            status = 1;
-            break;
+        if (!force || !s_replaced(name, prefix)) {
+            if (!force)
+                dataset_error(CMD,
+                              "cannot write to '%s': it already holds "
+                              "shards or other files ('%s'); pack into a new "
+                              "directory, or --force to replace its "
+                              "'%s-*' shards",
+                              dst, name, prefix);
+            status = !force;
+            continue;
         }
+        char *path = dataset_path_join(dst, name);
+        if (!path || unlink(path) < 0) {
+            dataset_error(CMD, "cannot remove '%s/%s': %s", dst, name,
+                          path ? dataset_strerror(-errno, ebuf, sizeof(ebuf))
+                               : "out of memory");
+            status = 1;
+        }
+        free(path);
     }
     dataset_strv_release(&names);
     return status;
@@ -418,9 +447,13 @@ s_run(pack_t *self)
     int status = s_scan_tree(self);
     if (status)
         return status;
-    status = s_check_dst(self);
-    if (status)
-        return status;
+    char ebuf[128];
+    int rc = dataset_mkdir_p(self->dst);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot create '%s': %s", self->dst,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        return 1;
+    }
     size_t *first = reallocarray(NULL, self->n_items + 1, sizeof(*first));
     tjhandle tj = tjInitDecompress();
     emlio_buf_t path = EMLIO_BUF_INIT;
@@ -504,6 +537,9 @@ cmd_pack(int argc, char **argv)
         OPT("prefix", 0, OPT_STR, &self.prefix, "P",
             "shard file name prefix (default train)"),
         OPT("quiet", 0, OPT_FLAG, &self.quiet, NULL, "print no summary"),
+        OPT("force", 0, OPT_FLAG, &self.force, NULL,
+            "write into a DST that is not empty, first\nremoving the "
+            "<prefix>-* shards, their\nindexes and classes.txt it replaces"),
         OPT("to", 0, OPT_CHOICE, &to, "FORMAT",
             "tfrecord (default) or tar: WebDataset\nshards "
             "DST/<prefix>-NNNNN.tar from SRC in\nany format emliod serves "
@@ -538,6 +574,9 @@ cmd_pack(int argc, char **argv)
                       self.prefix);
         return 2;
     }
+    /* Checked before SRC is read: a refusal costs nothing. */
+    if (s_check_dst(self.dst, self.prefix, self.force))
+        return 1;
     if (to == PACK_TO_TAR)
         return formats_pack_tar(CMD, self.src, self.dst, self.prefix,
                                 self.shard_bytes, self.quiet);
