@@ -10,6 +10,8 @@
 #   - an option the README or a man page's examples give to `emlio CMD` or
 #     `emliod` exists there, and any other option the README names exists
 #     in some command;
+#   - `--format K` and `--to K` anywhere in the manual name file kinds the
+#     code takes, and emliod's help and man page name every kind it serves;
 #   - every public header is named in the README, and every header the
 #     README names exists.
 # Run from the repo root with B=<build dir>.
@@ -23,6 +25,15 @@ for c in $CMDS; do
 done
 "$EMLIOD" --help >"$T/help.emliod" 2>&1
 check "emliod --help exits 0" test $? -eq 0
+# The file kinds, as the code states them in its refusals.
+mkdir -p "$T/nodata"
+"$EMLIOD" --data "$T/nodata" --bind tcp://127.0.0.1:0 --format bogus 2>&1 |
+    sed -n "s/.*unknown format 'bogus' (\(.*\)).*/\1/p" | tr -s ', ' '\n\n' |
+    grep -v '^or$' >"$T/kinds.serve"
+"$EMLIO" pack "$T/nodata" "$T/nodst" --to bogus 2>&1 |
+    sed -n "s/.*expected \(.*\)/\1/p" | tr -s ', ' '\n\n' >"$T/kinds.pack"
+check "emliod and pack name their file kinds" \
+    bash -c "[ \$(wc -l <'$T/kinds.serve') -ge 3 ] && [ \$(wc -l <'$T/kinds.pack') -ge 2 ]"
 
 /usr/bin/python3 - "$T" "$CMDS" >"$T/drift.txt" 2>&1 <<'EOF'
 import glob, os, re, sys
@@ -110,7 +121,26 @@ command_lines(readme, "README.md", True)
 command_lines(man1.split("\n.SH EXAMPLES")[1], "emlio(1) EXAMPLES", False)
 command_lines(man8.split("\n.SH EXAMPLES")[1], "emliod(8) EXAMPLES", False)
 
-# 5. Headers: the README's list and include/emlio/ agree.
+# 5. File kinds: `--format K` (emliod) and `--to K` (pack) name kinds the
+# code accepts, in the README, the man pages, docs/ and the --help texts;
+# emliod's --help and man page name every kind it serves.
+serve = set(open(os.path.join(tmp, "kinds.serve")).read().split())
+pack = set(open(os.path.join(tmp, "kinds.pack")).read().split())
+texts = {"README.md": readme, "emlio(1)": man1, "emliod(8)": man8}
+texts.update({f: open(f).read() for f in glob.glob("docs/*.md")})
+texts.update({c + " --help": helps[c] for c in cmds})
+for where, text in texts.items():
+    for opt, kinds in (("format", serve), ("to", pack)):
+        for value in re.findall(r"--" + opt + r"[ =]([a-z|]+)", text):
+            for k in value.split("|"):
+                if k not in kinds:
+                    problems.append(f"{where}: --{opt} {k} is not a file kind it takes ({', '.join(sorted(kinds))})")
+for where, text in (("emliod --help", helps["emliod"]), ("emliod(8)", man8)):
+    for k in serve - {"auto"}:
+        if not re.search(k, text, re.I):
+            problems.append(f"{where} does not name the file kind {k}")
+
+# 6. Headers: the README's list and include/emlio/ agree.
 public = {os.path.basename(h) for h in glob.glob("include/emlio/*.h")}
 named_h = set(re.findall(r"`(?:emlio/)?([a-z_]+\.h)`", readme))
 for h in public - named_h:
