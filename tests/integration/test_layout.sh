@@ -27,6 +27,23 @@ check "plan: message" grep -q "^emlio plan: invalid value 'x' for --batch$" "$T/
 "$EMLIOD" --data=/nonexistent --bind tcp://127.0.0.1:1 --readers=x 2>"$T/d.err" >/dev/null
 check "emliod: --readers=x is a usage error" test $? -eq 2
 check "emliod: message" grep -q "^emliod: invalid value 'x' for --readers$" "$T/d.err"
+# The dataset commands, keygen and energy parse the same way: the same
+# message for a bad number, arguments before or after options, "--".
+for p in "synth $T/s --classes 2 --samples=x" "pack $T/a $T/b --seed=x" \
+    "inspect --sample=x $T/f" "energy --interval=x -- true"; do
+    # shellcheck disable=SC2086
+    "$EMLIO" $p >/dev/null 2>"$T/v.err"
+    rc=$?
+    opt=${p##*--}
+    opt=${opt%%=*}
+    [ "${p%% *}" = energy ] && opt=interval
+    check "emlio ${p%% *}: bad number is a usage error with the shared message" \
+        bash -c "[ $rc -eq 2 ] && grep -q \"^emlio ${p%% *}: invalid value 'x' for --$opt\" '$T/v.err'"
+done
+"$EMLIO" energy --interval 0 -- true --not-an-energy-option >/dev/null 2>&1
+check "energy: what follows -- is the command's" test $? -eq 0
+"$EMLIO" keygen "$T/k1" extra >/dev/null 2>&1
+check "keygen: two names are a usage error" test $? -eq 2
 for p in "fetch --connect a --batch 1 --no-such" "plan --no-such"; do
     # shellcheck disable=SC2086
     "$EMLIO" $p >/dev/null 2>"$T/u.err"
