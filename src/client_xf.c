@@ -22,6 +22,7 @@ emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
     memset(xf, 0, sizeof(*xf));
     xf->wake_fd = -1;
     pthread_mutex_init(&xf->lock, NULL);
+    xf->inited = true;
     xf->seed = cfg->seed;
     xf->decode_at = cfg->decode_at;
     if (cfg->decode_at < EMLIO_DECODE_AUTO ||
@@ -63,6 +64,8 @@ emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
 void
 emlio__client_xf_release(emlio_client_xf_t *xf)
 {
+    if (!xf->inited)
+        return; /* a client destroyed before its stage was set up */
     /* Joining the pool runs what is queued; their done callbacks only
      * queue items, which are freed below with their blocks. */
     emlio__workpool_destroy(&xf->pool);

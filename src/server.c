@@ -194,6 +194,7 @@ emlio_server_destroy(emlio_server_t **self_p)
         return;
     emlio_server_t *self = *self_p;
     emlio_server_stop(self);
+    emlio__server_xf_stop(&self->xf); /* after a start that failed */
     /* Stop the monitor before closing its reader: libzmq would otherwise
      * keep events for a socket that is gone. */
     if (self->net.router && self->net.monitor)

@@ -152,10 +152,9 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
 {
     size_t n = job->xf_kept;
     size_t out = emlio_transform_output_bytes(job->xf);
-    emlio_wire_tensor_t shape = {
-        emlio_transform_height(job->xf), emlio_transform_width(job->xf), 3,
-        (uint64_t)atomic_load(&job->xf_job.cpu_ns)
-    };
+    emlio_wire_tensor_t shape = { emlio_transform_height(job->xf),
+                                  emlio_transform_width(job->xf), 3,
+                                  (uint64_t)atomic_load(&job->xf_job.cpu_ns) };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header, frame;
     if (emlio__wire_encode_batch_tensor(&buf, job->msg.id, job->xf_wire, n,

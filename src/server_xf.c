@@ -15,6 +15,7 @@ int
 emlio__server_xf_start(emlio_server_xf_t *xf, size_t threads,
                        uint64_t max_pixels, char *errbuf)
 {
+    emlio__server_xf_stop(xf); /* a start again after a failed one */
     memset(xf, 0, sizeof(*xf));
     xf->threads = threads;
     xf->max_pixels = max_pixels;

@@ -166,12 +166,11 @@ s_reference(fixture_t *f, uint64_t epoch)
             size_t len;
             uint8_t *data = test_read_file(path, &len);
             f->want[c][i] = malloc(OUT);
-            assert_int_equal(
-                emlio_transform_apply(
-                    t, ws, data, len, 11, epoch,
-                    emlio_transform_sample_key(name, (uint64_t)i),
-                    f->want[c][i], err, sizeof(err)),
-                0);
+            assert_int_equal(emlio_transform_apply(
+                                 t, ws, data, len, 11, epoch,
+                                 emlio_transform_sample_key(name, (uint64_t)i),
+                                 f->want[c][i], err, sizeof(err)),
+                             0);
             free(data);
         }
     }
@@ -242,7 +241,9 @@ test_tensors_two_ranks_union(void **state)
     int total = 0;
     for (uint32_t rank = 0; rank < 2; rank++) {
         run_t r = { SPEC, rank ? EMLIO_DECODE_CLIENT : EMLIO_DECODE_SERVER,
-                    2, 2, rank, 0, 4 };
+                    2,    2,
+                    rank, 0,
+                    4 };
         int n = s_epoch(f, &r, got);
         assert_true(n > 0);
         total += n;

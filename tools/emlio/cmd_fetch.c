@@ -2,7 +2,8 @@
  * reports throughput; optionally proves exactly-once delivery.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -155,7 +156,7 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
 /* Pushes the epoch's figures (those of s_print_epoch) to InfluxDB as one
  * emlio_epoch point. A failure is a warning: the data path goes on. */
 static void
-s_push_epoch(const emlio_influx_url_t *url, uint64_t epoch, uint32_t rank,
+s_push_epoch(const tool_influx_url_t *url, uint64_t epoch, uint32_t rank,
              uint32_t world, const emlio_client_stats_t *st, uint64_t samples,
              uint64_t bytes, const emlio_energy_report_t *rep)
 {
@@ -166,29 +167,29 @@ s_push_epoch(const emlio_influx_url_t *url, uint64_t epoch, uint32_t rank,
     snprintf(r, sizeof(r), "%u", rank);
     snprintf(w, sizeof(w), "%u", world);
     emlio_buf_t body = EMLIO_BUF_INIT;
-    emlio_influx_point_t p;
-    emlio__influx_begin(&p, &body, "emlio_epoch");
-    emlio__influx_tag(&p, "host", host);
-    emlio__influx_tag(&p, "rank", r);
-    emlio__influx_tag(&p, "world", w);
-    emlio__influx_int(&p, "epoch", (int64_t)epoch);
-    emlio__influx_float(&p, "seconds", rep->wall_s);
-    emlio__influx_float(&p, "wait_s", st->wait_s);
-    emlio__influx_float(&p, "first_batch_s", st->first_batch_s);
-    emlio__influx_int(&p, "samples", (int64_t)samples);
-    emlio__influx_int(&p, "bytes", (int64_t)bytes);
-    emlio__influx_float(&p, "cpu_s", rep->cpu_s);
-    emlio__influx_float(&p, "energy_j", rep->energy_j);
-    emlio__influx_float(&p, "j_per_sample",
-                        samples ? rep->energy_j / (double)samples : 0);
-    emlio__influx_str(&p, "energy_source", rep->source);
+    tool_influx_point_t p;
+    tool_influx_begin(&p, &body, "emlio_epoch");
+    tool_influx_tag(&p, "host", host);
+    tool_influx_tag(&p, "rank", r);
+    tool_influx_tag(&p, "world", w);
+    tool_influx_int(&p, "epoch", (int64_t)epoch);
+    tool_influx_float(&p, "seconds", rep->wall_s);
+    tool_influx_float(&p, "wait_s", st->wait_s);
+    tool_influx_float(&p, "first_batch_s", st->first_batch_s);
+    tool_influx_int(&p, "samples", (int64_t)samples);
+    tool_influx_int(&p, "bytes", (int64_t)bytes);
+    tool_influx_float(&p, "cpu_s", rep->cpu_s);
+    tool_influx_float(&p, "energy_j", rep->energy_j);
+    tool_influx_float(&p, "j_per_sample",
+                      samples ? rep->energy_j / (double)samples : 0);
+    tool_influx_str(&p, "energy_source", rep->source);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     char err[512] = "out of memory";
-    int rc = emlio__influx_end(&p, (int64_t)now.tv_sec * 1000000000 +
-                                       (int64_t)now.tv_nsec);
+    int rc = tool_influx_end(&p, (int64_t)now.tv_sec * 1000000000 +
+                                     (int64_t)now.tv_nsec);
     if (rc == 0)
-        rc = emlio__influx_post(url, body.data, body.len, 2000, err);
+        rc = tool_influx_post(url, body.data, body.len, 2000, err);
     if (rc < 0)
         fprintf(stderr,
                 "emlio fetch: warning: cannot push epoch %" PRIu64
@@ -210,7 +211,7 @@ typedef struct s_fetch {
     const char *server_key_path;
     const char *client_key_path;
     const char *influx_arg;
-    emlio_influx_url_t influx;
+    tool_influx_url_t influx;
     const char *metrics_arg;
     fetch_metrics_t *metrics;
     double last_metrics;
@@ -334,7 +335,7 @@ s_configure(s_fetch_t *self)
         cfg->verify = true; /* --verify proves intact bytes: CRCs stay on */
     if (self->influx_arg) {
         char err[512];
-        if (emlio__influx_url_parse(&self->influx, self->influx_arg, err) < 0) {
+        if (tool_influx_url_parse(&self->influx, self->influx_arg, err) < 0) {
             fprintf(stderr, "emlio fetch: --influx: %s\n", err);
             return -1;
         }

@@ -1,6 +1,8 @@
 /* fetch_path.c - the network path in `emlio fetch`'s output.
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include "fetch_path.h"
 
 #include <inttypes.h>

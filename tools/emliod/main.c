@@ -2,7 +2,8 @@
  * Signals are handled here and only here (the library installs none).
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -40,7 +41,8 @@ s_usage(FILE *out, const opt_t *const *tables)
     fprintf(out, "usage: emliod --data DIR --bind ENDPOINT [options]\n"
                  "       emliod --config FILE [options]\n"
                  "\n"
-                 "Serves every *.tfrecord under DIR to emlio clients.\n"
+                 "Serves the dataset under DIR (*.tfrecord files, WebDataset\n"
+                 "*.tar shards or an ImageFolder tree) to emlio clients.\n"
                  "\n");
     opt_usage(out, tables);
     fprintf(out, "\nA config file holds one option a line, without the "
@@ -52,22 +54,22 @@ s_usage(FILE *out, const opt_t *const *tables)
  * "Exports"). Returns 0 or < 0 after printing why. */
 static int
 s_start_metrics(emlio_ctx_t *ctx, emlio_server_t *srv, const char *addr,
-                const char *influx, double interval_s, emlio_metrics_t **out)
+                const char *influx, double interval_s, tool_metrics_t **out)
 {
-    emlio_metrics_t *m = emlio__metrics_new(ctx, srv);
+    tool_metrics_t *m = tool_metrics_new(ctx, srv);
     int rc = m ? 0 : EMLIO_ENOMEM;
     if (rc == 0)
-        rc = emlio__metrics_set_powercap_root(m, getenv("EMLIO_POWERCAP_ROOT"));
+        rc = tool_metrics_set_powercap_root(m, getenv("EMLIO_POWERCAP_ROOT"));
     if (rc == 0 && addr)
-        rc = emlio__metrics_listen(m, addr);
+        rc = tool_metrics_listen(m, addr);
     if (rc == 0 && influx)
-        rc = emlio__metrics_set_influx(m, influx, interval_s);
+        rc = tool_metrics_set_influx(m, influx, interval_s);
     if (rc == 0)
-        rc = emlio__metrics_start(m);
+        rc = tool_metrics_start(m);
     if (rc < 0)
         fprintf(stderr, "emliod: %s\n",
-                m && *emlio__metrics_errmsg(m) ? emlio__metrics_errmsg(m)
-                                               : emlio_strerror(rc));
+                m && *tool_metrics_errmsg(m) ? tool_metrics_errmsg(m)
+                                             : emlio_strerror(rc));
     *out = m;
     return rc;
 }
@@ -275,7 +277,7 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
         fprintf(stderr, "emliod: %s\n", emlio_server_errmsg(srv));
     else if ((rc = emlio_server_start(srv)) < 0)
         fprintf(stderr, "emliod: cannot start: %s\n", emlio_server_errmsg(srv));
-    emlio_metrics_t *metrics = NULL;
+    tool_metrics_t *metrics = NULL;
     if (rc >= 0 && (o->metrics_addr || o->influx_url))
         rc = s_start_metrics(ctx, srv, o->metrics_addr, o->influx_url,
                              o->influx_interval, &metrics);
@@ -283,7 +285,7 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
         printf("emliod: listening on %s\n", emlio_server_endpoint(srv));
         if (o->metrics_addr)
             printf("emliod: metrics on http://%s/metrics\n",
-                   emlio__metrics_address(metrics));
+                   tool_metrics_address(metrics));
         fflush(stdout);
         sd_notify_ready(emlio_server_endpoint(srv));
         int sig = 0;
@@ -299,7 +301,7 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
                 strsignal(sig), st.requests, st.samples, st.bytes, st.errors,
                 st.auth_refused);
     }
-    emlio__metrics_destroy(&metrics); /* pushes a last point; reads srv */
+    tool_metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
     return rc;
 }
