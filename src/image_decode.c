@@ -163,7 +163,8 @@ s_jpeg_read_region(s_jpeg_t *j, emlio_transform_ws_t *ws,
     *stride = (size_t)ci->output_width * ncomp;
     *x0 = xoff;
     size_t rows = rs->y1 - rs->y0;
-    int rc = emlio__ws_reserve(ws, &ws->region, rows * *stride, errbuf, errlen);
+    int rc =
+        emlio__resample_reserve_region(rs, ws, rows * *stride, errbuf, errlen);
     if (rc < 0)
         return rc;
     if (rs->y0 > 0 && jpeg_skip_scanlines(ci, rs->y0) != rs->y0)
@@ -304,7 +305,8 @@ s_png_read_rows(png_structp png, emlio_transform_ws_t *ws,
 {
     size_t stride = (size_t)w * 3;
     size_t rows = passes > 1 ? h : rs->y1 - rs->y0 + 1;
-    int rc = emlio__ws_reserve(ws, &ws->region, rows * stride, errbuf, errlen);
+    int rc =
+        emlio__resample_reserve_region(rs, ws, rows * stride, errbuf, errlen);
     if (rc < 0)
         return rc;
     uint8_t *buf = ws->region.p;

@@ -672,6 +672,7 @@ emlio_transform_ws_free(emlio_transform_ws_t **ws_p)
     s_ws_drop(ws, &ws->temp);
     s_ws_drop(ws, &ws->coef);
     s_ws_drop(ws, &ws->acc);
+    s_ws_drop(ws, &ws->coef16);
     emlio__image_ws_release(ws);
     free(ws);
     *ws_p = NULL;
@@ -720,7 +721,8 @@ emlio__ws_reserve(emlio_transform_ws_t *ws, emlio__wsbuf_t *b, size_t bytes,
 void
 emlio__ws_trim(emlio_transform_ws_t *ws)
 {
-    emlio__wsbuf_t *bufs[] = { &ws->region, &ws->temp, &ws->coef, &ws->acc };
+    emlio__wsbuf_t *bufs[] = { &ws->region, &ws->temp, &ws->coef, &ws->acc,
+                               &ws->coef16 };
     for (size_t i = 0; i < EMLIO_ARRAY_SIZE(bufs); i++)
         if (bufs[i]->cap > WS_KEEP_BYTES)
             s_ws_drop(ws, bufs[i]);

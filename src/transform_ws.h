@@ -24,6 +24,7 @@ struct emlio_transform_ws {
     emlio__wsbuf_t temp;   /* the horizontal pass's output */
     emlio__wsbuf_t coef;   /* both axes' bounds and coefficients */
     emlio__wsbuf_t acc;    /* the vertical pass's accumulators */
+    emlio__wsbuf_t coef16; /* horizontal weights split for the AVX2 pass */
     void *jpeg;            /* the reused libjpeg decoder (image_decode.c) */
 };
 
@@ -64,6 +65,7 @@ typedef struct emlio__resample {
     uint32_t src_w, src_h;
     uint32_t x0, x1, y0, y1;
     uint32_t ksize_x, ksize_y;
+    uint32_t groups; /* 4-tap groups of the AVX2 pass; 0: scalar pass */
 } emlio__resample_t;
 
 /* The DCT reduction (1, 2, 4 or 8) a JPEG decoder may apply: the largest
@@ -76,6 +78,16 @@ uint32_t emlio__resample_max_reduction(const emlio__resample_t *rs);
 int emlio__resample_prepare(emlio__resample_t *rs, emlio_transform_ws_t *ws,
                             uint32_t reduction, uint32_t src_w, uint32_t src_h,
                             char *errbuf, size_t errlen);
+
+/* Reserves ws->region for bytes of decoded pixels plus the slack the
+ * horizontal pass may read past the last row (zeroed). */
+int emlio__resample_reserve_region(const emlio__resample_t *rs,
+                                   emlio_transform_ws_t *ws, size_t bytes,
+                                   char *errbuf, size_t errlen);
+
+/* Tests only: true makes every resample use the portable loops, so a test
+ * can compare them with the AVX2 ones. Process-wide. */
+void emlio__resample_force_portable(bool on);
 
 /* Runs the two passes (horizontal, flip fused, then vertical) from the
  * decoded region (RGB, rows rs->y0.. at stride bytes, first column

@@ -15,6 +15,7 @@
 #include <png.h>
 
 #include "counter_rng.h"
+#include "transform_ws.h"
 
 /* A smooth, textured test picture: gradients plus a checker, so crops and
  * flips of it differ. Channel c of pixel (x, y). */
@@ -528,6 +529,51 @@ test_transform_dct_reduction_stays_close(void **state)
     emlio_transform_free(&small);
 }
 
+/* The AVX2 resample loops and the portable ones give the same bytes, for
+ * every filter width (upscales, mild and strong downscales, DCT-reduced
+ * JPEGs, flips, padding). */
+static void
+test_transform_avx2_and_portable_loops_agree(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "random_resized_crop(64),horizontal_flip",
+        "random_resized_crop(200,scale=0.01:0.05)", /* upscaling */
+        "resize(20),center_crop(16)",               /* 10x down, 21 taps */
+        "resize(7),center_crop(7),horizontal_flip(p=1)",
+        "center_crop(300)", /* padding */
+        "resize(150),center_crop(97)",
+    };
+    size_t len;
+    uint8_t *j = s_rgb_jpeg(303, 211, false, &len);
+    emlio_buf_t png = s_png(211, 303, PNG_COLOR_TYPE_RGB, 8, false);
+    emlio_transform_ws_t *ws = emlio_transform_ws_new();
+    char err[EMLIO_ERRBUF_SIZE];
+    for (size_t i = 0; i < EMLIO_ARRAY_SIZE(specs); i++) {
+        emlio_transform_t *t = s_parse(specs[i]);
+        size_t n = emlio_transform_output_bytes(t);
+        for (uint64_t k = 0; k < 8; k++) {
+            const uint8_t *img = k % 2 ? png.data : j;
+            size_t img_len = k % 2 ? png.len : len;
+            uint8_t *fast, *portable;
+            assert_int_equal(s_apply(t, ws, img, img_len, 0, k, &fast, err), 0);
+            emlio__resample_force_portable(true);
+            int rc = s_apply(t, ws, img, img_len, 0, k, &portable, err);
+            emlio__resample_force_portable(false);
+            assert_int_equal(rc, 0);
+            if (memcmp(fast, portable, n))
+                fail_msg("%s, sample %" PRIu64 ": the loops differ", specs[i],
+                         k);
+            free(fast);
+            free(portable);
+        }
+        emlio_transform_free(&t);
+    }
+    emlio_buf_release(&png);
+    free(j);
+    emlio_transform_ws_free(&ws);
+}
+
 /* Points at the SOF0 marker's height field of a baseline JPEG. */
 static uint8_t *
 s_sof_dims(uint8_t *jpeg, size_t len)
@@ -713,6 +759,7 @@ main(void)
         cmocka_unit_test(test_transform_png_layouts_decode_exactly),
         cmocka_unit_test(test_transform_jpeg_gray_cmyk_progressive),
         cmocka_unit_test(test_transform_dct_reduction_stays_close),
+        cmocka_unit_test(test_transform_avx2_and_portable_loops_agree),
         cmocka_unit_test(test_transform_bad_input_is_an_error_not_a_crash),
         cmocka_unit_test(test_transform_bombs_are_refused_before_allocating),
         cmocka_unit_test(test_transform_survives_allocation_failures),
