@@ -179,7 +179,7 @@ s_split_weights(const emlio__resample_t *rs, emlio_transform_ws_t *ws,
     int16_t *out = ws->coef16.p;
     memset(out, 0, nx * g * 32 * sizeof(int16_t));
     for (size_t u = 0; u < nx; u++)
-        for (size_t t = 0; t < rs->ksize_x; t++) {
+        for (size_t t = 0; t < EMLIO_MIN(rs->ksize_x, 4 * g); t++) {
             int32_t w = kk[u * rs->ksize_x + t];
             int16_t lo = (int16_t)(w & 0x7fff);
             int16_t hi = (int16_t)((w - lo) / 32768);
@@ -224,7 +224,13 @@ emlio__resample_prepare(emlio__resample_t *rs, emlio_transform_ws_t *ws,
     rs->ksize_y = (uint32_t)ky;
     s_range(bx, (int64_t)nx, &rs->x0, &rs->x1);
     s_range(by, (int64_t)ny, &rs->y0, &rs->y1);
-    rs->groups = (uint32_t)((kx + 3) / 4);
+    /* PIL's ksize bounds the taps; the widest pixel often uses fewer
+     * (scale 1.4: ksize 5, at most 4 taps), and one group fewer halves the
+     * AVX2 pass's work. */
+    int32_t taps = 1;
+    for (uint64_t u = 0; u < nx; u++)
+        taps = EMLIO_MAX(taps, bx[u * 2 + 1]);
+    rs->groups = (uint32_t)((taps + 3) / 4);
     if (!s_use_avx2() || rs->groups > MAX_GROUPS) {
         rs->groups = 0;
         return 0;
@@ -279,44 +285,58 @@ s_row_horizontal(const uint8_t *src, uint32_t x_first, uint8_t *dst,
 }
 
 #if HAVE_AVX2_PASS
-/* s_row_horizontal with AVX2: 4 taps per step, each pixel's R, G and B
- * pairs multiplied by 16-bit weight halves (pmaddwd) and summed in 32 bits;
- * the same integers as the portable loop, so the same bytes. */
+/* s_row_horizontal with AVX2, two rows at a time (they share the weights):
+ * 4 taps per step, each pixel's R, G and B pairs multiplied by 16-bit
+ * weight halves (pmaddwd) and summed in 32 bits; the same integers as the
+ * portable loop, so the same bytes. src1 may equal src0 (one row). */
+__attribute__((target("avx2"))) static inline __m256i
+s_taps_avx2(const uint8_t *p, __m256i shuf, __m256i wl, __m256i wh)
+{
+    __m128i b = _mm_loadu_si128((const __m128i *)p);
+    __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b), shuf);
+    /* hi * 2^15 + lo: the exact 32-bit sum (see s_split_weights) */
+    return _mm256_add_epi32(_mm256_slli_epi32(_mm256_madd_epi16(v, wh), 15),
+                            _mm256_madd_epi16(v, wl));
+}
+
 __attribute__((target("avx2"))) static void
-s_row_horizontal_avx2(const uint8_t *src, uint32_t x_first, uint8_t *dst,
-                      uint32_t nx, const int32_t *bounds, const int16_t *k16,
-                      uint32_t groups, bool flip)
+s_rows_horizontal_avx2(const uint8_t *src0, const uint8_t *src1,
+                       uint32_t x_first, uint8_t *dst0, uint8_t *dst1,
+                       uint32_t nx, const int32_t *bounds, const int16_t *k16,
+                       uint32_t groups, bool flip)
 {
     const __m256i shuf = _mm256_setr_epi8(
         0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 6, -1, 9, -1,
         7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
-    const __m128i half = _mm_set1_epi32(HALF);
+    const __m256i half = _mm256_set1_epi32(HALF);
     for (uint32_t u = 0; u < nx; u++) {
-        const uint8_t *p = src;
+        size_t off = 0;
         if (bounds[u * 2 + 1] > 0)
-            p += (size_t)(bounds[u * 2] - (int32_t)x_first) * 3;
+            off = (size_t)(bounds[u * 2] - (int32_t)x_first) * 3;
         const int16_t *k = k16 + (size_t)u * groups * 32;
-        __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
         for (uint32_t g = 0; g < groups; g++) {
-            __m128i b = _mm_loadu_si128((const __m128i *)(p + 12 * g));
-            __m256i v =
-                _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b), shuf);
             __m256i wl = _mm256_loadu_si256((const __m256i *)(k + g * 32));
             __m256i wh = _mm256_loadu_si256((const __m256i *)(k + g * 32 + 16));
-            lo = _mm256_add_epi32(lo, _mm256_madd_epi16(v, wl));
-            hi = _mm256_add_epi32(hi, _mm256_madd_epi16(v, wh));
+            size_t at = off + 12 * (size_t)g;
+            s0 = _mm256_add_epi32(s0, s_taps_avx2(src0 + at, shuf, wl, wh));
+            s1 = _mm256_add_epi32(s1, s_taps_avx2(src1 + at, shuf, wl, wh));
         }
-        __m256i s = _mm256_add_epi32(_mm256_slli_epi32(hi, 15), lo);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s),
-                                   _mm256_extracti128_si256(s, 1));
-        s4 = _mm_srai_epi32(_mm_add_epi32(s4, half), PRECISION_BITS);
-        s4 = _mm_packs_epi32(s4, s4);  /* clip8: saturate to int16, */
-        s4 = _mm_packus_epi16(s4, s4); /* then to 0..255 */
-        uint32_t px = (uint32_t)_mm_cvtsi128_si32(s4);
-        uint8_t *d = dst + (size_t)(flip ? nx - 1 - u : u) * 3;
-        d[0] = (uint8_t)px;
-        d[1] = (uint8_t)(px >> 8);
-        d[2] = (uint8_t)(px >> 16);
+        /* Lanes: taps 0-1 and 2-3 of each row; add them, row 0 low. */
+        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(s0, s1, 0x20),
+                                     _mm256_permute2x128_si256(s0, s1, 0x31));
+        s = _mm256_srai_epi32(_mm256_add_epi32(s, half), PRECISION_BITS);
+        s = _mm256_packs_epi32(s, s);  /* clip8: saturate to int16, */
+        s = _mm256_packus_epi16(s, s); /* then to 0..255 */
+        uint32_t px0 = (uint32_t)_mm256_extract_epi32(s, 0);
+        uint32_t px1 = (uint32_t)_mm256_extract_epi32(s, 4);
+        size_t d = (size_t)(flip ? nx - 1 - u : u) * 3;
+        dst0[d] = (uint8_t)px0;
+        dst0[d + 1] = (uint8_t)(px0 >> 8);
+        dst0[d + 2] = (uint8_t)(px0 >> 16);
+        dst1[d] = (uint8_t)px1;
+        dst1[d + 1] = (uint8_t)(px1 >> 8);
+        dst1[d + 2] = (uint8_t)(px1 >> 16);
     }
 }
 #endif
@@ -362,9 +382,12 @@ emlio__resample_run(const emlio__resample_t *rs, emlio_transform_ws_t *ws,
     for (size_t r = 0; r < rows; r++) {
 #if HAVE_AVX2_PASS
         if (rs->groups) {
-            s_row_horizontal_avx2(region + r * stride, region_x0,
-                                  temp + r * row_bytes, (uint32_t)nx, bx,
-                                  ws->coef16.p, rs->groups, rs->flip);
+            size_t r1 = r + 1 < rows ? r + 1 : r; /* the last row alone */
+            s_rows_horizontal_avx2(region + r * stride, region + r1 * stride,
+                                   region_x0, temp + r * row_bytes,
+                                   temp + r1 * row_bytes, (uint32_t)nx, bx,
+                                   ws->coef16.p, rs->groups, rs->flip);
+            r = r1;
             continue;
         }
 #endif
