@@ -642,6 +642,14 @@ test_transform_bombs_are_refused_before_allocating(void **state)
     assert_int_equal(s_apply(t, ws, j, len, 0, 0, &out, err), EMLIO_ELIMIT);
     assert_non_null(strstr(err, "cap"));
     free(out);
+    emlio_transform_ws_set_max_bytes(ws, 1u << 20);
+    /* libpng's row buffers count too: a 100000 x 1 PNG, 1 MB cap. */
+    png = s_png(100000, 1, PNG_COLOR_TYPE_RGB, 8, false);
+    assert_int_equal(s_apply(t, ws, png.data, png.len, 0, 0, &out, err),
+                     EMLIO_ELIMIT);
+    assert_non_null(strstr(err, "rows of 100000 pixels"));
+    free(out);
+    emlio_buf_release(&png);
     emlio_transform_ws_set_max_bytes(ws, 0);
     assert_int_equal(s_apply(t, ws, j, len, 0, 0, &out, err), 0);
     free(out);
