@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sha256.h"
+
 #include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
@@ -150,6 +152,7 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
                rep->domains[i].source);
     printf("}");
     fetch_path_json(stdout, client);
+    fetch_path_xf_json(stdout, client);
     printf("}\n");
 }
 
@@ -206,6 +209,8 @@ typedef struct s_fetch {
     uint64_t epochs;
     bool verify;
     bool quiet;
+    bool digests;          /* --ids lines carry each sample's SHA-256 */
+    const char *decode_at; /* --decode-at */
     const char *ids_path;
     const char *state_path;
     const char *server_key_path;
@@ -282,8 +287,21 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("ids", 0, OPT_STR, &self->ids_path, "FILE",
             "write 'EPOCH SHARD RECORD' per sample\n"
             "(padding lines end in ' pad')"),
+        OPT("digests", 0, OPT_FLAG, &self->digests, NULL,
+            "add each sample's SHA-256 to its --ids line\n"
+            "(after the record)"),
         OPT("state", 0, OPT_STR, &self->state_path, "FILE",
             "resume from / save progress to FILE"),
+        OPT("transform", 0, OPT_STR, &cfg->transform, "SPEC",
+            "deliver uint8 tensors: decode and augment,\n"
+            "e.g. random_resized_crop(224),horizontal_flip"),
+        OPT("decode-at", 0, OPT_STR, &self->decode_at, "WHERE",
+            "auto (default: by time and energy), client\n"
+            "or server"),
+        OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
+            "decode threads here (default: one per CPU)"),
+        OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
+            "refuse images above N pixels (100M)"),
         OPT("timeout-ms", 0, OPT_INT, &cfg->timeout_ms, "MS",
             "fail when no reply comes for MS (60000)"),
         OPT("connect-timeout-ms", 0, OPT_INT, &cfg->connect_timeout_ms, "MS",
@@ -311,6 +329,21 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
     if (!self->plan.connect || self->plan.batch == 0) {
         fprintf(stderr, "emlio fetch: --connect and a positive --batch are "
                         "required\n");
+        return 2;
+    }
+    if (self->decode_at) {
+        int where = emlio_decode_at_parse(self->decode_at);
+        if (where < 0) {
+            fprintf(stderr,
+                    "emlio fetch: invalid value '%s' for --decode-at "
+                    "(auto, client or server)\n",
+                    self->decode_at);
+            return 2;
+        }
+        self->cfg.decode_at = where;
+    }
+    if (self->digests && !self->ids_path) {
+        fprintf(stderr, "emlio fetch: --digests goes with --ids FILE\n");
         return 2;
     }
     return -1;
@@ -449,10 +482,15 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
     for (size_t i = 0; i < n; i++) {
         self->bytes += s[i].len;
         self->pads += s[i].pad;
+        char digest[66] = "";
+        if (self->digests) {
+            digest[0] = ' ';
+            tool_sha256_hex(s[i].data, s[i].len, digest + 1);
+        }
         if (self->ids &&
-            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s\n", self->epoch,
+            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s%s\n", self->epoch,
                     emlio_client_shard_name(self->client, s[i].shard),
-                    s[i].record, s[i].pad ? " pad" : "") < 0 &&
+                    s[i].record, digest, s[i].pad ? " pad" : "") < 0 &&
             !self->ids_errno)
             self->ids_errno = errno; /* a full disk, say: reported below */
         if (self->verify)

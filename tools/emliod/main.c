@@ -88,6 +88,7 @@ typedef struct s_opts {
     uint32_t idle_timeout_s;
     bool have_idle_timeout;
     const char *sndbuf;
+    double core_w; /* --core-watts; 0 = the energy model's */
     bool version;
     char *config_text;
 } s_opts_t;
@@ -195,6 +196,15 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         OPT("authorized-keys", 0, OPT_STR, &cfg->authorized_keys, "DIR",
             "admit only clients whose public key\n"
             "file is in DIR (needs --curve-secret)"),
+        OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
+            "threads that decode and augment for clients\n"
+            "that ask for tensors (one per CPU; 0: none)"),
+        OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
+            "refuse images above N pixels (100M)"),
+        OPT("core-watts", 0, OPT_DOUBLE, &o->core_w, "W",
+            "power of one busy core, told to clients\n"
+            "for placement by energy (model: 3.2)",
+            .dmin = 0, .dmax = 1000),
         OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
             "clients at once; a client's streams count once\n(1024)", .min = 1),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
@@ -235,6 +245,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
     }
     if (o->have_idle_timeout)
         cfg->idle_timeout_ms = o->idle_timeout_s * 1000;
+    cfg->core_mw = (uint32_t)(o->core_w * 1000 + 0.5);
     return s_parse_sndbuf(o->sndbuf, cfg);
 }
 
