@@ -17,7 +17,8 @@ static const opt_choice_t s_shuffles[] = {
 void
 cli_plan_opts_init(cli_plan_opts_t *self)
 {
-    /* window_shards 0 is the planner's default (4). */
+    /* window_shards 0 is the planner's default: all shards in one window,
+     * a uniform shuffle. */
     *self = (cli_plan_opts_t){ .shuffle = EMLIO_SHUFFLE_WINDOW, .world = 1 };
 }
 
@@ -34,7 +35,7 @@ cli_plan_opts_table(cli_plan_opts_t *self, opt_t table[CLI_PLAN_NOPTS + 1])
         OPT("shuffle", 0, OPT_CHOICE, &self->shuffle, "MODE",
             "window (default) or none", .choices = s_shuffles),
         OPT("window-shards", 0, OPT_U32, &self->window_shards, "N",
-            "shards per shuffle window (4)"),
+            "shards per shuffle window (0: all, a uniform shuffle)"),
         OPT("drop-last", 0, OPT_FLAG, &self->drop_last, NULL,
             "drop the remainder instead of padding"),
         OPT("rank", 0, OPT_U64, &self->rank, "R", "this rank", .min = 0,
