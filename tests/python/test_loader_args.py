@@ -87,6 +87,9 @@ class ArgumentTest(unittest.TestCase):
         e = self.value_error("client_key", server_key="x" * 40)
         self.assertIn("together", str(e))
         self.value_error("server_key", client_key="/nonexistent/a.key")
+        e = self.value_error("server_key", server_key="~" * 40,
+                             client_key="x" * 40)
+        self.assertIn("Z85", str(e))
 
 
 class CurveTest(unittest.TestCase):

@@ -140,10 +140,18 @@ def rank_and_world(rank=None, world_size=None):
     return rank, world_size
 
 
+_Z85 = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+           ".-:+=^!/*?&<>()[]{}@%$#")
+
+
 def _read_key(arg, value):
     """A CURVE key given as its 40 Z85 characters or as the path of a key
     file (`emlio keygen`: NAME.key public, NAME.key_secret secret)."""
     if len(value) == 40 and not os.path.exists(value):
+        if not set(value) <= _Z85:
+            raise InvalidArgumentError(
+                EINVAL, "invalid %s: 40 characters but not a Z85 key (nor "
+                "an existing key file)" % arg)
         key = value.encode()
     else:
         buf = ctypes.create_string_buffer(41)
@@ -745,7 +753,7 @@ class Loader:
         if not client:
             self._require_open()
         bp = self._bp
-        if self._wait_warning_s:
+        if self._watchdog is None and self._wait_warning_s:
             self._arm_watchdog()
         while True:
             self._waiting_since = time.monotonic()
@@ -769,13 +777,13 @@ class Loader:
     def _arm_watchdog(self):
         """Starts the thread that warns about long silent waits (once per
         loader and process; it ends with the loader)."""
-        if self._watchdog is not None and self._watchdog[1] == os.getpid():
+        if self._watchdog is not None:
             return
         stop = threading.Event()
         t = threading.Thread(target=_watch, name="emlio-wait-watchdog",
                              args=(weakref.ref(self), stop,
                                    self._wait_warning_s), daemon=True)
-        self._watchdog = (stop, os.getpid())
+        self._watchdog = (stop,)
         t.start()
 
     # -- iteration --------------------------------------------------------
