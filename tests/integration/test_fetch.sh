@@ -39,6 +39,24 @@ for f in "$T"/shards/*.tfrecord; do
 done >"$T/file_order"
 check "--shuffle none --in-order is file order" cmp -s "$T/none" "$T/file_order"
 
+# --progress: plain progress lines on stderr (a log, not a terminal), one
+# at least per epoch's end, with percentage and ETA; stdout stays JSON.
+"$EMLIO" fetch --connect "$EP" --batch 16 --epochs 2 --progress 1 \
+    >"$T/prog.out" 2>"$T/prog.err"
+check "fetch --progress succeeds" test $? -eq 0
+check "--progress: a line at the end of epoch 1 (50%)" \
+    grep -qE '^emlio fetch: epoch 1/2  batch 19/19  50\.0%  .* ETA ' "$T/prog.err"
+check "--progress: a line at the end of the run (100%)" \
+    grep -qE '^emlio fetch: epoch 2/2  batch 19/19  100\.0%' "$T/prog.err"
+check "--progress: stdout is JSON lines only" /usr/bin/python3 -c '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 3, lines
+for line in lines:
+    json.loads(line)' "$T/prog.out"
+"$EMLIO" fetch --connect "$EP" --batch 16 --progress 0 >/dev/null 2>"$T/prog0.err"
+check "--progress 0 is refused" test $? -eq 2
+
 # Batch sizes that do not divide the dataset, several streams, fixed window.
 "$EMLIO" fetch --connect "$EP" --batch 7 --streams 4 --inflight 3 --verify \
     --quiet >"$T/f7.out" 2>&1
