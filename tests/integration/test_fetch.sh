@@ -98,6 +98,19 @@ check "nobody listening gives up quickly" test $((SECONDS - start)) -le 5
 check "fetch without --connect is a usage error" test $? -eq 2
 "$EMLIOD" --data "$T/shards" >/dev/null 2>&1
 check "emliod without --bind is a usage error" test $? -eq 2
+# Endpoint mistakes say the expected form, before anything else is said.
+"$EMLIOD" --data "$T/shards" --bind 127.0.0.1:5555 >/dev/null 2>"$T/e6"
+check "emliod --bind without tcp:// is a usage error" test $? -eq 2
+check "... that shows tcp://HOST:PORT first" \
+    grep -q "^emliod: --bind: invalid endpoint '127.0.0.1:5555': expected tcp://HOST:PORT" "$T/e6"
+check "... and no CURVE warning" bash -c "! grep -qi curve '$T/e6'"
+"$EMLIO" fetch --connect tcp://127.0.0.1 --batch 8 >/dev/null 2>"$T/e7"
+check "fetch --connect without a port is a usage error" test $? -eq 2
+check "... that shows tcp://HOST:PORT" grep -q "expected tcp://HOST:PORT" "$T/e7"
+"$EMLIO" plan --connect "$EP,tcp://h:70000" --world 1 --batch 8 \
+    >/dev/null 2>"$T/e8"
+check "plan --connect with a bad port names it" \
+    grep -q "invalid port '70000' in endpoint 'tcp://h:70000'" "$T/e8"
 
 # A corrupt record is reported with shard and offset, never delivered.
 mkdir -p "$T/bad"

@@ -23,8 +23,9 @@ class ArgumentTest(unittest.TestCase):
     def value_error(self, arg, **kw):
         kw.setdefault("batch_size", 8)
         kw.setdefault("connect_timeout_ms", 200)
+        kw.setdefault("endpoints", NOWHERE)
         with self.assertRaises(ValueError) as cm:
-            emlio.Loader(NOWHERE, **kw)
+            emlio.Loader(**kw)
         self.assertIn(arg, str(cm.exception))
         return cm.exception
 
@@ -73,6 +74,14 @@ class ArgumentTest(unittest.TestCase):
         self.value_error("shuffle", shuffle="random")
         with self.assertRaises(TypeError):
             emlio.Loader(5555, 8)
+
+    def test_endpoint_syntax_says_the_expected_form(self):
+        for bad in ("node1:5555", "tcp://node1", "tcp://:5555", ""):
+            with self.subTest(endpoints=bad):
+                e = self.value_error("endpoint", endpoints=bad)
+                self.assertIn("tcp://HOST:PORT", str(e))
+        e = self.value_error("port", endpoints="tcp://a:1,tcp://b:99999")
+        self.assertIn("99999", str(e))
 
     def test_environment_rank_is_checked(self):
         old = dict(os.environ)

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "emlio.h"
+#include "tool_util.h"
 
 static const opt_choice_t s_shuffles[] = {
     { "window", EMLIO_SHUFFLE_WINDOW },
@@ -140,4 +141,14 @@ cli_install_log(struct emlio_ctx *ctx)
         if (!strcmp(env, names[i]))
             level = i;
     emlio_ctx_set_log(ctx, s_log_stderr, NULL, level);
+}
+
+int
+cli_check_connect(const char *cmd, const char *endpoints)
+{
+    char err[EMLIO_ERRMSG_LEN];
+    if (tool_check_endpoints(endpoints, false, err) == 0)
+        return 0;
+    fprintf(stderr, "emlio %s: --connect: %s\n", cmd, err);
+    return -1;
 }

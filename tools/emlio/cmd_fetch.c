@@ -320,6 +320,8 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
                         "required\n");
         return 2;
     }
+    if (cli_check_connect("fetch", self->plan.connect) < 0)
+        return 2;
     return -1;
 }
 

@@ -56,6 +56,8 @@ s_parse_args(int argc, char **argv, cli_plan_opts_t *po,
                         "are required, and --rank must be below --world\n");
         return 2;
     }
+    if (cli_check_connect("plan", po->connect) < 0)
+        return 2;
     params->world = (uint32_t)po->world;
     params->batch_size = (uint32_t)po->batch;
     params->seed = po->seed;

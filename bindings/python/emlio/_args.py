@@ -127,6 +127,33 @@ def check(arg, value):
     raise AssertionError("unknown argument kind %r" % arg.kind)
 
 
+def check_endpoints(value):
+    """endpoints as one comma-separated string, checked as the programs
+    check --connect (tools/common/tool_util.c): tcp://HOST:PORT,
+    ipc://PATH or inproc://NAME."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join(check_str("endpoints", e) for e in value)
+    value = check_str("endpoints", value)
+    want = "tcp://HOST:PORT (e.g. tcp://node1:5555), several separated " \
+        "by commas"
+    if not value:
+        raise bad_value("endpoints", value, want)
+    for ep in value.split(","):
+        scheme, _, rest = ep.partition("://")
+        if scheme in ("ipc", "inproc") and rest:
+            continue
+        host, _, port = ep[6:].rpartition(":")
+        if not ep.startswith("tcp://") or not host:
+            raise InvalidArgumentError(
+                EINVAL, "invalid endpoint %r in endpoints: expected %s"
+                % (ep, want))
+        if not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise InvalidArgumentError(
+                EINVAL, "invalid port %r in endpoint %r: expected 1..65535"
+                % (port, ep))
+    return value
+
+
 # The Loader's arguments. Ranges are the C client's: uint32 counts, uint64
 # seeds and epochs, int milliseconds, at most 64 streams per daemon.
 LOADER_ARGS = (

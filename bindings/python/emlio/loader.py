@@ -570,14 +570,7 @@ class Loader:
         # not touch the parent's ZeroMQ context: close() only forgets it there.
         self._pid = os.getpid()
         args = _args.check_all(_args.LOADER_ARGS, locals())
-        if isinstance(endpoints, (list, tuple)):
-            endpoints = ",".join(_args.check_str("endpoints", e)
-                                 for e in endpoints)
-        endpoints = _args.check_str("endpoints", endpoints)
-        if not endpoints:
-            raise InvalidArgumentError(
-                EINVAL, "invalid endpoints='': expected tcp://HOST:PORT, "
-                "or several separated by commas")
+        endpoints = _args.check_endpoints(endpoints)
         self.endpoints = endpoints
         self.batch_size = args["batch_size"]
         self.epochs = args["epochs"]
