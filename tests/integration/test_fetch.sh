@@ -57,6 +57,18 @@ for line in lines:
 "$EMLIO" fetch --connect "$EP" --batch 16 --progress 0 >/dev/null 2>"$T/prog0.err"
 check "--progress 0 is refused" test $? -eq 2
 
+# emlio inspect tcp://: what the daemon serves, as a client learns it.
+"$EMLIO" inspect "$EP" --json >"$T/inspect.json" 2>"$T/inspect.err"
+check "inspect tcp://HOST:PORT succeeds" test $? -eq 0
+check "inspect tcp:// reports the shards and the 300 samples" /usr/bin/python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["shards"] == int(sys.argv[2]) and j["samples"] == 300, j
+assert j["daemons"] == [sys.argv[3]] and len(j["shard_list"]) == j["shards"]
+' "$T/inspect.json" "$nshards" "$EP"
+check "inspect tcp:// as text" bash -c \
+    "'$EMLIO' inspect '$EP' | grep -qx 'samples: 300'"
+
 # Batch sizes that do not divide the dataset, several streams, fixed window.
 "$EMLIO" fetch --connect "$EP" --batch 7 --streams 4 --inflight 3 --verify \
     --quiet >"$T/f7.out" 2>&1

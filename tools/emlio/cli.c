@@ -152,3 +152,19 @@ cli_check_connect(const char *cmd, const char *endpoints)
     fprintf(stderr, "emlio %s: --connect: %s\n", cmd, err);
     return -1;
 }
+
+emlio_client_t *
+cli_client_connect(const char *cmd, emlio_ctx_t *ctx,
+                   const emlio_client_config_t *cfg, const char *endpoints)
+{
+    emlio_client_t *client = ctx ? emlio_client_new(ctx, cfg) : NULL;
+    if (!client) {
+        fprintf(stderr, "emlio %s: out of memory\n", cmd);
+        return NULL;
+    }
+    if (emlio_client_connect(client, endpoints) < 0) {
+        fprintf(stderr, "emlio %s: %s\n", cmd, emlio_client_errmsg(client));
+        emlio_client_destroy(&client);
+    }
+    return client;
+}
