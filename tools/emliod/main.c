@@ -38,11 +38,14 @@ s_log(void *userdata, int level, const char *module, const char *msg)
 static void
 s_usage(FILE *out, const opt_t *const *tables)
 {
-    fprintf(out, "usage: emliod --data DIR --bind ENDPOINT [options]\n"
-                 "       emliod --config FILE [options]\n"
-                 "\n"
-                 "Serves every *.tfrecord under DIR to emlio clients.\n"
-                 "\n");
+    fprintf(
+        out,
+        "usage: emliod --data DIR --bind ENDPOINT [options]\n"
+        "       emliod --config FILE [options]\n"
+        "\n"
+        "Serves the TFRecord (*.tfrecord) or WebDataset (*.tar) shards under\n"
+        "DIR, or DIR as an ImageFolder tree, to emlio clients.\n"
+        "\n");
     opt_usage(out, tables);
     fprintf(out, "\nA config file holds one option a line, without the "
                  "dashes (\"bind tcp://*:5555\");\noptions on the command "
