@@ -152,6 +152,15 @@ check "skip mode: the skipped record is named" \
     grep -q "skipped corrupt record .* of shard '$(basename "$victim")'" "$T/skip.err"
 check "skip mode: 299 samples delivered" test "$(wc -l <"$T/skip.ids")" = 299
 
+# A port nothing listens on is reported as refused, not after the
+# (here long) connect timeout as "no answer".
+closed=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$EMLIO" fetch --connect "tcp://127.0.0.1:$closed" --batch 4 \
+    --connect-timeout-ms 60000 >/dev/null 2>"$T/refused.err"
+check "a refused port fails" test $? -ne 0
+check "... saying the connection was refused, naming the endpoint" \
+    grep -q "connection refused by 'tcp://127.0.0.1:$closed'" "$T/refused.err"
+
 # SIGTERM stops the daemon cleanly.
 kill -TERM "$DPID"
 wait "$DPID"
