@@ -147,6 +147,18 @@ emlio_batch_field(const emlio_batch_t *b, size_t i, size_t field,
 }
 
 size_t
+emlio_client_class_count(const emlio_client_t *self)
+{
+    return self->inv.n_classes;
+}
+
+const char *
+emlio_client_class_name(const emlio_client_t *self, size_t label)
+{
+    return label < self->inv.n_classes ? self->inv.classes[label] : NULL;
+}
+
+size_t
 emlio_client_shard_count(const emlio_client_t *self)
 {
     return self->inv.n_shards;

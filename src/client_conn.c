@@ -41,6 +41,11 @@ emlio__client_disconnect(emlio_client_t *self)
     for (size_t i = 0; self->inv.fields && i < self->inv.n_fields; i++)
         emlio_free(self->inv.fields[i]);
     emlio_free(self->inv.fields);
+    for (size_t i = 0; i < self->inv.n_classes; i++)
+        emlio_free(self->inv.classes[i]);
+    emlio_free(self->inv.classes);
+    self->inv.classes = NULL;
+    self->inv.n_classes = 0;
     emlio_free(self->conn.daemons);
     emlio_free(self->conn.poll);
     emlio_free(self->conn.poll_daemon);
@@ -472,6 +477,42 @@ s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
     return 0;
 }
 
+/* The class names the first daemon that knows them sends (WELCOME's
+ * `classes`); later daemons that disagree are logged, not refused: labels
+ * are what the samples carry, names only describe them. */
+static int
+s_take_classes(emlio_client_t *self, const emlio__cdaemon_t *daemon,
+               const emlio_wire_msg_t *msg)
+{
+    if (!msg->n_classes)
+        return 0;
+    if (self->inv.n_classes) {
+        bool same = self->inv.n_classes == msg->n_classes;
+        for (size_t i = 0; same && i < msg->n_classes; i++)
+            same = strlen(self->inv.classes[i]) == msg->classes[i].len &&
+                   !memcmp(self->inv.classes[i], msg->classes[i].s,
+                           msg->classes[i].len);
+        if (!same)
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                      "daemon '%s' names its classes differently from "
+                      "the first daemon's; keeping the first's",
+                      daemon->endpoint);
+        return 0;
+    }
+    self->inv.classes = emlio_calloc(msg->n_classes, sizeof(char *));
+    if (!self->inv.classes)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    self->inv.n_classes = msg->n_classes;
+    for (size_t i = 0; i < msg->n_classes; i++) {
+        self->inv.classes[i] = emlio_malloc(msg->classes[i].len + 1);
+        if (!self->inv.classes[i])
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memcpy(self->inv.classes[i], msg->classes[i].s, msg->classes[i].len);
+        self->inv.classes[i][msg->classes[i].len] = '\0';
+    }
+    return 0;
+}
+
 /* Builds the global shard table: the union of inventories by name. */
 static int
 s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
@@ -724,6 +765,8 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
         daemon->sndbuf = msgs[d].sndbuf;
         n_entries += msgs[d].n_shards;
         rc = s_take_fields(self, daemon, &msgs[d], d == 0);
+        if (rc == 0)
+            rc = s_take_classes(self, daemon, &msgs[d]);
         if (rc == 0)
             rc = emlio__tensor_take_welcome(self, daemon, &msgs[d]);
         if (rc < 0)

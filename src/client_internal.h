@@ -113,6 +113,8 @@ typedef struct emlio__inventory {
                          unnamed field */
     size_t n_fields;  /* frames per sample, >= 1 */
     char dataset[17]; /* fingerprint over all daemons' datasets */
+    char **classes;   /* label i's name, from WELCOME; NULL = not known */
+    size_t n_classes;
 } emlio__inventory_t;
 
 /* ---- the epoch (client_epoch.c) ----------------------------------------- */

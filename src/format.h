@@ -137,6 +137,9 @@ typedef struct emlio__format_ops {
     int (*read)(emlio_shard_t *shard, uint64_t record,
                 const emlio__read_opts_t *o, emlio__view_t *views,
                 const char **missing);
+    /* The label every record of shard has (an ImageFolder class), or -1
+     * when records carry their own; NULL = -1. Names the classes. */
+    int64_t (*shard_label)(const emlio_shard_t *shard);
     /* A tree format's name of record r inside its shard (the file of an
      * ImageFolder class), for the tools; NULL (the pointer) for formats
      * whose records have no names of their own. */

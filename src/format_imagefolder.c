@@ -270,6 +270,12 @@ s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
     return rc < 0 ? rc : (int)n;
 }
 
+static int64_t
+s_shard_label(const emlio_shard_t *shard)
+{
+    return emlio__folder_label(shard->impl);
+}
+
 static const char *
 s_member_name(const emlio_shard_t *shard, size_t r)
 {
@@ -292,5 +298,6 @@ const emlio__format_ops_t emlio__format_imagefolder = {
     .has_field = s_has_field,
     .read = s_read,
     .member_name = s_member_name,
+    .shard_label = s_shard_label,
     .record = s_record,
 };

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "classes.h"
 #include "emlio/energy.h"
 #include "server_internal.h"
 
@@ -219,6 +220,7 @@ emlio_server_destroy(emlio_server_t **self_p)
         memset(self->own.curve_secret, 0, strlen(self->own.curve_secret));
     emlio_free(self->own.curve_secret);
     emlio_free(self->own.authorized_keys);
+    emlio__classes_free(self->own.classes, self->own.n_classes);
     emlio_free(self->thr.workers);
     emlio_free(self->own.data_dir);
     emlio_free(self->own.bytes_key);
@@ -260,28 +262,24 @@ s_encode_welcome(emlio_server_t *self)
         inv[i].records = emlio__shard_count(&set->shards[i]);
         inv[i].bytes = emlio__shard_size(&set->shards[i]);
     }
-    emlio_buf_clear(&self->net.welcome);
-    emlio_buf_clear(&self->net.welcome2);
-    int rc = emlio__wire_encode_welcome_v(
-        &self->net.welcome, 1, self->own.name, set->fingerprint,
-        self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
-        self->adm.sndbuf.effective, inv, set->n, NULL, 0);
-    if (rc == 0)
-        rc = emlio__wire_encode_welcome_v(
-            &self->net.welcome2, 2, self->own.name, set->fingerprint,
-            self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
-            self->adm.sndbuf.effective, inv, set->n, self->own.fields,
-            self->own.n_fields);
-    emlio_wire_xf_caps_t caps = { self->xf.threads, self->cfg.core_mw
-                                                        ? self->cfg.core_mw
-                                                        : S_DEFAULT_CORE_MW };
-    emlio_buf_clear(&self->net.welcome3);
-    if (rc == 0)
+    /* One encoding per protocol version: v1 without fields, v2 with them,
+     * v3 with the transform capabilities; the class names in all. */
+    emlio_wire_xf_caps_t caps = { self->xf.threads,
+                                  self->cfg.core_mw ? self->cfg.core_mw
+                                                    : S_DEFAULT_CORE_MW,
+                                  self->own.classes, self->own.n_classes };
+    emlio_buf_t *out[3] = { &self->net.welcome, &self->net.welcome2,
+                            &self->net.welcome3 };
+    int rc = 0;
+    for (uint64_t v = 1; v <= 3 && rc == 0; v++) {
+        emlio_buf_clear(out[v - 1]);
         rc = emlio__wire_encode_welcome_xf(
-            &self->net.welcome3, 3, self->own.name, set->fingerprint,
+            out[v - 1], v, self->own.name, set->fingerprint,
             self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
-            self->adm.sndbuf.effective, inv, set->n, self->own.fields,
-            self->own.n_fields, &caps);
+            self->adm.sndbuf.effective, inv, set->n,
+            v >= 2 ? self->own.fields : NULL, v >= 2 ? self->own.n_fields : 0,
+            &caps);
+    }
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
@@ -398,10 +396,17 @@ emlio_server_load(emlio_server_t *self)
     if (rc < 0)
         return rc;
     rc = s_check_fields(self);
+    if (rc >= 0)
+        rc = emlio__classes_load(&self->core->set, self->own.data_dir,
+                                 &self->own.classes, emlio__srv_shardset_log,
+                                 self);
     if (rc < 0) {
         emlio__shardset_release(&self->core->set);
-        return rc;
+        return rc == EMLIO_ENOMEM
+                   ? emlio__seterr(self->err, rc, "out of memory")
+                   : rc;
     }
+    self->own.n_classes = (size_t)rc;
     const emlio_shardset_t *set = &self->core->set;
     if (set->leased < set->mapped)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",

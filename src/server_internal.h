@@ -140,6 +140,8 @@ typedef struct emlio__srv_own {
     char *name;
     char *curve_secret;
     char *authorized_keys;
+    char **classes; /* label i's name (classes.h); NULL = not known */
+    size_t n_classes;
 } emlio__srv_own_t;
 
 /* Sockets and their addresses (server.c creates them; the frontend thread

@@ -139,7 +139,9 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
     msgpack_packer pk;
     bool with_fields = version >= 2 && n_fields > 0;
     bool with_caps = version >= EMLIO_WIRE_VERSION_XF && caps;
-    size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0);
+    bool with_classes = caps && caps->n_classes;
+    size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0) +
+                  (with_classes ? 1 : 0);
     int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
@@ -148,6 +150,12 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
         failed |= msgpack_pack_uint64(&pk, caps->threads);
         failed |= s_pack_key(&pk, "core_mw");
         failed |= msgpack_pack_uint64(&pk, caps->core_mw);
+    }
+    if (with_classes) {
+        failed |= s_pack_key(&pk, "classes");
+        failed |= msgpack_pack_array(&pk, caps->n_classes);
+        for (size_t i = 0; i < caps->n_classes; i++)
+            failed |= s_pack_cstr(&pk, caps->classes[i]);
     }
     if (with_fields) {
         failed |= s_pack_key(&pk, "fields");
@@ -634,6 +642,30 @@ s_decode_fields(s_reader_t *r, emlio_wire_msg_t *msg)
     return true;
 }
 
+/* WELCOME's class names: 1..EMLIO_WIRE_MAX_CLASSES strings of
+ * 1..EMLIO_WIRE_MAX_NAME bytes (label i's name at i). */
+static bool
+s_decode_classes(s_reader_t *r, emlio_wire_msg_t *msg)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n > EMLIO_WIRE_MAX_CLASSES)
+        return s_fail(r, "too many classes");
+    msg->classes = emlio_calloc(n ? n : 1, sizeof(*msg->classes));
+    if (!msg->classes)
+        return s_fail(r, "out of memory");
+    msg->n_classes = n;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!s_read_str(r, &msg->classes[i].s, &msg->classes[i].len))
+            return false;
+        if (msg->classes[i].len == 0 ||
+            msg->classes[i].len > EMLIO_WIRE_MAX_NAME)
+            return s_fail(r, "bad class name length");
+    }
+    return true;
+}
+
 static bool
 s_decode_items(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
 {
@@ -717,6 +749,7 @@ emlio__wire_msg_release(emlio_wire_msg_t *msg)
     emlio_free(msg->items);
     emlio_free(msg->samples);
     emlio_free(msg->fields);
+    emlio_free(msg->classes);
     memset(msg, 0, sizeof(*msg));
 }
 
@@ -819,6 +852,8 @@ s_decode_key(s_reader_t *r, emlio_wire_msg_t *msg, const char *key, size_t klen,
     }
     if (s_key_is(key, klen, "fields") && !msg->fields)
         return s_decode_fields(r, msg);
+    if (s_key_is(key, klen, "classes") && !msg->classes)
+        return s_decode_classes(r, msg);
     if (s_key_is(key, klen, "items") && !msg->items) {
         *seen |= S_HAS_ITEMS;
         return s_decode_items(r, msg, max_items);

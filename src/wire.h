@@ -113,11 +113,13 @@ typedef struct emlio_wire_msg {
                             milliwatts (0 = unknown) */
     const char *xf_spec; /* GET: transform spec (borrowed); NULL = raw */
     size_t xf_spec_len;
-    uint64_t xf_seed;  /* GET: the RNG seed of the transform */
-    uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
-    bool has_shape;    /* BATCH: a tensor batch (one frame) */
-    uint64_t shape[4]; /* BATCH: samples, height, width, channels */
-    uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
+    uint64_t xf_seed;          /* GET: the RNG seed of the transform */
+    uint64_t xf_epoch;         /* GET: the epoch the batch belongs to */
+    bool has_shape;            /* BATCH: a tensor batch (one frame) */
+    uint64_t shape[4];         /* BATCH: samples, height, width, channels */
+    uint64_t xf_ns;            /* BATCH: CPU ns the daemon spent transforming */
+    emlio_wire_str_t *classes; /* WELCOME: label i's name (optional) */
+    size_t n_classes;
 } emlio_wire_msg_t;
 
 /* What a GET asks to be done to its samples (protocol v3): NULL spec = the
@@ -137,11 +139,16 @@ typedef struct emlio_wire_tensor {
     uint64_t xf_ns; /* CPU ns spent transforming the batch (informative) */
 } emlio_wire_tensor_t;
 
-/* The v3 WELCOME additions (informative for placement). */
+/* WELCOME's optional additions: the v3 transform capabilities
+ * (informative for placement) and the class names (any version). */
 typedef struct emlio_wire_xf_caps {
-    uint64_t threads; /* 0 = this daemon does not transform */
-    uint64_t core_mw; /* power per busy core, milliwatts; 0 = unknown */
+    uint64_t threads;     /* 0 = this daemon does not transform */
+    uint64_t core_mw;     /* power per busy core, milliwatts; 0 = unknown */
+    char *const *classes; /* label i's name; NULL/0 = not known */
+    size_t n_classes;
 } emlio_wire_xf_caps_t;
+
+#define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */
 
 #define EMLIO_WIRE_MSG_INIT \
     {                       \
@@ -188,8 +195,9 @@ int emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
                                  char *const *fields, size_t n_fields);
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);
-/* WELCOME at version >= 3 with the daemon's transform capabilities (caps
- * NULL or a version below 3: as emlio__wire_encode_welcome_v). */
+/* WELCOME with the optional additions of caps: the transform capabilities
+ * at version >= 3, the class names at any version (caps NULL: as
+ * emlio__wire_encode_welcome_v). */
 int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
                                   const char *server_name, const char *dataset,
                                   uint64_t max_batch, uint64_t max_credit,

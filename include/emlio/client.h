@@ -160,6 +160,14 @@ EMLIO_EXPORT const char *emlio_client_shard_name(const emlio_client_t *self,
 EMLIO_EXPORT uint64_t emlio_client_shard_records(const emlio_client_t *self,
                                                  size_t i);
 
+/* The dataset's class names, when the daemons know them (an ImageFolder's
+ * class directories, or the classes.txt `emlio pack` writes next to its
+ * shards): count (0: not known), and the name of label i (borrowed, valid
+ * until destroy; NULL past the count). */
+EMLIO_EXPORT size_t emlio_client_class_count(const emlio_client_t *self);
+EMLIO_EXPORT const char *emlio_client_class_name(const emlio_client_t *self,
+                                                 size_t label);
+
 /* The daemons that hold shard i (indices for emlio_client_daemon_endpoint),
  * count in *n; borrowed, valid until destroy. */
 EMLIO_EXPORT const uint32_t *

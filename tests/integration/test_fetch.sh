@@ -68,6 +68,13 @@ assert j["daemons"] == [sys.argv[3]] and len(j["shard_list"]) == j["shards"]
 ' "$T/inspect.json" "$nshards" "$EP"
 check "inspect tcp:// as text" bash -c \
     "'$EMLIO' inspect '$EP' | grep -qx 'samples: 300'"
+# The class names pack wrote (classes.txt), as the daemon's WELCOME says.
+check "inspect tcp:// names the 3 classes in label order" /usr/bin/python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+want = open(sys.argv[2]).read().split()
+assert j["classes"] == want and len(want) == 3, (j["classes"], want)
+' "$T/inspect.json" "$T/shards/classes.txt"
 
 # Batch sizes that do not divide the dataset, several streams, fixed window.
 "$EMLIO" fetch --connect "$EP" --batch 7 --streams 4 --inflight 3 --verify \

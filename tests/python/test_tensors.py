@@ -121,6 +121,16 @@ class TensorCase(_support.DatasetCase):
         same = sum(a[k] == b[k] for k in a)
         self.assertLessEqual(same, len(a) // 20)
 
+    def test_class_names_from_the_daemon(self):
+        ld = emlio.Loader(self.endpoint, batch_size=4)
+        try:
+            want = open(os.path.join(self.shards,
+                                     "classes.txt")).read().split()
+            self.assertEqual(len(want), self.CLASSES)
+            self.assertEqual(ld.classes, want)
+        finally:
+            ld.close()
+
     def test_argument_errors(self):
         with self.assertRaises(emlio.InvalidArgumentError) as e:
             emlio.Loader(self.endpoint, batch_size=4, transform="rotate(3)")

@@ -274,6 +274,27 @@ s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
 
 /* What running daemons serve: the inventory a client receives in WELCOME,
  * through the public client API. Returns the exit status. */
+/* Ends the fields line and prints the class names the daemons sent (in
+ * label order), or that they sent none. */
+static void
+s_print_classes(const emlio_client_t *c, bool json)
+{
+    size_t nc = emlio_client_class_count(c);
+    fputs(json ? "], \"classes\": [" : "\nclasses: ", stdout);
+    if (!nc && !json)
+        fputs("(not known to the daemons)", stdout);
+    for (size_t i = 0; i < nc; i++) {
+        const char *name = emlio_client_class_name(c, i);
+        if (json)
+            s_json_string(name, strlen(name));
+        else
+            printf("%zu=%s", i, name);
+        if (i + 1 < nc)
+            fputs(json ? ", " : " ", stdout);
+    }
+    fputs(json ? "]" : "\n", stdout);
+}
+
 static int
 s_inspect_daemons(const char *endpoints, bool json)
 {
@@ -319,7 +340,8 @@ s_inspect_daemons(const char *endpoints, bool json)
         if (f + 1 < nf)
             fputs(", ", stdout);
     }
-    fputs(json ? "], \"shard_list\": [" : "\n", stdout);
+    s_print_classes(c, json);
+    fputs(json ? ", \"shard_list\": [" : "", stdout);
     for (size_t i = 0; i < n; i++) {
         const char *name = emlio_client_shard_name(c, i);
         size_t nh;

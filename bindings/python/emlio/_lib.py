@@ -248,6 +248,8 @@ def _declare(lib):
     fn("emlio_client_destroy", None, _c_void_pp)
     fn("emlio_client_connect", ctypes.c_int, vp, ctypes.c_char_p)
     fn("emlio_client_shard_count", ctypes.c_size_t, vp)
+    fn("emlio_client_class_count", ctypes.c_size_t, vp)
+    fn("emlio_client_class_name", ctypes.c_char_p, vp, ctypes.c_size_t)
     fn("emlio_client_shard_name", ctypes.c_char_p, vp, ctypes.c_size_t)
     fn("emlio_client_shard_records", ctypes.c_uint64, vp, ctypes.c_size_t)
     fn("emlio_client_begin_epoch", ctypes.c_int, vp, ctypes.c_uint64)

@@ -694,6 +694,13 @@ class Loader:
             self.shard_records = [
                 _C.emlio_client_shard_records(self._client, i)
                 for i in range(n)]
+            # Class names in label order, when the daemons know them (an
+            # ImageFolder's directories, or the classes.txt of emlio pack);
+            # None otherwise.
+            nc = _C.emlio_client_class_count(self._client)
+            self.classes = [
+                _C.emlio_client_class_name(self._client, i).decode(
+                    "utf-8", "replace") for i in range(nc)] or None
             # Fields the daemons serve (protocol v2; [""] = one unnamed
             # field), and those asked for by fields= (all by default).
             self.field_names = [
