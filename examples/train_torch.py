@@ -19,10 +19,10 @@ making channel c % 3 dominant, on top of random gradients, stripes and
 noise. With up to 3 classes the classes are visually distinct (a colour
 cast) and the network learns them in a few dozen steps; with more classes,
 classes c and c + 3 look alike and the loss falls only to the level of
-that ambiguity. `emlio pack` writes records sorted by class unless given
---seed; with sorted shards a window-shuffled batch holds mostly one or two
-classes and the loss jumps from batch to batch, so pack with --seed (as
-above) for a smooth curve. --repeat K trains on the first K batches of
+that ambiguity. `emlio pack` shuffles the records by default (seed 0, or
+--seed as above; --no-shuffle sorts them by class, and then a batch from a
+few-shard window holds mostly one or two classes and the loss jumps from
+batch to batch). --repeat K trains on the first K batches of
 epoch 0 over and over (memorization), which makes the loss fall on any
 data.
 """

@@ -42,8 +42,8 @@ s_read_file(const char *dir, char **text, emlio_shardset_log_fn *log,
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
         st.st_size > (off_t)EMLIO__CLASSES_MAX_FILE) {
         snprintf(msg, sizeof(msg),
-                 "ignoring '%s': not a regular file of at most %u bytes",
-                 path, EMLIO__CLASSES_MAX_FILE);
+                 "ignoring '%s': not a regular file of at most %u bytes", path,
+                 EMLIO__CLASSES_MAX_FILE);
         log(userdata, msg);
         close(fd);
         return -1;
@@ -67,8 +67,8 @@ s_read_file(const char *dir, char **text, emlio_shardset_log_fn *log,
  * Returns the count, 0 (an empty or NUL-holding name: logged), or
  * EMLIO_ENOMEM. */
 static int
-s_split(const char *dir, char *text, char ***names,
-        emlio_shardset_log_fn *log, void *userdata)
+s_split(const char *dir, char *text, char ***names, emlio_shardset_log_fn *log,
+        void *userdata)
 {
     size_t n = 0, cap = 0;
     char **v = NULL;
@@ -145,8 +145,8 @@ s_from_shards(const emlio_shardset_t *set, char ***names)
 }
 
 int
-emlio__classes_load(const emlio_shardset_t *set, const char *dir,
-                    char ***names, emlio_shardset_log_fn *log, void *userdata)
+emlio__classes_load(const emlio_shardset_t *set, const char *dir, char ***names,
+                    emlio_shardset_log_fn *log, void *userdata)
 {
     *names = NULL;
     char *text = NULL;

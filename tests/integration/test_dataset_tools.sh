@@ -221,11 +221,15 @@ want = []
 for c, cls in enumerate(classes):
     for f in sorted(os.listdir(os.path.join(src, cls))):
         want.append((c, open(os.path.join(src, cls, f), "rb").read()))
-assert [r[0] for r in records] == [w[0] for w in want], "labels/order"
-assert records == want, "image bytes"
+# pack shuffles by default (seed 0, recorded in pack.txt): every image
+# once with its label, in another order than the classes'.
+assert sorted(records) == sorted(want), "labels and image bytes"
+assert [r[0] for r in records] != [w[0] for w in want], "not shuffled"
 EOF
 }
 check "shards read back by an independent reader" s_python_read
+check "pack.txt records the shuffle and its seed" \
+    bash -c "grep -qx 'order shuffled' '$T/dst/pack.txt' && grep -qx 'seed 0' '$T/dst/pack.txt'"
 
 capture "$EMLIO" pack "$T/src" "$T/dst" --shard-bytes 300K
 check "pack refuses a DST that already holds shards" \

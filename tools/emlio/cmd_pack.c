@@ -43,7 +43,7 @@ typedef struct pack {
     const char *label_key;
     uint64_t shard_bytes;
     uint64_t seed;
-    bool shuffle;
+    bool no_shuffle; /* --no-shuffle: class order, as emliod lists SRC */
     bool quiet;
     bool force; /* replace the <prefix>-* shards of an earlier run */
 
@@ -71,9 +71,10 @@ s_usage(FILE *out, const opt_t *const *tables)
         ".jpg/.jpeg are skipped; a .jpg/.jpeg file that is not a JPEG\n"
         "image is an error.\n"
         "\n"
-        "Record order: by class, then by path inside the class (the order\n"
-        "emliod serves), unless --seed shuffles it (Fisher-Yates\n"
-        "with the seed, so the same seed gives the same shards).\n"
+        "Record order: shuffled (Fisher-Yates with --seed, 0 by default,\n"
+        "so the same seed gives the same shards), which mixes the classes\n"
+        "in every shard; --no-shuffle keeps the order emliod lists SRC in\n"
+        "(by class, then by path). DST/pack.txt records which.\n"
         "Each shard is written under a temporary name, re-read and\n"
         "checked, renamed into place, and given a DALI index <shard>.idx.\n"
         "\n"
@@ -182,7 +183,7 @@ s_scan_tree(pack_t *self)
     for (size_t c = 0; c < n_classes; c++)
         if (s_list_class(self, c))
             return 1;
-    if (self->shuffle) {
+    if (!self->no_shuffle) {
         uint64_t st_rng = self->seed;
         for (size_t i = self->n_items; i > 1; i--) {
             size_t j = (size_t)dataset_rand_below(&st_rng, i);
@@ -203,7 +204,7 @@ s_replaced(const char *name, const char *prefix)
                                         ".tar.idx" };
     size_t plen = strlen(prefix);
     size_t len = strlen(name);
-    if (!strcmp(name, "classes.txt"))
+    if (!strcmp(name, "classes.txt") || !strcmp(name, "pack.txt"))
         return true;
     if (strncmp(name, prefix, plen) || name[plen] != '-')
         return false;
@@ -421,6 +422,27 @@ out:
     return status;
 }
 
+/* DST/pack.txt: how the records were ordered, so a dataset says whether
+ * (and with which seed) it was shuffled. */
+static int
+s_write_order(const pack_t *self)
+{
+    char ebuf[128];
+    char text[128];
+    int n = self->no_shuffle
+                ? snprintf(text, sizeof(text), "order class\n")
+                : snprintf(text, sizeof(text),
+                           "order shuffled\nseed %" PRIu64 "\n", self->seed);
+    char *path = dataset_path_join(self->dst, "pack.txt");
+    int rc =
+        path ? dataset_write_file_atomic(path, text, (size_t)n) : EMLIO_ENOMEM;
+    if (rc < 0)
+        dataset_error(CMD, "cannot write '%s': %s", path ? path : "pack.txt",
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+    free(path);
+    return rc < 0 ? 1 : 0;
+}
+
 static int
 s_write_classes(const pack_t *self)
 {
@@ -482,6 +504,8 @@ s_run(pack_t *self)
     }
     if (status == 0)
         status = s_write_classes(self);
+    if (status == 0)
+        status = s_write_order(self);
     double dt = dataset_now() - t0;
     if (status == 0 && !self->quiet) {
         printf("packed %" PRIu64 " records from %zu classes in '%s' into %zu "
@@ -533,7 +557,9 @@ cmd_pack(int argc, char **argv)
         OPT("label-key", 0, OPT_STR, &self.label_key, "K",
             "feature key of the label\n(default image/class/label)"),
         OPT("seed", 0, OPT_U64, &self.seed, "S",
-            "shuffle the records with seed S", .seen = &self.shuffle),
+            "shuffle the records with seed S (default 0)"),
+        OPT("no-shuffle", 0, OPT_FLAG, &self.no_shuffle, NULL,
+            "keep the records in class order"),
         OPT("prefix", 0, OPT_STR, &self.prefix, "P",
             "shard file name prefix (default train)"),
         OPT("quiet", 0, OPT_FLAG, &self.quiet, NULL, "print no summary"),
