@@ -503,6 +503,34 @@ s_load_all(emlio_shardset_t *self, const char *dir, const struct stat *root,
     return rc < 0 ? rc : 0;
 }
 
+/* Describes what the walk found that --format leaves out ("12 *.tar
+ * shards", "4 subdirectories"), so that a wrong --format names what is
+ * there; "" when nothing is left out. */
+static void
+s_left_out(const char *dir, const emlio__names_t *found, const bool *want,
+           char *out, size_t len)
+{
+    for (size_t k = 0; emlio__formats[k]; k++) {
+        if (want[k] || !found[k].n || !emlio__formats[k]->suffix)
+            continue;
+        size_t used = strlen(out);
+        snprintf(out + used, len - used, "%s%zu *%s shards", used ? ", " : "",
+                 found[k].n, emlio__formats[k]->suffix);
+    }
+    bool tree_wanted = false;
+    for (size_t k = 0; emlio__formats[k]; k++)
+        tree_wanted |= want[k] && !emlio__formats[k]->suffix;
+    DIR *d = tree_wanted || out[0] ? NULL : opendir(dir);
+    size_t subdirs = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        subdirs += e->d_type == DT_DIR && e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    if (subdirs)
+        snprintf(out, len, "%zu subdirectories (an ImageFolder tree?)",
+                 subdirs);
+}
+
 int
 emlio__shardset_load(emlio_shardset_t *self, const char *dir,
                      const emlio_shardset_opts_t *opts,
@@ -524,6 +552,8 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
     emlio__names_t found[S_MAX_FORMATS];
     memset(found, 0, sizeof(found));
     rc = s_walk(dir, "", 0, found, errbuf);
+    char there[256] = ""; /* what --format left out, for the error */
+    s_left_out(dir, found, want, there, sizeof(there));
     for (size_t k = 0; emlio__formats[k]; k++)
         if (!want[k])
             emlio__names_release(&found[k]);
@@ -534,6 +564,13 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
                         errbuf);
     if (rc >= 0 && self->n == 0)
         rc = s_check_found(dir, found, 0, opts, errbuf);
+    if (rc == EMLIO_ENOTFOUND && self->n == 0 && there[0]) {
+        size_t used = strlen(errbuf);
+        snprintf(errbuf + used, EMLIO_ERRMSG_LEN - used,
+                 " with --format %s; it holds %s: choose that format, or "
+                 "auto",
+                 opts->format, there);
+    }
     if (rc >= 0) {
         /* One order whatever the formats: by name, as the planner expects. */
         qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);

@@ -94,4 +94,13 @@ check "index: the failure names the index" \
     grep -q "cannot write index '$T/ro/train-00000.tar.idx'" "$T/ro.err"
 check "index: the failure is counted" grep -q "; 1 failed" "$T/ro.out"
 check "index: the other shard is still indexed" test -f "$T/ro/train-00001.tar.idx"
+# A --format that leaves out what is there says what is there.
+"$EMLIOD" --data "$T/img" --bind 'tcp://127.0.0.1:*' --format tfrecord \
+    >/dev/null 2>"$T/wrongfmt.err"
+check "--format tfrecord on an ImageFolder fails" test $? -ne 0
+check "... naming its subdirectories" grep -q "it holds .* subdirectories" "$T/wrongfmt.err"
+"$EMLIOD" --data "$T/wds" --bind 'tcp://127.0.0.1:*' --format tfrecord \
+    >/dev/null 2>"$T/wrongfmt2.err"
+check "--format tfrecord on tar shards names them" \
+    grep -q "it holds [0-9]* \*.tar shards" "$T/wrongfmt2.err"
 finish
