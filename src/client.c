@@ -146,6 +146,18 @@ emlio_batch_field(const emlio_batch_t *b, size_t i, size_t field,
     return 0;
 }
 
+uint64_t
+emlio_client_shard_bytes(const emlio_client_t *self, size_t i)
+{
+    return i < self->inv.n_shards ? self->inv.shards[i].bytes : 0;
+}
+
+const char *
+emlio_client_format(const emlio_client_t *self)
+{
+    return self->inv.format;
+}
+
 size_t
 emlio_client_class_count(const emlio_client_t *self)
 {

@@ -46,6 +46,7 @@ emlio__client_disconnect(emlio_client_t *self)
     emlio_free(self->inv.classes);
     self->inv.classes = NULL;
     self->inv.n_classes = 0;
+    self->inv.format[0] = '\0';
     emlio_free(self->conn.daemons);
     emlio_free(self->conn.poll);
     emlio_free(self->conn.poll_daemon);
@@ -484,6 +485,11 @@ static int
 s_take_classes(emlio_client_t *self, const emlio__cdaemon_t *daemon,
                const emlio_wire_msg_t *msg)
 {
+    if (msg->format && !self->inv.format[0] &&
+        msg->format_len < sizeof(self->inv.format)) {
+        memcpy(self->inv.format, msg->format, msg->format_len);
+        self->inv.format[msg->format_len] = '\0';
+    }
     if (!msg->n_classes)
         return 0;
     if (self->inv.n_classes) {

@@ -115,6 +115,7 @@ typedef struct emlio__inventory {
     char dataset[17]; /* fingerprint over all daemons' datasets */
     char **classes;   /* label i's name, from WELCOME; NULL = not known */
     size_t n_classes;
+    char format[16]; /* the first daemon's dataset format; "" = not said */
 } emlio__inventory_t;
 
 /* ---- the epoch (client_epoch.c) ----------------------------------------- */

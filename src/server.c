@@ -249,6 +249,17 @@ emlio__srv_shardset_log(void *userdata, const char *msg)
 /* Encodes the WELCOME once, when both the inventory (load) and the
  * connections' send buffer (bind) are known; every client gets these
  * bytes. */
+/* The one format of the shards, or "mixed" (--mixed-formats). */
+static const char *
+s_format_name(const emlio_shardset_t *set)
+{
+    const char *name = set->n ? set->shards[0].ops->name : NULL;
+    for (size_t i = 1; i < set->n; i++)
+        if (set->shards[i].ops != set->shards[0].ops)
+            return "mixed";
+    return name;
+}
+
 static int
 s_encode_welcome(emlio_server_t *self)
 {
@@ -267,7 +278,8 @@ s_encode_welcome(emlio_server_t *self)
     emlio_wire_xf_caps_t caps = { self->xf.threads,
                                   self->cfg.core_mw ? self->cfg.core_mw
                                                     : S_DEFAULT_CORE_MW,
-                                  self->own.classes, self->own.n_classes };
+                                  self->own.classes, self->own.n_classes,
+                                  s_format_name(set) };
     emlio_buf_t *out[3] = { &self->net.welcome, &self->net.welcome2,
                             &self->net.welcome3 };
     int rc = 0;

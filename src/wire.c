@@ -140,8 +140,9 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
     bool with_fields = version >= 2 && n_fields > 0;
     bool with_caps = version >= EMLIO_WIRE_VERSION_XF && caps;
     bool with_classes = caps && caps->n_classes;
+    bool with_format = caps && caps->format;
     size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0) +
-                  (with_classes ? 1 : 0);
+                  (with_classes ? 1 : 0) + (with_format ? 1 : 0);
     int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
@@ -150,6 +151,10 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
         failed |= msgpack_pack_uint64(&pk, caps->threads);
         failed |= s_pack_key(&pk, "core_mw");
         failed |= msgpack_pack_uint64(&pk, caps->core_mw);
+    }
+    if (with_format) {
+        failed |= s_pack_key(&pk, "format");
+        failed |= s_pack_cstr(&pk, caps->format);
     }
     if (with_classes) {
         failed |= s_pack_key(&pk, "classes");
@@ -837,6 +842,8 @@ s_decode_key(s_reader_t *r, emlio_wire_msg_t *msg, const char *key, size_t klen,
     }
     if (s_key_is(key, klen, "msg"))
         return s_read_str(r, &msg->text, &msg->text_len);
+    if (s_key_is(key, klen, "format"))
+        return s_read_str(r, &msg->format, &msg->format_len);
     if (s_key_is(key, klen, "transform")) {
         if (!s_read_str(r, &msg->xf_spec, &msg->xf_spec_len))
             return false;

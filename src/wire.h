@@ -120,6 +120,8 @@ typedef struct emlio_wire_msg {
     uint64_t xf_ns;            /* BATCH: CPU ns the daemon spent transforming */
     emlio_wire_str_t *classes; /* WELCOME: label i's name (optional) */
     size_t n_classes;
+    const char *format; /* WELCOME: the dataset's format (borrowed) */
+    size_t format_len;
 } emlio_wire_msg_t;
 
 /* What a GET asks to be done to its samples (protocol v3): NULL spec = the
@@ -146,6 +148,8 @@ typedef struct emlio_wire_xf_caps {
     uint64_t core_mw;     /* power per busy core, milliwatts; 0 = unknown */
     char *const *classes; /* label i's name; NULL/0 = not known */
     size_t n_classes;
+    const char *format; /* "tfrecord", "tar", "imagefolder" or "mixed";
+                           NULL = not said */
 } emlio_wire_xf_caps_t;
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */

@@ -160,6 +160,14 @@ EMLIO_EXPORT const char *emlio_client_shard_name(const emlio_client_t *self,
 EMLIO_EXPORT uint64_t emlio_client_shard_records(const emlio_client_t *self,
                                                  size_t i);
 
+/* Bytes of shard i as its daemon reports them (file size; the files of an
+ * ImageFolder class), and the dataset's format as the first daemon names
+ * it ("tfrecord", "tar", "imagefolder", "mixed"; "" from daemons that do
+ * not say). */
+EMLIO_EXPORT uint64_t emlio_client_shard_bytes(const emlio_client_t *self,
+                                               size_t i);
+EMLIO_EXPORT const char *emlio_client_format(const emlio_client_t *self);
+
 /* The dataset's class names, when the daemons know them (an ImageFolder's
  * class directories, or the classes.txt `emlio pack` writes next to its
  * shards): count (0: not known), and the name of label i (borrowed, valid

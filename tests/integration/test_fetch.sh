@@ -74,6 +74,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 want = open(sys.argv[2]).read().split()
 assert j["classes"] == want and len(want) == 3, (j["classes"], want)
+assert j["format"] == "tfrecord", j["format"]
+assert j["bytes"] == sum(s["bytes"] for s in j["shard_list"]) > 0
 ' "$T/inspect.json" "$T/shards/classes.txt"
 
 # Batch sizes that do not divide the dataset, several streams, fixed window.

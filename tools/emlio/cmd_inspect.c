@@ -313,9 +313,12 @@ s_inspect_daemons(const char *endpoints, bool json)
     if (!c)
         goto out;
     size_t n = emlio_client_shard_count(c);
-    uint64_t samples = 0;
-    for (size_t i = 0; i < n; i++)
+    uint64_t samples = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++) {
         samples += emlio_client_shard_records(c, i);
+        bytes += emlio_client_shard_bytes(c, i);
+    }
+    const char *format = emlio_client_format(c);
     size_t nd = emlio_client_daemon_count(c);
     size_t nf = emlio_client_field_count(c);
     fputs(json ? "{\"daemons\": [" : "daemons: ", stdout);
@@ -328,9 +331,17 @@ s_inspect_daemons(const char *endpoints, bool json)
         if (d + 1 < nd)
             fputs(", ", stdout);
     }
-    printf(json ? "], \"shards\": %zu, \"samples\": %" PRIu64 ", \"fields\": ["
-                : "\nshards: %zu\nsamples: %" PRIu64 "\nfields: ",
-           n, samples);
+    if (json) {
+        fputs("], \"format\": ", stdout);
+        s_json_string(format, strlen(format));
+    } else {
+        printf("\nformat: %s", *format ? format : "(not said)");
+    }
+    printf(json ? ", \"shards\": %zu, \"samples\": %" PRIu64
+                  ", \"bytes\": %" PRIu64 ", \"fields\": ["
+                : "\nshards: %zu\nsamples: %" PRIu64 "\nbytes: %" PRIu64
+                  "\nfields: ",
+           n, samples, bytes);
     for (size_t f = 0; f < nf; f++) {
         const char *name = emlio_client_field_name(c, f);
         if (json)
@@ -349,11 +360,14 @@ s_inspect_daemons(const char *endpoints, bool json)
         if (json) {
             printf("%s{\"name\": ", i ? ", " : "");
             s_json_string(name, strlen(name));
-            printf(", \"records\": %" PRIu64 ", \"holders\": %zu}",
-                   emlio_client_shard_records(c, i), nh);
-        } else {
-            printf("  %s  %" PRIu64 " records%s\n", name,
+            printf(", \"records\": %" PRIu64 ", \"bytes\": %" PRIu64
+                   ", \"holders\": %zu}",
                    emlio_client_shard_records(c, i),
+                   emlio_client_shard_bytes(c, i), nh);
+        } else {
+            printf("  %s  %" PRIu64 " records  %" PRIu64 " bytes%s\n", name,
+                   emlio_client_shard_records(c, i),
+                   emlio_client_shard_bytes(c, i),
                    nh > 1 ? "  (replicated)" : "");
         }
     }
