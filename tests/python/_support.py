@@ -45,7 +45,10 @@ def make_dataset(root, samples=300, classes=3, nbytes="8K",
     shards = os.path.join(root, "shards")
     run(EMLIO, "synth", img, "--samples", str(samples), "--classes",
         str(classes), "--bytes", str(nbytes), "--seed", str(seed), "--quiet")
-    extra = [] if pack_seed is None else ["--seed", str(pack_seed)]
+    # pack shuffles by default; without pack_seed keep the class order the
+    # returned list describes.
+    extra = (["--no-shuffle"] if pack_seed is None
+             else ["--seed", str(pack_seed)])
     run(EMLIO, "pack", img, shards, "--shard-bytes", str(shard_bytes),
         "--quiet", *extra)
     files = []

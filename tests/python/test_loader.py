@@ -155,11 +155,27 @@ class LoaderTest(DatasetCase):
         elapsed = time.monotonic() - t0
         self.assertLess(elapsed, 5.0)
         err = cm.exception
+        # Nothing listens: refused at once (ECONNREFUSED), naming it.
+        self.assertIsInstance(err, OSError)
+        self.assertEqual(err.code, -111)
+        self.assertIn("refused", str(err))
+        self.assertIn(ep, str(err))
+        self.assertIn(ep, err.errmsg)
+        # Something listens but never answers: the connect timeout.
+        quiet = socket.socket()
+        quiet.bind(("127.0.0.1", 0))
+        quiet.listen(4)
+        ep = "tcp://127.0.0.1:%d" % quiet.getsockname()[1]
+        try:
+            with self.assertRaises(emlio.EmlioError) as cm:
+                emlio.Loader(ep, 8, connect_timeout_ms=300)
+        finally:
+            quiet.close()
+        err = cm.exception
         self.assertIsInstance(err, emlio.EmlioTimeoutError)
         self.assertIsInstance(err, TimeoutError)
         self.assertEqual(err.code, -1006)
         self.assertIn(ep, str(err))
-        self.assertIn(ep, err.errmsg)
 
     def test_bad_arguments(self):
         with self.assertRaises(emlio.InvalidArgumentError):

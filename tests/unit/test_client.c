@@ -4,6 +4,11 @@
  */
 #include "emlio_test.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "buf.h"
 #include "emlio/example.h"
 #include "tfrecord.h"
@@ -284,6 +289,24 @@ test_client_resume_state_delivers_the_rest(void **state)
     emlio_client_destroy(&d);
 }
 
+/* A TCP socket that listens and never says a word: the kernel completes
+ * connects (backlog), ZeroMQ's handshake never does. Its endpoint in ep;
+ * returns the fd to close. */
+static int
+s_silent_listener(char *ep, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    snprintf(ep, len, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
 static void
 test_client_misuse_and_bad_endpoints(void **state)
 {
@@ -295,9 +318,18 @@ test_client_misuse_and_bad_endpoints(void **state)
     emlio_batch_t *b;
     assert_int_equal(emlio_client_begin_epoch(c, 0), EMLIO_EINVAL);
     assert_int_equal(emlio_client_next(c, &b), EMLIO_EINVAL);
+    /* Nothing listens: refused at once, naming the endpoint. */
     assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1"),
-                     EMLIO_ETIMEDOUT);
+                     -ECONNREFUSED);
     assert_non_null(strstr(emlio_client_errmsg(c), "tcp://127.0.0.1:1"));
+    emlio_client_destroy(&c);
+    /* Something listens but never answers: the connect timeout. */
+    char silent[64];
+    int lfd = s_silent_listener(silent, sizeof(silent));
+    c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, silent), EMLIO_ETIMEDOUT);
+    assert_non_null(strstr(emlio_client_errmsg(c), silent));
+    close(lfd);
     emlio_client_destroy(&c);
     c = emlio_client_new(f->ctx, &cfg);
     assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1,,x"),
@@ -322,7 +354,7 @@ test_client_connect_can_be_retried(void **state)
     cfg.connect_timeout_ms = 200;
     emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
     assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1"),
-                     EMLIO_ETIMEDOUT);
+                     -ECONNREFUSED);
     assert_int_equal(emlio_client_shard_count(c), 0);
     assert_int_equal(emlio_client_daemon_count(c), 0);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
