@@ -238,7 +238,8 @@ def setUpModule():
     out = os.path.join(FX.tmp, "out")
     run_tool("synth", src, "--samples", "100", "--classes", "3",
              "--bytes", "8000", "--quiet")
-    run_tool("pack", src, out, "--shard-bytes", "300K", "--quiet")
+    run_tool("pack", src, out, "--shard-bytes", "300K", "--quiet",
+             "--no-shuffle")
     # pack's order: classes = sorted subdirectories (label = position), then
     # sorted file names inside each class.
     classes = sorted((d for d in os.listdir(src)
