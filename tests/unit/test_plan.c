@@ -905,8 +905,10 @@ test_plan_default_mixes_like_uniform_shuffle(void **state)
     inv_release(&tfrec);
 }
 
-/* Pins the specified algorithm (docs/planner.md): another implementation
- * that follows the document must reproduce these sequences. */
+/* Pins the specified algorithm (docs/planner.md, plan version 2): another
+ * implementation that follows the document must reproduce these
+ * sequences. Windows of 2 shards for epochs 0 and 1, then the default of
+ * one window. */
 static void
 test_plan_golden_vector(void **state)
 {
@@ -918,18 +920,26 @@ test_plan_golden_vector(void **state)
         { .name = "d", .records = 2, .holders = &h, .n_holders = 1 },
         { .name = "b", .records = 3, .holders = &h, .n_holders = 1 },
     };
-    static const char *const want[2] = {
-        "c4 b1 b2 c2 c1 c3 b0 c0 a3 d1 a2 a1 d0 a0 ",
-        "a2 d1 d0 a3 a0 a1 b1 c0 c2 c3 b0 b2 c4 c1 ",
+
+    static const struct {
+        uint64_t epoch;
+        uint32_t window;
+        const char *want;
+    } cases[] = {
+        { 0, 2, "c1 c4 c0 c2 b2 c3 b1 b0 a2 a0 a3 d1 a1 d0 " },
+        { 1, 2, "a0 a2 a3 a1 d1 d0 b2 b0 c4 c2 c3 c0 c1 b1 " },
+        { 0, 0, "c1 d0 a1 c4 c2 a3 b1 b2 c0 b0 a2 a0 c3 d1 " },
     };
+
+    assert_int_equal(EMLIO_PLAN_VERSION, 2);
     emlio_plan_params_t p;
     emlio_plan_params_init(&p);
     p.batch_size = 14;
     p.seed = 1;
-    p.window_shards = 2;
     emlio_plan_t *plan = emlio_plan_new();
-    for (uint64_t e = 0; e < 2; e++) {
-        p.epoch = e;
+    for (size_t c = 0; c < EMLIO_ARRAY_SIZE(cases); c++) {
+        p.epoch = cases[c].epoch;
+        p.window_shards = cases[c].window;
         assert_int_equal(emlio_plan_build(plan, shards, 4, &p), 0);
         size_t n;
         const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
@@ -940,7 +950,7 @@ test_plan_golden_vector(void **state)
             len +=
                 (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64 " ",
                                  shards[s[i].shard].name, s[i].record);
-        assert_string_equal(got, want[e]);
+        assert_string_equal(got, cases[c].want);
     }
     emlio_plan_destroy(&plan);
 }
