@@ -64,14 +64,14 @@ struct emlio_plan {
     char err[EMLIO_ERRMSG_LEN];
 };
 
-/* One distinct shard name after replicas are merged. */
+/* One distinct shard name after replicas are merged, while building. Its
+ * record count, caller index and daemon go straight into the plan's slot
+ * of the same index (start holds the record count until s_order_shards),
+ * so that a build of a million shards needs 48 bytes a shard at most. */
 struct s_shard {
-    size_t first;     /* start of its run in the name-sorted entries */
-    size_t count;     /* caller entries that carry this name */
-    uint64_t records; /* equal in every entry, or the build fails */
-    uint64_t weight;  /* what holder balancing counts: bytes or records */
-    uint32_t caller;  /* the caller's index reported in samples */
-    uint32_t daemon;  /* the holder chosen to read it */
+    uint32_t first;  /* start of its run in the name-sorted entries */
+    uint32_t count;  /* caller entries that carry this name */
+    uint64_t weight; /* what holder balancing counts: bytes or records */
 };
 
 /* A caller entry with its name, so qsort needs no context pointer. */
@@ -91,8 +91,8 @@ struct s_build {
     const emlio_plan_shard_t *shards;
     struct s_named *named; /* caller entries sorted by name, then index */
     struct s_shard *uniq;  /* distinct names in name order */
+    struct s_slot *slots;  /* the plan's slots, one per uniq entry */
     size_t n_uniq;
-    uint32_t *perm; /* uniq indices in this epoch's order */
 };
 
 /* xoshiro256** (Blackman and Vigna, 2018), chosen because it is small,
@@ -272,7 +272,6 @@ s_build_release(struct s_build *b)
 {
     emlio_free(b->named);
     emlio_free(b->uniq);
-    emlio_free(b->perm);
 }
 
 static int
@@ -314,6 +313,17 @@ static int
 s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
 {
     const emlio_plan_shard_t *shards = b->shards;
+    /* Reused across builds: fresh pages are dear, and the client plans
+     * every epoch into the same two plans. */
+    if (n > self->slots_cap) {
+        struct s_slot *grown =
+            emlio_reallocarray(self->slots, n, sizeof(*grown));
+        if (!grown)
+            return s_nomem(self, "the shard order");
+        self->slots = grown;
+        self->slots_cap = n;
+    }
+    b->slots = self->slots;
     b->uniq = emlio_reallocarray(NULL, n, sizeof(*b->uniq));
     if (!b->uniq)
         return s_nomem(self, "the shard table");
@@ -337,10 +347,10 @@ s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
                                  "shard '%s' has conflicting record counts: "
                                  "%" PRIu64 " and %" PRIu64,
                                  s->name, lo, hi);
+        b->slots[b->n_uniq].start = lo;
         struct s_shard *u = &b->uniq[b->n_uniq++];
-        u->first = i;
-        u->count = j - i;
-        u->records = lo;
+        u->first = (uint32_t)i;
+        u->count = (uint32_t)(j - i);
         u->weight = bytes;
         /* Saturate: the sum only ranks daemons against each other. */
         total_bytes =
@@ -350,7 +360,7 @@ s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
     /* Without sizes, balance holders by record count instead. */
     if (total_bytes == 0)
         for (size_t k = 0; k < b->n_uniq; k++)
-            b->uniq[k].weight = b->uniq[k].records;
+            b->uniq[k].weight = b->slots[k].start;
     return 0;
 }
 
@@ -359,7 +369,7 @@ static bool
 s_replicated(const struct s_build *b, const struct s_shard *u)
 {
     uint32_t d0 = b->shards[b->named[u->first].index].holders[0];
-    for (size_t e = u->first; e < u->first + u->count; e++) {
+    for (size_t e = u->first; e < (size_t)u->first + u->count; e++) {
         const emlio_plan_shard_t *s = &b->shards[b->named[e].index];
         for (uint32_t h = 0; h < s->n_holders; h++)
             if (s->holders[h] != d0)
@@ -376,13 +386,11 @@ s_daemon_slot(const uint32_t *ids, size_t n, uint32_t daemon)
     return (size_t)(p - ids);
 }
 
-/* Chooses one holder per shard. Single-holder shards fix a base load on
- * their daemon; replicated shards then go, heaviest first, to the least
- * loaded of their holders (ties to the lowest daemon index). The choice
- * does not depend on the epoch, so each daemon keeps reading the same
- * files and its page cache stays useful from one epoch to the next. */
-static int
-s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
+/* The distinct daemon indices of the inventory, sorted, into *ids_out.
+ * Returns their number, or < 0. */
+static int64_t
+s_daemon_ids(emlio_plan_t *self, const struct s_build *b, size_t n,
+             uint32_t **ids_out)
 {
     const emlio_plan_shard_t *shards = b->shards;
     size_t n_ids = 0;
@@ -392,13 +400,8 @@ s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
         n_ids += shards[i].n_holders;
     }
     uint32_t *ids = emlio_reallocarray(NULL, n_ids, sizeof(*ids));
-    uint64_t *load = emlio_calloc(n_ids, sizeof(*load));
-    struct s_weighted *rep = emlio_reallocarray(NULL, b->n_uniq, sizeof(*rep));
-    int rc = 0;
-    if (!ids || !load || !rep) {
-        rc = s_nomem(self, "the holder table");
-        goto out;
-    }
+    if (!ids)
+        return s_nomem(self, "the holder table");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         for (uint32_t h = 0; h < shards[i].n_holders; h++)
@@ -408,32 +411,73 @@ s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
     for (size_t i = 0; i < n_ids; i++)
         if (n_daemons == 0 || ids[n_daemons - 1] != ids[i])
             ids[n_daemons++] = ids[i];
+    *ids_out = ids;
+    return (int64_t)n_daemons;
+}
 
+static void
+s_add_load(uint64_t *load, uint64_t weight)
+{
+    /* Saturate: loads only rank daemons against each other. */
+    *load = weight > UINT64_MAX - *load ? UINT64_MAX : *load + weight;
+}
+
+/* Chooses one holder per shard. Single-holder shards fix a base load on
+ * their daemon; replicated shards then go, heaviest first, to the least
+ * loaded of their holders (ties to the lowest daemon index). The choice
+ * does not depend on the epoch, so each daemon keeps reading the same
+ * files and its page cache stays useful from one epoch to the next.
+ * Tables are sized by daemons and replicated shards, not by entries: at
+ * a million shards the build's transient memory is what a plan costs. */
+static int
+s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
+{
+    const emlio_plan_shard_t *shards = b->shards;
+    uint32_t *ids = NULL;
+    int64_t got = s_daemon_ids(self, b, n, &ids);
+    if (got < 0)
+        return (int)got;
+    size_t n_daemons = (size_t)got;
+    uint64_t *load = emlio_calloc(n_daemons, sizeof(*load));
+    struct s_weighted *rep = NULL;
+    int rc = 0;
+    if (!load) {
+        rc = s_nomem(self, "the holder table");
+        goto out;
+    }
     size_t n_rep = 0;
     for (size_t u = 0; u < b->n_uniq; u++) {
-        struct s_shard *sh = &b->uniq[u];
+        const struct s_shard *sh = &b->uniq[u];
+        struct s_slot *slot = &b->slots[u];
         if (s_replicated(b, sh)) {
-            rep[n_rep].weight = sh->weight;
-            rep[n_rep].shard = (uint32_t)u;
+            slot->caller = UINT32_MAX; /* below n <= UINT32_MAX otherwise */
             n_rep++;
             continue;
         }
         const emlio_plan_shard_t *s = &shards[b->named[sh->first].index];
-        sh->daemon = s->holders[0];
-        sh->caller = b->named[sh->first].index;
-        size_t slot = s_daemon_slot(ids, n_daemons, sh->daemon);
-        load[slot] = sh->weight > UINT64_MAX - load[slot]
-                         ? UINT64_MAX
-                         : load[slot] + sh->weight;
+        slot->daemon = s->holders[0];
+        slot->caller = b->named[sh->first].index;
+        s_add_load(&load[s_daemon_slot(ids, n_daemons, slot->daemon)],
+                   sh->weight);
     }
+    rep = emlio_reallocarray(NULL, n_rep, sizeof(*rep));
+    if (!rep) {
+        rc = s_nomem(self, "the holder table");
+        goto out;
+    }
+    n_rep = 0;
+    for (size_t u = 0; u < b->n_uniq; u++)
+        if (b->slots[u].caller == UINT32_MAX)
+            rep[n_rep++] =
+                (struct s_weighted){ b->uniq[u].weight, (uint32_t)u };
     qsort(rep, n_rep, sizeof(*rep), s_cmp_weighted);
     for (size_t r = 0; r < n_rep; r++) {
-        struct s_shard *sh = &b->uniq[rep[r].shard];
+        const struct s_shard *sh = &b->uniq[rep[r].shard];
         size_t best = SIZE_MAX;
         uint32_t best_caller = 0;
         /* Entries are in caller-index order within the name, so the first
          * entry listing the best holder is the lowest such index. */
-        for (size_t e = sh->first; e < sh->first + sh->count; e++) {
+        for (size_t e = sh->first; e < (size_t)sh->first + sh->count; e++) {
             const emlio_plan_shard_t *s = &shards[b->named[e].index];
             for (uint32_t h = 0; h < s->n_holders; h++) {
                 size_t slot = s_daemon_slot(ids, n_daemons, s->holders[h]);
@@ -444,11 +488,9 @@ s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
                 }
             }
         }
-        sh->daemon = ids[best];
-        sh->caller = best_caller;
-        load[best] = sh->weight > UINT64_MAX - load[best]
-                         ? UINT64_MAX
-                         : load[best] + sh->weight;
+        b->slots[rep[r].shard].daemon = ids[best];
+        b->slots[rep[r].shard].caller = best_caller;
+        s_add_load(&load[best], sh->weight);
     }
 out:
     emlio_free(ids);
@@ -508,45 +550,33 @@ s_feistel(const struct s_feistel *f, uint64_t x)
     return x;
 }
 
-/* Orders the shards for this epoch into self->slots, with the global index
- * of each one's first record, and cuts the order into windows. */
+/* Orders the shards for this epoch: shuffles the slots in place, replaces
+ * each one's record count by the global index of its first record, and
+ * cuts the order into windows. */
 static int
 s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window)
 {
-    b->perm = emlio_reallocarray(NULL, b->n_uniq, sizeof(*b->perm));
-    if (!b->perm)
-        return s_nomem(self, "the shard order");
-    for (size_t i = 0; i < b->n_uniq; i++)
-        b->perm[i] = (uint32_t)i;
+    /* The slots are in file order, each with its record count in start. */
+    struct s_slot *slots = self->slots;
     if (self->shuffle && b->n_uniq > 1) {
         s_rng_t rng;
         s_rng_seed(&rng, self->seed, self->epoch, 0);
         for (size_t i = b->n_uniq - 1; i > 0; i--) {
             size_t j = (size_t)s_rng_below(&rng, (uint64_t)i + 1);
-            uint32_t t = b->perm[i];
-            b->perm[i] = b->perm[j];
-            b->perm[j] = t;
+            struct s_slot t = slots[i];
+            slots[i] = slots[j];
+            slots[j] = t;
         }
-    }
-    /* Reused across builds: fresh pages are dear, and the client plans
-     * every epoch into the same two plans. */
-    if (b->n_uniq > self->slots_cap) {
-        struct s_slot *grown =
-            emlio_reallocarray(self->slots, b->n_uniq, sizeof(*grown));
-        if (!grown)
-            return s_nomem(self, "the shard order");
-        self->slots = grown;
-        self->slots_cap = b->n_uniq;
     }
     uint64_t pos = 0;
     for (size_t p = 0; p < b->n_uniq; p++) {
-        const struct s_shard *u = &b->uniq[b->perm[p]];
-        self->slots[p] = (struct s_slot){ pos, u->caller, u->daemon };
-        if (u->records > UINT64_MAX - pos)
+        uint64_t records = slots[p].start;
+        if (records > UINT64_MAX - pos)
             return emlio__seterr(self->err, EMLIO_EINVAL,
                                  "cannot plan epoch: dataset has more "
                                  "than 2^64 - 1 records");
-        pos += u->records;
+        slots[p].start = pos;
+        pos += records;
     }
     self->n_slots = b->n_uniq;
     self->dataset = pos;
@@ -679,6 +709,9 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
         rc = s_merge_replicas(self, &b, n);
     if (rc == 0)
         rc = s_choose_holders(self, &b, n);
+    /* Only the merged shards are needed from here: lower the peak. */
+    emlio_free(b.named);
+    b.named = NULL;
     if (rc == 0)
         rc = s_order_shards(self, &b, params->window_shards);
     if (rc == 0)

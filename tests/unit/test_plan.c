@@ -955,6 +955,257 @@ test_plan_golden_vector(void **state)
     emlio_plan_destroy(&plan);
 }
 
+/* The permutation behind every window is a bijection: one shard of m
+ * records, planned as one batch, holds every record exactly once, for
+ * every m up to 600 and around powers of two (where the cycle-walking
+ * domain changes size), on several keys. */
+static void
+test_plan_feistel_bijective_small_domains(void **state)
+{
+    (void)state;
+    static const uint64_t edges[] = { 1023, 1024, 1025, 2047, 2048,
+                                      2049, 4095, 4096, 4097 };
+    static const uint64_t seeds[] = { 0, 1, 0xdeadbeefcafeULL };
+    uint8_t *seen = calloc(4097, 1);
+    assert_non_null(seen);
+    emlio_plan_t *plan = emlio_plan_new();
+    for (uint64_t i = 1; i <= 600 + EMLIO_ARRAY_SIZE(edges); i++) {
+        uint64_t m = i <= 600 ? i : edges[i - 601];
+        uint64_t records[1] = { m };
+        struct inv v;
+        inv_init(&v, 1, records, 1);
+        for (size_t k = 0; k < EMLIO_ARRAY_SIZE(seeds) * 2; k++) {
+            emlio_plan_params_t p;
+            emlio_plan_params_init(&p);
+            p.batch_size = (uint32_t)m;
+            p.seed = seeds[k / 2];
+            p.epoch = k % 2 ? 7 : 0;
+            assert_int_equal(emlio_plan_build(plan, v.shards, 1, &p), 0);
+            size_t n;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
+            assert_int_equal(n, m);
+            memset(seen, 0, m);
+            size_t fixed = 0;
+            for (size_t j = 0; j < n; j++) {
+                assert_true(s[j].record < m);
+                assert_int_equal(seen[s[j].record], 0);
+                seen[s[j].record] = 1;
+                fixed += s[j].record == j;
+            }
+            /* A uniform permutation has one fixed point on average. */
+            if (m >= 64)
+                assert_true(fixed < m / 8);
+        }
+        inv_release(&v);
+    }
+    emlio_plan_destroy(&plan);
+    free(seen);
+}
+
+/* The 0.999 quantile of chi-square with k degrees of freedom, by Wilson
+ * and Hilferty's cube-root approximation (within 1% for k >= 20). */
+static double
+chi2_q999(double k)
+{
+    double c = 1 - 2 / (9 * k) + 3.0902 * sqrt(2 / (9 * k));
+    return k * c * c * c;
+}
+
+/* Each record lands on each position equally often across keys: the
+ * (record, position) table of a one-shard window of m records over many
+ * seeds against the uniform 1/m, by Pearson's chi-square with (m - 1)^2
+ * degrees of freedom. m = 16 fills the network's domain exactly; 10 and
+ * 37 need cycle-walking. */
+static void
+test_plan_permutation_positions_uniform(void **state)
+{
+    (void)state;
+    static const uint64_t sizes[] = { 10, 16, 37 };
+
+    enum { SEEDS = 4000 };
+
+    emlio_plan_t *plan = emlio_plan_new();
+    for (size_t z = 0; z < EMLIO_ARRAY_SIZE(sizes); z++) {
+        uint64_t m = sizes[z];
+        uint64_t records[1] = { m };
+        struct inv v;
+        inv_init(&v, 1, records, 1);
+        uint32_t *count = calloc(m * m, sizeof(*count));
+        assert_non_null(count);
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.batch_size = (uint32_t)m;
+        for (uint64_t seed = 0; seed < SEEDS; seed++) {
+            p.seed = seed;
+            assert_int_equal(emlio_plan_build(plan, v.shards, 1, &p), 0);
+            size_t n;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
+            for (size_t j = 0; j < n; j++)
+                count[s[j].record * m + j]++;
+        }
+        double want = (double)SEEDS / (double)m;
+        double chi = 0;
+        for (size_t c = 0; c < m * m; c++)
+            chi += (count[c] - want) * (count[c] - want) / want;
+        double crit = chi2_q999((double)((m - 1) * (m - 1)));
+        print_message("# positions of %" PRIu64 " records over %d seeds: "
+                      "chi-square %.1f (crit %.1f)\n",
+                      m, SEEDS, chi, crit);
+        assert_true(chi < crit);
+        free(count);
+        inv_release(&v);
+    }
+    emlio_plan_destroy(&plan);
+}
+
+/* Exactly once across ranks where nothing divides anything: prime shard
+ * counts and record counts, worlds that do not divide the dataset, every
+ * window policy, both remainder rules. */
+static void
+test_plan_exactly_once_odd_sizes(void **state)
+{
+    (void)state;
+    static const uint64_t primes[] = { 2, 3, 5, 7, 11, 13, 97, 101, 997 };
+    static const size_t shard_counts[] = { 1, 2, 7, 13 };
+    static const uint32_t worlds[] = { 2, 3, 5, 6, 7, 11 };
+    static const uint32_t batches[] = { 1, 3, 17 };
+    static const uint32_t windows[] = { 0, 1, 3 };
+    for (size_t c = 0; c < EMLIO_ARRAY_SIZE(shard_counts); c++) {
+        size_t n = shard_counts[c];
+        uint64_t records[13];
+        for (size_t i = 0; i < n; i++)
+            records[i] = primes[(i * 4 + c) % EMLIO_ARRAY_SIZE(primes)];
+        struct inv v;
+        inv_init(&v, n, records, 3);
+        for (size_t w = 0; w < EMLIO_ARRAY_SIZE(worlds); w++)
+            for (size_t b = 0; b < EMLIO_ARRAY_SIZE(batches); b++)
+                for (size_t x = 0; x < EMLIO_ARRAY_SIZE(windows); x++)
+                    for (int drop = 0; drop <= 1; drop++) {
+                        emlio_plan_params_t p;
+                        emlio_plan_params_init(&p);
+                        p.world = worlds[w];
+                        p.batch_size = batches[b];
+                        p.window_shards = windows[x];
+                        p.drop_last = drop;
+                        p.seed = 1000 + c;
+                        p.epoch = w * 7 + b;
+                        check_epoch(v.shards, v.n, &p);
+                    }
+        inv_release(&v);
+    }
+}
+
+/* A plan reused across epochs, windows and batch orders gives what a fresh
+ * plan gives: nothing of one build (the batch buffer, the window whose
+ * keys it holds) leaks into the next. */
+static void
+test_plan_reuse_matches_fresh(void **state)
+{
+    (void)state;
+    uint64_t *records = uneven_records(19);
+    struct inv v;
+    inv_init(&v, 19, records, 2);
+    emlio_plan_t *used = emlio_plan_new();
+    emlio_plan_t *fresh = emlio_plan_new();
+    static const uint32_t windows[] = { 0, 2, 5, 0 };
+    for (size_t k = 0; k < EMLIO_ARRAY_SIZE(windows); k++) {
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.world = 2;
+        p.rank = (uint32_t)(k % 2);
+        p.batch_size = 9;
+        p.seed = 77;
+        p.epoch = k;
+        p.window_shards = windows[k];
+        assert_int_equal(emlio_plan_build(used, v.shards, v.n, &p), 0);
+        /* Read the last batch first, so the buffer holds other keys. */
+        size_t n;
+        emlio_plan_batch(used, emlio_plan_batch_count(used) - 1, &n);
+        emlio_plan_t *f = emlio_plan_new();
+        assert_int_equal(emlio_plan_build(f, v.shards, v.n, &p), 0);
+        assert_same_plan(used, v.shards, f, v.shards);
+        emlio_plan_destroy(&f);
+        /* The same (seed, epoch) twice on another plan: the same order. */
+        assert_int_equal(emlio_plan_build(fresh, v.shards, v.n, &p), 0);
+        assert_same_plan(used, v.shards, fresh, v.shards);
+    }
+    emlio_plan_destroy(&used);
+    emlio_plan_destroy(&fresh);
+    inv_release(&v);
+    free(records);
+}
+
+/* Plan memory does not grow with the samples: 1000 shards of a million
+ * records (10^9 samples, world 8) hold exactly what 1000 shards of a
+ * thousand do, well under a megabyte, and so does 10^18 samples, which
+ * no stored plan could hold. Their batches are still valid samples. */
+static void
+test_plan_memory_independent_of_samples(void **state)
+{
+    (void)state;
+
+    enum { SHARDS = 1000 };
+
+    static const uint64_t per_shard[] = { 1000, 1000000, 1000000000000000ULL };
+    emlio_plan_t *plan[3];
+    uint64_t *records = calloc(SHARDS, sizeof(*records));
+    assert_non_null(records);
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t i = 0; i < SHARDS; i++)
+            records[i] = per_shard[k];
+        struct inv v;
+        inv_init(&v, SHARDS, records, 4);
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.world = 8;
+        p.rank = 7;
+        p.batch_size = 256;
+        p.seed = 5;
+        plan[k] = emlio_plan_new();
+        assert_int_equal(emlio_plan_build(plan[k], v.shards, v.n, &p), 0);
+        uint64_t total = per_shard[k] * SHARDS;
+        assert_int_equal(emlio_plan_dataset_size(plan[k]), total);
+        assert_int_equal(emlio_plan_sample_count(plan[k]), total / 8);
+        assert_true(emlio_plan_memory(plan[k]) < 64 * 1024);
+        assert_int_equal(emlio_plan_memory(plan[k]),
+                         emlio_plan_memory(plan[0]));
+        size_t last = emlio_plan_batch_count(plan[k]) - 1;
+        for (size_t b = 0; b <= 1; b++) {
+            size_t n;
+            const emlio_plan_sample_t *s =
+                emlio_plan_batch(plan[k], b ? last : 0, &n);
+            assert_true(n >= 1 && n <= 256);
+            for (size_t j = 0; j < n; j++) {
+                assert_true(s[j].shard < SHARDS);
+                assert_true(s[j].record < per_shard[k]);
+                assert_false(s[j].pad);
+                for (size_t i = 0; i < j; i++)
+                    assert_false(s[i].shard == s[j].shard &&
+                                 s[i].record == s[j].record);
+            }
+        }
+        /* Another epoch: another first batch (any sample of it staying
+         * in place has odds below one in a million). */
+        p.epoch = 1;
+        emlio_plan_t *next = emlio_plan_new();
+        assert_int_equal(emlio_plan_build(next, v.shards, v.n, &p), 0);
+        size_t n0;
+        size_t n1;
+        const emlio_plan_sample_t *a = emlio_plan_batch(plan[k], 0, &n0);
+        const emlio_plan_sample_t *z = emlio_plan_batch(next, 0, &n1);
+        assert_int_equal(n0, n1);
+        size_t same = 0;
+        for (size_t j = 0; j < n0; j++)
+            same += a[j].shard == z[j].shard && a[j].record == z[j].record;
+        assert_true(k == 0 || same == 0);
+        emlio_plan_destroy(&next);
+        inv_release(&v);
+    }
+    for (size_t k = 0; k < 3; k++)
+        emlio_plan_destroy(&plan[k]);
+    free(records);
+}
+
 static void
 test_plan_scale_imagenet(void **state)
 {
@@ -1012,6 +1263,11 @@ main(void)
         cmocka_unit_test(test_plan_default_window_is_whole_dataset),
         cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle),
         cmocka_unit_test(test_plan_golden_vector),
+        cmocka_unit_test(test_plan_feistel_bijective_small_domains),
+        cmocka_unit_test(test_plan_permutation_positions_uniform),
+        cmocka_unit_test(test_plan_exactly_once_odd_sizes),
+        cmocka_unit_test(test_plan_reuse_matches_fresh),
+        cmocka_unit_test(test_plan_memory_independent_of_samples),
         cmocka_unit_test(test_plan_scale_imagenet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
