@@ -1,5 +1,6 @@
 /* plan.c - the epoch planner: a pure function from a shard inventory and
- * the job's parameters to one rank's ordered samples and batch boundaries.
+ * the job's parameters to one rank's batches, each computed on demand from
+ * a keyed permutation, so that a plan holds O(shards), never O(samples).
  * The algorithm and its generator are specified in docs/planner.md.
  * SPDX-License-Identifier: MIT
  */
@@ -67,7 +68,7 @@ struct emlio_plan {
 /* One distinct shard name after replicas are merged, while building. Its
  * record count, caller index and daemon go straight into the plan's slot
  * of the same index (start holds the record count until s_order_shards),
- * so that a build of a million shards needs 48 bytes a shard at most. */
+ * so that a build needs at most 48 bytes a shard beyond the plan's 16. */
 struct s_shard {
     uint32_t first;  /* start of its run in the name-sorted entries */
     uint32_t count;  /* caller entries that carry this name */
@@ -86,7 +87,8 @@ struct s_weighted {
     uint32_t shard;
 };
 
-/* Everything one build works with. Freed by s_build_release. */
+/* Everything one build works with. Freed by s_build_release, except the
+ * slots, which the plan owns. */
 struct s_build {
     const emlio_plan_shard_t *shards;
     struct s_named *named; /* caller entries sorted by name, then index */
@@ -538,7 +540,7 @@ s_feistel_pass(const struct s_feistel *f, uint64_t x)
  * applied again. Since a pass permutes [0, 2^t), following x's cycle
  * comes back into [0, m), and the first value there defines a
  * permutation of [0, m) (Black and Rogaway, 2002). 2^t < 2m (or t = 2),
- * so the expected number of passes is below 2. */
+ * so a position takes at most 2 passes on average. */
 static uint64_t
 s_feistel(const struct s_feistel *f, uint64_t x)
 {
