@@ -1206,6 +1206,48 @@ test_plan_memory_independent_of_samples(void **state)
     free(records);
 }
 
+/* Out of memory at each allocation of a build, in turn: EMLIO_ENOMEM, an
+ * empty plan, nothing leaked (under ASan), and the plan works afterwards,
+ * with replicas so that every table is allocated. */
+static void
+test_plan_out_of_memory_at_each_allocation(void **state)
+{
+    (void)state;
+    static const uint32_t both[] = { 0, 1 };
+    uint64_t *records = uneven_records(12);
+    struct inv v;
+    inv_init(&v, 12, records, 2);
+    v.shards[3].holders = both;
+    v.shards[3].n_holders = 2;
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 3;
+    p.batch_size = 5;
+    p.window_shards = 4;
+    emlio_plan_t *want = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(want, v.shards, v.n, &p), 0);
+    int rc = EMLIO_ENOMEM;
+    for (long n = 1; rc == EMLIO_ENOMEM; n++) {
+        emlio_plan_t *plan = emlio_plan_new();
+        assert_non_null(plan);
+        emlio__alloc_fail_at(n);
+        rc = emlio_plan_build(plan, v.shards, v.n, &p);
+        emlio__alloc_fail_at(0);
+        if (rc == EMLIO_ENOMEM) {
+            assert_int_equal(emlio_plan_batch_count(plan), 0);
+            assert_non_null(strstr(emlio_plan_errmsg(plan), "out of memory"));
+            assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        } else {
+            assert_int_equal(rc, 0);
+        }
+        assert_same_plan(plan, v.shards, want, v.shards);
+        emlio_plan_destroy(&plan);
+    }
+    emlio_plan_destroy(&want);
+    inv_release(&v);
+    free(records);
+}
+
 static void
 test_plan_scale_imagenet(void **state)
 {
@@ -1268,6 +1310,7 @@ main(void)
         cmocka_unit_test(test_plan_exactly_once_odd_sizes),
         cmocka_unit_test(test_plan_reuse_matches_fresh),
         cmocka_unit_test(test_plan_memory_independent_of_samples),
+        cmocka_unit_test(test_plan_out_of_memory_at_each_allocation),
         cmocka_unit_test(test_plan_scale_imagenet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
