@@ -806,47 +806,61 @@ log_hypergeom(unsigned k, unsigned K, unsigned n, unsigned N)
 #define MIX_BATCH   32
 #define MIX_BINS    8 /* counts 0 .. 6, and 7 or more */
 
+/* The shape of a mixing test: classes of `per` samples each, batches of
+ * `batch`, over `epochs` epochs. */
+struct mix {
+    unsigned classes;
+    unsigned per;
+    unsigned batch;
+    unsigned epochs;
+};
+
+static const struct mix mix_small = { MIX_CLASSES, MIX_PER, MIX_BATCH, 20 };
+
 /* Pearson's chi-square of the per-batch class counts against a uniform
- * shuffle's: over 20 epochs, every full batch and every class gives one
+ * shuffle's: over the epochs, every full batch and every class gives one
  * count k (how many of the batch's samples have that class), and the
  * histogram of k is compared with the hypergeometric law. label_of maps
  * (shard index, record) to the class. */
 static double
-mix_chi_square(const struct inv *v, uint32_t window,
+mix_chi_square(const struct inv *v, const struct mix *m, uint32_t window,
                unsigned (*label_of)(uint32_t shard, uint64_t record))
 {
-    const unsigned n_total = MIX_CLASSES * MIX_PER;
+    const unsigned n_total = m->classes * m->per;
     double seen[MIX_BINS] = { 0 };
     double obs = 0;
+    unsigned *count = calloc(m->classes, sizeof(*count));
+    assert_non_null(count);
     emlio_plan_t *plan = emlio_plan_new();
     emlio_plan_params_t p;
     emlio_plan_params_init(&p);
-    p.batch_size = MIX_BATCH;
+    p.batch_size = m->batch;
     p.seed = 11;
     p.window_shards = window;
-    for (uint64_t e = 0; e < 20; e++) {
+    for (uint64_t e = 0; e < m->epochs; e++) {
         p.epoch = e;
         assert_int_equal(emlio_plan_build(plan, v->shards, v->n, &p), 0);
         for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
             size_t len;
             const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
-            if (len != MIX_BATCH)
+            if (len != m->batch)
                 continue;
-            unsigned count[MIX_CLASSES] = { 0 };
+            memset(count, 0, m->classes * sizeof(*count));
             for (size_t i = 0; i < len; i++)
                 count[label_of(s[i].shard, s[i].record)]++;
-            for (size_t c = 0; c < MIX_CLASSES; c++) {
+            for (size_t c = 0; c < m->classes; c++) {
                 seen[EMLIO_MIN(count[c], (unsigned)MIX_BINS - 1)]++;
                 obs++;
             }
         }
     }
     emlio_plan_destroy(&plan);
+    free(count);
     double chi = 0;
     double tail = 1;
     for (unsigned k = 0; k < MIX_BINS; k++) {
         double pk = k + 1 < MIX_BINS
-                        ? exp(log_hypergeom(k, MIX_PER, MIX_BATCH, n_total))
+                        ? exp(log_hypergeom(k, m->per, m->batch, n_total))
                         : tail;
         tail -= pk;
         double want = pk * obs;
@@ -889,11 +903,12 @@ test_plan_default_mixes_like_uniform_shuffle(void **state)
     struct inv tfrec;
     inv_init(&folder, MIX_CLASSES, per_class, 1);
     inv_init(&tfrec, 8, sorted, 1);
-    double f_default = mix_chi_square(&folder, 0, label_is_shard);
-    double t_default = mix_chi_square(&tfrec, 0, label_class_sorted);
+    double f_default = mix_chi_square(&folder, &mix_small, 0, label_is_shard);
+    double t_default =
+        mix_chi_square(&tfrec, &mix_small, 0, label_class_sorted);
     /* The test can fail: the old default, 4 shards a window, is skewed. */
-    double f_four = mix_chi_square(&folder, 4, label_is_shard);
-    double t_four = mix_chi_square(&tfrec, 4, label_class_sorted);
+    double f_four = mix_chi_square(&folder, &mix_small, 4, label_is_shard);
+    double t_four = mix_chi_square(&tfrec, &mix_small, 4, label_class_sorted);
     print_message("# chi-square (crit %.2f): imagefolder %.1f (window 4: "
                   "%.1f), sorted tfrecord %.1f (window 4: %.1f)\n",
                   MIX_CRITICAL, f_default, f_four, t_default, t_four);
@@ -903,6 +918,30 @@ test_plan_default_mixes_like_uniform_shuffle(void **state)
     assert_true(t_four > 10 * MIX_CRITICAL);
     inv_release(&folder);
     inv_release(&tfrec);
+}
+
+/* The same at a larger domain, where the permutation runs on 17 bits and
+ * cycle-walks from 100,000 to 131,072: an ImageFolder of 100 classes of
+ * 1000 in batches of 256, 4 epochs, and with it a locality window of 8
+ * class shards, which must stay skewed. */
+static void
+test_plan_default_mixes_like_uniform_shuffle_large(void **state)
+{
+    (void)state;
+    static const struct mix large = { 100, 1000, 256, 4 };
+    uint64_t per_class[100];
+    for (size_t i = 0; i < 100; i++)
+        per_class[i] = 1000;
+    struct inv folder;
+    inv_init(&folder, 100, per_class, 3);
+    double full = mix_chi_square(&folder, &large, 0, label_is_shard);
+    double eight = mix_chi_square(&folder, &large, 8, label_is_shard);
+    print_message("# chi-square (crit %.2f), 100 classes x 1000, batch 256: "
+                  "%.1f (window 8: %.1f)\n",
+                  MIX_CRITICAL, full, eight);
+    assert_true(full < MIX_CRITICAL);
+    assert_true(eight > 10 * MIX_CRITICAL);
+    inv_release(&folder);
 }
 
 /* Pins the specified algorithm (docs/planner.md, plan version 2): another
@@ -1304,6 +1343,7 @@ main(void)
         cmocka_unit_test(test_plan_windows_respected),
         cmocka_unit_test(test_plan_default_window_is_whole_dataset),
         cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle),
+        cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle_large),
         cmocka_unit_test(test_plan_golden_vector),
         cmocka_unit_test(test_plan_feistel_bijective_small_domains),
         cmocka_unit_test(test_plan_permutation_positions_uniform),
