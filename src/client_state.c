@@ -8,13 +8,16 @@
 
 /* ---- resume state ------------------------------------------------------ */
 
-/* Layout (little endian): "EMLS", u32 format 1, u64 seed, u32 world, rank,
+/* Layout (little endian): "EMLS", u32 format 2, u64 seed, u32 world, rank,
  * batch_size, shuffle, window_shards, drop_last, char dataset[16],
  * u64 epoch, u64 n_batches, bitmap[(n_batches + 7) / 8], u32 crc32c of all
- * the bytes before it. */
+ * the bytes before it. The bitmap names batches of one order, so the
+ * format follows the plan version: format 1 was plan version 1. */
 #define S_STATE_MAGIC "EMLS"
 
-#define S_STATE_FORMAT 1u
+#define S_STATE_FORMAT 2u
+_Static_assert(EMLIO_PLAN_VERSION == 2,
+               "another plan order needs another resume state format");
 
 #define S_STATE_FIXED (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
 
@@ -99,10 +102,16 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
         s_get32(blob + len - 4) != emlio_crc32c(0, blob, len - 4))
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "resume state is damaged or not an emlio state");
-    if (s_get32(blob + 4) != S_STATE_FORMAT)
+    uint32_t format = s_get32(blob + 4);
+    if (format != S_STATE_FORMAT)
         return emlio__seterr(self->err, EMLIO_ESTATE,
-                             "resume state has format %" PRIu32 ", expected %u",
-                             s_get32(blob + 4), S_STATE_FORMAT);
+                             "resume state has format %" PRIu32
+                             ", expected %u%s",
+                             format, S_STATE_FORMAT,
+                             format == 1 ? ": it was saved against plan "
+                                           "version 1, whose sample order "
+                                           "differs; start the epoch again"
+                                         : "");
     uint8_t mine[S_STATE_FIXED];
     s_put_params(self, mine);
     if (memcmp(mine, blob, 56)) {

@@ -1,5 +1,6 @@
 /* plan.c - the epoch planner: a pure function from a shard inventory and
- * the job's parameters to one rank's ordered samples and batch boundaries.
+ * the job's parameters to one rank's batches, each computed on demand from
+ * a keyed permutation, so that a plan holds O(shards), never O(samples).
  * The algorithm and its generator are specified in docs/planner.md.
  * SPDX-License-Identifier: MIT
  */
@@ -10,26 +11,68 @@
 /* Initial value of the key derivation: "EMLIO" in ASCII, then zeros. */
 #define S_KEY_INIT UINT64_C(0x454d4c494f000000)
 
-struct emlio_plan {
-    emlio_plan_sample_t *samples; /* this rank's samples, in order */
-    size_t n_samples;
+/* Rounds of the Feistel network that permutes a window (docs/planner.md,
+ * "Step 3"). Four rounds make a pseudo-random permutation when the round
+ * functions are; six leave a margin for small domains, where each half
+ * has only a few bits. */
+#define S_ROUNDS 6
+
+/* One distinct shard, at its place in this epoch's order. Sixteen bytes a
+ * shard is all a plan keeps: a sample's shard is found by binary search on
+ * start, which makes the plan independent of the number of samples. */
+struct s_slot {
+    uint64_t start;  /* global index of its first record in window order */
+    uint32_t caller; /* the caller's index reported in samples */
+    uint32_t daemon; /* the holder chosen to read it */
+};
+
+/* A keyed permutation of [0, m): a Feistel network over the smallest
+ * power of two >= m (at least 4), cycle-walked back into [0, m). */
+struct s_feistel {
+    uint64_t key[S_ROUNDS];
+    uint64_t m;
+    uint64_t lo_mask; /* the right half's bits */
+    uint64_t hi_mask; /* the left half's bits, shifted down */
+    unsigned lo_bits;
+};
+
+/* emlio_plan_batch fills this on a const plan: it is a separate object
+ * the plan points to, so the plan itself is never written there. */
+struct s_batchbuf {
     size_t cap;
+    size_t win;                   /* window whose keys are in f, or SIZE_MAX */
+    struct s_feistel f;           /* that window's permutation */
+    emlio_plan_sample_t *samples; /* cap entries */
+};
+
+struct emlio_plan {
+    struct s_slot *slots; /* the distinct shards in epoch order */
+    size_t n_slots;
+    size_t slots_cap;
+    size_t window; /* shards per window, >= 1 */
+    size_t n_win;
+    uint64_t seed;
+    uint64_t epoch;
+    bool shuffle;
+    uint64_t first; /* this rank's first position in the extended order */
+    uint64_t n_samples;
     size_t batch_size;
     size_t n_batches;
     uint64_t pad;
     uint64_t dataset;
     uint64_t dropped;
+    struct s_batchbuf *buf;
     char err[EMLIO_ERRMSG_LEN];
 };
 
-/* One distinct shard name after replicas are merged. */
+/* One distinct shard name after replicas are merged, while building. Its
+ * record count, caller index and daemon go straight into the plan's slot
+ * of the same index (start holds the record count until s_order_shards),
+ * so that a build needs at most 48 bytes a shard beyond the plan's 16. */
 struct s_shard {
-    size_t first;     /* start of its run in the name-sorted entries */
-    size_t count;     /* caller entries that carry this name */
-    uint64_t records; /* equal in every entry, or the build fails */
-    uint64_t weight;  /* what holder balancing counts: bytes or records */
-    uint32_t caller;  /* the caller's index reported in samples */
-    uint32_t daemon;  /* the holder chosen to read it */
+    uint32_t first;  /* start of its run in the name-sorted entries */
+    uint32_t count;  /* caller entries that carry this name */
+    uint64_t weight; /* what holder balancing counts: bytes or records */
 };
 
 /* A caller entry with its name, so qsort needs no context pointer. */
@@ -44,21 +87,14 @@ struct s_weighted {
     uint32_t shard;
 };
 
-/* Everything one build works with. Freed by s_build_release. */
+/* Everything one build works with. Freed by s_build_release, except the
+ * slots, which the plan owns. */
 struct s_build {
     const emlio_plan_shard_t *shards;
     struct s_named *named; /* caller entries sorted by name, then index */
     struct s_shard *uniq;  /* distinct names in name order */
+    struct s_slot *slots;  /* the plan's slots, one per uniq entry */
     size_t n_uniq;
-    uint32_t *perm;   /* uniq indices in this epoch's order */
-    uint64_t *wstart; /* first global position of each window */
-    size_t n_win;
-    size_t window;            /* shards per window */
-    emlio_plan_sample_t *tmp; /* one window's samples */
-    size_t tmp_win;           /* window held in tmp, or SIZE_MAX */
-    uint64_t seed;
-    uint64_t epoch;
-    bool shuffle;
 };
 
 /* xoshiro256** (Blackman and Vigna, 2018), chosen because it is small,
@@ -91,16 +127,23 @@ s_splitmix64(uint64_t *state)
     return s_mix64(*state);
 }
 
-/* Seeds a generator for one stream of one epoch. Each window has its own
- * stream, so a rank can produce any window without drawing the numbers of
- * the windows before it, and every rank draws the same numbers. */
-static void
-s_rng_seed(s_rng_t *rng, uint64_t seed, uint64_t epoch, uint64_t stream)
+/* The key of one stream of one epoch. Each window has its own stream, so a
+ * rank can produce any window without the numbers of the windows before
+ * it, and every rank derives the same keys. */
+static uint64_t
+s_stream_key(uint64_t seed, uint64_t epoch, uint64_t stream)
 {
     uint64_t key = S_KEY_INIT;
     key = s_mix64(key ^ seed);
     key = s_mix64(key ^ epoch);
-    key = s_mix64(key ^ stream);
+    return s_mix64(key ^ stream);
+}
+
+/* Seeds a generator for one stream of one epoch. */
+static void
+s_rng_seed(s_rng_t *rng, uint64_t seed, uint64_t epoch, uint64_t stream)
+{
+    uint64_t key = s_stream_key(seed, epoch, stream);
     for (size_t i = 0; i < 4; i++)
         rng->s[i] = s_splitmix64(&key);
 }
@@ -217,8 +260,12 @@ emlio_plan_destroy(emlio_plan_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    emlio_free((*self_p)->samples);
-    emlio_free(*self_p);
+    emlio_plan_t *self = *self_p;
+    emlio_free(self->slots);
+    if (self->buf)
+        emlio_free(self->buf->samples);
+    emlio_free(self->buf);
+    emlio_free(self);
     *self_p = NULL;
 }
 
@@ -227,9 +274,6 @@ s_build_release(struct s_build *b)
 {
     emlio_free(b->named);
     emlio_free(b->uniq);
-    emlio_free(b->perm);
-    emlio_free(b->wstart);
-    emlio_free(b->tmp);
 }
 
 static int
@@ -271,6 +315,17 @@ static int
 s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
 {
     const emlio_plan_shard_t *shards = b->shards;
+    /* Reused across builds: fresh pages are dear, and the client plans
+     * every epoch into the same two plans. */
+    if (n > self->slots_cap) {
+        struct s_slot *grown =
+            emlio_reallocarray(self->slots, n, sizeof(*grown));
+        if (!grown)
+            return s_nomem(self, "the shard order");
+        self->slots = grown;
+        self->slots_cap = n;
+    }
+    b->slots = self->slots;
     b->uniq = emlio_reallocarray(NULL, n, sizeof(*b->uniq));
     if (!b->uniq)
         return s_nomem(self, "the shard table");
@@ -294,10 +349,10 @@ s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
                                  "shard '%s' has conflicting record counts: "
                                  "%" PRIu64 " and %" PRIu64,
                                  s->name, lo, hi);
+        b->slots[b->n_uniq].start = lo;
         struct s_shard *u = &b->uniq[b->n_uniq++];
-        u->first = i;
-        u->count = j - i;
-        u->records = lo;
+        u->first = (uint32_t)i;
+        u->count = (uint32_t)(j - i);
         u->weight = bytes;
         /* Saturate: the sum only ranks daemons against each other. */
         total_bytes =
@@ -307,7 +362,7 @@ s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
     /* Without sizes, balance holders by record count instead. */
     if (total_bytes == 0)
         for (size_t k = 0; k < b->n_uniq; k++)
-            b->uniq[k].weight = b->uniq[k].records;
+            b->uniq[k].weight = b->slots[k].start;
     return 0;
 }
 
@@ -316,7 +371,7 @@ static bool
 s_replicated(const struct s_build *b, const struct s_shard *u)
 {
     uint32_t d0 = b->shards[b->named[u->first].index].holders[0];
-    for (size_t e = u->first; e < u->first + u->count; e++) {
+    for (size_t e = u->first; e < (size_t)u->first + u->count; e++) {
         const emlio_plan_shard_t *s = &b->shards[b->named[e].index];
         for (uint32_t h = 0; h < s->n_holders; h++)
             if (s->holders[h] != d0)
@@ -333,13 +388,11 @@ s_daemon_slot(const uint32_t *ids, size_t n, uint32_t daemon)
     return (size_t)(p - ids);
 }
 
-/* Chooses one holder per shard. Single-holder shards fix a base load on
- * their daemon; replicated shards then go, heaviest first, to the least
- * loaded of their holders (ties to the lowest daemon index). The choice
- * does not depend on the epoch, so each daemon keeps reading the same
- * files and its page cache stays useful from one epoch to the next. */
-static int
-s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
+/* The distinct daemon indices of the inventory, sorted, into *ids_out.
+ * Returns their number, or < 0. */
+static int64_t
+s_daemon_ids(emlio_plan_t *self, const struct s_build *b, size_t n,
+             uint32_t **ids_out)
 {
     const emlio_plan_shard_t *shards = b->shards;
     size_t n_ids = 0;
@@ -349,13 +402,8 @@ s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
         n_ids += shards[i].n_holders;
     }
     uint32_t *ids = emlio_reallocarray(NULL, n_ids, sizeof(*ids));
-    uint64_t *load = emlio_calloc(n_ids, sizeof(*load));
-    struct s_weighted *rep = emlio_reallocarray(NULL, b->n_uniq, sizeof(*rep));
-    int rc = 0;
-    if (!ids || !load || !rep) {
-        rc = s_nomem(self, "the holder table");
-        goto out;
-    }
+    if (!ids)
+        return s_nomem(self, "the holder table");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         for (uint32_t h = 0; h < shards[i].n_holders; h++)
@@ -365,32 +413,73 @@ s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
     for (size_t i = 0; i < n_ids; i++)
         if (n_daemons == 0 || ids[n_daemons - 1] != ids[i])
             ids[n_daemons++] = ids[i];
+    *ids_out = ids;
+    return (int64_t)n_daemons;
+}
 
+static void
+s_add_load(uint64_t *load, uint64_t weight)
+{
+    /* Saturate: loads only rank daemons against each other. */
+    *load = weight > UINT64_MAX - *load ? UINT64_MAX : *load + weight;
+}
+
+/* Chooses one holder per shard. Single-holder shards fix a base load on
+ * their daemon; replicated shards then go, heaviest first, to the least
+ * loaded of their holders (ties to the lowest daemon index). The choice
+ * does not depend on the epoch, so each daemon keeps reading the same
+ * files and its page cache stays useful from one epoch to the next.
+ * Tables are sized by daemons and replicated shards, not by entries: at
+ * a million shards the build's transient memory is what a plan costs. */
+static int
+s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
+{
+    const emlio_plan_shard_t *shards = b->shards;
+    uint32_t *ids = NULL;
+    int64_t got = s_daemon_ids(self, b, n, &ids);
+    if (got < 0)
+        return (int)got;
+    size_t n_daemons = (size_t)got;
+    uint64_t *load = emlio_calloc(n_daemons, sizeof(*load));
+    struct s_weighted *rep = NULL;
+    int rc = 0;
+    if (!load) {
+        rc = s_nomem(self, "the holder table");
+        goto out;
+    }
     size_t n_rep = 0;
     for (size_t u = 0; u < b->n_uniq; u++) {
-        struct s_shard *sh = &b->uniq[u];
+        const struct s_shard *sh = &b->uniq[u];
+        struct s_slot *slot = &b->slots[u];
         if (s_replicated(b, sh)) {
-            rep[n_rep].weight = sh->weight;
-            rep[n_rep].shard = (uint32_t)u;
+            slot->caller = UINT32_MAX; /* below n <= UINT32_MAX otherwise */
             n_rep++;
             continue;
         }
         const emlio_plan_shard_t *s = &shards[b->named[sh->first].index];
-        sh->daemon = s->holders[0];
-        sh->caller = b->named[sh->first].index;
-        size_t slot = s_daemon_slot(ids, n_daemons, sh->daemon);
-        load[slot] = sh->weight > UINT64_MAX - load[slot]
-                         ? UINT64_MAX
-                         : load[slot] + sh->weight;
+        slot->daemon = s->holders[0];
+        slot->caller = b->named[sh->first].index;
+        s_add_load(&load[s_daemon_slot(ids, n_daemons, slot->daemon)],
+                   sh->weight);
     }
+    rep = emlio_reallocarray(NULL, n_rep, sizeof(*rep));
+    if (!rep) {
+        rc = s_nomem(self, "the holder table");
+        goto out;
+    }
+    n_rep = 0;
+    for (size_t u = 0; u < b->n_uniq; u++)
+        if (b->slots[u].caller == UINT32_MAX)
+            rep[n_rep++] =
+                (struct s_weighted){ b->uniq[u].weight, (uint32_t)u };
     qsort(rep, n_rep, sizeof(*rep), s_cmp_weighted);
     for (size_t r = 0; r < n_rep; r++) {
-        struct s_shard *sh = &b->uniq[rep[r].shard];
+        const struct s_shard *sh = &b->uniq[rep[r].shard];
         size_t best = SIZE_MAX;
         uint32_t best_caller = 0;
         /* Entries are in caller-index order within the name, so the first
          * entry listing the best holder is the lowest such index. */
-        for (size_t e = sh->first; e < sh->first + sh->count; e++) {
+        for (size_t e = sh->first; e < (size_t)sh->first + sh->count; e++) {
             const emlio_plan_shard_t *s = &shards[b->named[e].index];
             for (uint32_t h = 0; h < s->n_holders; h++) {
                 size_t slot = s_daemon_slot(ids, n_daemons, s->holders[h]);
@@ -401,11 +490,9 @@ s_choose_holders(emlio_plan_t *self, struct s_build *b, size_t n)
                 }
             }
         }
-        sh->daemon = ids[best];
-        sh->caller = best_caller;
-        load[best] = sh->weight > UINT64_MAX - load[best]
-                         ? UINT64_MAX
-                         : load[best] + sh->weight;
+        b->slots[rep[r].shard].daemon = ids[best];
+        b->slots[rep[r].shard].caller = best_caller;
+        s_add_load(&load[best], sh->weight);
     }
 out:
     emlio_free(ids);
@@ -414,128 +501,100 @@ out:
     return rc;
 }
 
-/* Orders the shards for this epoch and cuts the order into windows. */
-static int
-s_order_shards(emlio_plan_t *self, struct s_build *b)
+/* Sets f up as window w's permutation of [0, m), m >= 1. The network runs
+ * on t bits, 2^t the smallest power of two >= m but at least 4, split into
+ * a right half of floor(t/2) bits and a left half of the rest. */
+static void
+s_feistel_init(struct s_feistel *f, uint64_t seed, uint64_t epoch, size_t w,
+               uint64_t m)
 {
-    b->perm = emlio_reallocarray(NULL, b->n_uniq, sizeof(*b->perm));
-    if (!b->perm)
-        return s_nomem(self, "the shard order");
-    for (size_t i = 0; i < b->n_uniq; i++)
-        b->perm[i] = (uint32_t)i;
-    if (b->shuffle && b->n_uniq > 1) {
+    uint64_t key = s_stream_key(seed, epoch, (uint64_t)w + 1);
+    for (size_t i = 0; i < S_ROUNDS; i++)
+        f->key[i] = s_splitmix64(&key);
+    unsigned t = 2;
+    while (t < 64 && (UINT64_C(1) << t) < m)
+        t++;
+    f->m = m;
+    f->lo_bits = t / 2;
+    f->lo_mask = (UINT64_C(1) << f->lo_bits) - 1;
+    f->hi_mask = (UINT64_C(1) << (t - f->lo_bits)) - 1;
+}
+
+/* One pass of the network over [0, 2^t). Each half-round x ^= F(y) is its
+ * own inverse whatever F is, so the pass is a bijection; the round
+ * function is splitmix64's mixer keyed by xor, whose every output bit
+ * depends on every input bit. */
+static uint64_t
+s_feistel_pass(const struct s_feistel *f, uint64_t x)
+{
+    uint64_t l = x >> f->lo_bits;
+    uint64_t r = x & f->lo_mask;
+    for (size_t i = 0; i < S_ROUNDS; i += 2) {
+        l ^= s_mix64(f->key[i] ^ r) & f->hi_mask;
+        r ^= s_mix64(f->key[i + 1] ^ l) & f->lo_mask;
+    }
+    return (l << f->lo_bits) | r;
+}
+
+/* The image of x < m. Cycle-walking: a pass that lands outside [0, m) is
+ * applied again. Since a pass permutes [0, 2^t), following x's cycle
+ * comes back into [0, m), and the first value there defines a
+ * permutation of [0, m) (Black and Rogaway, 2002). 2^t < 2m (or t = 2),
+ * so a position takes at most 2 passes on average. */
+static uint64_t
+s_feistel(const struct s_feistel *f, uint64_t x)
+{
+    if (f->m < 2)
+        return x;
+    do
+        x = s_feistel_pass(f, x);
+    while (x >= f->m);
+    return x;
+}
+
+/* Orders the shards for this epoch: shuffles the slots in place, replaces
+ * each one's record count by the global index of its first record, and
+ * cuts the order into windows. */
+static int
+s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window)
+{
+    /* The slots are in file order, each with its record count in start. */
+    struct s_slot *slots = self->slots;
+    if (self->shuffle && b->n_uniq > 1) {
         s_rng_t rng;
-        s_rng_seed(&rng, b->seed, b->epoch, 0);
+        s_rng_seed(&rng, self->seed, self->epoch, 0);
         for (size_t i = b->n_uniq - 1; i > 0; i--) {
             size_t j = (size_t)s_rng_below(&rng, (uint64_t)i + 1);
-            uint32_t t = b->perm[i];
-            b->perm[i] = b->perm[j];
-            b->perm[j] = t;
+            struct s_slot t = slots[i];
+            slots[i] = slots[j];
+            slots[j] = t;
         }
     }
-    /* Window 0: one window spanning all shards (at least one, so an empty
-     * inventory still has a window table). */
-    if (b->window == 0)
-        b->window = EMLIO_MAX(b->n_uniq, (size_t)1);
-    b->n_win = b->n_uniq / b->window + (b->n_uniq % b->window != 0);
-    b->wstart = emlio_reallocarray(NULL, b->n_win + 1, sizeof(*b->wstart));
-    if (!b->wstart)
-        return s_nomem(self, "the window table");
     uint64_t pos = 0;
-    uint64_t widest = 0;
-    for (size_t w = 0; w < b->n_win; w++) {
-        b->wstart[w] = pos;
-        size_t end = EMLIO_MIN((w + 1) * b->window, b->n_uniq);
-        for (size_t p = w * b->window; p < end; p++) {
-            uint64_t r = b->uniq[b->perm[p]].records;
-            if (r > UINT64_MAX - pos)
-                return emlio__seterr(self->err, EMLIO_EINVAL,
-                                     "cannot plan epoch: dataset has more "
-                                     "than 2^64 records");
-            pos += r;
-        }
-        widest = EMLIO_MAX(widest, pos - b->wstart[w]);
+    for (size_t p = 0; p < b->n_uniq; p++) {
+        uint64_t records = slots[p].start;
+        if (records > UINT64_MAX - pos)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "cannot plan epoch: dataset has more "
+                                 "than 2^64 - 1 records");
+        slots[p].start = pos;
+        pos += records;
     }
-    b->wstart[b->n_win] = pos;
-    if (widest > SIZE_MAX / sizeof(*b->tmp))
-        return s_nomem(self, "a shuffle window");
-    b->tmp = emlio_reallocarray(NULL, (size_t)widest, sizeof(*b->tmp));
-    if (!b->tmp)
-        return s_nomem(self, "a shuffle window");
-    b->tmp_win = SIZE_MAX;
+    self->n_slots = b->n_uniq;
+    self->dataset = pos;
+    /* Window 0: one window spanning all shards (at least one, so an empty
+     * inventory still has a window). */
+    self->window = window ? window : EMLIO_MAX(b->n_uniq, (size_t)1);
+    self->n_win = b->n_uniq / self->window + (b->n_uniq % self->window != 0);
     return 0;
-}
-
-/* Produces window w's samples in global order into b->tmp: the records of
- * its shards in epoch order, then (shuffling) a Fisher-Yates permutation
- * drawn from the window's own stream. */
-static void
-s_make_window(struct s_build *b, size_t w)
-{
-    if (b->tmp_win == w)
-        return;
-    size_t k = 0;
-    size_t end = EMLIO_MIN((w + 1) * b->window, b->n_uniq);
-    for (size_t p = w * b->window; p < end; p++) {
-        const struct s_shard *u = &b->uniq[b->perm[p]];
-        for (uint64_t r = 0; r < u->records; r++) {
-            emlio_plan_sample_t *s = &b->tmp[k++];
-            s->shard = u->caller;
-            s->daemon = u->daemon;
-            s->record = r;
-            s->pad = false;
-        }
-    }
-    if (b->shuffle && k > 1) {
-        s_rng_t rng;
-        s_rng_seed(&rng, b->seed, b->epoch, (uint64_t)w + 1);
-        for (size_t i = k - 1; i > 0; i--) {
-            size_t j = (size_t)s_rng_below(&rng, (uint64_t)i + 1);
-            emlio_plan_sample_t t = b->tmp[i];
-            b->tmp[i] = b->tmp[j];
-            b->tmp[j] = t;
-        }
-    }
-    b->tmp_win = w;
-}
-
-/* Copies global positions [lo, lo + len) (all < dataset size) to dst. */
-static void
-s_fill(struct s_build *b, uint64_t lo, uint64_t len, emlio_plan_sample_t *dst,
-       bool pad)
-{
-    /* The last window starting at or before lo holds it (empty windows
-     * share a start with their successor and so are skipped). */
-    size_t a = 0;
-    size_t z = b->n_win;
-    while (z - a > 1) {
-        size_t mid = a + (z - a) / 2;
-        if (b->wstart[mid] <= lo)
-            a = mid;
-        else
-            z = mid;
-    }
-    for (size_t w = a; len > 0; w++) {
-        assert(w < b->n_win);
-        uint64_t end = b->wstart[w + 1];
-        if (end <= lo)
-            continue;
-        s_make_window(b, w);
-        size_t off = (size_t)(lo - b->wstart[w]);
-        size_t take = (size_t)EMLIO_MIN(end - lo, len);
-        memcpy(dst, b->tmp + off, take * sizeof(*dst));
-        if (pad)
-            for (size_t i = 0; i < take; i++)
-                dst[i].pad = true;
-        dst += take;
-        lo += take;
-        len -= take;
-    }
 }
 
 static void
 s_clear(emlio_plan_t *self)
 {
+    self->n_slots = 0;
+    self->n_win = 0;
+    self->first = 0;
     self->n_samples = 0;
     self->batch_size = 0;
     self->n_batches = 0;
@@ -544,13 +603,14 @@ s_clear(emlio_plan_t *self)
     self->dropped = 0;
 }
 
-/* Slices this rank's share out of the global order: rank r takes the
+/* Sizes this rank's share of the global order: rank r takes the
  * contiguous positions [r * per_rank, (r + 1) * per_rank) of the order
- * extended by padding (positions past the end wrap to its start). */
+ * extended by padding (positions past the end wrap to its start). Only
+ * the bounds are kept; s_sample_at maps a position to its sample. */
 static int
-s_slice(emlio_plan_t *self, struct s_build *b, const emlio_plan_params_t *p)
+s_slice(emlio_plan_t *self, const emlio_plan_params_t *p)
 {
-    uint64_t n = b->wstart[b->n_win];
+    uint64_t n = self->dataset;
     uint64_t world = p->world;
     uint64_t per_rank;
     if (p->drop_last) {
@@ -558,56 +618,56 @@ s_slice(emlio_plan_t *self, struct s_build *b, const emlio_plan_params_t *p)
         per_rank = n / step * p->batch_size;
         self->dropped = n - per_rank * world;
     } else {
+        /* world * per_rank < n + world must fit the position type. */
+        if (n > UINT64_MAX - world)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "cannot plan epoch: dataset has more "
+                                 "than 2^64 - %" PRIu64 " records",
+                                 world);
         per_rank = n / world + (n % world != 0);
     }
-    if (per_rank > SIZE_MAX / sizeof(*self->samples))
-        return s_nomem(self, "this rank's samples");
-    if (per_rank > self->cap) {
-        emlio_plan_sample_t *grown = emlio_reallocarray(
-            self->samples, (size_t)per_rank, sizeof(*self->samples));
-        if (!grown)
-            return s_nomem(self, "this rank's samples");
-        self->samples = grown;
-        self->cap = (size_t)per_rank;
-    }
-    uint64_t lo = p->rank * per_rank;
-    uint64_t hi = lo + per_rank;
-    emlio_plan_sample_t *dst = self->samples;
-    if (lo < n) {
-        uint64_t len = EMLIO_MIN(hi, n) - lo;
-        s_fill(b, lo, len, dst, false);
-        dst += len;
-    }
-    if (hi > n) {
-        uint64_t start = EMLIO_MAX(lo, n);
-        uint64_t len = hi - start;
-        uint64_t q = (start - n) % n;
-        self->pad = len;
-        while (len > 0) {
-            uint64_t take = EMLIO_MIN(len, n - q);
-            s_fill(b, q, take, dst, true);
-            dst += take;
-            len -= take;
-            q = 0;
-        }
-    }
-    self->n_samples = (size_t)per_rank;
+    uint64_t n_batches =
+        per_rank / p->batch_size + (per_rank % p->batch_size != 0);
+    if (n_batches > SIZE_MAX)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "cannot plan epoch: %" PRIu64 " batches per rank "
+                             "exceed this machine's size_t",
+                             n_batches);
+    self->first = p->rank * per_rank;
+    uint64_t end = self->first + per_rank;
+    self->pad = end > n ? end - EMLIO_MAX(self->first, n) : 0;
+    self->n_samples = per_rank;
     self->batch_size = p->batch_size;
-    self->n_batches =
-        (size_t)(per_rank / p->batch_size + (per_rank % p->batch_size != 0));
-    self->dataset = n;
+    self->n_batches = (size_t)n_batches;
     return 0;
 }
 
-int
-emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
-                 const emlio_plan_params_t *params)
+/* Makes room for one batch in the buffer emlio_plan_batch fills. */
+static int
+s_reserve_batch(emlio_plan_t *self)
 {
-    assert(self);
-    assert(params);
-    assert(shards || n == 0);
-    s_clear(self);
-    self->err[0] = '\0';
+    size_t want =
+        (size_t)EMLIO_MIN(self->n_samples, (uint64_t)self->batch_size);
+    if (!self->buf) {
+        self->buf = emlio_calloc(1, sizeof(*self->buf));
+        if (!self->buf)
+            return s_nomem(self, "a batch");
+    }
+    self->buf->win = SIZE_MAX;
+    if (want <= self->buf->cap)
+        return 0;
+    emlio_plan_sample_t *grown =
+        emlio_reallocarray(self->buf->samples, want, sizeof(*grown));
+    if (!grown)
+        return s_nomem(self, "a batch");
+    self->buf->samples = grown;
+    self->buf->cap = want;
+    return 0;
+}
+
+static int
+s_check_params(emlio_plan_t *self, const emlio_plan_params_t *params, size_t n)
+{
     if (params->world == 0)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "invalid world size 0: need at least one rank");
@@ -626,33 +686,102 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "too many shards: %zu (at most %" PRIu32 ")", n,
                              UINT32_MAX);
+    return 0;
+}
 
+int
+emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
+                 const emlio_plan_params_t *params)
+{
+    assert(self);
+    assert(params);
+    assert(shards || n == 0);
+    s_clear(self);
+    self->err[0] = '\0';
+    int rc = s_check_params(self, params, n);
+    if (rc < 0)
+        return rc;
     struct s_build b = { 0 };
     b.shards = shards;
-    b.window = params->window_shards; /* 0: all shards, see s_order_shards */
-    b.seed = params->seed;
-    b.epoch = params->epoch;
-    b.shuffle = params->shuffle == EMLIO_SHUFFLE_WINDOW;
-    int rc = s_sort_inventory(self, &b, n);
+    self->seed = params->seed;
+    self->epoch = params->epoch;
+    self->shuffle = params->shuffle == EMLIO_SHUFFLE_WINDOW;
+    rc = s_sort_inventory(self, &b, n);
     if (rc == 0)
         rc = s_merge_replicas(self, &b, n);
     if (rc == 0)
         rc = s_choose_holders(self, &b, n);
+    /* Only the merged shards are needed from here: lower the peak. */
+    emlio_free(b.named);
+    b.named = NULL;
     if (rc == 0)
-        rc = s_order_shards(self, &b);
+        rc = s_order_shards(self, &b, params->window_shards);
     if (rc == 0)
-        rc = s_slice(self, &b, params);
+        rc = s_slice(self, params);
+    if (rc == 0)
+        rc = s_reserve_batch(self);
     s_build_release(&b);
     if (rc < 0)
         s_clear(self);
     return rc;
 }
 
-size_t
-emlio_plan_batch_count(const emlio_plan_t *self)
+/* The last slot in [lo, hi) whose start is <= x; slot lo's start is. Among
+ * slots of equal start (shards without records) that is the last, the one
+ * that holds x. */
+static size_t
+s_find_slot(const struct s_slot *slots, size_t lo, size_t hi, uint64_t x)
 {
-    assert(self);
-    return self->n_batches;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (slots[mid].start <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The sample at global position g < dataset of the epoch's order: the
+ * window holding g, g's offset permuted within it, then the shard and
+ * record at the permuted index. */
+static void
+s_sample_at(const emlio_plan_t *self, uint64_t g, emlio_plan_sample_t *out)
+{
+    struct s_batchbuf *buf = self->buf;
+    size_t w = 0;
+    if (self->n_win > 1) {
+        /* Windows are runs of `window` slots: search their first slots. */
+        size_t lo = 0;
+        size_t hi = self->n_win;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (self->slots[mid * self->window].start <= g)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        w = lo;
+    }
+    size_t s_lo = w * self->window;
+    size_t s_hi = EMLIO_MIN(s_lo + self->window, self->n_slots);
+    uint64_t base = self->slots[s_lo].start;
+    uint64_t x = g;
+    if (self->shuffle) {
+        if (buf->win != w) {
+            uint64_t end =
+                s_hi < self->n_slots ? self->slots[s_hi].start : self->dataset;
+            s_feistel_init(&buf->f, self->seed, self->epoch, w, end - base);
+            buf->win = w;
+        }
+        x = base + s_feistel(&buf->f, g - base);
+    }
+    const struct s_slot *slot =
+        &self->slots[s_find_slot(self->slots, s_lo, s_hi, x)];
+    out->shard = slot->caller;
+    out->daemon = slot->daemon;
+    out->record = x - slot->start;
+    out->pad = false;
 }
 
 const emlio_plan_sample_t *
@@ -661,9 +790,27 @@ emlio_plan_batch(const emlio_plan_t *self, size_t i, size_t *n)
     assert(self);
     assert(n);
     assert(i < self->n_batches);
-    size_t start = i * self->batch_size;
-    *n = EMLIO_MIN(self->batch_size, self->n_samples - start);
-    return self->samples + start;
+    uint64_t start = (uint64_t)i * self->batch_size;
+    size_t len =
+        (size_t)EMLIO_MIN((uint64_t)self->batch_size, self->n_samples - start);
+    emlio_plan_sample_t *dst = self->buf->samples;
+    uint64_t g = self->first + start;
+    for (size_t k = 0; k < len; k++, g++) {
+        /* Past the end, positions wrap to the start of the order. */
+        bool pad = g >= self->dataset;
+        s_sample_at(self, pad ? (g - self->dataset) % self->dataset : g,
+                    &dst[k]);
+        dst[k].pad = pad;
+    }
+    *n = len;
+    return dst;
+}
+
+size_t
+emlio_plan_batch_count(const emlio_plan_t *self)
+{
+    assert(self);
+    return self->n_batches;
 }
 
 uint64_t
@@ -699,4 +846,15 @@ emlio_plan_errmsg(const emlio_plan_t *self)
 {
     assert(self);
     return self->err;
+}
+
+size_t
+emlio_plan_memory(const emlio_plan_t *self)
+{
+    assert(self);
+    size_t len = sizeof(*self) + self->slots_cap * sizeof(*self->slots);
+    if (self->buf)
+        len +=
+            sizeof(*self->buf) + self->buf->cap * sizeof(*self->buf->samples);
+    return len;
 }

@@ -373,7 +373,9 @@ EMLIO_EXPORT const emlio_sample_t *
 emlio_client_skipped(const emlio_client_t *self, size_t *n);
 
 /* The plan of the current epoch (borrowed; valid until the next
- * begin_epoch), or NULL before the first epoch. */
+ * begin_epoch), or NULL before the first epoch. The samples that
+ * emlio_plan_batch returns for it are valid until the next call on this
+ * client, which computes batches into the same buffer. */
 typedef struct emlio_plan emlio_plan_t;
 EMLIO_EXPORT const emlio_plan_t *emlio_client_plan(const emlio_client_t *self);
 

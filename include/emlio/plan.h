@@ -13,6 +13,11 @@
  *     specified in docs/planner.md, not taken from libc);
  *   - a different epoch gives a different permutation.
  *
+ * A plan stores no samples: it keeps a few words per shard and derives
+ * each sample's place on demand from a keyed permutation of the epoch
+ * (docs/planner.md), so building one costs O(shards), whatever the
+ * number of samples, and planning the next epoch ahead costs nothing.
+ *
  * Shards are identified by name (their path relative to the daemon's data
  * directory). A shard reported by several daemons is a replica: it is read
  * once per epoch, from one of its holders chosen deterministically.
@@ -34,6 +39,12 @@ extern "C" {
 #endif
 
 /* One shard of the inventory, as daemons report it. */
+/* The version of the order the planner produces. It changes whenever the
+ * same inputs would give another order (docs/planner.md, "Versions"), so
+ * that state saved against one order is not applied to another.
+ * Version 2: keyed Feistel permutations instead of stored shuffles. */
+#define EMLIO_PLAN_VERSION 2
+
 typedef struct emlio_plan_shard {
     const char *name;        /* borrowed; identity of the shard */
     uint64_t records;        /* number of records (samples) */
@@ -45,10 +56,10 @@ typedef struct emlio_plan_shard {
 enum emlio_shuffle {
     /* File order: shards sorted by name, records in file order. */
     EMLIO_SHUFFLE_NONE = 0,
-    /* Shard order permuted per epoch, then records shuffled within windows
+    /* Shard order permuted per epoch, then records permuted within windows
      * of window_shards consecutive shards. window_shards 0 (the default)
-     * is one window of all shards: a uniform shuffle of the dataset; a
-     * few shards per window favour locality over mixing. */
+     * is one window of all shards: the whole dataset mixed; a few shards
+     * per window favour locality over mixing. */
     EMLIO_SHUFFLE_WINDOW = 1
 };
 
@@ -88,7 +99,8 @@ EMLIO_EXPORT void emlio_plan_destroy(emlio_plan_t **self_p);
  * previous content. Returns 0, EMLIO_EINVAL (rank >= world, batch_size 0,
  * a shard without holders, two shards of the same name with different
  * record counts: the message says which) or EMLIO_ENOMEM. The shards array
- * is not kept. */
+ * is not kept. Time and memory are O(n log n) and O(n), independent of
+ * the record counts: no sample is generated here. */
 EMLIO_EXPORT int emlio_plan_build(emlio_plan_t *self,
                                   const emlio_plan_shard_t *shards, size_t n,
                                   const emlio_plan_params_t *params);
@@ -97,8 +109,13 @@ EMLIO_EXPORT int emlio_plan_build(emlio_plan_t *self,
 EMLIO_EXPORT size_t emlio_plan_batch_count(const emlio_plan_t *self);
 
 /* Samples of batch i (i < batch_count): *n receives the count (batch_size,
- * or less for the last batch when drop_last is false). Borrowed, valid
- * until the next build or destroy. */
+ * or less for the last batch when drop_last is false). The samples are
+ * computed on each call into a buffer the plan owns (batch_size entries,
+ * allocated by build), so this never fails and costs O(batch_size).
+ * Borrowed: valid until the next emlio_plan_batch, build or destroy on
+ * this plan; copy them to keep two batches of one plan at once. The plan
+ * is const for the caller, but this call writes its buffer: do not call
+ * it on one plan from two threads at once. */
 EMLIO_EXPORT const emlio_plan_sample_t *
 emlio_plan_batch(const emlio_plan_t *self, size_t i, size_t *n);
 
@@ -109,6 +126,11 @@ EMLIO_EXPORT uint64_t emlio_plan_sample_count(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_pad_count(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_dataset_size(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_dropped_count(const emlio_plan_t *self);
+
+/* Bytes the plan holds between builds: O(shards + batch_size), never
+ * O(samples). A build needs about as much again, briefly, while it sorts
+ * the inventory. */
+EMLIO_EXPORT size_t emlio_plan_memory(const emlio_plan_t *self);
 
 /* The last failure's text. Never NULL. */
 EMLIO_EXPORT const char *emlio_plan_errmsg(const emlio_plan_t *self);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "crc32c.h"
 #include "emlio/example.h"
 #include "tfrecord.h"
 
@@ -270,6 +271,18 @@ test_client_resume_state_delivers_the_rest(void **state)
     assert_int_equal(emlio_client_load_state(other, blob, len), EMLIO_ESTATE);
     assert_non_null(strstr(emlio_client_errmsg(other), "another"));
     emlio_client_destroy(&other);
+    /* A blob saved against the previous plan order (format 1) names the
+     * batches of another order: refused, saying so. */
+    uint32_t crc = emlio_crc32c(0, blob, len - 4);
+    blob[4] = 1;
+    uint32_t old = emlio_crc32c(0, blob, len - 4);
+    for (int i = 0; i < 4; i++)
+        blob[len - 4 + i] = (uint8_t)(old >> (8 * i));
+    assert_int_equal(emlio_client_load_state(d, blob, len), EMLIO_ESTATE);
+    assert_non_null(strstr(emlio_client_errmsg(d), "plan version 1"));
+    blob[4] = 2;
+    for (int i = 0; i < 4; i++)
+        blob[len - 4 + i] = (uint8_t)(crc >> (8 * i));
 
     /* The right one resumes: exactly the rest of the epoch. */
     assert_int_equal(emlio_client_load_state(d, blob, len), batches - 6);

@@ -806,47 +806,61 @@ log_hypergeom(unsigned k, unsigned K, unsigned n, unsigned N)
 #define MIX_BATCH   32
 #define MIX_BINS    8 /* counts 0 .. 6, and 7 or more */
 
+/* The shape of a mixing test: classes of `per` samples each, batches of
+ * `batch`, over `epochs` epochs. */
+struct mix {
+    unsigned classes;
+    unsigned per;
+    unsigned batch;
+    unsigned epochs;
+};
+
+static const struct mix mix_small = { MIX_CLASSES, MIX_PER, MIX_BATCH, 20 };
+
 /* Pearson's chi-square of the per-batch class counts against a uniform
- * shuffle's: over 20 epochs, every full batch and every class gives one
+ * shuffle's: over the epochs, every full batch and every class gives one
  * count k (how many of the batch's samples have that class), and the
  * histogram of k is compared with the hypergeometric law. label_of maps
  * (shard index, record) to the class. */
 static double
-mix_chi_square(const struct inv *v, uint32_t window,
+mix_chi_square(const struct inv *v, const struct mix *m, uint32_t window,
                unsigned (*label_of)(uint32_t shard, uint64_t record))
 {
-    const unsigned n_total = MIX_CLASSES * MIX_PER;
+    const unsigned n_total = m->classes * m->per;
     double seen[MIX_BINS] = { 0 };
     double obs = 0;
+    unsigned *count = calloc(m->classes, sizeof(*count));
+    assert_non_null(count);
     emlio_plan_t *plan = emlio_plan_new();
     emlio_plan_params_t p;
     emlio_plan_params_init(&p);
-    p.batch_size = MIX_BATCH;
+    p.batch_size = m->batch;
     p.seed = 11;
     p.window_shards = window;
-    for (uint64_t e = 0; e < 20; e++) {
+    for (uint64_t e = 0; e < m->epochs; e++) {
         p.epoch = e;
         assert_int_equal(emlio_plan_build(plan, v->shards, v->n, &p), 0);
         for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
             size_t len;
             const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
-            if (len != MIX_BATCH)
+            if (len != m->batch)
                 continue;
-            unsigned count[MIX_CLASSES] = { 0 };
+            memset(count, 0, m->classes * sizeof(*count));
             for (size_t i = 0; i < len; i++)
                 count[label_of(s[i].shard, s[i].record)]++;
-            for (size_t c = 0; c < MIX_CLASSES; c++) {
+            for (size_t c = 0; c < m->classes; c++) {
                 seen[EMLIO_MIN(count[c], (unsigned)MIX_BINS - 1)]++;
                 obs++;
             }
         }
     }
     emlio_plan_destroy(&plan);
+    free(count);
     double chi = 0;
     double tail = 1;
     for (unsigned k = 0; k < MIX_BINS; k++) {
         double pk = k + 1 < MIX_BINS
-                        ? exp(log_hypergeom(k, MIX_PER, MIX_BATCH, n_total))
+                        ? exp(log_hypergeom(k, m->per, m->batch, n_total))
                         : tail;
         tail -= pk;
         double want = pk * obs;
@@ -889,11 +903,12 @@ test_plan_default_mixes_like_uniform_shuffle(void **state)
     struct inv tfrec;
     inv_init(&folder, MIX_CLASSES, per_class, 1);
     inv_init(&tfrec, 8, sorted, 1);
-    double f_default = mix_chi_square(&folder, 0, label_is_shard);
-    double t_default = mix_chi_square(&tfrec, 0, label_class_sorted);
+    double f_default = mix_chi_square(&folder, &mix_small, 0, label_is_shard);
+    double t_default =
+        mix_chi_square(&tfrec, &mix_small, 0, label_class_sorted);
     /* The test can fail: the old default, 4 shards a window, is skewed. */
-    double f_four = mix_chi_square(&folder, 4, label_is_shard);
-    double t_four = mix_chi_square(&tfrec, 4, label_class_sorted);
+    double f_four = mix_chi_square(&folder, &mix_small, 4, label_is_shard);
+    double t_four = mix_chi_square(&tfrec, &mix_small, 4, label_class_sorted);
     print_message("# chi-square (crit %.2f): imagefolder %.1f (window 4: "
                   "%.1f), sorted tfrecord %.1f (window 4: %.1f)\n",
                   MIX_CRITICAL, f_default, f_four, t_default, t_four);
@@ -905,8 +920,34 @@ test_plan_default_mixes_like_uniform_shuffle(void **state)
     inv_release(&tfrec);
 }
 
-/* Pins the specified algorithm (docs/planner.md): another implementation
- * that follows the document must reproduce these sequences. */
+/* The same at a larger domain, where the permutation runs on 17 bits and
+ * cycle-walks from 100,000 to 131,072: an ImageFolder of 100 classes of
+ * 1000 in batches of 256, 4 epochs, and with it a locality window of 8
+ * class shards, which must stay skewed. */
+static void
+test_plan_default_mixes_like_uniform_shuffle_large(void **state)
+{
+    (void)state;
+    static const struct mix large = { 100, 1000, 256, 4 };
+    uint64_t per_class[100];
+    for (size_t i = 0; i < 100; i++)
+        per_class[i] = 1000;
+    struct inv folder;
+    inv_init(&folder, 100, per_class, 3);
+    double full = mix_chi_square(&folder, &large, 0, label_is_shard);
+    double eight = mix_chi_square(&folder, &large, 8, label_is_shard);
+    print_message("# chi-square (crit %.2f), 100 classes x 1000, batch 256: "
+                  "%.1f (window 8: %.1f)\n",
+                  MIX_CRITICAL, full, eight);
+    assert_true(full < MIX_CRITICAL);
+    assert_true(eight > 10 * MIX_CRITICAL);
+    inv_release(&folder);
+}
+
+/* Pins the specified algorithm (docs/planner.md, plan version 2): another
+ * implementation that follows the document must reproduce these
+ * sequences. Windows of 2 shards for epochs 0 and 1, then the default of
+ * one window. */
 static void
 test_plan_golden_vector(void **state)
 {
@@ -918,18 +959,26 @@ test_plan_golden_vector(void **state)
         { .name = "d", .records = 2, .holders = &h, .n_holders = 1 },
         { .name = "b", .records = 3, .holders = &h, .n_holders = 1 },
     };
-    static const char *const want[2] = {
-        "c4 b1 b2 c2 c1 c3 b0 c0 a3 d1 a2 a1 d0 a0 ",
-        "a2 d1 d0 a3 a0 a1 b1 c0 c2 c3 b0 b2 c4 c1 ",
+
+    static const struct {
+        uint64_t epoch;
+        uint32_t window;
+        const char *want;
+    } cases[] = {
+        { 0, 2, "c1 c4 c0 c2 b2 c3 b1 b0 a2 a0 a3 d1 a1 d0 " },
+        { 1, 2, "a0 a2 a3 a1 d1 d0 b2 b0 c4 c2 c3 c0 c1 b1 " },
+        { 0, 0, "c1 d0 a1 c4 c2 a3 b1 b2 c0 b0 a2 a0 c3 d1 " },
     };
+
+    assert_int_equal(EMLIO_PLAN_VERSION, 2);
     emlio_plan_params_t p;
     emlio_plan_params_init(&p);
     p.batch_size = 14;
     p.seed = 1;
-    p.window_shards = 2;
     emlio_plan_t *plan = emlio_plan_new();
-    for (uint64_t e = 0; e < 2; e++) {
-        p.epoch = e;
+    for (size_t c = 0; c < EMLIO_ARRAY_SIZE(cases); c++) {
+        p.epoch = cases[c].epoch;
+        p.window_shards = cases[c].window;
         assert_int_equal(emlio_plan_build(plan, shards, 4, &p), 0);
         size_t n;
         const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
@@ -940,9 +989,302 @@ test_plan_golden_vector(void **state)
             len +=
                 (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64 " ",
                                  shards[s[i].shard].name, s[i].record);
-        assert_string_equal(got, want[e]);
+        assert_string_equal(got, cases[c].want);
     }
     emlio_plan_destroy(&plan);
+}
+
+/* The permutation behind every window is a bijection: one shard of m
+ * records, planned as one batch, holds every record exactly once, for
+ * every m up to 600 and around powers of two (where the cycle-walking
+ * domain changes size), on several keys. */
+static void
+test_plan_feistel_bijective_small_domains(void **state)
+{
+    (void)state;
+    static const uint64_t edges[] = { 1023, 1024, 1025, 2047, 2048,
+                                      2049, 4095, 4096, 4097 };
+    static const uint64_t seeds[] = { 0, 1, 0xdeadbeefcafeULL };
+    uint8_t *seen = calloc(4097, 1);
+    assert_non_null(seen);
+    emlio_plan_t *plan = emlio_plan_new();
+    for (uint64_t i = 1; i <= 600 + EMLIO_ARRAY_SIZE(edges); i++) {
+        uint64_t m = i <= 600 ? i : edges[i - 601];
+        uint64_t records[1] = { m };
+        struct inv v;
+        inv_init(&v, 1, records, 1);
+        for (size_t k = 0; k < EMLIO_ARRAY_SIZE(seeds) * 2; k++) {
+            emlio_plan_params_t p;
+            emlio_plan_params_init(&p);
+            p.batch_size = (uint32_t)m;
+            p.seed = seeds[k / 2];
+            p.epoch = k % 2 ? 7 : 0;
+            assert_int_equal(emlio_plan_build(plan, v.shards, 1, &p), 0);
+            size_t n;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
+            assert_int_equal(n, m);
+            memset(seen, 0, m);
+            size_t fixed = 0;
+            for (size_t j = 0; j < n; j++) {
+                assert_true(s[j].record < m);
+                assert_int_equal(seen[s[j].record], 0);
+                seen[s[j].record] = 1;
+                fixed += s[j].record == j;
+            }
+            /* A uniform permutation has one fixed point on average. */
+            if (m >= 64)
+                assert_true(fixed < m / 8);
+        }
+        inv_release(&v);
+    }
+    emlio_plan_destroy(&plan);
+    free(seen);
+}
+
+/* The 0.999 quantile of chi-square with k degrees of freedom, by Wilson
+ * and Hilferty's cube-root approximation (within 1% for k >= 20). */
+static double
+chi2_q999(double k)
+{
+    double c = 1 - 2 / (9 * k) + 3.0902 * sqrt(2 / (9 * k));
+    return k * c * c * c;
+}
+
+/* Each record lands on each position equally often across keys: the
+ * (record, position) table of a one-shard window of m records over many
+ * seeds against the uniform 1/m, by Pearson's chi-square with (m - 1)^2
+ * degrees of freedom. m = 16 fills the network's domain exactly; 10 and
+ * 37 need cycle-walking. */
+static void
+test_plan_permutation_positions_uniform(void **state)
+{
+    (void)state;
+    static const uint64_t sizes[] = { 10, 16, 37 };
+
+    enum { SEEDS = 4000 };
+
+    emlio_plan_t *plan = emlio_plan_new();
+    for (size_t z = 0; z < EMLIO_ARRAY_SIZE(sizes); z++) {
+        uint64_t m = sizes[z];
+        uint64_t records[1] = { m };
+        struct inv v;
+        inv_init(&v, 1, records, 1);
+        uint32_t *count = calloc(m * m, sizeof(*count));
+        assert_non_null(count);
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.batch_size = (uint32_t)m;
+        for (uint64_t seed = 0; seed < SEEDS; seed++) {
+            p.seed = seed;
+            assert_int_equal(emlio_plan_build(plan, v.shards, 1, &p), 0);
+            size_t n;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
+            for (size_t j = 0; j < n; j++)
+                count[s[j].record * m + j]++;
+        }
+        double want = (double)SEEDS / (double)m;
+        double chi = 0;
+        for (size_t c = 0; c < m * m; c++)
+            chi += (count[c] - want) * (count[c] - want) / want;
+        double crit = chi2_q999((double)((m - 1) * (m - 1)));
+        print_message("# positions of %" PRIu64 " records over %d seeds: "
+                      "chi-square %.1f (crit %.1f)\n",
+                      m, SEEDS, chi, crit);
+        assert_true(chi < crit);
+        free(count);
+        inv_release(&v);
+    }
+    emlio_plan_destroy(&plan);
+}
+
+/* Exactly once across ranks where nothing divides anything: prime shard
+ * counts and record counts, worlds that do not divide the dataset, every
+ * window policy, both remainder rules. */
+static void
+test_plan_exactly_once_odd_sizes(void **state)
+{
+    (void)state;
+    static const uint64_t primes[] = { 2, 3, 5, 7, 11, 13, 97, 101, 997 };
+    static const size_t shard_counts[] = { 1, 2, 7, 13 };
+    static const uint32_t worlds[] = { 2, 3, 5, 6, 7, 11 };
+    static const uint32_t batches[] = { 1, 3, 17 };
+    static const uint32_t windows[] = { 0, 1, 3 };
+    for (size_t c = 0; c < EMLIO_ARRAY_SIZE(shard_counts); c++) {
+        size_t n = shard_counts[c];
+        uint64_t records[13];
+        for (size_t i = 0; i < n; i++)
+            records[i] = primes[(i * 4 + c) % EMLIO_ARRAY_SIZE(primes)];
+        struct inv v;
+        inv_init(&v, n, records, 3);
+        for (size_t w = 0; w < EMLIO_ARRAY_SIZE(worlds); w++)
+            for (size_t b = 0; b < EMLIO_ARRAY_SIZE(batches); b++)
+                for (size_t x = 0; x < EMLIO_ARRAY_SIZE(windows); x++)
+                    for (int drop = 0; drop <= 1; drop++) {
+                        emlio_plan_params_t p;
+                        emlio_plan_params_init(&p);
+                        p.world = worlds[w];
+                        p.batch_size = batches[b];
+                        p.window_shards = windows[x];
+                        p.drop_last = drop;
+                        p.seed = 1000 + c;
+                        p.epoch = w * 7 + b;
+                        check_epoch(v.shards, v.n, &p);
+                    }
+        inv_release(&v);
+    }
+}
+
+/* A plan reused across epochs, windows and batch orders gives what a fresh
+ * plan gives: nothing of one build (the batch buffer, the window whose
+ * keys it holds) leaks into the next. */
+static void
+test_plan_reuse_matches_fresh(void **state)
+{
+    (void)state;
+    uint64_t *records = uneven_records(19);
+    struct inv v;
+    inv_init(&v, 19, records, 2);
+    emlio_plan_t *used = emlio_plan_new();
+    emlio_plan_t *fresh = emlio_plan_new();
+    static const uint32_t windows[] = { 0, 2, 5, 0 };
+    for (size_t k = 0; k < EMLIO_ARRAY_SIZE(windows); k++) {
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.world = 2;
+        p.rank = (uint32_t)(k % 2);
+        p.batch_size = 9;
+        p.seed = 77;
+        p.epoch = k;
+        p.window_shards = windows[k];
+        assert_int_equal(emlio_plan_build(used, v.shards, v.n, &p), 0);
+        /* Read the last batch first, so the buffer holds other keys. */
+        size_t n;
+        emlio_plan_batch(used, emlio_plan_batch_count(used) - 1, &n);
+        emlio_plan_t *f = emlio_plan_new();
+        assert_int_equal(emlio_plan_build(f, v.shards, v.n, &p), 0);
+        assert_same_plan(used, v.shards, f, v.shards);
+        emlio_plan_destroy(&f);
+        /* The same (seed, epoch) twice on another plan: the same order. */
+        assert_int_equal(emlio_plan_build(fresh, v.shards, v.n, &p), 0);
+        assert_same_plan(used, v.shards, fresh, v.shards);
+    }
+    emlio_plan_destroy(&used);
+    emlio_plan_destroy(&fresh);
+    inv_release(&v);
+    free(records);
+}
+
+/* Plan memory does not grow with the samples: 1000 shards of a million
+ * records (10^9 samples, world 8) hold exactly what 1000 shards of a
+ * thousand do, well under a megabyte, and so does 10^18 samples, which
+ * no stored plan could hold. Their batches are still valid samples. */
+static void
+test_plan_memory_independent_of_samples(void **state)
+{
+    (void)state;
+
+    enum { SHARDS = 1000 };
+
+    static const uint64_t per_shard[] = { 1000, 1000000, 1000000000000000ULL };
+    emlio_plan_t *plan[3];
+    uint64_t *records = calloc(SHARDS, sizeof(*records));
+    assert_non_null(records);
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t i = 0; i < SHARDS; i++)
+            records[i] = per_shard[k];
+        struct inv v;
+        inv_init(&v, SHARDS, records, 4);
+        emlio_plan_params_t p;
+        emlio_plan_params_init(&p);
+        p.world = 8;
+        p.rank = 7;
+        p.batch_size = 256;
+        p.seed = 5;
+        plan[k] = emlio_plan_new();
+        assert_int_equal(emlio_plan_build(plan[k], v.shards, v.n, &p), 0);
+        uint64_t total = per_shard[k] * SHARDS;
+        assert_int_equal(emlio_plan_dataset_size(plan[k]), total);
+        assert_int_equal(emlio_plan_sample_count(plan[k]), total / 8);
+        assert_true(emlio_plan_memory(plan[k]) < 64 * 1024);
+        assert_int_equal(emlio_plan_memory(plan[k]),
+                         emlio_plan_memory(plan[0]));
+        size_t last = emlio_plan_batch_count(plan[k]) - 1;
+        for (size_t b = 0; b <= 1; b++) {
+            size_t n;
+            const emlio_plan_sample_t *s =
+                emlio_plan_batch(plan[k], b ? last : 0, &n);
+            assert_true(n >= 1 && n <= 256);
+            for (size_t j = 0; j < n; j++) {
+                assert_true(s[j].shard < SHARDS);
+                assert_true(s[j].record < per_shard[k]);
+                assert_false(s[j].pad);
+                for (size_t i = 0; i < j; i++)
+                    assert_false(s[i].shard == s[j].shard &&
+                                 s[i].record == s[j].record);
+            }
+        }
+        /* Another epoch: another first batch (any sample of it staying
+         * in place has odds below one in a million). */
+        p.epoch = 1;
+        emlio_plan_t *next = emlio_plan_new();
+        assert_int_equal(emlio_plan_build(next, v.shards, v.n, &p), 0);
+        size_t n0;
+        size_t n1;
+        const emlio_plan_sample_t *a = emlio_plan_batch(plan[k], 0, &n0);
+        const emlio_plan_sample_t *z = emlio_plan_batch(next, 0, &n1);
+        assert_int_equal(n0, n1);
+        size_t same = 0;
+        for (size_t j = 0; j < n0; j++)
+            same += a[j].shard == z[j].shard && a[j].record == z[j].record;
+        assert_true(k == 0 || same == 0);
+        emlio_plan_destroy(&next);
+        inv_release(&v);
+    }
+    for (size_t k = 0; k < 3; k++)
+        emlio_plan_destroy(&plan[k]);
+    free(records);
+}
+
+/* Out of memory at each allocation of a build, in turn: EMLIO_ENOMEM, an
+ * empty plan, nothing leaked (under ASan), and the plan works afterwards,
+ * with replicas so that every table is allocated. */
+static void
+test_plan_out_of_memory_at_each_allocation(void **state)
+{
+    (void)state;
+    static const uint32_t both[] = { 0, 1 };
+    uint64_t *records = uneven_records(12);
+    struct inv v;
+    inv_init(&v, 12, records, 2);
+    v.shards[3].holders = both;
+    v.shards[3].n_holders = 2;
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.world = 3;
+    p.batch_size = 5;
+    p.window_shards = 4;
+    emlio_plan_t *want = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(want, v.shards, v.n, &p), 0);
+    int rc = EMLIO_ENOMEM;
+    for (long n = 1; rc == EMLIO_ENOMEM; n++) {
+        emlio_plan_t *plan = emlio_plan_new();
+        assert_non_null(plan);
+        emlio__alloc_fail_at(n);
+        rc = emlio_plan_build(plan, v.shards, v.n, &p);
+        emlio__alloc_fail_at(0);
+        if (rc == EMLIO_ENOMEM) {
+            assert_int_equal(emlio_plan_batch_count(plan), 0);
+            assert_non_null(strstr(emlio_plan_errmsg(plan), "out of memory"));
+            assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        } else {
+            assert_int_equal(rc, 0);
+        }
+        assert_same_plan(plan, v.shards, want, v.shards);
+        emlio_plan_destroy(&plan);
+    }
+    emlio_plan_destroy(&want);
+    inv_release(&v);
+    free(records);
 }
 
 static void
@@ -1001,7 +1343,14 @@ main(void)
         cmocka_unit_test(test_plan_windows_respected),
         cmocka_unit_test(test_plan_default_window_is_whole_dataset),
         cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle),
+        cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle_large),
         cmocka_unit_test(test_plan_golden_vector),
+        cmocka_unit_test(test_plan_feistel_bijective_small_domains),
+        cmocka_unit_test(test_plan_permutation_positions_uniform),
+        cmocka_unit_test(test_plan_exactly_once_odd_sizes),
+        cmocka_unit_test(test_plan_reuse_matches_fresh),
+        cmocka_unit_test(test_plan_memory_independent_of_samples),
+        cmocka_unit_test(test_plan_out_of_memory_at_each_allocation),
         cmocka_unit_test(test_plan_scale_imagenet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: MIT
 """The resume state blob of ``emlio_client_save_state`` (src/client.c):
 
-    "EMLS", u32 format 1, u64 seed, u32 world, rank, batch_size, shuffle,
+    "EMLS", u32 format 2 (EMLIO_PLAN_VERSION), u64 seed, u32 world, rank, batch_size, shuffle,
     window_shards, drop_last, char dataset[16]    (56 bytes: the header)
     u64 epoch, u64 n_batches, bitmap[(n + 7) / 8], u32 crc32c of the rest
 
