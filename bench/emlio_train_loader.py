@@ -20,7 +20,8 @@ import sys
 from train_meter import Meter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bindings", "python"))
+# After PYTHONPATH (bench/train_input sets it; a test may put a stand-in first).
+sys.path.append(os.path.join(os.path.dirname(HERE), "bindings", "python"))
 
 NEEDED = ("transform", "decode_at", "transform_threads")
 
@@ -31,17 +32,24 @@ def unavailable(why):
 
 
 def loader_stats(ld):
-    """stats() (issue 17: carries the placement) where it exists, else the
-    epoch figures; never fails the run."""
-    for name in ("stats", "epoch_stats"):
+    """Whatever figures the Loader has, merged: epoch_stats() (bytes,
+    samples, path), then stats() and xf_stats() (issue 17: where the
+    transforms ran, and why), where they exist. Never fails the run."""
+    out = {}
+    for name in ("epoch_stats", "stats", "xf_stats"):
         fn = getattr(ld, name, None)
-        if fn:
-            try:
-                return {k: v for k, v in fn().items()
-                        if isinstance(v, (int, float, str, bool, list, dict, type(None)))}
-            except Exception as e:  # figures are optional, the images are not
-                return {"stats_error": "%s: %s" % (type(e).__name__, e)}
-    return {}
+        if not callable(fn):
+            continue
+        try:
+            d = fn()
+        except Exception as e:  # figures are optional, the images are not
+            out[name + "_error"] = "%s: %s" % (type(e).__name__, e)
+            continue
+        if not isinstance(d, dict):
+            d = {name: d}
+        out.update((k, v) for k, v in d.items()
+                   if isinstance(v, (int, float, str, bool, list, dict, type(None))))
+    return out
 
 
 def main():

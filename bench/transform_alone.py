@@ -125,7 +125,8 @@ def measure(make, files, seconds, repeat):
     med = statistics.median(rates)
     return {"images_per_cpu_s": round(med, 1), "images_per_wall_s": round(statistics.median(walls), 1),
             "runs": [round(r, 1) for r in rates],
-            "spread_pct": round(100 * (max(rates) - min(rates)) / med, 1) if med else None}
+            "spread_pct": round(100 * (max(rates) - min(rates)) / med, 1)
+            if med and len(rates) > 1 else None}
 
 
 def main():
