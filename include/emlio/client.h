@@ -88,10 +88,37 @@ typedef struct emlio_client_config {
      * the caller begins another epoch or stops. With end_epoch set, no
      * epoch at or past it is requested. */
     uint64_t end_epoch;
+    /* Decoded tensors instead of encoded bytes (docs/transform.md): a
+     * transform spec such as "random_resized_crop(224),horizontal_flip"
+     * (emlio/transform.h), or NULL (default) for the samples as stored.
+     * Every batch then also carries one uint8 block of batch x H x W x 3
+     * (emlio_batch_images), byte-identical whichever side decoded it.
+     * Borrowed until connect returns. */
+    const char *transform;
+    int32_t decode_at;          /* enum emlio_decode_at; default auto */
+    uint32_t transform_threads; /* decode threads here; 0 (default) = one
+                                   per online CPU */
+    uint64_t max_pixels;        /* images above this are refused; 0
+                                   (default) = 100 million */
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
-    uint64_t reserved[7];
+    uint64_t reserved[4];
 } emlio_client_config_t;
+
+/* Where a client's transforms run (emlio_client_config_t.decode_at). */
+enum emlio_decode_at {
+    /* Placed per epoch by measured time and energy: the share of batches
+     * the daemons decode minimises joules per image without being more
+     * than 10% slower than the fastest share (emlio_client_xf_stats). */
+    EMLIO_DECODE_AUTO = 0,
+    EMLIO_DECODE_CLIENT = 1, /* here, on transform_threads */
+    EMLIO_DECODE_SERVER = 2  /* on the daemons (emliod --transform-threads) */
+};
+
+/* "auto", "client" or "server"; NULL for other values. */
+EMLIO_EXPORT const char *emlio_decode_at_name(int decode_at);
+/* The value of a name above, or EMLIO_EINVAL. */
+EMLIO_EXPORT int emlio_decode_at_parse(const char *name);
 
 /* Fills cfg with the defaults documented above. */
 EMLIO_EXPORT void emlio_client_config_init(emlio_client_config_t *cfg);
@@ -201,6 +228,15 @@ EMLIO_EXPORT int emlio_batch_field(const emlio_batch_t *b, size_t i,
                                    size_t field, const uint8_t **data,
                                    size_t *len);
 
+/* The batch's tensors, with a transform configured: one contiguous block of
+ * *n x *height x *width x 3 uint8 (RGB, HWC), sample i at
+ * i x height x width x 3, in the order of emlio_batch_samples; a sample a
+ * daemon skipped as corrupt has an all-zero slot (its len is 0). Valid
+ * until the batch is released. NULL (and *n 0) without a transform. */
+EMLIO_EXPORT const uint8_t *emlio_batch_images(const emlio_batch_t *b,
+                                               size_t *n, uint32_t *height,
+                                               uint32_t *width);
+
 /* The batch's epoch and its index in this rank's plan of that epoch. */
 EMLIO_EXPORT uint64_t emlio_batch_epoch(const emlio_batch_t *b);
 EMLIO_EXPORT uint64_t emlio_batch_index(const emlio_batch_t *b);
@@ -248,6 +284,32 @@ enum emlio_limit {
 
 /* "consumer", "window", "network", "daemon", "cpu" or "unknown". */
 EMLIO_EXPORT const char *emlio_limit_name(int limit);
+
+/* Where the transforms ran, and why (a transform configured). */
+typedef struct emlio_client_xf_stats {
+    int32_t decode_at;       /* enum emlio_decode_at, as configured */
+    double server_share;     /* share of this epoch's batches the daemons
+                                decode */
+    bool decided;            /* auto: share chosen from measurements (false
+                                while both sides are still being measured) */
+    uint64_t batches_server; /* this epoch's batches decoded by daemons */
+    uint64_t batches_client; /* ... and here */
+    double client_ms_per_image; /* CPU ms per image here (0 = none yet) */
+    double server_ms_per_image; /* ... on the daemons, as they report it */
+    uint32_t client_threads;    /* transform_threads here */
+    uint32_t server_threads;    /* the daemons' transform threads, summed */
+    double predicted_ips;       /* auto: the chosen share's images/s */
+    double predicted_j_per_image; /* ... and joules per image */
+    double fastest_ips;           /* the fastest share's images/s */
+    const char *bound;            /* what bounds the chosen share's rate:
+                                     "server", "client", "link",
+                                     "consumer"; "" when not decided */
+    char why[320];                /* the decision, with its figures */
+} emlio_client_xf_stats_t;
+
+/* Fills out; all zero without a transform. */
+EMLIO_EXPORT void emlio_client_xf_stats(const emlio_client_t *self,
+                                        emlio_client_xf_stats_t *out);
 
 /* One TCP stream of a client. */
 typedef struct emlio_stream_stats {
