@@ -25,16 +25,11 @@ import statistics
 import sys
 import time
 
+from pytorch_loader import list_files
+
 
 def load_files(root, limit):
-    out = []
-    for d in sorted(os.listdir(root)):
-        p = os.path.join(root, d)
-        if not os.path.isdir(p):
-            continue
-        for f in sorted(os.listdir(p)):
-            if f.lower().endswith((".jpg", ".jpeg")):
-                out.append((d + "/" + f, open(os.path.join(p, f), "rb").read()))
+    out = [(rel, open(os.path.join(root, rel), "rb").read()) for rel in list_files(root)]
     # Spread the subset over all classes rather than the first few.
     step = max(1, len(out) // limit)
     return out[::step][:limit]
