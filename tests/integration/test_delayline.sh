@@ -154,6 +154,10 @@ wait_file() {
 }
 # in_range V LO HI: LO <= V <= HI (floats)
 in_range() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'; }
+# at_least V LO: LO <= V (floats)
+at_least() { awk -v v="$1" -v lo="$2" 'BEGIN { exit !(v >= lo) }'; }
+# at_most V HI: V <= HI (floats)
+at_most() { awk -v v="$1" -v hi="$2" 'BEGIN { exit !(v <= hi) }'; }
 
 # --- 1. delay: 20 ms each way = 40 ms RTT
 check "delay line starts (20 ms one-way)" start_dl --delay-ms 20
@@ -164,8 +168,12 @@ PIDS+=($!)
 wait_file "$T/port"
 read -r conn rtt < <(in_ns $PY "$T/cli.py" "$NEAR" "$(cat "$T/port")" rtt)
 echo "# TCP connect ${conn:-?} ms, ping-pong median ${rtt:-?} ms (configured RTT 40 ms)"
-check "TCP connect takes one RTT (40 ms, within 38-50)" in_range "${conn:-0}" 38 50
-check "ping-pong RTT 40 ms (within 38-50)" in_range "${rtt:-0}" 38 50
+# Behaviour, not timing: the delay line holds each packet at least the
+# configured delay, so a connect (SYN, SYN-ACK) and a ping-pong take at
+# least one RTT (2 ms of slack for clock granularity). How much longer
+# depends on the machine's load: no upper bound (issue 20).
+check "TCP connect takes at least one RTT (40 ms, >= 38)" at_least "${conn:-0}" 38
+check "ping-pong RTT at least 40 ms (>= 38)" at_least "${rtt:-0}" 38
 check "SIGTERM ends it within 5 s" stop_dl
 check "near device removed" bash -c "! ip link show $NEAR_DEV 2>/dev/null"
 check "far device removed" bash -c "! ip -n $NS link show $FAR_DEV 2>/dev/null"
@@ -195,7 +203,10 @@ check "delay line starts (--rate-mbit 80)" start_dl --delay-ms 1 --rate-mbit 80
 secs=$(in_ns $PY "$T/cli.py" "$NEAR" "$(cat "$T/port")" bulk $((16 << 20)))
 rate=$(awk -v s="${secs:-0}" 'BEGIN { if (s > 0) printf "%.1f", 16 * 1.048576 / s; else print 0 }')
 echo "# bulk 16 MiB in ${secs:-?} s = $rate MB/s (cap 10 MB/s)"
-check "rate cap holds a bulk transfer near 10 MB/s (8-10.5)" in_range "$rate" 8 10.5
+# The cap is behaviour (never faster than 10 MB/s); how far below it a
+# loaded machine stays is not, so only the transfer's completion is checked.
+check "the bulk transfer completes" test -n "${secs:-}"
+check "rate cap holds a bulk transfer at or below 10 MB/s (<= 10.5)" at_most "$rate" 10.5
 check "SIGTERM ends it within 5 s" stop_dl
 
 finish

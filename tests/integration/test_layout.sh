@@ -63,4 +63,17 @@ long=$(for f in tools/*/*.c; do
 done)
 check "no function in tools/ is longer than 120 lines${long:+ ($long)}" \
     test -z "$long"
+
+# The client's rooms (issue 20): the same rule, and no file over ~1,000
+# lines. (src/ as a whole joins once server.c is split too.)
+long=$(for f in src/client*.c; do
+    awk -v f="$f" '
+        /^[a-z_][a-z_0-9]*\(/ { name = $0; sub(/\(.*/, "", name) }
+        /^\{/ { start = NR }
+        /^\}/ && start { if (NR - start + 1 > 120) print f ":" name ":" NR - start + 1; start = 0 }
+        END { if (NR > 1000) print f ":" NR " lines" }
+    ' "$f"
+done)
+check "no function in src/client*.c over 120 lines, no file over 1000${long:+ ($long)}" \
+    test -z "$long"
 finish

@@ -185,11 +185,12 @@ else
     bad "relay did not report its port: $(cat "$tmp/integrity.err")"
 fi
 
-# (2) --delay-ms 20: ping-pong round trip between 40 and 60 ms.
+# (2) --delay-ms 20: ping-pong round trip at least 40 ms (no upper bound:
+# how much longer depends on the machine's load, issue 20).
 if start_relay delay --delay-ms 20; then
     out=$(timeout 30 $PY "$tmp/helper.py" pingpong "$rport" 2>&1)
     med=$(echo "$out" | sed -nE 's/^median_ms ([0-9.]+).*/\1/p')
-    if [ -n "$med" ] && awk -v m="$med" 'BEGIN { exit !(m >= 40 && m < 60) }'; then
+    if [ -n "$med" ] && awk -v m="$med" 'BEGIN { exit !(m >= 40) }'; then
         ok "delay 20 ms: round trip $out"
     else
         bad "delay 20 ms: round trip $out"
@@ -204,7 +205,7 @@ if start_relay rate --delay-ms 0 --rate-mbit 100; then
     out=$(timeout 60 $PY "$tmp/helper.py" checksum "$rport" 25000000 2>&1)
     secs=$(echo "$out" | sed -nE 's/.* secs ([0-9.]+) .*/\1/p')
     if echo "$out" | grep -q MATCH && [ -n "$secs" ] &&
-        awk -v s="$secs" 'BEGIN { exit !(s >= 1.8 && s < 6) }'; then
+        awk -v s="$secs" 'BEGIN { exit !(s >= 1.8) }'; then
         ok "rate 100 Mbit/s: 25 MB in $secs s"
     else
         bad "rate 100 Mbit/s: $out"

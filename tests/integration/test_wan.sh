@@ -109,7 +109,8 @@ print(urllib.request.urlopen('http://$addr/metrics', timeout=5).read().decode())
     >"$T/scrape.txt" 2>&1
 wait $FPID
 check "fetch --metrics serves while it runs" grep -q '^emlio_client_streams ' "$T/scrape.txt"
-check "metrics give the RTT (~0.05 s)" grep -qE '^emlio_client_rtt_seconds 0\.0[4-7]' "$T/scrape.txt"
+# At least the configured 50 ms; how much more depends on the load.
+check "metrics give the RTT (>= 0.04 s)" awk '$1 == "emlio_client_rtt_seconds" { found = 1; ok = $2 >= 0.04 } END { exit !(found && ok) }' "$T/scrape.txt"
 check "metrics give a rate per stream" grep -q '^emlio_client_stream_rate_bytes_per_second{daemon="tcp://' "$T/scrape.txt"
 check "metrics name what limits" grep -q '^emlio_client_limit{limit="window"}' "$T/scrape.txt"
 if command -v promtool >/dev/null; then

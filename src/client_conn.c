@@ -1,0 +1,901 @@
+/* client_conn.c - the client's connections and streams: DEALER sockets and
+ * their monitors, HELLO/WELCOME, the merged inventory, TCP_INFO and the
+ * stream tuner's feed.
+ * SPDX-License-Identifier: MIT
+ */
+#include "client_internal.h"
+
+/* Streams per daemon the tuner starts from (cfg.streams = 0): two, or on a
+ * long path as many as carry S_START_RATE at the measured RTT and window
+ * (at most S_MAX_START_STREAMS), so that the first epoch does not crawl
+ * while the tuner doubles its way up. */
+#define S_AUTO_START_STREAMS 2
+#define S_MAX_START_STREAMS  16
+#define S_START_RATE         250e6 /* bytes/s: 2 Gb/s */
+
+static void s_sample_paths(emlio_client_t *self);
+
+/* Closes every stream and forgets the daemons and the merged inventory, so
+ * that a failed connect leaves the client as new (connect may be retried). */
+void
+emlio__client_disconnect(emlio_client_t *self)
+{
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        for (uint32_t s = 0; s < daemon->n_streams; s++) {
+            if (daemon->socks[s]) {
+                zmq_socket_monitor(daemon->socks[s], NULL, 0);
+                zmq_close(daemon->socks[s]);
+            }
+            if (daemon->mons[s])
+                zmq_close(daemon->mons[s]);
+        }
+        emlio_free(daemon->endpoint);
+        emlio_free(daemon->local_id);
+    }
+    for (size_t i = 0; i < self->inv.n_shards; i++) {
+        emlio_free(self->inv.shards[i].name);
+        emlio_free(self->inv.shards[i].holders);
+    }
+    emlio_free(self->inv.shards);
+    for (size_t i = 0; self->inv.fields && i < self->inv.n_fields; i++)
+        emlio_free(self->inv.fields[i]);
+    emlio_free(self->inv.fields);
+    emlio_free(self->conn.daemons);
+    emlio_free(self->conn.poll);
+    emlio_free(self->conn.poll_daemon);
+    emlio_free(self->conn.poll_stream);
+    self->inv.shards = NULL;
+    self->inv.n_shards = 0;
+    self->conn.daemons = NULL;
+    self->conn.n_daemons = 0;
+    self->conn.poll = NULL;
+    self->conn.poll_daemon = NULL;
+    self->conn.poll_stream = NULL;
+    self->conn.n_poll = 0;
+}
+
+/* ---- connecting -------------------------------------------------------- */
+
+/* Opens stream s of daemon d: a DEALER with CURVE when configured, watched
+ * by a monitor (created before connecting so the first handshake's outcome
+ * is seen), then connected. Sets errno and returns -1 on failure. */
+static int
+s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
+              uint32_t s)
+{
+    void *zctx = emlio__ctx_zmq(self->ctx);
+    void *sock = zmq_socket(zctx, ZMQ_DEALER);
+    if (!sock)
+        return -1;
+    daemon->socks[s] = sock;
+    daemon->fd[s] = -1;
+    daemon->n_streams = EMLIO_MAX(daemon->n_streams, s + 1);
+    /* Credits bound what can be queued, so the high-water marks never need
+     * to drop or block; heartbeats notice a dead peer; reconnects back off
+     * exponentially up to 2 s while a daemon restarts. */
+    int zero = 0;
+    int hb_ivl = 2000;
+    int hb_ttl = 10000;
+    int reconnect_max = 2000;
+    if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_ttl, sizeof(hb_ttl)) !=
+            0 ||
+        zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &reconnect_max,
+                       sizeof(reconnect_max)) != 0)
+        return -1;
+    /* The receive buffer as large as the host allows (see netpath.h):
+     * explicit where that beats autotuning, forced on CONNECTED where we
+     * may. */
+    if (self->conn.rcvbuf.zmq_value >= 0 &&
+        zmq_setsockopt(sock, ZMQ_RCVBUF, &self->conn.rcvbuf.zmq_value,
+                       sizeof(int)) != 0)
+        return -1;
+    if (self->cfg.curve_server_key) {
+        if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY,
+                           self->cfg.curve_server_key, 40) != 0 ||
+            zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY,
+                           self->cfg.curve_public_key, 40) != 0 ||
+            zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY,
+                           self->cfg.curve_secret_key, 40) != 0)
+            return -1;
+    }
+    char ep[96];
+    snprintf(ep, sizeof(ep), "inproc://emlio-mon-%" PRIu64 "-%u-%u",
+             emlio__unique_id(), d, s);
+    if (zmq_socket_monitor(sock, ep,
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
+        return -1;
+    void *mon = zmq_socket(zctx, ZMQ_PAIR);
+    if (!mon)
+        return -1;
+    daemon->mons[s] = mon;
+    if (zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0)
+        return -1;
+    if (zmq_connect(mon, ep) != 0)
+        return -1;
+    return zmq_connect(sock, daemon->endpoint);
+}
+
+/* Closes the last stream s of a daemon (one that failed to open). */
+static void
+s_close_stream(emlio__cdaemon_t *daemon, uint32_t s)
+{
+    if (daemon->socks[s]) {
+        zmq_socket_monitor(daemon->socks[s], NULL, 0);
+        zmq_close(daemon->socks[s]);
+    }
+    if (daemon->mons[s])
+        zmq_close(daemon->mons[s]);
+    daemon->socks[s] = daemon->mons[s] = NULL;
+    daemon->ready[s] = false;
+    daemon->fd[s] = -1;
+    if (daemon->n_streams == s + 1)
+        daemon->n_streams = s;
+}
+
+/* The id a HELLO on stream s carries: generation 0, which no GET uses. */
+#define S_HELLO_ID(s) EMLIO__ID(0, s, 0)
+
+/* Sends HELLO on stream s of daemon d: with our session, so that the
+ * daemon admits our streams as one client; a stream > 0 joins the session
+ * stream 0 opened. Returns 0 or -errno (nothing is lost: the caller
+ * decides). */
+static int
+s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
+{
+    if (emlio__wire_encode_hello(&self->scratch, self->name, self->conn.session,
+                                 s, S_HELLO_ID(s)) < 0)
+        return -ENOMEM;
+    while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
+                    self->scratch.len, ZMQ_DONTWAIT) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return 0;
+}
+
+/* Reads one monitor event if one is waiting: 1 (event and value set), 0
+ * (none) or -errno. */
+static int
+s_read_event(void *mon, uint16_t *event, uint32_t *value)
+{
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    if (zmq_msg_recv(&frame, mon, ZMQ_DONTWAIT) < 0) {
+        int err = errno;
+        zmq_msg_close(&frame);
+        return err == EAGAIN || err == EINTR ? 0 : -err;
+    }
+    *event = 0;
+    *value = 0;
+    if (zmq_msg_size(&frame) >= 6) {
+        memcpy(event, zmq_msg_data(&frame), 2);
+        memcpy(value, (uint8_t *)zmq_msg_data(&frame) + 2, 4);
+    }
+    bool more = zmq_msg_more(&frame);
+    zmq_msg_close(&frame);
+    if (more) { /* the second frame is the peer's address */
+        zmq_msg_init(&frame);
+        zmq_msg_recv(&frame, mon, 0);
+        zmq_msg_close(&frame);
+    }
+    return 1;
+}
+
+/* Acts on the connection events of stream s of daemon d: remembers a lost
+ * connection, asks again for what was in flight once it is back, and turns
+ * a failed security handshake into an error the caller can act on. */
+int
+emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    uint16_t event = 0;
+    uint32_t value = 0;
+    int rc;
+    while ((rc = s_read_event(daemon->mons[s], &event, &value)) > 0) {
+        switch (event) {
+        case ZMQ_EVENT_CONNECTED:
+            daemon->fd[s] = (int)value; /* for TCP_INFO */
+            if (self->conn.rcvbuf.force_value)
+                emlio__netpath_force((int)value, false,
+                                     self->conn.rcvbuf.force_value);
+            break;
+        case ZMQ_EVENT_DISCONNECTED:
+            daemon->fd[s] = -1;
+            daemon->down[s] = true;
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                      "lost connection %u to daemon '%s'; reconnecting", s,
+                      daemon->endpoint);
+            break;
+        case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+            if (daemon->down[s]) {
+                daemon->down[s] = false;
+                emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                          "reconnected %u to daemon '%s'; asking again for "
+                          "what was in flight",
+                          s, daemon->endpoint);
+                /* A restarted daemon knows nothing of our session: say
+                 * HELLO again first (ZeroMQ keeps the order), so the
+                 * stream counts as ours, not as another client. */
+                if (daemon->max_streams)
+                    s_send_hello(self, d, s);
+                rc = emlio__window_resend(self, d, s, emlio__now_ns());
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            return emlio__seterr(
+                self->err, EMLIO_EDENIED,
+                "daemon '%s' refused this client (CURVE authentication "
+                "failed, status %" PRIu32 "): is our public key in its "
+                "authorized keys?",
+                daemon->endpoint, value);
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                return emlio__seterr(
+                    self->err, EMLIO_EDENIED,
+                    "security handshake with daemon '%s' failed: %s",
+                    daemon->endpoint,
+                    self->cfg.curve_server_key
+                        ? "the daemon does not use CURVE"
+                        : "the daemon requires CURVE (give its public key)");
+            daemon->failed_handshakes++;
+            break;
+        case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            /* The connection closed mid-handshake: a daemon restarting, a
+             * proxy whose upstream is down, or (with CURVE) a wrong server
+             * key. ZeroMQ reconnects by itself; a persistent failure ends
+             * as a timeout whose message mentions these. */
+            daemon->failed_handshakes++;
+            break;
+        default:
+            break;
+        }
+    }
+    return rc;
+}
+
+/* Receives one whole message into parts (at most max, extra frames are
+ * dropped). Returns the number of frames or -errno. */
+static int
+s_recv_multipart(void *sock, zmq_msg_t *parts, size_t max, int flags)
+{
+    size_t n = 0;
+    int more = 1;
+    while (more) {
+        zmq_msg_t scratch;
+        zmq_msg_t *part = n < max ? &parts[n] : &scratch;
+        zmq_msg_init(part);
+        if (zmq_msg_recv(part, sock, n == 0 ? flags : 0) < 0) {
+            int err = errno;
+            zmq_msg_close(part);
+            for (size_t i = 0; i < EMLIO_MIN(n, max); i++)
+                zmq_msg_close(&parts[i]);
+            return -err;
+        }
+        more = zmq_msg_more(part);
+        if (part == &scratch)
+            zmq_msg_close(part);
+        n++;
+    }
+    return (int)n;
+}
+
+/* A daemon's error code as ours: library codes and -errno pass through,
+ * anything else (a hostile or newer peer) becomes EMLIO_EPROTO. */
+static int
+s_remote_code(int64_t code)
+{
+    if ((code <= -1000 && code > -2000) || (code < 0 && code > -200))
+        return (int)code;
+    return EMLIO_EPROTO;
+}
+
+/* Failed CURVE handshakes in a row after which connect gives up. */
+#define S_CURVE_FAILS 3
+
+/* HELLO -> WELCOME with one daemon; fills its inventory. */
+static int
+s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
+            emlio_wire_msg_t *msg, zmq_msg_t *frame, uint64_t deadline_ns)
+{
+    void *sock = daemon->socks[0];
+    uint64_t t0 = emlio__now_ns();
+    int sent = s_send_hello(self, (uint32_t)(daemon - self->conn.daemons), 0);
+    if (sent < 0)
+        return emlio__seterr(self->err, sent, "cannot send to '%s': %s",
+                             daemon->endpoint, zmq_strerror(-sent));
+    for (;;) {
+        uint64_t now = emlio__now_ns();
+        int left =
+            now >= deadline_ns ? 0 : (int)((deadline_ns - now) / 1000000);
+        zmq_pollitem_t items[2] = { { sock, 0, ZMQ_POLLIN, 0 },
+                                    { daemon->mons[0], 0, ZMQ_POLLIN, 0 } };
+        int ready = 0;
+        if (left > 0)
+            while ((ready = zmq_poll(items, 2, left)) < 0 && errno == EINTR)
+                ;
+        if (ready > 0 && (items[1].revents & ZMQ_POLLIN)) {
+            int rc = emlio__client_handle_events(
+                self, (uint32_t)(daemon - self->conn.daemons), 0);
+            if (rc < 0)
+                return rc;
+            /* With CURVE, a daemon that closes every handshake (about one
+             * per 100 ms reconnect) almost surely cannot decrypt ours: a
+             * wrong server key. Say so now, not after the whole timeout. */
+            if (self->cfg.curve_server_key &&
+                daemon->failed_handshakes >= S_CURVE_FAILS)
+                return emlio__seterr(
+                    self->err, EMLIO_EDENIED,
+                    "security handshake with daemon '%s' failed %" PRIu64
+                    " times in %.1f s: wrong server key, or the daemon "
+                    "does not use CURVE?",
+                    daemon->endpoint, daemon->failed_handshakes,
+                    (double)(emlio__now_ns() - t0) / 1e9);
+            continue;
+        }
+        if (ready <= 0 && daemon->failed_handshakes)
+            return emlio__seterr(
+                self->err, EMLIO_ETIMEDOUT,
+                "no answer from daemon '%s' within %d ms: %" PRIu64
+                " handshakes failed (%s)",
+                daemon->endpoint, self->cfg.connect_timeout_ms,
+                daemon->failed_handshakes,
+                self->cfg.curve_server_key
+                    ? "wrong server key, or the daemon does not use CURVE?"
+                    : "does the daemon require CURVE?");
+        if (ready <= 0)
+            return emlio__seterr(
+                self->err, EMLIO_ETIMEDOUT,
+                "no answer from daemon '%s' within %d ms: is emliod "
+                "running there?",
+                daemon->endpoint, self->cfg.connect_timeout_ms);
+        int n = s_recv_multipart(sock, frame, 1, ZMQ_DONTWAIT);
+        if (n == -EAGAIN)
+            continue;
+        if (n < 0)
+            return emlio__seterr(self->err, n, "cannot receive from '%s': %s",
+                                 daemon->endpoint, zmq_strerror(-n));
+        char why[EMLIO_ERRMSG_LEN];
+        int rc = emlio__wire_decode(msg, zmq_msg_data(frame),
+                                    zmq_msg_size(frame), 0, why);
+        if (rc < 0) {
+            zmq_msg_close(frame);
+            return emlio__seterr(self->err, rc, "daemon '%s' sent a %s",
+                                 daemon->endpoint, why);
+        }
+        if (msg->type == EMLIO_MSG_ERROR) {
+            int code = s_remote_code(msg->code);
+            emlio__seterr(self->err, code, "daemon '%s' refused us: %.*s",
+                          daemon->endpoint, (int)msg->text_len, msg->text);
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            return code;
+        }
+        if (msg->type != EMLIO_MSG_WELCOME) {
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            continue; /* a stale reply from an earlier session */
+        }
+        if (msg->version < EMLIO_WIRE_VERSION_MIN ||
+            msg->version > EMLIO_WIRE_VERSION) {
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            return emlio__seterr(self->err, EMLIO_EVERSION,
+                                 "daemon '%s' speaks protocol %" PRIu64
+                                 ", we speak %d to %d",
+                                 daemon->endpoint, msg->version,
+                                 EMLIO_WIRE_VERSION_MIN, EMLIO_WIRE_VERSION);
+        }
+        self->win.min_latency_ns = emlio__now_ns() - t0;
+        return 0;
+    }
+}
+
+typedef struct s_entry {
+    const char *name;
+    size_t name_len;
+    uint64_t records;
+    uint64_t bytes;
+    uint32_t daemon;
+    uint32_t local;
+} s_entry_t;
+
+static int
+s_cmp_entry(const void *pa, const void *pb)
+{
+    const s_entry_t *a = pa;
+    const s_entry_t *b = pb;
+    size_t n = EMLIO_MIN(a->name_len, b->name_len);
+    int c = memcmp(a->name, b->name, n);
+    if (c)
+        return c;
+    if (a->name_len != b->name_len)
+        return a->name_len < b->name_len ? -1 : 1;
+    return a->daemon < b->daemon ? -1 : a->daemon > b->daemon;
+}
+
+/* Keeps the field names of the first daemon's WELCOME; every other daemon
+ * must serve the same fields, or samples would differ by daemon. */
+static int
+s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
+              const emlio_wire_msg_t *msg, bool first)
+{
+    if (first) {
+        self->inv.n_fields = msg->n_fields ? msg->n_fields : 1;
+        if (!msg->n_fields)
+            return 0;
+        self->inv.fields =
+            emlio_calloc(msg->n_fields, sizeof(*self->inv.fields));
+        if (!self->inv.fields)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        for (size_t i = 0; i < msg->n_fields; i++) {
+            self->inv.fields[i] = emlio_malloc(msg->fields[i].len + 1);
+            if (!self->inv.fields[i])
+                return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+            memcpy(self->inv.fields[i], msg->fields[i].s, msg->fields[i].len);
+            self->inv.fields[i][msg->fields[i].len] = '\0';
+        }
+        return 0;
+    }
+    bool same = (msg->n_fields ? msg->n_fields : 1) == self->inv.n_fields;
+    for (size_t i = 0; same && i < msg->n_fields; i++)
+        same =
+            self->inv.fields &&
+            strlen(self->inv.fields[i]) == msg->fields[i].len &&
+            !memcmp(self->inv.fields[i], msg->fields[i].s, msg->fields[i].len);
+    if (!same)
+        return emlio__seterr(self->err, EMLIO_EMISMATCH,
+                             "daemon '%s' serves other fields than '%s'",
+                             daemon->endpoint, self->conn.daemons[0].endpoint);
+    return 0;
+}
+
+/* Builds the global shard table: the union of inventories by name. */
+static int
+s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
+{
+    qsort(entries, n, sizeof(*entries), s_cmp_entry);
+    self->inv.shards = emlio_calloc(n, sizeof(*self->inv.shards));
+    if (!self->inv.shards)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        self->conn.daemons[d].local_id = emlio_calloc(n, sizeof(uint32_t));
+        if (!self->conn.daemons[d].local_id)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memset(self->conn.daemons[d].local_id, 0xff, n * sizeof(uint32_t));
+    }
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && entries[j].name_len == entries[i].name_len &&
+               !memcmp(entries[j].name, entries[i].name, entries[i].name_len))
+            j++;
+        emlio__cshard_t *shard = &self->inv.shards[self->inv.n_shards];
+        shard->name = emlio_malloc(entries[i].name_len + 1);
+        shard->holders = emlio_calloc(j - i, sizeof(uint32_t));
+        if (!shard->name || !shard->holders) {
+            emlio_free(shard->name);
+            emlio_free(shard->holders);
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        }
+        memcpy(shard->name, entries[i].name, entries[i].name_len);
+        shard->name[entries[i].name_len] = 0;
+        shard->records = entries[i].records;
+        shard->bytes = entries[i].bytes;
+        self->inv.n_shards++;
+        for (size_t k = i; k < j; k++) {
+            if (entries[k].records != shard->records)
+                return emlio__seterr(
+                    self->err, EMLIO_EINVAL,
+                    "shard '%s' has %" PRIu64 " records on '%s' but %" PRIu64
+                    " on '%s'",
+                    shard->name, shard->records,
+                    self->conn.daemons[entries[i].daemon].endpoint,
+                    entries[k].records,
+                    self->conn.daemons[entries[k].daemon].endpoint);
+            shard->holders[shard->n_holders++] = entries[k].daemon;
+            self->conn.daemons[entries[k].daemon]
+                .local_id[self->inv.n_shards - 1] = entries[k].local;
+        }
+        i = j;
+    }
+    return 0;
+}
+
+/* Rebuilds the poll set after streams were added: one item per stream, in
+ * daemon order, then one per monitor. */
+static int
+s_rebuild_poll(emlio_client_t *self)
+{
+    size_t n = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        n += self->conn.daemons[d].n_streams;
+    zmq_pollitem_t *poll = emlio_calloc(2 * n, sizeof(*poll));
+    uint32_t *pd = emlio_calloc(n, sizeof(*pd));
+    uint32_t *ps = emlio_calloc(n, sizeof(*ps));
+    if (!poll || !pd || !ps) {
+        emlio_free(poll);
+        emlio_free(pd);
+        emlio_free(ps);
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    }
+    size_t i = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        for (uint32_t s = 0; s < self->conn.daemons[d].n_streams; s++, i++) {
+            poll[i] = (zmq_pollitem_t){ self->conn.daemons[d].socks[s], 0,
+                                        ZMQ_POLLIN, 0 };
+            poll[n + i] = (zmq_pollitem_t){ self->conn.daemons[d].mons[s], 0,
+                                            ZMQ_POLLIN, 0 };
+            pd[i] = d;
+            ps[i] = s;
+        }
+    emlio_free(self->conn.poll);
+    emlio_free(self->conn.poll_daemon);
+    emlio_free(self->conn.poll_stream);
+    self->conn.poll = poll;
+    self->conn.poll_daemon = pd;
+    self->conn.poll_stream = ps;
+    self->conn.n_poll = n;
+    return 0;
+}
+
+/* Opens streams on every daemon until each has `want` (within its
+ * session limit). A new stream says HELLO to join our session and carries
+ * GETs once the daemon answered (emlio__client_joined marks it ready); a
+ * daemon without sessions takes GETs at once. */
+static int
+s_add_streams(emlio_client_t *self, uint32_t want)
+{
+    bool added = false;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        uint32_t limit = daemon->max_streams ? daemon->max_streams
+                                             : EMLIO__CLIENT_MAX_STREAMS;
+        while (daemon->n_streams < EMLIO_MIN(want, limit)) {
+            uint32_t s = daemon->n_streams;
+            int rc = s_open_stream(self, daemon, d, s) != 0 ? -errno : 0;
+            if (rc == 0 && daemon->max_streams)
+                rc = s_send_hello(self, d, s);
+            if (rc < 0) {
+                /* Out of descriptors, say: the streams we have carry on;
+                 * this daemon gets no more. */
+                s_close_stream(daemon, s);
+                daemon->max_streams = EMLIO_MAX(s, 1);
+                emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                          "cannot open stream %u to '%s': %s; staying at %u", s,
+                          daemon->endpoint, zmq_strerror(-rc), s);
+                break;
+            }
+            if (!daemon->max_streams)
+                daemon->ready[s] = true;
+            added = true;
+        }
+    }
+    return added || !self->conn.poll ? s_rebuild_poll(self) : 0;
+}
+
+/* The per-stream window the path allows: the smaller of the daemons' send
+ * buffers and the receive buffer this host autotunes to; and the streams
+ * to start with. */
+static void
+s_init_tuning(emlio_client_t *self)
+{
+    uint64_t rcv = self->conn.rcvbuf.effective;
+    uint64_t snd = UINT64_MAX;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        snd = EMLIO_MIN(
+            snd, self->conn.daemons[d].sndbuf
+                     ? self->conn.daemons[d].sndbuf
+                     : EMLIO_MAX(self->conn.limits.tcp_wmem_max, 4u << 20));
+    self->conn.window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
+    uint32_t start =
+        self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
+    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
+    uint64_t rtt =
+        self->conn.rtt_ns ? self->conn.rtt_ns : self->win.min_latency_ns;
+    if (!self->cfg.streams && rtt && self->conn.window_bytes) {
+        /* 85%: what one stream really carries of window / RTT here. */
+        double per_stream =
+            0.85 * (double)self->conn.window_bytes * 1e9 / (double)rtt;
+        double need = S_START_RATE / per_stream;
+        if (need > start)
+            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
+        if (start > S_AUTO_START_STREAMS)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                      "with %u streams per daemon",
+                      (double)rtt / 1e6, self->conn.window_bytes >> 10, start);
+    }
+    emlio__tuner_init(&self->conn.tuner, start, EMLIO__CLIENT_MAX_STREAMS,
+                      self->cfg.streams != 0, emlio__now_ns());
+}
+
+/* Checks the CURVE keys, splits the comma-separated endpoint list and
+ * opens stream 0 to each daemon (it says HELLO; the others join once we
+ * know the daemon admits them into our session: s_add_streams). */
+static int
+s_open_daemons(emlio_client_t *self, const char *endpoints)
+{
+    const emlio_client_config_t *keycfg = &self->cfg;
+    int keys = !!keycfg->curve_server_key + !!keycfg->curve_public_key +
+               !!keycfg->curve_secret_key;
+    if (keys != 0 && keys != 3)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "curve needs the server key and our key pair");
+    if (keys && (strlen(keycfg->curve_server_key) != 40 ||
+                 strlen(keycfg->curve_public_key) != 40 ||
+                 strlen(keycfg->curve_secret_key) != 40))
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "curve keys must be 40 Z85 characters");
+    /* Count and split the endpoint list. */
+    size_t count = 1;
+    for (const char *p = endpoints; *p; p++)
+        count += *p == ',';
+    if (count > EMLIO__CLIENT_MAX_DAEMONS)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "too many daemons (at most %d)",
+                             EMLIO__CLIENT_MAX_DAEMONS);
+    self->conn.daemons = emlio_calloc(count, sizeof(*self->conn.daemons));
+    if (!self->conn.daemons)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    const char *p = endpoints;
+    for (size_t i = 0; i < count; i++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0)
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "empty endpoint in '%s'", endpoints);
+        emlio__cdaemon_t *daemon = &self->conn.daemons[self->conn.n_daemons++];
+        daemon->endpoint = emlio_malloc(len + 1);
+        if (!daemon->endpoint)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        memcpy(daemon->endpoint, p, len);
+        daemon->endpoint[len] = 0;
+        if (s_open_stream(self, daemon, self->conn.n_daemons - 1, 0) != 0)
+            return emlio__seterr(self->err, -errno,
+                                 "cannot connect to '%s': %s", daemon->endpoint,
+                                 zmq_strerror(errno));
+        daemon->ready[0] = true;
+        p = end ? end + 1 : p + len;
+    }
+    return 0;
+}
+
+/* Connects to every daemon of the list: stream 0 each, HELLO/WELCOME, the
+ * merged inventory, then the streams the tuner starts with. Leaves what it
+ * opened for emlio__client_disconnect on failure. */
+int
+emlio__client_dial(emlio_client_t *self, const char *endpoints)
+{
+    int rc = s_open_daemons(self, endpoints);
+    if (rc < 0)
+        return rc;
+    /* Handshake with every daemon; the inventories' strings are borrowed
+     * from the WELCOME frames, kept until the merge is done. */
+    zmq_msg_t *frames = emlio_calloc(self->conn.n_daemons, sizeof(*frames));
+    emlio_wire_msg_t *msgs = emlio_calloc(self->conn.n_daemons, sizeof(*msgs));
+    s_entry_t *entries = NULL;
+    uint32_t got = 0;
+    if (!frames || !msgs) {
+        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        goto out;
+    }
+    uint64_t deadline =
+        emlio__now_ns() +
+        (uint64_t)EMLIO_MAX(self->cfg.connect_timeout_ms, 1) * 1000000ull;
+    size_t n_entries = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        rc = s_handshake(self, &self->conn.daemons[d], &msgs[d], &frames[d],
+                         deadline);
+        if (rc < 0)
+            goto out;
+        got++;
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        snprintf(
+            daemon->dataset, sizeof(daemon->dataset), "%.*s",
+            (int)EMLIO_MIN(msgs[d].dataset_len, sizeof(daemon->dataset) - 1),
+            msgs[d].dataset);
+        daemon->max_batch = msgs[d].max_batch ? msgs[d].max_batch : 4096;
+        daemon->max_credit = msgs[d].max_credit ? msgs[d].max_credit : 16;
+        daemon->max_streams =
+            (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
+        daemon->sndbuf = msgs[d].sndbuf;
+        n_entries += msgs[d].n_shards;
+        rc = s_take_fields(self, daemon, &msgs[d], d == 0);
+        if (rc < 0)
+            goto out;
+    }
+    entries = emlio_calloc(n_entries, sizeof(*entries));
+    if (!entries) {
+        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        goto out;
+    }
+    size_t k = 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        for (size_t i = 0; i < msgs[d].n_shards; i++) {
+            const emlio_wire_shard_t *s = &msgs[d].shards[i];
+            entries[k++] = (s_entry_t){ s->name,  s->name_len, s->records,
+                                        s->bytes, d,           (uint32_t)i };
+        }
+        for (const char *c = self->conn.daemons[d].dataset; *c; c++)
+            h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    }
+    snprintf(self->inv.dataset, sizeof(self->inv.dataset), "%016" PRIx64, h);
+    rc = s_merge_inventories(self, entries, n_entries);
+    if (rc < 0)
+        goto out;
+    s_init_tuning(self);
+    rc = s_add_streams(self, self->conn.tuner.min_streams);
+    if (rc < 0)
+        goto out;
+    rc = (int)self->conn.n_daemons;
+out:
+    for (uint32_t d = 0; d < got; d++) {
+        emlio__wire_msg_release(&msgs[d]);
+        zmq_msg_close(&frames[d]);
+    }
+    emlio_free(entries);
+    emlio_free(frames);
+    emlio_free(msgs);
+    return rc;
+}
+
+/* The daemon's answer to a stream's HELLO (ids of generation 0): WELCOME
+ * lets the stream carry GETs; ERROR (the session has all the streams the
+ * daemon allows) caps the streams of that daemon where they are. */
+int
+emlio__client_joined(emlio_client_t *self, uint32_t d,
+                     const emlio_wire_msg_t *msg)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    uint64_t s = EMLIO__ID_BATCH(msg->id);
+    if (s >= daemon->n_streams)
+        return 1; /* not ours: ignore */
+    if (msg->type == EMLIO_MSG_WELCOME) {
+        if (!daemon->ready[s]) {
+            daemon->ready[s] = true;
+            if (self->current.n_batches && !self->cfg.inflight)
+                emlio__window_rebound(self); /* more streams, more credits */
+        }
+        return 1;
+    }
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+              "daemon '%s' refused stream %" PRIu64
+              ": %.*s; staying at %" PRIu64 " streams",
+              daemon->endpoint, s, (int)msg->text_len, msg->text, s);
+    daemon->max_streams = (uint32_t)EMLIO_MAX(s, 1);
+    return 1;
+}
+
+/* Samples the kernel's view of our streams: the path's RTT floor (lowest
+ * min RTT) and its smoothed RTT now (the mean over streams). */
+static void
+s_sample_paths(emlio_client_t *self)
+{
+    uint64_t floor_us = UINT64_MAX, sum_us = 0, n = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        for (uint32_t s = 0; s < daemon->n_streams; s++) {
+            emlio_netpath_info_t info;
+            if (daemon->fd[s] < 0 ||
+                emlio__netpath_info(daemon->fd[s], &info) < 0 || !info.rtt_us)
+                continue;
+            uint32_t low = info.min_rtt_us ? info.min_rtt_us : info.rtt_us;
+            floor_us = EMLIO_MIN(floor_us, low);
+            sum_us += info.rtt_us;
+            n++;
+        }
+    }
+    if (n) {
+        self->conn.rtt_ns = floor_us * 1000;
+        self->conn.srtt_ns = sum_us * 1000 / n;
+    }
+}
+
+/* Logs once, when the windows limit the rate, what would lift it. */
+static void
+s_advise(emlio_client_t *self)
+{
+    if (self->conn.advised || self->conn.tuner.limit != EMLIO_LIMIT_WINDOW ||
+        !self->conn.rtt_ns)
+        return;
+    self->conn.advised = true;
+    double rtt_s = (double)self->conn.rtt_ns / 1e9;
+    double per_stream = (double)self->conn.window_bytes / rtt_s / 1e6;
+    /* A buffer covering this path's bandwidth-delay product at 1.25 GB/s
+     * (10 Gb/s) for one stream. */
+    double need_mib = 1.25e9 * rtt_s / (1 << 20);
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+              "the path is window-limited: RTT %.1f ms, window %" PRIu64
+              " KiB, so each stream carries at most ~%.0f MB/s; %s streams. "
+              "To carry more per stream, raise net.ipv4.tcp_wmem's maximum "
+              "on the daemon host ('%s') and net.ipv4.tcp_rmem's maximum on "
+              "this host to %.0f MiB (~1,250 MB/s per stream at this RTT), or "
+              "run emliod with CAP_NET_ADMIN (it then forces 32 MiB send "
+              "buffers); see docs/tuning.md",
+              rtt_s * 1e3, self->conn.window_bytes >> 10, per_stream,
+              self->conn.tuner.pinned ? "--streams pins the number of"
+                                      : "opening more",
+              self->conn.daemons[0].endpoint, need_mib);
+}
+
+/* One step of the stream tuner (tuner.h), at most once per tick: measures
+ * the rate, the consumer's waiting and the path, and opens streams when
+ * the windows, not the consumer or the daemons, hold the rate back.
+ * waiting_ns is the wait in progress inside next(). */
+int
+emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
+{
+    uint64_t now = emlio__now_ns();
+    uint64_t tick = EMLIO_MAX(4 * self->conn.rtt_ns, EMLIO_TUNER_MIN_TICK_NS);
+    if (now - self->conn.tuner.last_tick_ns < tick)
+        return 0;
+    s_sample_paths(self);
+    uint64_t rtt = self->conn.rtt_ns;
+    uint32_t streams = UINT32_MAX;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        streams = EMLIO_MIN(streams, self->conn.daemons[d].n_streams);
+    uint64_t dt = now - self->conn.tuner.last_tick_ns;
+    /* Bytes asked for and not yet here, per stream: parts in flight times
+     * the mean part size. */
+    uint64_t part_bytes =
+        self->win.batch_bytes / EMLIO_MAX(self->conn.n_daemons, 1);
+    emlio_tuner_input_t in = {
+        .now_ns = now,
+        .bytes = self->conn.total_bytes,
+        .wait_ns = self->fig.total_wait_ns + self->fig.wait_ns + waiting_ns,
+        .streams = streams,
+        .window = self->conn.window_bytes,
+        .queued = self->win.outstanding_parts * part_bytes /
+                  EMLIO_MAX((uint64_t)streams * self->conn.n_daemons, 1),
+        .rtt_ns = rtt,
+        .srtt_ns = self->conn.srtt_ns,
+        .host_idle = -1,
+    };
+    uint64_t idle, total;
+    if (emlio__netpath_cpu_times(&idle, &total) == 0) {
+        if (self->conn.cpu_total && total > self->conn.cpu_total)
+            in.host_idle = (double)(idle - self->conn.cpu_idle) /
+                           (double)(total - self->conn.cpu_total);
+        self->conn.cpu_idle = idle;
+        self->conn.cpu_total = total;
+    }
+    uint32_t want = emlio__tuner_step(&self->conn.tuner, &in);
+    if (!want)
+        return 0;
+    emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
+              "tuner: %.1f MB/s, consumer waited %.0f%%, %u streams, %" PRIu64
+              " KiB asked per stream, window %" PRIu64
+              " KiB, RTT %.2f/%.2f ms: %s%s",
+              self->conn.tuner.rate / 1e6, 100 * self->conn.tuner.wait_share,
+              streams, in.queued >> 10, in.window >> 10, (double)rtt / 1e6,
+              (double)self->conn.srtt_ns / 1e6,
+              emlio_limit_name(self->conn.tuner.limit),
+              self->conn.tuner.settled ? " (settled)" : "");
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        for (uint32_t s = 0; s < daemon->n_streams; s++) {
+            daemon->rx_rate[s] =
+                (double)(daemon->rx_bytes[s] - daemon->rx_bytes_tick[s]) * 1e9 /
+                (double)dt;
+            daemon->rx_bytes_tick[s] = daemon->rx_bytes[s];
+        }
+    }
+    s_advise(self);
+    if (want <= streams)
+        return 0;
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+              "%.0f MB/s over %u streams per daemon at RTT %.1f ms is "
+              "window-limited; opening %u",
+              self->conn.tuner.rate / 1e6, streams, (double)rtt / 1e6, want);
+    return s_add_streams(self, want);
+}

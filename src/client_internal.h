@@ -1,0 +1,255 @@
+/* client_internal.h - the rooms of emlio_client_t and what they call of
+ * each other; private to src/client*.c.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef EMLIO_CLIENT_INTERNAL_H
+#define EMLIO_CLIENT_INTERNAL_H
+
+#include "emlio_internal.h"
+
+#include <zmq.h>
+
+#include "netpath.h"
+#include "tuner.h"
+#include "wire.h"
+
+/* The client lives in five files, one per room, each owning one part of
+ * struct emlio_client:
+ *   client.c         public API and lifecycle: new, connect, begin_epoch,
+ *                    next (the wait loop), destroy, accessors, stats
+ *   client_conn.c    connections and streams (conn, inv): DEALER sockets,
+ *                    their monitors, HELLO/WELCOME, the merged inventory,
+ *                    TCP_INFO and the stream tuner's feed (emlio__client_tune)
+ *   client_epoch.c   the epoch (current, ahead): plans, generations,
+ *                    taking over the epoch requested ahead, abandoning
+ *   client_window.c  the window (win): batches in flight, receiving and
+ *                    filing replies, reorder and hand-over
+ *   client_state.c   resume state: save and load the delivered bitmap
+ * A room touches another's fields only through the functions below,
+ * except for reading the current epoch's number and generation. */
+
+#define EMLIO__CLIENT_MAX_DAEMONS 255 /* part numbers are 8 bits of an id */
+#define EMLIO__CLIENT_MAX_STREAMS EMLIO_WIRE_MAX_STREAMS
+/* Request ids: generation (24 bits) | batch index (32) | part (8). The
+ * generation changes with every epoch so late replies to an abandoned epoch
+ * are recognized and dropped. */
+#define EMLIO__ID(gen, batch, part) \
+    (((uint64_t)(gen) << 40) | ((uint64_t)(batch) << 8) | (uint64_t)(part))
+#define EMLIO__ID_GEN(id)   ((id) >> 40)
+#define EMLIO__ID_BATCH(id) (((id) >> 8) & 0xffffffffu)
+#define EMLIO__ID_PART(id)  ((id)&0xffu)
+
+/* ---- connections and streams (client_conn.c) --------------------------- */
+
+typedef struct emlio__cdaemon {
+    char *endpoint;
+    uint32_t n_streams;                                   /* streams opened */
+    void *socks[EMLIO__CLIENT_MAX_STREAMS];               /* one DEALER each */
+    uint32_t sock_outstanding[EMLIO__CLIENT_MAX_STREAMS]; /* GETs in flight
+                                                             per stream: the
+                                                             daemon grants
+                                                             max_credit per
+                                                             connection */
+    void *mons[EMLIO__CLIENT_MAX_STREAMS]; /* PAIR sockets receiving each
+                                              stream's connection events */
+    bool down[EMLIO__CLIENT_MAX_STREAMS];  /* stream lost its connection */
+    bool ready[EMLIO__CLIENT_MAX_STREAMS]; /* may carry GETs: joined the
+                                              session */
+    int fd[EMLIO__CLIENT_MAX_STREAMS]; /* its TCP socket (TCP_INFO), or -1 */
+    uint64_t rx_bytes[EMLIO__CLIENT_MAX_STREAMS]; /* sample bytes received */
+    uint64_t rx_bytes_tick[EMLIO__CLIENT_MAX_STREAMS];
+    double rx_rate[EMLIO__CLIENT_MAX_STREAMS]; /* bytes/s, last tuner tick */
+    uint32_t max_streams;       /* the daemon's session limit; 0 = a daemon
+                                   without sessions (each stream a client) */
+    uint64_t sndbuf;            /* its send buffer per connection; 0 =
+                                   not said */
+    uint64_t failed_handshakes; /* transient handshake failures seen */
+    char dataset[64];
+    uint32_t *local_id; /* global shard -> this daemon's shard id, or
+                           UINT32_MAX when it does not hold the shard */
+    uint64_t max_batch;
+    uint64_t max_credit;
+} emlio__cdaemon_t;
+
+/* The daemons, their streams, and what the path and the tuner see. */
+typedef struct emlio__conn {
+    emlio__cdaemon_t *daemons;
+    uint32_t n_daemons;
+    uint64_t session;     /* random: lets the daemons count our streams once */
+    zmq_pollitem_t *poll; /* n_poll streams, then n_poll monitors */
+    size_t n_poll;
+    uint32_t *poll_daemon; /* poll item i -> daemon, stream */
+    uint32_t *poll_stream;
+    emlio_netpath_limits_t limits;  /* this host's TCP buffer limits */
+    emlio_netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
+                                       sized */
+    emlio_tuner_t tuner;
+    uint64_t window_bytes; /* per-stream TCP window the path allows */
+    uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
+    uint64_t srtt_ns;      /* smoothed RTT now */
+    uint64_t total_bytes;  /* sample bytes received, all epochs */
+    uint64_t cpu_idle;     /* host CPU jiffies at the last tuner tick */
+    uint64_t cpu_total;
+    bool advised; /* the window advice was logged */
+} emlio__conn_t;
+
+typedef struct emlio__cshard {
+    char *name;
+    uint64_t records;
+    uint64_t bytes;
+    uint32_t *holders;
+    uint32_t n_holders;
+} emlio__cshard_t;
+
+/* The merged inventory the daemons' WELCOMEs gave. */
+typedef struct emlio__inventory {
+    emlio__cshard_t *shards;
+    size_t n_shards;
+    char **fields;    /* the daemons' field names (protocol v2); NULL = one
+                         unnamed field */
+    size_t n_fields;  /* frames per sample, >= 1 */
+    char dataset[17]; /* fingerprint over all daemons' datasets */
+} emlio__inventory_t;
+
+/* ---- the epoch (client_epoch.c) ----------------------------------------- */
+
+/* One epoch as the client runs it: its plan and how far its requests got.
+ * The client holds two values of this type: `current`, the epoch next()
+ * hands over, and `ahead`, the next epoch, planned and requested while
+ * current's last batches are still arriving (so the pipe never drains
+ * between epochs; its batches wait in the window until begin_epoch takes
+ * it). Taking the epoch ahead swaps the two (plans included). */
+typedef struct emlio__epoch {
+    emlio_plan_t *plan;  /* owned; rebuilt for each epoch */
+    bool live;           /* current: an epoch is in progress; ahead: one is
+                            planned and being requested */
+    uint64_t number;     /* the epoch */
+    uint32_t gen;        /* its request generation (in the request ids) */
+    size_t n_batches;    /* in its plan */
+    size_t next_to_send; /* next plan batch to request */
+} emlio__epoch_t;
+
+/* ---- the window (client_window.c) --------------------------------------- */
+
+/* The samples of one batch that one daemon serves. */
+typedef struct emlio__part {
+    uint32_t daemon;
+    uint32_t n;
+    uint32_t *positions; /* indices into the batch's samples */
+    bool done;
+    uint32_t sock; /* the stream the GET went out on */
+    uint64_t sent_ns;
+} emlio__part_t;
+
+/* A batch goes through three states: in flight (parts outstanding),
+ * complete (parts_done == n_parts: every sample received and checked) and
+ * ready (handed to the caller when next() gets to it). The one transition
+ * complete -> ready is emlio__batch_ready (client_window.c). */
+struct emlio_batch {
+    emlio_client_t *owner;
+    uint64_t epoch;
+    uint64_t index;
+    uint32_t gen; /* request generation: its epoch's, in the request ids */
+    emlio_sample_t *samples;
+    size_t n; /* samples planned */
+    size_t cap;
+    zmq_msg_t *frames;
+    size_t n_frames;
+    const uint8_t **fdata; /* [position * n_fields + field] */
+    size_t *flen;
+    emlio__part_t *parts;
+    uint32_t n_parts;
+    uint32_t parts_done;
+    bool ready;          /* may be handed over (see emlio__batch_ready) */
+    uint32_t *positions; /* storage for the parts' positions */
+    uint64_t bytes;
+    struct emlio_batch *next; /* ready queue or free list */
+};
+
+/* Batches requested and not yet handed over, and how many may be. */
+typedef struct emlio__window {
+    emlio_batch_t **slots; /* batches requested and not yet handed over */
+    size_t n_slots;
+    size_t cap_slots;
+    emlio_batch_t *ready_head; /* ready, out-of-order delivery queue */
+    emlio_batch_t *ready_tail;
+    emlio_batch_t *free_list;
+    uint32_t limit;          /* batches in flight allowed now */
+    uint32_t max;            /* the most `limit` may grow to */
+    uint64_t min_latency_ns; /* fastest request seen: RTT + service time */
+    uint64_t adapt_ns;       /* when the window was last resized */
+    uint64_t adapt_batches;  /* batches delivered at that time */
+    uint64_t batch_bytes;    /* mean bytes of one batch in this dataset */
+    size_t outstanding_parts;
+    emlio_wire_item_t *items; /* one GET's [shard, record] pairs */
+    /* Hand-over of the current epoch (saved by the resume state). */
+    size_t next_deliver; /* in_order: the batch due next */
+    uint8_t *delivered;  /* bitmap over the epoch's batches */
+    size_t n_delivered;
+    emlio_sample_t *skipped; /* records daemons left out as corrupt */
+    size_t n_skipped;
+    size_t cap_skipped;
+} emlio__window_t;
+
+/* The current epoch's figures (emlio_client_stats). */
+typedef struct emlio__figures {
+    uint64_t epoch_start_ns;
+    uint64_t last_delivery_ns;
+    uint64_t first_batch_ns;
+    uint64_t wait_ns;
+    uint64_t total_wait_ns; /* all epochs before this one */
+    uint64_t samples;
+    uint64_t bytes;
+    uint64_t retries;
+} emlio__figures_t;
+
+struct emlio_client {
+    emlio_ctx_t *ctx;
+    emlio_client_config_t cfg;
+    char *name;
+    char err[EMLIO_ERRMSG_LEN];
+    int failed_rc; /* next() failed for good this epoch (0: it did not) */
+    char failed_msg[EMLIO_ERRMSG_LEN];
+    emlio_buf_t scratch; /* the message being encoded */
+    emlio__conn_t conn;
+    emlio__inventory_t inv;
+    emlio__epoch_t current;
+    emlio__epoch_t ahead;
+    emlio__window_t win;
+    emlio__figures_t fig;
+};
+
+/* client_conn.c */
+int emlio__client_dial(emlio_client_t *self, const char *endpoints);
+void emlio__client_disconnect(emlio_client_t *self);
+int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
+int emlio__client_joined(emlio_client_t *self, uint32_t d,
+                         const emlio_wire_msg_t *msg);
+int emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns);
+
+/* client_epoch.c */
+int emlio__epoch_begin(emlio_client_t *self, uint64_t epoch);
+int emlio__epoch_fill_ahead(emlio_client_t *self);
+void emlio__epoch_abandon(emlio_client_t *self, uint32_t keep);
+
+/* client_window.c */
+emlio_batch_t *emlio__batch_get(emlio_client_t *self, size_t n);
+void emlio__batch_put(emlio_client_t *self, emlio_batch_t *b);
+void emlio__batch_free(emlio_batch_t *b);
+int emlio__batch_ready(emlio_client_t *self, emlio_batch_t *b);
+void emlio__window_init(emlio_client_t *self);
+void emlio__window_rebound(emlio_client_t *self);
+int emlio__window_begin(emlio_client_t *self, uint64_t now);
+int emlio__window_adopt(emlio_client_t *self);
+void emlio__window_drop(emlio_client_t *self, uint32_t keep);
+bool emlio__window_is_delivered(const emlio_client_t *self, size_t i);
+int emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
+                          size_t index);
+int emlio__window_fill(emlio_client_t *self);
+int emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
+                         uint64_t before_ns);
+int emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream);
+emlio_batch_t *emlio__window_take(emlio_client_t *self);
+void emlio__window_adapt(emlio_client_t *self, bool starved);
+
+#endif /* EMLIO_CLIENT_INTERNAL_H */

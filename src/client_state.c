@@ -1,0 +1,138 @@
+/* client_state.c - the client's resume state: which batches of which
+ * epoch were handed over, saved and loaded as a checked blob.
+ * SPDX-License-Identifier: MIT
+ */
+#include "client_internal.h"
+
+#include "crc32c.h"
+
+/* ---- resume state ------------------------------------------------------ */
+
+/* Layout (little endian): "EMLS", u32 format 1, u64 seed, u32 world, rank,
+ * batch_size, shuffle, window_shards, drop_last, char dataset[16],
+ * u64 epoch, u64 n_batches, bitmap[(n_batches + 7) / 8], u32 crc32c of all
+ * the bytes before it. */
+#define S_STATE_MAGIC "EMLS"
+
+#define S_STATE_FORMAT 1u
+
+#define S_STATE_FIXED (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
+
+static void
+s_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+s_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+s_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t
+s_get32(const uint8_t *p)
+{
+    return (uint32_t)s_get64((const uint8_t[8]){ p[0], p[1], p[2], p[3] });
+}
+
+static void
+s_put_params(const emlio_client_t *self, uint8_t *p)
+{
+    memcpy(p, S_STATE_MAGIC, 4);
+    s_put32(p + 4, S_STATE_FORMAT);
+    s_put64(p + 8, self->cfg.seed);
+    s_put32(p + 16, self->cfg.world);
+    s_put32(p + 20, self->cfg.rank);
+    s_put32(p + 24, self->cfg.batch_size);
+    s_put32(p + 28, (uint32_t)self->cfg.shuffle);
+    s_put32(p + 32, self->cfg.window_shards);
+    s_put32(p + 36, self->cfg.drop_last);
+    memcpy(p + 40, self->inv.dataset, 16);
+}
+
+int
+emlio_client_save_state(const emlio_client_t *self, uint8_t **blob_out,
+                        size_t *len_out)
+{
+    assert(self && blob_out && len_out);
+    if (!self->win.delivered)
+        return emlio__seterr((char *)self->err, EMLIO_EINVAL,
+                             "no epoch has been started");
+    size_t bitmap = (self->current.n_batches + 7) / 8;
+    size_t len = S_STATE_FIXED + bitmap + 4;
+    uint8_t *p = emlio_malloc(len);
+    if (!p)
+        return emlio__seterr((char *)self->err, EMLIO_ENOMEM, "out of memory");
+    s_put_params(self, p);
+    s_put64(p + 56, self->current.number);
+    s_put64(p + 64, self->current.n_batches);
+    memcpy(p + S_STATE_FIXED, self->win.delivered, bitmap);
+    s_put32(p + len - 4, emlio_crc32c(0, p, len - 4));
+    *blob_out = p;
+    *len_out = len;
+    return 0;
+}
+
+void
+emlio_client_free_blob(uint8_t *blob)
+{
+    emlio_free(blob);
+}
+
+int
+emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
+{
+    assert(self && blob);
+    if (len < S_STATE_FIXED + 4 || memcmp(blob, S_STATE_MAGIC, 4) ||
+        s_get32(blob + len - 4) != emlio_crc32c(0, blob, len - 4))
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state is damaged or not an emlio state");
+    if (s_get32(blob + 4) != S_STATE_FORMAT)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state has format %" PRIu32 ", expected %u",
+                             s_get32(blob + 4), S_STATE_FORMAT);
+    uint8_t mine[S_STATE_FIXED];
+    s_put_params(self, mine);
+    if (memcmp(mine, blob, 56)) {
+        const char *what = memcmp(mine + 40, blob + 40, 16) ? "dataset"
+                           : memcmp(mine + 8, blob + 8, 8)  ? "seed"
+                                                            : "world, rank, "
+                                                              "batch size or "
+                                                              "shuffle";
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state was made with another %s", what);
+    }
+    uint64_t epoch = s_get64(blob + 56);
+    uint64_t n = s_get64(blob + 64);
+    /* Nothing requested ahead may survive: some of it may be delivered
+     * already according to the state. */
+    emlio__epoch_abandon(self, 0);
+    self->ahead.live = false;
+    int rc = emlio_client_begin_epoch(self, epoch);
+    if (rc < 0)
+        return rc;
+    if (n != self->current.n_batches || len != S_STATE_FIXED + (n + 7) / 8 + 4)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state has %" PRIu64 " batches, the plan "
+                             "%zu",
+                             n, self->current.n_batches);
+    memcpy(self->win.delivered, blob + S_STATE_FIXED, (n + 7) / 8);
+    self->win.n_delivered = 0;
+    for (size_t i = 0; i < n; i++)
+        self->win.n_delivered += emlio__window_is_delivered(self, i);
+    if (self->win.n_delivered == n)
+        self->current.live = true; /* next() reports the end at once */
+    return (int)(n - self->win.n_delivered);
+}

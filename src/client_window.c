@@ -1,0 +1,680 @@
+/* client_window.c - the client's window: batches in flight, filing the
+ * replies, reorder and hand-over.
+ * SPDX-License-Identifier: MIT
+ */
+#include "client_internal.h"
+
+#include "crc32c.h"
+
+/* The auto-sized window never exceeds this many bytes in flight. */
+#define S_MAX_INFLIGHT_BYTES (512ull << 20)
+
+void
+emlio__batch_free(emlio_batch_t *b)
+{
+    for (size_t i = 0; i < b->n_frames; i++)
+        zmq_msg_close(&b->frames[i]);
+    emlio_free(b->samples);
+    emlio_free(b->frames);
+    emlio_free(b->fdata);
+    emlio_free(b->flen);
+    emlio_free(b->parts);
+    emlio_free(b->positions);
+    emlio_free(b);
+}
+
+/* Takes a batch object from the free list (memory already touched, which
+ * matters on VMs where a fresh page fault costs ~16 us) or makes one. */
+emlio_batch_t *
+emlio__batch_get(emlio_client_t *self, size_t n)
+{
+    emlio_batch_t *b = self->win.free_list;
+    if (b && b->cap >= n) {
+        self->win.free_list = b->next;
+    } else {
+        b = emlio_calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        b->cap = EMLIO_MAX(n, self->cfg.batch_size);
+        size_t nf = self->inv.n_fields ? self->inv.n_fields : 1;
+        b->samples = emlio_calloc(b->cap, sizeof(*b->samples));
+        b->frames = emlio_calloc(b->cap * nf, sizeof(*b->frames));
+        b->fdata = emlio_calloc(b->cap * nf, sizeof(*b->fdata));
+        b->flen = emlio_calloc(b->cap * nf, sizeof(*b->flen));
+        b->positions = emlio_calloc(b->cap, sizeof(*b->positions));
+        b->parts = emlio_calloc(self->conn.n_daemons, sizeof(*b->parts));
+        if (!b->samples || !b->frames || !b->positions || !b->parts ||
+            !b->fdata || !b->flen) {
+            emlio__batch_free(b);
+            return NULL;
+        }
+    }
+    b->owner = self;
+    b->n = n;
+    b->n_frames = 0;
+    b->n_parts = 0;
+    b->parts_done = 0;
+    b->ready = false;
+    b->bytes = 0;
+    b->next = NULL;
+    return b;
+}
+
+/* Returns a batch to the free list, closing its frames (which hands the
+ * received buffers back to ZeroMQ). */
+void
+emlio__batch_put(emlio_client_t *self, emlio_batch_t *b)
+{
+    for (size_t i = 0; i < b->n_frames; i++)
+        zmq_msg_close(&b->frames[i]);
+    b->n_frames = 0;
+    b->next = self->win.free_list;
+    self->win.free_list = b;
+}
+
+/* Drops every batch in flight or waiting except those of generation keep
+ * (0: drops all), giving back the credits of their outstanding parts (late
+ * replies are recognized by their generation and ignored). */
+void
+emlio__window_drop(emlio_client_t *self, uint32_t keep)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < self->win.n_slots; i++) {
+        emlio_batch_t *b = self->win.slots[i];
+        if (keep && b->gen == keep) {
+            self->win.slots[k++] = b;
+            continue;
+        }
+        for (uint32_t p = 0; p < b->n_parts; p++) {
+            emlio__part_t *part = &b->parts[p];
+            if (part->done)
+                continue;
+            uint32_t *out =
+                &self->conn.daemons[part->daemon].sock_outstanding[part->sock];
+            if (*out)
+                (*out)--;
+            if (self->win.outstanding_parts)
+                self->win.outstanding_parts--;
+        }
+        emlio__batch_put(self, b);
+    }
+    self->win.n_slots = k;
+    self->win.ready_head = self->win.ready_tail = NULL;
+}
+
+bool
+emlio__window_is_delivered(const emlio_client_t *self, size_t i)
+{
+    return self->win.delivered[i / 8] & (1u << (i % 8));
+}
+
+/* Sizes the window bounds from the daemons' credits and a memory cap. */
+void
+emlio__window_init(emlio_client_t *self)
+{
+    /* Every batch may need a part from any daemon, so the daemon with the
+     * fewest credits bounds the window. */
+    uint64_t credits = UINT64_MAX;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        uint32_t ready = 0;
+        for (uint32_t k = 0; k < self->conn.daemons[d].n_streams; k++)
+            ready += self->conn.daemons[d].ready[k];
+        credits = EMLIO_MIN(credits, self->conn.daemons[d].max_credit * ready);
+    }
+    uint64_t records = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < self->inv.n_shards; i++) {
+        records += self->inv.shards[i].records;
+        bytes += self->inv.shards[i].bytes;
+    }
+    uint64_t batch_bytes = records ? bytes / records * self->cfg.batch_size : 1;
+    self->win.batch_bytes = batch_bytes;
+    uint64_t by_memory = S_MAX_INFLIGHT_BYTES / EMLIO_MAX(batch_bytes, 1);
+    uint64_t max = EMLIO_MIN(credits, EMLIO_MAX(by_memory, 2));
+    self->win.max = (uint32_t)EMLIO_MIN(EMLIO_MAX(max, 1), 65536);
+    if (self->cfg.inflight) {
+        self->win.limit = EMLIO_MIN(self->cfg.inflight, self->win.max);
+    } else {
+        /* Start small and grow while the consumer starves (see
+         * emlio__window_adapt). */
+        uint32_t start = EMLIO_MAX(4, 2 * self->conn.tuner.min_streams *
+                                          self->conn.n_daemons);
+        self->win.limit = EMLIO_MIN(start, self->win.max);
+    }
+}
+
+/* The auto-sized window keeps what it grew to, within the bounds of now
+ * (streams, and so credits, may have been added). */
+void
+emlio__window_rebound(emlio_client_t *self)
+{
+    uint32_t window = self->win.limit;
+    emlio__window_init(self);
+    self->win.limit =
+        EMLIO_MIN(EMLIO_MAX(window, self->win.limit), self->win.max);
+}
+
+/* A new current epoch (begin_epoch): nothing of it handed over yet, the
+ * window sized for what the daemons allow now. */
+int
+emlio__window_begin(emlio_client_t *self, uint64_t now)
+{
+    size_t n = self->current.n_batches;
+    uint8_t *bits = emlio_realloc(self->win.delivered, n / 8 + 1);
+    if (!bits)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    memset(bits, 0, n / 8 + 1);
+    self->win.delivered = bits;
+    if (!self->win.items) {
+        self->win.items =
+            emlio_calloc(self->cfg.batch_size, sizeof(*self->win.items));
+        if (!self->win.items)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    }
+    if (!self->win.limit) {
+        emlio__window_init(self);
+    } else if (!self->cfg.inflight) {
+        emlio__window_rebound(self);
+    }
+    self->win.next_deliver = 0;
+    self->win.n_delivered = 0;
+    self->win.n_skipped = 0;
+    self->win.adapt_ns = now;
+    self->win.adapt_batches = 0;
+    return 0;
+}
+
+/* Sends (or sends again) the GET of part p of batch b on stream sock, or on
+ * the daemon's least-loaded stream when sock is UINT32_MAX. */
+static int
+s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
+{
+    emlio__part_t *part = &b->parts[p];
+    emlio__cdaemon_t *daemon = &self->conn.daemons[part->daemon];
+    for (uint32_t i = 0; i < part->n; i++) {
+        const emlio_sample_t *s = &b->samples[part->positions[i]];
+        self->win.items[i].shard = daemon->local_id[s->shard];
+        self->win.items[i].record = s->record;
+    }
+    if (emlio__wire_encode_get(&self->scratch, EMLIO__ID(b->gen, b->index, p),
+                               daemon->dataset, self->win.items, part->n) < 0)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    if (sock == UINT32_MAX) {
+        /* The least-loaded stream that may carry GETs: replies come back
+         * out of order, so round robin alone could push one connection
+         * past its credits. */
+        sock = 0;
+        for (uint32_t k = 1; k < daemon->n_streams; k++)
+            if (daemon->ready[k] &&
+                daemon->sock_outstanding[k] < daemon->sock_outstanding[sock])
+                sock = k;
+        daemon->sock_outstanding[sock]++;
+        part->sock = sock;
+    }
+    while (zmq_send(daemon->socks[sock], self->scratch.data, self->scratch.len,
+                    0) < 0) {
+        if (errno != EINTR)
+            return emlio__seterr(self->err, -errno,
+                                 "cannot send to daemon '%s': %s",
+                                 daemon->endpoint, zmq_strerror(errno));
+    }
+    part->sent_ns = emlio__now_ns();
+    return 0;
+}
+
+/* A stream of daemon d reconnected (after a daemon restart, say): whatever
+ * it had in flight died with the old connection, so ask again. GET is a pure
+ * read and replies are matched by id, so a late duplicate is harmless. */
+int
+emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
+                     uint64_t before_ns)
+{
+    for (size_t i = 0; i < self->win.n_slots; i++) {
+        emlio_batch_t *b = self->win.slots[i];
+        for (uint32_t p = 0; p < b->n_parts; p++) {
+            emlio__part_t *part = &b->parts[p];
+            if (part->done || part->daemon != d || part->sock != sock ||
+                part->sent_ns >= before_ns)
+                continue;
+            int rc = s_send_part(self, b, p, sock);
+            if (rc < 0)
+                return rc;
+            self->fig.retries++;
+        }
+    }
+    return 0;
+}
+
+/* Sends the GETs of batch `index` of epoch ep (the current one or the one
+ * ahead), one per daemon that holds its samples. */
+int
+emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
+                      size_t index)
+{
+    size_t n;
+    const emlio_plan_sample_t *plan = emlio_plan_batch(ep->plan, index, &n);
+    emlio_batch_t *b = emlio__batch_get(self, n);
+    if (!b)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    b->epoch = ep->number;
+    b->index = index;
+    b->gen = ep->gen;
+    /* Group the samples by daemon, keeping plan order within each part. */
+    uint32_t counts[EMLIO__CLIENT_MAX_DAEMONS] = { 0 };
+    int part_of[EMLIO__CLIENT_MAX_DAEMONS];
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        part_of[d] = -1;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = plan[i].daemon;
+        if (part_of[d] < 0) {
+            part_of[d] = (int)b->n_parts;
+            b->parts[b->n_parts++] = (emlio__part_t){ .daemon = d };
+        }
+        counts[part_of[d]]++;
+        b->samples[i] =
+            (emlio_sample_t){ NULL,          SIZE_MAX,       -1,
+                              plan[i].shard, plan[i].record, plan[i].pad };
+        for (size_t f = 0; f < self->inv.n_fields; f++) {
+            b->fdata[i * self->inv.n_fields + f] = NULL; /* until it arrives */
+            b->flen[i * self->inv.n_fields + f] = 0;
+        }
+    }
+    uint32_t offset = 0;
+    for (uint32_t p = 0; p < b->n_parts; p++) {
+        b->parts[p].positions = b->positions + offset;
+        offset += counts[p];
+    }
+    for (size_t i = 0; i < n; i++) {
+        emlio__part_t *part = &b->parts[part_of[plan[i].daemon]];
+        part->positions[part->n++] = (uint32_t)i;
+    }
+    self->win.slots[self->win.n_slots++] = b;
+    for (uint32_t p = 0; p < b->n_parts; p++) {
+        int rc = s_send_part(self, b, p, UINT32_MAX);
+        if (rc < 0)
+            return rc;
+        self->win.outstanding_parts++;
+    }
+    return 0;
+}
+
+/* Keeps the window full: requests plan batches until `window` are out. */
+int
+emlio__window_fill(emlio_client_t *self)
+{
+    if (self->win.cap_slots < self->win.max) {
+        emlio_batch_t **slots =
+            emlio_reallocarray(self->win.slots, self->win.max, sizeof(*slots));
+        if (!slots)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        self->win.slots = slots;
+        self->win.cap_slots = self->win.max;
+    }
+    while (self->win.n_slots < self->win.limit &&
+           self->current.next_to_send < self->current.n_batches) {
+        size_t i = self->current.next_to_send++;
+        if (emlio__window_is_delivered(self, i))
+            continue; /* resumed from saved state */
+        int rc = emlio__window_request(self, &self->current, i);
+        if (rc < 0)
+            return rc;
+    }
+    if (self->win.n_slots < self->win.limit &&
+        self->current.next_to_send >= self->current.n_batches)
+        return emlio__epoch_fill_ahead(self);
+    return 0;
+}
+
+static emlio_batch_t *
+s_find_slot(emlio_client_t *self, uint32_t gen, uint64_t index, size_t *pos)
+{
+    for (size_t i = 0; i < self->win.n_slots; i++)
+        if (self->win.slots[i]->index == index &&
+            self->win.slots[i]->gen == gen) {
+            if (pos)
+                *pos = i;
+            return self->win.slots[i];
+        }
+    return NULL;
+}
+
+/* Removes holes left by records the daemon skipped as corrupt, and
+ * remembers them so the caller can report every one. */
+static int
+s_compact(emlio_client_t *self, emlio_batch_t *b)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->samples[i].len != SIZE_MAX) {
+            b->samples[k++] = b->samples[i];
+            continue;
+        }
+        if (self->win.n_skipped == self->win.cap_skipped) {
+            size_t cap = self->win.cap_skipped ? self->win.cap_skipped * 2 : 16;
+            emlio_sample_t *v =
+                emlio_reallocarray(self->win.skipped, cap, sizeof(*v));
+            if (!v)
+                return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+            self->win.skipped = v;
+            self->win.cap_skipped = cap;
+        }
+        emlio_sample_t *s = &self->win.skipped[self->win.n_skipped++];
+        *s = b->samples[i];
+        s->data = NULL;
+        s->len = 0;
+    }
+    b->n = k;
+    return 0;
+}
+
+/* Appends b to the out-of-order delivery queue. */
+static void
+s_queue_ready(emlio_client_t *self, emlio_batch_t *b)
+{
+    b->next = NULL;
+    if (self->win.ready_tail)
+        self->win.ready_tail->next = b;
+    else
+        self->win.ready_head = b;
+    self->win.ready_tail = b;
+}
+
+/* THE SEAM: complete -> ready. b is complete (every part received, every
+ * sample matched to its request and its CRC checked) and belongs to the
+ * current epoch; this is the one place where it becomes ready for the
+ * hand-over. Called once per batch, from emlio__window_receive when its
+ * last part arrives, or from emlio__window_adopt when the epoch it was
+ * requested ahead for becomes current. A batch completed ahead waits here
+ * until then, so that its holes go to its own epoch's skipped list.
+ *
+ * A client-side transform stage (issue 17: decode and augment into one
+ * contiguous B x H x W x 3 uint8 block on `transform_threads` threads)
+ * hooks in here: instead of marking b ready, it hands b to its pool and
+ * returns; the pool works out of order, and the wait loop in next(), on
+ * hearing from the pool (one more poll item), marks each transformed batch
+ * ready and queues it as below. Everything before this point (receive,
+ * verify, reorder bookkeeping) and after it (emlio__window_take, release)
+ * stays as it is: in_order takes a batch only once it is ready, and
+ * abandoning an epoch must then also wait for, or disown, batches the pool
+ * holds. */
+int
+emlio__batch_ready(emlio_client_t *self, emlio_batch_t *b)
+{
+    int rc = s_compact(self, b);
+    if (rc < 0)
+        return rc;
+    b->ready = true;
+    if (!self->cfg.in_order)
+        s_queue_ready(self, b);
+    return 0;
+}
+
+/* begin_epoch took over the epoch requested ahead: its batches that
+ * completed meanwhile become ready now (in_order finds them in the slots). */
+int
+emlio__window_adopt(emlio_client_t *self)
+{
+    for (size_t i = 0; i < self->win.n_slots; i++) {
+        emlio_batch_t *b = self->win.slots[i];
+        if (b->parts_done != b->n_parts)
+            continue;
+        int rc = emlio__batch_ready(self, b);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Files sample j of a reply to part (its wire entry ws): finds it among the
+ * part's samples from *next on (the daemon may have left out records it
+ * skipped as corrupt, never added or reordered any), receives its frames
+ * (one per field in protocol v2, one in all otherwise) after `prev`, and
+ * checks its CRC. Returns 0 or < 0 (the caller gives the frames back). */
+static int
+s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
+              emlio_batch_t *b, emlio__part_t *part,
+              const emlio_wire_msg_t *msg, size_t j, uint32_t *next,
+              zmq_msg_t *prev)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    const emlio_wire_sample_t *ws = &msg->samples[j];
+    while (*next < part->n) {
+        emlio_sample_t *s = &b->samples[part->positions[*next]];
+        if (daemon->local_id[s->shard] == ws->shard && s->record == ws->record)
+            break;
+        (*next)++;
+    }
+    if (*next == part->n)
+        return emlio__seterr(self->err, EMLIO_EPROTO,
+                             "daemon '%s' answered request %" PRIu64
+                             " with a sample it did not ask for",
+                             daemon->endpoint, msg->id);
+    uint32_t pos = part->positions[(*next)++];
+    size_t nf = self->inv.n_fields;
+    uint32_t crc = 0;
+    size_t sample_len = 0;
+    for (size_t f = 0; f < nf; f++) {
+        zmq_msg_t *frame = &b->frames[b->n_frames];
+        zmq_msg_init(frame);
+        if (!zmq_msg_more(prev) ||
+            zmq_msg_recv(frame, daemon->socks[stream], 0) < 0) {
+            zmq_msg_close(frame);
+            return emlio__seterr(self->err, EMLIO_EPROTO,
+                                 "daemon '%s' sent %zu sample frames where "
+                                 "the header announced %zu",
+                                 daemon->endpoint, j * nf + f,
+                                 msg->n_samples * nf);
+        }
+        b->n_frames++;
+        prev = frame;
+        b->fdata[pos * nf + f] = zmq_msg_data(frame);
+        b->flen[pos * nf + f] = zmq_msg_size(frame);
+        if (self->cfg.verify)
+            crc = emlio_crc32c(crc, zmq_msg_data(frame), zmq_msg_size(frame));
+        sample_len += zmq_msg_size(frame);
+    }
+    emlio_sample_t *s = &b->samples[pos];
+    s->data = b->fdata[pos * nf];
+    s->len = b->flen[pos * nf];
+    s->label = ws->label;
+    if (self->cfg.verify && crc != ws->crc)
+        return emlio__seterr(self->err, EMLIO_ECORRUPT,
+                             "sample %" PRIu64 " of shard '%s' from daemon "
+                             "'%s' failed its checksum",
+                             s->record, self->inv.shards[s->shard].name,
+                             daemon->endpoint);
+    b->bytes += sample_len;
+    daemon->rx_bytes[stream] += sample_len;
+    self->conn.total_bytes += sample_len;
+    return 0;
+}
+
+/* Files the reply msg (its header frame: header) to part of batch b: every
+ * sample matched to the request in order and checked. A part that fails
+ * half-way gives its frames back, so that a resend or a late duplicate
+ * files into the same places, never past them. Returns 1 or < 0. */
+static int
+s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
+            emlio__part_t *part, const emlio_wire_msg_t *msg, zmq_msg_t *header)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    size_t frames0 = b->n_frames;
+    uint64_t bytes0 = b->bytes;
+    if (msg->n_samples > b->cap - b->n_frames)
+        return emlio__seterr(self->err, EMLIO_EPROTO,
+                             "daemon '%s' answered request %" PRIu64
+                             " with %zu samples, more than asked",
+                             daemon->endpoint, msg->id, msg->n_samples);
+    uint64_t now = emlio__now_ns();
+    if (now - part->sent_ns < self->win.min_latency_ns ||
+        !self->win.min_latency_ns)
+        self->win.min_latency_ns = now - part->sent_ns;
+    uint32_t next = 0;
+    int rc = 1;
+    for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
+        rc = s_file_sample(self, d, stream, b, part, msg, j, &next,
+                           j == 0 ? header : &b->frames[b->n_frames - 1]);
+    if (rc >= 0) {
+        part->done = true;
+        daemon->sock_outstanding[part->sock]--;
+        self->win.outstanding_parts--;
+        rc = 1;
+        /* A batch of the epoch requested ahead, complete, waits in its slot
+         * until begin_epoch takes that epoch (emlio__window_adopt). */
+        if (++b->parts_done == b->n_parts && b->gen == self->current.gen)
+            rc = emlio__batch_ready(self, b);
+    }
+    if (rc < 0) {
+        for (size_t i = frames0; i < b->n_frames; i++)
+            zmq_msg_close(&b->frames[i]);
+        for (uint32_t i = 0; i < part->n; i++) {
+            b->samples[part->positions[i]].data = NULL;
+            b->samples[part->positions[i]].len = 0;
+        }
+        b->n_frames = frames0;
+        b->bytes = bytes0;
+    }
+    return rc;
+}
+
+/* The part a BATCH or ERROR reply from daemon d answers: one of a batch
+ * of the current epoch or the one ahead, from that daemon, not yet done;
+ * NULL for a stale, duplicate or unsolicited reply. */
+static emlio__part_t *
+s_match_part(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg,
+             emlio_batch_t **batch)
+{
+    uint64_t part_no = EMLIO__ID_PART(msg->id);
+    uint64_t gen = EMLIO__ID_GEN(msg->id);
+    emlio_batch_t *b = NULL;
+    if (gen == self->current.gen ||
+        (self->ahead.live && gen == self->ahead.gen))
+        b = s_find_slot(self, (uint32_t)gen, EMLIO__ID_BATCH(msg->id), NULL);
+    if (!b || part_no >= b->n_parts || b->parts[part_no].daemon != d ||
+        b->parts[part_no].done)
+        return NULL;
+    *batch = b;
+    return &b->parts[part_no];
+}
+
+/* Receives and files one reply from daemon d's socket. Returns 1 when a
+ * message was handled, 0 when none was waiting, < 0 on failure. */
+int
+emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    void *sock = daemon->socks[stream];
+    zmq_msg_t header;
+    zmq_msg_init(&header);
+    if (zmq_msg_recv(&header, sock, ZMQ_DONTWAIT) < 0) {
+        int err = errno;
+        zmq_msg_close(&header);
+        if (err == EAGAIN || err == EINTR)
+            return 0;
+        return emlio__seterr(self->err, -err, "cannot receive from '%s': %s",
+                             daemon->endpoint, zmq_strerror(err));
+    }
+    emlio_wire_msg_t msg;
+    char why[EMLIO_ERRMSG_LEN];
+    int rc =
+        emlio__wire_decode(&msg, zmq_msg_data(&header), zmq_msg_size(&header),
+                           self->cfg.batch_size, why);
+    if (rc < 0) {
+        emlio__zmq_drain(sock);
+        zmq_msg_close(&header);
+        return emlio__seterr(self->err, EMLIO_EPROTO, "daemon '%s' sent a %s",
+                             daemon->endpoint, why);
+    }
+    rc = 1;
+    emlio_batch_t *b = NULL;
+    emlio__part_t *part = NULL;
+    if (EMLIO__ID_GEN(msg.id) == 0 && msg.id != 0 &&
+        (msg.type == EMLIO_MSG_WELCOME || msg.type == EMLIO_MSG_ERROR)) {
+        rc = emlio__client_joined(self, d, &msg);
+    } else {
+        if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR)
+            part = s_match_part(self, d, &msg, &b);
+        if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
+            int code = msg.code <= -1000 && msg.code > -2000 ? (int)msg.code
+                                                             : EMLIO_EPROTO;
+            rc = emlio__seterr(self->err, code,
+                               "daemon '%s' failed a request: %.*s",
+                               daemon->endpoint, (int)msg.text_len, msg.text);
+        } else if (part) {
+            rc = s_file_part(self, d, stream, b, part, &msg, &header);
+        } /* else stale, duplicate or unsolicited: ignore */
+    }
+    emlio__zmq_drain(sock);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    return rc;
+}
+
+/* Grows the auto-sized window while the consumer starves with the window
+ * full, toward about twice the bandwidth-delay product measured as
+ * (batches delivered per second) x (fastest request round trip). */
+void
+emlio__window_adapt(emlio_client_t *self, bool starved)
+{
+    if (self->cfg.inflight)
+        return;
+    uint64_t now = emlio__now_ns();
+    uint64_t dt = now - self->win.adapt_ns;
+    if (dt < 50000000ull)
+        return;
+    uint32_t streams = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        for (uint32_t k = 0; k < self->conn.daemons[d].n_streams; k++)
+            streams += self->conn.daemons[d].ready[k];
+    uint64_t batches = self->win.n_delivered - self->win.adapt_batches;
+    double rate = (double)batches * 1e9 / (double)dt;
+    double bdp = rate * (double)self->win.min_latency_ns / 1e9;
+    uint32_t target = (uint32_t)(2 * bdp) + streams;
+    if (starved)
+        target = EMLIO_MAX(target, self->win.limit + self->win.limit / 2 + 1);
+    else if (target < self->win.limit / 2)
+        target = self->win.limit; /* shrink lazily: no flapping */
+    else
+        target = EMLIO_MAX(target, self->win.limit);
+    /* A stream has at most one TCP window on the wire per RTT: requests
+     * beyond two windows per stream only wait in the daemon's queues (and
+     * cost us memory: fresh pages are dear), so a starving consumer on a
+     * window-limited path is helped by streams (emlio__client_tune), not by
+     * more batches in flight. */
+    if (self->conn.window_bytes && self->win.batch_bytes) {
+        uint64_t per_path = 2 * self->conn.window_bytes * streams /
+                                EMLIO_MAX(self->win.batch_bytes, 1) +
+                            2 * (uint64_t)streams;
+        target = (uint32_t)EMLIO_MIN((uint64_t)target, per_path);
+    }
+    self->win.limit = EMLIO_MIN(EMLIO_MAX(target, 2u), self->win.max);
+    self->win.adapt_ns = now;
+    self->win.adapt_batches = self->win.n_delivered;
+}
+
+emlio_batch_t *
+emlio__window_take(emlio_client_t *self)
+{
+    emlio_batch_t *b = NULL;
+    size_t pos = 0;
+    if (self->cfg.in_order) {
+        while (self->win.next_deliver < self->current.n_batches &&
+               emlio__window_is_delivered(self, self->win.next_deliver))
+            self->win.next_deliver++;
+        b = s_find_slot(self, self->current.gen, self->win.next_deliver, &pos);
+        if (!b || !b->ready)
+            return NULL;
+    } else {
+        b = self->win.ready_head;
+        if (!b)
+            return NULL;
+        self->win.ready_head = b->next;
+        if (!self->win.ready_head)
+            self->win.ready_tail = NULL;
+        emlio_batch_t *slot = s_find_slot(self, b->gen, b->index, &pos);
+        assert(slot == b);
+        (void)slot;
+    }
+    self->win.slots[pos] = self->win.slots[--self->win.n_slots];
+    return b;
+}
