@@ -31,7 +31,7 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libzmq $(MSGPACK_PC) 2>/dev/null)
-DEP_LIBS := $(shell $(PKG_CONFIG) --libs libzmq $(MSGPACK_PC) 2>/dev/null) -lpthread -lm
+DEP_LIBS := $(shell $(PKG_CONFIG) --libs libzmq $(MSGPACK_PC) 2>/dev/null) -ljpeg -lpng -lpthread -lm
 JPEG_LIBS := $(shell $(PKG_CONFIG) --libs libturbojpeg 2>/dev/null || echo -lturbojpeg)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -85,7 +85,7 @@ MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
         python install uninstall
 all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
      $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
-     $(B)/bench/delayline
+     $(B)/bench/delayline $(B)/bench/transform_bench
 
 $(VERSION_H): VERSION
 	@mkdir -p $(dir $@)
@@ -139,6 +139,13 @@ $(B)/bin/emlio: $(EMLIO_SRC:%.c=$(B)/tobj/%.o) $(B)/libemlio-common.a $(LIB_REAL
 $(B)/bench/delayline: bench/delayline.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -o $@ $< $(LDFLAGS_ALL) -lpthread
+
+# The transform pipeline alone against a full libjpeg decode (bench/
+# transform_bench.py runs it next to torchvision): built, never installed.
+$(B)/bench/transform_bench: bench/transform_bench.c $(LIB_REAL) | $(LIB_LINKS)
+	@mkdir -p $(dir $@)
+	$(CC) $(TOOL_CFLAGS) -o $@ $< $(LDFLAGS_ALL) -L$(B)/lib -lemlio \
+	    -Wl,-rpath,'$$ORIGIN/../lib' -ljpeg
 
 # A benchmark tool, not part of the product: built, never installed.
 $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o

@@ -23,5 +23,6 @@
 #include "emlio/security.h"
 #include "emlio/server.h"
 #include "emlio/tfrecord.h"
+#include "emlio/transform.h"
 
 #endif /* EMLIO_H */

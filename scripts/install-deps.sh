@@ -5,9 +5,10 @@
 set -euo pipefail
 
 build_pkgs=(make gcc pkg-config libzmq3-dev libmsgpack-dev libcmocka-dev
-    libturbojpeg0-dev clang clang-format python3)
+    libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev clang clang-format
+    python3)
 test_pkgs=(libjpeg-turbo-progs python3 python3-numpy python3-zmq
-    python3-msgpack python3-torch python3-torchvision iperf3 iproute2
+    python3-msgpack python3-torch python3-torchvision python3-pil iperf3 iproute2
     procps psmisc bc curl influxdb prometheus nginx-light
     python3-matplotlib python3-protobuf python3-crcmod linux-perf
     python3-venv python3-pip python3-setuptools python3-wheel man-db

@@ -52,6 +52,15 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
             self->conn.session = emlio__now_ns() ^ (uintptr_t)self;
     emlio_buf_init(&self->scratch);
     snprintf(self->err, sizeof(self->err), "no error");
+    /* A bad spec is the caller's mistake, reported by connect (new fails
+     * only when out of memory). */
+    self->xf_init_rc =
+        emlio__client_xf_init(&self->xf, &self->cfg, self->xf_init_err);
+    self->cfg.transform = NULL; /* borrowed: the parsed copy is kept */
+    if (self->xf_init_rc == EMLIO_ENOMEM) {
+        emlio_client_destroy(&self);
+        return NULL;
+    }
     return self;
 }
 
@@ -62,6 +71,8 @@ emlio_client_destroy(emlio_client_t **self_p)
         return;
     emlio_client_t *self = *self_p;
     emlio__epoch_abandon(self, 0);
+    emlio__tensor_shutdown(self); /* the pool gives back what it held */
+    emlio__client_xf_release(&self->xf);
     while (self->win.free_list) {
         emlio_batch_t *b = self->win.free_list;
         self->win.free_list = b->next;
@@ -87,6 +98,9 @@ emlio_client_connect(emlio_client_t *self, const char *endpoints)
     if (self->conn.n_daemons)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "client already connected");
+    if (self->xf_init_rc < 0)
+        return emlio__seterr(self->err, self->xf_init_rc, "%s",
+                             self->xf_init_err);
     int rc = emlio__client_dial(self, endpoints);
     if (rc < 0) /* as new again: connect may be retried */
         emlio__client_disconnect(self);
@@ -169,6 +183,20 @@ emlio_client_daemon_endpoint(const emlio_client_t *self, size_t d)
     return d < self->conn.n_daemons ? self->conn.daemons[d].endpoint : NULL;
 }
 
+/* What the path can carry, bytes/s, for the placement of transforms: each
+ * stream at most a window per RTT; 0 while the RTT is not measured. */
+static double
+s_path_rate(const emlio_client_t *self)
+{
+    if (!self->conn.rtt_ns || !self->conn.window_bytes)
+        return 0;
+    uint64_t streams = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        streams += self->conn.daemons[d].n_streams;
+    return (double)self->conn.window_bytes * (double)streams /
+           ((double)self->conn.rtt_ns / 1e9);
+}
+
 int
 emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
 {
@@ -184,10 +212,24 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
                                  self->cfg.batch_size,
                                  self->conn.daemons[d].endpoint,
                                  self->conn.daemons[d].max_batch);
+    emlio__client_xf_begin_epoch(&self->xf, s_path_rate(self), 0);
     return emlio__epoch_begin(self, epoch);
 }
 
 static int s_next(emlio_client_t *self, emlio_batch_t **batch_out);
+
+/* The poll items of the wait: every stream and its monitor, and the decode
+ * pool's eventfd while it holds batches (the slot after them). */
+static size_t
+s_poll_items(emlio_client_t *self)
+{
+    size_t n = 2 * self->conn.n_poll;
+    if (!emlio__client_xf_pending(&self->xf))
+        return n;
+    self->conn.poll[n] =
+        (zmq_pollitem_t){ NULL, self->xf.wake_fd, ZMQ_POLLIN, 0 };
+    return n + 1;
+}
 
 int
 emlio_client_next(emlio_client_t *self, emlio_batch_t **batch_out)
@@ -229,6 +271,13 @@ s_next(emlio_client_t *self, emlio_batch_t **batch_out)
         rc = emlio__window_fill(self);
         if (rc < 0)
             return rc;
+        if (emlio__client_xf_pending(&self->xf)) {
+            rc = emlio__tensor_collect(self);
+            if (rc < 0)
+                return rc;
+            if (rc)
+                last_progress = emlio__now_ns();
+        }
         emlio_batch_t *b = emlio__window_take(self);
         if (b) {
             uint64_t now = emlio__now_ns();
@@ -269,7 +318,7 @@ s_next(emlio_client_t *self, emlio_batch_t **batch_out)
                                  self->conn.daemons[0].endpoint);
         }
         int left = (int)((limit - (now - last_progress)) / 1000000) + 1;
-        rc = zmq_poll(self->conn.poll, (int)(2 * self->conn.n_poll), left);
+        rc = zmq_poll(self->conn.poll, (int)s_poll_items(self), left);
         if (rc < 0) {
             if (errno == EINTR) {
                 /* Let the caller look at its signal flags; nothing is lost,

@@ -151,8 +151,11 @@ s_close_stream(emlio__cdaemon_t *daemon, uint32_t s)
 static int
 s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
 {
-    if (emlio__wire_encode_hello(&self->scratch, self->name, self->conn.session,
-                                 s, S_HELLO_ID(s)) < 0)
+    uint64_t version = emlio__client_xf_wants_server(&self->xf)
+                           ? EMLIO_WIRE_VERSION_XF
+                           : EMLIO_WIRE_VERSION_PLAIN;
+    if (emlio__wire_encode_hello_v(&self->scratch, version, self->name,
+                                   self->conn.session, s, S_HELLO_ID(s)) < 0)
         return -ENOMEM;
     while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
                     self->scratch.len, ZMQ_DONTWAIT) < 0)
@@ -518,7 +521,8 @@ s_rebuild_poll(emlio_client_t *self)
     size_t n = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         n += self->conn.daemons[d].n_streams;
-    zmq_pollitem_t *poll = emlio_calloc(2 * n, sizeof(*poll));
+    /* One more slot: the decode pool's eventfd (client.c, s_poll_items). */
+    zmq_pollitem_t *poll = emlio_calloc(2 * n + 1, sizeof(*poll));
     uint32_t *pd = emlio_calloc(n, sizeof(*pd));
     uint32_t *ps = emlio_calloc(n, sizeof(*ps));
     if (!poll || !pd || !ps) {
@@ -710,6 +714,8 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
         daemon->sndbuf = msgs[d].sndbuf;
         n_entries += msgs[d].n_shards;
         rc = s_take_fields(self, daemon, &msgs[d], d == 0);
+        if (rc == 0)
+            rc = emlio__tensor_take_welcome(self, daemon, &msgs[d]);
         if (rc < 0)
             goto out;
     }

@@ -9,6 +9,7 @@
 
 #include <zmq.h>
 
+#include "client_xf.h"
 #include "netpath.h"
 #include "tuner.h"
 #include "wire.h"
@@ -25,6 +26,9 @@
  *   client_window.c  the window (win): batches in flight, receiving and
  *                    filing replies, reorder and hand-over
  *   client_state.c   resume state: save and load the delivered bitmap
+ *   client_xf.c      the transform stage (decode_at, placement, the decode
+ *                    pool); client_tensor.c files tensor replies and makes
+ *                    batches of tensors ready
  * A room touches another's fields only through the functions below,
  * except for reading the current epoch's number and generation. */
 
@@ -161,6 +165,12 @@ struct emlio_batch {
     uint32_t n_parts;
     uint32_t parts_done;
     bool ready;          /* may be handed over (see emlio__batch_ready) */
+    /* Transforms (client_tensor.c). */
+    bool xf_server;        /* the daemons were asked for tensors */
+    bool xf_pending;       /* in the client's decode pool */
+    bool xf_disowned;      /* dropped while in the pool: freed on return */
+    uint8_t *xf_block;     /* a pooled tensor block this batch holds */
+    const uint8_t *images; /* n x H x W x 3 handed over; NULL = none */
     uint32_t *positions; /* storage for the parts' positions */
     uint64_t bytes;
     struct emlio_batch *next; /* ready queue or free list */
@@ -217,6 +227,9 @@ struct emlio_client {
     emlio__epoch_t ahead;
     emlio__window_t win;
     emlio__figures_t fig;
+    emlio_client_xf_t xf;
+    int xf_init_rc; /* a bad transform spec, reported by connect */
+    char xf_init_err[EMLIO_ERRMSG_LEN];
 };
 
 /* client_conn.c */
@@ -251,5 +264,22 @@ int emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
 int emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream);
 emlio_batch_t *emlio__window_take(emlio_client_t *self);
 void emlio__window_adapt(emlio_client_t *self, bool starved);
+void emlio__window_queue_ready(emlio_client_t *self, emlio_batch_t *b);
+int emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
+                      const emlio__part_t *part, const emlio_wire_msg_t *msg,
+                      size_t j, uint32_t *next, uint32_t *pos);
+
+/* client_tensor.c */
+bool emlio__tensor_active(const emlio_client_t *self);
+int emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
+                            emlio_batch_t *b, emlio__part_t *part,
+                            const emlio_wire_msg_t *msg, zmq_msg_t *header);
+int emlio__tensor_batch_ready(emlio_client_t *self, emlio_batch_t *b);
+int emlio__tensor_collect(emlio_client_t *self);
+void emlio__tensor_batch_reset(emlio_batch_t *b);
+bool emlio__tensor_disown(emlio_batch_t *b);
+void emlio__tensor_shutdown(emlio_client_t *self);
+int emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
+                               const emlio_wire_msg_t *msg);
 
 #endif /* EMLIO_CLIENT_INTERNAL_H */

@@ -12,6 +12,7 @@
 void
 emlio__batch_free(emlio_batch_t *b)
 {
+    emlio__tensor_batch_reset(b);
     for (size_t i = 0; i < b->n_frames; i++)
         zmq_msg_close(&b->frames[i]);
     emlio_free(b->samples);
@@ -57,6 +58,7 @@ emlio__batch_get(emlio_client_t *self, size_t n)
     b->ready = false;
     b->bytes = 0;
     b->next = NULL;
+    emlio__tensor_batch_reset(b);
     return b;
 }
 
@@ -65,6 +67,7 @@ emlio__batch_get(emlio_client_t *self, size_t n)
 void
 emlio__batch_put(emlio_client_t *self, emlio_batch_t *b)
 {
+    emlio__tensor_batch_reset(b);
     for (size_t i = 0; i < b->n_frames; i++)
         zmq_msg_close(&b->frames[i]);
     b->n_frames = 0;
@@ -96,7 +99,10 @@ emlio__window_drop(emlio_client_t *self, uint32_t keep)
             if (self->win.outstanding_parts)
                 self->win.outstanding_parts--;
         }
-        emlio__batch_put(self, b);
+        /* A batch in the decode pool comes back through it, and is put
+         * back then (emlio__tensor_collect). */
+        if (!emlio__tensor_disown(b))
+            emlio__batch_put(self, b);
     }
     self->win.n_slots = k;
     self->win.ready_head = self->win.ready_tail = NULL;
@@ -196,8 +202,12 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         self->win.items[i].shard = daemon->local_id[s->shard];
         self->win.items[i].record = s->record;
     }
-    if (emlio__wire_encode_get(&self->scratch, EMLIO__ID(b->gen, b->index, p),
-                               daemon->dataset, self->win.items, part->n) < 0)
+    emlio_wire_xf_t xf = { NULL, self->cfg.seed, b->epoch };
+    if (b->xf_server)
+        xf.spec = emlio_transform_spec(self->xf.transform);
+    if (emlio__wire_encode_get_xf(
+            &self->scratch, EMLIO__ID(b->gen, b->index, p), daemon->dataset,
+            self->win.items, part->n, &xf) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     if (sock == UINT32_MAX) {
         /* The least-loaded stream that may carry GETs: replies come back
@@ -259,6 +269,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
     b->epoch = ep->number;
     b->index = index;
     b->gen = ep->gen;
+    b->xf_server = emlio__client_xf_at_server(&self->xf, index);
     /* Group the samples by daemon, keeping plan order within each part. */
     uint32_t counts[EMLIO__CLIENT_MAX_DAEMONS] = { 0 };
     int part_of[EMLIO__CLIENT_MAX_DAEMONS];
@@ -368,8 +379,8 @@ s_compact(emlio_client_t *self, emlio_batch_t *b)
 }
 
 /* Appends b to the out-of-order delivery queue. */
-static void
-s_queue_ready(emlio_client_t *self, emlio_batch_t *b)
+void
+emlio__window_queue_ready(emlio_client_t *self, emlio_batch_t *b)
 {
     b->next = NULL;
     if (self->win.ready_tail)
@@ -387,25 +398,29 @@ s_queue_ready(emlio_client_t *self, emlio_batch_t *b)
  * requested ahead for becomes current. A batch completed ahead waits here
  * until then, so that its holes go to its own epoch's skipped list.
  *
- * A client-side transform stage (issue 17: decode and augment into one
- * contiguous B x H x W x 3 uint8 block on `transform_threads` threads)
- * hooks in here: instead of marking b ready, it hands b to its pool and
- * returns; the pool works out of order, and the wait loop in next(), on
- * hearing from the pool (one more poll item), marks each transformed batch
- * ready and queues it as below. Everything before this point (receive,
- * verify, reorder bookkeeping) and after it (emlio__window_take, release)
- * stays as it is: in_order takes a batch only once it is ready, and
- * abandoning an epoch must then also wait for, or disown, batches the pool
- * holds. */
+ * With a transform (client_tensor.c), a batch the daemons decoded has its
+ * tensors gathered into one block here; a batch of encoded samples goes to
+ * the decode pool instead of becoming ready: the pool works out of order,
+ * and the wait loop in next(), on hearing from the pool (one more poll
+ * item), marks each decoded batch ready and queues it as below
+ * (emlio__tensor_collect). in_order takes a batch only once it is ready;
+ * abandoning an epoch disowns the batches the pool holds (window_drop). */
 int
 emlio__batch_ready(emlio_client_t *self, emlio_batch_t *b)
 {
     int rc = s_compact(self, b);
     if (rc < 0)
         return rc;
+    if (emlio__tensor_active(self)) {
+        /* 0: it went to the decode pool, and becomes ready when it comes
+         * back (emlio__tensor_collect). */
+        rc = emlio__tensor_batch_ready(self, b);
+        if (rc <= 0)
+            return rc;
+    }
     b->ready = true;
     if (!self->cfg.in_order)
-        s_queue_ready(self, b);
+        emlio__window_queue_ready(self, b);
     return 0;
 }
 
@@ -425,6 +440,32 @@ emlio__window_adopt(emlio_client_t *self)
     return 0;
 }
 
+/* Finds sample j of a reply to part among the part's samples from *next on
+ * (the daemon may have left out records it skipped as corrupt, never added
+ * or reordered any): 0 with *pos its position in the batch, or
+ * EMLIO_EPROTO. */
+int
+emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
+                  const emlio__part_t *part, const emlio_wire_msg_t *msg,
+                  size_t j, uint32_t *next, uint32_t *pos)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    const emlio_wire_sample_t *ws = &msg->samples[j];
+    while (*next < part->n) {
+        const emlio_sample_t *s = &b->samples[part->positions[*next]];
+        if (daemon->local_id[s->shard] == ws->shard && s->record == ws->record)
+            break;
+        (*next)++;
+    }
+    if (*next == part->n)
+        return emlio__seterr(self->err, EMLIO_EPROTO,
+                             "daemon '%s' answered request %" PRIu64
+                             " with a sample it did not ask for",
+                             daemon->endpoint, msg->id);
+    *pos = part->positions[(*next)++];
+    return 0;
+}
+
 /* Files sample j of a reply to part (its wire entry ws): finds it among the
  * part's samples from *next on (the daemon may have left out records it
  * skipped as corrupt, never added or reordered any), receives its frames
@@ -438,18 +479,10 @@ s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     const emlio_wire_sample_t *ws = &msg->samples[j];
-    while (*next < part->n) {
-        emlio_sample_t *s = &b->samples[part->positions[*next]];
-        if (daemon->local_id[s->shard] == ws->shard && s->record == ws->record)
-            break;
-        (*next)++;
-    }
-    if (*next == part->n)
-        return emlio__seterr(self->err, EMLIO_EPROTO,
-                             "daemon '%s' answered request %" PRIu64
-                             " with a sample it did not ask for",
-                             daemon->endpoint, msg->id);
-    uint32_t pos = part->positions[(*next)++];
+    uint32_t pos;
+    int rc = emlio__part_match(self, d, b, part, msg, j, next, &pos);
+    if (rc < 0)
+        return rc;
     size_t nf = self->inv.n_fields;
     uint32_t crc = 0;
     size_t sample_len = 0;
@@ -511,9 +544,12 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
         self->win.min_latency_ns = now - part->sent_ns;
     uint32_t next = 0;
     int rc = 1;
-    for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
-        rc = s_file_sample(self, d, stream, b, part, msg, j, &next,
-                           j == 0 ? header : &b->frames[b->n_frames - 1]);
+    if (msg->has_shape || b->xf_server)
+        rc = emlio__tensor_file_part(self, d, stream, b, part, msg, header);
+    else
+        for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
+            rc = s_file_sample(self, d, stream, b, part, msg, j, &next,
+                               j == 0 ? header : &b->frames[b->n_frames - 1]);
     if (rc >= 0) {
         part->done = true;
         daemon->sock_outstanding[part->sock]--;
