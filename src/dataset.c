@@ -75,8 +75,7 @@ emlio_dataset_shard_name(const emlio_dataset_t *self, size_t i)
 const char *
 emlio_dataset_shard_format(const emlio_dataset_t *self, size_t i)
 {
-    return i < self->set.n ? emlio__shard_kind_name(self->set.shards[i].kind)
-                           : NULL;
+    return i < self->set.n ? self->set.shards[i].ops->name : NULL;
 }
 
 size_t
@@ -91,17 +90,6 @@ emlio_dataset_shard_bytes(const emlio_dataset_t *self, size_t i)
     return i < self->set.n ? emlio__shard_size(&self->set.shards[i]) : 0;
 }
 
-/* The TFRecord label as emliod finds it by default. */
-static int64_t
-s_tfrecord_label(const uint8_t *rec, size_t len)
-{
-    emlio_example_field_t f = { .key = "image/class/label", .key_len = 17 };
-    if (emlio_example_parse(rec, len, &f, 1) > 0 &&
-        f.kind == EMLIO_FEATURE_INT64 && f.count)
-        return f.int64;
-    return -1;
-}
-
 int
 emlio_dataset_record(const emlio_dataset_t *self, size_t s, size_t r,
                      emlio_dataset_field_fn *fn, void *userdata, int64_t *label)
@@ -113,47 +101,7 @@ emlio_dataset_record(const emlio_dataset_t *self, size_t s, size_t r,
     if (r >= emlio__shard_count(shard))
         return EMLIO_ENOTFOUND;
     int64_t lab = -1;
-    int rc = 0;
-    if (shard->kind == EMLIO_SHARD_TAR) {
-        const emlio__tar_index_t *idx = emlio__tar_index(shard->tar);
-        lab = emlio__tar_label(shard->tar, r, "cls");
-        for (uint32_t m = idx->first[r]; m < idx->first[r + 1] && rc == 0;
-             m++) {
-            const char *field = idx->fields[idx->members[m].field];
-            const uint8_t *data;
-            size_t len;
-            rc = emlio__tar_field(shard->tar, r, field, &data, &len);
-            if (rc == 0)
-                rc = fn(userdata, field, data, len);
-        }
-    } else if (shard->kind == EMLIO_SHARD_IMAGEFOLDER) {
-        uint8_t *data;
-        size_t len;
-        lab = emlio__folder_label(shard->folder);
-        rc = emlio__folder_read(shard->folder, r, &data, &len);
-        if (rc == 0) {
-            const char *file = emlio__folder_file(shard->folder, r);
-            const char *dot = strrchr(file, '.');
-            char ext[16] = "image";
-            if (dot && strlen(dot + 1) < sizeof(ext)) {
-                for (size_t k = 0; dot[1 + k]; k++) {
-                    char c = dot[1 + k];
-                    ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-                    ext[k + 1] = '\0';
-                }
-            }
-            rc = fn(userdata, ext, data, len);
-            emlio_free(data);
-        }
-    } else {
-        const uint8_t *data;
-        size_t len;
-        rc = emlio_tfrecord_record(shard->file, r, &data, &len, NULL);
-        if (rc == 0) {
-            lab = s_tfrecord_label(data, len);
-            rc = fn(userdata, "", data, len);
-        }
-    }
+    int rc = shard->ops->record(shard, r, fn, userdata, &lab);
     if (label)
         *label = lab;
     return rc;

@@ -9,42 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "crc32c.h"
 #include "shardset.h"
-#include "tfrecord.h"
 
-typedef struct s_names {
-    char **v;
-    size_t n;
-    size_t cap;
-} s_names_t;
-
-static int
-s_names_push(s_names_t *names, const char *name)
-{
-    if (names->n == names->cap) {
-        size_t cap = names->cap ? names->cap * 2 : 64;
-        char **v = emlio_reallocarray(names->v, cap, sizeof(*v));
-        if (!v)
-            return EMLIO_ENOMEM;
-        names->v = v;
-        names->cap = cap;
-    }
-    names->v[names->n] = emlio_strdup(name);
-    if (!names->v[names->n])
-        return EMLIO_ENOMEM;
-    names->n++;
-    return 0;
-}
-
-static void
-s_names_release(s_names_t *names)
-{
-    for (size_t i = 0; i < names->n; i++)
-        emlio_free(names->v[i]);
-    emlio_free(names->v);
-    memset(names, 0, sizeof(*names));
-}
+/* Formats the registry may hold (format.c); a walk keeps one list each. */
+#define S_MAX_FORMATS 8
 
 static bool
 s_has_suffix(const char *s, const char *suffix)
@@ -54,11 +22,24 @@ s_has_suffix(const char *s, const char *suffix)
     return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-/* Collects shard paths relative to root; rel is "" or "sub/dir/". Depth is
+/* The file format whose suffix name has, as an index into emlio__formats,
+ * or -1. */
+static int
+s_file_format(const char *name)
+{
+    for (int k = 0; emlio__formats[k]; k++)
+        if (emlio__formats[k]->suffix &&
+            s_has_suffix(name, emlio__formats[k]->suffix))
+            return k;
+    return -1;
+}
+
+/* Collects shard paths relative to root, one list per file format
+ * (found[k] for emlio__formats[k]); rel is "" or "sub/dir/". Depth is
  * bounded so a pathological tree cannot exhaust the stack. */
 static int
-s_walk(const char *root, const char *rel, int depth, s_names_t *out,
-       s_names_t *tars, char *errbuf)
+s_walk(const char *root, const char *rel, int depth, emlio__names_t *found,
+       char *errbuf)
 {
     char path[PATH_MAX];
     if (depth > 32)
@@ -86,26 +67,17 @@ s_walk(const char *root, const char *rel, int depth, s_names_t *out,
         struct stat st;
         if (lstat(full, &st) != 0)
             continue;
+        int k = s_file_format(e->d_name);
         if (S_ISDIR(st.st_mode)) {
             char sub[PATH_MAX];
             if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
-                rc = s_walk(root, sub, depth + 1, out, tars, errbuf);
-        } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
-                   s_has_suffix(e->d_name, ".tfrecord")) {
-            rc = s_names_push(out, child);
-        } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) &&
-                   s_has_suffix(e->d_name, ".tar")) {
-            rc = s_names_push(tars, child);
+                rc = s_walk(root, sub, depth + 1, found, errbuf);
+        } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && k >= 0) {
+            rc = emlio__names_push(&found[k], child);
         }
     }
     closedir(dir);
     return rc;
-}
-
-static int
-s_cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* FNV-1a over the inventory; not cryptographic, only a change detector. */
@@ -194,12 +166,10 @@ emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
     log(userdata, msg);
 }
 
-/* Reads bytes [offset, offset + want) of shard's file into a fresh buffer.
- * A short read means the file shrank under us: the shard is marked changed
- * and the answer is -ESTALE. */
-static int
-s_pread_copy(emlio_shard_t *shard, uint64_t offset, size_t want,
-             uint8_t **buf_out, emlio_shardset_log_fn *log, void *userdata)
+int
+emlio__shard_pread(emlio_shard_t *shard, uint64_t offset, size_t want,
+                   uint8_t **buf_out, emlio_shardset_log_fn *log,
+                   void *userdata)
 {
     uint8_t *buf = emlio_malloc(want ? want : 1);
     if (!buf)
@@ -226,62 +196,6 @@ s_pread_copy(emlio_shard_t *shard, uint64_t offset, size_t want,
     return 0;
 }
 
-static int
-s_read_copy_tfrecord(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
-                     const uint8_t **data, size_t *len, uint32_t *stored,
-                     emlio_shardset_log_fn *log, void *userdata)
-{
-    if (i >= emlio_tfrecord_count(shard->file))
-        return EMLIO_ENOTFOUND;
-    const emlio_tfrecord_loc_t *loc = emlio_tfrecord_loc(shard->file, i);
-    if (loc->len > EMLIO_TFRECORD_MAX_RECORD)
-        return EMLIO_EFORMAT;
-    uint8_t *buf;
-    int rc = s_pread_copy(shard, loc->offset,
-                          (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD, &buf, log,
-                          userdata);
-    if (rc < 0)
-        return rc;
-    uint32_t masked =
-        (uint32_t)buf[12 + loc->len] | (uint32_t)buf[13 + loc->len] << 8 |
-        (uint32_t)buf[14 + loc->len] << 16 | (uint32_t)buf[15 + loc->len] << 24;
-    *buf_out = buf;
-    *data = buf + 12;
-    *len = (size_t)loc->len;
-    *stored = emlio_crc32c_unmask(masked);
-    return 0;
-}
-
-/* A tar member with the header block before it, which must still describe
- * it: a rewritten archive whose members moved is refused, not served. */
-static int
-s_read_copy_tar(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
-                const uint8_t **data, size_t *len, emlio_shardset_log_fn *log,
-                void *userdata)
-{
-    const emlio__tar_index_t *idx = emlio__tar_index(shard->tar);
-    if (i >= idx->n_members)
-        return EMLIO_ENOTFOUND;
-    const emlio__tar_member_t *m = &idx->members[i];
-    if (m->offset < 512 || m->len > SIZE_MAX - 512)
-        return EMLIO_EFORMAT;
-    uint8_t *buf;
-    int rc = s_pread_copy(shard, m->offset - 512, (size_t)m->len + 512, &buf,
-                          log, userdata);
-    if (rc < 0)
-        return rc;
-    if (!emlio__tar_header_ok(buf, m->len)) {
-        emlio_free(buf);
-        emlio__shard_mark_changed(shard, "a member's header no longer matches",
-                                  log, userdata);
-        return -ESTALE;
-    }
-    *buf_out = buf;
-    *data = buf + 512;
-    *len = (size_t)m->len;
-    return 0;
-}
-
 int
 emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
                        const uint8_t **data, size_t *len, uint32_t *stored,
@@ -289,25 +203,10 @@ emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
 {
     *buf_out = NULL;
     *stored = 0;
-    if (shard->fd < 0)
-        return EMLIO_EFORMAT;
-    switch (shard->kind) {
-    case EMLIO_SHARD_TFRECORD:
-        return s_read_copy_tfrecord(shard, i, buf_out, data, len, stored, log,
-                                    userdata);
-    case EMLIO_SHARD_TAR:
-        return s_read_copy_tar(shard, i, buf_out, data, len, log, userdata);
-    default:
-        return EMLIO_EFORMAT; /* ImageFolder reads are copies already */
-    }
-}
-
-/* The file a mapped shard was opened from. */
-static const char *
-s_mapped_path(const emlio_shard_t *shard)
-{
-    return shard->kind == EMLIO_SHARD_TAR ? emlio__tar_path(shard->tar)
-                                          : emlio_tfrecord_path(shard->file);
+    if (shard->fd < 0 || !shard->ops->read_copy)
+        return EMLIO_EFORMAT; /* tree formats' reads are copies already */
+    return shard->ops->read_copy(shard, i, buf_out, data, len, stored, log,
+                                 userdata);
 }
 
 /* Gives back the lease of a changed shard once nothing reads its mapping;
@@ -322,10 +221,7 @@ s_release_changed(emlio_shard_t *shard, uint64_t now, uint32_t grace_ms,
     if (atomic_load(&shard->users) != 0) {
         if (now - shard->changed_ns < (uint64_t)grace_ms * 1000000ull)
             return;
-        if (shard->kind == EMLIO_SHARD_TAR)
-            emlio__tar_blank(shard->tar);
-        else
-            emlio__tfrecord_blank(shard->file);
+        shard->ops->blank(shard->impl);
         if (log) {
             char msg[PATH_MAX + 128];
             snprintf(msg, sizeof(msg),
@@ -372,7 +268,7 @@ emlio__shardset_watch(emlio_shardset_t *self, bool check_paths,
         }
         if (!check_paths || shard->replaced || atomic_load(&shard->changed))
             continue;
-        const char *path = s_mapped_path(shard);
+        const char *path = shard->ops->path(shard->impl);
         bool gone = stat(path, &st) != 0;
         if (gone || st.st_dev != shard->dev || st.st_ino != shard->ino) {
             shard->replaced = true;
@@ -397,35 +293,26 @@ static int
 s_index_mapped(emlio_shard_t *shard, const emlio_shardset_opts_t *opts,
                emlio_shardset_log_fn *log, void *userdata, char *errbuf)
 {
-    bool tar = shard->kind == EMLIO_SHARD_TAR;
-    const char *path =
-        tar ? emlio__tar_path(shard->tar) : emlio_tfrecord_path(shard->file);
+    const emlio__format_ops_t *ops = shard->ops;
+    const char *path = ops->path(shard->impl);
     char idx[PATH_MAX];
     if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
         return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
                              path);
-    int rc = opts->rescan ? -ENOENT
-             : tar        ? emlio__tar_load_index(shard->tar, idx)
-                          : emlio_tfrecord_load_index(shard->file, idx);
+    int rc = opts->rescan ? -ENOENT : ops->load_index(shard->impl, idx);
     if (rc >= 0)
         return rc;
-    const char *why = tar ? emlio__tar_errmsg(shard->tar)
-                          : emlio_tfrecord_errmsg(shard->file);
     if (rc != -ENOENT && log) {
         char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
         snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
-                 why);
+                 ops->errmsg(shard->impl));
         log(userdata, msg);
     }
-    rc = tar ? emlio__tar_scan(shard->tar)
-             : emlio_tfrecord_scan(shard->file, opts->verify_data);
+    rc = ops->scan(shard->impl, opts->verify_data);
     if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s",
-                             tar ? emlio__tar_errmsg(shard->tar)
-                                 : emlio_tfrecord_errmsg(shard->file));
-    if (opts->write_index && (!tar || rc > 0)) {
-        int wrc = tar ? emlio__tar_write_index(shard->tar, idx)
-                      : emlio_tfrecord_write_index(shard->file, idx);
+        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
+    if (opts->write_index) {
+        int wrc = ops->write_index(shard->impl, idx);
         if (wrc < 0 && log) {
             char msg[PATH_MAX + 128];
             snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
@@ -436,126 +323,8 @@ s_index_mapped(emlio_shard_t *shard, const emlio_shardset_opts_t *opts,
     return rc;
 }
 
-/* The class directories of an ImageFolder root: its non-hidden
- * subdirectories (symlinks to directories included, as torchvision's
- * os.scandir(...).is_dir() does), sorted. */
-static int
-s_classes(const char *root, s_names_t *out, char *errbuf)
-{
-    DIR *dir = opendir(root);
-    if (!dir)
-        return emlio__seterr(errbuf, -errno, "cannot open directory '%s': %s",
-                             root, strerror(errno));
-    int rc = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(dir)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char full[PATH_MAX];
-        struct stat st;
-        if (snprintf(full, sizeof(full), "%s/%s", root, e->d_name) >=
-                (int)sizeof(full) ||
-            stat(full, &st) != 0 || !S_ISDIR(st.st_mode))
-            continue;
-        rc = s_names_push(out, e->d_name);
-    }
-    closedir(dir);
-    if (rc == 0 && out->n > 1) /* qsort(NULL, 0) is undefined */
-        qsort(out->v, out->n, sizeof(*out->v), s_cmp_names);
-    return rc;
-}
-
-/* Reads the whole small file at path into a fresh buffer. */
-static int
-s_slurp(const char *path, char **out, size_t *len)
-{
-    FILE *f = fopen(path, "rbe");
-    if (!f)
-        return -errno;
-    emlio_buf_t buf = EMLIO_BUF_INIT;
-    char chunk[65536];
-    size_t got;
-    int rc = 0;
-    while (rc == 0 && (got = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        rc = emlio_buf_add(&buf, chunk, got);
-    fclose(f);
-    if (rc < 0) {
-        emlio_buf_release(&buf);
-        return rc;
-    }
-    *out = (char *)emlio_buf_detach(&buf, len);
-    return 0;
-}
-
-/* The class directories as shards: their listing from ROOT/.emlio-files
- * when it still describes the tree, else from a walk (then cached). The
- * classes' names move into the shards. */
-static int
-s_load_folders(emlio_shardset_t *self, const char *dir, s_names_t *classes,
-               const struct stat *root, const emlio_shardset_opts_t *opts,
-               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
-{
-    size_t first = self->n;
-    emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
-    if (!folders)
-        return EMLIO_ENOMEM;
-    int rc = 0;
-    for (size_t i = 0; i < classes->n && rc == 0; i++) {
-        emlio_shard_t *shard = &self->shards[self->n];
-        shard->name = classes->v[i];
-        shard->kind = EMLIO_SHARD_IMAGEFOLDER;
-        shard->fd = -1; /* read by copies: no lease */
-        classes->v[i] = NULL;
-        self->n++;
-        shard->folder = emlio__folder_new(dir, shard->name, (int64_t)i);
-        folders[i] = shard->folder;
-        if (!shard->folder)
-            rc = EMLIO_ENOMEM;
-    }
-    char cache[PATH_MAX];
-    snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
-    char *text = NULL;
-    size_t len = 0;
-    bool cached = false;
-    if (rc == 0 && !opts->rescan && s_slurp(cache, &text, &len) == 0) {
-        cached = emlio__folder_cache_load(text, len, root->st_mtim, folders,
-                                          classes->n) == 0;
-        if (!cached && log) {
-            char msg[PATH_MAX + 64];
-            snprintf(msg, sizeof(msg),
-                     "file list '%s' is stale; listing the tree", cache);
-            log(userdata, msg);
-        }
-    }
-    emlio_free(text);
-    for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
-        emlio_shard_t *shard = &self->shards[first + i];
-        rc = emlio__folder_scan(shard->folder);
-        if (rc < 0)
-            emlio__seterr(errbuf, rc, "%s",
-                          emlio__folder_errmsg(shard->folder));
-    }
-    for (size_t i = 0; i < classes->n && rc >= 0; i++)
-        if (emlio__folder_count(folders[i]) == 0) /* as torchvision */
-            rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
-                               "class directory '%s/%s' has no images", dir,
-                               self->shards[first + i].name);
-    if (rc >= 0 && !cached && opts->write_index) {
-        int wrc = emlio__folder_cache_write(cache, root->st_mtim, folders,
-                                            classes->n);
-        if (wrc < 0 && log) {
-            char msg[PATH_MAX + 128];
-            snprintf(msg, sizeof(msg), "cannot write file list '%s': %s", cache,
-                     emlio_strerror(wrc));
-            log(userdata, msg);
-        }
-    }
-    emlio_free(folders);
-    return rc < 0 ? rc : 0;
-}
-
-static int
-s_grow(emlio_shardset_t *self, size_t more)
+int
+emlio__shardset_grow(emlio_shardset_t *self, size_t more)
 {
     emlio_shard_t *shards =
         emlio_reallocarray(self->shards, self->n + more, sizeof(*shards));
@@ -573,125 +342,116 @@ s_cmp_shards(const void *a, const void *b)
                   ((const emlio_shard_t *)b)->name);
 }
 
-/* Adds the mapped shard *name (a TFRecord or tar file under dir; the name
- * is taken over and *name set NULL): leases it when asked (before the
+/* Adds the shard *name of file format ops (a file under dir; the name is
+ * taken over and *name set NULL): leases it when asked (before the
  * mapping, so no writer can shrink it under us unseen), maps it and reads
  * or builds its index. Returns 0 or < 0 with errbuf set; a shard that
  * failed is counted in self->n, so release frees it. */
 static int
 s_load_mapped(emlio_shardset_t *self, const char *dir, char **name,
-              emlio_shard_kind_t kind, const emlio_shardset_opts_t *opts,
+              const emlio__format_ops_t *ops, const emlio_shardset_opts_t *opts,
               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
 {
     char path[PATH_MAX];
     emlio_shard_t *shard = &self->shards[self->n];
     snprintf(path, sizeof(path), "%s/%s", dir, *name);
     shard->name = *name;
-    shard->kind = kind;
+    shard->ops = ops;
     *name = NULL;
     self->n++;
     shard->fd = -1;
-    bool tar = kind == EMLIO_SHARD_TAR;
-    if (tar)
-        shard->tar = emlio__tar_new(path);
-    else
-        shard->file = emlio_tfrecord_new(path);
-    if (tar ? !shard->tar : !shard->file)
+    shard->impl = ops->create(path);
+    if (!shard->impl)
         return EMLIO_ENOMEM;
     int rc = opts->lease ? s_lease_shard(shard, path, errbuf) : 0;
     if (rc < 0)
         return rc;
     self->mapped++;
     self->leased += shard->leased;
-    rc = tar ? emlio__tar_open(shard->tar) : emlio_tfrecord_open(shard->file);
+    rc = ops->open(shard->impl);
     if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s",
-                             tar ? emlio__tar_errmsg(shard->tar)
-                                 : emlio_tfrecord_errmsg(shard->file));
+        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
     return s_index_mapped(shard, opts, log, userdata, errbuf);
 }
 
-int
-emlio__shardset_load(emlio_shardset_t *self, const char *dir,
-                     const emlio_shardset_opts_t *opts,
-                     emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+/* Which formats --format asks for: want[k] for emlio__formats[k]. */
+static int
+s_wanted(const char *format, bool *want, char *errbuf)
 {
-    struct stat st;
-    memset(self, 0, sizeof(*self));
-    const char *format = opts->format ? opts->format : "auto";
-    bool want_tf = true, want_tar = true, want_folder = true;
-    if (strcmp(format, "tfrecord") == 0)
-        want_tar = want_folder = false;
-    else if (strcmp(format, "tar") == 0)
-        want_tf = want_folder = false;
-    else if (strcmp(format, "imagefolder") == 0)
-        want_tf = want_tar = false;
-    else if (strcmp(format, "auto") != 0)
+    bool any = strcmp(format, "auto") == 0;
+    bool found = any;
+    for (size_t k = 0; emlio__formats[k]; k++) {
+        want[k] = any || strcmp(format, emlio__formats[k]->name) == 0;
+        found |= want[k];
+    }
+    if (found)
+        return 0;
+    char list[256] = "auto";
+    for (size_t k = 0; emlio__formats[k]; k++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof(list) - used, "%s%s",
+                 emlio__formats[k + 1] ? ", " : " or ",
+                 emlio__formats[k]->name);
+    }
+    return emlio__seterr(errbuf, EMLIO_EINVAL, "unknown format '%s' (%s)",
+                         format, list);
+}
+
+/* Appends item to list (a, b and c), as the k-th of n. */
+static void
+s_list_add(char *list, size_t size, size_t k, size_t n, const char *item)
+{
+    size_t used = strlen(list);
+    snprintf(list + used, size - used, "%s%s",
+             k == 0 ? "" : (k + 1 == n ? " or " : ", "), item);
+}
+
+/* Shard files of several formats without mixed_formats is an error; so
+ * is finding nothing at all. */
+static int
+s_check_found(const char *dir, const emlio__names_t *found, size_t tree,
+              const emlio_shardset_opts_t *opts, char *errbuf)
+{
+    size_t kinds = 0, total = tree;
+    for (size_t k = 0; emlio__formats[k]; k++) {
+        kinds += found[k].n > 0;
+        total += found[k].n;
+    }
+    if (kinds > 1 && !opts->mixed_formats) {
+        char list[256] = "";
+        for (size_t k = 0, i = 0; emlio__formats[k]; k++) {
+            if (!found[k].n)
+                continue;
+            char item[64];
+            snprintf(item, sizeof(item), "%zu *%s", found[k].n,
+                     emlio__formats[k]->suffix);
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof(list) - used, "%s%s",
+                     i == 0 ? "" : (i + 1 == kinds ? " and " : ", "), item);
+            i++;
+        }
         return emlio__seterr(errbuf, EMLIO_EINVAL,
-                             "unknown format '%s' (auto, tfrecord, tar or "
-                             "imagefolder)",
-                             format);
-    if (stat(dir, &st) != 0)
-        return emlio__seterr(errbuf, -errno,
-                             "cannot open data directory '%s': %s", dir,
-                             strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return emlio__seterr(errbuf, -ENOTDIR,
-                             "data directory '%s' is not a directory", dir);
-    s_names_t names = { 0 };
-    s_names_t tars = { 0 };
-    s_names_t classes = { 0 };
-    int rc = s_walk(dir, "", 0, &names, &tars, errbuf);
-    if (rc < 0)
-        goto out;
-    if (!want_tf)
-        s_names_release(&names);
-    if (!want_tar)
-        s_names_release(&tars);
-    /* An ImageFolder is what is left when no shard files are found (or
-     * what was asked for); files of other formats inside class
-     * directories are not images and are ignored then. */
-    bool folder =
-        want_folder && (!want_tf || names.n == 0) && (!want_tar || tars.n == 0);
-    if (folder) {
-        rc = s_classes(dir, &classes, errbuf);
-        if (rc < 0)
-            goto out;
+                             "several formats under '%s': %s shards (choose "
+                             "one with --format, or serve %s with "
+                             "--mixed-formats)",
+                             dir, list, kinds == 2 ? "both" : "all");
     }
-    if (names.n && tars.n && !opts->mixed_formats) {
-        rc = emlio__seterr(errbuf, EMLIO_EINVAL,
-                           "several formats under '%s': %zu *.tfrecord and "
-                           "%zu *.tar shards (choose one with --format, or "
-                           "serve both with --mixed-formats)",
-                           dir, names.n, tars.n);
-        goto out;
-    }
-    if (names.n == 0 && tars.n == 0 && classes.n == 0) {
-        rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
-                           "no *.tfrecord shards, *.tar shards or class "
-                           "directories under '%s'",
-                           dir);
-        goto out;
-    }
-    rc = s_grow(self, names.n + tars.n + classes.n);
-    if (rc < 0)
-        goto out;
-    for (size_t i = 0; i < names.n && rc >= 0; i++)
-        rc = s_load_mapped(self, dir, &names.v[i], EMLIO_SHARD_TFRECORD, opts,
-                           log, userdata, errbuf);
-    for (size_t i = 0; i < tars.n && rc >= 0; i++)
-        rc = s_load_mapped(self, dir, &tars.v[i], EMLIO_SHARD_TAR, opts, log,
-                           userdata, errbuf);
-    if (rc < 0)
-        goto out;
-    if (classes.n) {
-        rc = s_load_folders(self, dir, &classes, &st, opts, log, userdata,
-                            errbuf);
-        if (rc < 0)
-            goto out;
-    }
-    /* One order whatever the backends: by name, as the planner expects. */
-    qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
+    if (total)
+        return 0;
+    char what[256] = "";
+    size_t n = 0;
+    while (emlio__formats[n])
+        n++;
+    for (size_t k = 0; k < n; k++)
+        s_list_add(what, sizeof(what), k, n, emlio__formats[k]->what);
+    return emlio__seterr(errbuf, EMLIO_ENOTFOUND, "no %s under '%s'", what,
+                         dir);
+}
+
+/* Totals and the fingerprint, over shards in their final order. */
+static int
+s_inventory(emlio_shardset_t *self, const char *dir, char *errbuf)
+{
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < self->n; i++) {
         const emlio_shard_t *shard = &self->shards[i];
@@ -708,22 +468,84 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
         }
         h = s_fnv(h, le, sizeof(le));
     }
-    if (self->records == 0) {
-        rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
-                           "the dataset under '%s' is empty: %zu shard%s, "
-                           "no records",
-                           dir, self->n, self->n == 1 ? "" : "s");
-        goto out;
-    }
+    if (self->records == 0)
+        return emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                             "the dataset under '%s' is empty: %zu shard%s, "
+                             "no records",
+                             dir, self->n, self->n == 1 ? "" : "s");
     snprintf(self->fingerprint, sizeof(self->fingerprint), "%016" PRIx64, h);
-    rc = (int)self->n;
-out:
-    s_names_release(&names);
-    s_names_release(&tars);
-    s_names_release(&classes);
+    return 0;
+}
+
+/* Loads the shard files found (one list per file format), or, when there
+ * are none, the first wanted tree format. Returns the tree's shard count,
+ * 0 or < 0. */
+static int
+s_load_all(emlio_shardset_t *self, const char *dir, const struct stat *root,
+           emlio__names_t *found, const bool *want,
+           const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+           void *userdata, char *errbuf)
+{
+    size_t files = 0;
+    for (size_t k = 0; emlio__formats[k]; k++)
+        files += found[k].n;
+    int rc = files ? emlio__shardset_grow(self, files) : 0;
+    for (size_t k = 0; emlio__formats[k] && rc >= 0; k++)
+        for (size_t i = 0; i < found[k].n && rc >= 0; i++)
+            rc = s_load_mapped(self, dir, &found[k].v[i], emlio__formats[k],
+                               opts, log, userdata, errbuf);
+    /* A tree is what is left when no shard files are found (or what was
+     * asked for); files of other formats inside it are ignored then. */
+    for (size_t k = 0; emlio__formats[k] && rc >= 0 && !files; k++)
+        if (want[k] && emlio__formats[k]->load_tree)
+            return emlio__formats[k]->load_tree(self, dir, root, opts, log,
+                                                userdata, errbuf);
+    return rc < 0 ? rc : 0;
+}
+
+int
+emlio__shardset_load(emlio_shardset_t *self, const char *dir,
+                     const emlio_shardset_opts_t *opts,
+                     emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    struct stat st;
+    memset(self, 0, sizeof(*self));
+    bool want[S_MAX_FORMATS];
+    int rc = s_wanted(opts->format ? opts->format : "auto", want, errbuf);
     if (rc < 0)
+        return rc;
+    if (stat(dir, &st) != 0)
+        return emlio__seterr(errbuf, -errno,
+                             "cannot open data directory '%s': %s", dir,
+                             strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return emlio__seterr(errbuf, -ENOTDIR,
+                             "data directory '%s' is not a directory", dir);
+    emlio__names_t found[S_MAX_FORMATS];
+    memset(found, 0, sizeof(found));
+    rc = s_walk(dir, "", 0, found, errbuf);
+    for (size_t k = 0; emlio__formats[k]; k++)
+        if (!want[k])
+            emlio__names_release(&found[k]);
+    if (rc >= 0)
+        rc = s_check_found(dir, found, 1, opts, errbuf);
+    if (rc >= 0)
+        rc = s_load_all(self, dir, &st, found, want, opts, log, userdata,
+                        errbuf);
+    if (rc >= 0 && self->n == 0)
+        rc = s_check_found(dir, found, 0, opts, errbuf);
+    if (rc >= 0) {
+        /* One order whatever the formats: by name, as the planner expects. */
+        qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
+        rc = s_inventory(self, dir, errbuf);
+    }
+    for (size_t k = 0; emlio__formats[k]; k++)
+        emlio__names_release(&found[k]);
+    if (rc < 0) {
         emlio__shardset_release(self);
-    return rc;
+        return rc;
+    }
+    return (int)self->n;
 }
 
 void
@@ -732,9 +554,8 @@ emlio__shardset_release(emlio_shardset_t *self)
     for (size_t i = 0; i < self->n; i++) {
         emlio_shard_t *shard = &self->shards[i];
         emlio_free(shard->name);
-        emlio_tfrecord_destroy(&shard->file);
-        emlio__tar_destroy(&shard->tar);
-        emlio__folder_destroy(&shard->folder);
+        if (shard->impl)
+            shard->ops->destroy(shard->impl);
         if (shard->fd >= 0) /* closing it gives the lease back */
             close(shard->fd);
     }
@@ -745,69 +566,25 @@ emlio__shardset_release(emlio_shardset_t *self)
 size_t
 emlio__shard_count(const emlio_shard_t *shard)
 {
-    switch (shard->kind) {
-    case EMLIO_SHARD_TAR:
-        return emlio__tar_count(shard->tar);
-    case EMLIO_SHARD_IMAGEFOLDER:
-        return emlio__folder_count(shard->folder);
-    default:
-        return emlio_tfrecord_count(shard->file);
-    }
+    return shard->ops->count(shard->impl);
 }
 
 uint64_t
 emlio__shard_size(const emlio_shard_t *shard)
 {
-    switch (shard->kind) {
-    case EMLIO_SHARD_TAR:
-        return emlio__tar_size(shard->tar);
-    case EMLIO_SHARD_IMAGEFOLDER:
-        return emlio__folder_size(shard->folder);
-    default:
-        return emlio_tfrecord_size(shard->file);
-    }
+    return shard->ops->size(shard->impl);
 }
 
 uint64_t
 emlio__shard_offset(const emlio_shard_t *shard, size_t i)
 {
-    switch (shard->kind) {
-    case EMLIO_SHARD_TAR:
-        return emlio__tar_offset(shard->tar, i);
-    case EMLIO_SHARD_IMAGEFOLDER:
-        return 0;
-    default:
-        return i < emlio_tfrecord_count(shard->file)
-                   ? emlio_tfrecord_loc(shard->file, i)->offset
-                   : 0;
-    }
+    return shard->ops->offset(shard->impl, i);
 }
 
 void
 emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
                     int advice)
 {
-    switch (shard->kind) {
-    case EMLIO_SHARD_TAR:
-        emlio__tar_advise(shard->tar, first, n, advice);
-        break;
-    case EMLIO_SHARD_IMAGEFOLDER:
-        break; /* files are read whole, once */
-    default:
-        emlio_tfrecord_advise(shard->file, first, n, advice);
-        break;
-    }
-}
-
-const char *
-emlio__shard_kind_name(emlio_shard_kind_t kind)
-{
-    switch (kind) {
-    case EMLIO_SHARD_TAR:
-        return "tar";
-    case EMLIO_SHARD_IMAGEFOLDER:
-        return "imagefolder";
-    default:
-        return "tfrecord";
-    }
+    if (shard->ops->advise)
+        shard->ops->advise(shard->impl, first, n, advice);
 }

@@ -1,10 +1,14 @@
 /* shardset.h - the shards of one data directory: found, mapped, indexed.
  * SPDX-License-Identifier: MIT
  *
- * Used by the server. Shards are ordered by their path relative to the data
- * directory; that relative path is their name on the wire, and the dataset
- * fingerprint covers every (name, records, bytes) so a client can tell when
- * a restarted daemon serves something else.
+ * Used by the server and the dataset tools. Shards are ordered by their
+ * path relative to the data directory; that relative path is their name on
+ * the wire, and the dataset fingerprint covers every (name, records,
+ * bytes) so a client can tell when a restarted daemon serves something
+ * else. What a shard's bytes mean is its format's business: each shard
+ * carries its format's table (shard->ops, see format.h), chosen once at
+ * load; this module owns what all shards share: discovery, leases, users,
+ * copying reads and the watch for shards changed on disk.
  */
 #ifndef EMLIO_SHARDSET_H
 #define EMLIO_SHARDSET_H
@@ -15,17 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "emlio/tfrecord.h"
-#include "imagefolder.h"
-#include "tar.h"
-
-/* "A shard is a shard": one of three backends, behind the accessors below
- * (count, size, offset, advice). The server reads records per backend. */
-typedef enum emlio_shard_kind {
-    EMLIO_SHARD_TFRECORD = 0,
-    EMLIO_SHARD_TAR = 1,
-    EMLIO_SHARD_IMAGEFOLDER = 2,
-} emlio_shard_kind_t;
+#include "format.h"
 
 /* One shard. A mapped shard (TFRecord, tar) that changes under a running daemon
  * must never be read through its mapping once the change is visible (a shrunk
@@ -38,14 +32,13 @@ typedef enum emlio_shard_kind {
  * private copy, which a shrinking file cannot fault. ImageFolder files
  * are always read into copies (emlio__folder_read checks size and mtime
  * on every read), so nothing here applies to them. */
-typedef struct emlio_shard {
-    char *name; /* path relative to the data directory */
-    emlio_shard_kind_t kind;
-    emlio_tfrecord_t *file;  /* EMLIO_SHARD_TFRECORD, else NULL */
-    emlio__tar_t *tar;       /* EMLIO_SHARD_TAR, else NULL */
-    emlio__folder_t *folder; /* EMLIO_SHARD_IMAGEFOLDER, else NULL */
-    /* The rest concerns mapped shards (TFRecord, tar); an ImageFolder
-     * class has fd -1, is never leased and never counts users. */
+struct emlio_shard {
+    char *name;                     /* path relative to the data directory */
+    const emlio__format_ops_t *ops; /* its format */
+    void *impl;                     /* the format's handle */
+    /* The rest concerns mapped shards (ops->mapped); a shard of a tree
+     * format (an ImageFolder class) has fd -1, is never leased and never
+     * counts users. */
     int fd;        /* open read-only for the lease and copying reads */
     bool leased;   /* holds a read lease; otherwise copying reads */
     bool released; /* changed: lease given back, mapping no longer read */
@@ -57,7 +50,7 @@ typedef struct emlio_shard {
     atomic_uint users;   /* readers and frames in flight in the mapping */
     atomic_bool changed; /* changed on disk: its samples are refused */
     atomic_bool logged;  /* the change has been logged */
-} emlio_shard_t;
+};
 
 /* Records of the shard. */
 size_t emlio__shard_count(const emlio_shard_t *shard);
@@ -69,11 +62,9 @@ uint64_t emlio__shard_offset(const emlio_shard_t *shard, size_t i);
 /* Page-cache advice for records [first, first + n); best effort. */
 void emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
                          int advice);
-/* "tfrecord", "tar" or "imagefolder". */
-const char *emlio__shard_kind_name(emlio_shard_kind_t kind);
 
 /* How a data directory is read (see emlio_server_config_t). */
-typedef struct emlio_shardset_opts {
+struct emlio_shardset_opts {
     const char *format; /* NULL/"auto", "tfrecord", "tar", "imagefolder" */
     bool mixed_formats;
     bool verify_data;
@@ -83,9 +74,9 @@ typedef struct emlio_shardset_opts {
      * lease can be had): the daemon. Without it shards are only mapped
      * (fd -1), as the short-lived tools want them. */
     bool lease;
-} emlio_shardset_opts_t;
+};
 
-typedef struct emlio_shardset {
+struct emlio_shardset {
     emlio_shard_t *shards;
     size_t n;
     uint64_t records;
@@ -93,18 +84,15 @@ typedef struct emlio_shardset {
     size_t mapped;        /* TFRecord and tar shards */
     size_t leased;        /* of those, shards holding a read lease */
     char fingerprint[17]; /* 16 hex digits */
-} emlio_shardset_t;
+};
 
-/* Log hook for non-fatal events (an index that could not be written). */
-typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
-
-/* Finds every *.tfrecord and *.tar under dir (recursively, following no
- * symlinked directories), maps each, loads its "<file>.idx" when it is
- * valid (and, for tar, not older than the shard) and otherwise scans the
- * file (verify_data: checking every TFRecord data CRC) and, if
- * write_index, writes the index. With no such files (or format
- * "imagefolder"), dir is read as an ImageFolder tree: one shard per class
- * directory. Several formats at once are EMLIO_EINVAL unless
+/* Finds every shard file of a file format (*.tfrecord, *.tar) under dir
+ * (recursively, following no symlinked directories), maps each, loads its
+ * "<file>.idx" when it is valid (and, for tar, not older than the shard) and
+ * otherwise scans the file (verify_data: checking every TFRecord data CRC) and,
+ * if write_index, writes the index. With no such files (or format
+ * "imagefolder"), dir is read by the tree format, as an ImageFolder tree: one
+ * shard per class directory. Several formats at once are EMLIO_EINVAL unless
  * opts->mixed_formats. Returns the shard count or an error with errbuf
  * naming the file (see emlio_server_load). */
 int emlio__shardset_load(emlio_shardset_t *self, const char *dir,
@@ -128,8 +116,20 @@ void emlio__shard_release(emlio_shard_t *shard);
 void emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
                                emlio_shardset_log_fn *log, void *userdata);
 
+/* Makes room for more shards at self->shards[self->n]; zeroed. For a tree
+ * format's load_tree. Returns 0 or EMLIO_ENOMEM. */
+int emlio__shardset_grow(emlio_shardset_t *self, size_t more);
+
+/* Reads bytes [offset, offset + want) of a mapped shard's file into a fresh
+ * buffer (*buf_out, the caller's to free). A short read means the file
+ * shrank under us: the shard is marked changed and the answer is -ESTALE;
+ * else 0, -EIO or EMLIO_ENOMEM. For a format's read_copy. */
+int emlio__shard_pread(emlio_shard_t *shard, uint64_t offset, size_t want,
+                       uint8_t **buf_out, emlio_shardset_log_fn *log,
+                       void *userdata);
+
 /* A copying read (mapped shards without a lease) with pread into a fresh
- * buffer, by kind:
+ * buffer, by format (ops->read_copy):
  * - TFRecord: i is a record; reads its framing and data; *data and *len
  *   are the record's payload inside the copy and *stored its stored CRC
  *   (the caller checks it, as for mapped reads);

@@ -2,8 +2,9 @@
  * SPDX-License-Identifier: MIT
  *
  * emliod is a thin main() around this module, so tests can run a server in
- * the same process. A server serves every *.tfrecord file under one data
- * directory on one ZeroMQ ROUTER endpoint:
+ * the same process. A server serves the shards under one data directory
+ * (TFRecord files, WebDataset tar files, or an ImageFolder tree: see
+ * cfg.format) on one ZeroMQ ROUTER endpoint:
  *
  * Example:
  *   emlio_server_config_t cfg;
@@ -131,8 +132,9 @@ EMLIO_EXPORT void emlio_server_destroy(emlio_server_t **self_p);
 /* Finds, maps and indexes the shards under cfg.data_dir (reusing valid .idx
  * files, scanning and writing them otherwise). Blocks for the scan. Returns
  * the number of shards, -errno (directory missing or unreadable),
- * EMLIO_ENOTFOUND (no *.tfrecord files), EMLIO_EFORMAT/EMLIO_ECORRUPT (a
- * shard is damaged: the message names it and the offset) or EMLIO_ENOMEM. */
+ * EMLIO_ENOTFOUND (no shards, or an empty dataset),
+ * EMLIO_EFORMAT/EMLIO_ECORRUPT (a shard is damaged: the message names it
+ * and the offset) or EMLIO_ENOMEM. */
 EMLIO_EXPORT int emlio_server_load(emlio_server_t *self);
 
 /* Binds the ROUTER socket. endpoint is any ZeroMQ endpoint; a TCP port of

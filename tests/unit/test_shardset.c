@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "shardset.h"
+#include "tar.h"
 
 #define RECORDS 8
 
@@ -137,7 +138,7 @@ test_shardset_lease_makes_writers_wait(void **state)
     const uint8_t *data;
     size_t len;
     assert_int_equal(
-        emlio_tfrecord_record(shard->file, RECORDS - 1, &data, &len, NULL), 0);
+        emlio_tfrecord_record(shard->impl, RECORDS - 1, &data, &len, NULL), 0);
     assert_int_equal(data[len - 1], 'a' + (RECORDS - 1) % 26); /* intact */
     emlio__shard_release(shard);
     emlio__shardset_watch(&set, false, 60000, s_log, &log);
@@ -221,7 +222,7 @@ test_shardset_notices_a_replaced_shard(void **state)
     assert_non_null(strstr(log.last, "'a.tfrecord' was replaced"));
     /* The file we opened is intact and still served. */
     assert_false(atomic_load(&set.shards[0].changed));
-    assert_int_equal(emlio_tfrecord_verify(set.shards[0].file, RECORDS - 1), 0);
+    assert_int_equal(emlio_tfrecord_verify(set.shards[0].impl, RECORDS - 1), 0);
     emlio__shardset_watch(&set, true, 60000, s_log, &log);
     assert_int_equal(log.n, 1);
     emlio__shardset_release(&set);
@@ -255,11 +256,11 @@ test_shardset_copying_reads_of_tar_members(void **state)
     assert_true(wfd >= 0);
     assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
     emlio_shard_t *shard = &set.shards[0];
-    assert_int_equal(shard->kind, EMLIO_SHARD_TAR);
+    assert_string_equal(shard->ops->name, "tar");
     assert_false(shard->leased);
     assert_int_equal(set.mapped, 1);
     size_t m;
-    assert_int_equal(emlio__tar_find(shard->tar, 1, NULL, &m), 0);
+    assert_int_equal(emlio__tar_find(shard->impl, 1, NULL, &m), 0);
     uint8_t *copy;
     const uint8_t *data;
     size_t len;
@@ -273,12 +274,12 @@ test_shardset_copying_reads_of_tar_members(void **state)
     emlio_free(copy);
     /* Another member's header rewritten in place (its checksum breaks). */
     assert_int_equal(pwrite(wfd, "Z", 1, 0), 1);
-    assert_int_equal(emlio__tar_find(shard->tar, 0, "cls", &m), 0);
+    assert_int_equal(emlio__tar_find(shard->impl, 0, "cls", &m), 0);
     assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
                                             &stored, s_log, &log),
                      0); /* its own header is intact */
     emlio_free(copy);
-    assert_int_equal(emlio__tar_find(shard->tar, 0, "jpg", &m), 0);
+    assert_int_equal(emlio__tar_find(shard->impl, 0, "jpg", &m), 0);
     assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
                                             &stored, s_log, &log),
                      -ESTALE);
@@ -307,7 +308,7 @@ test_shardset_imagefolder_is_not_leased(void **state)
     snprintf(path, sizeof(path), "%s/cat/x.jpg", dir);
     test_write_file(path, "jpeg", 4);
     assert_int_equal(s_load(&set, dir, NULL, NULL, err), 1);
-    assert_int_equal(set.shards[0].kind, EMLIO_SHARD_IMAGEFOLDER);
+    assert_string_equal(set.shards[0].ops->name, "imagefolder");
     assert_int_equal(set.shards[0].fd, -1);
     assert_false(set.shards[0].leased);
     assert_int_equal(set.mapped, 0);

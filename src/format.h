@@ -1,0 +1,188 @@
+/* format.h - one interface per file format: what the shard set, the server
+ * and the dataset tools call instead of knowing TFRecord, tar or ImageFolder.
+ * SPDX-License-Identifier: MIT
+ *
+ * A format is one table of operations (emlio__format_ops_t) and the file
+ * that implements it (format_tfrecord.c, format_tar.c,
+ * format_imagefolder.c, each a thin adapter over its reader: tfrecord.c,
+ * tar.c, imagefolder.c). The shard set finds a shard's format once, at
+ * load, and keeps it in shard->ops; from then on every caller goes through
+ * the table, the way SQLite's pager goes through its VFS. Adding a format
+ * is one new adapter file plus one entry in emlio__formats (format.c).
+ *
+ * Two shapes of format exist:
+ * - file formats (suffix set): one shard per file with that suffix,
+ *   mapped read-only (see shardset.h on leases and copying reads);
+ * - tree formats (suffix NULL, load_tree set): the data directory itself
+ *   is read as a tree when no shard file is found, as ImageFolder is.
+ */
+#ifndef EMLIO_FORMAT_H
+#define EMLIO_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "emlio/dataset.h"
+
+typedef struct emlio_shard emlio_shard_t;
+typedef struct emlio_shardset emlio_shardset_t;
+typedef struct emlio_shardset_opts emlio_shardset_opts_t;
+/* Log hook for non-fatal events (an index that could not be written). */
+typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
+
+/* A format's verdict for a sample that lacks a requested field; the caller
+ * names shard, sample and field (the name is left in *missing). */
+#define EMLIO__FORMAT_EMISSING (-1999)
+
+/* One frame of a sample as a reader found it: a view into a shard's
+ * mapping (zero-copy) or into a private copy. A view is what the pipeline
+ * carries from the read stage to the serialize stage (and, later, through
+ * a transform stage in between: see server_internal.h). */
+typedef struct emlio__view {
+    const uint8_t *data;
+    size_t len;
+    /* A frame's bytes are either a private copy (copying reads, ImageFolder
+     * files, numbers), freed by that frame, or in a shard's mapping, then
+     * the view holds one use of the shard for as long as the frame lives. */
+    uint8_t *owned; /* the copy data points into, else NULL */
+    bool held;      /* holds a use of its shard's mapping */
+    int64_t label;  /* the sample's label (first view of a sample) */
+    uint32_t crc;   /* CRC-32C of the sample's frames (first view) */
+    uint32_t shard;
+    uint64_t record;
+} emlio__view_t;
+
+/* What a reader asks of a format: which fields, which keys, which checks.
+ * Filled once by the server from its configuration. */
+typedef struct emlio__read_opts {
+    const char *field;       /* the one field sent; NULL = the default */
+    const char *label_field; /* tar member holding the label ("cls") */
+    const char *bytes_key;   /* TFRecord Example key of the image */
+    size_t bytes_key_len;
+    const char *label_key; /* TFRecord Example key of the label */
+    size_t label_key_len;
+    char *const *fields; /* --fields: one frame per name; NULL = one frame */
+    size_t n_fields;
+    bool raw;    /* TFRecord: send whole records, no Example parsing */
+    bool verify; /* TFRecord: check each record's CRC as it is read */
+    emlio_shardset_log_fn *log; /* copying reads report changed shards */
+    void *userdata;
+} emlio__read_opts_t;
+
+typedef struct emlio__format_ops {
+    const char *name;   /* "tfrecord": --format, messages, inspect */
+    const char *suffix; /* ".tfrecord"; NULL for a tree format */
+    const char *what;   /* its shards in messages: "*.tfrecord shards" */
+    /* Mapped: shard data lives in a mapping of an open file (leases,
+     * users, copying reads and blanking apply). */
+    bool mapped;
+    /* The read verdict that means "this record's file changed since the
+     * listing" (skipped under --on-corrupt skip, answered as "changed");
+     * 0 for none (mapped formats say -ESTALE instead). */
+    int changed_code;
+
+    /* ---- loading (file formats) ---- */
+    /* Creates the handle for path (opens nothing); NULL when out of memory. */
+    void *(*create)(const char *path);
+    /* Opens (maps) the file. Returns 0 or < 0 (see errmsg). */
+    int (*open)(void *impl);
+    /* Loads the index file idx; the record count or < 0 (-ENOENT: none). */
+    int (*load_index)(void *impl, const char *idx);
+    /* Scans the file for its records; the count or < 0. */
+    int (*scan)(void *impl, bool verify_data);
+    /* Writes the index scan built; 0 (also when there is nothing to
+     * write) or < 0. */
+    int (*write_index)(const void *impl, const char *idx);
+    const char *(*errmsg)(const void *impl);
+    const char *(*path)(const void *impl);
+    /* Replaces the mapping by zero pages (see emlio__tfrecord_blank). */
+    int (*blank)(void *impl);
+    /* A copying read of record (TFRecord) or member (tar) i with pread:
+     * see emlio__shard_read_copy. */
+    int (*read_copy)(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+                     const uint8_t **data, size_t *len, uint32_t *stored,
+                     emlio_shardset_log_fn *log, void *userdata);
+
+    /* ---- loading (tree formats) ---- */
+    /* Reads dir (whose stat is root) as a tree and appends its shards to
+     * set. Returns the number of shards added (0: the tree has none) or
+     * < 0 with errbuf set. */
+    int (*load_tree)(emlio_shardset_t *set, const char *dir,
+                     const struct stat *root, const emlio_shardset_opts_t *opts,
+                     emlio_shardset_log_fn *log, void *userdata, char *errbuf);
+
+    /* ---- every format ---- */
+    void (*destroy)(void *impl);
+    size_t (*count)(const void *impl);
+    uint64_t (*size)(const void *impl);
+    /* Byte offset of record i in the file, for messages (0 if none). */
+    uint64_t (*offset)(const void *impl, size_t i);
+    /* Page-cache advice for records [first, first + n); may be NULL. */
+    void (*advise)(const void *impl, size_t first, size_t n, int advice);
+    /* Where record i lives, for messages: "record 7 in shard 'a.tar' at
+     * offset 1536", "file 'cat/x.jpg' (record 7)". */
+    void (*describe)(const emlio_shard_t *shard, uint64_t record, char *buf,
+                     size_t len);
+    /* Whether field can be served from shard: 1 yes, 0 no, -1 only known
+     * per record (TFRecord Example keys). */
+    int (*has_field)(const emlio_shard_t *shard, const char *field);
+    /* Reads sample `record` of a shard the caller uses (acquired, when
+     * mapped) into views: views[0] only when o->n_fields is 0 (with its
+     * label and crc), else views[0, n_fields) (label in views[0]; the
+     * caller computes the crc). Each view holds what its frame needs; on
+     * failure the caller releases them. Returns 0, EMLIO__FORMAT_EMISSING
+     * (name in *missing), EMLIO_ECORRUPT, EMLIO_ENOTFOUND, ... */
+    int (*read)(emlio_shard_t *shard, uint64_t record,
+                const emlio__read_opts_t *o, emlio__view_t *views,
+                const char **missing);
+    /* Every field of sample r, in order, to fn (the tools' view of a
+     * record: emlio_dataset_record), and its default label. */
+    int (*record)(const emlio_shard_t *shard, size_t r,
+                  emlio_dataset_field_fn *fn, void *userdata, int64_t *label);
+} emlio__format_ops_t;
+
+/* Every format, file formats first, in the order a directory's shards are
+ * loaded; NULL-terminated. */
+extern const emlio__format_ops_t *const emlio__formats[];
+
+/* The format called name, or NULL. */
+const emlio__format_ops_t *emlio__format_find(const char *name);
+
+/* Reads sample `record` of shard into views[0, max(1, o->n_fields)),
+ * label and CRC (over the frames, in order) in views[0]: acquires a mapped
+ * shard for the read (-ESTALE when it changed on disk; the views keep
+ * their own uses) and dispatches to shard->ops->read. On failure the
+ * caller releases the views (emlio__view_release). */
+int emlio__format_read(emlio_shard_t *shard, uint64_t record,
+                       const emlio__read_opts_t *o, emlio__view_t *views,
+                       const char **missing);
+
+/* A describe for formats whose records sit at offsets in one file. */
+void emlio__format_describe_offset(const emlio_shard_t *shard, uint64_t record,
+                                   char *buf, size_t len);
+
+/* View helpers for the format implementations. */
+/* Points view into shard's mapping, holding one use of the shard. */
+void emlio__view_map(emlio__view_t *view, emlio_shard_t *shard,
+                     const uint8_t *data, size_t len);
+/* A private copy of data[0, len). Returns 0 or EMLIO_ENOMEM. */
+int emlio__view_copy(emlio__view_t *view, const void *data, size_t len);
+/* A private copy of v as 8 little-endian bytes (a number field). */
+int emlio__view_int64(emlio__view_t *view, int64_t v);
+/* Ends what view holds: its use of shard's mapping or its private copy. */
+void emlio__view_release(emlio__view_t *view, emlio_shard_t *shard);
+
+/* A growable list of names, for directory walks. */
+typedef struct emlio__names {
+    char **v;
+    size_t n;
+    size_t cap;
+} emlio__names_t;
+
+int emlio__names_push(emlio__names_t *names, const char *name);
+void emlio__names_release(emlio__names_t *names);
+void emlio__names_sort(emlio__names_t *names);
+
+#endif /* EMLIO_FORMAT_H */

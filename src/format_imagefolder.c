@@ -1,0 +1,289 @@
+/* format_imagefolder.c - an ImageFolder tree behind the format interface:
+ * one shard per class directory, one record per image file, the label the
+ * class's index; fields "image" and "label". Files are read into copies
+ * (emlio__folder_read checks size and mtime on every read), so no lease,
+ * user count or mapping applies.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <dirent.h>
+
+#include "crc32c.h"
+#include "format.h"
+#include "imagefolder.h"
+#include "shardset.h"
+
+/* Defined at the end; the tree loader stamps it on the shards it makes. */
+extern const emlio__format_ops_t emlio__format_imagefolder;
+
+static void
+s_destroy(void *impl)
+{
+    emlio__folder_t *folder = impl;
+    emlio__folder_destroy(&folder);
+}
+
+static size_t
+s_count(const void *impl)
+{
+    return emlio__folder_count(impl);
+}
+
+static uint64_t
+s_size(const void *impl)
+{
+    return emlio__folder_size(impl);
+}
+
+/* Records are files: no offset to name. */
+static uint64_t
+s_offset(const void *impl, size_t i)
+{
+    (void)impl;
+    (void)i;
+    return 0;
+}
+
+static void
+s_describe(const emlio_shard_t *shard, uint64_t record, char *buf, size_t len)
+{
+    snprintf(buf, len, "file '%s/%s' (record %" PRIu64 ")", shard->name,
+             emlio__folder_file(shard->impl, (size_t)record), record);
+}
+
+static int
+s_has_field(const emlio_shard_t *shard, const char *field)
+{
+    (void)shard;
+    return !strcmp(field, "image") || !strcmp(field, "label");
+}
+
+/* The image file as a view of its own copy. */
+static int
+s_image_view(emlio_shard_t *shard, uint64_t record, emlio__view_t *view)
+{
+    uint8_t *data;
+    size_t len;
+    int rc = emlio__folder_read(shard->impl, (size_t)record, &data, &len);
+    if (rc < 0)
+        return rc;
+    view->owned = data;
+    view->data = data;
+    view->len = len;
+    return 0;
+}
+
+static int
+s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+       emlio__view_t *views, const char **missing)
+{
+    int64_t label = emlio__folder_label(shard->impl);
+    int rc = 0;
+    views[0].label = label;
+    if (!o->n_fields) {
+        rc = s_image_view(shard, record, &views[0]);
+        if (rc == 0)
+            views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
+        return rc;
+    }
+    for (size_t f = 0; f < o->n_fields && rc == 0; f++) {
+        if (strcmp(o->fields[f], "image") == 0) {
+            rc = s_image_view(shard, record, &views[f]);
+        } else if (strcmp(o->fields[f], "label") == 0) {
+            rc = emlio__view_int64(&views[f], label);
+        } else {
+            *missing = o->fields[f];
+            rc = EMLIO__FORMAT_EMISSING;
+        }
+    }
+    return rc;
+}
+
+/* The image, under its extension in lower case ("image" when it has
+ * none, or a long one). */
+static int
+s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
+         void *userdata, int64_t *label)
+{
+    uint8_t *data;
+    size_t len;
+    *label = emlio__folder_label(shard->impl);
+    int rc = emlio__folder_read(shard->impl, r, &data, &len);
+    if (rc < 0)
+        return rc;
+    const char *file = emlio__folder_file(shard->impl, r);
+    const char *dot = strrchr(file, '.');
+    char ext[16] = "image";
+    if (dot && strlen(dot + 1) < sizeof(ext)) {
+        for (size_t k = 0; dot[1 + k]; k++) {
+            char c = dot[1 + k];
+            ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+            ext[k + 1] = '\0';
+        }
+    }
+    rc = fn(userdata, ext, data, len);
+    emlio_free(data);
+    return rc;
+}
+
+/* The class directories of an ImageFolder root: its non-hidden
+ * subdirectories (symlinks to directories included, as torchvision's
+ * os.scandir(...).is_dir() does), sorted. */
+static int
+s_classes(const char *root, emlio__names_t *out, char *errbuf)
+{
+    DIR *dir = opendir(root);
+    if (!dir)
+        return emlio__seterr(errbuf, -errno, "cannot open directory '%s': %s",
+                             root, strerror(errno));
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(dir)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char full[PATH_MAX];
+        struct stat st;
+        if (snprintf(full, sizeof(full), "%s/%s", root, e->d_name) >=
+                (int)sizeof(full) ||
+            stat(full, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        rc = emlio__names_push(out, e->d_name);
+    }
+    closedir(dir);
+    if (rc == 0)
+        emlio__names_sort(out);
+    return rc;
+}
+
+/* Reads the whole small file at path into a fresh buffer. */
+static int
+s_slurp(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rbe");
+    if (!f)
+        return -errno;
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    char chunk[65536];
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        rc = emlio_buf_add(&buf, chunk, got);
+    fclose(f);
+    if (rc < 0) {
+        emlio_buf_release(&buf);
+        return rc;
+    }
+    *out = (char *)emlio_buf_detach(&buf, len);
+    return 0;
+}
+
+/* Fills folders[0, n) from ROOT/.emlio-files when it still describes the
+ * tree; returns whether it did. */
+static bool
+s_cache_load(const char *cache, const struct stat *root,
+             emlio__folder_t **folders, size_t n, emlio_shardset_log_fn *log,
+             void *userdata)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (s_slurp(cache, &text, &len) != 0)
+        return false;
+    bool cached =
+        emlio__folder_cache_load(text, len, root->st_mtim, folders, n) == 0;
+    emlio_free(text);
+    if (!cached && log) {
+        char msg[PATH_MAX + 64];
+        snprintf(msg, sizeof(msg), "file list '%s' is stale; listing the tree",
+                 cache);
+        log(userdata, msg);
+    }
+    return cached;
+}
+
+/* The class directories as shards: their listing from ROOT/.emlio-files
+ * when it still describes the tree, else from a walk (then cached). */
+static int
+s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
+               const struct stat *root, const emlio_shardset_opts_t *opts,
+               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    size_t first = set->n;
+    emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
+    if (!folders)
+        return EMLIO_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < classes->n && rc == 0; i++) {
+        emlio_shard_t *shard = &set->shards[set->n];
+        shard->name = classes->v[i]; /* the name moves into the shard */
+        shard->ops = &emlio__format_imagefolder;
+        shard->fd = -1; /* read by copies: no lease */
+        classes->v[i] = NULL;
+        set->n++;
+        folders[i] = emlio__folder_new(dir, shard->name, (int64_t)i);
+        shard->impl = folders[i];
+        if (!folders[i])
+            rc = EMLIO_ENOMEM;
+    }
+    char cache[PATH_MAX];
+    snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
+    bool cached = rc == 0 && !opts->rescan &&
+                  s_cache_load(cache, root, folders, classes->n, log, userdata);
+    for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
+        rc = emlio__folder_scan(folders[i]);
+        if (rc < 0)
+            emlio__seterr(errbuf, rc, "%s", emlio__folder_errmsg(folders[i]));
+    }
+    for (size_t i = 0; i < classes->n && rc >= 0; i++)
+        if (emlio__folder_count(folders[i]) == 0) /* as torchvision */
+            rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                               "class directory '%s/%s' has no images", dir,
+                               set->shards[first + i].name);
+    if (rc >= 0 && !cached && opts->write_index) {
+        int wrc = emlio__folder_cache_write(cache, root->st_mtim, folders,
+                                            classes->n);
+        if (wrc < 0 && log) {
+            char msg[PATH_MAX + 128];
+            snprintf(msg, sizeof(msg), "cannot write file list '%s': %s", cache,
+                     emlio_strerror(wrc));
+            log(userdata, msg);
+        }
+    }
+    emlio_free(folders);
+    return rc < 0 ? rc : 0;
+}
+
+static int
+s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
+            const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+            void *userdata, char *errbuf)
+{
+    emlio__names_t classes = { 0 };
+    int rc = s_classes(dir, &classes, errbuf);
+    if (rc == 0 && classes.n)
+        rc = emlio__shardset_grow(set, classes.n);
+    if (rc == 0 && classes.n)
+        rc = s_load_folders(set, dir, &classes, root, opts, log, userdata,
+                            errbuf);
+    size_t n = classes.n;
+    emlio__names_release(&classes);
+    return rc < 0 ? rc : (int)n;
+}
+
+const emlio__format_ops_t emlio__format_imagefolder = {
+    .name = "imagefolder",
+    .suffix = NULL,
+    .what = "class directories",
+    .mapped = false,
+    .changed_code = EMLIO_EFORMAT,
+    .load_tree = s_load_tree,
+    .destroy = s_destroy,
+    .count = s_count,
+    .size = s_size,
+    .offset = s_offset,
+    .advise = NULL, /* files are read whole, once */
+    .describe = s_describe,
+    .has_field = s_has_field,
+    .read = s_read,
+    .record = s_record,
+};

@@ -1,0 +1,253 @@
+/* format_tar.c - tar (WebDataset) shards behind the format interface: a
+ * sample is the run of members sharing a basename; a field is a member's
+ * extension ("jpg", "cls").
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include "crc32c.h"
+#include "format.h"
+#include "shardset.h"
+#include "tar.h"
+
+static void *
+s_create(const char *path)
+{
+    return emlio__tar_new(path);
+}
+
+static int
+s_open(void *impl)
+{
+    return emlio__tar_open(impl);
+}
+
+static int
+s_load_index(void *impl, const char *idx)
+{
+    return emlio__tar_load_index(impl, idx);
+}
+
+static int
+s_scan(void *impl, bool verify_data)
+{
+    (void)verify_data; /* tar has no checksum of the data */
+    return emlio__tar_scan(impl);
+}
+
+/* An empty tar gets no index. */
+static int
+s_write_index(const void *impl, const char *idx)
+{
+    if (emlio__tar_count(impl) == 0)
+        return 0;
+    return emlio__tar_write_index(impl, idx);
+}
+
+static const char *
+s_errmsg(const void *impl)
+{
+    return emlio__tar_errmsg(impl);
+}
+
+static const char *
+s_path(const void *impl)
+{
+    return emlio__tar_path(impl);
+}
+
+static int
+s_blank(void *impl)
+{
+    return emlio__tar_blank(impl);
+}
+
+static void
+s_destroy(void *impl)
+{
+    emlio__tar_t *tar = impl;
+    emlio__tar_destroy(&tar);
+}
+
+static size_t
+s_count(const void *impl)
+{
+    return emlio__tar_count(impl);
+}
+
+static uint64_t
+s_size(const void *impl)
+{
+    return emlio__tar_size(impl);
+}
+
+static uint64_t
+s_offset(const void *impl, size_t i)
+{
+    return emlio__tar_offset(impl, i);
+}
+
+static void
+s_advise(const void *impl, size_t first, size_t n, int advice)
+{
+    (void)emlio__tar_advise(impl, first, n, advice);
+}
+
+/* Member i with the header block before it, which must still describe it:
+ * a rewritten archive whose members moved is refused, not served. */
+static int
+s_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+            const uint8_t **data, size_t *len, uint32_t *stored,
+            emlio_shardset_log_fn *log, void *userdata)
+{
+    const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
+    *stored = 0;
+    if (i >= idx->n_members)
+        return EMLIO_ENOTFOUND;
+    const emlio__tar_member_t *m = &idx->members[i];
+    if (m->offset < 512 || m->len > SIZE_MAX - 512)
+        return EMLIO_EFORMAT;
+    uint8_t *buf;
+    int rc = emlio__shard_pread(shard, m->offset - 512, (size_t)m->len + 512,
+                                &buf, log, userdata);
+    if (rc < 0)
+        return rc;
+    if (!emlio__tar_header_ok(buf, m->len)) {
+        emlio_free(buf);
+        emlio__shard_mark_changed(shard, "a member's header no longer matches",
+                                  log, userdata);
+        return -ESTALE;
+    }
+    *buf_out = buf;
+    *data = buf + 512;
+    *len = (size_t)m->len;
+    return 0;
+}
+
+static int
+s_has_field(const emlio_shard_t *shard, const char *field)
+{
+    const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
+    for (size_t k = 0; k < idx->n_fields; k++)
+        if (strcmp(idx->fields[k], field) == 0)
+            return 1;
+    return 0;
+}
+
+/* Points view at member m of a shard the caller has acquired: into the
+ * mapping (the view holds one more use of the shard) when it is leased,
+ * else into a private copy read with pread. */
+static int
+s_member_view(emlio_shard_t *shard, size_t m, const emlio__read_opts_t *o,
+              emlio__view_t *view)
+{
+    if (shard->leased) {
+        emlio__view_map(view, shard, emlio__tar_data(shard->impl, m),
+                        (size_t)emlio__tar_index(shard->impl)->members[m].len);
+        return 0;
+    }
+    uint32_t stored;
+    return emlio__shard_read_copy(shard, m, &view->owned, &view->data,
+                                  &view->len, &stored, o->log, o->userdata);
+}
+
+/* The label of sample `record` from its label member (-1 when it has none
+ * or it is not a number), read as the sample's data is. */
+static int
+s_label(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+        int64_t *label)
+{
+    size_t m;
+    *label = -1;
+    if (emlio__tar_find(shard->impl, (size_t)record, o->label_field, &m) < 0)
+        return 0;
+    if (shard->leased) {
+        const emlio__tar_member_t *mem =
+            &emlio__tar_index(shard->impl)->members[m];
+        *label = emlio__tar_parse_label(emlio__tar_data(shard->impl, m),
+                                        (size_t)mem->len);
+        return 0;
+    }
+    uint8_t *copy;
+    const uint8_t *data;
+    size_t len;
+    uint32_t stored;
+    int rc = emlio__shard_read_copy(shard, m, &copy, &data, &len, &stored,
+                                    o->log, o->userdata);
+    if (rc < 0)
+        return rc;
+    *label = emlio__tar_parse_label(data, len);
+    emlio_free(copy);
+    return 0;
+}
+
+/* One frame per field named in o->fields, or the configured member (the
+ * first image member by default) alone; the label from the label member.
+ * A sample without a member asked for is EMLIO__FORMAT_EMISSING. */
+static int
+s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+       emlio__view_t *views, const char **missing)
+{
+    size_t nf = o->n_fields ? o->n_fields : 1;
+    int rc = 0;
+    for (size_t f = 0; f < nf && rc == 0; f++) {
+        const char *field = o->n_fields ? o->fields[f] : o->field;
+        size_t m;
+        rc = emlio__tar_find(shard->impl, (size_t)record, field, &m);
+        if (rc == -ENOENT && o->n_fields)
+            *missing = field;
+        if (rc == -ENOENT)
+            rc = EMLIO__FORMAT_EMISSING;
+        else if (rc == 0)
+            rc = s_member_view(shard, m, o, &views[f]);
+    }
+    if (rc == 0)
+        rc = s_label(shard, record, o, &views[0].label);
+    if (rc == 0 && !o->n_fields)
+        views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
+    return rc;
+}
+
+/* Every member of the sample, in order; the label from "cls". */
+static int
+s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
+         void *userdata, int64_t *label)
+{
+    const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
+    int rc = 0;
+    *label = emlio__tar_label(shard->impl, r, "cls");
+    for (uint32_t m = idx->first[r]; m < idx->first[r + 1] && rc == 0; m++) {
+        const char *field = idx->fields[idx->members[m].field];
+        const uint8_t *data;
+        size_t len;
+        rc = emlio__tar_field(shard->impl, r, field, &data, &len);
+        if (rc == 0)
+            rc = fn(userdata, field, data, len);
+    }
+    return rc;
+}
+
+const emlio__format_ops_t emlio__format_tar = {
+    .name = "tar",
+    .suffix = ".tar",
+    .what = "*.tar shards",
+    .mapped = true,
+    .create = s_create,
+    .open = s_open,
+    .load_index = s_load_index,
+    .scan = s_scan,
+    .write_index = s_write_index,
+    .errmsg = s_errmsg,
+    .path = s_path,
+    .blank = s_blank,
+    .read_copy = s_read_copy,
+    .destroy = s_destroy,
+    .count = s_count,
+    .size = s_size,
+    .offset = s_offset,
+    .advise = s_advise,
+    .describe = emlio__format_describe_offset,
+    .has_field = s_has_field,
+    .read = s_read,
+    .record = s_record,
+};

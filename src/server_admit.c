@@ -1,0 +1,323 @@
+/* server_admit.c - who may talk to the daemon: connections as the ROUTER's
+ * socket monitor reports them, peers (routing ids) grouped in client
+ * sessions, limits, idle expiry and eviction. Frontend thread only.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "server_internal.h"
+
+/* ---- peers: client connections by routing id, grouped in sessions ----- */
+
+/* Connections of session (0 never matches: session-less peers are each
+ * their own client). */
+size_t
+emlio__srv_session_streams(const emlio_server_t *self, uint64_t session)
+{
+    size_t n = 0;
+    for (size_t i = 0; session && i < self->adm.n_peers; i++)
+        n += self->adm.peers[i].session == session;
+    return n;
+}
+
+/* Forgets peer i; the client count drops with its session's last one. */
+static void
+s_peer_remove(emlio_server_t *self, size_t i)
+{
+    uint64_t session = self->adm.peers[i].session;
+    self->adm.peers[i] = self->adm.peers[--self->adm.n_peers];
+    if (!session || !emlio__srv_session_streams(self, session))
+        self->adm.n_clients--;
+}
+
+emlio__conn_t *
+emlio__srv_conn_find(emlio_server_t *self, int fd)
+{
+    for (size_t i = 0; i < self->adm.n_conns; i++)
+        if (self->adm.conns[i].fd == fd)
+            return &self->adm.conns[i];
+    return NULL;
+}
+
+/* Registers (or, for a reused descriptor, renews) the connection on fd. */
+emlio__conn_t *
+emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now)
+{
+    emlio__conn_t *conn = emlio__srv_conn_find(self, fd);
+    if (!conn) {
+        if (self->adm.n_conns == self->adm.cap_conns) {
+            size_t cap = self->adm.cap_conns ? self->adm.cap_conns * 2 : 64;
+            emlio__conn_t *conns =
+                emlio_reallocarray(self->adm.conns, cap, sizeof(*conns));
+            if (!conns)
+                return NULL;
+            self->adm.conns = conns;
+            self->adm.cap_conns = cap;
+        }
+        conn = &self->adm.conns[self->adm.n_conns++];
+    }
+    conn->fd = fd;
+    conn->last_seen_ns = now;
+    conn->closing = false;
+    return conn;
+}
+
+/* The connection on fd is gone: its slot and credits are freed now, not
+ * after an idle timeout. */
+static void
+s_conn_closed(emlio_server_t *self, int fd)
+{
+    emlio__conn_t *conn = emlio__srv_conn_find(self, fd);
+    if (conn)
+        *conn = self->adm.conns[--self->adm.n_conns];
+    for (size_t i = 0; i < self->adm.n_peers;) {
+        if (self->adm.peers[i].fd == fd)
+            s_peer_remove(self, i);
+        else
+            i++;
+    }
+    atomic_store(&self->count.active_clients, self->adm.n_clients);
+}
+
+/* Whether fd is one of our ROUTER's accepted connections (and not, after a
+ * reuse of the number, some other descriptor of this process). */
+static bool
+s_fd_is_ours(const emlio_server_t *self, int fd)
+{
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        return false;
+    if (self->net.bound_port < 0)
+        return addr.ss_family == AF_UNIX;
+    int port = -1;
+    if (addr.ss_family == AF_INET)
+        port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
+    else if (addr.ss_family == AF_INET6)
+        port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+    return port == self->net.bound_port;
+}
+
+/* Closes one connection for a reason that is logged. ZeroMQ has no call to
+ * drop one peer of a ROUTER, so its socket is shut down under it: ZeroMQ
+ * then closes the connection as if the peer had, and the monitor reports
+ * it (s_conn_closed). */
+static void
+s_conn_shutdown(emlio_server_t *self, emlio__conn_t *conn, int level,
+                const char *why)
+{
+    if (conn->closing)
+        return;
+    conn->closing = true;
+    if (!s_fd_is_ours(self, conn->fd))
+        return;
+    emlio_log(self->ctx, level, "server", "closing connection %d: %s", conn->fd,
+              why);
+    (void)shutdown(conn->fd, SHUT_RDWR);
+}
+
+/* Closes the connection that has been silent longest and has nothing
+ * outstanding; returns whether there was one. */
+static bool
+s_conn_evict_idlest(emlio_server_t *self, uint64_t now, uint64_t min_idle_ns,
+                    int level, const char *why)
+{
+    emlio__conn_t *idlest = NULL;
+    for (size_t i = 0; i < self->adm.n_conns; i++) {
+        emlio__conn_t *conn = &self->adm.conns[i];
+        if (conn->closing || now - conn->last_seen_ns < min_idle_ns)
+            continue;
+        bool busy = false;
+        for (size_t k = 0; k < self->adm.n_peers && !busy; k++)
+            busy = self->adm.peers[k].fd == conn->fd &&
+                   self->adm.peers[k].outstanding;
+        if (!busy && (!idlest || conn->last_seen_ns < idlest->last_seen_ns))
+            idlest = conn;
+    }
+    if (!idlest)
+        return false;
+    char text[160];
+    snprintf(text, sizeof(text), "%s (silent for %.1f s)", why,
+             (double)(now - idlest->last_seen_ns) / 1e9);
+    s_conn_shutdown(self, idlest, level, text);
+    return true;
+}
+
+/* An accept failed. Out of file descriptors, libzmq retries at once and
+ * spins until one is free: say so (rate-limited) and free one, the idlest
+ * connection, so that clients that do talk can get in. */
+static void
+s_accept_failed(emlio_server_t *self, int err, uint64_t now)
+{
+    self->adm.accept_failed++;
+    bool no_fds =
+        err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+    if (now - self->adm.fd_log_ns >= EMLIO__SRV_FD_LOG_MS * 1000000ull) {
+        struct rlimit lim = { 0, 0 };
+        (void)getrlimit(RLIMIT_NOFILE, &lim);
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "cannot accept connections: %s (%" PRIu64 " refused; "
+                  "descriptor limit %llu, %zu connections open)%s",
+                  strerror(err), self->adm.accept_failed,
+                  (unsigned long long)lim.rlim_cur, self->adm.n_conns,
+                  no_fds ? "; closing the idlest connections" : "");
+        self->adm.fd_log_ns = now;
+        self->adm.accept_failed = 0;
+    }
+    if (no_fds)
+        (void)s_conn_evict_idlest(self, now, 1000000000ull, EMLIO_LOG_WARN,
+                                  "out of file descriptors");
+}
+
+/* Handles every connection event the monitor has queued. */
+void
+emlio__srv_monitor_drain(emlio_server_t *self)
+{
+    for (;;) {
+        zmq_msg_t ev;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, self->net.monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (uint8_t *)zmq_msg_data(&ev) + 2, 4);
+        }
+        bool more = zmq_msg_more(&ev);
+        zmq_msg_close(&ev);
+        if (more)
+            emlio__zmq_drain(self->net.monitor); /* the endpoint frame */
+        uint64_t now = emlio__now_ns();
+        emlio_log(self->ctx, EMLIO_LOG_DEBUG, "server",
+                  "connection event 0x%x on %" PRIu32, event, value);
+        if (event == ZMQ_EVENT_ACCEPTED && self->adm.sndbuf.force_value) {
+            int rc = emlio__netpath_force((int)value, true,
+                                          self->adm.sndbuf.force_value);
+            if (rc < 0)
+                emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                          "cannot force the send buffer of a connection: %s",
+                          strerror(-rc));
+        }
+        if (event == ZMQ_EVENT_ACCEPTED)
+            emlio__srv_conn_add(self, (int)value, now);
+        else if (event == ZMQ_EVENT_DISCONNECTED)
+            s_conn_closed(self, (int)value);
+        else if (event == ZMQ_EVENT_ACCEPT_FAILED)
+            s_accept_failed(self, (int)value, now);
+    }
+}
+
+/* Shuts down connections silent for idle_timeout_ms with nothing
+ * outstanding (ZeroMQ clients answer heartbeats, so those alone never close
+ * them), including ones that never said HELLO. */
+void
+emlio__srv_conns_expire(emlio_server_t *self, uint64_t now)
+{
+    uint64_t idle = (uint64_t)self->cfg.idle_timeout_ms * 1000000ull;
+    char why[96];
+    snprintf(why, sizeof(why), "idle for more than %" PRIu32 " ms",
+             self->cfg.idle_timeout_ms);
+    while (s_conn_evict_idlest(self, now, idle, EMLIO_LOG_INFO, why))
+        ;
+}
+
+/* Forgets peers that have nothing outstanding and were not heard from for
+ * idle_timeout_ms (peers whose connection the monitor does not report,
+ * such as inproc ones); connected ones are closed by emlio__srv_conns_expire.
+ */
+void
+emlio__srv_peers_expire(emlio_server_t *self, uint64_t now)
+{
+    uint64_t idle = (uint64_t)self->cfg.idle_timeout_ms * 1000000ull;
+    for (size_t i = 0; i < self->adm.n_peers;) {
+        emlio__peer_t *peer = &self->adm.peers[i];
+        if (!peer->outstanding && now - peer->last_seen_ns > idle)
+            s_peer_remove(self, i);
+        else
+            i++;
+    }
+}
+
+/* The bookkeeping of one client connection (a ZeroMQ routing id). With add,
+ * an unknown connection is registered, as part of `session` when that
+ * session is known (a client's extra stream: admitted with it, up to
+ * EMLIO_WIRE_MAX_STREAMS), else as a new client unless max_clients are
+ * already known; NULL then means "refuse it". */
+emlio__peer_t *
+emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
+                    bool add, uint64_t session)
+{
+    uint64_t now = emlio__now_ns();
+    for (size_t i = 0; i < self->adm.n_peers; i++)
+        if (self->adm.peers[i].id_len == len &&
+            !memcmp(self->adm.peers[i].id, id, len)) {
+            self->adm.peers[i].last_seen_ns = now;
+            return &self->adm.peers[i];
+        }
+    if (!add || len > EMLIO__SRV_MAX_IDENTITY)
+        return NULL;
+    size_t streams = emlio__srv_session_streams(self, session);
+    if (streams >= EMLIO_WIRE_MAX_STREAMS)
+        return NULL;
+    if (!streams && self->adm.n_clients >= self->cfg.max_clients) {
+        emlio__srv_monitor_drain(
+            self); /* connections that closed free their slot */
+        emlio__srv_peers_expire(self, now);
+        if (self->adm.n_clients >= self->cfg.max_clients)
+            return NULL;
+    }
+    if (self->adm.n_peers == self->adm.cap_peers) {
+        size_t cap = self->adm.cap_peers ? self->adm.cap_peers * 2 : 16;
+        emlio__peer_t *peers =
+            emlio_reallocarray(self->adm.peers, cap, sizeof(*peers));
+        if (!peers)
+            return NULL;
+        self->adm.peers = peers;
+        self->adm.cap_peers = cap;
+    }
+    if (!streams)
+        self->adm.n_clients++;
+    emlio__peer_t *peer = &self->adm.peers[self->adm.n_peers++];
+    memcpy(peer->id, id, len);
+    peer->id_len = (uint8_t)len;
+    peer->outstanding = 0;
+    peer->last_seen_ns = now;
+    peer->fd = self->adm.cur_fd;
+    peer->session = session;
+    peer->stalled = false;
+    return peer;
+}
+
+emlio__peer_t *
+emlio__srv_peer_find(emlio_server_t *self, const uint8_t *id, size_t len,
+                     bool add)
+{
+    return emlio__srv_peer_add(self, id, len, add, 0);
+}
+
+/* A reply to peer could not even be queued: its send queue (credits plus
+ * room for errors) is full, which a client that reads never causes. It
+ * floods requests without reading: close its connection with a logged
+ * reason, rather than leave it wedged with credits that never return. */
+void
+emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer)
+{
+    peer->stalled = true;
+    emlio__conn_t *conn =
+        peer->fd >= 0 ? emlio__srv_conn_find(self, peer->fd) : NULL;
+    if (!conn || conn->closing)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why),
+             "the client sends requests without reading the replies "
+             "(%" PRIu32 " outstanding, send queue full)",
+             peer->outstanding);
+    s_conn_shutdown(self, conn, EMLIO_LOG_WARN, why);
+}

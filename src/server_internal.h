@@ -1,0 +1,233 @@
+/* server_internal.h - the rooms of emlio_server_t and what they share.
+ * SPDX-License-Identifier: MIT
+ *
+ * The server is four files around one struct:
+ *   server.c          public API: new/destroy, load, bind, start/stop, stats
+ *   server_admit.c    connections (socket monitor), peers, sessions, eviction
+ *   server_request.c  the frontend thread: HELLO, GET admission, replies
+ *   server_pipeline.c reader and serializer threads, jobs, frames, release
+ * Each room owns one sub-struct of emlio_server_t and is the only writer of
+ * it (admit and request both run on the frontend thread and share theirs).
+ *
+ * The path of one GET (docs/design.md traces it in eight steps):
+ *   frontend (request) --work inproc--> reader (pipeline: views)
+ *     --ser_queue--> serializer (pipeline: frames) --done inproc--> frontend
+ *
+ * THE SEAM FOR A TRANSFORM STAGE (issue 17). A job leaves the read stage as
+ * views: job->per frames for each of job->n_views samples, each view
+ * either a use of a shard's mapping or a private copy (format.h), with the
+ * sample's label and CRC in its first view. s_read_done() in
+ * server_pipeline.c is the one place that hands a read job on; today it
+ * pushes the job to the serializers' queue. A transform stage goes there:
+ * the hand-off pushes to a transform queue instead; a pool of transform
+ * threads (below readers and the frontend in priority, so raw-byte
+ * clients are not starved) pops each job, decodes its views into one
+ * contiguous B x H x W x 3 uint8 block, releases the views
+ * (emlio__view_release) and replaces them by one owned view of the block
+ * (plus the shape, a new field of the job), then pushes the job to
+ * ser_queue. The serializer already makes one zero-copy frame per view
+ * (an owned view frees its copy with its frame) and reads ids, labels and
+ * CRCs from the job; a block job needs only its own header encoding in
+ * s_serialize_job. Credits, release tokens and replies are per job, so
+ * nothing else in the server moves.
+ */
+#ifndef EMLIO_SERVER_INTERNAL_H
+#define EMLIO_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <zmq.h>
+
+#include "buf.h"
+#include "format.h"
+#include "netpath.h"
+#include "queue.h"
+#include "security.h"
+#include "shardset.h"
+#include "wire.h"
+
+/* How often blocked threads wake to check for stop, in ms. */
+#define EMLIO__SRV_POLL_MS                  100
+/* The longest a destroy waits for ZeroMQ to release frames that point into
+ * the shard mappings; after that the mappings stay until the frames go. */
+#define EMLIO__SRV_RELEASE_WAIT_MS          2000
+#define EMLIO__SRV_MAX_IDENTITY             255
+/* How long a shard whose lease is being broken waits for its frames in
+ * flight before their pages are blanked and the writer may go on. */
+#define EMLIO__SRV_LEASE_GRACE_MS           5000
+/* Log "out of file descriptors" at most this often (ms). */
+#define EMLIO__SRV_FD_LOG_MS                10000
+/* The largest request a daemon accepts, for max_batch samples per GET. */
+#define EMLIO_SERVER_MAX_REQUEST(max_batch) (4096 + (int64_t)(max_batch)*24)
+
+/* One GET on its way through the pipeline: frontend -> reader ->
+ * (transform, see above) -> serializer -> frontend. */
+typedef struct emlio__job {
+    zmq_msg_t identity;
+    zmq_msg_t header; /* kept alive: msg borrows strings from it */
+    emlio_wire_msg_t msg;
+    emlio__view_t *views; /* filled by the reader; skipped ones left out */
+    size_t n_views;       /* samples read (views hold n_views * per) */
+    size_t per;           /* views per sample (fields), set by the reader */
+    int code; /* the verdict so far: 0, or the error to answer with */
+    char text[EMLIO_ERRMSG_LEN];
+} emlio__job_t;
+
+/* What zero-copy frames point into, and so what must outlive every frame
+ * ZeroMQ holds: the shards and their mappings. The server holds one
+ * reference and every sent batch one more, so emlio_server_destroy never
+ * frees what a ZeroMQ I/O thread may still read or call back into. */
+typedef struct emlio__srv_core {
+    atomic_uint refs;
+    bool drop_behind;
+    emlio_shardset_t set;
+    /* Sent batches whose frames ZeroMQ still holds. */
+    atomic_uint_fast64_t batches_in_flight;
+} emlio__srv_core_t;
+
+/* One TCP (or IPC) connection of the ROUTER, known from the socket
+ * monitor by its file descriptor. */
+typedef struct emlio__conn {
+    int fd;
+    uint64_t last_seen_ns;
+    bool closing; /* shut down by us; waiting for ZeroMQ to notice */
+} emlio__conn_t;
+
+/* Outstanding GETs of one client (by ZeroMQ routing id). */
+typedef struct emlio__peer {
+    uint8_t id[EMLIO__SRV_MAX_IDENTITY];
+    uint8_t id_len;
+    uint32_t outstanding;
+    uint64_t last_seen_ns;
+    int fd;           /* its connection (ZMQ_SRCFD), -1 when unknown */
+    uint64_t session; /* the client session it joined by HELLO; 0 = none
+                         (a v1 client: each connection is a client) */
+    bool stalled;     /* a reply could not be queued: it does not read */
+} emlio__peer_t;
+
+/* Owned copies of the configuration's strings, and what is derived from
+ * them at load (server.c). */
+typedef struct emlio__srv_own {
+    char *data_dir;
+    char *bytes_key;
+    char *label_key;
+    char *format; /* copies of cfg's strings (NULL = default) */
+    char *field;
+    char *label_field;    /* "cls" unless configured */
+    char *fields_spec;    /* cfg.fields, copied */
+    char **fields;        /* the names of --fields; NULL = one default */
+    size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
+    size_t bytes_key_len; /* measured once, not per sample */
+    size_t label_key_len;
+    char *name;
+    char *curve_secret;
+    char *authorized_keys;
+} emlio__srv_own_t;
+
+/* Sockets and their addresses (server.c creates them; the frontend thread
+ * alone uses router and monitor once started). */
+typedef struct emlio__srv_net {
+    void *router;
+    void *monitor; /* PAIR receiving the ROUTER's connection events */
+    void *work;    /* frontend -> readers (bound in start) */
+    void *done;    /* serializers -> frontend (bound in start) */
+    char inproc_monitor[64];
+    int bound_port; /* TCP port of the router, -1 for other transports */
+    char endpoint[256];
+    char inproc_work[64];
+    char inproc_done[64];
+    emlio_buf_t welcome;  /* the WELCOME of protocol v1 clients */
+    emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
+    emlio_zap_t *zap;
+    bool curve;
+    char curve_public[EMLIO_CURVE_KEY_LEN];
+} emlio__srv_net_t;
+
+/* The threads (server.c starts and joins them; server_pipeline.c runs
+ * readers and serializers). */
+typedef struct emlio__srv_threads {
+    pthread_t frontend;
+    pthread_t *workers; /* cfg.workers readers, then the serializers */
+    emlio_queue_t *ser_queue;
+    uint32_t n_workers_started;
+    bool frontend_started;
+    atomic_bool stopping;
+} emlio__srv_threads_t;
+
+/* Admission: frontend-thread state (server_admit.c, server_request.c). */
+typedef struct emlio__srv_admit {
+    emlio__peer_t *peers;
+    size_t n_peers;
+    size_t cap_peers;
+    size_t n_clients; /* sessions, counting a session-less peer as one */
+    emlio_netpath_bufplan_t sndbuf;
+    emlio__conn_t *conns;
+    size_t n_conns;
+    size_t cap_conns;
+    int cur_fd;          /* connection of the message being handled */
+    uint64_t err_log_ns; /* rate limit of refused-request lines */
+    uint64_t err_log_n;
+    uint64_t err_log_quiet;
+    uint64_t fd_log_ns;     /* last "out of file descriptors" line */
+    uint64_t accept_failed; /* accepts refused since that line */
+} emlio__srv_admit_t;
+
+/* Counters, written by any thread, read by emlio_server_stats. */
+typedef struct emlio__srv_counters {
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t errors;
+    atomic_uint_fast64_t samples;
+    atomic_uint_fast64_t bytes;
+    atomic_uint_fast64_t corrupt_skipped;
+    atomic_uint_fast64_t clients;
+    atomic_uint_fast64_t active_clients;
+    atomic_uint_fast64_t active_streams;
+} emlio__srv_counters_t;
+
+struct emlio_server {
+    emlio_ctx_t *ctx;
+    emlio_server_config_t cfg; /* strings point into own */
+    emlio__srv_own_t own;
+    emlio__srv_core_t *core; /* shards and mappings, shared with frames */
+    emlio__read_opts_t rd;   /* what readers ask of the formats (load) */
+    bool loaded;
+    emlio__srv_net_t net;
+    emlio__srv_threads_t thr;
+    emlio__srv_admit_t adm;
+    emlio__srv_counters_t count;
+    char err[EMLIO_ERRMSG_LEN];
+};
+
+/* ---- server.c: socket options, the core, the shard log ---- */
+int emlio__srv_setopt_int(void *sock, int option, int value, const char *what,
+                          char *errbuf);
+void emlio__srv_core_unref(emlio__srv_core_t **core_p);
+void emlio__srv_shardset_log(void *userdata, const char *msg);
+
+/* ---- server_admit.c: connections and peers (frontend thread only) ---- */
+size_t emlio__srv_session_streams(const emlio_server_t *self, uint64_t session);
+emlio__conn_t *emlio__srv_conn_find(emlio_server_t *self, int fd);
+emlio__conn_t *emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now);
+void emlio__srv_monitor_drain(emlio_server_t *self);
+void emlio__srv_conns_expire(emlio_server_t *self, uint64_t now);
+void emlio__srv_peers_expire(emlio_server_t *self, uint64_t now);
+emlio__peer_t *emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id,
+                                   size_t len, bool add, uint64_t session);
+emlio__peer_t *emlio__srv_peer_find(emlio_server_t *self, const uint8_t *id,
+                                    size_t len, bool add);
+void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
+
+/* ---- server_request.c: the frontend thread ---- */
+void *emlio__srv_frontend_main(void *arg);
+
+/* ---- server_pipeline.c: replies, jobs, reader and serializer threads ---- */
+int emlio__srv_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
+                          zmq_msg_t *frames, size_t n, int flags);
+int emlio__srv_send_error(void *sock, zmq_msg_t *identity, uint64_t id,
+                          int code, const char *text, int flags);
+void emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job);
+void emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job);
+void *emlio__srv_reader_main(void *arg);
+void *emlio__srv_serializer_main(void *arg);
+
+#endif /* EMLIO_SERVER_INTERNAL_H */

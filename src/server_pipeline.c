@@ -1,0 +1,471 @@
+/* server_pipeline.c - the daemon's pipeline behind the frontend: reader
+ * threads turn a GET into views of its samples (through each shard's
+ * format), serializer threads turn views into one BATCH of zero-copy frames
+ * (or an ERROR), and release tokens end the frames' uses of the shards
+ * once ZeroMQ lets go of them. See server_internal.h for the seam where a
+ * transform stage goes.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <zmq.h>
+
+#include "server_internal.h"
+
+/* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
+ * must stay, and with drop_behind its pages are let go after the last. */
+typedef struct emlio__srv_release {
+    emlio__srv_core_t *core;
+    atomic_uint left;
+    size_t n;
+    emlio__view_t items[]; /* only shard, record and held are used */
+} emlio__srv_release_t;
+
+/* Drops one reference to a sent batch's release token; the last one (the
+ * last frame ZeroMQ lets go of, or the sender) ends the batch's uses of
+ * the shards. Runs in a ZeroMQ I/O thread: touches only the token and the
+ * core, never the server, which may be gone by then. */
+static void
+s_release_unref(emlio__srv_release_t *rel)
+{
+    if (atomic_fetch_sub(&rel->left, 1) != 1)
+        return;
+    emlio__srv_core_t *core = rel->core;
+    const emlio__view_t *advised = NULL;
+    for (size_t i = 0; i < rel->n; i++) {
+        const emlio__view_t *item = &rel->items[i];
+        emlio_shard_t *shard = &core->set.shards[item->shard];
+        if (!item->held)
+            continue;
+        /* Sent: not read again this epoch (advised once per sample, whose
+         * fields are consecutive items). */
+        if (core->drop_behind && (!advised || advised->shard != item->shard ||
+                                  advised->record != item->record))
+            emlio__shard_advise(shard, (size_t)item->record, 1,
+                                EMLIO_ADVISE_DONTNEED);
+        advised = item;
+        emlio__shard_release(shard);
+    }
+    emlio_free(rel);
+    atomic_fetch_sub(&core->batches_in_flight, 1);
+    emlio__srv_core_unref(&core);
+}
+
+static void
+s_frame_free(void *data, void *hint)
+{
+    (void)data;
+    s_release_unref(hint);
+}
+
+/* Frees the private copy behind a copying read's frame. */
+static void
+s_free_hint(void *data, void *hint)
+{
+    (void)data;
+    emlio_free(hint);
+}
+
+/* Ends what a view holds: its use of the mapping or its private copy. */
+static void
+s_view_release(emlio_server_t *self, emlio__view_t *view)
+{
+    emlio__view_release(view, &self->core->set.shards[view->shard]);
+}
+
+static void
+s_free_bytes(void *data, void *hint)
+{
+    (void)hint;
+    emlio_free(data);
+}
+
+/* Moves header (detached from its buffer) into a ZeroMQ message. */
+static int
+s_header_msg(zmq_msg_t *msg, emlio_buf_t *header)
+{
+    size_t len;
+    uint8_t *bytes = emlio_buf_detach(header, &len);
+    if (zmq_msg_init_data(msg, bytes, len, s_free_bytes, NULL) != 0) {
+        emlio_free(bytes);
+        return -errno;
+    }
+    return 0;
+}
+
+/* Sends identity, header and n sample frames as one multipart message.
+ * Every message is consumed (sent or closed) whatever happens. */
+int
+emlio__srv_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
+                      zmq_msg_t *frames, size_t n, int flags)
+{
+    int rc = 0;
+    zmq_msg_t *parts[2] = { identity, header };
+    for (size_t i = 0; i < 2 + n; i++) {
+        zmq_msg_t *part = i < 2 ? parts[i] : &frames[i - 2];
+        int more = i + 1 < 2 + n ? ZMQ_SNDMORE : 0;
+        if (rc == 0) {
+            while (zmq_msg_send(part, sock, more | flags) < 0) {
+                if (errno == EINTR)
+                    continue;
+                rc = -errno;
+                break;
+            }
+            if (rc == 0)
+                continue;
+        }
+        zmq_msg_close(part);
+    }
+    return rc;
+}
+
+int
+emlio__srv_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
+                      const char *text, int flags)
+{
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    zmq_msg_t header;
+    if (emlio__wire_encode_error(&buf, id, code, text) < 0 ||
+        s_header_msg(&header, &buf) < 0) {
+        emlio_buf_release(&buf);
+        zmq_msg_close(identity);
+        return EMLIO_ENOMEM;
+    }
+    return emlio__srv_send_parts(sock, identity, &header, NULL, 0, flags);
+}
+
+/* Counts a sample skipped under --on-corrupt skip and logs why (msg may
+ * be NULL: a changed shard was logged once already). */
+static void
+s_skip(emlio_server_t *self, const char *msg)
+{
+    atomic_fetch_add(&self->count.corrupt_skipped, 1);
+    if (msg)
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", msg);
+}
+
+/* Judges one sample's read verdict rc: 0 keeps it, 1 skips it (under
+ * --on-corrupt skip, counted and logged), < 0 fails the job with the
+ * error in job->code and job->text. */
+static int
+s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
+               uint64_t record, int rc, const char *missing)
+{
+    bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
+    const emlio__format_ops_t *ops = shard->ops;
+    char where[PATH_MAX + 128] = "";
+    char msg[PATH_MAX + 256];
+    if (rc == 0)
+        return 0;
+    if (rc == EMLIO_ECORRUPT && atomic_load(&shard->changed))
+        rc = -ESTALE; /* changed on disk, not rotten: say so */
+    /* Only after ENOTFOUND is excluded may the format describe record. */
+    if (rc != EMLIO_ENOTFOUND)
+        ops->describe(shard, record, where, sizeof(where));
+    uint64_t offset =
+        rc == EMLIO_ENOTFOUND ? 0 : emlio__shard_offset(shard, (size_t)record);
+    if (rc == -ESTALE && skip) {
+        s_skip(self, NULL);
+        return 1;
+    }
+    if (rc == -ESTALE) {
+        job->code = EMLIO_ECORRUPT;
+        snprintf(job->text, sizeof(job->text),
+                 "record %" PRIu64 " of shard '%s' cannot be read intact: "
+                 "the shard changed on disk while being served",
+                 record, shard->name);
+        return -1;
+    }
+    if (skip && ops->changed_code && rc == ops->changed_code) {
+        /* A file rewritten since it was listed: like a changed shard. */
+        snprintf(msg, sizeof(msg), "skipping changed %s", where);
+        s_skip(self, msg);
+        return 1;
+    }
+    if (skip && rc == EMLIO__FORMAT_EMISSING) {
+        snprintf(msg, sizeof(msg),
+                 "skipping sample %" PRIu64 " of '%s' at offset %" PRIu64
+                 ": no field '%s'",
+                 record, shard->name, offset, missing);
+        s_skip(self, msg);
+        return 1;
+    }
+    if (skip && rc == EMLIO_ECORRUPT) {
+        snprintf(msg, sizeof(msg),
+                 "skipping corrupt record %" PRIu64 " of '%s' at offset "
+                 "%" PRIu64,
+                 record, shard->name, offset);
+        s_skip(self, msg);
+        return 1;
+    }
+    job->code = rc == EMLIO__FORMAT_EMISSING ? EMLIO_EFORMAT : rc;
+    if (rc == EMLIO_ENOTFOUND)
+        snprintf(job->text, sizeof(job->text),
+                 "no record %" PRIu64 " in shard '%s' (%zu records)", record,
+                 shard->name, emlio__shard_count(shard));
+    else if (rc == EMLIO__FORMAT_EMISSING)
+        snprintf(job->text, sizeof(job->text),
+                 "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
+                 " has no field '%s'",
+                 record, shard->name, offset, missing);
+    else
+        snprintf(job->text, sizeof(job->text), "%s %s",
+                 rc == EMLIO_ECORRUPT                           ? "corrupt"
+                 : ops->changed_code && rc == ops->changed_code ? "changed"
+                                                                : "unreadable",
+                 where);
+    return -1;
+}
+
+/* The reader stage: checks the request against the dataset, finds and
+ * verifies every sample through its shard's format, and leaves views (or
+ * an error) in the job: per views for each sample kept, in request order. */
+static void
+s_read_job(emlio_server_t *self, emlio__job_t *job)
+{
+    const emlio_wire_msg_t *get = &job->msg;
+    size_t n = get->n_items;
+    size_t per =
+        self->own.n_fields ? self->own.n_fields : 1; /* frames per sample */
+    job->per = per;
+    job->views = emlio_calloc(n ? n * per : 1, sizeof(*job->views));
+    if (!job->views) {
+        job->code = EMLIO_ENOMEM;
+        snprintf(job->text, sizeof(job->text), "out of memory");
+        return;
+    }
+    if (get->dataset &&
+        (get->dataset_len != strlen(self->core->set.fingerprint) ||
+         memcmp(get->dataset, self->core->set.fingerprint, get->dataset_len))) {
+        job->code = EMLIO_EMISMATCH;
+        snprintf(job->text, sizeof(job->text),
+                 "dataset changed: client expects '%.*s', server has '%s'",
+                 (int)EMLIO_MIN(get->dataset_len, 64), get->dataset,
+                 self->core->set.fingerprint);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const emlio_wire_item_t *item = &get->items[i];
+        if (item->shard >= self->core->set.n) {
+            job->code = EMLIO_ENOTFOUND;
+            snprintf(job->text, sizeof(job->text),
+                     "no shard %" PRIu32 " (server has %zu)", item->shard,
+                     self->core->set.n);
+            return;
+        }
+        emlio_shard_t *shard = &self->core->set.shards[item->shard];
+        emlio__view_t *view = &job->views[job->n_views * per];
+        for (size_t f = 0; f < per; f++) {
+            view[f].shard = item->shard;
+            view[f].record = item->record;
+        }
+        const char *missing = self->own.field ? self->own.field : "(image)";
+        int rc =
+            emlio__format_read(shard, item->record, &self->rd, view, &missing);
+        if (rc < 0)
+            for (size_t f = 0; f < per; f++)
+                s_view_release(self, &view[f]);
+        rc = s_read_verdict(self, job, shard, item->record, rc, missing);
+        if (rc < 0)
+            return;
+        job->n_views += rc == 0;
+    }
+}
+
+/* The serializer stage: turns the reader's views into the BATCH header and
+ * one zero-copy frame per sample (or the ERROR), and hands the reply to
+ * the frontend. Consumes job->identity. */
+static void
+s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
+{
+    const emlio_wire_msg_t *get = &job->msg;
+    size_t n = job->n_views;
+    size_t per =
+        self->own.n_fields ? self->own.n_fields : 1; /* frames per sample */
+    size_t nf = n * per;
+    emlio_wire_sample_t *samples = NULL;
+    zmq_msg_t *frames = NULL;
+    emlio__srv_release_t *rel = NULL;
+    uint64_t bytes = 0;
+    if (job->code == 0) {
+        samples = emlio_calloc(n ? n : 1, sizeof(*samples));
+        frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
+        rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]));
+        if (!samples || !frames || !rel) {
+            job->code = EMLIO_ENOMEM;
+            snprintf(job->text, sizeof(job->text), "out of memory");
+        }
+    }
+    /* The header is built before any frame, so nothing after it can fail
+     * and every view's hold moves into a frame exactly once. */
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    zmq_msg_t header;
+    if (job->code == 0) {
+        for (size_t i = 0; i < n; i++) {
+            const emlio__view_t *v = &job->views[i * per];
+            samples[i] =
+                (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
+        }
+        if (emlio__wire_encode_batch(&buf, get->id, samples, n) < 0 ||
+            s_header_msg(&header, &buf) < 0) {
+            job->code = EMLIO_ENOMEM;
+            snprintf(job->text, sizeof(job->text), "out of memory");
+        }
+    }
+    if (job->code == 0) {
+        /* One reference per mapped frame plus the sender's own; a frame of
+         * a copy frees its copy itself. */
+        unsigned mapped = 0;
+        for (size_t i = 0; i < nf; i++)
+            mapped += job->views[i].held;
+        rel->core = self->core;
+        rel->n = nf;
+        atomic_init(&rel->left, mapped + 1);
+        atomic_fetch_add(&self->core->refs, 1);
+        atomic_fetch_add(&self->core->batches_in_flight, 1);
+        for (size_t i = 0; i < nf; i++) {
+            emlio__view_t *v = &job->views[i];
+            rel->items[i] = *v;
+            rel->items[i].owned = NULL;
+            /* Zero-copy: the frame points into the mapping or the copy.
+             * zmq_msg_init_data cannot fail for a non-NULL free function. */
+            assert(v->owned || v->held);
+            if (v->owned)
+                (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
+                                        s_free_hint, v->owned);
+            else
+                (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
+                                        s_frame_free, rel);
+            v->owned = NULL; /* now the frame's */
+            v->held = false; /* now the token's */
+            bytes += v->len;
+        }
+        emlio__srv_send_parts(done, &job->identity, &header, frames, nf, 0);
+        s_release_unref(rel); /* the sender's reference */
+        atomic_fetch_add(&self->count.requests, 1);
+        atomic_fetch_add(&self->count.samples, n);
+        atomic_fetch_add(&self->count.bytes, bytes);
+        emlio_free(frames);
+        emlio_free(samples);
+        return;
+    }
+    emlio_buf_release(&buf);
+    emlio_free(rel);
+    atomic_fetch_add(&self->count.errors, 1);
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "request %" PRIu64 ": %s",
+              get->id, job->text);
+    emlio__srv_send_error(done, &job->identity, get->id, job->code, job->text,
+                          0);
+    emlio_free(frames);
+    emlio_free(samples);
+}
+
+void
+emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
+{
+    if (!job)
+        return;
+    /* Views a batch did not take (an error reply): every frame of every
+     * sample read so far. */
+    for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
+        s_view_release(self, &job->views[i]);
+    emlio_free(job->views);
+    emlio__wire_msg_release(&job->msg);
+    zmq_msg_close(&job->header);
+    emlio_free(job);
+}
+
+void
+emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job)
+{
+    zmq_msg_close(&job->identity);
+    emlio__srv_job_free(self, job);
+}
+
+/* Hands a job the read stage has finished (views, or an error) to the next
+ * stage. THE SEAM for a transform stage (see server_internal.h): today the
+ * next stage is serialization; a transform pool would take the job here
+ * (its own bounded queue, its own threads below the readers in priority),
+ * turn the views into one owned block view, and push the job on to
+ * ser_queue. A job with an error skips the transform and goes straight
+ * to the serializer, which answers ERROR. Blocking on a full queue is the
+ * daemon's backpressure. */
+static void
+s_read_done(emlio_server_t *self, emlio__job_t *job)
+{
+    if (emlio__queue_push(self->thr.ser_queue, job) < 0)
+        emlio__srv_job_drop(self, job);
+}
+
+/* A reader thread: jobs from the frontend (over inproc), views into the
+ * serializers' bounded queue. Blocking on a full queue is the daemon's
+ * backpressure. */
+void *
+emlio__srv_reader_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    void *work = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PULL);
+    char err[EMLIO_ERRMSG_LEN];
+    if (!work ||
+        emlio__srv_setopt_int(work, ZMQ_RCVTIMEO, EMLIO__SRV_POLL_MS,
+                              "ZMQ_RCVTIMEO", err) < 0 ||
+        zmq_connect(work, self->net.inproc_work) != 0) {
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "a reader thread cannot start: %s", zmq_strerror(errno));
+        goto out;
+    }
+    while (!atomic_load(&self->thr.stopping)) {
+        emlio__job_t *job;
+        int n = zmq_recv(work, &job, sizeof(job), 0);
+        if (n != (int)sizeof(job))
+            continue; /* timeout or EINTR: look at the stop flag again */
+        s_read_job(self, job);
+        s_read_done(self, job);
+    }
+    /* Free the jobs still queued for us; their clients will ask again. */
+    for (;;) {
+        emlio__job_t *job;
+        if (zmq_recv(work, &job, sizeof(job), ZMQ_DONTWAIT) != (int)sizeof(job))
+            break;
+        emlio__srv_job_drop(self, job);
+    }
+out:
+    if (work)
+        zmq_close(work);
+    return NULL;
+}
+
+/* A serializer thread: views from the queue, replies to the frontend. */
+void *
+emlio__srv_serializer_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    void *done = zmq_socket(emlio__ctx_zmq(self->ctx), ZMQ_PUSH);
+    char err[EMLIO_ERRMSG_LEN];
+    /* A reply that cannot be handed over while stopping is dropped rather
+     * than blocking the join. Without a socket the jobs are still popped
+     * (and dropped), so the readers never block on a full queue. */
+    bool connected =
+        done &&
+        emlio__srv_setopt_int(done, ZMQ_SNDTIMEO, EMLIO__SRV_POLL_MS,
+                              "ZMQ_SNDTIMEO", err) == 0 &&
+        emlio__srv_setopt_int(done, ZMQ_SNDHWM, 0, "ZMQ_SNDHWM", err) == 0 &&
+        emlio__srv_setopt_int(done, ZMQ_LINGER, 0, "ZMQ_LINGER", err) == 0 &&
+        zmq_connect(done, self->net.inproc_done) == 0;
+    if (!connected)
+        emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                  "a serializer thread cannot start: %s", zmq_strerror(errno));
+    void *item;
+    while (emlio__queue_pop(self->thr.ser_queue, &item) == 0) {
+        emlio__job_t *job = item;
+        if (!connected || atomic_load(&self->thr.stopping)) {
+            emlio__srv_job_drop(self, job);
+            continue;
+        }
+        s_serialize_job(self, done, job); /* consumes job->identity */
+        emlio__srv_job_free(self, job);
+    }
+    if (done)
+        zmq_close(done);
+    return NULL;
+}

@@ -1,0 +1,386 @@
+/* server_request.c - the frontend thread, the only one that touches the
+ * client socket: HELLO answered with WELCOME, GET admitted (credits,
+ * readahead) and passed to a reader, finished replies forwarded to their
+ * clients, the shard watch and the idle expiry run between polls.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <zmq.h>
+
+#include "server_internal.h"
+
+static void
+s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
+                       int code, const char *text)
+{
+    atomic_fetch_add(&self->count.errors, 1);
+    /* At most 10 lines a second: a flooding peer must not fill the disk. */
+    uint64_t now = emlio__now_ns();
+    if (now - self->adm.err_log_ns > 1000000000ull) {
+        if (self->adm.err_log_quiet)
+            emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                      "%" PRIu64 " more refused requests not logged",
+                      self->adm.err_log_quiet);
+        self->adm.err_log_ns = now;
+        self->adm.err_log_n = 0;
+        self->adm.err_log_quiet = 0;
+    }
+    if (self->adm.err_log_n++ < 10)
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "%s", text);
+    else
+        self->adm.err_log_quiet++;
+    emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(identity),
+                                               zmq_msg_size(identity), false);
+    if (emlio__srv_send_error(self->net.router, identity, id, code, text,
+                              ZMQ_DONTWAIT) == -EAGAIN &&
+        peer)
+        emlio__srv_peer_flooding(self, peer);
+}
+
+/* Plan-driven readahead: the client asks for batches well before it needs
+ * them, so telling the kernel now which records are coming (runs of
+ * consecutive records coalesced into one madvise) overlaps the disk with
+ * the work on earlier batches. Items are checked later; bad ones are
+ * skipped here. */
+static void
+s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
+{
+    size_t i = 0;
+    while (i < get->n_items) {
+        const emlio_wire_item_t *first = &get->items[i];
+        size_t run = 1;
+        while (i + run < get->n_items &&
+               get->items[i + run].shard == first->shard &&
+               get->items[i + run].record == first->record + run)
+            run++;
+        if (first->shard < self->core->set.n) {
+            const emlio_shard_t *shard = &self->core->set.shards[first->shard];
+            size_t count = emlio__shard_count(shard);
+            if (first->record < count)
+                emlio__shard_advise(shard, (size_t)first->record,
+                                    EMLIO_MIN(run, count - first->record),
+                                    EMLIO_ADVISE_WILLNEED);
+        }
+        i += run;
+    }
+}
+
+/* HELLO: admits the connection (alone, or into its client's session) and
+ * answers WELCOME: the whole inventory for a session's first stream, the
+ * short "joined" form for its further streams. Consumes job->identity. */
+static void
+s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
+{
+    const emlio_wire_msg_t *hello = &job->msg;
+    const uint8_t *id = zmq_msg_data(&job->identity);
+    size_t id_len = zmq_msg_size(&job->identity);
+    emlio__peer_t *peer = emlio__srv_peer_find(self, id, id_len, false);
+    if (!peer) {
+        bool joining = hello->session &&
+                       emlio__srv_session_streams(self, hello->session) > 0;
+        peer = emlio__srv_peer_add(self, id, id_len, true, hello->session);
+        if (!peer) {
+            char text[160];
+            if (joining)
+                snprintf(text, sizeof(text),
+                         "too many streams in one client session (limit %u)",
+                         EMLIO_WIRE_MAX_STREAMS);
+            else
+                snprintf(text, sizeof(text),
+                         "too many clients (limit %" PRIu32 ")",
+                         self->cfg.max_clients);
+            s_frontend_reply_error(self, &job->identity, hello->id,
+                                   EMLIO_ELIMIT, text);
+            return;
+        }
+    } else if (hello->session && peer->session != hello->session) {
+        /* A connection says HELLO again under a session (a client that
+         * reconnected its stream 0 first): it becomes part of it. */
+        uint64_t old = peer->session;
+        if (emlio__srv_session_streams(self, hello->session) > 0 &&
+            (!old || emlio__srv_session_streams(self, old) == 1))
+            self->adm.n_clients--;
+        peer->session = hello->session;
+    }
+    /* Copies: a zero-copy WELCOME could outlive the server in a ZeroMQ
+     * queue. It is sent once per connection. */
+    zmq_msg_t welcome;
+    emlio_buf_t joined = EMLIO_BUF_INIT;
+    const emlio_buf_t *reply = &self->net.welcome;
+    if (hello->session && hello->stream > 0) {
+        if (emlio__wire_encode_joined_v(&joined, hello->version, hello->id,
+                                        self->core->set.fingerprint) < 0) {
+            emlio_buf_release(&joined);
+            zmq_msg_close(&job->identity);
+            return;
+        }
+        reply = &joined;
+    } else {
+        if (hello->version >= 2)
+            reply = &self->net.welcome2;
+        atomic_fetch_add(&self->count.clients, 1);
+    }
+    if (zmq_msg_init_size(&welcome, reply->len) != 0) {
+        emlio_buf_release(&joined);
+        zmq_msg_close(&job->identity);
+        return;
+    }
+    memcpy(zmq_msg_data(&welcome), reply->data, reply->len);
+    emlio_buf_release(&joined);
+    emlio__srv_send_parts(self->net.router, &job->identity, &welcome, NULL, 0,
+                          ZMQ_DONTWAIT);
+}
+
+/* Which connection the request came on (libzmq sets the source
+ * descriptor on the frames it received, not on the routing id it
+ * prepends): its activity keeps it from the idle timeout. False for one
+ * that we are closing: nothing more is done for it. */
+static bool
+s_request_source(emlio_server_t *self, emlio__job_t *job)
+{
+    self->adm.cur_fd = zmq_msg_get(&job->header, ZMQ_SRCFD);
+    if (self->adm.cur_fd < 0)
+        return true;
+    emlio__conn_t *conn = emlio__srv_conn_find(self, self->adm.cur_fd);
+    if (!conn) { /* its ACCEPTED event may still be queued */
+        emlio__srv_monitor_drain(self);
+        conn = emlio__srv_conn_find(self, self->adm.cur_fd);
+    }
+    if (!conn)
+        conn = emlio__srv_conn_add(self, self->adm.cur_fd, emlio__now_ns());
+    else
+        conn->last_seen_ns = emlio__now_ns();
+    return !(conn && conn->closing);
+}
+
+/* Whether a HELLO's protocol version can be served; if not, the client is
+ * told why (consuming job->identity). */
+static bool
+s_hello_version_ok(emlio_server_t *self, emlio__job_t *job)
+{
+    char text[EMLIO_ERRMSG_LEN];
+    if (job->msg.version < EMLIO_WIRE_VERSION_MIN ||
+        job->msg.version > EMLIO_WIRE_VERSION) {
+        snprintf(text, sizeof(text),
+                 "protocol version %" PRIu64 " not supported (server "
+                 "speaks %d to %d)",
+                 job->msg.version, EMLIO_WIRE_VERSION_MIN, EMLIO_WIRE_VERSION);
+        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION, text);
+        return false;
+    }
+    if (job->msg.version < 2 && self->own.n_fields) {
+        /* A v1 client would read the frames of one sample's fields as
+         * several samples: refuse it clearly instead. */
+        snprintf(text, sizeof(text),
+                 "protocol version 1 not supported: this daemon serves "
+                 "multi-field samples (--fields %.300s), which need "
+                 "protocol version 2; upgrade the client",
+                 self->own.fields_spec);
+        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION, text);
+        return false;
+    }
+    return true;
+}
+
+/* Handles one client message: HELLO answered here, GET passed to a reader. */
+static void
+s_frontend_request(emlio_server_t *self, void *work)
+{
+    emlio__job_t *job = emlio_calloc(1, sizeof(*job));
+    if (!job) {
+        emlio__zmq_drain(self->net.router);
+        return;
+    }
+    zmq_msg_init(&job->identity);
+    zmq_msg_init(&job->header);
+    if (zmq_msg_recv(&job->identity, self->net.router, ZMQ_DONTWAIT) < 0)
+        goto drop;
+    if (!zmq_msg_more(&job->identity) ||
+        zmq_msg_recv(&job->header, self->net.router, 0) < 0)
+        goto drop;
+    if (!s_request_source(self, job)) {
+        emlio__zmq_drain(self->net.router);
+        goto drop;
+    }
+    if (zmq_msg_more(&job->header)) {
+        emlio__zmq_drain(self->net.router);
+        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO,
+                               "requests are a single header frame");
+        goto drop_header;
+    }
+    /* A connection that stopped reading (a reply to it could not even be
+     * queued) and is at its credit limit gets its requests dropped before
+     * any decoding and without a reply: a flood then costs the frontend
+     * almost nothing and cannot outrun it (the receive queue is unbounded:
+     * see emlio_server_bind). A reading client is never affected: it always
+     * gets one reply per request. */
+    emlio__peer_t *known =
+        emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
+                             zmq_msg_size(&job->identity), false);
+    if (known && known->stalled && known->outstanding >= self->cfg.max_credit) {
+        atomic_fetch_add(&self->count.errors, 1);
+        goto drop;
+    }
+    char err[EMLIO_ERRMSG_LEN];
+    int rc = emlio__wire_decode(&job->msg, zmq_msg_data(&job->header),
+                                zmq_msg_size(&job->header), self->cfg.max_batch,
+                                err);
+    if (rc < 0) {
+        char text[EMLIO_ERRMSG_LEN + 32];
+        snprintf(text, sizeof(text), "bad request: %s", err);
+        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EPROTO, text);
+        goto drop_header;
+    }
+    if (job->msg.type == EMLIO_MSG_HELLO) {
+        if (s_hello_version_ok(self, job))
+            s_frontend_hello(self, job);
+        goto drop_header;
+    }
+    if (job->msg.type != EMLIO_MSG_GET) {
+        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_EPROTO,
+                               "unexpected message type from a client");
+        goto drop_header;
+    }
+    emlio__peer_t *peer = emlio__srv_peer_find(
+        self, zmq_msg_data(&job->identity), zmq_msg_size(&job->identity), true);
+    if (!peer || peer->outstanding >= self->cfg.max_credit) {
+        char text[128];
+        if (!peer)
+            snprintf(text, sizeof(text),
+                     "too many client connections (limit %" PRIu32 ")",
+                     self->cfg.max_clients);
+        else
+            snprintf(text, sizeof(text),
+                     "too many outstanding requests (limit %" PRIu32 ")",
+                     self->cfg.max_credit);
+        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_ELIMIT,
+                               text);
+        goto drop_header;
+    }
+    peer->outstanding++;
+    if (self->cfg.readahead)
+        s_readahead(self, &job->msg);
+    if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
+        peer->outstanding--;
+        goto drop;
+    }
+    return; /* the worker owns the job now */
+drop:
+    zmq_msg_close(&job->identity);
+drop_header:
+    emlio__srv_job_free(self, job);
+}
+
+/* Forwards one finished reply from a worker to its client. */
+static void
+s_frontend_reply(emlio_server_t *self, void *done)
+{
+    zmq_msg_t identity;
+    zmq_msg_init(&identity);
+    if (zmq_msg_recv(&identity, done, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&identity);
+        return;
+    }
+    emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(&identity),
+                                               zmq_msg_size(&identity), false);
+    bool lost = false;
+    int more = 1;
+    if (zmq_msg_send(&identity, self->net.router, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
+        0) {
+        /* EHOSTUNREACH: the client went away; a reconnecting client asks
+         * again (GET is idempotent). EAGAIN: its queue is full, which a
+         * client within its credits never causes, so it sends without
+         * reading: the credit stays used up, and once all are, its further
+         * requests are dropped before any work is done for them. */
+        if (errno == EAGAIN && peer) {
+            emlio__srv_peer_flooding(self, peer);
+            peer = NULL;
+        }
+        zmq_msg_close(&identity);
+        lost = true;
+    }
+    if (peer && peer->outstanding)
+        peer->outstanding--;
+    while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, done, 0) < 0) {
+            zmq_msg_close(&part);
+            break;
+        }
+        more = zmq_msg_more(&part);
+        if (lost || zmq_msg_send(&part, self->net.router,
+                                 (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+            lost = true;
+            zmq_msg_close(&part);
+        }
+    }
+}
+
+void *
+emlio__srv_frontend_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    void *work = self->net.work;
+    void *done = self->net.done;
+    zmq_pollitem_t items[3] = {
+        { self->net.router, 0, ZMQ_POLLIN, 0 },
+        { done, 0, ZMQ_POLLIN, 0 },
+        { self->net.monitor, 0, ZMQ_POLLIN, 0 },
+    };
+    uint64_t last_expire = emlio__now_ns();
+    uint64_t last_watch = last_expire;
+    uint64_t last_paths = last_expire;
+    while (!atomic_load(&self->thr.stopping)) {
+        uint64_t now = emlio__now_ns();
+        if (now - last_watch >= EMLIO__SRV_POLL_MS * 1000000ull) {
+            /* Shards being changed on disk: refuse their samples and let
+             * the writer go on once no frame points into them. */
+            bool paths = now - last_paths > 1000000000ull;
+            emlio__shardset_watch(&self->core->set, paths,
+                                  EMLIO__SRV_LEASE_GRACE_MS,
+                                  emlio__srv_shardset_log, self);
+            last_paths = paths ? now : last_paths;
+            last_watch = now;
+        }
+        if (now - last_expire > 1000000000ull) {
+            emlio__srv_monitor_drain(self);
+            emlio__srv_conns_expire(self, now);
+            emlio__srv_peers_expire(self, now);
+            atomic_store(&self->count.active_clients, self->adm.n_clients);
+            atomic_store(&self->count.active_streams, self->adm.n_peers);
+            last_expire = now;
+        }
+        if (zmq_poll(items, 3, EMLIO__SRV_POLL_MS) < 0) {
+            if (errno == EINTR)
+                continue;
+            emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
+                      "frontend stops: cannot poll: %s", zmq_strerror(errno));
+            break;
+        }
+        /* Connection events first: a closed connection frees its slot
+         * before the next HELLO is looked at. */
+        if (items[2].revents & ZMQ_POLLIN)
+            emlio__srv_monitor_drain(self);
+        /* Replies next: finished batches free credits and memory. */
+        for (int i = 0; i < 256 && (items[1].revents & ZMQ_POLLIN); i++) {
+            s_frontend_reply(self, done);
+            int events = 0;
+            size_t len = sizeof(events);
+            if (zmq_getsockopt(done, ZMQ_EVENTS, &events, &len) != 0)
+                events = 0;
+            items[1].revents = (short)(events & ZMQ_POLLIN);
+        }
+        for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); i++) {
+            s_frontend_request(self, work);
+            int events = 0;
+            size_t len = sizeof(events);
+            if (zmq_getsockopt(self->net.router, ZMQ_EVENTS, &events, &len) !=
+                0)
+                events = 0;
+            items[0].revents = (short)(events & ZMQ_POLLIN);
+        }
+    }
+    return NULL;
+}
