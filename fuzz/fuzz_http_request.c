@@ -11,8 +11,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    emlio_metrics_request_t req;
-    int rc = emlio__metrics_parse_request(&req, (const char *)data, size);
+    tool_metrics_request_t req;
+    int rc = tool_metrics_parse_request(&req, (const char *)data, size);
     if (rc >= 0) {
         /* What it points at must lie inside the input. */
         assert((size_t)rc <= size);
@@ -20,7 +20,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                req.method + req.method_len <= (const char *)data + size);
         assert(req.target >= (const char *)data &&
                req.target + req.target_len <= (const char *)data + size);
-        (void)emlio__metrics_route(&req);
+        (void)tool_metrics_route(&req);
     } else {
         assert(rc == EMLIO_EINCOMPLETE || rc == EMLIO_EPROTO);
     }

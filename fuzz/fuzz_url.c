@@ -17,9 +17,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(url, data, size);
     url[size] = 0;
-    emlio_influx_url_t out;
+    tool_influx_url_t out;
     char err[EMLIO_ERRMSG_LEN];
-    if (emlio__influx_url_parse(&out, url, err) == 0) {
+    if (tool_influx_url_parse(&out, url, err) == 0) {
         assert(out.port >= 1);
         assert(out.path[0] == '/');
         assert(strlen(out.host) > 0);

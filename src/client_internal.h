@@ -164,14 +164,14 @@ struct emlio_batch {
     emlio__part_t *parts;
     uint32_t n_parts;
     uint32_t parts_done;
-    bool ready;          /* may be handed over (see emlio__batch_ready) */
+    bool ready; /* may be handed over (see emlio__batch_ready) */
     /* Transforms (client_tensor.c). */
     bool xf_server;        /* the daemons were asked for tensors */
     bool xf_pending;       /* in the client's decode pool */
     bool xf_disowned;      /* dropped while in the pool: freed on return */
     uint8_t *xf_block;     /* a pooled tensor block this batch holds */
     const uint8_t *images; /* n x H x W x 3 handed over; NULL = none */
-    uint32_t *positions; /* storage for the parts' positions */
+    uint32_t *positions;   /* storage for the parts' positions */
     uint64_t bytes;
     struct emlio_batch *next; /* ready queue or free list */
 };

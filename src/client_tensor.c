@@ -77,12 +77,11 @@ s_check_kind(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
     uint32_t h = emlio_transform_height(self->xf.transform);
     uint32_t w = emlio_transform_width(self->xf.transform);
     if (msg->shape[1] != h || msg->shape[2] != w || msg->shape[3] != 3)
-        return emlio__seterr(self->err, EMLIO_EPROTO,
-                             "daemon '%s' sent %" PRIu64 " x %" PRIu64
-                             " x %" PRIu64 " tensors where %" PRIu32
-                             " x %" PRIu32 " x 3 were asked",
-                             ep, msg->shape[1], msg->shape[2], msg->shape[3],
-                             h, w);
+        return emlio__seterr(
+            self->err, EMLIO_EPROTO,
+            "daemon '%s' sent %" PRIu64 " x %" PRIu64 " x %" PRIu64
+            " tensors where %" PRIu32 " x %" PRIu32 " x 3 were asked",
+            ep, msg->shape[1], msg->shape[2], msg->shape[3], h, w);
     return 0;
 }
 
@@ -205,11 +204,10 @@ emlio__tensor_collect(emlio_client_t *self)
         }
         if (rc < 0) {
             const emlio_sample_t *s = &b->samples[failed];
-            return emlio__seterr(self->err, rc,
-                                 "cannot decode sample %" PRIu64
-                                 " of shard '%s': %s",
-                                 s->record, self->inv.shards[s->shard].name,
-                                 why);
+            return emlio__seterr(
+                self->err, rc,
+                "cannot decode sample %" PRIu64 " of shard '%s': %s", s->record,
+                self->inv.shards[s->shard].name, why);
         }
         for (size_t i = 0; i < b->n; i++) {
             b->samples[i].data = block + i * out;
@@ -256,8 +254,8 @@ emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     if (!emlio__tensor_active(self))
         return 0;
-    uint64_t threads = msg->version >= EMLIO_WIRE_VERSION_XF ? msg->xf_threads
-                                                             : 0;
+    uint64_t threads =
+        msg->version >= EMLIO_WIRE_VERSION_XF ? msg->xf_threads : 0;
     emlio__client_xf_add_daemon(&self->xf, threads, msg->core_mw);
     if (self->xf.decode_at == EMLIO_DECODE_SERVER && threads == 0)
         return emlio__seterr(self->err, EMLIO_EINVAL,
@@ -299,9 +297,9 @@ emlio_client_xf_stats(const emlio_client_t *self, emlio_client_xf_stats_t *out)
     out->decided = xf->decided || xf->decode_at != EMLIO_DECODE_AUTO;
     out->batches_server = xf->batches_server;
     out->batches_client = xf->batches_here;
-    out->client_ms_per_image =
-        xf->here_images ? (double)xf->here_cpu_ns / 1e6 / (double)xf->here_images
-                        : 0;
+    out->client_ms_per_image = xf->here_images ? (double)xf->here_cpu_ns / 1e6 /
+                                                     (double)xf->here_images
+                                               : 0;
     out->server_ms_per_image =
         xf->server_images
             ? (double)xf->server_cpu_ns / 1e6 / (double)xf->server_images

@@ -13,7 +13,7 @@
 #define S_KEEP_BLOCKS_BYTES (512u << 20)
 /* Decode threads run this much nicer than the thread calling next(), whose
  * receive path must not starve behind them. */
-#define S_NICE 5
+#define S_NICE              5
 
 int
 emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
@@ -22,6 +22,7 @@ emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
     memset(xf, 0, sizeof(*xf));
     xf->wake_fd = -1;
     pthread_mutex_init(&xf->lock, NULL);
+    xf->inited = true;
     xf->seed = cfg->seed;
     xf->decode_at = cfg->decode_at;
     if (cfg->decode_at < EMLIO_DECODE_AUTO ||
@@ -34,8 +35,8 @@ emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
     if (!cfg->transform || !cfg->transform[0])
         return 0;
     char err[EMLIO_ERRMSG_LEN];
-    int rc = emlio_transform_parse(cfg->transform, &xf->transform, err,
-                                   sizeof(err));
+    int rc =
+        emlio_transform_parse(cfg->transform, &xf->transform, err, sizeof(err));
     if (rc < 0) {
         snprintf(errbuf, EMLIO_ERRMSG_LEN, "transform: %.480s", err);
         return rc;
@@ -63,6 +64,8 @@ emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
 void
 emlio__client_xf_release(emlio_client_xf_t *xf)
 {
+    if (!xf->inited)
+        return; /* a client destroyed before its stage was set up */
     /* Joining the pool runs what is queued; their done callbacks only
      * queue items, which are freed below with their blocks. */
     emlio__workpool_destroy(&xf->pool);
@@ -153,7 +156,8 @@ emlio__client_xf_begin_epoch(emlio_client_xf_t *xf, double link_Bps,
     in.consumer_ips = consumer_ips;
     emlio__place_choose(&in, &xf->choice);
     /* Until both sides have been measured, keep sampling both. */
-    bool measured = xf->here_images && (xf->server_images || !in.server.threads);
+    bool measured =
+        xf->here_images && (xf->server_images || !in.server.threads);
     xf->decided = measured;
     xf->share = measured                ? xf->choice.server_share
                 : in.server.threads > 0 ? 0.5
@@ -191,8 +195,8 @@ emlio__client_xf_submit(emlio_client_xf_t *xf, void *batch,
     }
     emlio_client_xf_item_t *item = emlio_calloc(1, sizeof(*item));
     size_t out = emlio_transform_output_bytes(xf->transform);
-    uint8_t *block = item ? emlio__xf_block_get(xf->blocks, n ? n * out : 1)
-                          : NULL;
+    uint8_t *block =
+        item ? emlio__xf_block_get(xf->blocks, n ? n * out : 1) : NULL;
     if (!block) {
         emlio_free(item);
         return EMLIO_ENOMEM;

@@ -49,6 +49,7 @@ typedef struct emlio_client_xf {
     uint64_t seed;
     emlio_workpool_t *pool; /* started on first use */
     emlio_xf_blocks_t *blocks;
+    bool inited; /* emlio__client_xf_init ran: lock and wake_fd exist */
     int wake_fd; /* eventfd: a decoded batch is on the done list */
     pthread_mutex_t lock;
     emlio_client_xf_item_t *done_head, *done_tail;

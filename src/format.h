@@ -137,6 +137,10 @@ typedef struct emlio__format_ops {
     int (*read)(emlio_shard_t *shard, uint64_t record,
                 const emlio__read_opts_t *o, emlio__view_t *views,
                 const char **missing);
+    /* A tree format's name of record r inside its shard (the file of an
+     * ImageFolder class), for the tools; NULL (the pointer) for formats
+     * whose records have no names of their own. */
+    const char *(*member_name)(const emlio_shard_t *shard, size_t r);
     /* Every field of sample r, in order, to fn (the tools' view of a
      * record: emlio_dataset_record), and its default label. */
     int (*record)(const emlio_shard_t *shard, size_t r,

@@ -270,6 +270,12 @@ s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
     return rc < 0 ? rc : (int)n;
 }
 
+static const char *
+s_member_name(const emlio_shard_t *shard, size_t r)
+{
+    return emlio__folder_file(shard->impl, r);
+}
+
 const emlio__format_ops_t emlio__format_imagefolder = {
     .name = "imagefolder",
     .suffix = NULL,
@@ -285,5 +291,6 @@ const emlio__format_ops_t emlio__format_imagefolder = {
     .describe = s_describe,
     .has_field = s_has_field,
     .read = s_read,
+    .member_name = s_member_name,
     .record = s_record,
 };

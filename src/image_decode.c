@@ -354,6 +354,17 @@ s_png(emlio_transform_ws_t *ws, const uint8_t *data, size_t len,
         rc = emlio__tf_err(errbuf, errlen, EMLIO_ELIMIT,
                            "png: %ux%u is more than %" PRIu64 " pixels", w, h,
                            max_pixels);
+    /* libpng's own row buffers (a few rows of up to 8 bytes a pixel) are
+     * not ours to reserve, but count against the cap: a PNG may be
+     * 100,000,000 x 1. */
+    uint64_t lib_bytes =
+        3 * EMLIO_MAX((uint64_t)png_get_rowbytes(png, info), (uint64_t)w * 8);
+    uint64_t room = ws->max_bytes > ws->held ? ws->max_bytes - ws->held : 0;
+    if (rc == 0 && lib_bytes > room)
+        rc = emlio__tf_err(errbuf, errlen, EMLIO_ELIMIT,
+                           "png: rows of %u pixels need more than the "
+                           "workspace's cap",
+                           w);
     if (rc == 0)
         rc = geometry(ctx, w, h, rs, errbuf, errlen);
     if (rc == 0)

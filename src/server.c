@@ -11,7 +11,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "emlio/energy.h"
 #include "server_internal.h"
+
+/* What a client is told of this host's power per busy core when the
+ * configuration does not say: the energy model's (a labelled model). */
+#define S_DEFAULT_CORE_MW ((uint32_t)(EMLIO_ENERGY_DEFAULT_CORE_W * 1000))
 
 void
 emlio_server_config_init(emlio_server_config_t *cfg)
@@ -30,6 +35,8 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->on_corrupt = EMLIO_ON_CORRUPT_FAIL;
     cfg->max_clients = 1024;
     cfg->idle_timeout_ms = 300000;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->transform_threads = cpus > 0 ? (uint32_t)cpus : 1;
 }
 
 static char *
@@ -115,6 +122,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     }
     emlio_buf_init(&self->net.welcome);
     emlio_buf_init(&self->net.welcome2);
+    emlio_buf_init(&self->net.welcome3);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
 }
@@ -186,6 +194,7 @@ emlio_server_destroy(emlio_server_t **self_p)
         return;
     emlio_server_t *self = *self_p;
     emlio_server_stop(self);
+    emlio__server_xf_stop(&self->xf); /* after a start that failed */
     /* Stop the monitor before closing its reader: libzmq would otherwise
      * keep events for a socket that is gone. */
     if (self->net.router && self->net.monitor)
@@ -222,6 +231,7 @@ emlio_server_destroy(emlio_server_t **self_p)
         emlio_free(self->own.fields[i]);
     emlio_free(self->own.fields);
     emlio_buf_release(&self->net.welcome2);
+    emlio_buf_release(&self->net.welcome3);
     emlio_free(self->own.name);
     emlio_free(self);
     *self_p = NULL;
@@ -262,6 +272,16 @@ s_encode_welcome(emlio_server_t *self)
             self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
             self->adm.sndbuf.effective, inv, set->n, self->own.fields,
             self->own.n_fields);
+    emlio_wire_xf_caps_t caps = { self->xf.threads, self->cfg.core_mw
+                                                        ? self->cfg.core_mw
+                                                        : S_DEFAULT_CORE_MW };
+    emlio_buf_clear(&self->net.welcome3);
+    if (rc == 0)
+        rc = emlio__wire_encode_welcome_xf(
+            &self->net.welcome3, 3, self->own.name, set->fingerprint,
+            self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
+            self->adm.sndbuf.effective, inv, set->n, self->own.fields,
+            self->own.n_fields, &caps);
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
@@ -622,9 +642,15 @@ emlio_server_start(emlio_server_t *self)
                              "server must be loaded and bound before start");
     if (self->thr.frontend_started)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
-    int rc = s_encode_welcome(self);
+    int rc = emlio__server_xf_start(&self->xf, self->cfg.transform_threads,
+                                    self->cfg.max_pixels, self->err);
     if (rc < 0)
         return rc;
+    rc = s_encode_welcome(self);
+    if (rc < 0) {
+        emlio__server_xf_stop(&self->xf);
+        return rc;
+    }
     snprintf(self->net.inproc_work, sizeof(self->net.inproc_work),
              "inproc://emlio-work-%p-%" PRIu64, (void *)self, emlio__now_ns());
     snprintf(self->net.inproc_done, sizeof(self->net.inproc_done),
@@ -666,9 +692,9 @@ emlio_server_start(emlio_server_t *self)
     }
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "serving on %s with %" PRIu32 " readers, %" PRIu32
-              " serializers%s%s",
+              " serializers, %zu transform threads%s%s",
               self->net.endpoint, self->cfg.workers, self->cfg.serializers,
-              self->cfg.readahead ? ", readahead" : "",
+              self->xf.threads, self->cfg.readahead ? ", readahead" : "",
               self->cfg.drop_behind ? ", drop-behind" : "");
     return 0;
 }
@@ -687,6 +713,9 @@ emlio_server_stop(emlio_server_t *self)
         EMLIO_MIN(self->thr.n_workers_started, self->cfg.workers);
     for (uint32_t i = 0; i < readers; i++)
         pthread_join(self->thr.workers[i], NULL);
+    /* Transforms in progress finish and push their jobs to the serializers
+     * (which drop them while stopping) before the queue closes. */
+    emlio__server_xf_stop(&self->xf);
     emlio__queue_close(self->thr.ser_queue);
     for (uint32_t i = readers; i < self->thr.n_workers_started; i++)
         pthread_join(self->thr.workers[i], NULL);

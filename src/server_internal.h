@@ -13,6 +13,10 @@
  *   frontend (request) --work inproc--> reader (pipeline: views)
  *     --ser_queue--> serializer (pipeline: frames) --done inproc--> frontend
  *
+ * THE TRANSFORM STAGE (server_tensor.c) sits in the seam below: a GET with
+ * a transform goes from the reader to the transform pool (xfstage.h), whose
+ * last unit pushes the job, now one block, to ser_queue.
+ *
  * THE SEAM FOR A TRANSFORM STAGE (issue 17). A job leaves the read stage as
  * views: job->per frames for each of job->n_views samples, each view
  * either a use of a shard's mapping or a private copy (format.h), with the
@@ -43,6 +47,7 @@
 #include "netpath.h"
 #include "queue.h"
 #include "security.h"
+#include "server_xf.h"
 #include "shardset.h"
 #include "wire.h"
 
@@ -71,6 +76,15 @@ typedef struct emlio__job {
     size_t per;           /* views per sample (fields), set by the reader */
     int code; /* the verdict so far: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
+    /* A GET with a transform (server_tensor.c): the pipeline the frontend
+     * found for its spec, and once transformed, the block (samples kept
+     * x H x W x 3) with each kept sample's quadruple. */
+    struct emlio_server *srv;
+    const emlio_transform_t *xf;
+    emlio_xf_job_t xf_job;
+    emlio_xf_sample_t *xf_samples;
+    emlio_wire_sample_t *xf_wire;
+    size_t xf_kept;
 } emlio__job_t;
 
 /* What zero-copy frames point into, and so what must outlive every frame
@@ -138,6 +152,7 @@ typedef struct emlio__srv_net {
     char inproc_done[64];
     emlio_buf_t welcome;  /* the WELCOME of protocol v1 clients */
     emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
+    emlio_buf_t welcome3; /* ... v3: with the transform capabilities */
     emlio_zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
@@ -195,6 +210,7 @@ struct emlio_server {
     emlio__srv_threads_t thr;
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
+    emlio_server_xf_t xf; /* transform specs and threads (server_tensor.c) */
     char err[EMLIO_ERRMSG_LEN];
 };
 
@@ -229,5 +245,15 @@ void emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job);
 void emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job);
 void *emlio__srv_reader_main(void *arg);
 void *emlio__srv_serializer_main(void *arg);
+void emlio__srv_view_release(emlio_server_t *self, emlio__view_t *view);
+void emlio__srv_skip(emlio_server_t *self, const char *msg);
+int emlio__srv_header_msg(zmq_msg_t *msg, emlio_buf_t *header);
+
+/* ---- server_tensor.c: the transform stage ---- */
+int emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text);
+bool emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job);
+bool emlio__srv_xf_serialize(emlio_server_t *self, void *done,
+                             emlio__job_t *job);
+void emlio__srv_xf_job_free(emlio__job_t *job);
 
 #endif /* EMLIO_SERVER_INTERNAL_H */

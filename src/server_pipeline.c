@@ -67,8 +67,8 @@ s_free_hint(void *data, void *hint)
 }
 
 /* Ends what a view holds: its use of the mapping or its private copy. */
-static void
-s_view_release(emlio_server_t *self, emlio__view_t *view)
+void
+emlio__srv_view_release(emlio_server_t *self, emlio__view_t *view)
 {
     emlio__view_release(view, &self->core->set.shards[view->shard]);
 }
@@ -81,8 +81,8 @@ s_free_bytes(void *data, void *hint)
 }
 
 /* Moves header (detached from its buffer) into a ZeroMQ message. */
-static int
-s_header_msg(zmq_msg_t *msg, emlio_buf_t *header)
+int
+emlio__srv_header_msg(zmq_msg_t *msg, emlio_buf_t *header)
 {
     size_t len;
     uint8_t *bytes = emlio_buf_detach(header, &len);
@@ -126,7 +126,7 @@ emlio__srv_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
     if (emlio__wire_encode_error(&buf, id, code, text) < 0 ||
-        s_header_msg(&header, &buf) < 0) {
+        emlio__srv_header_msg(&header, &buf) < 0) {
         emlio_buf_release(&buf);
         zmq_msg_close(identity);
         return EMLIO_ENOMEM;
@@ -136,8 +136,8 @@ emlio__srv_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
 
 /* Counts a sample skipped under --on-corrupt skip and logs why (msg may
  * be NULL: a changed shard was logged once already). */
-static void
-s_skip(emlio_server_t *self, const char *msg)
+void
+emlio__srv_skip(emlio_server_t *self, const char *msg)
 {
     atomic_fetch_add(&self->count.corrupt_skipped, 1);
     if (msg)
@@ -165,7 +165,7 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
     uint64_t offset =
         rc == EMLIO_ENOTFOUND ? 0 : emlio__shard_offset(shard, (size_t)record);
     if (rc == -ESTALE && skip) {
-        s_skip(self, NULL);
+        emlio__srv_skip(self, NULL);
         return 1;
     }
     if (rc == -ESTALE) {
@@ -179,7 +179,7 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
     if (skip && ops->changed_code && rc == ops->changed_code) {
         /* A file rewritten since it was listed: like a changed shard. */
         snprintf(msg, sizeof(msg), "skipping changed %s", where);
-        s_skip(self, msg);
+        emlio__srv_skip(self, msg);
         return 1;
     }
     if (skip && rc == EMLIO__FORMAT_EMISSING) {
@@ -187,7 +187,7 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
                  "skipping sample %" PRIu64 " of '%s' at offset %" PRIu64
                  ": no field '%s'",
                  record, shard->name, offset, missing);
-        s_skip(self, msg);
+        emlio__srv_skip(self, msg);
         return 1;
     }
     if (skip && rc == EMLIO_ECORRUPT) {
@@ -195,7 +195,7 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
                  "skipping corrupt record %" PRIu64 " of '%s' at offset "
                  "%" PRIu64,
                  record, shard->name, offset);
-        s_skip(self, msg);
+        emlio__srv_skip(self, msg);
         return 1;
     }
     job->code = rc == EMLIO__FORMAT_EMISSING ? EMLIO_EFORMAT : rc;
@@ -264,7 +264,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
             emlio__format_read(shard, item->record, &self->rd, view, &missing);
         if (rc < 0)
             for (size_t f = 0; f < per; f++)
-                s_view_release(self, &view[f]);
+                emlio__srv_view_release(self, &view[f]);
         rc = s_read_verdict(self, job, shard, item->record, rc, missing);
         if (rc < 0)
             return;
@@ -287,6 +287,8 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     zmq_msg_t *frames = NULL;
     emlio__srv_release_t *rel = NULL;
     uint64_t bytes = 0;
+    if (job->code == 0 && job->xf && emlio__srv_xf_serialize(self, done, job))
+        return; /* a tensor batch, sent */
     if (job->code == 0) {
         samples = emlio_calloc(n ? n : 1, sizeof(*samples));
         frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
@@ -307,7 +309,7 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
                 (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
         }
         if (emlio__wire_encode_batch(&buf, get->id, samples, n) < 0 ||
-            s_header_msg(&header, &buf) < 0) {
+            emlio__srv_header_msg(&header, &buf) < 0) {
             job->code = EMLIO_ENOMEM;
             snprintf(job->text, sizeof(job->text), "out of memory");
         }
@@ -368,8 +370,9 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
     /* Views a batch did not take (an error reply): every frame of every
      * sample read so far. */
     for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
-        s_view_release(self, &job->views[i]);
+        emlio__srv_view_release(self, &job->views[i]);
     emlio_free(job->views);
+    emlio__srv_xf_job_free(job);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);
     emlio_free(job);
@@ -393,6 +396,10 @@ emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job)
 static void
 s_read_done(emlio_server_t *self, emlio__job_t *job)
 {
+    /* A GET with a transform goes to the transform pool, which pushes it
+     * on to ser_queue when its last sample is done. */
+    if (job->code == 0 && job->xf && emlio__srv_xf_start(self, job))
+        return;
     if (emlio__queue_push(self->thr.ser_queue, job) < 0)
         emlio__srv_job_drop(self, job);
 }

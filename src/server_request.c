@@ -117,7 +117,9 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         }
         reply = &joined;
     } else {
-        if (hello->version >= 2)
+        if (hello->version >= 3)
+            reply = &self->net.welcome3;
+        else if (hello->version >= 2)
             reply = &self->net.welcome2;
         atomic_fetch_add(&self->count.clients, 1);
     }
@@ -240,6 +242,11 @@ s_frontend_request(emlio_server_t *self, void *work)
     if (job->msg.type != EMLIO_MSG_GET) {
         s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_EPROTO,
                                "unexpected message type from a client");
+        goto drop_header;
+    }
+    rc = emlio__srv_xf_admit(self, job, err);
+    if (rc < 0) {
+        s_frontend_reply_error(self, &job->identity, job->msg.id, rc, err);
         goto drop_header;
     }
     emlio__peer_t *peer = emlio__srv_peer_find(

@@ -7,7 +7,7 @@
 
 /* Decoding is the stage that can wait: readers and senders, and so the
  * daemon's raw-byte clients, come first on a busy host. */
-#define S_NICE 10
+#define S_NICE              10
 /* Tensor blocks kept for reuse between batches. */
 #define S_KEEP_BLOCKS_BYTES (256u << 20)
 
@@ -15,6 +15,7 @@ int
 emlio__server_xf_start(emlio_server_xf_t *xf, size_t threads,
                        uint64_t max_pixels, char *errbuf)
 {
+    emlio__server_xf_stop(xf); /* a start again after a failed one */
     memset(xf, 0, sizeof(*xf));
     xf->threads = threads;
     xf->max_pixels = max_pixels;

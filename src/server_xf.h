@@ -25,10 +25,12 @@ typedef struct emlio_server_xf {
     uint64_t max_pixels; /* per image; 0 = the library default */
     emlio_workpool_t *pool;
     emlio_xf_blocks_t *blocks;
+
     struct {
         char *text; /* as the GET spelled it */
         emlio_transform_t *transform;
     } specs[EMLIO_SERVER_XF_MAX_SPECS];
+
     size_t n_specs;
 } emlio_server_xf_t;
 
@@ -43,8 +45,7 @@ void emlio__server_xf_stop(emlio_server_xf_t *xf);
 /* The pipeline for spec[0..len): 0 with *out set, EMLIO_EINVAL (a bad spec,
  * or this daemon does not transform: errbuf says which), EMLIO_ELIMIT (too
  * many distinct specs) or EMLIO_ENOMEM. Frontend thread only. */
-int emlio__server_xf_lookup(emlio_server_xf_t *xf, const char *spec,
-                            size_t len, const emlio_transform_t **out,
-                            char *errbuf);
+int emlio__server_xf_lookup(emlio_server_xf_t *xf, const char *spec, size_t len,
+                            const emlio_transform_t **out, char *errbuf);
 
 #endif /* EMLIO_SERVER_XF_H */

@@ -23,6 +23,7 @@
 typedef struct emlio_work emlio_work_t;
 /* Runs one unit; thread_state is the worker's own (state_new's result). */
 typedef void emlio_work_fn(emlio_work_t *work, void *thread_state);
+
 struct emlio_work {
     emlio_work_fn *fn;
 };

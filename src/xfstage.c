@@ -122,7 +122,8 @@ emlio__xf_blocks_release(emlio_xf_blocks_t **pool_p)
     s_pool_unref_locked_and_unlock(pool);
 }
 
-/* ---- one batch ------------------------------------------------------------ */
+/* ---- one batch ------------------------------------------------------------
+ */
 
 typedef struct s_unit {
     emlio_work_t work; /* first: the pool hands this back */
@@ -148,9 +149,9 @@ s_unit_run(emlio_work_t *work, void *state)
     uint8_t *out = job->block + unit->index * out_bytes;
     char err[sizeof(job->err)];
     uint64_t t0 = s_thread_cpu_ns();
-    s->rc = emlio_transform_apply(job->transform, state, s->data, s->len,
-                                  job->seed, job->epoch, s->key, out, err,
-                                  sizeof(err));
+    s->rc =
+        emlio_transform_apply(job->transform, state, s->data, s->len, job->seed,
+                              job->epoch, s->key, out, err, sizeof(err));
     if (s->rc == 0 && job->want_crc)
         s->crc = emlio_crc32c(0, out, out_bytes);
     atomic_fetch_add(&job->cpu_ns, s_thread_cpu_ns() - t0);

@@ -43,7 +43,8 @@ void emlio__xf_block_put(uint8_t *block);
  * Accepts NULL; sets *pool_p NULL. */
 void emlio__xf_blocks_release(emlio_xf_blocks_t **pool_p);
 
-/* ---- one batch ------------------------------------------------------------ */
+/* ---- one batch ------------------------------------------------------------
+ */
 
 /* One sample of a job: its encoded bytes (borrowed until done runs) and its
  * generator key; rc and crc are filled in by the stage. */

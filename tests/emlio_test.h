@@ -41,4 +41,22 @@ test_write_file(const char *path, const void *data, size_t len)
     assert_int_equal(fclose(f), 0);
 }
 
+/* The whole file at path (malloc'd; free it), its length in *len. */
+static inline uint8_t *
+test_read_file(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
+    long size = ftell(fp);
+    assert_true(size >= 0);
+    rewind(fp);
+    uint8_t *data = malloc((size_t)size + 1);
+    assert_non_null(data);
+    assert_int_equal(fread(data, 1, (size_t)size, fp), (size_t)size);
+    fclose(fp);
+    *len = (size_t)size;
+    return data;
+}
+
 #endif /* EMLIO_TEST_H */

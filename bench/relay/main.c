@@ -82,11 +82,11 @@ main(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    emlio_relay_opts_t opts;
+    relay_opts_t opts;
     bool have_delay = false;
     double v;
 
-    emlio_relay_opts_init(&opts);
+    relay_opts_init(&opts);
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -137,9 +137,9 @@ main(int argc, char **argv)
         case 'm':
             name = "--mode";
             if (!strcmp(optarg, "splice"))
-                opts.mode = EMLIO_RELAY_SPLICE;
+                opts.mode = RELAY_SPLICE;
             else if (!strcmp(optarg, "copy"))
-                opts.mode = EMLIO_RELAY_COPY;
+                opts.mode = RELAY_COPY;
             else
                 ok = false;
             break;
@@ -177,14 +177,13 @@ main(int argc, char **argv)
     struct sockaddr_storage addr;
     unsigned addr_len;
     char why[256];
-    if (emlio_relay_parse_addr(opts.listen, &addr, &addr_len, why,
-                               sizeof(why)) < 0) {
+    if (relay_parse_addr(opts.listen, &addr, &addr_len, why, sizeof(why)) < 0) {
         fprintf(stderr, "emlio-relay: cannot listen on '%s': %s\n", opts.listen,
                 why);
         return 2;
     }
-    if (emlio_relay_parse_addr(opts.connect, &addr, &addr_len, why,
-                               sizeof(why)) < 0) {
+    if (relay_parse_addr(opts.connect, &addr, &addr_len, why, sizeof(why)) <
+        0) {
         fprintf(stderr, "emlio-relay: cannot connect to '%s': %s\n",
                 opts.connect, why);
         return 2;
@@ -210,21 +209,21 @@ main(int argc, char **argv)
     }
 
     int status = 1;
-    emlio_relay_t *relay = emlio_relay_new(&opts);
+    relay_t *relay = relay_new(&opts);
     if (!relay) {
         fprintf(stderr, "emlio-relay: out of memory\n");
-    } else if (emlio_relay_bind(relay) < 0) {
-        fprintf(stderr, "emlio-relay: %s\n", emlio_relay_errmsg(relay));
+    } else if (relay_bind(relay) < 0) {
+        fprintf(stderr, "emlio-relay: %s\n", relay_errmsg(relay));
     } else {
-        printf("emlio-relay: listening on %s\n", emlio_relay_endpoint(relay));
+        printf("emlio-relay: listening on %s\n", relay_endpoint(relay));
         fflush(stdout);
-        if (emlio_relay_run(relay, sfd) < 0)
-            fprintf(stderr, "emlio-relay: %s\n", emlio_relay_errmsg(relay));
+        if (relay_run(relay, sfd) < 0)
+            fprintf(stderr, "emlio-relay: %s\n", relay_errmsg(relay));
         else
             status = 0;
-        emlio_relay_print_stats(relay, stderr);
+        relay_print_stats(relay, stderr);
     }
-    emlio_relay_destroy(&relay);
+    relay_destroy(&relay);
     close(sfd);
     return status;
 }

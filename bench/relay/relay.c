@@ -93,8 +93,8 @@ typedef struct {
     uint64_t max_ns;
 } s_late_t;
 
-struct emlio_relay {
-    emlio_relay_opts_t opts;
+struct relay {
+    relay_opts_t opts;
     char err[512];
     char endpoint[96];
     struct sockaddr_storage connect_addr;
@@ -150,7 +150,7 @@ s_cpu_s(void)
 }
 
 void
-emlio_relay_opts_init(emlio_relay_opts_t *opts)
+relay_opts_init(relay_opts_t *opts)
 {
     memset(opts, 0, sizeof(*opts));
     opts->max_conns = 1024;
@@ -158,13 +158,13 @@ emlio_relay_opts_init(emlio_relay_opts_t *opts)
     opts->spin_us = 150;
     /* Copy mode by default: measured as cheap as splice here (the TCP stack
      * dominates), and it needs no pipe descriptors per held chunk. */
-    opts->mode = EMLIO_RELAY_COPY;
+    opts->mode = RELAY_COPY;
     opts->log = stderr;
 }
 
 int
-emlio_relay_parse_addr(const char *text, struct sockaddr_storage *addr,
-                       unsigned *addr_len, char *err, size_t err_len)
+relay_parse_addr(const char *text, struct sockaddr_storage *addr,
+                 unsigned *addr_len, char *err, size_t err_len)
 {
     char host[256];
     const char *port_s;
@@ -177,7 +177,7 @@ emlio_relay_parse_addr(const char *text, struct sockaddr_storage *addr,
             return -1;
         }
         host_len = (size_t)(close - text - 1);
-        memcpy(host, text + 1, EMLIO_MIN(host_len, sizeof(host) - 1));
+        memcpy(host, text + 1, TOOL_MIN(host_len, sizeof(host) - 1));
         port_s = close + 2;
     } else {
         const char *colon = strrchr(text, ':');
@@ -186,7 +186,7 @@ emlio_relay_parse_addr(const char *text, struct sockaddr_storage *addr,
             return -1;
         }
         host_len = (size_t)(colon - text);
-        memcpy(host, text, EMLIO_MIN(host_len, sizeof(host) - 1));
+        memcpy(host, text, TOOL_MIN(host_len, sizeof(host) - 1));
         port_s = colon + 1;
     }
     if (host_len == 0 || host_len >= sizeof(host)) {
@@ -227,10 +227,10 @@ emlio_relay_parse_addr(const char *text, struct sockaddr_storage *addr,
     return 0;
 }
 
-emlio_relay_t *
-emlio_relay_new(const emlio_relay_opts_t *opts)
+relay_t *
+relay_new(const relay_opts_t *opts)
 {
-    emlio_relay_t *self = calloc(1, sizeof(*self));
+    relay_t *self = calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->opts = *opts;
@@ -243,7 +243,7 @@ emlio_relay_new(const emlio_relay_opts_t *opts)
     self->live = calloc((size_t)self->opts.max_conns, sizeof(void *));
     self->dead = calloc((size_t)self->opts.max_conns, sizeof(void *));
     if (!self->slots || !self->live || !self->dead) {
-        emlio_relay_destroy(&self);
+        relay_destroy(&self);
         return NULL;
     }
     self->delay_ns = (uint64_t)(opts->delay_ms * 1e6);
@@ -251,12 +251,12 @@ emlio_relay_new(const emlio_relay_opts_t *opts)
     self->rate_bps = opts->rate_mbit * 1e6 / 8;
     if (self->rate_bps > 0) {
         /* A millisecond's worth lets writes stay large at high rates. */
-        self->burst = EMLIO_MAX((double)S_BURST_MIN, self->rate_bps / 1000);
+        self->burst = TOOL_MAX((double)S_BURST_MIN, self->rate_bps / 1000);
         /* Hold a bit more than the bandwidth-delay product: enough to keep
          * the line full, little enough to stay bounded. */
         double bdp = self->rate_bps * (double)self->delay_ns / 1e9;
         double want = 2 * bdp + 4 * self->burst + 1024 * 1024;
-        self->bound = (size_t)EMLIO_MIN(want, (double)opts->max_buffer);
+        self->bound = (size_t)TOOL_MIN(want, (double)opts->max_buffer);
     } else {
         self->bound = opts->max_buffer;
     }
@@ -266,13 +266,13 @@ emlio_relay_new(const emlio_relay_opts_t *opts)
 }
 
 const char *
-emlio_relay_errmsg(const emlio_relay_t *self)
+relay_errmsg(const relay_t *self)
 {
     return self->err;
 }
 
 const char *
-emlio_relay_endpoint(const emlio_relay_t *self)
+relay_endpoint(const relay_t *self)
 {
     return self->endpoint;
 }
@@ -281,9 +281,9 @@ emlio_relay_endpoint(const emlio_relay_t *self)
 
 /* Makes carrier i usable: touches a block's pages or opens its pipe. */
 static int
-s_carrier_fill(emlio_relay_t *self, s_carrier_t *c)
+s_carrier_fill(relay_t *self, s_carrier_t *c)
 {
-    if (self->opts.mode == EMLIO_RELAY_COPY) {
+    if (self->opts.mode == RELAY_COPY) {
         if (c->data)
             return 0;
         c->data = aligned_alloc(4096, S_BLOCK_LEN);
@@ -305,14 +305,14 @@ s_carrier_fill(emlio_relay_t *self, s_carrier_t *c)
 }
 
 static size_t
-s_carrier_cap(const emlio_relay_t *self)
+s_carrier_cap(const relay_t *self)
 {
-    return self->opts.mode == EMLIO_RELAY_COPY ? S_BLOCK_LEN : S_PIPE_LEN;
+    return self->opts.mode == RELAY_COPY ? S_BLOCK_LEN : S_PIPE_LEN;
 }
 
 /* Returns a pooled carrier's index, or S_NO_CARRIER with errno set. */
 static uint32_t
-s_carrier_get(emlio_relay_t *self)
+s_carrier_get(relay_t *self)
 {
     uint32_t i = self->free_car;
     if (i == S_NO_CARRIER) {
@@ -351,7 +351,7 @@ s_carrier_get(emlio_relay_t *self)
 /* Returns carrier i to the pool. A pipe that may still hold bytes (its
  * connection was torn down) is closed and remade on next use. */
 static void
-s_carrier_put(emlio_relay_t *self, uint32_t i, bool dirty)
+s_carrier_put(relay_t *self, uint32_t i, bool dirty)
 {
     s_carrier_t *c = &self->car[i];
     if (c->pooled)
@@ -400,8 +400,8 @@ s_late_quantile(const s_late_t *l, double q)
 }
 
 static void
-s_stats_line(emlio_relay_t *self, FILE *out, const char *what,
-             const s_late_t *l, double secs, uint64_t bytes)
+s_stats_line(relay_t *self, FILE *out, const char *what, const s_late_t *l,
+             double secs, uint64_t bytes)
 {
     double cpu = s_cpu_s() - self->cpu0;
     double gb = (double)(self->bytes[0] + self->bytes[1]) / 1e9;
@@ -419,7 +419,7 @@ s_stats_line(emlio_relay_t *self, FILE *out, const char *what,
 }
 
 void
-emlio_relay_print_stats(emlio_relay_t *self, FILE *out)
+relay_print_stats(relay_t *self, FILE *out)
 {
     double secs = (double)(s_now() - self->start_ns) / 1e9;
     s_stats_line(self, out, "total", &self->late_all, secs,
@@ -432,7 +432,7 @@ emlio_relay_print_stats(emlio_relay_t *self, FILE *out)
  * want. A socket with nothing to wait for is removed, because epoll reports
  * EPOLLHUP even on an empty mask. */
 static int
-s_update(emlio_relay_t *self, s_conn_t *c, int side)
+s_update(relay_t *self, s_conn_t *c, int side)
 {
     uint32_t want = 0;
     if (c->dir[side].reading && !(c->connecting && side == 1))
@@ -462,7 +462,7 @@ s_update(emlio_relay_t *self, s_conn_t *c, int side)
 /* Closes both sockets. With reset, SO_LINGER 0 sends RST so that a failure
  * on one side shows up on the other instead of a clean EOF. */
 static void
-s_conn_close(emlio_relay_t *self, s_conn_t *c, bool reset)
+s_conn_close(relay_t *self, s_conn_t *c, bool reset)
 {
     if (c->dead)
         return;
@@ -498,7 +498,7 @@ s_conn_close(emlio_relay_t *self, s_conn_t *c, bool reset)
 }
 
 static void
-s_conn_free_dead(emlio_relay_t *self)
+s_conn_free_dead(relay_t *self)
 {
     for (uint32_t i = 0; i < self->ndead; i++) {
         s_conn_t *c = self->dead[i];
@@ -538,12 +538,12 @@ s_seg_push(s_dir_t *d, s_seg_t seg)
 
 /* Pops n sent bytes off the front of d, returning emptied carriers. */
 static void
-s_dir_consume(emlio_relay_t *self, s_dir_t *d, size_t n)
+s_dir_consume(relay_t *self, s_dir_t *d, size_t n)
 {
     d->buffered -= n;
     while (n > 0) {
         s_seg_t *s = &d->segs[d->head];
-        size_t take = EMLIO_MIN(n, (size_t)(s->len - s->sent));
+        size_t take = TOOL_MIN(n, (size_t)(s->len - s->sent));
         s->sent += (uint32_t)take;
         n -= take;
         s_carrier_t *car = &self->car[s->carrier];
@@ -561,12 +561,12 @@ s_dir_consume(emlio_relay_t *self, s_dir_t *d, size_t n)
     }
 }
 
-static void s_dir_flush(emlio_relay_t *self, s_conn_t *c, int i, uint64_t now);
+static void s_dir_flush(relay_t *self, s_conn_t *c, int i, uint64_t now);
 
 /* Reads what fd[i] has into direction i, timestamps it, and stops reading
  * when the direction holds its bound (backpressure). */
 static void
-s_dir_read(emlio_relay_t *self, s_conn_t *c, int i)
+s_dir_read(relay_t *self, s_conn_t *c, int i)
 {
     s_dir_t *d = &c->dir[i];
     size_t cap = s_carrier_cap(self);
@@ -594,7 +594,7 @@ s_dir_read(emlio_relay_t *self, s_conn_t *c, int i)
         s_carrier_t *car = &self->car[d->tail];
         size_t room = cap - car->used;
         ssize_t n;
-        if (self->opts.mode == EMLIO_RELAY_COPY)
+        if (self->opts.mode == RELAY_COPY)
             n = read(c->fd[i], car->data + car->used, room);
         else
             n = splice(c->fd[i], NULL, car->wfd, NULL, room,
@@ -626,8 +626,7 @@ s_dir_read(emlio_relay_t *self, s_conn_t *c, int i)
         if (errno == EAGAIN) {
             /* A splice into a part-full pipe can fail for want of pipe
              * slots while the socket still has data: try a fresh pipe. */
-            if (self->opts.mode == EMLIO_RELAY_SPLICE && car->used > 0 &&
-                !retried) {
+            if (self->opts.mode == RELAY_SPLICE && car->used > 0 && !retried) {
                 retried = true;
                 car->used = cap;
                 continue;
@@ -649,7 +648,7 @@ s_dir_read(emlio_relay_t *self, s_conn_t *c, int i)
 /* Sends whatever of direction i is due by now, within the rate limit, and
  * passes EOF on once everything before it has gone. */
 static void
-s_dir_flush(emlio_relay_t *self, s_conn_t *c, int i, uint64_t now)
+s_dir_flush(relay_t *self, s_conn_t *c, int i, uint64_t now)
 {
     s_dir_t *d = &c->dir[i];
     int dst = c->fd[1 - i];
@@ -671,7 +670,7 @@ s_dir_flush(emlio_relay_t *self, s_conn_t *c, int i, uint64_t now)
             d->tok_ns = now;
             s_seg_t *h = &d->segs[d->head];
             double need =
-                EMLIO_MIN((double)(h->len - h->sent), (double)S_TOKEN_MIN);
+                TOOL_MIN((double)(h->len - h->sent), (double)S_TOKEN_MIN);
             if (d->tokens < need) {
                 d->wake_ns =
                     now +
@@ -691,14 +690,14 @@ s_dir_flush(emlio_relay_t *self, s_conn_t *c, int i, uint64_t now)
                 break;
             if (!s->timed) {
                 s->timed = true;
-                uint64_t from = EMLIO_MAX(s->due_ns, d->ready_ns);
+                uint64_t from = TOOL_MAX(s->due_ns, d->ready_ns);
                 uint64_t late = now > from ? now - from : 0;
                 s_late_add(&self->late_all, late);
                 s_late_add(&self->late_iv, late);
                 self->chunks++;
             }
-            size_t len = EMLIO_MIN((size_t)(s->len - s->sent), allow - want);
-            if (self->opts.mode == EMLIO_RELAY_SPLICE) {
+            size_t len = TOOL_MIN((size_t)(s->len - s->sent), allow - want);
+            if (self->opts.mode == RELAY_SPLICE) {
                 want = len; /* one pipe at a time */
                 break;
             }
@@ -709,7 +708,7 @@ s_dir_flush(emlio_relay_t *self, s_conn_t *c, int i, uint64_t now)
             if (niov == S_IOV_MAX)
                 break;
         }
-        if (self->opts.mode == EMLIO_RELAY_SPLICE) {
+        if (self->opts.mode == RELAY_SPLICE) {
             s_seg_t *h = &d->segs[d->head];
             n = splice(self->car[h->carrier].rfd, NULL, dst, NULL, want,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -784,7 +783,7 @@ s_dir_deadline(const s_conn_t *c, int i)
 }
 
 static void
-s_conn_connected(emlio_relay_t *self, s_conn_t *c)
+s_conn_connected(relay_t *self, s_conn_t *c)
 {
     int err = 0;
     socklen_t len = sizeof(err);
@@ -820,7 +819,7 @@ s_set_nodelay(int fd)
 }
 
 static void
-s_accept(emlio_relay_t *self)
+s_accept(relay_t *self)
 {
     while (self->nlive + self->ndead < (uint32_t)self->opts.max_conns) {
         int fd = accept4(self->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -885,18 +884,17 @@ s_accept(emlio_relay_t *self)
 /* ---- bind and run ------------------------------------------------------ */
 
 int
-emlio_relay_bind(emlio_relay_t *self)
+relay_bind(relay_t *self)
 {
     char why[256];
     struct sockaddr_storage la;
     unsigned la_len;
 
-    if (emlio_relay_parse_addr(self->opts.listen, &la, &la_len, why,
-                               sizeof(why)) < 0)
+    if (relay_parse_addr(self->opts.listen, &la, &la_len, why, sizeof(why)) < 0)
         return tool_seterr(self->err, -1, "cannot listen on '%s': %s",
                            self->opts.listen, why);
-    if (emlio_relay_parse_addr(self->opts.connect, &self->connect_addr,
-                               &self->connect_len, why, sizeof(why)) < 0)
+    if (relay_parse_addr(self->opts.connect, &self->connect_addr,
+                         &self->connect_len, why, sizeof(why)) < 0)
         return tool_seterr(self->err, -1, "cannot connect to '%s': %s",
                            self->opts.connect, why);
 
@@ -953,9 +951,9 @@ emlio_relay_bind(emlio_relay_t *self)
             break;
         nwarm++;
     }
-    if (nwarm == 0 && self->opts.mode == EMLIO_RELAY_SPLICE) {
+    if (nwarm == 0 && self->opts.mode == RELAY_SPLICE) {
         /* No pipes here (seccomp, old kernel): fall back to copying. */
-        self->opts.mode = EMLIO_RELAY_COPY;
+        self->opts.mode = RELAY_COPY;
     }
     while (nwarm > 0)
         s_carrier_put(self, warm[--nwarm], false);
@@ -963,8 +961,7 @@ emlio_relay_bind(emlio_relay_t *self)
 }
 
 static int
-s_wait(emlio_relay_t *self, struct epoll_event *evs, uint64_t deadline,
-       uint64_t now)
+s_wait(relay_t *self, struct epoll_event *evs, uint64_t deadline, uint64_t now)
 {
     struct timespec ts = { 0, 0 };
     struct timespec *tsp = &ts;
@@ -981,7 +978,7 @@ s_wait(emlio_relay_t *self, struct epoll_event *evs, uint64_t deadline,
 }
 
 int
-emlio_relay_run(emlio_relay_t *self, int stop_fd)
+relay_run(relay_t *self, int stop_fd)
 {
     struct epoll_event evs[S_MAX_EVENTS];
 
@@ -1088,11 +1085,11 @@ emlio_relay_run(emlio_relay_t *self, int stop_fd)
 }
 
 void
-emlio_relay_destroy(emlio_relay_t **self_p)
+relay_destroy(relay_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    emlio_relay_t *self = *self_p;
+    relay_t *self = *self_p;
     while (self->nlive > 0)
         s_conn_close(self, self->live[0], true);
     s_conn_free_dead(self);

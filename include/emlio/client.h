@@ -287,18 +287,18 @@ EMLIO_EXPORT const char *emlio_limit_name(int limit);
 
 /* Where the transforms ran, and why (a transform configured). */
 typedef struct emlio_client_xf_stats {
-    int32_t decode_at;       /* enum emlio_decode_at, as configured */
-    double server_share;     /* share of this epoch's batches the daemons
-                                decode */
-    bool decided;            /* auto: share chosen from measurements (false
-                                while both sides are still being measured) */
-    uint64_t batches_server; /* this epoch's batches decoded by daemons */
-    uint64_t batches_client; /* ... and here */
-    double client_ms_per_image; /* CPU ms per image here (0 = none yet) */
-    double server_ms_per_image; /* ... on the daemons, as they report it */
-    uint32_t client_threads;    /* transform_threads here */
-    uint32_t server_threads;    /* the daemons' transform threads, summed */
-    double predicted_ips;       /* auto: the chosen share's images/s */
+    int32_t decode_at;            /* enum emlio_decode_at, as configured */
+    double server_share;          /* share of this epoch's batches the daemons
+                                     decode */
+    bool decided;                 /* auto: share chosen from measurements (false
+                                     while both sides are still being measured) */
+    uint64_t batches_server;      /* this epoch's batches decoded by daemons */
+    uint64_t batches_client;      /* ... and here */
+    double client_ms_per_image;   /* CPU ms per image here (0 = none yet) */
+    double server_ms_per_image;   /* ... on the daemons, as they report it */
+    uint32_t client_threads;      /* transform_threads here */
+    uint32_t server_threads;      /* the daemons' transform threads, summed */
+    double predicted_ips;         /* auto: the chosen share's images/s */
     double predicted_j_per_image; /* ... and joules per image */
     double fastest_ips;           /* the fastest share's images/s */
     const char *bound;            /* what bounds the chosen share's rate:

@@ -51,6 +51,18 @@ EMLIO_EXPORT void emlio_dataset_destroy(emlio_dataset_t **self_p);
 EMLIO_EXPORT int emlio_dataset_open(emlio_dataset_t *self, const char *dir,
                                     const char *format, int flags);
 
+/* Opens one shard file as a dataset of one shard: "*.tar" as a WebDataset
+ * shard, any other name as a TFRecord file (`emlio inspect FILE`, `emlio
+ * index`). Flags: EMLIO_DATASET_VERIFY, EMLIO_DATASET_REINDEX (scan even
+ * when FILE.idx is valid) and EMLIO_DATASET_WRITE_INDEX (write FILE.idx
+ * after a scan; unlike emlio_dataset_open, a failed write is an error, as
+ * a tool that was asked to index must say so). The fingerprint of a single
+ * file is "". Returns the record count or an error (message in
+ * emlio_dataset_errmsg, naming the file and, for a corrupt one, the
+ * offset). */
+EMLIO_EXPORT int emlio_dataset_open_file(emlio_dataset_t *self,
+                                         const char *path, int flags);
+
 /* The last failure's text; never NULL. */
 EMLIO_EXPORT const char *emlio_dataset_errmsg(const emlio_dataset_t *self);
 
@@ -69,6 +81,14 @@ EMLIO_EXPORT size_t emlio_dataset_shard_records(const emlio_dataset_t *self,
                                                 size_t i);
 EMLIO_EXPORT uint64_t emlio_dataset_shard_bytes(const emlio_dataset_t *self,
                                                 size_t i);
+
+/* The file of record r of shard s in an ImageFolder: its path relative to
+ * the data directory ("cat/x.jpg"), for messages and for tools that want
+ * the file's name or size. NULL for TFRecord and tar records (they are
+ * parts of a shard) and past the count. Borrowed until the next call on
+ * the handle. */
+EMLIO_EXPORT const char *emlio_dataset_record_name(emlio_dataset_t *self,
+                                                   size_t s, size_t r);
 
 /* Called once per field of a record: tar members (field = extension),
  * an ImageFolder file (field = its lower-case extension, "jpg", "png",

@@ -114,7 +114,17 @@ typedef struct emlio_server_config {
      * and float as 4-byte little-endian values); ImageFolder: "image" and
      * "label". NULL = one field, as --field/--bytes-key choose. Copied. */
     const char *fields;
-    uint64_t reserved[2]; /* room for later options; leave zero */
+    /* Transforms for clients that ask for tensors (protocol v3,
+     * docs/transform.md): threads that decode and augment, at a lower CPU
+     * priority than reading and sending so raw-byte clients are not
+     * starved; default one per online CPU, 0 = this daemon does not
+     * transform. Images above max_pixels pixels are refused (0 = 100
+     * million). core_mw: this host's power per busy core in milliwatts,
+     * told to clients for placement by energy (0 = the energy model's
+     * default). */
+    uint32_t transform_threads;
+    uint32_t core_mw;
+    uint64_t max_pixels;
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */

@@ -59,10 +59,11 @@
  * the bytes are the same on any x86-64 or other IEEE-754 machine.
  *
  * Decoding. JPEG through libjpeg(-turbo), PNG through libpng. A JPEG is
- * decoded only over the rows and columns the crop needs, at the smallest
- * DCT scale (1/2, 1/4 or 1/8) that keeps the crop at least as large as the
- * output; grayscale and CMYK/YCCK become RGB; progressive files work. PNG
- * of any bit depth and colour type becomes 8-bit RGB (alpha dropped).
+ * decoded only over the rows and columns the crop needs, at the strongest
+ * DCT reduction (1/2, 1/4 or 1/8) that keeps the crop at least as large as
+ * the output; grayscale and CMYK/YCCK become RGB; progressive files work.
+ * PNG of any bit depth and colour type becomes 8-bit RGB (16-bit samples
+ * keep their high byte, alpha is dropped).
  * Resampling is PIL's antialiased bilinear filter, in PIL's fixed point;
  * with no DCT scaling the bytes equal torchvision's PIL pipeline for
  * random_resized_crop, center_crop and flips, and for resize(S) followed by

@@ -232,6 +232,16 @@ check "pack refuses a DST that already holds shards" \
     fails_with 1 "already holds shards"
 "$EMLIO" pack "$T/src" "$T/dst2" --shard-bytes 300K --quiet
 check "pack is deterministic" diff -r "$T/dst" "$T/dst2"
+# --force replaces the shards of the earlier run: none is left stale.
+cp -r "$T/dst" "$T/forced"
+capture "$EMLIO" pack "$T/src" "$T/forced" --shard-bytes 1M --force --quiet
+check "pack --force succeeds" test "$RC" -eq 0
+check "pack --force leaves only the new shards" \
+    test "$(find "$T/forced" -name '*.tfrecord' | wc -l)" -eq \
+    "$(find "$T/forced" -name '*-of-*' -name "*-of-$(printf %05d \
+        "$(find "$T/forced" -name '*.tfrecord' | wc -l)").tfrecord" | wc -l)"
+check "pack --force leaves fewer shards than before" \
+    test "$(find "$T/forced" -name '*.tfrecord' | wc -l)" -lt "$nshards"
 "$EMLIO" pack "$T/src" "$T/shuf1" --shard-bytes 300K --seed 3 --quiet
 "$EMLIO" pack "$T/src" "$T/shuf2" --shard-bytes 300K --seed 3 --quiet
 check "pack --seed is deterministic" diff -r "$T/shuf1" "$T/shuf2"
@@ -296,11 +306,11 @@ check "index without arguments is a usage error" fails_with 2 "missing"
 capture "$EMLIO" pack "$T/nope" "$T/out1"
 check "pack: missing SRC" fails_with 1 "cannot read '$T/nope': no such file"
 capture "$EMLIO" pack "$T/empty" "$T/out2"
-check "pack: empty SRC" fails_with 1 "no class directories"
+check "pack: empty SRC" fails_with 1 "class directories under '$T/empty'"
 mkdir -p "$T/emptyclass/a" "$T/emptyclass/b"
 cp "$T/src/class_000/img_00000000.jpg" "$T/emptyclass/a/"
 capture "$EMLIO" pack "$T/emptyclass" "$T/out3"
-check "pack: class without images" fails_with 1 "class 'b'"
+check "pack: class without images" fails_with 1 "'$T/emptyclass/b' has no images"
 mkdir -p "$T/notjpeg/a"
 cp "$T/src/class_000/img_00000000.jpg" "$T/notjpeg/a/"
 echo "hello" >"$T/notjpeg/a/fake.jpg"
@@ -310,9 +320,12 @@ check "pack: a .jpg that is not a JPEG" \
 check "pack: no shard left after the failure" \
     test "$(find "$T/out4" -name '*.tfrecord*' | wc -l)" -eq 0
 rm "$T/notjpeg/a/fake.jpg"
+# pack reads SRC as emliod serves it: other images are skipped (and
+# counted), files that are not images are not part of the dataset.
 echo "notes" >"$T/notjpeg/a/README.txt"
+printf '\x89PNG\r\n' >"$T/notjpeg/a/other.png"
 capture "$EMLIO" pack "$T/notjpeg" "$T/out5"
-check "pack: other files are skipped" \
+check "pack: other images are skipped" \
     bash -c "[ $RC -eq 0 ] && grep -q '1 files skipped' <<<'$OUT'"
 capture "$EMLIO" pack "$T/src"
 check "pack: one argument is a usage error" fails_with 2 "expected SRC and DST"

@@ -64,4 +64,34 @@ head -c 700 "$T/gnu/shards/g.tar" >"$T/gnu/shards/g.tar.new" &&
 "$EMLIO" index "$T/gnu/shards/g.tar" >/dev/null 2>"$T/index.err"
 check "index of a truncated tar fails" test $? -ne 0
 check "index names file and offset" grep -q "g.tar' at offset [0-9]" "$T/index.err"
+
+# Tools never mix datasets (issue 19): pack into a DST that holds shards is
+# refused; --force replaces the <prefix>-* shards, leaving none stale.
+cp -r "$T/wds" "$T/again"
+"$EMLIO" pack "$T/img" "$T/again" --to tar --shard-bytes 200K --quiet 2>"$T/again.err"
+check "pack --to tar refuses a DST that holds shards" test $? -eq 1
+check "pack names what is there" grep -q "already holds shards or other files" "$T/again.err"
+check "the refused pack changed nothing" diff -r "$T/wds" "$T/again"
+"$EMLIO" pack "$T/img" "$T/again" --to tar --shard-bytes 200K --quiet --force
+check "pack --force succeeds" test $? -eq 0
+n_again=$(ls "$T"/again/*.tar | wc -l)
+check "pack --force leaves no stale shard ($n_again < $nt)" test "$n_again" -lt "$nt"
+check "pack --force leaves no stale index" \
+    test "$(ls "$T"/again/*.tar.idx | wc -l)" -eq "$n_again"
+"$EMLIO" inspect "$T/again" --json >"$T/again.json"
+check "pack --force: still 120 samples" test "$(json_field "$T/again.json" records)" = 120
+
+# An index that cannot be written (as on a read-only or full file system;
+# here a directory stands where the index goes, which stops root too) is a
+# failure that is reported, counted and turned into a non-zero exit; the
+# other shards are still indexed.
+mkdir -p "$T/ro"
+cp "$T/wds/train-00000.tar" "$T/wds/train-00001.tar" "$T/ro/"
+mkdir -p "$T/ro/train-00000.tar.idx/keep"
+"$EMLIO" index "$T/ro" >"$T/ro.out" 2>"$T/ro.err"
+check "index: an unwritable index fails the run" test $? -eq 1
+check "index: the failure names the index" \
+    grep -q "cannot write index '$T/ro/train-00000.tar.idx'" "$T/ro.err"
+check "index: the failure is counted" grep -q "; 1 failed" "$T/ro.out"
+check "index: the other shard is still indexed" test -f "$T/ro/train-00001.tar.idx"
 finish

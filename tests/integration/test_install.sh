@@ -157,7 +157,7 @@ check "libemlio.so exports no exporter (metrics/influx) symbol" \
 check "libemlio.so exports no internal emlio__ symbol" \
     bash -c "! grep -q ' emlio__' '$T/dynsym'"
 check "emliod carries the metrics exporter itself" bash -c \
-    "nm '$ROOT/bin/emliod' | grep -q ' emlio__metrics_new$'"
+    "nm '$ROOT/bin/emliod' | grep -q ' tool_metrics_new$'"
 # Every function a public header marks EMLIO_EXPORT is exported.
 grep -hv '^#' include/emlio/*.h | tr '\n' ' ' | grep -o 'EMLIO_EXPORT[^(;]*(' |
     sed -E 's/.*[ *]([a-z_0-9]+) *\($/\1/' | sort -u >"$T/declared"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_layout.sh - the shape of the programs: `emlio` keeps only user
-# commands (the RTT relay is the benchmark program emlio-relay), fetch,
-# plan and emliod share one option parser (same syntax, same messages),
+# commands (the RTT relay is the benchmark program emlio-relay), every
+# command and emliod share one option parser (same syntax, same messages),
 # the programs include no private library header, and no function in
 # tools/ is longer than 120 lines.
 # Run from the repo root with B=<build dir>.
@@ -27,6 +27,23 @@ check "plan: message" grep -q "^emlio plan: invalid value 'x' for --batch$" "$T/
 "$EMLIOD" --data=/nonexistent --bind tcp://127.0.0.1:1 --readers=x 2>"$T/d.err" >/dev/null
 check "emliod: --readers=x is a usage error" test $? -eq 2
 check "emliod: message" grep -q "^emliod: invalid value 'x' for --readers$" "$T/d.err"
+# The dataset commands, keygen and energy parse the same way: the same
+# message for a bad number, arguments before or after options, "--".
+for p in "synth $T/s --classes 2 --samples=x" "pack $T/a $T/b --seed=x" \
+    "inspect --sample=x $T/f" "energy --interval=x -- true"; do
+    # shellcheck disable=SC2086
+    "$EMLIO" $p >/dev/null 2>"$T/v.err"
+    rc=$?
+    opt=${p##*--}
+    opt=${opt%%=*}
+    [ "${p%% *}" = energy ] && opt=interval
+    check "emlio ${p%% *}: bad number is a usage error with the shared message" \
+        bash -c "[ $rc -eq 2 ] && grep -q \"^emlio ${p%% *}: invalid value 'x' for --$opt\" '$T/v.err'"
+done
+"$EMLIO" energy --interval 0 -- true --not-an-energy-option >/dev/null 2>&1
+check "energy: what follows -- is the command's" test $? -eq 0
+"$EMLIO" keygen "$T/k1" extra >/dev/null 2>&1
+check "keygen: two names are a usage error" test $? -eq 2
 for p in "fetch --connect a --batch 1 --no-such" "plan --no-such"; do
     # shellcheck disable=SC2086
     "$EMLIO" $p >/dev/null 2>"$T/u.err"
@@ -34,7 +51,7 @@ for p in "fetch --connect a --batch 1 --no-such" "plan --no-such"; do
 done
 "$EMLIOD" --no-such >/dev/null 2>"$T/u.err"
 check "emliod: unknown option named" grep -q "unknown option '--no-such'" "$T/u.err"
-for f in tools/emlio/cmd_fetch.c tools/emlio/cmd_plan.c tools/emliod/main.c; do
+for f in tools/emlio/cmd_*.c tools/emliod/main.c; do
     check "$f uses the shared parser, not getopt" bash -c \
         "grep -q 'opt_parse\|cli_parse' '$f' && ! grep -q getopt '$f'"
 done
@@ -51,6 +68,21 @@ for f in tools/*/*.[ch]; do
 done
 check "tools/ include only their own and public headers${bad:+ (not:$bad)}" \
     test -z "$bad"
+
+# Prefixes as libuv keeps them: emlio_ is the installed API, emlio__ the
+# library's internals; the tools and the bench name their own things
+# tool_/relay_ and never borrow either prefix for them.
+bad=$(grep -noE '\b(emlio__[a-z0-9_]+|EMLIO_(MIN|MAX|ARRAY_SIZE|ERRMSG_LEN)\b|emlio_(relay|metrics|influx)[a-z0-9_]*)' \
+    tools/*/*.[ch] bench/relay/*.[ch] | head -5 | tr '\n' ' ')
+check "tools/ and bench/relay use no library or public prefix for their own names${bad:+ (not: $bad)}" \
+    test -z "$bad"
+first=""
+for f in tools/*/*.c bench/relay/*.c; do
+    inc=$(grep -m1 -E '^#\s*(include|define)' "$f")
+    [ "$inc" = '#include "tool_util.h"' ] || first+=" $f"
+done
+check "every .c in tools/ and bench/relay starts with the prelude tool_util.h${first:+ (not:$first)}" \
+    test -z "$first"
 
 # Function length: from a definition's opening brace in column 0 to its
 # closing brace in column 0.

@@ -31,25 +31,25 @@ test_metrics_family_and_sample(void **state)
 {
     (void)state;
     emlio_buf_t b = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__metrics_family(&b, "emlio_samples_total", "counter",
-                                           "Samples\\sent\nnow"),
+    assert_int_equal(tool_metrics_family(&b, "emlio_samples_total", "counter",
+                                         "Samples\\sent\nnow"),
                      0);
-    assert_int_equal(emlio__metrics_sample_u64(&b, "emlio_samples_total", NULL,
-                                               0, UINT64_MAX),
-                     0);
+    assert_int_equal(
+        tool_metrics_sample_u64(&b, "emlio_samples_total", NULL, 0, UINT64_MAX),
+        0);
     assert_string_equal(s_text(&b),
                         "# HELP emlio_samples_total Samples\\\\sent\\nnow\n"
                         "# TYPE emlio_samples_total counter\n"
                         "emlio_samples_total 18446744073709551615\n");
     emlio_buf_clear(&b);
-    const emlio_metrics_label_t l[] = { { "source", "model" },
-                                        { "name", "a\"b\\c\nd" } };
+    const tool_metrics_label_t l[] = { { "source", "model" },
+                                       { "name", "a\"b\\c\nd" } };
     assert_int_equal(
-        emlio__metrics_sample(&b, "emlio_energy_joules_total", l, 2, 1.5), 0);
-    assert_int_equal(emlio__metrics_sample(&b, "x", NULL, 0, NAN), 0);
-    assert_int_equal(emlio__metrics_sample(&b, "x", NULL, 0, INFINITY), 0);
-    assert_int_equal(emlio__metrics_sample(&b, "x", NULL, 0, -INFINITY), 0);
-    assert_int_equal(emlio__metrics_sample(&b, "x", NULL, 0, 0.1), 0);
+        tool_metrics_sample(&b, "emlio_energy_joules_total", l, 2, 1.5), 0);
+    assert_int_equal(tool_metrics_sample(&b, "x", NULL, 0, NAN), 0);
+    assert_int_equal(tool_metrics_sample(&b, "x", NULL, 0, INFINITY), 0);
+    assert_int_equal(tool_metrics_sample(&b, "x", NULL, 0, -INFINITY), 0);
+    assert_int_equal(tool_metrics_sample(&b, "x", NULL, 0, 0.1), 0);
     assert_string_equal(
         s_text(&b),
         "emlio_energy_joules_total{source=\"model\",name=\"a\\\"b\\\\c\\nd\"} "
@@ -61,19 +61,19 @@ static void
 test_metrics_bad_names(void **state)
 {
     (void)state;
-    assert_true(emlio__metrics_name_ok("emlio:x_1", false));
-    assert_false(emlio__metrics_name_ok("emlio:x", true));
-    assert_false(emlio__metrics_name_ok("1abc", false));
-    assert_false(emlio__metrics_name_ok("a-b", false));
-    assert_false(emlio__metrics_name_ok("", false));
-    assert_false(emlio__metrics_name_ok("__reserved", true));
+    assert_true(tool_metrics_name_ok("emlio:x_1", false));
+    assert_false(tool_metrics_name_ok("emlio:x", true));
+    assert_false(tool_metrics_name_ok("1abc", false));
+    assert_false(tool_metrics_name_ok("a-b", false));
+    assert_false(tool_metrics_name_ok("", false));
+    assert_false(tool_metrics_name_ok("__reserved", true));
     emlio_buf_t b = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__metrics_family(&b, "ok", "histogram", "h"),
+    assert_int_equal(tool_metrics_family(&b, "ok", "histogram", "h"),
                      EMLIO_EINVAL);
-    assert_int_equal(emlio__metrics_family(&b, "not ok", "gauge", "h"),
+    assert_int_equal(tool_metrics_family(&b, "not ok", "gauge", "h"),
                      EMLIO_EINVAL);
-    const emlio_metrics_label_t bad[] = { { "a-b", "v" } };
-    assert_int_equal(emlio__metrics_sample(&b, "ok", bad, 1, 1), EMLIO_EINVAL);
+    const tool_metrics_label_t bad[] = { { "a-b", "v" } };
+    assert_int_equal(tool_metrics_sample(&b, "ok", bad, 1, 1), EMLIO_EINVAL);
     assert_int_equal(b.len, 0);
     emlio_buf_release(&b);
 }
@@ -81,34 +81,34 @@ test_metrics_bad_names(void **state)
 /* --- HTTP requests. --- */
 
 static int
-s_parse(const char *text, emlio_metrics_request_t *req)
+s_parse(const char *text, tool_metrics_request_t *req)
 {
-    return emlio__metrics_parse_request(req, text, strlen(text));
+    return tool_metrics_parse_request(req, text, strlen(text));
 }
 
 static void
 test_metrics_parse_request_good(void **state)
 {
     (void)state;
-    emlio_metrics_request_t req;
+    tool_metrics_request_t req;
     const char *r = "GET /metrics HTTP/1.1\r\nHost: x:1\r\nAccept: */*\r\n\r\n";
     assert_int_equal(s_parse(r, &req), (int)strlen(r));
     assert_int_equal(req.method_len, 3);
     assert_memory_equal(req.target, "/metrics", 8);
     assert_int_equal(req.minor_version, 1);
-    assert_int_equal(emlio__metrics_route(&req), 200);
+    assert_int_equal(tool_metrics_route(&req), 200);
     /* Bare LF, HTTP/1.0, a query, and bytes after the head. */
     r = "GET /metrics?x=1 HTTP/1.0\n\nBODY";
     assert_int_equal(s_parse(r, &req), (int)strlen(r) - 4);
-    assert_int_equal(emlio__metrics_route(&req), 200);
+    assert_int_equal(tool_metrics_route(&req), 200);
     assert_int_equal(s_parse("GET /metricsx HTTP/1.1\r\n\r\n", &req), 26);
-    assert_int_equal(emlio__metrics_route(&req), 404);
+    assert_int_equal(tool_metrics_route(&req), 404);
     assert_int_equal(s_parse("GET / HTTP/1.1\r\n\r\n", &req), 18);
-    assert_int_equal(emlio__metrics_route(&req), 404);
+    assert_int_equal(tool_metrics_route(&req), 404);
     assert_true(s_parse("POST /metrics HTTP/1.1\r\n\r\n", &req) > 0);
-    assert_int_equal(emlio__metrics_route(&req), 405);
+    assert_int_equal(tool_metrics_route(&req), 405);
     assert_true(s_parse("get /metrics HTTP/1.1\r\n\r\n", &req) > 0);
-    assert_int_equal(emlio__metrics_route(&req), 405);
+    assert_int_equal(tool_metrics_route(&req), 405);
 }
 
 static void
@@ -116,12 +116,12 @@ test_metrics_parse_request_incomplete(void **state)
 {
     (void)state;
     const char *r = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    emlio_metrics_request_t req;
+    tool_metrics_request_t req;
     for (size_t n = 0; n < strlen(r); n++) {
         /* A copy of exactly n bytes, so reading past n would trip ASan. */
         char *part = malloc(n ? n : 1);
         memcpy(part, r, n);
-        assert_int_equal(emlio__metrics_parse_request(&req, part, n),
+        assert_int_equal(tool_metrics_parse_request(&req, part, n),
                          EMLIO_EINCOMPLETE);
         free(part);
     }
@@ -146,24 +146,24 @@ test_metrics_parse_request_bad(void **state)
         " GET /metrics HTTP/1.1\r\n\r\n",
         "\r\n",
     };
-    emlio_metrics_request_t req;
+    tool_metrics_request_t req;
     for (size_t i = 0; i < EMLIO_ARRAY_SIZE(bad); i++) {
         int rc = s_parse(bad[i], &req);
         if (rc != EMLIO_EPROTO)
             fail_msg("case %zu parsed as %d", i, rc);
     }
     /* A head longer than the limit is refused, not buffered further. */
-    size_t n = EMLIO_METRICS_MAX_REQUEST + 100;
+    size_t n = TOOL_METRICS_MAX_REQUEST + 100;
     char *big = malloc(n);
     memcpy(big, "GET /", 5);
     memset(big + 5, 'a', n - 5);
-    assert_int_equal(emlio__metrics_parse_request(&req, big, n), EMLIO_EPROTO);
+    assert_int_equal(tool_metrics_parse_request(&req, big, n), EMLIO_EPROTO);
     memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
     assert_int_equal(
-        emlio__metrics_parse_request(&req, big, EMLIO_METRICS_MAX_REQUEST),
+        tool_metrics_parse_request(&req, big, TOOL_METRICS_MAX_REQUEST),
         EMLIO_EPROTO);
     assert_int_equal(
-        emlio__metrics_parse_request(&req, big, EMLIO_METRICS_MAX_REQUEST - 1),
+        tool_metrics_parse_request(&req, big, TOOL_METRICS_MAX_REQUEST - 1),
         EMLIO_EINCOMPLETE);
     free(big);
 }
@@ -226,22 +226,22 @@ test_metrics_http_endpoint(void **state)
 {
     (void)state;
     int calls = 0;
-    emlio_metrics_http_t *h = emlio__metrics_http_new(s_render, &calls);
+    tool_metrics_http_t *h = tool_metrics_http_new(s_render, &calls);
     assert_non_null(h);
-    assert_int_equal(emlio__metrics_http_bind(h, "nonsense"), EMLIO_EINVAL);
-    assert_int_equal(emlio__metrics_http_bind(h, "127.0.0.1:99999"),
+    assert_int_equal(tool_metrics_http_bind(h, "nonsense"), EMLIO_EINVAL);
+    assert_int_equal(tool_metrics_http_bind(h, "127.0.0.1:99999"),
                      EMLIO_EINVAL);
-    assert_int_equal(emlio__metrics_http_start(h), EMLIO_ESTATE);
-    assert_int_equal(emlio__metrics_http_bind(h, "127.0.0.1:0"), 0);
-    const char *addr = emlio__metrics_http_address(h);
+    assert_int_equal(tool_metrics_http_start(h), EMLIO_ESTATE);
+    assert_int_equal(tool_metrics_http_bind(h, "127.0.0.1:0"), 0);
+    const char *addr = tool_metrics_http_address(h);
     assert_true(strncmp(addr, "127.0.0.1:", 10) == 0 && atoi(addr + 10) > 0);
-    assert_int_equal(emlio__metrics_http_start(h), 0);
+    assert_int_equal(tool_metrics_http_start(h), 0);
 
     char out[4096];
     const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
     s_exchange(addr, get, strlen(get), out, sizeof(out));
     assert_non_null(strstr(out, "HTTP/1.1 200 OK\r\n"));
-    assert_non_null(strstr(out, "Content-Type: " EMLIO_METRICS_CONTENT_TYPE));
+    assert_non_null(strstr(out, "Content-Type: " TOOL_METRICS_CONTENT_TYPE));
     assert_non_null(strstr(out, "Content-Length: 10\r\n"));
     assert_non_null(strstr(out, "\r\n\r\nx_total 1\n"));
 
@@ -254,7 +254,7 @@ test_metrics_http_endpoint(void **state)
     assert_non_null(strstr(out, "Allow: GET\r\n"));
     s_exchange(addr, "\x16\x03\x01garbage", 10, out, sizeof(out));
     assert_non_null(strstr(out, "HTTP/1.1 400 "));
-    size_t n = EMLIO_METRICS_MAX_REQUEST * 2;
+    size_t n = TOOL_METRICS_MAX_REQUEST * 2;
     char *big = malloc(n);
     memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
     memset(big + 26, 'a', n - 26);
@@ -269,16 +269,16 @@ test_metrics_http_endpoint(void **state)
     s_exchange(addr, get, strlen(get), out, sizeof(out));
     assert_non_null(strstr(out, "x_total 2\n"));
     assert_int_equal(calls, 2);
-    assert_true(emlio__metrics_http_served(h) >= 6);
+    assert_true(tool_metrics_http_served(h) >= 6);
 
     /* Idle connections are closed at stop; destroy is idempotent. */
     int idle = s_dial(addr);
-    emlio__metrics_http_stop(h);
-    emlio__metrics_http_stop(h);
+    tool_metrics_http_stop(h);
+    tool_metrics_http_stop(h);
     close(idle);
-    emlio__metrics_http_destroy(&h);
+    tool_metrics_http_destroy(&h);
     assert_null(h);
-    emlio__metrics_http_destroy(&h);
+    tool_metrics_http_destroy(&h);
 }
 
 /* --- Line protocol. --- */
@@ -288,17 +288,17 @@ test_influx_line_protocol(void **state)
 {
     (void)state;
     emlio_buf_t b = EMLIO_BUF_INIT;
-    emlio_influx_point_t p;
-    emlio__influx_begin(&p, &b, "emlio epoch,x");
-    emlio__influx_tag(&p, "host name", "a=b,c d");
-    emlio__influx_tag(&p, "empty", ""); /* left out */
-    emlio__influx_int(&p, "samples", 64);
-    emlio__influx_float(&p, "seconds", 1.25);
-    emlio__influx_float(&p, "nan", NAN); /* left out */
-    emlio__influx_float(&p, "inf", INFINITY);
-    emlio__influx_str(&p, "src", "say \"hi\" \\ now\nnext");
-    emlio__influx_float(&p, "k=1,x y", 2);
-    assert_int_equal(emlio__influx_end(&p, 1700000000000000000), 0);
+    tool_influx_point_t p;
+    tool_influx_begin(&p, &b, "emlio epoch,x");
+    tool_influx_tag(&p, "host name", "a=b,c d");
+    tool_influx_tag(&p, "empty", ""); /* left out */
+    tool_influx_int(&p, "samples", 64);
+    tool_influx_float(&p, "seconds", 1.25);
+    tool_influx_float(&p, "nan", NAN); /* left out */
+    tool_influx_float(&p, "inf", INFINITY);
+    tool_influx_str(&p, "src", "say \"hi\" \\ now\nnext");
+    tool_influx_float(&p, "k=1,x y", 2);
+    assert_int_equal(tool_influx_end(&p, 1700000000000000000), 0);
     assert_string_equal(
         s_text(&b),
         "emlio\\ epoch\\,x,host\\ name=a\\=b\\,c\\ d samples=64i,seconds=1.25,"
@@ -307,17 +307,17 @@ test_influx_line_protocol(void **state)
 
     /* A point without fields is refused and leaves the buffer as it was. */
     size_t before = b.len;
-    emlio__influx_begin(&p, &b, "m");
-    emlio__influx_tag(&p, "t", "v");
-    emlio__influx_float(&p, "f", NAN);
-    assert_int_equal(emlio__influx_end(&p, 0), EMLIO_EINVAL);
+    tool_influx_begin(&p, &b, "m");
+    tool_influx_tag(&p, "t", "v");
+    tool_influx_float(&p, "f", NAN);
+    assert_int_equal(tool_influx_end(&p, 0), EMLIO_EINVAL);
     assert_int_equal(b.len, before);
 
     /* No timestamp: the server's clock. */
     emlio_buf_clear(&b);
-    emlio__influx_begin(&p, &b, "m");
-    emlio__influx_int(&p, "n", -3);
-    assert_int_equal(emlio__influx_end(&p, 0), 0);
+    tool_influx_begin(&p, &b, "m");
+    tool_influx_int(&p, "n", -3);
+    assert_int_equal(tool_influx_end(&p, 0), 0);
     assert_string_equal(s_text(&b), "m n=-3i\n");
     emlio_buf_release(&b);
 }
@@ -329,25 +329,25 @@ test_influx_url_good(void **state)
 {
     (void)state;
     char err[EMLIO_ERRMSG_LEN];
-    emlio_influx_url_t u;
-    assert_int_equal(emlio__influx_url_parse(
-                         &u, "http://127.0.0.1:8086/write?db=emlio", err),
-                     0);
+    tool_influx_url_t u;
+    assert_int_equal(
+        tool_influx_url_parse(&u, "http://127.0.0.1:8086/write?db=emlio", err),
+        0);
     assert_string_equal(u.host, "127.0.0.1");
     assert_int_equal(u.port, 8086);
     assert_string_equal(u.path, "/write?db=emlio");
-    assert_int_equal(emlio__influx_url_parse(&u, "HTTP://influx.example", err),
+    assert_int_equal(tool_influx_url_parse(&u, "HTTP://influx.example", err),
                      0);
     assert_string_equal(u.host, "influx.example");
     assert_int_equal(u.port, 80);
     assert_string_equal(u.path, "/");
-    assert_int_equal(emlio__influx_url_parse(&u, "http://[::1]:9/w", err), 0);
+    assert_int_equal(tool_influx_url_parse(&u, "http://[::1]:9/w", err), 0);
     assert_string_equal(u.host, "::1");
     assert_int_equal(u.port, 9);
     assert_string_equal(u.path, "/w");
-    assert_int_equal(emlio__influx_url_parse(&u, "http://h?db=x", err), 0);
+    assert_int_equal(tool_influx_url_parse(&u, "http://h?db=x", err), 0);
     assert_string_equal(u.path, "/?db=x");
-    assert_int_equal(emlio__influx_url_parse(&u, "http://h:65535", err), 0);
+    assert_int_equal(tool_influx_url_parse(&u, "http://h:65535", err), 0);
     assert_int_equal(u.port, 65535);
 }
 
@@ -379,26 +379,26 @@ test_influx_url_bad(void **state)
         "http://h_%/",
     };
     char err[EMLIO_ERRMSG_LEN];
-    emlio_influx_url_t u;
+    tool_influx_url_t u;
     for (size_t i = 0; i < EMLIO_ARRAY_SIZE(bad); i++) {
         err[0] = '\0';
-        int rc = emlio__influx_url_parse(&u, bad[i], err);
+        int rc = tool_influx_url_parse(&u, bad[i], err);
         if (rc != EMLIO_EINVAL || !err[0])
             fail_msg("'%s' parsed (rc %d)", bad[i], rc);
     }
-    assert_int_equal(emlio__influx_url_parse(&u, "https://h/", err),
+    assert_int_equal(tool_influx_url_parse(&u, "https://h/", err),
                      EMLIO_EINVAL);
     assert_non_null(strstr(err, "https is not supported"));
     /* Limits: a host of 256 bytes, a path beyond the buffer. */
-    char big[EMLIO_INFLUX_PATH_MAX + 64];
+    char big[TOOL_INFLUX_PATH_MAX + 64];
     snprintf(big, sizeof(big), "http://");
     memset(big + 7, 'h', 256);
     big[7 + 256] = '\0';
-    assert_int_equal(emlio__influx_url_parse(&u, big, err), EMLIO_EINVAL);
+    assert_int_equal(tool_influx_url_parse(&u, big, err), EMLIO_EINVAL);
     snprintf(big, sizeof(big), "http://h/");
-    memset(big + 9, 'p', EMLIO_INFLUX_PATH_MAX);
-    big[9 + EMLIO_INFLUX_PATH_MAX] = '\0';
-    assert_int_equal(emlio__influx_url_parse(&u, big, err), EMLIO_EINVAL);
+    memset(big + 9, 'p', TOOL_INFLUX_PATH_MAX);
+    big[9 + TOOL_INFLUX_PATH_MAX] = '\0';
+    assert_int_equal(tool_influx_url_parse(&u, big, err), EMLIO_EINVAL);
 }
 
 /* --- POST. --- */
@@ -408,20 +408,20 @@ test_influx_post_answers(void **state)
 {
     (void)state;
     char err[EMLIO_ERRMSG_LEN];
-    emlio_influx_url_t u;
+    tool_influx_url_t u;
     /* The metrics endpoint answers POST with 405: a non-2xx answer. */
     int calls = 0;
-    emlio_metrics_http_t *h = emlio__metrics_http_new(s_render, &calls);
-    assert_int_equal(emlio__metrics_http_bind(h, "127.0.0.1:0"), 0);
-    assert_int_equal(emlio__metrics_http_start(h), 0);
+    tool_metrics_http_t *h = tool_metrics_http_new(s_render, &calls);
+    assert_int_equal(tool_metrics_http_bind(h, "127.0.0.1:0"), 0);
+    assert_int_equal(tool_metrics_http_start(h), 0);
     char url[128];
     snprintf(url, sizeof(url), "http://%s/metrics",
-             emlio__metrics_http_address(h));
-    assert_int_equal(emlio__influx_url_parse(&u, url, err), 0);
-    assert_int_equal(emlio__influx_post(&u, "m f=1\n", 6, 2000, err),
+             tool_metrics_http_address(h));
+    assert_int_equal(tool_influx_url_parse(&u, url, err), 0);
+    assert_int_equal(tool_influx_post(&u, "m f=1\n", 6, 2000, err),
                      EMLIO_EPROTO);
     assert_non_null(strstr(err, "answered 405"));
-    emlio__metrics_http_destroy(&h);
+    tool_metrics_http_destroy(&h);
 
     /* A listener that never accepts: the deadline holds. */
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -435,16 +435,16 @@ test_influx_post_answers(void **state)
     getsockname(lfd, (struct sockaddr *)&sa, &sl);
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/write",
              (unsigned)ntohs(sa.sin_port));
-    assert_int_equal(emlio__influx_url_parse(&u, url, err), 0);
+    assert_int_equal(tool_influx_url_parse(&u, url, err), 0);
     double t0 = emlio__now_s();
-    assert_int_equal(emlio__influx_post(&u, "m f=1\n", 6, 300, err),
+    assert_int_equal(tool_influx_post(&u, "m f=1\n", 6, 300, err),
                      EMLIO_ETIMEDOUT);
     double dt = emlio__now_s() - t0;
     assert_true(dt >= 0.25 && dt < 2.0);
 
     /* Nobody listening: refused at once. */
     close(lfd);
-    assert_int_equal(emlio__influx_post(&u, "m f=1\n", 6, 2000, err),
+    assert_int_equal(tool_influx_post(&u, "m f=1\n", 6, 2000, err),
                      -ECONNREFUSED);
     assert_non_null(strstr(err, "cannot connect"));
 }

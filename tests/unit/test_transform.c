@@ -15,71 +15,8 @@
 #include <png.h>
 
 #include "counter_rng.h"
+#include "test_images.h"
 #include "transform_ws.h"
-
-/* A smooth, textured test picture: gradients plus a checker, so crops and
- * flips of it differ. Channel c of pixel (x, y). */
-static uint8_t
-s_pixel(uint32_t x, uint32_t y, int c)
-{
-    uint32_t v = (x * 255 / 97) * (c == 0) + (y * 255 / 89) * (c == 1) +
-                 (((x / 8) + (y / 8)) % 2 ? 200 : 40) * (c == 2);
-    return (uint8_t)(v + (uint32_t)c * 13);
-}
-
-static uint8_t *
-s_picture(uint32_t w, uint32_t h, int comps)
-{
-    uint8_t *p = malloc((size_t)w * h * (size_t)comps);
-    assert_non_null(p);
-    for (uint32_t y = 0; y < h; y++)
-        for (uint32_t x = 0; x < w; x++)
-            for (int c = 0; c < comps; c++)
-                p[((size_t)y * w + x) * (size_t)comps + (size_t)c] =
-                    s_pixel(x, y, c % 3);
-    return p;
-}
-
-/* Encodes pixels (comps of colour space cs) as a JPEG; free() the result. */
-static uint8_t *
-s_jpeg(const uint8_t *pixels, uint32_t w, uint32_t h, int comps,
-       J_COLOR_SPACE cs, bool progressive, size_t *len)
-{
-    struct jpeg_compress_struct ci;
-    struct jpeg_error_mgr jerr;
-    ci.err = jpeg_std_error(&jerr);
-    jpeg_create_compress(&ci);
-    unsigned char *out = NULL;
-    unsigned long out_len = 0;
-    jpeg_mem_dest(&ci, &out, &out_len);
-    ci.image_width = w;
-    ci.image_height = h;
-    ci.input_components = comps;
-    ci.in_color_space = cs;
-    jpeg_set_defaults(&ci);
-    jpeg_set_quality(&ci, 92, TRUE);
-    if (progressive)
-        jpeg_simple_progression(&ci);
-    jpeg_start_compress(&ci, TRUE);
-    while (ci.next_scanline < h) {
-        JSAMPROW row =
-            (JSAMPROW)pixels + (size_t)ci.next_scanline * w * (size_t)comps;
-        jpeg_write_scanlines(&ci, &row, 1);
-    }
-    jpeg_finish_compress(&ci);
-    jpeg_destroy_compress(&ci);
-    *len = out_len;
-    return out;
-}
-
-static uint8_t *
-s_rgb_jpeg(uint32_t w, uint32_t h, bool progressive, size_t *len)
-{
-    uint8_t *p = s_picture(w, h, 3);
-    uint8_t *j = s_jpeg(p, w, h, 3, JCS_RGB, progressive, len);
-    free(p);
-    return j;
-}
 
 static void
 s_png_write(png_structp png, png_bytep data, size_t n)
@@ -705,6 +642,14 @@ test_transform_bombs_are_refused_before_allocating(void **state)
     assert_int_equal(s_apply(t, ws, j, len, 0, 0, &out, err), EMLIO_ELIMIT);
     assert_non_null(strstr(err, "cap"));
     free(out);
+    emlio_transform_ws_set_max_bytes(ws, 1u << 20);
+    /* libpng's row buffers count too: a 100000 x 1 PNG, 1 MB cap. */
+    png = s_png(100000, 1, PNG_COLOR_TYPE_RGB, 8, false);
+    assert_int_equal(s_apply(t, ws, png.data, png.len, 0, 0, &out, err),
+                     EMLIO_ELIMIT);
+    assert_non_null(strstr(err, "rows of 100000 pixels"));
+    free(out);
+    emlio_buf_release(&png);
     emlio_transform_ws_set_max_bytes(ws, 0);
     assert_int_equal(s_apply(t, ws, j, len, 0, 0, &out, err), 0);
     free(out);

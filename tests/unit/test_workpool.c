@@ -32,8 +32,7 @@ s_run(emlio_work_t *work, void *state)
     unit_t *u = (unit_t *)work;
     *u->state_seen = state;
     errno = 0;
-    *u->ran_with_nice =
-        getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    *u->ran_with_nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
     atomic_fetch_add(u->done, 1);
 }
 
@@ -41,7 +40,9 @@ static void
 test_workpool_runs_every_unit_at_lower_priority(void **state)
 {
     (void)state;
+
     enum { N = 2000 };
+
     static unit_t units[N];
     static int nice_of[N];
     static void *state_of[N];

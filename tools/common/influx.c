@@ -25,12 +25,12 @@ s_host_char(char c)
 }
 
 int
-emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
+tool_influx_url_parse(tool_influx_url_t *out, const char *url, char *err)
 {
     assert(out && url && err);
     memset(out, 0, sizeof(*out));
-    size_t n = strnlen(url, EMLIO_INFLUX_PATH_MAX + 512);
-    if (n > EMLIO_INFLUX_PATH_MAX + 256)
+    size_t n = strnlen(url, TOOL_INFLUX_PATH_MAX + 512);
+    if (n > TOOL_INFLUX_PATH_MAX + 256)
         return tool_seterr(err, EMLIO_EINVAL, "URL is too long");
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)url[i] <= ' ' || (unsigned char)url[i] >= 0x7f)
@@ -92,7 +92,7 @@ emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
     if (host_len == 0)
         return tool_seterr(err, EMLIO_EINVAL,
                            "invalid URL '%.200s': empty host", url);
-    if (host_len > EMLIO_INFLUX_HOST_MAX)
+    if (host_len > TOOL_INFLUX_HOST_MAX)
         return tool_seterr(err, EMLIO_EINVAL,
                            "invalid URL '%.200s': host is too long", url);
     out->port = 80;
@@ -119,7 +119,7 @@ emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
                            "supported",
                            url);
     size_t path_len = (size_t)(end - auth_end);
-    if (path_len > EMLIO_INFLUX_PATH_MAX - 1)
+    if (path_len > TOOL_INFLUX_PATH_MAX - 1)
         return tool_seterr(err, EMLIO_EINVAL,
                            "invalid URL '%.200s': path is too long", url);
     memcpy(out->host, host, host_len);
@@ -136,7 +136,7 @@ emlio__influx_url_parse(emlio_influx_url_t *out, const char *url, char *err)
  * carriage returns, which line protocol cannot carry, become spaces (and
  * are escaped if a space is special). */
 static void
-s_put_escaped(emlio_influx_point_t *p, const char *s, const char *specials)
+s_put_escaped(tool_influx_point_t *p, const char *s, const char *specials)
 {
     for (; *s && p->rc == 0; s++) {
         char c = (*s == '\n' || *s == '\r') ? ' ' : *s;
@@ -147,15 +147,15 @@ s_put_escaped(emlio_influx_point_t *p, const char *s, const char *specials)
 }
 
 static void
-s_put(emlio_influx_point_t *p, const char *s)
+s_put(tool_influx_point_t *p, const char *s)
 {
     if (p->rc == 0)
         p->rc = emlio_buf_add(p->out, s, strlen(s));
 }
 
 void
-emlio__influx_begin(emlio_influx_point_t *p, emlio_buf_t *out,
-                    const char *measurement)
+tool_influx_begin(tool_influx_point_t *p, emlio_buf_t *out,
+                  const char *measurement)
 {
     assert(p && out && measurement && *measurement);
     p->out = out;
@@ -166,7 +166,7 @@ emlio__influx_begin(emlio_influx_point_t *p, emlio_buf_t *out,
 }
 
 void
-emlio__influx_tag(emlio_influx_point_t *p, const char *key, const char *value)
+tool_influx_tag(tool_influx_point_t *p, const char *key, const char *value)
 {
     assert(p && key && *key && value && p->fields == 0);
     if (!*value)
@@ -179,7 +179,7 @@ emlio__influx_tag(emlio_influx_point_t *p, const char *key, const char *value)
 
 /* Writes the separator and "key=" of the next field. */
 static void
-s_field_key(emlio_influx_point_t *p, const char *key)
+s_field_key(tool_influx_point_t *p, const char *key)
 {
     assert(key && *key);
     s_put(p, p->fields++ ? "," : " ");
@@ -188,7 +188,7 @@ s_field_key(emlio_influx_point_t *p, const char *key)
 }
 
 void
-emlio__influx_float(emlio_influx_point_t *p, const char *key, double v)
+tool_influx_float(tool_influx_point_t *p, const char *key, double v)
 {
     assert(p);
     if (!isfinite(v) || p->rc < 0)
@@ -199,7 +199,7 @@ emlio__influx_float(emlio_influx_point_t *p, const char *key, double v)
 }
 
 void
-emlio__influx_int(emlio_influx_point_t *p, const char *key, int64_t v)
+tool_influx_int(tool_influx_point_t *p, const char *key, int64_t v)
 {
     assert(p);
     s_field_key(p, key);
@@ -208,7 +208,7 @@ emlio__influx_int(emlio_influx_point_t *p, const char *key, int64_t v)
 }
 
 void
-emlio__influx_str(emlio_influx_point_t *p, const char *key, const char *v)
+tool_influx_str(tool_influx_point_t *p, const char *key, const char *v)
 {
     assert(p && v);
     s_field_key(p, key);
@@ -224,7 +224,7 @@ emlio__influx_str(emlio_influx_point_t *p, const char *key, const char *v)
 }
 
 int
-emlio__influx_end(emlio_influx_point_t *p, int64_t ts_ns)
+tool_influx_end(tool_influx_point_t *p, int64_t ts_ns)
 {
     assert(p);
     if (p->rc == 0 && p->fields == 0)
@@ -245,8 +245,7 @@ s_ms_left(uint64_t deadline_ns)
     uint64_t now = tool_now_ns();
     if (now >= deadline_ns)
         return 0;
-    return (int)EMLIO_MIN((deadline_ns - now) / 1000000u + 1,
-                          (uint64_t)INT_MAX);
+    return (int)TOOL_MIN((deadline_ns - now) / 1000000u + 1, (uint64_t)INT_MAX);
 }
 
 /* Waits for events on fd until the deadline. 0, EMLIO_ETIMEDOUT or -errno. */
@@ -350,12 +349,12 @@ s_recv_answer(int fd, char *buf, size_t cap, uint64_t deadline_ns)
 }
 
 int
-emlio__influx_post(const emlio_influx_url_t *url, const void *body, size_t len,
-                   int timeout_ms, char *err)
+tool_influx_post(const tool_influx_url_t *url, const void *body, size_t len,
+                 int timeout_ms, char *err)
 {
     assert(url && (body || len == 0) && err);
     uint64_t deadline_ns =
-        tool_now_ns() + (uint64_t)EMLIO_MAX(timeout_ms, 1) * 1000000u;
+        tool_now_ns() + (uint64_t)TOOL_MAX(timeout_ms, 1) * 1000000u;
     char port[8];
     snprintf(port, sizeof(port), "%u", (unsigned)url->port);
     struct addrinfo hints;

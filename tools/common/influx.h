@@ -2,23 +2,23 @@
  * Internal to libemlio; emliod's exporter and `emlio fetch --influx` use it.
  * SPDX-License-Identifier: MIT
  *
- *   emlio_influx_url_t url;
- *   char err[EMLIO_ERRMSG_LEN];
- *   if (emlio__influx_url_parse(&url, "http://127.0.0.1:8086/write?db=x",
+ *   tool_influx_url_t url;
+ *   char err[TOOL_ERRMSG_LEN];
+ *   if (tool_influx_url_parse(&url, "http://127.0.0.1:8086/write?db=x",
  *                               err) < 0) ... err ...
  *   emlio_buf_t body = EMLIO_BUF_INIT;
- *   emlio_influx_point_t p;
- *   emlio__influx_begin(&p, &body, "emlio_epoch");
- *   emlio__influx_tag(&p, "rank", "0");
- *   emlio__influx_float(&p, "seconds", 1.5);
- *   emlio__influx_str(&p, "energy_source", "model");
- *   if (emlio__influx_end(&p, now_ns) == 0)
- *       rc = emlio__influx_post(&url, body.data, body.len, 2000, err);
+ *   tool_influx_point_t p;
+ *   tool_influx_begin(&p, &body, "emlio_epoch");
+ *   tool_influx_tag(&p, "rank", "0");
+ *   tool_influx_float(&p, "seconds", 1.5);
+ *   tool_influx_str(&p, "energy_source", "model");
+ *   if (tool_influx_end(&p, now_ns) == 0)
+ *       rc = tool_influx_post(&url, body.data, body.len, 2000, err);
  *
  * Everything here is reentrant; the functions share no state.
  */
-#ifndef EMLIO_INFLUX_H
-#define EMLIO_INFLUX_H
+#ifndef TOOL_INFLUX_H
+#define TOOL_INFLUX_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,24 +26,23 @@
 
 #include "emlio/buf.h"
 
-#define EMLIO_INFLUX_HOST_MAX 255
-#define EMLIO_INFLUX_PATH_MAX 2048
+#define TOOL_INFLUX_HOST_MAX 255
+#define TOOL_INFLUX_PATH_MAX 2048
 
 /* A parsed http:// URL. host is a name, an IPv4 address or an IPv6 address
  * (without its brackets); path starts with '/' and keeps the query. */
-typedef struct emlio_influx_url {
-    char host[EMLIO_INFLUX_HOST_MAX + 1];
+typedef struct tool_influx_url {
+    char host[TOOL_INFLUX_HOST_MAX + 1];
     uint16_t port; /* 80 when the URL names none */
-    char path[EMLIO_INFLUX_PATH_MAX + 1];
-} emlio_influx_url_t;
+    char path[TOOL_INFLUX_PATH_MAX + 1];
+} tool_influx_url_t;
 
 /* Parses "http://HOST[:PORT][/PATH[?QUERY]]". Refuses other schemes
  * (https included: there is no TLS here), user info, fragments, empty hosts,
  * ports outside 1..65535, white space, control bytes and anything longer than
  * the limits above. Returns 0, or EMLIO_EINVAL with the reason in err
- * (EMLIO_ERRMSG_LEN bytes). Never reads past the NUL. */
-int emlio__influx_url_parse(emlio_influx_url_t *out, const char *url,
-                            char *err);
+ * (TOOL_ERRMSG_LEN bytes). Never reads past the NUL. */
+int tool_influx_url_parse(tool_influx_url_t *out, const char *url, char *err);
 
 /* One point of line protocol being written into a buffer:
  *   measurement[,tag=value...] field=value[,field=value...] timestamp\n
@@ -51,26 +50,26 @@ int emlio__influx_url_parse(emlio_influx_url_t *out, const char *url,
  * '=' and ' '; string values '"' and '\'. Newlines cannot be escaped in line
  * protocol, so they become spaces. Tags with an empty value and float fields
  * that are NaN or infinite are left out (InfluxDB refuses them). */
-typedef struct emlio_influx_point {
+typedef struct tool_influx_point {
     emlio_buf_t *out;
     size_t start;  /* out->len at begin, for rolling back a failed point */
     size_t fields; /* fields written so far */
     int rc;        /* first failure (EMLIO_ENOMEM), sticky */
-} emlio_influx_point_t;
+} tool_influx_point_t;
 
-void emlio__influx_begin(emlio_influx_point_t *p, emlio_buf_t *out,
-                         const char *measurement);
+void tool_influx_begin(tool_influx_point_t *p, emlio_buf_t *out,
+                       const char *measurement);
 /* Tags must all come before the first field. */
-void emlio__influx_tag(emlio_influx_point_t *p, const char *key,
-                       const char *value);
-void emlio__influx_float(emlio_influx_point_t *p, const char *key, double v);
+void tool_influx_tag(tool_influx_point_t *p, const char *key,
+                     const char *value);
+void tool_influx_float(tool_influx_point_t *p, const char *key, double v);
 /* Integers are written with InfluxDB 1.x's 'i' suffix (signed 64-bit). */
-void emlio__influx_int(emlio_influx_point_t *p, const char *key, int64_t v);
-void emlio__influx_str(emlio_influx_point_t *p, const char *key, const char *v);
+void tool_influx_int(tool_influx_point_t *p, const char *key, int64_t v);
+void tool_influx_str(tool_influx_point_t *p, const char *key, const char *v);
 /* Ends the point with a timestamp in nanoseconds (0: none, the server's
  * clock) and a newline. Returns 0, EMLIO_ENOMEM, or EMLIO_EINVAL when the
  * point has no field; on failure the buffer is rolled back to begin. */
-int emlio__influx_end(emlio_influx_point_t *p, int64_t ts_ns);
+int tool_influx_end(tool_influx_point_t *p, int64_t ts_ns);
 
 /* POSTs body to url (Content-Type text/plain) over a fresh TCP connection
  * and reads the status line. Blocks for at most about timeout_ms in connect,
@@ -80,7 +79,7 @@ int emlio__influx_end(emlio_influx_point_t *p, int64_t ts_ns);
  * does not resolve), EMLIO_EPROTO (not an HTTP answer, or not 2xx: err
  * quotes the status and the start of the body) or EMLIO_ENOMEM. Sends with
  * MSG_NOSIGNAL: a closed peer never raises SIGPIPE. */
-int emlio__influx_post(const emlio_influx_url_t *url, const void *body,
-                       size_t len, int timeout_ms, char *err);
+int tool_influx_post(const tool_influx_url_t *url, const void *body, size_t len,
+                     int timeout_ms, char *err);
 
-#endif /* EMLIO_INFLUX_H */
+#endif /* TOOL_INFLUX_H */

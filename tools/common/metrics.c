@@ -33,7 +33,7 @@ s_name_char(char c, bool first, bool label)
 }
 
 bool
-emlio__metrics_name_ok(const char *name, bool label)
+tool_metrics_name_ok(const char *name, bool label)
 {
     if (!name || !*name || (label && name[0] == '_' && name[1] == '_'))
         return false;
@@ -62,11 +62,11 @@ s_add_escaped(emlio_buf_t *out, const char *s, bool quote)
 }
 
 int
-emlio__metrics_family(emlio_buf_t *out, const char *name, const char *type,
-                      const char *help)
+tool_metrics_family(emlio_buf_t *out, const char *name, const char *type,
+                    const char *help)
 {
     assert(out && name && type && help);
-    if (!emlio__metrics_name_ok(name, false) ||
+    if (!tool_metrics_name_ok(name, false) ||
         (strcmp(type, "counter") && strcmp(type, "gauge") &&
          strcmp(type, "untyped")))
         return EMLIO_EINVAL;
@@ -81,12 +81,12 @@ emlio__metrics_family(emlio_buf_t *out, const char *name, const char *type,
 /* Appends name{labels} and a space. */
 static int
 s_sample_head(emlio_buf_t *out, const char *name,
-              const emlio_metrics_label_t *labels, size_t n)
+              const tool_metrics_label_t *labels, size_t n)
 {
-    if (!emlio__metrics_name_ok(name, false))
+    if (!tool_metrics_name_ok(name, false))
         return EMLIO_EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (!emlio__metrics_name_ok(labels[i].name, true) || !labels[i].value)
+        if (!tool_metrics_name_ok(labels[i].name, true) || !labels[i].value)
             return EMLIO_EINVAL;
     int rc = emlio_buf_add(out, name, strlen(name));
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -104,9 +104,8 @@ s_sample_head(emlio_buf_t *out, const char *name,
 }
 
 int
-emlio__metrics_sample(emlio_buf_t *out, const char *name,
-                      const emlio_metrics_label_t *labels, size_t n,
-                      double value)
+tool_metrics_sample(emlio_buf_t *out, const char *name,
+                    const tool_metrics_label_t *labels, size_t n, double value)
 {
     assert(out && (labels || n == 0));
     int rc = s_sample_head(out, name, labels, n);
@@ -120,9 +119,9 @@ emlio__metrics_sample(emlio_buf_t *out, const char *name,
 }
 
 int
-emlio__metrics_sample_u64(emlio_buf_t *out, const char *name,
-                          const emlio_metrics_label_t *labels, size_t n,
-                          uint64_t value)
+tool_metrics_sample_u64(emlio_buf_t *out, const char *name,
+                        const tool_metrics_label_t *labels, size_t n,
+                        uint64_t value)
 {
     assert(out && (labels || n == 0));
     int rc = s_sample_head(out, name, labels, n);
@@ -158,7 +157,7 @@ s_next_line(const char *buf, size_t len, size_t pos, size_t *line_len)
 }
 
 static int
-s_parse_request_line(emlio_metrics_request_t *req, const char *s, size_t n)
+s_parse_request_line(tool_metrics_request_t *req, const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n && s_tchar((unsigned char)s[i]))
@@ -199,15 +198,15 @@ s_check_header(const char *s, size_t n)
 }
 
 int
-emlio__metrics_parse_request(emlio_metrics_request_t *req, const char *buf,
-                             size_t len)
+tool_metrics_parse_request(tool_metrics_request_t *req, const char *buf,
+                           size_t len)
 {
     assert(req && (buf || len == 0));
     memset(req, 0, sizeof(*req));
     /* Only the first MAX_REQUEST bytes may hold the head; a head that does
      * not end there is refused rather than buffered further. */
-    size_t lim = EMLIO_MIN(len, (size_t)EMLIO_METRICS_MAX_REQUEST);
-    bool capped = len >= EMLIO_METRICS_MAX_REQUEST;
+    size_t lim = TOOL_MIN(len, (size_t)TOOL_METRICS_MAX_REQUEST);
+    bool capped = len >= TOOL_METRICS_MAX_REQUEST;
     size_t line_len = 0;
     int pos = s_next_line(buf, lim, 0, &line_len);
     if (pos == EMLIO_EINCOMPLETE) {
@@ -236,7 +235,7 @@ emlio__metrics_parse_request(emlio_metrics_request_t *req, const char *buf,
 }
 
 int
-emlio__metrics_route(const emlio_metrics_request_t *req)
+tool_metrics_route(const tool_metrics_request_t *req)
 {
     assert(req);
     if (req->method_len != 3 || memcmp(req->method, "GET", 3) != 0)
@@ -253,7 +252,7 @@ emlio__metrics_route(const emlio_metrics_request_t *req)
 
 typedef struct s_conn {
     int fd; /* -1: slot free */
-    char in[EMLIO_METRICS_MAX_REQUEST];
+    char in[TOOL_METRICS_MAX_REQUEST];
     size_t in_len;
     emlio_buf_t out;
     size_t out_off;
@@ -261,8 +260,8 @@ typedef struct s_conn {
     uint64_t deadline_ns;
 } s_conn_t;
 
-struct emlio_metrics_http {
-    emlio_metrics_render_fn *fn;
+struct tool_metrics_http {
+    tool_metrics_render_fn *fn;
     void *userdata;
     int lfd;
     int wake[2];
@@ -270,23 +269,23 @@ struct emlio_metrics_http {
     bool started;
     atomic_bool quit;
     atomic_uint_fast64_t served;
-    s_conn_t conns[EMLIO_METRICS_MAX_CONNS];
+    s_conn_t conns[TOOL_METRICS_MAX_CONNS];
     char address[80];
-    char err[EMLIO_ERRMSG_LEN];
+    char err[TOOL_ERRMSG_LEN];
 };
 
-emlio_metrics_http_t *
-emlio__metrics_http_new(emlio_metrics_render_fn *fn, void *userdata)
+tool_metrics_http_t *
+tool_metrics_http_new(tool_metrics_render_fn *fn, void *userdata)
 {
     assert(fn);
-    emlio_metrics_http_t *self = calloc(1, sizeof(*self));
+    tool_metrics_http_t *self = calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->fn = fn;
     self->userdata = userdata;
     self->lfd = -1;
     self->wake[0] = self->wake[1] = -1;
-    for (size_t i = 0; i < EMLIO_METRICS_MAX_CONNS; i++)
+    for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++)
         self->conns[i].fd = -1;
     atomic_init(&self->quit, false);
     atomic_init(&self->served, 0);
@@ -306,7 +305,7 @@ s_conn_close(s_conn_t *c)
 }
 
 void
-emlio__metrics_http_stop(emlio_metrics_http_t *self)
+tool_metrics_http_stop(tool_metrics_http_t *self)
 {
     assert(self);
     if (!self->started)
@@ -318,17 +317,17 @@ emlio__metrics_http_stop(emlio_metrics_http_t *self)
     while (n < 0 && errno == EINTR);
     pthread_join(self->thread, NULL);
     self->started = false;
-    for (size_t i = 0; i < EMLIO_METRICS_MAX_CONNS; i++)
+    for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++)
         s_conn_close(&self->conns[i]);
 }
 
 void
-emlio__metrics_http_destroy(emlio_metrics_http_t **self_p)
+tool_metrics_http_destroy(tool_metrics_http_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    emlio_metrics_http_t *self = *self_p;
-    emlio__metrics_http_stop(self);
+    tool_metrics_http_t *self = *self_p;
+    tool_metrics_http_stop(self);
     if (self->lfd >= 0)
         close(self->lfd);
     for (int i = 0; i < 2; i++)
@@ -371,7 +370,7 @@ s_split_hostport(const char *hp, char *host, size_t host_cap, char *port,
 }
 
 int
-emlio__metrics_http_bind(emlio_metrics_http_t *self, const char *hostport)
+tool_metrics_http_bind(tool_metrics_http_t *self, const char *hostport)
 {
     assert(self && hostport);
     if (self->lfd >= 0)
@@ -439,21 +438,21 @@ emlio__metrics_http_bind(emlio_metrics_http_t *self, const char *hostport)
 }
 
 const char *
-emlio__metrics_http_address(const emlio_metrics_http_t *self)
+tool_metrics_http_address(const tool_metrics_http_t *self)
 {
     assert(self);
     return self->address;
 }
 
 uint64_t
-emlio__metrics_http_served(const emlio_metrics_http_t *self)
+tool_metrics_http_served(const tool_metrics_http_t *self)
 {
     assert(self);
-    return atomic_load(&((emlio_metrics_http_t *)self)->served);
+    return atomic_load(&((tool_metrics_http_t *)self)->served);
 }
 
 const char *
-emlio__metrics_http_errmsg(const emlio_metrics_http_t *self)
+tool_metrics_http_errmsg(const tool_metrics_http_t *self)
 {
     assert(self);
     return self->err;
@@ -480,7 +479,7 @@ s_reason(int status)
 
 /* Builds the whole answer into c->out. */
 static void
-s_answer(emlio_metrics_http_t *self, s_conn_t *c, int status)
+s_answer(tool_metrics_http_t *self, s_conn_t *c, int status)
 {
     emlio_buf_t body = EMLIO_BUF_INIT;
     if (status == 200 && self->fn(self->userdata, &body) < 0) {
@@ -496,8 +495,7 @@ s_answer(emlio_metrics_http_t *self, s_conn_t *c, int status)
         "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
         "%sConnection: close\r\n\r\n",
         status, s_reason(status),
-        status == 200 ? EMLIO_METRICS_CONTENT_TYPE
-                      : "text/plain; charset=utf-8",
+        status == 200 ? TOOL_METRICS_CONTENT_TYPE : "text/plain; charset=utf-8",
         body.len, status == 405 ? "Allow: GET\r\n" : "");
     if (rc == 0 && body.len)
         rc = emlio_buf_add(&c->out, body.data, body.len);
@@ -512,7 +510,7 @@ s_answer(emlio_metrics_http_t *self, s_conn_t *c, int status)
 /* Reads what the peer sent and answers once the head is in. Returns false
  * when the connection is to be closed. */
 static bool
-s_on_readable(emlio_metrics_http_t *self, s_conn_t *c)
+s_on_readable(tool_metrics_http_t *self, s_conn_t *c)
 {
     for (;;) {
         if (c->in_len == sizeof(c->in)) {
@@ -529,15 +527,15 @@ s_on_readable(emlio_metrics_http_t *self, s_conn_t *c)
             return errno == EAGAIN || errno == EWOULDBLOCK;
         }
         c->in_len += (size_t)n;
-        emlio_metrics_request_t req;
-        int rc = emlio__metrics_parse_request(&req, c->in, c->in_len);
+        tool_metrics_request_t req;
+        int rc = tool_metrics_parse_request(&req, c->in, c->in_len);
         if (rc == EMLIO_EINCOMPLETE)
             continue;
         if (rc < 0)
             s_answer(self, c,
-                     c->in_len >= EMLIO_METRICS_MAX_REQUEST ? 431 : 400);
+                     c->in_len >= TOOL_METRICS_MAX_REQUEST ? 431 : 400);
         else
-            s_answer(self, c, emlio__metrics_route(&req));
+            s_answer(self, c, tool_metrics_route(&req));
         return true;
     }
 }
@@ -562,9 +560,9 @@ s_on_writable(s_conn_t *c)
 }
 
 static void
-s_accept(emlio_metrics_http_t *self)
+s_accept(tool_metrics_http_t *self)
 {
-    for (size_t i = 0; i < EMLIO_METRICS_MAX_CONNS; i++) {
+    for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++) {
         s_conn_t *c = &self->conns[i];
         if (c->fd >= 0)
             continue;
@@ -575,23 +573,23 @@ s_accept(emlio_metrics_http_t *self)
         c->in_len = 0;
         c->answered = false;
         c->deadline_ns =
-            tool_now_ns() + (uint64_t)EMLIO_METRICS_CONN_MS * 1000000u;
+            tool_now_ns() + (uint64_t)TOOL_METRICS_CONN_MS * 1000000u;
     }
 }
 
 static void *
 s_http_main(void *arg)
 {
-    emlio_metrics_http_t *self = arg;
-    struct pollfd pfd[2 + EMLIO_METRICS_MAX_CONNS];
-    size_t slot[2 + EMLIO_METRICS_MAX_CONNS];
+    tool_metrics_http_t *self = arg;
+    struct pollfd pfd[2 + TOOL_METRICS_MAX_CONNS];
+    size_t slot[2 + TOOL_METRICS_MAX_CONNS];
     while (!atomic_load(&self->quit)) {
         size_t n = 0;
         pfd[n++] = (struct pollfd){ .fd = self->wake[0], .events = POLLIN };
         size_t open = 0;
         uint64_t now = tool_now_ns();
         uint64_t next = now + 1000000000u;
-        for (size_t i = 0; i < EMLIO_METRICS_MAX_CONNS; i++) {
+        for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++) {
             s_conn_t *c = &self->conns[i];
             if (c->fd < 0)
                 continue;
@@ -600,14 +598,14 @@ s_http_main(void *arg)
                 continue;
             }
             open++;
-            next = EMLIO_MIN(next, c->deadline_ns);
+            next = TOOL_MIN(next, c->deadline_ns);
             slot[n] = i;
             pfd[n++] =
                 (struct pollfd){ .fd = c->fd,
                                  .events = c->answered ? POLLOUT : POLLIN };
         }
         size_t lidx = n;
-        if (open < EMLIO_METRICS_MAX_CONNS)
+        if (open < TOOL_METRICS_MAX_CONNS)
             pfd[n++] = (struct pollfd){ .fd = self->lfd, .events = POLLIN };
         int ms = (int)((next - now) / 1000000u) + 1;
         int rc = poll(pfd, n, ms);
@@ -643,7 +641,7 @@ s_http_main(void *arg)
 }
 
 int
-emlio__metrics_http_start(emlio_metrics_http_t *self)
+tool_metrics_http_start(tool_metrics_http_t *self)
 {
     assert(self);
     if (self->lfd < 0 || self->started)
@@ -665,7 +663,7 @@ emlio__metrics_http_start(emlio_metrics_http_t *self)
 /* --- Process figures. --- */
 
 double
-emlio__metrics_cpu_s(void)
+tool_metrics_cpu_s(void)
 {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0)
@@ -675,7 +673,7 @@ emlio__metrics_cpu_s(void)
 }
 
 uint64_t
-emlio__metrics_rss_bytes(void)
+tool_metrics_rss_bytes(void)
 {
     int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -699,10 +697,10 @@ emlio__metrics_rss_bytes(void)
 
 /* --- emliod's exporter. --- */
 
-struct emlio_metrics {
+struct tool_metrics {
     emlio_ctx_t *ctx;
     emlio_server_t *srv;
-    emlio_metrics_http_t *http;
+    tool_metrics_http_t *http;
     uint64_t t0_ns;
     char host[256];
 
@@ -713,7 +711,7 @@ struct emlio_metrics {
     pthread_mutex_t lock;
 
     bool influx;
-    emlio_influx_url_t url;
+    tool_influx_url_t url;
     char *url_text;
     double interval_s;
     pthread_t pusher;
@@ -723,20 +721,20 @@ struct emlio_metrics {
     bool pquit;
     bool push_failing;
 
-    char err[EMLIO_ERRMSG_LEN];
+    char err[TOOL_ERRMSG_LEN];
 };
 
 static int
 s_render_cb(void *userdata, emlio_buf_t *out)
 {
-    return emlio__metrics_render(userdata, out);
+    return tool_metrics_render(userdata, out);
 }
 
-emlio_metrics_t *
-emlio__metrics_new(emlio_ctx_t *ctx, emlio_server_t *srv)
+tool_metrics_t *
+tool_metrics_new(emlio_ctx_t *ctx, emlio_server_t *srv)
 {
     assert(ctx && srv);
-    emlio_metrics_t *self = calloc(1, sizeof(*self));
+    tool_metrics_t *self = calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->ctx = ctx;
@@ -763,12 +761,12 @@ emlio__metrics_new(emlio_ctx_t *ctx, emlio_server_t *srv)
 }
 
 void
-emlio__metrics_destroy(emlio_metrics_t **self_p)
+tool_metrics_destroy(tool_metrics_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    emlio_metrics_t *self = *self_p;
-    emlio__metrics_http_destroy(&self->http);
+    tool_metrics_t *self = *self_p;
+    tool_metrics_http_destroy(&self->http);
     if (self->pusher_started) {
         pthread_mutex_lock(&self->plock);
         self->pquit = true;
@@ -786,29 +784,28 @@ emlio__metrics_destroy(emlio_metrics_t **self_p)
 }
 
 int
-emlio__metrics_set_powercap_root(emlio_metrics_t *self, const char *root)
+tool_metrics_set_powercap_root(tool_metrics_t *self, const char *root)
 {
     assert(self);
     return emlio_energy_set_powercap_root(self->meter, root);
 }
 
 int
-emlio__metrics_listen(emlio_metrics_t *self, const char *hostport)
+tool_metrics_listen(tool_metrics_t *self, const char *hostport)
 {
     assert(self && hostport);
-    if (!self->http &&
-        !(self->http = emlio__metrics_http_new(s_render_cb, self)))
+    if (!self->http && !(self->http = tool_metrics_http_new(s_render_cb, self)))
         return tool_seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    int rc = emlio__metrics_http_bind(self->http, hostport);
+    int rc = tool_metrics_http_bind(self->http, hostport);
     if (rc < 0)
         return tool_seterr(self->err, rc, "%s",
-                           emlio__metrics_http_errmsg(self->http));
+                           tool_metrics_http_errmsg(self->http));
     return 0;
 }
 
 int
-emlio__metrics_set_influx(emlio_metrics_t *self, const char *url,
-                          double interval_s)
+tool_metrics_set_influx(tool_metrics_t *self, const char *url,
+                        double interval_s)
 {
     assert(self && url);
     if (!(interval_s >= 0.05 && interval_s <= 86400))
@@ -816,7 +813,7 @@ emlio__metrics_set_influx(emlio_metrics_t *self, const char *url,
                            "invalid influx interval %g: expected 0.05 to "
                            "86400 seconds",
                            interval_s);
-    int rc = emlio__influx_url_parse(&self->url, url, self->err);
+    int rc = tool_influx_url_parse(&self->url, url, self->err);
     if (rc < 0)
         return rc;
     free(self->url_text);
@@ -828,14 +825,14 @@ emlio__metrics_set_influx(emlio_metrics_t *self, const char *url,
 }
 
 const char *
-emlio__metrics_address(const emlio_metrics_t *self)
+tool_metrics_address(const tool_metrics_t *self)
 {
     assert(self);
-    return self->http ? emlio__metrics_http_address(self->http) : "";
+    return self->http ? tool_metrics_http_address(self->http) : "";
 }
 
 const char *
-emlio__metrics_errmsg(const emlio_metrics_t *self)
+tool_metrics_errmsg(const tool_metrics_t *self)
 {
     assert(self);
     return self->err;
@@ -852,11 +849,11 @@ typedef struct s_snapshot {
 } s_snapshot_t;
 
 static void
-s_snapshot(emlio_metrics_t *self, s_snapshot_t *s)
+s_snapshot(tool_metrics_t *self, s_snapshot_t *s)
 {
     emlio_server_stats(self->srv, &s->st);
-    s->cpu_s = emlio__metrics_cpu_s();
-    s->rss = emlio__metrics_rss_bytes();
+    s->cpu_s = tool_metrics_cpu_s();
+    s->rss = tool_metrics_rss_bytes();
     s->uptime_s = (double)(tool_now_ns() - self->t0_ns) / 1e9;
     pthread_mutex_lock(&self->lock);
     s->energy = self->meter_ok && emlio_energy_read(self->meter, &s->rep) == 0;
@@ -868,20 +865,20 @@ static int
 s_family_u64(emlio_buf_t *out, const char *name, const char *type,
              const char *help, uint64_t v)
 {
-    int rc = emlio__metrics_family(out, name, type, help);
-    return rc < 0 ? rc : emlio__metrics_sample_u64(out, name, NULL, 0, v);
+    int rc = tool_metrics_family(out, name, type, help);
+    return rc < 0 ? rc : tool_metrics_sample_u64(out, name, NULL, 0, v);
 }
 
 static int
 s_family_f64(emlio_buf_t *out, const char *name, const char *type,
              const char *help, double v)
 {
-    int rc = emlio__metrics_family(out, name, type, help);
-    return rc < 0 ? rc : emlio__metrics_sample(out, name, NULL, 0, v);
+    int rc = tool_metrics_family(out, name, type, help);
+    return rc < 0 ? rc : tool_metrics_sample(out, name, NULL, 0, v);
 }
 
 int
-emlio__metrics_render(emlio_metrics_t *self, emlio_buf_t *out)
+tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
 {
     assert(self && out);
     s_snapshot_t s;
@@ -889,16 +886,16 @@ emlio__metrics_render(emlio_metrics_t *self, emlio_buf_t *out)
     char version[32];
     snprintf(version, sizeof(version), "%d.%d.%d", EMLIO_VERSION_MAJOR,
              EMLIO_VERSION_MINOR, EMLIO_VERSION_PATCH);
-    const emlio_metrics_label_t info[] = {
+    const tool_metrics_label_t info[] = {
         { "version", version },
         { "endpoint", emlio_server_endpoint(self->srv) },
         { "dataset", emlio_server_dataset(self->srv) },
     };
-    int rc = emlio__metrics_family(out, "emlio_info", "gauge",
-                                   "Build and dataset of this emliod");
+    int rc = tool_metrics_family(out, "emlio_info", "gauge",
+                                 "Build and dataset of this emliod");
     if (rc == 0)
-        rc = emlio__metrics_sample(out, "emlio_info", info,
-                                   EMLIO_ARRAY_SIZE(info), 1);
+        rc = tool_metrics_sample(out, "emlio_info", info, TOOL_ARRAY_SIZE(info),
+                                 1);
     if (rc == 0)
         rc = s_family_u64(out, "emlio_requests_total", "counter",
                           "GET requests answered with a batch", s.st.requests);
@@ -943,26 +940,26 @@ emlio__metrics_render(emlio_metrics_t *self, emlio_buf_t *out)
         rc = s_family_f64(out, "emlio_uptime_seconds", "gauge",
                           "Seconds since the exporter started", s.uptime_s);
     if (rc == 0 && s.energy) {
-        const emlio_metrics_label_t src[] = { { "source", s.rep.source } };
-        rc = emlio__metrics_family(
+        const tool_metrics_label_t src[] = { { "source", s.rep.source } };
+        rc = tool_metrics_family(
             out, "emlio_energy_joules_total", "counter",
             "Energy since emliod started (source model is an estimate)");
         if (rc == 0)
-            rc = emlio__metrics_sample(out, "emlio_energy_joules_total", src, 1,
-                                       s.rep.energy_j);
+            rc = tool_metrics_sample(out, "emlio_energy_joules_total", src, 1,
+                                     s.rep.energy_j);
         if (rc == 0)
-            rc = emlio__metrics_family(
-                out, "emlio_energy_domain_joules_total", "counter",
-                "Energy per domain since emliod started");
+            rc = tool_metrics_family(out, "emlio_energy_domain_joules_total",
+                                     "counter",
+                                     "Energy per domain since emliod started");
         for (size_t i = 0; i < s.rep.n_domains && rc == 0; i++) {
             const emlio_energy_domain_t *d = &s.rep.domains[i];
-            const emlio_metrics_label_t dl[] = {
+            const tool_metrics_label_t dl[] = {
                 { "domain", d->name },
                 { "source", d->source },
                 { "in_total", d->in_total ? "true" : "false" },
             };
-            rc = emlio__metrics_sample(out, "emlio_energy_domain_joules_total",
-                                       dl, EMLIO_ARRAY_SIZE(dl), d->joules);
+            rc = tool_metrics_sample(out, "emlio_energy_domain_joules_total",
+                                     dl, TOOL_ARRAY_SIZE(dl), d->joules);
         }
     }
     return rc;
@@ -975,64 +972,63 @@ s_i64(uint64_t v)
 }
 
 int
-emlio__metrics_point(emlio_metrics_t *self, emlio_buf_t *out)
+tool_metrics_point(tool_metrics_t *self, emlio_buf_t *out)
 {
     assert(self && out);
     s_snapshot_t s;
     s_snapshot(self, &s);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    emlio_influx_point_t p;
-    emlio__influx_begin(&p, out, "emlio_server");
-    emlio__influx_tag(&p, "host", self->host);
-    emlio__influx_tag(&p, "endpoint", emlio_server_endpoint(self->srv));
-    emlio__influx_int(&p, "requests", s_i64(s.st.requests));
-    emlio__influx_int(&p, "errors", s_i64(s.st.errors));
-    emlio__influx_int(&p, "samples", s_i64(s.st.samples));
-    emlio__influx_int(&p, "bytes", s_i64(s.st.bytes));
-    emlio__influx_int(&p, "corrupt_skipped", s_i64(s.st.corrupt_skipped));
-    emlio__influx_int(&p, "clients", s_i64(s.st.clients));
-    emlio__influx_float(&p, "cpu_s", s.cpu_s);
-    emlio__influx_int(&p, "rss_bytes", s_i64(s.rss));
-    emlio__influx_float(&p, "uptime_s", s.uptime_s);
+    tool_influx_point_t p;
+    tool_influx_begin(&p, out, "emlio_server");
+    tool_influx_tag(&p, "host", self->host);
+    tool_influx_tag(&p, "endpoint", emlio_server_endpoint(self->srv));
+    tool_influx_int(&p, "requests", s_i64(s.st.requests));
+    tool_influx_int(&p, "errors", s_i64(s.st.errors));
+    tool_influx_int(&p, "samples", s_i64(s.st.samples));
+    tool_influx_int(&p, "bytes", s_i64(s.st.bytes));
+    tool_influx_int(&p, "corrupt_skipped", s_i64(s.st.corrupt_skipped));
+    tool_influx_int(&p, "clients", s_i64(s.st.clients));
+    tool_influx_float(&p, "cpu_s", s.cpu_s);
+    tool_influx_int(&p, "rss_bytes", s_i64(s.rss));
+    tool_influx_float(&p, "uptime_s", s.uptime_s);
     if (s.energy)
-        emlio__influx_float(&p, "energy_j", s.rep.energy_j);
-    emlio__influx_str(&p, "energy_source", s.energy ? s.rep.source : "none");
-    return emlio__influx_end(&p, (int64_t)ts.tv_sec * 1000000000 +
-                                     (int64_t)ts.tv_nsec);
+        tool_influx_float(&p, "energy_j", s.rep.energy_j);
+    tool_influx_str(&p, "energy_source", s.energy ? s.rep.source : "none");
+    return tool_influx_end(&p, (int64_t)ts.tv_sec * 1000000000 +
+                                   (int64_t)ts.tv_nsec);
 }
 
 /* Pushes one point; logs the first failure and the recovery, not every
  * failure of an InfluxDB that stays down. */
 static void
-s_push(emlio_metrics_t *self)
+s_push(tool_metrics_t *self)
 {
     emlio_buf_t body = EMLIO_BUF_INIT;
-    char err[EMLIO_ERRMSG_LEN] = "out of memory";
+    char err[TOOL_ERRMSG_LEN] = "out of memory";
     int timeout_ms =
-        (int)EMLIO_MIN(EMLIO_MAX(self->interval_s * 1000, 200), 5000);
-    int rc = emlio__metrics_point(self, &body);
+        (int)TOOL_MIN(TOOL_MAX(self->interval_s * 1000, 200), 5000);
+    int rc = tool_metrics_point(self, &body);
     if (rc == 0)
-        rc = emlio__influx_post(&self->url, body.data, body.len, timeout_ms,
-                                err);
+        rc = tool_influx_post(&self->url, body.data, body.len, timeout_ms, err);
     emlio_buf_release(&body);
     if (rc < 0 && !self->push_failing)
-        emlio_log(self->ctx, EMLIO_LOG_WARN, "metrics",
-                  "cannot push to '%s': %s (will retry every %gs)",
-                  self->url_text, err, self->interval_s);
+        tool_log(self->ctx, EMLIO_LOG_WARN, "metrics",
+                 "cannot push to '%s': %s (will retry every %gs)",
+                 self->url_text, err, self->interval_s);
     else if (rc == 0 && self->push_failing)
-        emlio_log(self->ctx, EMLIO_LOG_INFO, "metrics", "pushing to '%s' again",
-                  self->url_text);
+        tool_log(self->ctx, EMLIO_LOG_INFO, "metrics", "pushing to '%s' again",
+                 self->url_text);
     else if (rc < 0)
-        emlio_log(self->ctx, EMLIO_LOG_DEBUG, "metrics",
-                  "cannot push to '%s': %s", self->url_text, err);
+        tool_log(self->ctx, EMLIO_LOG_DEBUG, "metrics",
+                 "cannot push to '%s': %s", self->url_text, err);
     self->push_failing = rc < 0;
 }
 
 static void *
 s_pusher_main(void *arg)
 {
-    emlio_metrics_t *self = arg;
+    tool_metrics_t *self = arg;
     uint64_t step = (uint64_t)(self->interval_s * 1e9);
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
@@ -1062,22 +1058,22 @@ s_pusher_main(void *arg)
 }
 
 int
-emlio__metrics_start(emlio_metrics_t *self)
+tool_metrics_start(tool_metrics_t *self)
 {
     assert(self);
     self->t0_ns = tool_now_ns();
     int rc = emlio_energy_start(self->meter);
     self->meter_ok = rc == 0;
     if (rc < 0)
-        emlio_log(self->ctx, EMLIO_LOG_WARN, "metrics",
-                  "cannot measure energy, leaving it out: %s",
-                  emlio_energy_errmsg(self->meter));
+        tool_log(self->ctx, EMLIO_LOG_WARN, "metrics",
+                 "cannot measure energy, leaving it out: %s",
+                 emlio_energy_errmsg(self->meter));
     else if (*emlio_energy_notes(self->meter))
-        emlio_log(self->ctx, EMLIO_LOG_INFO, "metrics", "energy: %s",
-                  emlio_energy_notes(self->meter));
-    if (self->http && (rc = emlio__metrics_http_start(self->http)) < 0)
+        tool_log(self->ctx, EMLIO_LOG_INFO, "metrics", "energy: %s",
+                 emlio_energy_notes(self->meter));
+    if (self->http && (rc = tool_metrics_http_start(self->http)) < 0)
         return tool_seterr(self->err, rc, "%s",
-                           emlio__metrics_http_errmsg(self->http));
+                           tool_metrics_http_errmsg(self->http));
     if (self->influx && !self->pusher_started) {
         rc = pthread_create(&self->pusher, NULL, s_pusher_main, self);
         if (rc != 0)

@@ -1,7 +1,8 @@
-/* opts.c - the option parser shared by emliod, `emlio fetch` and `emlio plan`.
+/* opts.c - the option parser shared by emliod and every `emlio` command.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -76,6 +77,51 @@ s_set_int(const char *where, const opt_t *o, const char *value)
     return 0;
 }
 
+/* A size: decimal, then an optional K/M/G/T (times 1024 each), "i" and
+ * "B" ("64M", "64MiB", "1g"). Returns 0 or -1. */
+static int
+s_parse_size(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)s[0]))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    const char *u = *end ? strchr("KMGT", toupper((unsigned char)*end)) : NULL;
+    if (u) {
+        int shift = 10 * (int)(u - "KMGT" + 1);
+        if (v > (UINT64_MAX >> shift))
+            return -1;
+        v <<= shift;
+        end++;
+        end += *end == 'i';
+        end += *end == 'B' || *end == 'b';
+    }
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int
+s_set_size(const char *where, const opt_t *o, const char *value)
+{
+    uint64_t v;
+    uint64_t max = o->max ? o->max : UINT64_MAX;
+    if (s_parse_size(value, &v) < 0 || v < o->min || v > max) {
+        fprintf(stderr,
+                "%s: invalid value '%s' for --%s: expected a size from %llu "
+                "to %llu (K, M, G suffixes allowed)\n",
+                where, value, o->name, (unsigned long long)o->min,
+                (unsigned long long)max);
+        return -1;
+    }
+    *(uint64_t *)o->dest = v;
+    return 0;
+}
+
 static int
 s_set_double(const char *where, const opt_t *o, const char *value)
 {
@@ -127,6 +173,9 @@ s_set(const char *where, const opt_t *o, const char *value)
         break;
     case OPT_DOUBLE:
         rc = s_set_double(where, o, value);
+        break;
+    case OPT_SIZE:
+        rc = s_set_size(where, o, value);
         break;
     case OPT_CHOICE:
         rc = s_set_choice(where, o, value);
@@ -200,8 +249,30 @@ s_next(const char *prog, const opt_t *const *tables, int argc, char **argv,
 int
 opt_parse(const char *prog, const opt_t *const *tables, int argc, char **argv)
 {
+    return opt_parse_args(prog, tables, argc, argv, 0, NULL);
+}
+
+int
+opt_parse_args(const char *prog, const opt_t *const *tables, int argc,
+               char **argv, int flags, int *npos)
+{
     bool help = false;
+    int n = 0;
     for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        bool positional = arg[0] != '-' || !arg[1];
+        bool dashes = !strcmp(arg, "--");
+        if (npos && (dashes || (positional && (flags & OPT_STOP_AT_ARG)))) {
+            /* The rest is positional. Writing behind i is safe: each
+             * argument kept so far used up at least one slot. */
+            for (int j = dashes ? i + 1 : i; j < argc; j++)
+                argv[1 + n++] = argv[j];
+            break;
+        }
+        if (npos && positional) {
+            argv[1 + n++] = argv[i];
+            continue;
+        }
         const char *value;
         const opt_t *o = s_next(prog, tables, argc, argv, &i, &value);
         if (!o)
@@ -211,6 +282,8 @@ opt_parse(const char *prog, const opt_t *const *tables, int argc, char **argv)
         else if (s_set(prog, o, value) < 0)
             return -1;
     }
+    if (npos)
+        *npos = n;
     return help ? OPT_HELP_SHOWN : 0;
 }
 
@@ -316,8 +389,13 @@ opt_usage(FILE *out, const opt_t *const *tables)
     for (size_t t = 0; tables[t]; t++) {
         for (const opt_t *o = tables[t]; o->name; o++) {
             char head[64];
-            int n = snprintf(head, sizeof(head), "  --%s%s%s", o->name,
-                             o->meta ? " " : "", o->meta ? o->meta : "");
+            char short_name[8] = "";
+            if (o->short_name)
+                snprintf(short_name, sizeof(short_name), "-%c, ",
+                         o->short_name);
+            int n =
+                snprintf(head, sizeof(head), "  %s--%s%s%s", short_name,
+                         o->name, o->meta ? " " : "", o->meta ? o->meta : "");
             fprintf(out, "%-23s", head);
             if (n >= 23)
                 fprintf(out, "\n%-23s", "");

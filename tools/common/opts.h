@@ -1,5 +1,7 @@
 /* opts.h - the option parser shared by emliod, `emlio fetch` and `emlio plan`:
  * one table describes each option once, for argv, config files and --help.
+ * Every program and `emlio` command parses with it (test_layout.sh), and
+ * test_docs.sh checks the man pages and README against --help.
  * SPDX-License-Identifier: MIT
  *
  *   uint32_t workers = 2;
@@ -32,6 +34,8 @@ enum opt_kind {
     OPT_INT,    /* int *dest, decimal, in [min, max] */
     OPT_DOUBLE, /* double *dest, in [min, max] read as doubles */
     OPT_CHOICE, /* int *dest = the value of the named choice */
+    OPT_SIZE,   /* uint64_t *dest, decimal with an optional K, M, G or T
+                   suffix (KiB..., 1024-based), in [min, max] */
     OPT_HELP    /* prints nothing itself: opt_parse returns OPT_HELP_SHOWN */
 };
 
@@ -79,6 +83,17 @@ typedef struct opt {
 int opt_parse(const char *prog, const opt_t *const *tables, int argc,
               char **argv);
 
+/* opt_parse_args flags. */
+#define OPT_STOP_AT_ARG                                  \
+    1 /* the first positional argument ends the options: \
+         a command to run, whose own options follow */
+
+/* Like opt_parse, but positional arguments are kept: moved, in order, to
+ * argv[1..1 + *npos). "--" ends the options (all that follows is
+ * positional). Same returns as opt_parse. */
+int opt_parse_args(const char *prog, const opt_t *const *tables, int argc,
+                   char **argv, int flags, int *npos);
+
 /* Applies the options of a config file: one option per line, written as on
  * the command line without the dashes ("bind tcp://0.0.0.0:5555",
  * "drop-behind", "max-clients = 4096"); blank lines and lines starting with
@@ -94,8 +109,9 @@ int opt_load_config(const char *prog, const opt_t *const *tables,
 int opt_apply(const char *where, const opt_t *const *tables, const char *name,
               const char *value);
 
-/* Writes the option lines of --help for every table: "  --name META" in a
- * 23-column field, then the help text. */
+/* Writes the option lines of --help for every table: "  --name META" (or
+ * "  -x, --name META" when it has a short name) in a 23-column field, then
+ * the help text. */
 void opt_usage(FILE *out, const opt_t *const *tables);
 
 /* Parses arg as a non-negative decimal integer no larger than max. Returns 0,

@@ -82,7 +82,7 @@ tool_sha256_update(tool_sha256_t *c, const void *data, size_t len)
     const uint8_t *p = data;
     c->bytes += len;
     while (len) {
-        size_t take = EMLIO_MIN(len, 64 - c->used);
+        size_t take = TOOL_MIN(len, 64 - c->used);
         memcpy(c->block + c->used, p, take);
         c->used += take;
         p += take;

@@ -11,7 +11,7 @@ tool_seterr(char *errbuf, int rc, const char *fmt, ...)
     if (errbuf) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(errbuf, EMLIO_ERRMSG_LEN, fmt, ap);
+        vsnprintf(errbuf, TOOL_ERRMSG_LEN, fmt, ap);
         va_end(ap);
     }
     return rc;

@@ -1,6 +1,8 @@
-/* tool_util.h - the first include of the programs' shared modules (the
- * exporters, the option parser): feature macros, system headers, libemlio's
- * public API and a few helpers the library keeps private.
+/* tool_util.h - the tools' prelude: the first include of every .c file in
+ * tools/ and bench/relay (git's git-compat-util.h rule). Feature macros,
+ * system headers, libemlio's public API and the tools' own helpers, all
+ * named tool_ / TOOL_: `emlio_` is the installed API and `emlio__` stays
+ * inside the library (libuv's rule), so nothing here re-declares either.
  * SPDX-License-Identifier: MIT
  */
 #ifndef EMLIO_TOOL_UTIL_H
@@ -24,22 +26,22 @@
 
 #include "emlio.h"
 
-#define EMLIO_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define EMLIO_MIN(a, b)     ((a) < (b) ? (a) : (b))
-#define EMLIO_MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define TOOL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define TOOL_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define TOOL_MAX(a, b)     ((a) > (b) ? (a) : (b))
 
 /* Size of the error-message buffers of the tools' modules. */
-#define EMLIO_ERRMSG_LEN 512
+#define TOOL_ERRMSG_LEN 512
 
 /* Logging through the context's sink; the level is tested first so the
  * arguments cost nothing when it is off. */
-#define emlio_log(ctx, level, module, ...)                        \
+#define tool_log(ctx, level, module, ...)                         \
     do {                                                          \
         if ((level) <= emlio_ctx_log_level(ctx))                  \
             emlio_ctx_log((ctx), (level), (module), __VA_ARGS__); \
     } while (0)
 
-/* Formats into errbuf (EMLIO_ERRMSG_LEN bytes) and returns rc. */
+/* Formats into errbuf (TOOL_ERRMSG_LEN bytes) and returns rc. */
 int tool_seterr(char *errbuf, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

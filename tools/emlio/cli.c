@@ -1,6 +1,8 @@
 /* cli.c - options and JSON helpers shared by `emlio fetch` and `emlio plan`.
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +55,17 @@ int
 cli_parse(const char *cmd, const opt_t *const *tables, int argc, char **argv,
           void (*usage)(FILE *, const opt_t *const *))
 {
+    return cli_parse_args(cmd, tables, argc, argv, 0, NULL, usage);
+}
+
+int
+cli_parse_args(const char *cmd, const opt_t *const *tables, int argc,
+               char **argv, int flags, int *npos,
+               void (*usage)(FILE *, const opt_t *const *))
+{
     char prog[64];
     snprintf(prog, sizeof(prog), "emlio %s", cmd);
-    int rc = opt_parse(prog, tables, argc, argv);
+    int rc = opt_parse_args(prog, tables, argc, argv, flags, npos);
     if (rc == OPT_HELP_SHOWN) {
         usage(stdout, tables);
         return 0;

@@ -1,5 +1,6 @@
-/* cli.h - what the `emlio` subcommands that talk to daemons (fetch, plan)
- * share: the options that pick the data and the plan, and JSON output.
+/* cli.h - what the `emlio` subcommands share: parsing with opts.c's
+ * tables, the options that pick the data and the plan (fetch, plan), and
+ * JSON output.
  * SPDX-License-Identifier: MIT
  */
 #ifndef EMLIO_TOOLS_CLI_H
@@ -40,6 +41,12 @@ void cli_plan_opts_table(cli_plan_opts_t *self,
  * error) after printing what is wrong and the usage to stderr. */
 int cli_parse(const char *cmd, const opt_t *const *tables, int argc,
               char **argv, void (*usage)(FILE *, const opt_t *const *));
+
+/* cli_parse for the commands that take arguments (see opt_parse_args):
+ * on -1 the *npos arguments are argv[1..1 + *npos). */
+int cli_parse_args(const char *cmd, const opt_t *const *tables, int argc,
+                   char **argv, int flags, int *npos,
+                   void (*usage)(FILE *, const opt_t *const *));
 
 /* Fills in rank and world the user did not give from torchrun's RANK and
  * WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS, and checks that

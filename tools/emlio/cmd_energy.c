@@ -2,7 +2,8 @@
  * its wall time, CPU time and energy, like `perf stat`.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -16,7 +17,11 @@
 #include "emlio.h"
 #include "emlio/energy.h"
 
+#include "cli.h"
 #include "commands.h"
+
+#define ENERGY_STR_(x) #x
+#define ENERGY_STR(x)  ENERGY_STR_(x)
 
 /* The child to forward signals to. A signal handler can reach nothing
  * else, so this one static is unavoidable; it lives in the tool, never in
@@ -26,7 +31,7 @@ static volatile sig_atomic_t s_child = 0;
 static volatile sig_atomic_t s_pending = 0;
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(out,
             "usage: emlio energy [options] -- CMD [ARGS...]\n"
@@ -36,24 +41,13 @@ s_usage(FILE *out)
             "as the last line of stdout. Exits with CMD's status (128+N when\n"
             "CMD was killed by signal N).\n"
             "\n"
-            "options:\n"
-            "  --interval MS        sample counters every MS ms (default "
-            "%d; 0: start/stop only)\n"
-            "  --backend NAME       auto, rapl, perf, model or none (default "
-            "auto)\n"
-            "  --gpu POLICY         auto, off or require (default auto)\n"
-            "  --model-idle-w W     model: idle watts over the wall time "
-            "(default %.1f)\n"
-            "  --model-core-w W     model: watts per busy CPU (default %.1f)\n"
-            "  --nvml-lib PATH      NVML library to dlopen (default "
-            "libnvidia-ml.so.1)\n"
-            "\n"
-            "environment:\n"
-            "  EMLIO_POWERCAP_ROOT  powercap tree to read instead of "
-            "/sys/class/powercap\n"
-            "  EMLIO_NVML_LIB       like --nvml-lib\n",
-            EMLIO_ENERGY_DEFAULT_INTERVAL_MS, EMLIO_ENERGY_DEFAULT_IDLE_W,
-            EMLIO_ENERGY_DEFAULT_CORE_W);
+            "options:\n");
+    opt_usage(out, tables);
+    fprintf(out, "\n"
+                 "environment:\n"
+                 "  EMLIO_POWERCAP_ROOT  powercap tree to read instead of "
+                 "/sys/class/powercap\n"
+                 "  EMLIO_NVML_LIB       like --nvml-lib\n");
 }
 
 static void
@@ -68,27 +62,6 @@ s_forward(int sig, siginfo_t *info, void *ucontext)
         s_pending = sig;
     else if (!info || info->si_code != SI_KERNEL)
         kill(child, sig);
-}
-
-static bool
-s_parse_double(const char *text, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text || *end || !isfinite(v) || v < 0)
-        return false;
-    *out = v;
-    return true;
-}
-
-static int
-s_lookup(const char *text, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!strcmp(text, names[i]))
-            return i;
-    return -1;
 }
 
 /* Writes s as a JSON string. */
@@ -193,77 +166,79 @@ s_json(const emlio_energy_report_t *r, char **cmd, int exit_code,
     fflush(out);
 }
 
-/* Parses the options into the meter. Returns the index of CMD in argv,
- * or -1 after printing why (-2 for --help). */
+/* Parses the options into the meter. Returns the index of CMD in argv
+ * (argv[1..] then holds CMD and its arguments, NULL-terminated), or -1
+ * after printing why (-2 for --help). */
 static int
 s_options(int argc, char **argv, emlio_energy_t *meter)
 {
-    static const char *const backends[] = { "auto", "rapl", "perf", "model",
-                                            "none" };
-    static const char *const gpus[] = { "auto", "off", "require" };
+    static const opt_choice_t backends[] = {
+        { "auto", EMLIO_ENERGY_AUTO }, { "rapl", EMLIO_ENERGY_RAPL },
+        { "perf", EMLIO_ENERGY_PERF }, { "model", EMLIO_ENERGY_MODEL },
+        { "none", EMLIO_ENERGY_NONE }, { NULL, 0 },
+    };
+    static const opt_choice_t gpus[] = {
+        { "auto", EMLIO_ENERGY_GPU_AUTO },
+        { "off", EMLIO_ENERGY_GPU_OFF },
+        { "require", EMLIO_ENERGY_GPU_REQUIRE },
+        { NULL, 0 },
+    };
+    uint32_t interval = EMLIO_ENERGY_DEFAULT_INTERVAL_MS;
+    int backend = EMLIO_ENERGY_AUTO;
+    int gpu = EMLIO_ENERGY_GPU_AUTO;
     double idle_w = EMLIO_ENERGY_DEFAULT_IDLE_W;
     double core_w = EMLIO_ENERGY_DEFAULT_CORE_W;
-    int cmd = -1;
-    for (int i = 1; i < argc && cmd < 0; i++) {
-        const char *opt = argv[i];
-        if (!strcmp(opt, "--")) {
-            cmd = i + 1;
-            break;
-        }
-        if (!strcmp(opt, "-h") || !strcmp(opt, "--help")) {
-            s_usage(stdout);
-            return -2;
-        }
-        if (opt[0] != '-') {
-            cmd = i; /* the command, without a "--" */
-            break;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "emlio energy: option '%s' needs a value\n", opt);
-            return -1;
-        }
-        const char *val = argv[++i];
-        int rc = 0;
-        if (!strcmp(opt, "--interval")) {
-            double ms = 0;
-            if (!s_parse_double(val, &ms) || ms != floor(ms) || ms > 3600000)
-                rc = -1;
-            else
-                rc = emlio_energy_set_interval_ms(meter, (uint32_t)ms);
-        } else if (!strcmp(opt, "--backend")) {
-            int b = s_lookup(val, backends, 5);
-            rc = b < 0 ? -1 : emlio_energy_set_backend(meter, b);
-        } else if (!strcmp(opt, "--gpu")) {
-            int g = s_lookup(val, gpus, 3);
-            rc = g < 0 ? -1 : emlio_energy_set_gpu(meter, g);
-        } else if (!strcmp(opt, "--model-idle-w")) {
-            rc = s_parse_double(val, &idle_w) ? 0 : -1;
-        } else if (!strcmp(opt, "--model-core-w")) {
-            rc = s_parse_double(val, &core_w) ? 0 : -1;
-        } else if (!strcmp(opt, "--nvml-lib")) {
-            rc = emlio_energy_set_nvml_path(meter, val);
-        } else {
-            fprintf(stderr, "emlio energy: unknown option '%s'\n", opt);
-            s_usage(stderr);
-            return -1;
-        }
-        if (rc < 0) {
-            fprintf(stderr, "emlio energy: invalid value '%s' for '%s'\n", val,
-                    opt);
-            return -1;
-        }
-    }
-    if (emlio_energy_set_model(meter, idle_w, core_w,
-                               EMLIO_ENERGY_DEFAULT_J_PER_BYTE) < 0) {
+    const char *nvml = NULL;
+    const opt_t table[] = {
+        OPT("interval", 0, OPT_U32, &interval, "MS",
+            "sample counters every MS ms (default " ENERGY_STR(
+                EMLIO_ENERGY_DEFAULT_INTERVAL_MS) ";\n0: start/stop only)",
+            .max = 3600000),
+        OPT("backend", 0, OPT_CHOICE, &backend, "NAME",
+            "auto, rapl, perf, model or none (default auto)",
+            .choices = backends),
+        OPT("gpu", 0, OPT_CHOICE, &gpu, "POLICY",
+            "auto, off or require (default auto)", .choices = gpus),
+        OPT("model-idle-w", 0, OPT_DOUBLE, &idle_w, "W",
+            "model: idle watts over the wall time (default " ENERGY_STR(
+                EMLIO_ENERGY_DEFAULT_IDLE_W) ")",
+            .dmin = 0, .dmax = 1e9),
+        OPT("model-core-w", 0, OPT_DOUBLE, &core_w, "W",
+            "model: watts per busy CPU (default " ENERGY_STR(
+                EMLIO_ENERGY_DEFAULT_CORE_W) ")",
+            .dmin = 0, .dmax = 1e9),
+        OPT("nvml-lib", 0, OPT_STR, &nvml, "PATH",
+            "NVML library to dlopen (default libnvidia-ml.so.1)"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status = cli_parse_args("energy", tables, argc, argv, OPT_STOP_AT_ARG,
+                                &npos, s_usage);
+    if (status >= 0)
+        return status == 0 ? -2 : -1;
+    argv[1 + npos] = NULL;
+    int rc = emlio_energy_set_interval_ms(meter, interval);
+    if (rc == 0)
+        rc = emlio_energy_set_backend(meter, backend);
+    if (rc == 0)
+        rc = emlio_energy_set_gpu(meter, gpu);
+    if (rc == 0 && nvml)
+        rc = emlio_energy_set_nvml_path(meter, nvml);
+    if (rc == 0)
+        rc = emlio_energy_set_model(meter, idle_w, core_w,
+                                    EMLIO_ENERGY_DEFAULT_J_PER_BYTE);
+    if (rc < 0) {
         fprintf(stderr, "emlio energy: %s\n", emlio_energy_errmsg(meter));
         return -1;
     }
-    if (cmd < 0 || cmd >= argc) {
+    if (npos == 0) {
         fprintf(stderr, "emlio energy: no command to run\n");
-        s_usage(stderr);
+        s_usage(stderr, tables);
         return -1;
     }
-    return cmd;
+    return 1;
 }
 
 /* Waits for pid, retrying after interrupted waits. Returns the exit code

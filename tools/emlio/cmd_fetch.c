@@ -2,7 +2,8 @@
  * reports throughput; optionally proves exactly-once delivery.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -12,6 +13,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "sha256.h"
 
 #include "cli.h"
 #include "commands.h"
@@ -149,13 +152,14 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
                rep->domains[i].source);
     printf("}");
     fetch_path_json(stdout, client);
+    fetch_path_xf_json(stdout, client);
     printf("}\n");
 }
 
 /* Pushes the epoch's figures (those of s_print_epoch) to InfluxDB as one
  * emlio_epoch point. A failure is a warning: the data path goes on. */
 static void
-s_push_epoch(const emlio_influx_url_t *url, uint64_t epoch, uint32_t rank,
+s_push_epoch(const tool_influx_url_t *url, uint64_t epoch, uint32_t rank,
              uint32_t world, const emlio_client_stats_t *st, uint64_t samples,
              uint64_t bytes, const emlio_energy_report_t *rep)
 {
@@ -166,29 +170,29 @@ s_push_epoch(const emlio_influx_url_t *url, uint64_t epoch, uint32_t rank,
     snprintf(r, sizeof(r), "%u", rank);
     snprintf(w, sizeof(w), "%u", world);
     emlio_buf_t body = EMLIO_BUF_INIT;
-    emlio_influx_point_t p;
-    emlio__influx_begin(&p, &body, "emlio_epoch");
-    emlio__influx_tag(&p, "host", host);
-    emlio__influx_tag(&p, "rank", r);
-    emlio__influx_tag(&p, "world", w);
-    emlio__influx_int(&p, "epoch", (int64_t)epoch);
-    emlio__influx_float(&p, "seconds", rep->wall_s);
-    emlio__influx_float(&p, "wait_s", st->wait_s);
-    emlio__influx_float(&p, "first_batch_s", st->first_batch_s);
-    emlio__influx_int(&p, "samples", (int64_t)samples);
-    emlio__influx_int(&p, "bytes", (int64_t)bytes);
-    emlio__influx_float(&p, "cpu_s", rep->cpu_s);
-    emlio__influx_float(&p, "energy_j", rep->energy_j);
-    emlio__influx_float(&p, "j_per_sample",
-                        samples ? rep->energy_j / (double)samples : 0);
-    emlio__influx_str(&p, "energy_source", rep->source);
+    tool_influx_point_t p;
+    tool_influx_begin(&p, &body, "emlio_epoch");
+    tool_influx_tag(&p, "host", host);
+    tool_influx_tag(&p, "rank", r);
+    tool_influx_tag(&p, "world", w);
+    tool_influx_int(&p, "epoch", (int64_t)epoch);
+    tool_influx_float(&p, "seconds", rep->wall_s);
+    tool_influx_float(&p, "wait_s", st->wait_s);
+    tool_influx_float(&p, "first_batch_s", st->first_batch_s);
+    tool_influx_int(&p, "samples", (int64_t)samples);
+    tool_influx_int(&p, "bytes", (int64_t)bytes);
+    tool_influx_float(&p, "cpu_s", rep->cpu_s);
+    tool_influx_float(&p, "energy_j", rep->energy_j);
+    tool_influx_float(&p, "j_per_sample",
+                      samples ? rep->energy_j / (double)samples : 0);
+    tool_influx_str(&p, "energy_source", rep->source);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     char err[512] = "out of memory";
-    int rc = emlio__influx_end(&p, (int64_t)now.tv_sec * 1000000000 +
-                                       (int64_t)now.tv_nsec);
+    int rc = tool_influx_end(&p, (int64_t)now.tv_sec * 1000000000 +
+                                     (int64_t)now.tv_nsec);
     if (rc == 0)
-        rc = emlio__influx_post(url, body.data, body.len, 2000, err);
+        rc = tool_influx_post(url, body.data, body.len, 2000, err);
     if (rc < 0)
         fprintf(stderr,
                 "emlio fetch: warning: cannot push epoch %" PRIu64
@@ -205,12 +209,14 @@ typedef struct s_fetch {
     uint64_t epochs;
     bool verify;
     bool quiet;
+    bool digests;          /* --ids lines carry each sample's SHA-256 */
+    const char *decode_at; /* --decode-at */
     const char *ids_path;
     const char *state_path;
     const char *server_key_path;
     const char *client_key_path;
     const char *influx_arg;
-    emlio_influx_url_t influx;
+    tool_influx_url_t influx;
     const char *metrics_arg;
     fetch_metrics_t *metrics;
     double last_metrics;
@@ -281,8 +287,21 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("ids", 0, OPT_STR, &self->ids_path, "FILE",
             "write 'EPOCH SHARD RECORD' per sample\n"
             "(padding lines end in ' pad')"),
+        OPT("digests", 0, OPT_FLAG, &self->digests, NULL,
+            "add each sample's SHA-256 to its --ids line\n"
+            "(after the record)"),
         OPT("state", 0, OPT_STR, &self->state_path, "FILE",
             "resume from / save progress to FILE"),
+        OPT("transform", 0, OPT_STR, &cfg->transform, "SPEC",
+            "deliver uint8 tensors: decode and augment,\n"
+            "e.g. random_resized_crop(224),horizontal_flip"),
+        OPT("decode-at", 0, OPT_STR, &self->decode_at, "WHERE",
+            "auto (default: by time and energy), client\n"
+            "or server"),
+        OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
+            "decode threads here (default: one per CPU)"),
+        OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
+            "refuse images above N pixels (100M)"),
         OPT("timeout-ms", 0, OPT_INT, &cfg->timeout_ms, "MS",
             "fail when no reply comes for MS (60000)"),
         OPT("connect-timeout-ms", 0, OPT_INT, &cfg->connect_timeout_ms, "MS",
@@ -312,6 +331,21 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
                         "required\n");
         return 2;
     }
+    if (self->decode_at) {
+        int where = emlio_decode_at_parse(self->decode_at);
+        if (where < 0) {
+            fprintf(stderr,
+                    "emlio fetch: invalid value '%s' for --decode-at "
+                    "(auto, client or server)\n",
+                    self->decode_at);
+            return 2;
+        }
+        self->cfg.decode_at = where;
+    }
+    if (self->digests && !self->ids_path) {
+        fprintf(stderr, "emlio fetch: --digests goes with --ids FILE\n");
+        return 2;
+    }
     return -1;
 }
 
@@ -334,7 +368,7 @@ s_configure(s_fetch_t *self)
         cfg->verify = true; /* --verify proves intact bytes: CRCs stay on */
     if (self->influx_arg) {
         char err[512];
-        if (emlio__influx_url_parse(&self->influx, self->influx_arg, err) < 0) {
+        if (tool_influx_url_parse(&self->influx, self->influx_arg, err) < 0) {
             fprintf(stderr, "emlio fetch: --influx: %s\n", err);
             return -1;
         }
@@ -448,10 +482,15 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
     for (size_t i = 0; i < n; i++) {
         self->bytes += s[i].len;
         self->pads += s[i].pad;
+        char digest[66] = "";
+        if (self->digests) {
+            digest[0] = ' ';
+            tool_sha256_hex(s[i].data, s[i].len, digest + 1);
+        }
         if (self->ids &&
-            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s\n", self->epoch,
+            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s%s\n", self->epoch,
                     emlio_client_shard_name(self->client, s[i].shard),
-                    s[i].record, s[i].pad ? " pad" : "") < 0 &&
+                    s[i].record, digest, s[i].pad ? " pad" : "") < 0 &&
             !self->ids_errno)
             self->ids_errno = errno; /* a full disk, say: reported below */
         if (self->verify)

@@ -1,12 +1,13 @@
-/* cmd_index.c - `emlio index`: scans TFRecord shards, checks every CRC and
- * writes their DALI-format index files.
+/* cmd_index.c - `emlio index`: scans TFRecord and WebDataset tar shards
+ * through emlio/dataset.h, checks every CRC and writes their DALI-format
+ * index files.
  * SPDX-License-Identifier: MIT
  */
 #include "tool_util.h"
 
-#include <getopt.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/buf.h"
@@ -15,35 +16,35 @@
 #define CMD "index"
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(
         out,
         "usage: emlio index [options] DIR|FILE...\n"
         "\n"
-        "Scans every *.tfrecord file under each DIR (recursively) and each\n"
-        "FILE named, checking the framing and every data CRC, and writes\n"
-        "the DALI-format index <file>.idx next to it (atomically). WebDataset\n"
-        "*.tar shards get DALI's wds2idx v1.2 index <file>.idx the same way. A bad\n"
-        "file is reported with its byte offset and skipped; the others are\n"
-        "still indexed, and the exit status is 1 if any failed.\n"
+        "Scans every *.tfrecord file and WebDataset *.tar shard under each\n"
+        "DIR (recursively) and each FILE named, checking the framing and\n"
+        "every data CRC, and writes the DALI-format index <file>.idx next\n"
+        "to it (atomically; wds2idx v1.2 for a tar). A bad file, or an\n"
+        "index that cannot be written, is reported with its path (and byte\n"
+        "offset) and skipped; the others are still indexed, and the exit\n"
+        "status is 1 if any failed.\n"
         "\n"
-        "options:\n"
-        "      --no-verify   check only the framing and length CRCs\n"
-        "                    (faster; does not read the record data)\n"
-        "  -q, --quiet       print only errors\n"
-        "  -h, --help        show this help\n");
+        "options:\n");
+    opt_usage(out, tables);
 }
 
 static bool
-s_is_tfrecord_name(const char *name)
+s_is_shard_name(const char *name)
 {
     size_t len = strlen(name);
-    return len > 9 && !strcmp(name + len - 9, ".tfrecord");
+    return (len > 9 && !strcmp(name + len - 9, ".tfrecord")) ||
+           formats_is_tar(name);
 }
 
-/* Appends every *.tfrecord file under dir to out, sorted per directory.
- * Returns 0 or a negative code; *bad_path gets the path that failed. */
+/* Appends every *.tfrecord and *.tar file under dir to out, sorted per
+ * directory. Returns 0 or a negative code; *bad_path gets the path that
+ * failed. */
 static int
 s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
 {
@@ -62,7 +63,7 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
             ; /* a dangling link: nothing to index */
         else if (S_ISDIR(st.st_mode))
             rc = s_collect(path, out, depth + 1, bad_path);
-        else if (S_ISREG(st.st_mode) && s_is_tfrecord_name(names.items[i]))
+        else if (S_ISREG(st.st_mode) && s_is_shard_name(names.items[i]))
             rc = dataset_strv_push(out, path);
         free(path);
     }
@@ -70,99 +71,27 @@ s_collect(const char *dir, dataset_strv_t *out, int depth, char **bad_path)
     return rc;
 }
 
-/* Whether dir holds a *.tar shard anywhere below it. */
-static bool
-s_has_tar(const char *dir)
-{
-    dataset_strv_t names = DATASET_STRV_INIT;
-    bool found = false;
-    if (dataset_list_dir(dir, 0, &names) == 0)
-        for (size_t i = 0; i < names.n && !found; i++) {
-            char *path = dataset_path_join(dir, names.items[i]);
-            struct stat st;
-            if (path && stat(path, &st) == 0)
-                found = S_ISDIR(st.st_mode) ? s_has_tar(path)
-                                            : formats_is_tar(path);
-            free(path);
-        }
-    dataset_strv_release(&names);
-    return found;
-}
-
-/* Indexes one file. Returns its record count, or -1 after printing the
- * error. */
-static long
-s_index_file(const char *path, bool verify)
-{
-    char ebuf[128];
-    emlio_buf_t idx = EMLIO_BUF_INIT;
-    emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
-    long result = -1;
-    if (!tf || emlio_buf_addf(&idx, "%s.idx", path) < 0) {
-        dataset_error(CMD, "cannot index '%s': out of memory", path);
-        goto out;
-    }
-    int rc = emlio_tfrecord_open(tf);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot open '%s': %s", path,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        goto out;
-    }
-    rc = emlio_tfrecord_scan(tf, verify);
-    if (rc < 0) {
-        /* The library's message names the file and the byte offset. */
-        dataset_error(CMD, "cannot index '%s': %s", path,
-                      emlio_tfrecord_errmsg(tf));
-        goto out;
-    }
-    result = rc;
-    rc = emlio_tfrecord_write_index(tf, (const char *)idx.data);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot write '%s': %s", (const char *)idx.data,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        result = -1;
-    }
-out:
-    emlio_tfrecord_destroy(&tf);
-    emlio_buf_release(&idx);
-    return result;
-}
-
 int
 cmd_index(int argc, char **argv)
 {
-    enum { OPT_NO_VERIFY = 256 };
-    static const struct option opts[] = {
-        { "no-verify", no_argument, NULL, OPT_NO_VERIFY },
-        { "quiet", no_argument, NULL, 'q' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
     bool verify = true;
     bool quiet = false;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":qh", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_NO_VERIFY:
-            verify = false;
-            break;
-        case 'q':
-            quiet = true;
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (optind >= argc) {
+    const opt_t table[] = {
+        OPT("no-verify", 0, OPT_UNSET, &verify, NULL,
+            "check only the framing and length CRCs\n(faster; does not read "
+            "the record data)"),
+        OPT("quiet", 'q', OPT_FLAG, &quiet, NULL, "print only errors"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (status >= 0)
+        return status;
+    if (npos == 0) {
         dataset_error(CMD, "missing DIR or FILE");
-        s_usage(stderr);
+        s_usage(stderr, tables);
         return 2;
     }
 
@@ -171,7 +100,7 @@ cmd_index(int argc, char **argv)
     size_t done = 0;
     uint64_t records = 0;
     double t0 = dataset_now();
-    for (int a = optind; a < argc; a++) {
+    for (int a = 1; a <= npos; a++) {
         const char *arg = argv[a];
         struct stat st;
         dataset_strv_t files = DATASET_STRV_INIT;
@@ -180,15 +109,6 @@ cmd_index(int argc, char **argv)
                           dataset_strerror(-errno, ebuf, sizeof(ebuf)));
             failed++;
             continue;
-        }
-        if (formats_is_tar(arg) || (S_ISDIR(st.st_mode) && s_has_tar(arg))) {
-            long n = formats_index_tars(CMD, arg, quiet, &records);
-            if (n < 0)
-                failed++;
-            else
-                done += (size_t)n;
-            if (!S_ISDIR(st.st_mode))
-                continue;
         }
         if (S_ISDIR(st.st_mode)) {
             char *bad = NULL;
@@ -201,10 +121,10 @@ cmd_index(int argc, char **argv)
                 failed++;
                 continue;
             }
-            if (files.n == 0 && !s_has_tar(arg)) {
+            if (files.n == 0) {
                 dataset_error(CMD,
-                              "cannot index '%s': no *.tfrecord files "
-                              "in it",
+                              "cannot index '%s': no *.tfrecord or *.tar "
+                              "files in it",
                               arg);
                 failed++;
             }
@@ -213,15 +133,13 @@ cmd_index(int argc, char **argv)
             return 1;
         }
         for (size_t i = 0; i < files.n; i++) {
-            long n = s_index_file(files.items[i], verify);
+            long n = formats_index_file(CMD, files.items[i], verify, quiet);
             if (n < 0) {
                 failed++;
                 continue;
             }
             done++;
             records += (uint64_t)n;
-            if (!quiet)
-                printf("%s: %ld records\n", files.items[i], n);
         }
         dataset_strv_release(&files);
     }

@@ -1,12 +1,13 @@
 /* cmd_inspect.c - `emlio inspect`: record counts, sizes and feature keys of
- * one TFRecord shard, as text or one JSON object.
+ * one TFRecord shard, or a summary of a data directory or tar shard (see
+ * formats.c), as text or one JSON object. Both go through emlio/dataset.h.
  * SPDX-License-Identifier: MIT
  */
 #include "tool_util.h"
 
-#include <getopt.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/example.h"
@@ -14,10 +15,11 @@
 
 #define CMD "inspect"
 
-#define INSPECT_DEFAULT_SAMPLE 100
+#define INSPECT_DEFAULT_SAMPLE      100
+#define INSPECT_DEFAULT_SAMPLE_TEXT "100"
 /* Distinct (key, kind) pairs we track; a shard with more is unusual and
  * the rest are counted as "more". */
-#define INSPECT_MAX_KEYS       256
+#define INSPECT_MAX_KEYS            256
 
 typedef struct inspect_key {
     char *key; /* owned, NUL-terminated copy */
@@ -36,7 +38,7 @@ typedef struct inspect_keys {
 } inspect_keys_t;
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(out,
             "usage: emlio inspect FILE|DIR [options]\n"
@@ -52,13 +54,8 @@ s_usage(FILE *out)
             "them) are the union over the first --sample records; a record\n"
             "that does not parse as a tf.train.Example is counted as raw.\n"
             "\n"
-            "options:\n"
-            "      --json        print one JSON object\n"
-            "  -n, --sample N    records to read keys from (default %d;\n"
-            "                    0 means all)\n"
-            "      --verify      also check every record's data CRC\n"
-            "  -h, --help        show this help\n",
-            INSPECT_DEFAULT_SAMPLE);
+            "options:\n");
+    opt_usage(out, tables);
 }
 
 static const char *
@@ -86,8 +83,8 @@ s_on_key(void *userdata, const uint8_t *key, size_t key_len, int kind,
         if (k->kind == kind && k->key_len == key_len &&
             !memcmp(k->key, key, key_len)) {
             k->records++;
-            k->min_count = EMLIO_MIN(k->min_count, count);
-            k->max_count = EMLIO_MAX(k->max_count, count);
+            k->min_count = TOOL_MIN(k->min_count, count);
+            k->max_count = TOOL_MAX(k->max_count, count);
             return 0;
         }
     }
@@ -112,7 +109,7 @@ s_key_cmp(const void *pa, const void *pb)
 {
     const inspect_key_t *a = pa;
     const inspect_key_t *b = pb;
-    size_t n = EMLIO_MIN(a->key_len, b->key_len);
+    size_t n = TOOL_MIN(a->key_len, b->key_len);
     int c = memcmp(a->key, b->key, n);
     if (c == 0 && a->key_len != b->key_len)
         c = a->key_len < b->key_len ? -1 : 1;
@@ -149,6 +146,25 @@ s_text_key(const char *s, size_t len)
         else
             putchar(c);
     }
+}
+
+/* One TFRecord record as emlio_dataset_record hands it over: its length,
+ * and its keys when it is among the sampled ones (keys not NULL). */
+typedef struct inspect_record {
+    inspect_keys_t *keys;
+    size_t len;
+    bool raw; /* not a tf.train.Example */
+} inspect_record_t;
+
+static int
+s_on_record(void *userdata, const char *field, const uint8_t *data, size_t len)
+{
+    (void)field;
+    inspect_record_t *rec = userdata;
+    rec->len = len;
+    if (rec->keys)
+        rec->raw = emlio_example_foreach(data, len, s_on_key, rec->keys) < 0;
+    return rec->keys && rec->keys->rc < 0 ? rec->keys->rc : 0;
 }
 
 /* What cmd_inspect found, for the two output formats. */
@@ -203,7 +219,7 @@ s_print_text(const inspect_summary_t *sm, const inspect_keys_t *keys)
     printf("features (first %zu records, %zu raw):\n", sm->sampled, sm->raw);
     size_t key_width = 0;
     for (size_t i = 0; i < keys->n; i++)
-        key_width = EMLIO_MAX(key_width, keys->items[i].key_len);
+        key_width = TOOL_MAX(key_width, keys->items[i].key_len);
     for (size_t i = 0; i < keys->n; i++) {
         const inspect_key_t *k = &keys->items[i];
         printf("  ");
@@ -226,52 +242,27 @@ static int
 s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
              const char **path)
 {
-    enum { OPT_JSON = 256, OPT_VERIFY };
-    static const struct option opts[] = {
-        { "json", no_argument, NULL, OPT_JSON },
-        { "sample", required_argument, NULL, 'n' },
-        { "verify", no_argument, NULL, OPT_VERIFY },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+    const opt_t table[] = {
+        OPT("json", 0, OPT_FLAG, json, NULL, "print one JSON object"),
+        OPT("sample", 'n', OPT_U64, sample, "N",
+            "records to read keys from (default " INSPECT_DEFAULT_SAMPLE_TEXT
+            ";\n0 means all)"),
+        OPT("verify", 0, OPT_FLAG, verify, NULL,
+            "also check every record's data CRC"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
     };
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":n:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_JSON:
-            *json = true;
-            break;
-        case OPT_VERIFY:
-            *verify = true;
-            break;
-        case 'n':
-            if (dataset_parse_u64(optarg, false, sample) < 0) {
-                dataset_error(CMD,
-                              "bad value '%s' for --sample: expected an "
-                              "unsigned integer",
-                              optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        case ':':
-            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
-            return 2;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        dataset_error(CMD, "expected one FILE, got %d", argc - optind);
-        s_usage(stderr);
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (status >= 0)
+        return status;
+    if (npos != 1) {
+        dataset_error(CMD, "expected one FILE, got %d", npos);
+        s_usage(stderr, tables);
         return 2;
     }
-    *path = argv[optind];
+    *path = argv[1];
     return -1;
 }
 
@@ -293,59 +284,50 @@ cmd_inspect(int argc, char **argv)
     char ebuf[128];
     int status = 1;
     inspect_keys_t keys = { 0 };
-    emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
+    emlio_dataset_t *ds = emlio_dataset_new();
     keys.items = calloc(INSPECT_MAX_KEYS, sizeof(*keys.items));
-    if (!tf || !keys.items) {
+    if (!ds || !keys.items) {
         dataset_error(CMD, "out of memory");
         goto out;
     }
-    int rc = emlio_tfrecord_open(tf);
+    /* Always a scan, as an index says nothing of the framing CRCs. */
+    int rc = emlio_dataset_open_file(
+        ds, path, EMLIO_DATASET_REINDEX | (verify ? EMLIO_DATASET_VERIFY : 0));
     if (rc < 0) {
-        dataset_error(CMD, "cannot open '%s': %s", path,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        dataset_error(CMD, "cannot %s '%s': %s",
+                      rc > -1000 && rc != -EIO ? "open" : "read", path,
+                      emlio_dataset_errmsg(ds));
         goto out;
     }
-    rc = emlio_tfrecord_scan(tf, verify);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", path,
-                      emlio_tfrecord_errmsg(tf));
-        goto out;
-    }
-    size_t n = emlio_tfrecord_count(tf);
+    size_t n = emlio_dataset_shard_records(ds, 0);
     uint64_t total = 0;
     uint64_t min_len = 0;
     uint64_t max_len = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t len = emlio_tfrecord_loc(tf, i)->len;
-        total += len;
-        min_len = i == 0 ? len : EMLIO_MIN(min_len, len);
-        max_len = EMLIO_MAX(max_len, len);
-    }
     size_t sampled = sample == 0 || sample > n ? n : (size_t)sample;
     size_t raw = 0;
-    for (size_t i = 0; i < sampled; i++) {
-        const uint8_t *data;
-        size_t len;
-        rc = emlio_tfrecord_record(tf, i, &data, &len, NULL);
+    for (size_t i = 0; i < n; i++) {
+        inspect_record_t rec = { i < sampled ? &keys : NULL, 0, false };
+        rc = emlio_dataset_record(ds, 0, i, s_on_record, &rec, NULL);
+        if (keys.rc < 0) {
+            dataset_error(CMD, "out of memory");
+            goto out;
+        }
         if (rc < 0) {
             dataset_error(CMD, "cannot read record %zu of '%s': %s", i, path,
                           dataset_strerror(rc, ebuf, sizeof(ebuf)));
             goto out;
         }
-        rc = emlio_example_foreach(data, len, s_on_key, &keys);
-        if (keys.rc < 0) {
-            dataset_error(CMD, "out of memory");
-            goto out;
-        }
-        if (rc < 0)
-            raw++;
+        total += rec.len;
+        min_len = i == 0 ? rec.len : TOOL_MIN(min_len, rec.len);
+        max_len = TOOL_MAX(max_len, rec.len);
+        raw += rec.raw;
     }
     qsort(keys.items, keys.n, sizeof(*keys.items), s_key_cmp);
     double mean = n ? (double)total / (double)n : 0.0;
 
     inspect_summary_t sm = { .path = path,
                              .n = n,
-                             .size = emlio_tfrecord_size(tf),
+                             .size = emlio_dataset_shard_bytes(ds, 0),
                              .total = total,
                              .min_len = min_len,
                              .max_len = max_len,
@@ -364,6 +346,6 @@ out:
             free(keys.items[i].key);
         free(keys.items);
     }
-    emlio_tfrecord_destroy(&tf);
+    emlio_dataset_destroy(&ds);
     return status;
 }

@@ -2,26 +2,44 @@
  * (public, to hand to peers) and NAME.key_secret (secret, mode 0600).
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "emlio.h"
+
+static void
+s_usage(FILE *out, const opt_t *const *tables)
+{
+    fprintf(out,
+            "usage: emlio keygen NAME\n\n"
+            "Writes a CURVE key pair: NAME.key holds the public key (give\n"
+            "it to peers: a daemon's to its clients, a client's to the\n"
+            "daemon's --authorized-keys directory), NAME.key_secret the\n"
+            "secret key (mode 0600, keep it private). Existing files are\n"
+            "never overwritten.\n\noptions:\n");
+    opt_usage(out, tables);
+}
 
 int
 cmd_keygen(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: emlio keygen NAME\n\n"
-               "Writes a CURVE key pair: NAME.key holds the public key (give\n"
-               "it to peers: a daemon's to its clients, a client's to the\n"
-               "daemon's --authorized-keys directory), NAME.key_secret the\n"
-               "secret key (mode 0600, keep it private). Existing files are\n"
-               "never overwritten.\n");
-        return 0;
-    }
-    if (argc != 2 || argv[1][0] == '-') {
-        fprintf(stderr, "usage: emlio keygen NAME\n");
+    const opt_t table[] = {
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status =
+        cli_parse_args("keygen", tables, argc, argv, 0, &npos, s_usage);
+    if (status >= 0)
+        return status;
+    if (npos != 1) {
+        fprintf(stderr, "emlio keygen: expected one NAME, got %d\n", npos);
+        s_usage(stderr, tables);
         return 2;
     }
     char pub[EMLIO_CURVE_KEY_LEN];

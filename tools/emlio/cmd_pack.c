@@ -4,14 +4,13 @@
  */
 #include "tool_util.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/buf.h"
@@ -29,8 +28,9 @@
 #define PACK_WRITE_CHUNK         (4u << 20)
 
 typedef struct pack_item {
-    char *path;     /* SRC/class/.../name (owned) */
-    size_t dir_len; /* bytes of path before the file name */
+    char *path;     /* SRC/class/.../name (owned), for messages */
+    size_t shard;   /* the class in the dataset */
+    size_t record;  /* the file in the class */
     uint32_t label; /* class index */
     uint64_t size;  /* st_size when listed */
 } pack_item_t;
@@ -45,16 +45,18 @@ typedef struct pack {
     uint64_t seed;
     bool shuffle;
     bool quiet;
+    bool force; /* replace the <prefix>-* shards of an earlier run */
 
+    emlio_dataset_t *ds; /* SRC, as emliod would serve it */
     dataset_strv_t classes;
     pack_item_t *items;
     size_t n_items;
     size_t cap_items;
-    size_t skipped; /* files that are not .jpg/.jpeg */
+    size_t skipped; /* images that are not .jpg/.jpeg */
 } pack_t;
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(
         out,
@@ -62,34 +64,21 @@ s_usage(FILE *out)
         "\n"
         "Packs the ImageFolder tree SRC/<class>/**/<image>.jpg into TFRecord\n"
         "shards DST/<prefix>-NNNNN-of-NNNNN.tfrecord of tf.train.Example\n"
-        "records holding the JPEG bytes and the class index. Classes are\n"
-        "the subdirectories of SRC in sorted (byte) order, as torchvision's\n"
-        "ImageFolder numbers them; DST/classes.txt lists them, line i for\n"
-        "label i. Files not named .jpg/.jpeg are skipped; a .jpg/.jpeg\n"
-        "file that is not a JPEG image is an error.\n"
+        "records holding the JPEG bytes and the class index. SRC is read\n"
+        "as emliod serves it: classes are the subdirectories of SRC in\n"
+        "sorted (byte) order, as torchvision's ImageFolder numbers them;\n"
+        "DST/classes.txt lists them, line i for label i. Images not named\n"
+        ".jpg/.jpeg are skipped; a .jpg/.jpeg file that is not a JPEG\n"
+        "image is an error.\n"
         "\n"
-        "Record order: sorted by class, then by path inside the class\n"
-        "(torchvision's order), unless --seed shuffles it (Fisher-Yates\n"
+        "Record order: by class, then by path inside the class (the order\n"
+        "emliod serves), unless --seed shuffles it (Fisher-Yates\n"
         "with the seed, so the same seed gives the same shards).\n"
         "Each shard is written under a temporary name, re-read and\n"
         "checked, renamed into place, and given a DALI index <shard>.idx.\n"
         "\n"
-        "options:\n"
-        "  -s, --shard-bytes N  target shard size, K/M/G suffixes allowed\n"
-        "                       (default 64M)\n"
-        "      --bytes-key K    feature key of the image bytes\n"
-        "                       (default image/encoded)\n"
-        "      --label-key K    feature key of the label\n"
-        "                       (default image/class/label)\n"
-        "      --seed S         shuffle the records with seed S\n"
-        "      --prefix P       shard file name prefix (default train)\n"
-        "      --quiet          print no summary\n"
-        "      --to FORMAT      tfrecord (default) or tar: WebDataset\n"
-        "                       shards DST/<prefix>-NNNNN.tar from SRC in\n"
-        "                       any format emliod serves (ImageFolder,\n"
-        "                       TFRecord, tar), samples keyed by position,\n"
-        "                       the label as <key>.cls, wds2idx indexes\n"
-        "  -h, --help           show this help\n");
+        "options:\n");
+    opt_usage(out, tables);
 }
 
 static bool
@@ -100,8 +89,7 @@ s_is_jpeg_name(const char *name)
 }
 
 static int
-s_push_item(pack_t *self, const char *path, size_t dir_len, uint32_t label,
-            uint64_t size)
+s_push_item(pack_t *self, const pack_item_t *item)
 {
     if (self->n_items == self->cap_items) {
         size_t cap = self->cap_items ? self->cap_items * 2 : 1024;
@@ -111,78 +99,55 @@ s_push_item(pack_t *self, const char *path, size_t dir_len, uint32_t label,
         self->items = items;
         self->cap_items = cap;
     }
-    char *copy = strdup(path);
-    if (!copy)
-        return EMLIO_ENOMEM;
-    self->items[self->n_items++] = (pack_item_t){ copy, dir_len, label, size };
+    self->items[self->n_items++] = *item;
     return 0;
 }
 
-/* Collects every .jpg/.jpeg file under dir (recursively, following links
- * like os.walk(followlinks=True)). Returns 0, or 1 after printing an
- * error. */
+/* Lists the .jpg/.jpeg files of class c (dataset order: torchvision's)
+ * with their sizes. Returns 0, or 1 after printing an error. */
 static int
-s_walk(pack_t *self, const char *dir, uint32_t label, int depth)
+s_list_class(pack_t *self, size_t c)
 {
     char ebuf[128];
-    if (depth > 64) {
-        dataset_error(CMD, "cannot read '%s': directories nest too deep", dir);
+    const char *cls = emlio_dataset_shard_name(self->ds, c);
+    size_t before = self->n_items;
+    if (dataset_strv_push(&self->classes, cls) < 0) {
+        dataset_error(CMD, "out of memory");
         return 1;
     }
-    dataset_strv_t names = DATASET_STRV_INIT;
-    int rc = dataset_list_dir(dir, 0, &names);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", dir,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        dataset_strv_release(&names);
-        return 1;
-    }
-    int status = 0;
-    size_t dir_len = strlen(dir) + 1;
-    for (size_t i = 0; i < names.n && status == 0; i++) {
-        char *path = dataset_path_join(dir, names.items[i]);
-        struct stat st;
-        if (!path) {
-            dataset_error(CMD, "out of memory");
-            status = 1;
-        } else if (stat(path, &st) < 0) {
-            /* A dangling link: torchvision would skip it too. */
+    for (size_t r = 0; r < emlio_dataset_shard_records(self->ds, c); r++) {
+        const char *name = emlio_dataset_record_name(self->ds, c, r);
+        if (!s_is_jpeg_name(name)) {
             self->skipped++;
-        } else if (S_ISDIR(st.st_mode)) {
-            status = s_walk(self, path, label, depth + 1);
-        } else if (S_ISREG(st.st_mode) && s_is_jpeg_name(names.items[i])) {
-            if (s_push_item(self, path, dir_len, label, (uint64_t)st.st_size) <
-                0) {
-                dataset_error(CMD, "out of memory");
-                status = 1;
-            }
-        } else {
-            self->skipped++;
+            continue;
         }
-        free(path);
+        pack_item_t item = { dataset_path_join(self->src, name), c, r,
+                             (uint32_t)c, 0 };
+        struct stat st;
+        if (!item.path || s_push_item(self, &item) < 0) {
+            free(item.path);
+            dataset_error(CMD, "out of memory");
+            return 1;
+        }
+        if (stat(item.path, &st) < 0) {
+            dataset_error(CMD, "cannot read '%s': %s", item.path,
+                          dataset_strerror(-errno, ebuf, sizeof(ebuf)));
+            return 1;
+        }
+        self->items[self->n_items - 1].size = (uint64_t)st.st_size;
     }
-    dataset_strv_release(&names);
-    return status;
+    if (self->n_items == before) {
+        dataset_error(CMD,
+                      "cannot pack class '%s': no .jpg/.jpeg files in '%s/%s'",
+                      cls, self->src, cls);
+        return 1;
+    }
+    return 0;
 }
 
-/* torchvision's order: sorted(os.walk(...)) by directory, then sorted file
- * names; the class comes first. */
-static int
-s_item_cmp(const void *pa, const void *pb)
-{
-    const pack_item_t *a = pa;
-    const pack_item_t *b = pb;
-    if (a->label != b->label)
-        return a->label < b->label ? -1 : 1;
-    size_t n = EMLIO_MIN(a->dir_len, b->dir_len);
-    int c = memcmp(a->path, b->path, n);
-    if (c == 0 && a->dir_len != b->dir_len)
-        c = a->dir_len < b->dir_len ? -1 : 1;
-    if (c != 0)
-        return c;
-    return strcmp(a->path + a->dir_len, b->path + b->dir_len);
-}
-
+/* Opens SRC through emlio/dataset.h, the reader emliod serves it with, so
+ * the classes, labels and files are the ones clients see; keeps the JPEGs
+ * and shuffles them when asked. Returns 0, or 1 after printing an error. */
 static int
 s_scan_tree(pack_t *self)
 {
@@ -197,43 +162,26 @@ s_scan_tree(pack_t *self)
         dataset_error(CMD, "cannot read '%s': not a directory", self->src);
         return 1;
     }
-    int rc = dataset_list_dir(self->src, 'd', &self->classes);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", self->src,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+    self->ds = emlio_dataset_new();
+    if (!self->ds) {
+        dataset_error(CMD, "out of memory");
         return 1;
     }
-    if (self->classes.n == 0) {
+    if (emlio_dataset_open(self->ds, self->src, "imagefolder", 0) < 0) {
         dataset_error(CMD,
-                      "cannot pack '%s': no class directories in it "
-                      "(expected SRC/<class>/<image>.jpg)",
-                      self->src);
+                      "cannot pack '%s': %s (expected "
+                      "SRC/<class>/<image>.jpg)",
+                      self->src, emlio_dataset_errmsg(self->ds));
         return 1;
     }
-    if (self->classes.n > INT32_MAX) {
+    size_t n_classes = emlio_dataset_shard_count(self->ds);
+    if (n_classes > INT32_MAX) {
         dataset_error(CMD, "cannot pack '%s': too many classes", self->src);
         return 1;
     }
-    for (size_t c = 0; c < self->classes.n; c++) {
-        size_t before = self->n_items;
-        char *dir = dataset_path_join(self->src, self->classes.items[c]);
-        if (!dir) {
-            dataset_error(CMD, "out of memory");
+    for (size_t c = 0; c < n_classes; c++)
+        if (s_list_class(self, c))
             return 1;
-        }
-        int status = s_walk(self, dir, (uint32_t)c, 0);
-        if (status == 0 && self->n_items == before) {
-            dataset_error(CMD,
-                          "cannot pack class '%s': no .jpg/.jpeg files "
-                          "in '%s'",
-                          self->classes.items[c], dir);
-            status = 1;
-        }
-        free(dir);
-        if (status)
-            return status;
-    }
-    qsort(self->items, self->n_items, sizeof(*self->items), s_item_cmp);
     if (self->shuffle) {
         uint64_t st_rng = self->seed;
         for (size_t i = self->n_items; i > 1; i--) {
@@ -246,40 +194,68 @@ s_scan_tree(pack_t *self)
     return 0;
 }
 
-/* Refuses to mix with shards of an earlier run that uses the same prefix:
- * a different shard count would leave stale files that readers pick up. */
+/* Whether name is a file an earlier pack with this prefix wrote: a shard,
+ * its index, or the class list. */
+static bool
+s_replaced(const char *name, const char *prefix)
+{
+    static const char *const ends[] = { ".tfrecord", ".tfrecord.idx", ".tar",
+                                        ".tar.idx" };
+    size_t plen = strlen(prefix);
+    size_t len = strlen(name);
+    if (!strcmp(name, "classes.txt"))
+        return true;
+    if (strncmp(name, prefix, plen) || name[plen] != '-')
+        return false;
+    for (size_t i = 0; i < TOOL_ARRAY_SIZE(ends); i++) {
+        size_t n = strlen(ends[i]);
+        if (len > plen + n && !strcmp(name + len - n, ends[i]))
+            return true;
+    }
+    return false;
+}
+
+/* Refuses a DST that is not empty: shards of an earlier run would mix with
+ * the new ones (a different count leaves stale shards that readers pick
+ * up, and --verify cannot tell). With --force, first removes the files it
+ * replaces (<prefix>-* shards and indexes, classes.txt). Returns 0, or 1
+ * after printing an error. */
 static int
-s_check_dst(pack_t *self)
+s_check_dst(const char *dst, const char *prefix, bool force)
 {
     char ebuf[128];
-    int rc = dataset_mkdir_p(self->dst);
-    if (rc < 0) {
-        dataset_error(CMD, "cannot create '%s': %s", self->dst,
-                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
-        return 1;
-    }
     dataset_strv_t names = DATASET_STRV_INIT;
-    rc = dataset_list_dir(self->dst, 0, &names);
+    int rc = dataset_list_dir(dst, 0, &names);
+    if (rc == -ENOENT)
+        return 0; /* created once SRC has been read */
     if (rc < 0) {
-        dataset_error(CMD, "cannot read '%s': %s", self->dst,
+        dataset_error(CMD, "cannot read '%s': %s", dst,
                       dataset_strerror(rc, ebuf, sizeof(ebuf)));
         dataset_strv_release(&names);
         return 1;
     }
-    size_t plen = strlen(self->prefix);
     int status = 0;
-    for (size_t i = 0; i < names.n; i++) {
+    for (size_t i = 0; i < names.n && status == 0; i++) {
         const char *name = names.items[i];
-        size_t len = strlen(name);
-        if (!strncmp(name, self->prefix, plen) && name[plen] == '-' &&
-            len > 9 && !strcmp(name + len - 9, ".tfrecord")) {
-            dataset_error(CMD,
-                          "cannot write to '%s': it already holds shards "
-                          "('%s'); remove them or choose another --prefix",
-                          self->dst, name);
-            status = 1;
-            break;
+        if (!force || !s_replaced(name, prefix)) {
+            if (!force)
+                dataset_error(CMD,
+                              "cannot write to '%s': it already holds "
+                              "shards or other files ('%s'); pack into a new "
+                              "directory, or --force to replace its "
+                              "'%s-*' shards",
+                              dst, name, prefix);
+            status = !force;
+            continue;
         }
+        char *path = dataset_path_join(dst, name);
+        if (!path || unlink(path) < 0) {
+            dataset_error(CMD, "cannot remove '%s/%s': %s", dst, name,
+                          path ? dataset_strerror(-errno, ebuf, sizeof(ebuf))
+                               : "out of memory");
+            status = 1;
+        }
+        free(path);
     }
     dataset_strv_release(&names);
     return status;
@@ -312,6 +288,14 @@ typedef struct pack_stats {
     uint64_t shard_bytes;
 } pack_stats_t;
 
+/* Copies an ImageFolder file's bytes (its one field) into the buffer. */
+static int
+s_copy_field(void *userdata, const char *field, const uint8_t *data, size_t len)
+{
+    (void)field;
+    return emlio_buf_add(userdata, data, len) < 0 ? EMLIO_ENOMEM : 0;
+}
+
 /* Reads, checks and frames the records of one shard into a temporary file,
  * re-reads it with a full CRC scan, renames it into place and writes its
  * index. Returns 0, or 1 after printing an error. */
@@ -342,7 +326,9 @@ s_write_shard(pack_t *self, tjhandle tj, const char *final_path, size_t begin,
     uint64_t written = 0;
     for (size_t i = begin; i < end; i++) {
         const pack_item_t *it = &self->items[i];
-        rc = dataset_read_file(it->path, &img);
+        emlio_buf_clear(&img);
+        rc = emlio_dataset_record(self->ds, it->shard, it->record, s_copy_field,
+                                  &img, NULL);
         if (rc < 0) {
             dataset_error(CMD, "cannot read '%s': %s", it->path,
                           dataset_strerror(rc, ebuf, sizeof(ebuf)));
@@ -461,9 +447,13 @@ s_run(pack_t *self)
     int status = s_scan_tree(self);
     if (status)
         return status;
-    status = s_check_dst(self);
-    if (status)
-        return status;
+    char ebuf[128];
+    int rc = dataset_mkdir_p(self->dst);
+    if (rc < 0) {
+        dataset_error(CMD, "cannot create '%s': %s", self->dst,
+                      dataset_strerror(rc, ebuf, sizeof(ebuf)));
+        return 1;
+    }
     size_t *first = reallocarray(NULL, self->n_items + 1, sizeof(*first));
     tjhandle tj = tjInitDecompress();
     emlio_buf_t path = EMLIO_BUF_INIT;
@@ -498,7 +488,7 @@ s_run(pack_t *self)
                "shards in '%s'\n",
                stats.records, self->classes.n, self->src, n_shards, self->dst);
         printf("bytes: %" PRIu64 " of images, %" PRIu64 " of shards; "
-               "%zu files skipped (not .jpg/.jpeg)\n",
+               "%zu files skipped (images not .jpg/.jpeg)\n",
                stats.image_bytes, stats.shard_bytes, self->skipped);
         printf("time: %.2f s, %.1f MB/s, %.0f records/s\n", dt,
                dt > 0 ? (double)stats.shard_bytes / dt / 1e6 : 0.0,
@@ -518,101 +508,59 @@ s_valid_key(const char *key)
     return key[0] != '\0' && strlen(key) < 1024;
 }
 
+enum { PACK_TO_TFRECORD, PACK_TO_TAR };
+
 int
 cmd_pack(int argc, char **argv)
 {
-    enum {
-        OPT_BYTES_KEY = 256,
-        OPT_LABEL_KEY,
-        OPT_SEED,
-        OPT_PREFIX,
-        OPT_QUIET,
-        OPT_TO
-    };
-    static const struct option opts[] = {
-        { "shard-bytes", required_argument, NULL, 's' },
-        { "bytes-key", required_argument, NULL, OPT_BYTES_KEY },
-        { "label-key", required_argument, NULL, OPT_LABEL_KEY },
-        { "seed", required_argument, NULL, OPT_SEED },
-        { "prefix", required_argument, NULL, OPT_PREFIX },
-        { "quiet", no_argument, NULL, OPT_QUIET },
-        { "to", required_argument, NULL, OPT_TO },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+    static const opt_choice_t formats[] = {
+        { "tfrecord", PACK_TO_TFRECORD },
+        { "tar", PACK_TO_TAR },
+        { NULL, 0 },
     };
     pack_t self = { 0 };
-    bool to_tar = false;
+    int to = PACK_TO_TFRECORD;
     self.prefix = "train";
     self.bytes_key = "image/encoded";
     self.label_key = "image/class/label";
     self.shard_bytes = PACK_DEFAULT_SHARD_BYTES;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":s:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 's':
-            if (dataset_parse_u64(optarg, true, &self.shard_bytes) < 0 ||
-                self.shard_bytes == 0) {
-                dataset_error(CMD,
-                              "bad value '%s' for --shard-bytes: expected a "
-                              "positive size such as 64M",
-                              optarg);
-                return 2;
-            }
-            break;
-        case OPT_BYTES_KEY:
-            self.bytes_key = optarg;
-            break;
-        case OPT_LABEL_KEY:
-            self.label_key = optarg;
-            break;
-        case OPT_SEED:
-            if (dataset_parse_u64(optarg, false, &self.seed) < 0) {
-                dataset_error(CMD,
-                              "bad value '%s' for --seed: expected an "
-                              "unsigned integer",
-                              optarg);
-                return 2;
-            }
-            self.shuffle = true;
-            break;
-        case OPT_PREFIX:
-            self.prefix = optarg;
-            break;
-        case OPT_QUIET:
-            self.quiet = true;
-            break;
-        case OPT_TO:
-            if (strcmp(optarg, "tfrecord") && strcmp(optarg, "tar")) {
-                dataset_error(CMD,
-                              "bad value '%s' for --to: expected tfrecord "
-                              "or tar",
-                              optarg);
-                return 2;
-            }
-            to_tar = !strcmp(optarg, "tar");
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        case ':':
-            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
-            return 2;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 2) {
-        dataset_error(CMD, "expected SRC and DST, got %d arguments",
-                      argc - optind);
-        s_usage(stderr);
+    const opt_t table[] = {
+        OPT("shard-bytes", 's', OPT_SIZE, &self.shard_bytes, "N",
+            "target shard size, K/M/G suffixes allowed\n(default 64M)",
+            .min = 1),
+        OPT("bytes-key", 0, OPT_STR, &self.bytes_key, "K",
+            "feature key of the image bytes\n(default image/encoded)"),
+        OPT("label-key", 0, OPT_STR, &self.label_key, "K",
+            "feature key of the label\n(default image/class/label)"),
+        OPT("seed", 0, OPT_U64, &self.seed, "S",
+            "shuffle the records with seed S", .seen = &self.shuffle),
+        OPT("prefix", 0, OPT_STR, &self.prefix, "P",
+            "shard file name prefix (default train)"),
+        OPT("quiet", 0, OPT_FLAG, &self.quiet, NULL, "print no summary"),
+        OPT("force", 0, OPT_FLAG, &self.force, NULL,
+            "write into a DST that is not empty, first\nremoving the "
+            "<prefix>-* shards, their\nindexes and classes.txt it replaces"),
+        OPT("to", 0, OPT_CHOICE, &to, "FORMAT",
+            "tfrecord (default) or tar: WebDataset\nshards "
+            "DST/<prefix>-NNNNN.tar from SRC in\nany format emliod serves "
+            "(ImageFolder,\nTFRecord, tar), samples keyed by position,\nthe "
+            "label as <key>.cls, wds2idx indexes",
+            .choices = formats),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int parsed = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (parsed >= 0)
+        return parsed;
+    if (npos != 2) {
+        dataset_error(CMD, "expected SRC and DST, got %d arguments", npos);
+        s_usage(stderr, tables);
         return 2;
     }
-    self.src = argv[optind];
-    self.dst = argv[optind + 1];
+    self.src = argv[1];
+    self.dst = argv[2];
     if (!s_valid_key(self.bytes_key) || !s_valid_key(self.label_key) ||
         !strcmp(self.bytes_key, self.label_key)) {
         dataset_error(CMD,
@@ -626,7 +574,10 @@ cmd_pack(int argc, char **argv)
                       self.prefix);
         return 2;
     }
-    if (to_tar)
+    /* Checked before SRC is read: a refusal costs nothing. */
+    if (s_check_dst(self.dst, self.prefix, self.force))
+        return 1;
+    if (to == PACK_TO_TAR)
         return formats_pack_tar(CMD, self.src, self.dst, self.prefix,
                                 self.shard_bytes, self.quiet);
     int status = s_run(&self);
@@ -634,5 +585,6 @@ cmd_pack(int argc, char **argv)
         free(self.items[i].path);
     free(self.items);
     dataset_strv_release(&self.classes);
+    emlio_dataset_destroy(&self.ds);
     return status;
 }

@@ -2,7 +2,8 @@
  * prints the epoch plan of one or every rank as JSON, for inspection.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>

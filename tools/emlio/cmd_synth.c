@@ -5,12 +5,12 @@
 #include "tool_util.h"
 
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "dataset_util.h"
 #include "emlio/buf.h"
@@ -20,6 +20,8 @@
 /* The mean JPEG size of the ImageNet-1k training set (~140 GB / 1.28 M). */
 #define SYNTH_DEFAULT_BYTES   110000
 #define SYNTH_DEFAULT_QUALITY 90
+#define SYNTH_STR_(x)         #x
+#define SYNTH_STR(x)          SYNTH_STR_(x)
 #define SYNTH_MIN_SIDE        8
 #define SYNTH_MAX_SIDE        16384
 #define SYNTH_CALIB_IMAGES    4
@@ -57,7 +59,7 @@ typedef struct synth {
 } synth_t;
 
 static void
-s_usage(FILE *out)
+s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(
         out,
@@ -68,21 +70,8 @@ s_usage(FILE *out)
         "close to --bytes. Sample i goes to class i %% C. The output is a\n"
         "pure function of the options: the same seed gives the same bytes.\n"
         "\n"
-        "options:\n"
-        "  -n, --samples N     number of images (required)\n"
-        "  -c, --classes C     number of class directories (required)\n"
-        "  -b, --bytes B       target mean JPEG size, K/M suffixes allowed\n"
-        "                      (default %d, the ImageNet mean)\n"
-        "  -s, --seed S        seed (default 0)\n"
-        "  -W, --width W       fixed image width (with --height); the\n"
-        "                      quality is then chosen to approach --bytes\n"
-        "  -H, --height H      fixed image height (with --width)\n"
-        "  -q, --quality Q     JPEG quality 1..100 (default %d; with\n"
-        "                      --width/--height it overrides --bytes)\n"
-        "  -f, --force         write into DIR even if it is not empty\n"
-        "      --quiet         print no summary\n"
-        "  -h, --help          show this help\n",
-        SYNTH_DEFAULT_BYTES, SYNTH_DEFAULT_QUALITY);
+        "options:\n");
+    opt_usage(out, tables);
 }
 
 static uint64_t
@@ -200,8 +189,8 @@ s_pick_size(synth_t *self, uint64_t *rng, int *w, int *h)
     double aspect = 0.6 + (double)dataset_rand_below(rng, 1001) / 1000.0;
     double fw = sqrt(area * aspect);
     double fh = area / fw;
-    *w = (int)EMLIO_MAX(SYNTH_MIN_SIDE, EMLIO_MIN(SYNTH_MAX_SIDE, lround(fw)));
-    *h = (int)EMLIO_MAX(SYNTH_MIN_SIDE, EMLIO_MIN(SYNTH_MAX_SIDE, lround(fh)));
+    *w = (int)TOOL_MAX(SYNTH_MIN_SIDE, TOOL_MIN(SYNTH_MAX_SIDE, lround(fw)));
+    *h = (int)TOOL_MAX(SYNTH_MIN_SIDE, TOOL_MIN(SYNTH_MAX_SIDE, lround(fh)));
 }
 
 /* Compresses a few throwaway images (their own seed stream) to learn the
@@ -303,8 +292,8 @@ s_run(synth_t *self)
         }
     }
 
-    int class_width = EMLIO_MAX(3, s_digits(self->classes - 1));
-    int name_width = EMLIO_MAX(8, s_digits(self->samples - 1));
+    int class_width = TOOL_MAX(3, s_digits(self->classes - 1));
+    int name_width = TOOL_MAX(8, s_digits(self->samples - 1));
     emlio_buf_t path = EMLIO_BUF_INIT;
     for (uint64_t c = 0; c < self->classes; c++) {
         emlio_buf_clear(&path);
@@ -362,8 +351,8 @@ s_run(synth_t *self)
         self->seen_pixels += (double)w * h;
         pixels += (double)w * h;
         total += self->jpeg_len;
-        min_len = EMLIO_MIN(min_len, self->jpeg_len);
-        max_len = EMLIO_MAX(max_len, self->jpeg_len);
+        min_len = TOOL_MIN(min_len, self->jpeg_len);
+        max_len = TOOL_MAX(max_len, self->jpeg_len);
     }
     double dt = dataset_now() - t0;
     if (!self->quiet) {
@@ -388,118 +377,76 @@ fail:
     return 1;
 }
 
+/* Parses argv into self. Returns -1 to go on, else the exit status. */
 static int
-s_parse_int_opt(const char *name, const char *arg, bool suffix, uint64_t min,
-                uint64_t max, uint64_t *out)
+s_parse_args(synth_t *self, int argc, char **argv)
 {
-    if (dataset_parse_u64(arg, suffix, out) < 0 || *out < min || *out > max) {
+    bool have_samples = false;
+    bool have_classes = false;
+    const opt_t table[] = {
+        OPT("samples", 'n', OPT_SIZE, &self->samples, "N",
+            "number of images (required)", .max = UINT32_MAX,
+            .seen = &have_samples),
+        OPT("classes", 'c', OPT_U64, &self->classes, "C",
+            "number of class directories (required)", .min = 1, .max = 1000000,
+            .seen = &have_classes),
+        OPT("bytes", 'b', OPT_SIZE, &self->bytes, "B",
+            "target mean JPEG size, K/M suffixes allowed\n(default " SYNTH_STR(
+                SYNTH_DEFAULT_BYTES) ", the ImageNet mean)",
+            .min = 256, .max = 64u << 20),
+        OPT("seed", 's', OPT_U64, &self->seed, "S", "seed (default 0)"),
+        OPT("width", 'W', OPT_INT, &self->width, "W",
+            "fixed image width (with --height); the\nquality is then chosen "
+            "to approach --bytes",
+            .min = 1, .max = SYNTH_MAX_SIDE),
+        OPT("height", 'H', OPT_INT, &self->height, "H",
+            "fixed image height (with --width)", .min = 1,
+            .max = SYNTH_MAX_SIDE),
+        OPT("quality", 'q', OPT_INT, &self->quality, "Q",
+            "JPEG quality 1..100 (default " SYNTH_STR(
+                SYNTH_DEFAULT_QUALITY) "; with\n--width/--height it overrides "
+                                       "--bytes)",
+            .min = 1, .max = 100),
+        OPT("force", 'f', OPT_FLAG, &self->force, NULL,
+            "write into DIR even if it is not empty"),
+        OPT("quiet", 0, OPT_FLAG, &self->quiet, NULL, "print no summary"),
+        OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
+        OPT_END,
+    };
+    const opt_t *tables[] = { table, NULL };
+    int npos = 0;
+    int status = cli_parse_args(CMD, tables, argc, argv, 0, &npos, s_usage);
+    if (status >= 0)
+        return status;
+    if (npos != 1) {
         dataset_error(CMD,
-                      "bad value '%s' for --%s: expected an integer in "
-                      "%" PRIu64 "..%" PRIu64,
-                      arg, name, min, max);
-        return -1;
+                      npos == 0 ? "missing DIR" : "expected one DIR, got more");
+        s_usage(stderr, tables);
+        return 2;
     }
-    return 0;
+    self->dir = argv[1];
+    if (!have_samples || !have_classes) {
+        dataset_error(CMD, "--samples and --classes are required");
+        s_usage(stderr, tables);
+        return 2;
+    }
+    if (!self->width != !self->height) {
+        dataset_error(CMD, "--width and --height go together");
+        return 2;
+    }
+    if (!self->width && !self->quality)
+        self->quality = SYNTH_DEFAULT_QUALITY;
+    return -1;
 }
 
 int
 cmd_synth(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        { "samples", required_argument, NULL, 'n' },
-        { "classes", required_argument, NULL, 'c' },
-        { "bytes", required_argument, NULL, 'b' },
-        { "seed", required_argument, NULL, 's' },
-        { "width", required_argument, NULL, 'W' },
-        { "height", required_argument, NULL, 'H' },
-        { "quality", required_argument, NULL, 'q' },
-        { "force", no_argument, NULL, 'f' },
-        { "quiet", no_argument, NULL, 'Q' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
     synth_t self = { 0 };
     self.bytes = SYNTH_DEFAULT_BYTES;
-    bool have_samples = false;
-    bool have_classes = false;
-    uint64_t v;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":n:c:b:s:W:H:q:fh", opts, NULL)) !=
-           -1) {
-        switch (opt) {
-        case 'n':
-            if (s_parse_int_opt("samples", optarg, true, 0, UINT32_MAX, &v))
-                return 2;
-            self.samples = v;
-            have_samples = true;
-            break;
-        case 'c':
-            if (s_parse_int_opt("classes", optarg, false, 1, 1000000, &v))
-                return 2;
-            self.classes = v;
-            have_classes = true;
-            break;
-        case 'b':
-            if (s_parse_int_opt("bytes", optarg, true, 256, 64u << 20, &v))
-                return 2;
-            self.bytes = v;
-            break;
-        case 's':
-            if (s_parse_int_opt("seed", optarg, false, 0, UINT64_MAX, &v))
-                return 2;
-            self.seed = v;
-            break;
-        case 'W':
-        case 'H':
-            if (s_parse_int_opt(opt == 'W' ? "width" : "height", optarg, false,
-                                1, SYNTH_MAX_SIDE, &v))
-                return 2;
-            *(opt == 'W' ? &self.width : &self.height) = (int)v;
-            break;
-        case 'q':
-            if (s_parse_int_opt("quality", optarg, false, 1, 100, &v))
-                return 2;
-            self.quality = (int)v;
-            break;
-        case 'f':
-            self.force = true;
-            break;
-        case 'Q':
-            self.quiet = true;
-            break;
-        case 'h':
-            s_usage(stdout);
-            return 0;
-        case ':':
-            dataset_error(CMD, "option '%s' needs a value", argv[optind - 1]);
-            return 2;
-        default:
-            dataset_error(CMD, "unknown option '%s'", argv[optind - 1]);
-            s_usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        dataset_error(CMD, optind >= argc ? "missing DIR"
-                                          : "expected one DIR, got more");
-        s_usage(stderr);
-        return 2;
-    }
-    self.dir = argv[optind];
-    if (!have_samples || !have_classes) {
-        dataset_error(CMD, "--samples and --classes are required");
-        s_usage(stderr);
-        return 2;
-    }
-    if (!self.width != !self.height) {
-        dataset_error(CMD, "--width and --height go together");
-        return 2;
-    }
-    if (!self.width && !self.quality)
-        self.quality = SYNTH_DEFAULT_QUALITY;
-
+    int parsed = s_parse_args(&self, argc, argv);
+    if (parsed >= 0)
+        return parsed;
     self.tj = tjInitCompress();
     if (!self.tj) {
         dataset_error(CMD, "cannot start the JPEG encoder: %s",

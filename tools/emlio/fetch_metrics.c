@@ -1,6 +1,8 @@
 /* fetch_metrics.c - the training side's Prometheus endpoint (see .h).
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include "fetch_metrics.h"
 
 #include <inttypes.h>
@@ -15,7 +17,7 @@
 #define MAX_STREAMS 256
 
 struct fetch_metrics {
-    emlio_metrics_http_t *http;
+    tool_metrics_http_t *http;
     pthread_mutex_t lock;
     /* The snapshot, under lock. */
     emlio_client_stats_t st;
@@ -29,8 +31,8 @@ struct fetch_metrics {
 static int
 s_gauge(emlio_buf_t *out, const char *name, const char *help, double v)
 {
-    return emlio__metrics_family(out, name, "gauge", help) |
-           emlio__metrics_sample(out, name, NULL, 0, v);
+    return tool_metrics_family(out, name, "gauge", help) |
+           tool_metrics_sample(out, name, NULL, 0, v);
 }
 
 /* A gauge with one sample per stream, labelled by daemon and stream: the
@@ -39,15 +41,15 @@ static int
 s_per_stream(const fetch_metrics_t *self, emlio_buf_t *out, const char *name,
              const char *help, size_t field, double scale)
 {
-    int rc = emlio__metrics_family(out, name, "gauge", help);
+    int rc = tool_metrics_family(out, name, "gauge", help);
     for (size_t i = 0; i < self->n_streams; i++) {
         char stream[16];
         snprintf(stream, sizeof(stream), "%" PRIu32, self->streams[i].stream);
-        emlio_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
-                                       { "stream", stream } };
+        tool_metrics_label_t l[2] = { { "daemon", self->endpoints[i] },
+                                      { "stream", stream } };
         double v;
         memcpy(&v, (const char *)&self->streams[i] + field, sizeof(v));
-        rc |= emlio__metrics_sample(out, name, l, 2, v * scale);
+        rc |= tool_metrics_sample(out, name, l, 2, v * scale);
     }
     return rc;
 }
@@ -62,14 +64,14 @@ s_render(void *userdata, emlio_buf_t *out)
     int rc = 0;
     pthread_mutex_lock(&self->lock);
     const emlio_client_stats_t *st = &self->st;
-    rc |= emlio__metrics_family(out, "emlio_client_samples_total", "counter",
-                                "Samples delivered to the caller.");
-    rc |= emlio__metrics_sample_u64(out, "emlio_client_samples_total", NULL, 0,
-                                    self->samples);
-    rc |= emlio__metrics_family(out, "emlio_client_bytes_total", "counter",
-                                "Sample bytes delivered to the caller.");
-    rc |= emlio__metrics_sample_u64(out, "emlio_client_bytes_total", NULL, 0,
-                                    self->bytes);
+    rc |= tool_metrics_family(out, "emlio_client_samples_total", "counter",
+                              "Samples delivered to the caller.");
+    rc |= tool_metrics_sample_u64(out, "emlio_client_samples_total", NULL, 0,
+                                  self->samples);
+    rc |= tool_metrics_family(out, "emlio_client_bytes_total", "counter",
+                              "Sample bytes delivered to the caller.");
+    rc |= tool_metrics_sample_u64(out, "emlio_client_bytes_total", NULL, 0,
+                                  self->bytes);
     rc |= s_gauge(out, "emlio_client_epoch", "The current epoch.",
                   (double)st->epoch);
     rc |= s_gauge(out, "emlio_client_epoch_wait_seconds",
@@ -88,13 +90,13 @@ s_render(void *userdata, emlio_buf_t *out)
                   st->mb_per_s * 1e6);
     rc |= s_gauge(out, "emlio_client_inflight_batches",
                   "Batches the client keeps requested.", st->inflight);
-    rc |= emlio__metrics_family(out, "emlio_client_limit", "gauge",
-                                "What limits the rate now: 1 for the "
-                                "current reason, 0 for the others.");
+    rc |= tool_metrics_family(out, "emlio_client_limit", "gauge",
+                              "What limits the rate now: 1 for the "
+                              "current reason, 0 for the others.");
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
-        emlio_metrics_label_t l = { "limit", emlio_limit_name(limits[i]) };
-        rc |= emlio__metrics_sample(out, "emlio_client_limit", &l, 1,
-                                    st->limit == limits[i]);
+        tool_metrics_label_t l = { "limit", emlio_limit_name(limits[i]) };
+        rc |= tool_metrics_sample(out, "emlio_client_limit", &l, 1,
+                                  st->limit == limits[i]);
     }
     rc |= s_per_stream(self, out, "emlio_client_stream_rate_bytes_per_second",
                        "Sample bytes per second of each stream over the "
@@ -116,15 +118,15 @@ fetch_metrics_start(const char *hostport)
         return NULL;
     }
     pthread_mutex_init(&self->lock, NULL);
-    self->http = emlio__metrics_http_new(s_render, self);
-    int rc = self->http ? emlio__metrics_http_bind(self->http, hostport)
+    self->http = tool_metrics_http_new(s_render, self);
+    int rc = self->http ? tool_metrics_http_bind(self->http, hostport)
                         : EMLIO_ENOMEM;
     if (rc == 0)
-        rc = emlio__metrics_http_start(self->http);
+        rc = tool_metrics_http_start(self->http);
     if (rc < 0) {
         fprintf(stderr, "emlio fetch: cannot serve metrics on '%s': %s\n",
                 hostport,
-                self->http ? emlio__metrics_http_errmsg(self->http)
+                self->http ? tool_metrics_http_errmsg(self->http)
                            : "out of memory");
         fetch_metrics_stop(&self);
         return NULL;
@@ -135,7 +137,7 @@ fetch_metrics_start(const char *hostport)
 const char *
 fetch_metrics_address(const fetch_metrics_t *self)
 {
-    return emlio__metrics_http_address(self->http);
+    return tool_metrics_http_address(self->http);
 }
 
 void
@@ -167,7 +169,7 @@ fetch_metrics_stop(fetch_metrics_t **self_p)
     if (!self_p || !*self_p)
         return;
     fetch_metrics_t *self = *self_p;
-    emlio__metrics_http_destroy(&self->http);
+    tool_metrics_http_destroy(&self->http);
     pthread_mutex_destroy(&self->lock);
     free(self);
     *self_p = NULL;

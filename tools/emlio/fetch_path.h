@@ -14,6 +14,11 @@
  * written to out. */
 void fetch_path_json(FILE *out, const emlio_client_t *client);
 
+/* Appends `, "transform": {decode_at, server_share, decided, batches on
+ * each side, CPU ms per image on each side, threads, the placement's
+ * prediction and why}` when the client has a transform; nothing else. */
+void fetch_path_xf_json(FILE *out, const emlio_client_t *client);
+
 /* A short form for the progress line: "rtt 30.1 ms, 8 streams, window". */
 void fetch_path_brief(char *buf, size_t len, const emlio_client_t *client);
 

@@ -1,7 +1,8 @@
 /* fetch_state.c - save and resume `emlio fetch --state`, bound to --ids.
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include "fetch_state.h"
 
 #include <errno.h>

@@ -132,8 +132,8 @@ formats_inspect(const char *cmd, const char *path, bool json, uint64_t sample)
             }
             sampled++;
             if (label >= 0) {
-                lab_min = EMLIO_MIN(lab_min, label);
-                lab_max = EMLIO_MAX(lab_max, label);
+                lab_min = TOOL_MIN(lab_min, label);
+                lab_max = TOOL_MAX(lab_max, label);
             }
         }
     }
@@ -184,29 +184,27 @@ formats_inspect(const char *cmd, const char *path, bool json, uint64_t sample)
 }
 
 long
-formats_index_tars(const char *cmd, const char *path, bool quiet,
-                   uint64_t *records)
+formats_index_file(const char *cmd, const char *path, bool verify, bool quiet)
 {
-    char *only;
-    emlio_dataset_t *ds = s_open(
-        cmd, path, EMLIO_DATASET_WRITE_INDEX | EMLIO_DATASET_REINDEX, &only);
-    if (!ds)
+    emlio_dataset_t *ds = emlio_dataset_new();
+    if (!ds) {
+        dataset_error(cmd, "cannot index '%s': out of memory", path);
         return -1;
-    long done = 0;
-    for (size_t s = 0; s < emlio_dataset_shard_count(ds); s++) {
-        if (strcmp(emlio_dataset_shard_format(ds, s), "tar") ||
-            (only && strcmp(only, emlio_dataset_shard_name(ds, s))))
-            continue;
-        size_t n = emlio_dataset_shard_records(ds, s);
-        *records += n;
-        done++;
-        if (!quiet)
-            printf("%s/%s: %zu samples (wds2idx v1.2 index)\n",
-                   only ? "." : path, emlio_dataset_shard_name(ds, s), n);
     }
-    free(only);
+    int flags = EMLIO_DATASET_REINDEX | EMLIO_DATASET_WRITE_INDEX |
+                (verify ? EMLIO_DATASET_VERIFY : 0);
+    int rc = emlio_dataset_open_file(ds, path, flags);
+    if (rc < 0) {
+        /* The library's message names the file and the byte offset. */
+        dataset_error(cmd, "cannot index '%s': %s", path,
+                      emlio_dataset_errmsg(ds));
+    } else if (!quiet && formats_is_tar(path)) {
+        printf("%s: %d samples (wds2idx v1.2 index)\n", path, rc);
+    } else if (!quiet) {
+        printf("%s: %d records\n", path, rc);
+    }
     emlio_dataset_destroy(&ds);
-    return done;
+    return rc < 0 ? -1 : rc;
 }
 
 /* ---- pack --to tar ------------------------------------------------------ */
@@ -311,6 +309,8 @@ s_flush_shard(const char *cmd, s_tarw_t *w, const char *dst, const char *prefix,
     if (rc < 0)
         dataset_error(cmd, "cannot write '%s': %s", path,
                       dataset_strerror(rc, ebuf, sizeof(ebuf)));
+    else if (formats_index_file(cmd, path, false, true) < 0)
+        rc = EMLIO_EFORMAT;
     emlio_buf_clear(&w->out);
     return rc;
 }
@@ -368,10 +368,6 @@ formats_pack_tar(const char *cmd, const char *src, const char *dst,
     emlio_dataset_destroy(&ds);
     free(only);
     if (rc < 0)
-        return 1;
-    uint64_t records = 0;
-    long indexed = formats_index_tars(cmd, dst, true, &records);
-    if (indexed < 0)
         return 1;
     if (!quiet)
         printf("packed %" PRIu64 " samples into %zu tar shards in '%s' "

@@ -18,15 +18,16 @@ bool formats_is_tar(const char *path);
 int formats_inspect(const char *cmd, const char *path, bool json,
                     uint64_t sample);
 
-/* Scans every tar shard under path (a directory, or the directory of the
- * tar named) and rewrites its wds2idx index. Adds to *done and *records;
- * returns the number of shards indexed or -1 after printing the error. */
-long formats_index_tars(const char *cmd, const char *path, bool quiet,
-                        uint64_t *records);
+/* Scans one shard (a *.tar, else a TFRecord file), checking every data CRC
+ * when verify, and writes its index <path>.idx; prints a line for it unless
+ * quiet. Returns its record count, or -1 after printing the error (a
+ * corrupt file with the offset, an index that cannot be written). */
+long formats_index_file(const char *cmd, const char *path, bool verify,
+                        bool quiet);
 
 /* Converts the dataset at src (any format) into WebDataset tar shards
  * dst/<prefix>-NNNNN.tar of about shard_bytes each (samples keyed by their
- * position, fields kept, the label as ".cls"), then indexes them. Returns
+ * position, fields kept, the label as ".cls"), each indexed as written. Returns
  * the exit status. */
 int formats_pack_tar(const char *cmd, const char *src, const char *dst,
                      const char *prefix, uint64_t shard_bytes, bool quiet);

@@ -1,6 +1,8 @@
 /* main.c - `emlio`, the command-line front end: dispatches to subcommands.
  * SPDX-License-Identifier: MIT
  */
+#include "tool_util.h"
+
 #include <malloc.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +16,7 @@ static const struct {
     const char *help;
 } s_commands[] = {
     { "synth", cmd_synth, "write a synthetic ImageFolder tree of JPEGs" },
-    { "pack", cmd_pack, "pack an ImageFolder tree into TFRecord shards" },
+    { "pack", cmd_pack, "pack a dataset into TFRecord or tar shards" },
     { "index", cmd_index, "write DALI-format index files for shards" },
     { "inspect", cmd_inspect, "show records, bytes and feature keys" },
     { "fetch", cmd_fetch, "run epochs against emliod daemons" },

@@ -2,7 +2,8 @@
  * Signals are handled here and only here (the library installs none).
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
@@ -40,7 +41,8 @@ s_usage(FILE *out, const opt_t *const *tables)
     fprintf(out, "usage: emliod --data DIR --bind ENDPOINT [options]\n"
                  "       emliod --config FILE [options]\n"
                  "\n"
-                 "Serves every *.tfrecord under DIR to emlio clients.\n"
+                 "Serves the dataset under DIR (*.tfrecord files, WebDataset\n"
+                 "*.tar shards or an ImageFolder tree) to emlio clients.\n"
                  "\n");
     opt_usage(out, tables);
     fprintf(out, "\nA config file holds one option a line, without the "
@@ -52,22 +54,22 @@ s_usage(FILE *out, const opt_t *const *tables)
  * "Exports"). Returns 0 or < 0 after printing why. */
 static int
 s_start_metrics(emlio_ctx_t *ctx, emlio_server_t *srv, const char *addr,
-                const char *influx, double interval_s, emlio_metrics_t **out)
+                const char *influx, double interval_s, tool_metrics_t **out)
 {
-    emlio_metrics_t *m = emlio__metrics_new(ctx, srv);
+    tool_metrics_t *m = tool_metrics_new(ctx, srv);
     int rc = m ? 0 : EMLIO_ENOMEM;
     if (rc == 0)
-        rc = emlio__metrics_set_powercap_root(m, getenv("EMLIO_POWERCAP_ROOT"));
+        rc = tool_metrics_set_powercap_root(m, getenv("EMLIO_POWERCAP_ROOT"));
     if (rc == 0 && addr)
-        rc = emlio__metrics_listen(m, addr);
+        rc = tool_metrics_listen(m, addr);
     if (rc == 0 && influx)
-        rc = emlio__metrics_set_influx(m, influx, interval_s);
+        rc = tool_metrics_set_influx(m, influx, interval_s);
     if (rc == 0)
-        rc = emlio__metrics_start(m);
+        rc = tool_metrics_start(m);
     if (rc < 0)
         fprintf(stderr, "emliod: %s\n",
-                m && *emlio__metrics_errmsg(m) ? emlio__metrics_errmsg(m)
-                                               : emlio_strerror(rc));
+                m && *tool_metrics_errmsg(m) ? tool_metrics_errmsg(m)
+                                             : emlio_strerror(rc));
     *out = m;
     return rc;
 }
@@ -86,6 +88,7 @@ typedef struct s_opts {
     uint32_t idle_timeout_s;
     bool have_idle_timeout;
     const char *sndbuf;
+    double core_w; /* --core-watts; 0 = the energy model's */
     bool version;
     char *config_text;
 } s_opts_t;
@@ -193,6 +196,15 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         OPT("authorized-keys", 0, OPT_STR, &cfg->authorized_keys, "DIR",
             "admit only clients whose public key\n"
             "file is in DIR (needs --curve-secret)"),
+        OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
+            "threads that decode and augment for clients\n"
+            "that ask for tensors (one per CPU; 0: none)"),
+        OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
+            "refuse images above N pixels (100M)"),
+        OPT("core-watts", 0, OPT_DOUBLE, &o->core_w, "W",
+            "power of one busy core, told to clients\n"
+            "for placement by energy (model: 3.2)",
+            .dmin = 0, .dmax = 1000),
         OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
             "clients at once; a client's streams count once\n(1024)", .min = 1),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
@@ -233,6 +245,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
     }
     if (o->have_idle_timeout)
         cfg->idle_timeout_ms = o->idle_timeout_s * 1000;
+    cfg->core_mw = (uint32_t)(o->core_w * 1000 + 0.5);
     return s_parse_sndbuf(o->sndbuf, cfg);
 }
 
@@ -275,7 +288,7 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
         fprintf(stderr, "emliod: %s\n", emlio_server_errmsg(srv));
     else if ((rc = emlio_server_start(srv)) < 0)
         fprintf(stderr, "emliod: cannot start: %s\n", emlio_server_errmsg(srv));
-    emlio_metrics_t *metrics = NULL;
+    tool_metrics_t *metrics = NULL;
     if (rc >= 0 && (o->metrics_addr || o->influx_url))
         rc = s_start_metrics(ctx, srv, o->metrics_addr, o->influx_url,
                              o->influx_interval, &metrics);
@@ -283,7 +296,7 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
         printf("emliod: listening on %s\n", emlio_server_endpoint(srv));
         if (o->metrics_addr)
             printf("emliod: metrics on http://%s/metrics\n",
-                   emlio__metrics_address(metrics));
+                   tool_metrics_address(metrics));
         fflush(stdout);
         sd_notify_ready(emlio_server_endpoint(srv));
         int sig = 0;
@@ -299,7 +312,7 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
                 strsignal(sig), st.requests, st.samples, st.bytes, st.errors,
                 st.auth_refused);
     }
-    emlio__metrics_destroy(&metrics); /* pushes a last point; reads srv */
+    tool_metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
     return rc;
 }

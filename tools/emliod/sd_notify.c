@@ -3,7 +3,8 @@
  * (a path, or an abstract name when it starts with '@').
  * SPDX-License-Identifier: MIT
  */
-#define _GNU_SOURCE
+#include "tool_util.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
