@@ -154,7 +154,18 @@ $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool
 
 # libemlio.pc for PREFIX; `make install` writes it again for the PREFIX
 # given then. The public headers need no dependency's flags, so only the
-# libraries of a static link are listed (Libs.private).
+# libraries of a static link are listed (Libs.private): those of libzmq's
+# and msgpack's own static links too (libzmq is C++ and needs libstdc++,
+# libsodium, ...), as plain flags rather than Requires.private, which would
+# add their include paths to every --cflags. Debian's libzmq.pc lists a
+# bare "libprotokit.a", which no link can find, so only flags are kept.
+PC_LIBS_PRIVATE := $(strip $(filter -%,$(shell $(PKG_CONFIG) --static --libs \
+                   libzmq $(MSGPACK_PC) 2>/dev/null)) -lpthread -lm)
+# A library outside the linker's default directories is found at run time
+# through RUNPATH, so programs built with `pkg-config --libs` run without
+# LD_LIBRARY_PATH (docs/install.md).
+PC_RPATH := $(if $(filter /usr/lib /usr/lib64 /usr/lib/% /lib /lib64 /lib/%,\
+            $(LIBDIR)),,-Wl,-rpath,$${libdir})
 define PC_TEXT
 prefix=$(PREFIX)
 exec_prefix=$${prefix}
@@ -164,8 +175,8 @@ includedir=$(patsubst $(PREFIX)%,$${prefix}%,$(INCLUDEDIR))
 Name: libemlio
 Description: EMLIO data loading: daemon, client, planner, TFRecord
 Version: $(VERSION)
-Libs: -L$${libdir} -lemlio
-Libs.private: $(strip $(DEP_LIBS))
+Libs: $(strip -L$${libdir} $(PC_RPATH) -lemlio)
+Libs.private: $(PC_LIBS_PRIVATE)
 Cflags: -I$${includedir}
 endef
 export PC_TEXT

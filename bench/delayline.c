@@ -302,6 +302,43 @@ usage(void)
     exit(2);
 }
 
+/* Sets up one direction: a ring holding one delay's worth of a 2.5 GB/s
+ * link (more than this machine carries), at least 32 MiB, pre-touched. */
+static void
+ring_setup(direction_t *d, int k, double delay_ms, double rate_mbit,
+           double loss, double spin_us)
+{
+    uint64_t want = (uint64_t)(delay_ms * 1e-3 * 2.5e9);
+    uint64_t bytes = (want < (32ull << 20) ? (32ull << 20) : want);
+    d->ring_bytes = (bytes + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+    d->ring = mmap(NULL, d->ring_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (d->ring == MAP_FAILED)
+        die("cannot map the ring of", d->name);
+    /* Huge pages where the kernel has them: touching 256 MiB in 4 KiB
+     * faults takes seconds here. */
+    madvise(d->ring, d->ring_bytes, MADV_HUGEPAGE);
+    memset(d->ring, 0, d->ring_bytes);
+    d->delay_ns = (uint64_t)(delay_ms * 1e6);
+    d->rate_bytes_per_ns = rate_mbit * 1e6 / 8 / 1e9;
+    d->loss = loss;
+    d->spin_ns = (uint64_t)(spin_us * 1e3);
+    d->rng = 0x9E3779B97F4A7C15ull + (uint64_t)k;
+}
+
+/* One direction's counters, on stderr, at exit. */
+static void
+report(const direction_t *d)
+{
+    fprintf(stderr,
+            "delayline: %s packets %" PRIu64 " bytes %" PRIu64
+            " dropped_full %" PRIu64 " dropped_loss %" PRIu64
+            " write_errors %" PRIu64 " late_p50_us %" PRIu64
+            " late_p99_us %" PRIu64 "\n",
+            d->name, d->packets, d->bytes, d->dropped_full, d->dropped_loss,
+            d->write_errors, late_quantile(d, 0.50), late_quantile(d, 0.99));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -383,26 +420,8 @@ main(int argc, char **argv)
         { .name = "near->far", .in_fd = near_fd, .out_fd = far_fd },
         { .name = "far->near", .in_fd = far_fd, .out_fd = near_fd },
     };
-    for (int k = 0; k < 2; k++) {
-        /* Each direction holds one delay's worth of a 2.5 GB/s link (more
-         * than this machine carries), and at least 32 MiB. */
-        uint64_t want = (uint64_t)(delay_ms * 1e-3 * 2.5e9);
-        uint64_t bytes = (want < (32ull << 20) ? (32ull << 20) : want);
-        dir[k].ring_bytes = (bytes + (2ull << 20) - 1) & ~((2ull << 20) - 1);
-        dir[k].ring = mmap(NULL, dir[k].ring_bytes, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (dir[k].ring == MAP_FAILED)
-            die("cannot map the ring of", dir[k].name);
-        /* Huge pages where the kernel has them: touching 256 MiB in 4 KiB
-         * faults takes seconds here. */
-        madvise(dir[k].ring, dir[k].ring_bytes, MADV_HUGEPAGE);
-        memset(dir[k].ring, 0, dir[k].ring_bytes);
-        dir[k].delay_ns = (uint64_t)(delay_ms * 1e6);
-        dir[k].rate_bytes_per_ns = rate_mbit * 1e6 / 8 / 1e9;
-        dir[k].loss = loss;
-        dir[k].spin_ns = (uint64_t)(spin_us * 1e3);
-        dir[k].rng = 0x9E3779B97F4A7C15ull + (uint64_t)k;
-    }
+    for (int k = 0; k < 2; k++)
+        ring_setup(&dir[k], k, delay_ms, rate_mbit, loss, spin_us);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -420,17 +439,8 @@ main(int argc, char **argv)
         pause();
     /* Readers block in read(): closing the devices would race them, so
      * report and leave; the devices vanish with the process. */
-    for (int k = 0; k < 2; k++) {
-        const direction_t *d = &dir[k];
-        fprintf(stderr,
-                "delayline: %s packets %" PRIu64 " bytes %" PRIu64
-                " dropped_full %" PRIu64 " dropped_loss %" PRIu64
-                " write_errors %" PRIu64 " late_p50_us %" PRIu64
-                " late_p99_us %" PRIu64 "\n",
-                d->name, d->packets, d->bytes, d->dropped_full, d->dropped_loss,
-                d->write_errors, late_quantile(d, 0.50),
-                late_quantile(d, 0.99));
-    }
+    for (int k = 0; k < 2; k++)
+        report(&dir[k]);
     fflush(stderr);
     _exit(0);
 }

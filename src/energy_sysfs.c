@@ -455,6 +455,45 @@ s_perf_open(uint32_t type, uint64_t config, int cpu)
     return fd < 0 ? -errno : (int)fd;
 }
 
+/* Perf counts from 0 at open. Waits for any of set's counters from first
+ * on to move: a PMU whose counters never do (as in many VMs) must not
+ * report 0 J as a measurement; then closes them and fails. On success the
+ * counters' starting values are taken. */
+static int
+s_perf_wait_alive(const char *root, emlio__energy_set_t *set, size_t first,
+                  char *err)
+{
+    uint64_t deadline = emlio__now_ns() + S_PERF_LIVENESS_NS;
+    bool alive = false;
+    for (;;) {
+        for (size_t i = first; i < set->n; i++) {
+            uint64_t raw = 0;
+            if (emlio__energy_read(NULL, &set->v[i], &raw) == 0 && raw > 0)
+                alive = true;
+        }
+        if (alive || emlio__now_ns() >= deadline)
+            break;
+        struct timespec ts = { 0, 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    if (!alive) {
+        while (set->n > first) {
+            close(set->v[set->n - 1].fd);
+            set->n--;
+        }
+        return emlio__seterr(err, EMLIO_ENOTFOUND,
+                             "perf power PMU at '%s' has counters that do not "
+                             "advance (a virtual machine?)",
+                             root);
+    }
+    for (size_t i = first; i < set->n; i++) {
+        uint64_t raw = 0;
+        if (emlio__energy_read(NULL, &set->v[i], &raw) == 0)
+            set->v[i].prev = raw;
+    }
+    return 0;
+}
+
 int
 emlio__energy_perf_probe(const char *root, emlio__energy_set_t *set, char *err)
 {
@@ -560,51 +599,19 @@ emlio__energy_perf_probe(const char *root, emlio__energy_set_t *set, char *err)
             if (!strncmp(set->v[i].name, "psys", 4))
                 set->v[i].in_total = true;
 
-    /* Perf counts from 0 at open. Wait for any counter to move: a PMU
-     * whose counters never do (as in many VMs) must not report 0 J as a
-     * measurement. */
-    uint64_t deadline = emlio__now_ns() + S_PERF_LIVENESS_NS;
-    bool alive = false;
-    for (;;) {
-        for (size_t i = first; i < set->n; i++) {
-            uint64_t raw = 0;
-            if (emlio__energy_read(NULL, &set->v[i], &raw) == 0 && raw > 0)
-                alive = true;
-        }
-        if (alive || emlio__now_ns() >= deadline)
-            break;
-        struct timespec ts = { 0, 1000 * 1000 };
-        nanosleep(&ts, NULL);
-    }
-    if (!alive) {
-        while (set->n > first) {
-            close(set->v[set->n - 1].fd);
-            set->n--;
-        }
-        return emlio__seterr(err, EMLIO_ENOTFOUND,
-                             "perf power PMU at '%s' has counters that do not "
-                             "advance (a virtual machine?)",
-                             root);
-    }
-    for (size_t i = first; i < set->n; i++) {
-        uint64_t raw = 0;
-        if (emlio__energy_read(NULL, &set->v[i], &raw) == 0)
-            set->v[i].prev = raw;
-    }
+    rc = s_perf_wait_alive(root, set, first, err);
+    if (rc < 0)
+        return rc;
     emlio__seterr(err, 0, "%s", note);
     return (int)(set->n - first);
 
+nomem:
+    rc = EMLIO_ENOMEM;
+    snprintf(note, sizeof(note), "out of memory");
 fail:
     while (set->n > first) {
         close(set->v[set->n - 1].fd);
         set->n--;
     }
     return emlio__seterr(err, rc, "%s", note);
-
-nomem:
-    while (set->n > first) {
-        close(set->v[set->n - 1].fd);
-        set->n--;
-    }
-    return emlio__seterr(err, EMLIO_ENOMEM, "out of memory");
 }

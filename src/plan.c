@@ -5,8 +5,6 @@
  */
 #include "emlio_internal.h"
 
-#define S_DEFAULT_WINDOW 4
-
 /* 2^64 / phi, the splitmix64 increment. */
 #define S_GOLDEN   UINT64_C(0x9e3779b97f4a7c15)
 /* Initial value of the key derivation: "EMLIO" in ASCII, then zeros. */
@@ -201,7 +199,10 @@ emlio_plan_params_init(emlio_plan_params_t *p)
     p->rank = 0;
     p->batch_size = 32;
     p->shuffle = EMLIO_SHUFFLE_WINDOW;
-    p->window_shards = S_DEFAULT_WINDOW;
+    /* One window over every shard: a uniform shuffle of the dataset. A
+     * batch then holds what a uniform shuffle's would, however the
+     * samples are laid out (an ImageFolder's shards are its classes). */
+    p->window_shards = 0;
     p->drop_last = false;
 }
 
@@ -432,6 +433,10 @@ s_order_shards(emlio_plan_t *self, struct s_build *b)
             b->perm[j] = t;
         }
     }
+    /* Window 0: one window spanning all shards (at least one, so an empty
+     * inventory still has a window table). */
+    if (b->window == 0)
+        b->window = EMLIO_MAX(b->n_uniq, (size_t)1);
     b->n_win = b->n_uniq / b->window + (b->n_uniq % b->window != 0);
     b->wstart = emlio_reallocarray(NULL, b->n_win + 1, sizeof(*b->wstart));
     if (!b->wstart)
@@ -624,7 +629,7 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
 
     struct s_build b = { 0 };
     b.shards = shards;
-    b.window = params->window_shards ? params->window_shards : S_DEFAULT_WINDOW;
+    b.window = params->window_shards; /* 0: all shards, see s_order_shards */
     b.seed = params->seed;
     b.epoch = params->epoch;
     b.shuffle = params->shuffle == EMLIO_SHUFFLE_WINDOW;

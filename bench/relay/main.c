@@ -66,8 +66,10 @@ s_parse_num(const char *text, double min, double *out)
     return true;
 }
 
-int
-main(int argc, char **argv)
+/* Parses argv into o. Returns -1 to go on, else the exit status (0 after
+ * --help, 2 for a usage error, said on stderr). */
+static int
+s_parse_args(int argc, char **argv, relay_opts_t *o)
 {
     static const struct option longopts[] = {
         { "listen", required_argument, NULL, 'l' },
@@ -82,11 +84,10 @@ main(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    relay_opts_t opts;
     bool have_delay = false;
     double v;
 
-    relay_opts_init(&opts);
+    relay_opts_init(o);
     optind = 1;
     opterr = 0;
     for (;;) {
@@ -100,46 +101,45 @@ main(int argc, char **argv)
             s_usage(stdout);
             return 0;
         case 'l':
-            opts.listen = optarg;
+            o->listen = optarg;
             break;
         case 'c':
-            opts.connect = optarg;
+            o->connect = optarg;
             break;
         case 'd':
             name = "--delay-ms";
-            ok = s_parse_num(optarg, 0, &opts.delay_ms) &&
-                 opts.delay_ms <= 600000;
+            ok = s_parse_num(optarg, 0, &o->delay_ms) && o->delay_ms <= 600000;
             have_delay = true;
             break;
         case 'r':
             name = "--rate-mbit";
-            ok = s_parse_num(optarg, 0, &opts.rate_mbit);
+            ok = s_parse_num(optarg, 0, &o->rate_mbit);
             break;
         case 'n':
             name = "--max-conns";
             ok = s_parse_num(optarg, 1, &v) && v <= 1000000 && v == floor(v);
-            opts.max_conns = ok ? (int)v : 0;
+            o->max_conns = ok ? (int)v : 0;
             break;
         case 's':
             name = "--stats-interval";
-            ok = s_parse_num(optarg, 0, &opts.stats_interval_s);
+            ok = s_parse_num(optarg, 0, &o->stats_interval_s);
             break;
         case 'b':
             name = "--max-buffer-mb";
             ok = s_parse_num(optarg, 1, &v) && v <= 65536;
-            opts.max_buffer = ok ? (size_t)(v * 1024 * 1024) : 0;
+            o->max_buffer = ok ? (size_t)(v * 1024 * 1024) : 0;
             break;
         case 'p':
             name = "--spin-us";
             ok = s_parse_num(optarg, 0, &v) && v <= 100000;
-            opts.spin_us = ok ? (int)v : 0;
+            o->spin_us = ok ? (int)v : 0;
             break;
         case 'm':
             name = "--mode";
             if (!strcmp(optarg, "splice"))
-                opts.mode = RELAY_SPLICE;
+                o->mode = RELAY_SPLICE;
             else if (!strcmp(optarg, "copy"))
-                opts.mode = RELAY_COPY;
+                o->mode = RELAY_COPY;
             else
                 ok = false;
             break;
@@ -163,14 +163,24 @@ main(int argc, char **argv)
                 argv[optind]);
         return 2;
     }
-    if (!opts.listen || !opts.connect || !have_delay) {
+    if (!o->listen || !o->connect || !have_delay) {
         fprintf(stderr, "emlio-relay: missing %s\n",
-                !opts.listen    ? "--listen"
-                : !opts.connect ? "--connect"
-                                : "--delay-ms");
+                !o->listen    ? "--listen"
+                : !o->connect ? "--connect"
+                              : "--delay-ms");
         s_usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+int
+main(int argc, char **argv)
+{
+    relay_opts_t opts;
+    int parsed = s_parse_args(argc, argv, &opts);
+    if (parsed >= 0)
+        return parsed;
 
     /* Addresses are arguments: a bad one is a usage error (exit 2), while
      * a failure to bind a good one is a runtime error (exit 1). */

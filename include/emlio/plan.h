@@ -46,7 +46,9 @@ enum emlio_shuffle {
     /* File order: shards sorted by name, records in file order. */
     EMLIO_SHUFFLE_NONE = 0,
     /* Shard order permuted per epoch, then records shuffled within windows
-     * of window_shards consecutive shards (locality-aware). */
+     * of window_shards consecutive shards. window_shards 0 (the default)
+     * is one window of all shards: a uniform shuffle of the dataset; a
+     * few shards per window favour locality over mixing. */
     EMLIO_SHUFFLE_WINDOW = 1
 };
 
@@ -57,12 +59,12 @@ typedef struct emlio_plan_params {
     uint64_t epoch;         /* 0-based */
     uint64_t seed;          /* shared by all ranks */
     int shuffle;            /* enum emlio_shuffle */
-    uint32_t window_shards; /* shards per shuffle window; 0 = default (4) */
+    uint32_t window_shards; /* shards per shuffle window; 0 = all shards */
     bool drop_last;         /* see the remainder rules in docs/planner.md */
 } emlio_plan_params_t;
 
 /* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,
- * window shuffle over 4 shards, drop_last false. */
+ * window shuffle over all shards (window_shards 0), drop_last false. */
 EMLIO_EXPORT void emlio_plan_params_init(emlio_plan_params_t *p);
 
 /* One planned sample. */

@@ -39,6 +39,36 @@ for f in "$T"/shards/*.tfrecord; do
 done >"$T/file_order"
 check "--shuffle none --in-order is file order" cmp -s "$T/none" "$T/file_order"
 
+# --progress: plain progress lines on stderr (a log, not a terminal), one
+# at least per epoch's end, with percentage and ETA; stdout stays JSON.
+"$EMLIO" fetch --connect "$EP" --batch 16 --epochs 2 --progress 1 \
+    >"$T/prog.out" 2>"$T/prog.err"
+check "fetch --progress succeeds" test $? -eq 0
+check "--progress: a line at the end of epoch 1 (50%)" \
+    grep -qE '^emlio fetch: epoch 1/2  batch 19/19  50\.0%  .* ETA ' "$T/prog.err"
+check "--progress: a line at the end of the run (100%)" \
+    grep -qE '^emlio fetch: epoch 2/2  batch 19/19  100\.0%' "$T/prog.err"
+check "--progress: stdout is JSON lines only" /usr/bin/python3 -c '
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 3, lines
+for line in lines:
+    json.loads(line)' "$T/prog.out"
+"$EMLIO" fetch --connect "$EP" --batch 16 --progress 0 >/dev/null 2>"$T/prog0.err"
+check "--progress 0 is refused" test $? -eq 2
+
+# emlio inspect tcp://: what the daemon serves, as a client learns it.
+"$EMLIO" inspect "$EP" --json >"$T/inspect.json" 2>"$T/inspect.err"
+check "inspect tcp://HOST:PORT succeeds" test $? -eq 0
+check "inspect tcp:// reports the shards and the 300 samples" /usr/bin/python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["shards"] == int(sys.argv[2]) and j["samples"] == 300, j
+assert j["daemons"] == [sys.argv[3]] and len(j["shard_list"]) == j["shards"]
+' "$T/inspect.json" "$nshards" "$EP"
+check "inspect tcp:// as text" bash -c \
+    "'$EMLIO' inspect '$EP' | grep -qx 'samples: 300'"
+
 # Batch sizes that do not divide the dataset, several streams, fixed window.
 "$EMLIO" fetch --connect "$EP" --batch 7 --streams 4 --inflight 3 --verify \
     --quiet >"$T/f7.out" 2>&1
@@ -80,6 +110,19 @@ check "nobody listening gives up quickly" test $((SECONDS - start)) -le 5
 check "fetch without --connect is a usage error" test $? -eq 2
 "$EMLIOD" --data "$T/shards" >/dev/null 2>&1
 check "emliod without --bind is a usage error" test $? -eq 2
+# Endpoint mistakes say the expected form, before anything else is said.
+"$EMLIOD" --data "$T/shards" --bind 127.0.0.1:5555 >/dev/null 2>"$T/e6"
+check "emliod --bind without tcp:// is a usage error" test $? -eq 2
+check "... that shows tcp://HOST:PORT first" \
+    grep -q "^emliod: --bind: invalid endpoint '127.0.0.1:5555': expected tcp://HOST:PORT" "$T/e6"
+check "... and no CURVE warning" bash -c "! grep -qi curve '$T/e6'"
+"$EMLIO" fetch --connect tcp://127.0.0.1 --batch 8 >/dev/null 2>"$T/e7"
+check "fetch --connect without a port is a usage error" test $? -eq 2
+check "... that shows tcp://HOST:PORT" grep -q "expected tcp://HOST:PORT" "$T/e7"
+"$EMLIO" plan --connect "$EP,tcp://h:70000" --world 1 --batch 8 \
+    >/dev/null 2>"$T/e8"
+check "plan --connect with a bad port names it" \
+    grep -q "invalid port '70000' in endpoint 'tcp://h:70000'" "$T/e8"
 
 # A corrupt record is reported with shard and offset, never delivered.
 mkdir -p "$T/bad"

@@ -2,8 +2,11 @@
 # test_install.sh - `make install` into a DESTDIR staging tree: the files,
 # SONAME and links, libemlio.pc; a small C program and both programs built
 # against the staged install with `pkg-config --cflags --libs libemlio`
-# alone (no source-tree include path) and run; the exporters stay out of
-# libemlio.so; `make uninstall` removes everything.
+# alone (no source-tree include path) and run; a static link with
+# `pkg-config --static --libs` alone; the exporters stay out of
+# libemlio.so; `make uninstall` removes everything. Then a real install
+# into a prefix of one's own: a program built with pkg-config runs without
+# LD_LIBRARY_PATH, and man finds the pages (MANPATH, or PATH alone).
 # Run from the repo root with B=<build dir>.
 set -u
 . tests/integration/lib.sh
@@ -104,6 +107,31 @@ check "it runs against the staged libemlio.so" \
     grep -q "^version $VERSION record [0-9]* bytes batches 3$" "$T/prog.out"
 check "it needs libemlio.so.$MAJOR" bash -c \
     "readelf -d '$T/prog' | grep -q 'NEEDED.*\[libemlio.so.$MAJOR\]'"
+# (pkg-config puts the sysroot before it, as before -L: a staged build is
+# the packager's, who installs into /usr, where no RUNPATH is added.)
+check "pkg-config --libs gives it RUNPATH .../$PREFIX/lib" bash -c \
+    "readelf -d '$T/prog' | grep -qE '(RUNPATH|RPATH).*$PREFIX/lib\]'"
+
+# A static link: libemlio.a, and libzmq.a and libmsgpackc.a when the
+# system has them (libzmq is C++: its own libraries must be listed too),
+# with nothing but what `pkg-config --static --libs` says.
+STATIC_PC=$(pkg-config --static --libs libemlio | sed -E 's/(^| )-lemlio( |$)/ /')
+STATIC_DEPS=()
+for dep in zmq msgpackc; do
+    if cc -print-file-name="lib$dep.a" | grep -q /; then
+        STATIC_DEPS+=("-l$dep")
+    fi
+done
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Werror $CFLAGS_PC -o "$T/prog-static" "$T/prog.c" \
+    -Wl,-Bstatic -lemlio "${STATIC_DEPS[@]}" -Wl,-Bdynamic $STATIC_PC \
+    2>"$T/prog-static.err"
+check "a static link with pkg-config --static --libs alone (static: libemlio ${STATIC_DEPS[*]})" \
+    test $? -eq 0
+check "the static program runs" \
+    grep -q "^version $VERSION record" <("$T/prog-static" 2>&1)
+check "the static program needs no libemlio.so" \
+    bash -c "! readelf -d '$T/prog-static' | grep -q 'NEEDED.*libemlio'"
 
 # Both programs from their sources against the staged install: their own
 # directories and tools/common only, never include/ or src/.
@@ -172,4 +200,37 @@ make --no-print-directory -s B="$B" DESTDIR="$STAGE" PREFIX="$PREFIX" \
 check "make uninstall succeeds" test $? -eq 0
 left=$(find "$STAGE" \( -type f -o -type l \) | sed "s|^$STAGE||")
 check "make uninstall leaves no file behind${left:+: $left}" test -z "$left"
+
+# A prefix of one's own, installed for real (no DESTDIR), as a user would:
+# `make install PREFIX=~/opt/emlio`, then build with pkg-config and run.
+OWN=$T/own/emlio
+unset PKG_CONFIG_SYSROOT_DIR LD_LIBRARY_PATH
+make --no-print-directory -s B="$B" PREFIX="$OWN" install \
+    >"$T/install-own.log" 2>&1
+check "make install PREFIX=\$OWN succeeds" test $? -eq 0
+export PKG_CONFIG_PATH=$OWN/lib/pkgconfig
+check "its libdir is \$OWN/lib" \
+    test "$(pkg-config --variable=libdir libemlio)" = "$OWN/lib"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror "${SAN_FLAGS[@]}" -o "$T/prog-own" "$T/prog.c" \
+    $(pkg-config --cflags --libs libemlio) 2>"$T/prog-own.err"
+check "a program builds against the own prefix with pkg-config" test $? -eq 0
+check "it runs without LD_LIBRARY_PATH" \
+    grep -q "^version $VERSION record" <("$T/prog-own" 2>&1)
+check "it loads the own prefix's library" bash -c \
+    "ldd '$T/prog-own' | grep -q '$OWN/lib/libemlio.so.$MAJOR'"
+if command -v man >/dev/null; then
+    check "man finds emliod(8) with MANPATH=\$OWN/share/man:" test \
+        "$(MANPATH=$OWN/share/man: man -w emliod)" = "$OWN/share/man/man8/emliod.8"
+    check "man finds emlio(1) from PATH alone" test \
+        "$(env -u MANPATH PATH="$OWN/bin:$PATH" man -w emlio)" = "$OWN/share/man/man1/emlio.1"
+else
+    skip "man is not installed: cannot check the man pages are found"
+fi
+make --no-print-directory -s B="$B" PREFIX="$OWN" uninstall \
+    >"$T/uninstall-own.log" 2>&1
+left=$(find "$OWN" \( -type f -o -type l \) 2>/dev/null)
+check "make uninstall PREFIX=\$OWN leaves no file behind${left:+: $left}" \
+    test -z "$left"
+unset PKG_CONFIG_PATH
 finish

@@ -4,6 +4,8 @@
  */
 #include "emlio_test.h"
 
+#include <math.h>
+
 /* A test inventory: shards named "shard-NNNNN" with one holder each, unless
  * a test rewrites them. Owns its names and holder arrays. */
 struct inv {
@@ -217,7 +219,7 @@ test_plan_params_init_defaults(void **state)
     assert_int_equal(p.epoch, 0);
     assert_int_equal(p.seed, 0);
     assert_int_equal(p.shuffle, EMLIO_SHUFFLE_WINDOW);
-    assert_int_equal(p.window_shards, 4);
+    assert_int_equal(p.window_shards, 0);
     assert_false(p.drop_last);
 }
 
@@ -763,8 +765,10 @@ test_plan_windows_respected(void **state)
     inv_release(&v);
 }
 
+/* The default (window 0) is one window over every shard: the same plan as
+ * window_shards = S, i.e. a uniform shuffle of the whole dataset. */
 static void
-test_plan_default_window_is_four(void **state)
+test_plan_default_window_is_whole_dataset(void **state)
 {
     (void)state;
     uint64_t *records = uneven_records(17);
@@ -776,13 +780,129 @@ test_plan_default_window_is_four(void **state)
     emlio_plan_t *a = emlio_plan_new();
     emlio_plan_t *b = emlio_plan_new();
     assert_int_equal(emlio_plan_build(a, v.shards, v.n, &p), 0);
-    p.window_shards = 0;
+    p.window_shards = 17;
     assert_int_equal(emlio_plan_build(b, v.shards, v.n, &p), 0);
     assert_same_plan(a, v.shards, b, v.shards);
     emlio_plan_destroy(&a);
     emlio_plan_destroy(&b);
     inv_release(&v);
     free(records);
+}
+
+/* log P(X = k) of the hypergeometric law: k of a class's K samples in a
+ * batch of n drawn without replacement from N, as a uniform shuffle
+ * gives. */
+static double
+log_hypergeom(unsigned k, unsigned K, unsigned n, unsigned N)
+{
+    return lgamma(K + 1.0) - lgamma(k + 1.0) - lgamma(K - k + 1.0) +
+           lgamma(N - K + 1.0) - lgamma(n - k + 1.0) -
+           lgamma(N - K - n + k + 1.0) - lgamma(N + 1.0) + lgamma(n + 1.0) +
+           lgamma(N - n + 1.0);
+}
+
+#define MIX_CLASSES 10
+#define MIX_PER     100 /* samples per class */
+#define MIX_BATCH   32
+#define MIX_BINS    8 /* counts 0 .. 6, and 7 or more */
+
+/* Pearson's chi-square of the per-batch class counts against a uniform
+ * shuffle's: over 20 epochs, every full batch and every class gives one
+ * count k (how many of the batch's samples have that class), and the
+ * histogram of k is compared with the hypergeometric law. label_of maps
+ * (shard index, record) to the class. */
+static double
+mix_chi_square(const struct inv *v, uint32_t window,
+               unsigned (*label_of)(uint32_t shard, uint64_t record))
+{
+    const unsigned n_total = MIX_CLASSES * MIX_PER;
+    double seen[MIX_BINS] = { 0 };
+    double obs = 0;
+    emlio_plan_t *plan = emlio_plan_new();
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.batch_size = MIX_BATCH;
+    p.seed = 11;
+    p.window_shards = window;
+    for (uint64_t e = 0; e < 20; e++) {
+        p.epoch = e;
+        assert_int_equal(emlio_plan_build(plan, v->shards, v->n, &p), 0);
+        for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+            size_t len;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
+            if (len != MIX_BATCH)
+                continue;
+            unsigned count[MIX_CLASSES] = { 0 };
+            for (size_t i = 0; i < len; i++)
+                count[label_of(s[i].shard, s[i].record)]++;
+            for (size_t c = 0; c < MIX_CLASSES; c++) {
+                seen[EMLIO_MIN(count[c], (unsigned)MIX_BINS - 1)]++;
+                obs++;
+            }
+        }
+    }
+    emlio_plan_destroy(&plan);
+    double chi = 0;
+    double tail = 1;
+    for (unsigned k = 0; k < MIX_BINS; k++) {
+        double pk = k + 1 < MIX_BINS
+                        ? exp(log_hypergeom(k, MIX_PER, MIX_BATCH, n_total))
+                        : tail;
+        tail -= pk;
+        double want = pk * obs;
+        chi += (seen[k] - want) * (seen[k] - want) / want;
+    }
+    return chi;
+}
+
+/* The 0.999 quantile of chi-square with MIX_BINS - 1 = 7 degrees of
+ * freedom: a uniform shuffle exceeds it once in a thousand seeds. */
+#define MIX_CRITICAL 24.32
+
+/* ImageFolder: one class per directory, and each directory one shard. */
+static unsigned
+label_is_shard(uint32_t shard, uint64_t record)
+{
+    (void)record;
+    return shard;
+}
+
+/* TFRecords packed from a class-sorted listing without shuffling: 8 shards
+ * of 125 records, class = global position / 100. */
+static unsigned
+label_class_sorted(uint32_t shard, uint64_t record)
+{
+    return (unsigned)((shard * 125 + record) / MIX_PER);
+}
+
+static void
+test_plan_default_mixes_like_uniform_shuffle(void **state)
+{
+    (void)state;
+    uint64_t per_class[MIX_CLASSES];
+    uint64_t sorted[8];
+    for (size_t i = 0; i < MIX_CLASSES; i++)
+        per_class[i] = MIX_PER;
+    for (size_t i = 0; i < 8; i++)
+        sorted[i] = 125;
+    struct inv folder;
+    struct inv tfrec;
+    inv_init(&folder, MIX_CLASSES, per_class, 1);
+    inv_init(&tfrec, 8, sorted, 1);
+    double f_default = mix_chi_square(&folder, 0, label_is_shard);
+    double t_default = mix_chi_square(&tfrec, 0, label_class_sorted);
+    /* The test can fail: the old default, 4 shards a window, is skewed. */
+    double f_four = mix_chi_square(&folder, 4, label_is_shard);
+    double t_four = mix_chi_square(&tfrec, 4, label_class_sorted);
+    print_message("# chi-square (crit %.2f): imagefolder %.1f (window 4: "
+                  "%.1f), sorted tfrecord %.1f (window 4: %.1f)\n",
+                  MIX_CRITICAL, f_default, f_four, t_default, t_four);
+    assert_true(f_default < MIX_CRITICAL);
+    assert_true(t_default < MIX_CRITICAL);
+    assert_true(f_four > 10 * MIX_CRITICAL);
+    assert_true(t_four > 10 * MIX_CRITICAL);
+    inv_release(&folder);
+    inv_release(&tfrec);
 }
 
 /* Pins the specified algorithm (docs/planner.md): another implementation
@@ -879,7 +999,8 @@ main(void)
         cmocka_unit_test(test_plan_replica_conflict_is_einval),
         cmocka_unit_test(test_plan_invalid_params),
         cmocka_unit_test(test_plan_windows_respected),
-        cmocka_unit_test(test_plan_default_window_is_four),
+        cmocka_unit_test(test_plan_default_window_is_whole_dataset),
+        cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle),
         cmocka_unit_test(test_plan_golden_vector),
         cmocka_unit_test(test_plan_scale_imagenet),
     };

@@ -45,6 +45,14 @@
 int tool_seterr(char *errbuf, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Checks the syntax of a comma-separated list of ZeroMQ endpoints before
+ * anything connects or binds, so a mistake gets a message that shows the
+ * expected form instead of ZeroMQ's bare "Invalid argument": each one must
+ * be tcp://HOST:PORT (PORT 1..65535; for a bind, HOST may be * and PORT *
+ * for any free port), ipc://PATH or inproc://NAME. Returns 0, or -1 with
+ * the reason in errbuf (TOOL_ERRMSG_LEN bytes), naming the endpoint. */
+int tool_check_endpoints(const char *list, bool bind, char *errbuf);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t tool_now_ns(void);
 

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "emlio.h"
+#include "tool_util.h"
 
 static const opt_choice_t s_shuffles[] = {
     { "window", EMLIO_SHUFFLE_WINDOW },
@@ -19,7 +20,8 @@ static const opt_choice_t s_shuffles[] = {
 void
 cli_plan_opts_init(cli_plan_opts_t *self)
 {
-    /* window_shards 0 is the planner's default (4). */
+    /* window_shards 0 is the planner's default: all shards in one window,
+     * a uniform shuffle. */
     *self = (cli_plan_opts_t){ .shuffle = EMLIO_SHUFFLE_WINDOW, .world = 1 };
 }
 
@@ -36,7 +38,7 @@ cli_plan_opts_table(cli_plan_opts_t *self, opt_t table[CLI_PLAN_NOPTS + 1])
         OPT("shuffle", 0, OPT_CHOICE, &self->shuffle, "MODE",
             "window (default) or none", .choices = s_shuffles),
         OPT("window-shards", 0, OPT_U32, &self->window_shards, "N",
-            "shards per shuffle window (4)"),
+            "shards per shuffle window (0: all, a uniform shuffle)"),
         OPT("drop-last", 0, OPT_FLAG, &self->drop_last, NULL,
             "drop the remainder instead of padding"),
         OPT("rank", 0, OPT_U64, &self->rank, "R", "this rank", .min = 0,
@@ -149,4 +151,30 @@ cli_install_log(struct emlio_ctx *ctx)
         if (!strcmp(env, names[i]))
             level = i;
     emlio_ctx_set_log(ctx, s_log_stderr, NULL, level);
+}
+
+int
+cli_check_connect(const char *cmd, const char *endpoints)
+{
+    char err[TOOL_ERRMSG_LEN];
+    if (tool_check_endpoints(endpoints, false, err) == 0)
+        return 0;
+    fprintf(stderr, "emlio %s: --connect: %s\n", cmd, err);
+    return -1;
+}
+
+emlio_client_t *
+cli_client_connect(const char *cmd, emlio_ctx_t *ctx,
+                   const emlio_client_config_t *cfg, const char *endpoints)
+{
+    emlio_client_t *client = ctx ? emlio_client_new(ctx, cfg) : NULL;
+    if (!client) {
+        fprintf(stderr, "emlio %s: out of memory\n", cmd);
+        return NULL;
+    }
+    if (emlio_client_connect(client, endpoints) < 0) {
+        fprintf(stderr, "emlio %s: %s\n", cmd, emlio_client_errmsg(client));
+        emlio_client_destroy(&client);
+    }
+    return client;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "emlio.h"
 #include "opts.h"
 
 /* The options fetch and plan both take. */
@@ -39,6 +40,16 @@ void cli_plan_opts_table(cli_plan_opts_t *self,
 /* Parses argv for `emlio CMD` against tables. Returns -1 to go on, 0 after
  * printing usage to stdout for --help, or 2 (the exit status of a usage
  * error) after printing what is wrong and the usage to stderr. */
+/* Checks the endpoints of --connect (tcp://HOST:PORT, ...) before any
+ * connection; prints why and returns -1 when one is malformed. */
+/* A client made with cfg and connected to endpoints, or NULL after
+ * printing why ("emlio CMD: ..."). ctx may be NULL (out of memory). */
+emlio_client_t *cli_client_connect(const char *cmd, emlio_ctx_t *ctx,
+                                   const emlio_client_config_t *cfg,
+                                   const char *endpoints);
+
+int cli_check_connect(const char *cmd, const char *endpoints);
+
 int cli_parse(const char *cmd, const opt_t *const *tables, int argc,
               char **argv, void (*usage)(FILE *, const opt_t *const *));
 

@@ -211,6 +211,7 @@ typedef struct s_fetch {
     bool quiet;
     bool digests;          /* --ids lines carry each sample's SHA-256 */
     const char *decode_at; /* --decode-at */
+    uint32_t progress_s;   /* --progress: a plain line every N s (0: off) */
     const char *ids_path;
     const char *state_path;
     const char *server_key_path;
@@ -249,6 +250,8 @@ typedef struct s_fetch {
     double energy_j;
     char energy_source[24];
     double last_progress;
+    bool progress_drawn; /* a redrawn line is on the terminal */
+    uint64_t epoch0;     /* the first epoch this run fetches */
 } s_fetch_t;
 
 static void
@@ -307,6 +310,11 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("connect-timeout-ms", 0, OPT_INT, &cfg->connect_timeout_ms, "MS",
             "give up connecting after MS (10000)"),
         OPT("quiet", 0, OPT_FLAG, &self->quiet, NULL, "no progress line"),
+        OPT("progress", 0, OPT_U32, &self->progress_s, "N",
+            "a plain progress line on stderr every N s and\n"
+            "at each epoch's end, terminal or not (Slurm,\n"
+            "nohup); default: a redrawn line on a terminal",
+            .min = 1, .max = 86400),
         OPT("influx", 0, OPT_STR, &self->influx_arg, "URL",
             "push an emlio_epoch point per epoch, e.g.\n"
             "http://127.0.0.1:8086/write?db=emlio"),
@@ -346,6 +354,8 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         fprintf(stderr, "emlio fetch: --digests goes with --ids FILE\n");
         return 2;
     }
+    if (cli_check_connect("fetch", self->plan.connect) < 0)
+        return 2;
     return -1;
 }
 
@@ -502,24 +512,62 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
         self->first_batch_s = dataset_now() - self->t0;
 }
 
-/* Redraws the progress line on a terminal, at most four times a second. */
+/* Erases a redrawn progress line, so that what comes next (an epoch's JSON
+ * line on the same terminal, an error) starts on a clean line. */
 static void
-s_progress(s_fetch_t *self, size_t planned)
+s_progress_clear(s_fetch_t *self)
 {
-    if (!self->tty || dataset_now() - self->last_progress <= 0.25)
+    if (!self->progress_drawn)
         return;
-    double dt = dataset_now() - self->t0;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    self->progress_drawn = false;
+}
+
+/* Shows progress: on a terminal a line redrawn at most four times a
+ * second; with --progress N a plain line every N seconds (and at the end
+ * of each epoch: final), for logs. Both say the epoch, the batch, the
+ * share of the run done, the rate and the time left. */
+static void
+s_progress(s_fetch_t *self, size_t planned, bool final)
+{
+    double now = dataset_now();
+    bool lines = self->progress_s > 0;
+    if (!lines && !self->tty)
+        return;
+    double every = lines ? (double)self->progress_s : 0.25;
+    if (final ? !lines : now - self->last_progress <= every)
+        return;
+    double dt = now - self->t0;
     emlio_client_stats_t st;
     emlio_client_stats(self->client, &st);
+    /* The run's share done: finished epochs plus this one's fraction. */
+    uint64_t run_epochs = self->epochs - self->epoch0;
+    double in_epoch = planned ? (double)st.batches / (double)planned : 1.0;
+    double done = run_epochs ? ((double)(self->epoch - self->epoch0) +
+                                (in_epoch < 1.0 ? in_epoch : 1.0)) /
+                                   (double)run_epochs
+                             : 1.0;
+    char eta[32] = "?";
+    if (done > 0 && dt > 0.5) {
+        double left = dt * (1.0 - done) / done;
+        snprintf(eta, sizeof(eta), "%dm%02ds", (int)(left / 60),
+                 (int)left % 60);
+    }
     char path[96];
     fetch_path_brief(path, sizeof(path), self->client);
     fprintf(stderr,
-            "\repoch %" PRIu64 "/%" PRIu64 "  batch %" PRIu64
-            "/%zu  %.0f samples/s  %.1f MB/s  window %u  %s   ",
-            self->epoch + 1, self->epochs, st.batches, planned,
-            (double)self->samples / dt, (double)self->bytes / dt / 1e6,
-            st.inflight, path);
-    self->last_progress = dataset_now();
+            "%sepoch %" PRIu64 "/%" PRIu64 "  batch %" PRIu64
+            "/%zu  %.1f%%  %.0f samples/s  %.1f MB/s  ETA %s  window %u  "
+            "%s%s",
+            lines ? "emlio fetch: " : "\r", self->epoch + 1, self->epochs,
+            st.batches, planned, 100.0 * done,
+            dt > 0 ? (double)self->samples / dt : 0,
+            dt > 0 ? (double)self->bytes / dt / 1e6 : 0, eta, st.inflight, path,
+            lines ? "\n" : "\033[K");
+    fflush(stderr);
+    self->progress_drawn = !lines;
+    self->last_progress = now;
 }
 
 /* Receives the batches of the current epoch until its end or a signal.
@@ -538,6 +586,7 @@ s_drain_epoch(s_fetch_t *self)
             continue;
         }
         if (rc < 0) {
+            s_progress_clear(self);
             fprintf(stderr, "emlio fetch: epoch %" PRIu64 ": %s\n", self->epoch,
                     emlio_client_errmsg(self->client));
             if (self->state_path)
@@ -560,10 +609,12 @@ s_drain_epoch(s_fetch_t *self)
         if (self->state_path && s_save_state(self->client, self->state_path,
                                              self->ids, self->ids_path) < 0)
             return -1;
-        s_progress(self, planned);
+        s_progress(self, planned, false);
         if (s_interrupted)
             break;
     }
+    s_progress(self, planned, true);
+    s_progress_clear(self);
     return 0;
 }
 
@@ -701,6 +752,9 @@ static int
 s_run(s_fetch_t *self)
 {
     self->tty = !self->quiet && isatty(STDERR_FILENO);
+    if (self->quiet)
+        self->progress_s = 0;
+    self->epoch0 = self->epoch;
     self->t0 = dataset_now();
     self->cpu0 = s_cpu_seconds();
     self->first_batch_s = -1;
@@ -711,8 +765,7 @@ s_run(s_fetch_t *self)
         if (s_interrupted)
             break;
     }
-    if (self->tty)
-        fprintf(stderr, "\n");
+    s_progress_clear(self);
     double seconds = dataset_now() - self->t0;
     double cpu_s = s_cpu_seconds() - self->cpu0;
     emlio_energy_report_t last;

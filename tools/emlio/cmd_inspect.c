@@ -1,6 +1,8 @@
 /* cmd_inspect.c - `emlio inspect`: record counts, sizes and feature keys of
  * one TFRecord shard, or a summary of a data directory or tar shard (see
- * formats.c), as text or one JSON object. Both go through emlio/dataset.h.
+ * formats.c), as text or one JSON object, both through emlio/dataset.h; or
+ * what a running daemon serves (tcp://HOST:PORT), as its WELCOME tells a
+ * client.
  * SPDX-License-Identifier: MIT
  */
 #include "tool_util.h"
@@ -41,7 +43,11 @@ static void
 s_usage(FILE *out, const opt_t *const *tables)
 {
     fprintf(out,
-            "usage: emlio inspect FILE|DIR [options]\n"
+            "usage: emlio inspect FILE|DIR|tcp://HOST:PORT[,...] [options]\n"
+            "\n"
+            "tcp://HOST:PORT: asks running daemons what they serve (as a\n"
+            "client learns it when it connects): daemons, shards and their\n"
+            "records, samples and fields.\n"
             "\n"
             "A DIR (TFRecord, WebDataset tar or ImageFolder, as emliod reads\n"
             "it) or a *.tar shard: prints the format, shards, records, bytes,\n"
@@ -266,6 +272,78 @@ s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
     return -1;
 }
 
+/* What running daemons serve: the inventory a client receives in WELCOME,
+ * through the public client API. Returns the exit status. */
+static int
+s_inspect_daemons(const char *endpoints, bool json)
+{
+    char err[TOOL_ERRMSG_LEN];
+    if (tool_check_endpoints(endpoints, false, err) < 0) {
+        dataset_error(CMD, "%s", err);
+        return 2;
+    }
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.name = "emlio-inspect";
+    cfg.connect_timeout_ms = 5000;
+    emlio_client_t *c = cli_client_connect(CMD, ctx, &cfg, endpoints);
+    int status = 1;
+    if (!c)
+        goto out;
+    size_t n = emlio_client_shard_count(c);
+    uint64_t samples = 0;
+    for (size_t i = 0; i < n; i++)
+        samples += emlio_client_shard_records(c, i);
+    size_t nd = emlio_client_daemon_count(c);
+    size_t nf = emlio_client_field_count(c);
+    fputs(json ? "{\"daemons\": [" : "daemons: ", stdout);
+    for (size_t d = 0; d < nd; d++) {
+        const char *ep = emlio_client_daemon_endpoint(c, d);
+        if (json)
+            s_json_string(ep, strlen(ep));
+        else
+            printf("%s", ep);
+        if (d + 1 < nd)
+            fputs(", ", stdout);
+    }
+    printf(json ? "], \"shards\": %zu, \"samples\": %" PRIu64 ", \"fields\": ["
+                : "\nshards: %zu\nsamples: %" PRIu64 "\nfields: ",
+           n, samples);
+    for (size_t f = 0; f < nf; f++) {
+        const char *name = emlio_client_field_name(c, f);
+        if (json)
+            s_json_string(name, strlen(name));
+        else
+            printf("%s", *name ? name : "(one unnamed field)");
+        if (f + 1 < nf)
+            fputs(", ", stdout);
+    }
+    fputs(json ? "], \"shard_list\": [" : "\n", stdout);
+    for (size_t i = 0; i < n; i++) {
+        const char *name = emlio_client_shard_name(c, i);
+        size_t nh;
+        emlio_client_shard_holders(c, i, &nh);
+        if (json) {
+            printf("%s{\"name\": ", i ? ", " : "");
+            s_json_string(name, strlen(name));
+            printf(", \"records\": %" PRIu64 ", \"holders\": %zu}",
+                   emlio_client_shard_records(c, i), nh);
+        } else {
+            printf("  %s  %" PRIu64 " records%s\n", name,
+                   emlio_client_shard_records(c, i),
+                   nh > 1 ? "  (replicated)" : "");
+        }
+    }
+    if (json)
+        fputs("]}\n", stdout);
+    status = 0;
+out:
+    emlio_client_destroy(&c);
+    emlio_ctx_destroy(&ctx);
+    return status;
+}
+
 int
 cmd_inspect(int argc, char **argv)
 {
@@ -276,6 +354,8 @@ cmd_inspect(int argc, char **argv)
     int parsed = s_parse_args(argc, argv, &json, &verify, &sample, &path);
     if (parsed >= 0)
         return parsed;
+    if (strstr(path, "://"))
+        return s_inspect_daemons(path, json);
     /* A data directory (any format) or a WebDataset tar shard. */
     struct stat st;
     if (formats_is_tar(path) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))

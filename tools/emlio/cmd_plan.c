@@ -57,6 +57,8 @@ s_parse_args(int argc, char **argv, cli_plan_opts_t *po,
                         "are required, and --rank must be below --world\n");
         return 2;
     }
+    if (cli_check_connect("plan", po->connect) < 0)
+        return 2;
     params->world = (uint32_t)po->world;
     params->batch_size = (uint32_t)po->batch;
     params->seed = po->seed;
@@ -84,17 +86,14 @@ cmd_plan(int argc, char **argv)
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
     cfg.streams = 1;
-    emlio_client_t *client = ctx ? emlio_client_new(ctx, &cfg) : NULL;
     emlio_plan_t *plan = emlio_plan_new();
     emlio_plan_shard_t *shards = NULL;
-    if (!client || !plan) {
+    emlio_client_t *client =
+        plan ? cli_client_connect("plan", ctx, &cfg, connect) : NULL;
+    if (!plan)
         fprintf(stderr, "emlio plan: out of memory\n");
+    if (!client)
         goto out;
-    }
-    if (emlio_client_connect(client, connect) < 0) {
-        fprintf(stderr, "emlio plan: %s\n", emlio_client_errmsg(client));
-        goto out;
-    }
     size_t n = emlio_client_shard_count(client);
     shards = calloc(n ? n : 1, sizeof(*shards));
     if (!shards)

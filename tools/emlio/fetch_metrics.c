@@ -21,6 +21,7 @@ struct fetch_metrics {
     pthread_mutex_t lock;
     /* The snapshot, under lock. */
     emlio_client_stats_t st;
+    emlio_client_xf_stats_t xf;
     emlio_stream_stats_t streams[MAX_STREAMS];
     char endpoints[MAX_STREAMS][96];
     size_t n_streams;
@@ -50,6 +51,52 @@ s_per_stream(const fetch_metrics_t *self, emlio_buf_t *out, const char *name,
         double v;
         memcpy(&v, (const char *)&self->streams[i] + field, sizeof(v));
         rc |= tool_metrics_sample(out, name, l, 2, v * scale);
+    }
+    return rc;
+}
+
+/* Where the transforms run and why (a client with a transform). */
+static int
+s_render_xf(const emlio_client_xf_stats_t *x, emlio_buf_t *out)
+{
+    static const char *const sides[] = { "server", "client" };
+    int rc = 0;
+    rc |= tool_metrics_family(out, "emlio_transform_info", "gauge",
+                              "Where transforms run: decode_at as "
+                              "configured, and what bounds the chosen "
+                              "placement's rate (1).");
+    tool_metrics_label_t info[2] = { { "decode_at",
+                                       emlio_decode_at_name(x->decode_at) },
+                                     { "bound", x->bound } };
+    rc |= tool_metrics_sample(out, "emlio_transform_info", info, 2, 1);
+    rc |= s_gauge(out, "emlio_transform_server_share",
+                  "Share of this epoch's batches the daemons decode.",
+                  x->server_share);
+    rc |= s_gauge(out, "emlio_transform_predicted_images_per_second",
+                  "decode_at=auto: the chosen share's predicted rate.",
+                  x->predicted_ips);
+    rc |= s_gauge(out, "emlio_transform_predicted_joules_per_image",
+                  "decode_at=auto: the chosen share's predicted energy per "
+                  "image (energy model or RAPL power per busy core).",
+                  x->predicted_j_per_image);
+    const double ms[2] = { x->server_ms_per_image, x->client_ms_per_image };
+    const double batches[2] = { (double)x->batches_server,
+                                (double)x->batches_client };
+    rc |= tool_metrics_family(out, "emlio_transform_cpu_seconds_per_image",
+                              "gauge",
+                              "CPU seconds one decode and transform takes, "
+                              "by side (measured).");
+    for (int i = 0; i < 2; i++) {
+        tool_metrics_label_t l = { "side", sides[i] };
+        rc |= tool_metrics_sample(out, "emlio_transform_cpu_seconds_per_image",
+                                  &l, 1, ms[i] / 1e3);
+    }
+    rc |= tool_metrics_family(out, "emlio_transform_batches", "gauge",
+                              "Batches of this epoch decoded, by side.");
+    for (int i = 0; i < 2; i++) {
+        tool_metrics_label_t l = { "side", sides[i] };
+        rc |= tool_metrics_sample(out, "emlio_transform_batches", &l, 1,
+                                  batches[i]);
     }
     return rc;
 }
@@ -98,6 +145,8 @@ s_render(void *userdata, emlio_buf_t *out)
         rc |= tool_metrics_sample(out, "emlio_client_limit", &l, 1,
                                   st->limit == limits[i]);
     }
+    if (self->xf.client_threads)
+        rc |= s_render_xf(&self->xf, out);
     rc |= s_per_stream(self, out, "emlio_client_stream_rate_bytes_per_second",
                        "Sample bytes per second of each stream over the "
                        "tuner's last tick.",
@@ -150,6 +199,7 @@ fetch_metrics_update(fetch_metrics_t *self, const emlio_client_t *client,
         n = MAX_STREAMS;
     pthread_mutex_lock(&self->lock);
     emlio_client_stats(client, &self->st);
+    emlio_client_xf_stats(client, &self->xf);
     for (size_t i = 0; i < n; i++) {
         self->streams[i] = streams[i];
         const char *ep =

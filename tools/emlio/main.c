@@ -16,9 +16,11 @@ static const struct {
     const char *help;
 } s_commands[] = {
     { "synth", cmd_synth, "write a synthetic ImageFolder tree of JPEGs" },
-    { "pack", cmd_pack, "pack a dataset into TFRecord or tar shards" },
+    { "pack", cmd_pack,
+      "pack a dataset into TFRecord or WebDataset tar shards" },
     { "index", cmd_index, "write DALI-format index files for shards" },
-    { "inspect", cmd_inspect, "show records, bytes and feature keys" },
+    { "inspect", cmd_inspect,
+      "show a shard, a data directory or a running daemon" },
     { "fetch", cmd_fetch, "run epochs against emliod daemons" },
     { "plan", cmd_plan, "print a rank's epoch plan as JSON" },
     { "keygen", cmd_keygen, "write a CURVE key pair for emliod and clients" },

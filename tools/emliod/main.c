@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "opts.h"
 #include "sd_notify.h"
+#include "tool_util.h"
 
 static const char *const s_levels[] = { "error", "warn", "info", "debug" };
 
@@ -330,6 +331,13 @@ main(int argc, char **argv)
         status = -1; /* --help or --version: done */
     if (status == 0 && (!o.cfg.data_dir || !o.bind)) {
         fprintf(stderr, "emliod: --data and --bind are required\n");
+        status = 2;
+    }
+    /* Before anything is loaded or any warning printed: a malformed
+     * --bind is the mistake to report. */
+    char err[TOOL_ERRMSG_LEN];
+    if (status == 0 && tool_check_endpoints(o.bind, true, err) < 0) {
+        fprintf(stderr, "emliod: --bind: %s\n", err);
         status = 2;
     }
     if (status != 0) {

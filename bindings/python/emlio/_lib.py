@@ -250,6 +250,9 @@ def _declare(lib):
     fn("emlio_plan_sample_count", ctypes.c_uint64, vp)
     fn("emlio_plan_pad_count", ctypes.c_uint64, vp)
     fn("emlio_plan_dataset_size", ctypes.c_uint64, vp)
+    fn("emlio_curve_read_key", ctypes.c_int, ctypes.c_char_p,
+       ctypes.c_char_p)
+    fn("emlio_curve_public", ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p)
 
 
 def _check_version(lib, path):

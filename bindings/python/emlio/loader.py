@@ -31,11 +31,13 @@ import ctypes
 import errno as _errno
 import logging
 import os
+import threading
+import time
 import weakref
 
-from . import _lib
-from .errors import (EmlioError, InvalidArgumentError, NotFoundError,
-                     make_error)
+from . import _args, _lib
+from .errors import (EINVAL, EmlioError, InvalidArgumentError,
+                     NotFoundError, make_error)
 
 try:
     import numpy as _np
@@ -111,7 +113,7 @@ def _env_int(name):
         return int(v)
     except ValueError:
         raise InvalidArgumentError(
-            -1009, "invalid value '%s' for %s" % (v, name)) from None
+            EINVAL, "invalid value '%s' for %s" % (v, name)) from None
 
 
 def rank_and_world(rank=None, world_size=None):
@@ -128,12 +130,44 @@ def rank_and_world(rank=None, world_size=None):
             rank = r
         if world_size is None:
             world_size = w
-    rank = 0 if rank is None else int(rank)
-    world_size = 1 if world_size is None else int(world_size)
-    if world_size < 1 or not 0 <= rank < world_size:
+    rank = 0 if rank is None else _args.check(_args.LOADER_ARG["rank"], rank)
+    world_size = 1 if world_size is None else _args.check(
+        _args.LOADER_ARG["world_size"], world_size)
+    if not rank < world_size:
         raise InvalidArgumentError(
-            -1009, "rank %d is not below world size %d" % (rank, world_size))
+            EINVAL, "invalid rank=%d: not below world_size=%d" % (
+                rank, world_size))
     return rank, world_size
+
+
+_Z85 = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+           ".-:+=^!/*?&<>()[]{}@%$#")
+
+
+def _read_key(arg, value):
+    """A CURVE key given as its 40 Z85 characters or as the path of a key
+    file (`emlio keygen`: NAME.key public, NAME.key_secret secret)."""
+    if len(value) == 40 and not os.path.exists(value):
+        if not set(value) <= _Z85:
+            raise InvalidArgumentError(
+                EINVAL, "invalid %s: 40 characters but not a Z85 key (nor "
+                "an existing key file)" % arg)
+        key = value.encode()
+    else:
+        buf = ctypes.create_string_buffer(41)
+        rc = _C.emlio_curve_read_key(value.encode(), buf)
+        if rc < 0:
+            raise InvalidArgumentError(
+                EINVAL, "invalid %s=%r: cannot read a key from it: %s" % (
+                    arg, value, "not a Z85 key" if rc == -1004
+                    else strerror(rc)))
+        key = buf.value
+    pub = ctypes.create_string_buffer(41)
+    if _C.emlio_curve_public(pub, key) < 0 and arg == "client_key":
+        raise InvalidArgumentError(
+            EINVAL, "invalid client_key: not a Z85 secret key (40 "
+            "characters, or a NAME.key_secret file)")
+    return key, pub.value
 
 
 class Batch:
@@ -412,6 +446,39 @@ class Batch:
             self.epoch, self.index, self._n, state)
 
 
+_wait_log = logging.getLogger("emlio.loader")
+
+
+def _watch(ref, stop, first):
+    """Watchdog thread of one Loader: logs a warning when next() has waited
+    `first` seconds without a batch, and again each time the wait doubles.
+    Holds the loader weakly, so it never keeps one alive."""
+    tick = min(1.0, first / 4)
+    warned_at = None
+    last = None
+    while not stop.wait(tick):
+        loader = ref()
+        if loader is None:
+            return
+        since = loader._waiting_since
+        if since != last:  # another wait (or none): start counting again
+            last = since
+            warned_at = None
+        if since is None:
+            continue
+        waited = time.monotonic() - since
+        due = first if warned_at is None else 2 * warned_at
+        if waited >= due:
+            warned_at = waited
+            _wait_log.warning(
+                "no batch from %s for %.0f s (epoch %s, timeout after %.0f "
+                "s); is emliod running and reachable there?",
+                loader.endpoints, waited, loader._iterating
+                if loader._iterating is not None else "-",
+                loader.config.get("timeout_ms", 0) / 1000.0)
+        del loader
+
+
 class Loader:
     """Pulls batches from emliod daemons through libemlio's client.
 
@@ -453,78 +520,88 @@ class Loader:
     timeout_ms, connect_timeout_ms : int
         Fail when no reply comes for this long; give up connecting.
     window_shards : int
-        Shards per shuffle window (0 = library default).
+        Shards per shuffle window. 0 (the default) shuffles the whole
+        dataset uniformly; a few shards per window read fewer files at a
+        time but mix batches only across those shards (docs/planner.md).
     log_level : None, int or "error"/"warn"/"info"/"debug"
         Route libemlio's log to the ``logging`` module (logger
         ``emlio.<module>``) up to this level. None keeps it silent.
+    name : str
+        Client name sent to the daemons (their logs show it).
+    fields : None, str or list of str
+        Fields to deliver (daemons started with ``--fields``).
+    server_key, client_key : str or path
+        CURVE encryption and authentication, both or neither, as for
+        ``emlio fetch --server-key/--client-key``: the daemon's public key
+        and this client's *secret* key (its public key is derived), each
+        as 40 Z85 characters or the path of a key file written by
+        ``emlio keygen`` (``NAME.key``, ``NAME.key_secret``).
+    wait_warning_s : float
+        Log a warning (logger ``emlio.loader``) when a batch has been
+        awaited this long without a word from the daemons, naming them,
+        and again each time the wait doubles. Default 5; 0 turns it off.
 
+    Arguments are checked against the C client's ranges: a wrong type
+    raises ``TypeError``, a value out of range ``ValueError``
+    (:class:`emlio.InvalidArgumentError`); the message names the argument.
     Raises :class:`emlio.EmlioError` (a subclass by code) when connecting
     fails; the message names the daemon.
+
+    One Loader runs one epoch at a time: while an iterator of it is live
+    (started and neither exhausted nor closed), starting another one, or
+    calling begin_epoch() or load_state_dict(), raises ``RuntimeError``.
+    Finish the first, or ``close()`` it (leaving a ``for`` loop does).
     """
 
     def __init__(self, endpoints, batch_size, epochs=None, shuffle=True,
                  seed=0, rank=None, world_size=None, in_order=False,
                  state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
-                 window_shards=0, log_level=None, name=None, fields=None):
+                 window_shards=0, log_level=None, name=None, fields=None,
+                 server_key=None, client_key=None, wait_warning_s=5.0):
         self._client = None
         self._ctx = None
         self._live = {}
         self._log_cb = None
+        self._iterating = None  # the epoch a live iterator runs, or None
+        self._waiting_since = None  # monotonic start of a blocking next()
+        self._watchdog = None
         # A forked child (DataLoader workers) inherits this object but must
         # not touch the parent's ZeroMQ context: close() only forgets it there.
         self._pid = os.getpid()
-        if not isinstance(endpoints, str):
-            endpoints = ",".join(endpoints)
-        if not endpoints:
-            raise InvalidArgumentError(-1009, "no endpoints given")
-        if int(batch_size) < 1:
-            raise InvalidArgumentError(-1009, "batch_size must be positive")
-        if epochs is not None and int(epochs) < 0:
-            raise InvalidArgumentError(-1009, "epochs must not be negative")
+        args = _args.check_all(_args.LOADER_ARGS, locals())
+        endpoints = _args.check_endpoints(endpoints)
         self.endpoints = endpoints
-        self.batch_size = int(batch_size)
-        self.epochs = None if epochs is None else int(epochs)
-        self.rank, self.world_size = rank_and_world(rank, world_size)
-        if isinstance(shuffle, str):
-            modes = {"window": _lib.EMLIO_SHUFFLE_WINDOW,
-                     "none": _lib.EMLIO_SHUFFLE_NONE}
-            if shuffle not in modes:
-                raise InvalidArgumentError(
-                    -1009, "invalid shuffle '%s': expected window or none"
-                    % shuffle)
-            shuffle_mode = modes[shuffle]
-        else:
-            shuffle_mode = (_lib.EMLIO_SHUFFLE_WINDOW if shuffle
-                            else _lib.EMLIO_SHUFFLE_NONE)
+        self.batch_size = args["batch_size"]
+        self.epochs = args["epochs"]
+        self.rank, self.world_size = rank_and_world(args["rank"],
+                                                    args["world_size"])
+        self._wait_warning_s = args["wait_warning_s"]
+        shuffle_mode = (_lib.EMLIO_SHUFFLE_WINDOW
+                        if args["shuffle"] == "window"
+                        else _lib.EMLIO_SHUFFLE_NONE)
 
         cfg = _lib.ClientConfig()
         _C.emlio_client_config_init(ctypes.byref(cfg))
-        cfg.batch_size = self.batch_size
+        for a in _args.LOADER_ARGS:
+            if a.field is not None:
+                setattr(cfg, a.field, args[a.name])
         cfg.world = self.world_size
         cfg.rank = self.rank
-        cfg.seed = int(seed)
         cfg.shuffle = shuffle_mode
-        cfg.window_shards = int(window_shards)
-        cfg.drop_last = bool(drop_last)
-        cfg.streams = int(streams)
-        cfg.inflight = int(inflight)
         # Known epochs: the overlap never requests past the last one.
         cfg.end_epoch = 0 if self.epochs is None else self.epochs
-        cfg.in_order = bool(in_order)
-        cfg.verify = bool(verify)
-        cfg.connect_timeout_ms = int(connect_timeout_ms)
-        cfg.timeout_ms = int(timeout_ms)
-        self._name = (name or "emlio-python").encode()
+        self._name = (args["name"] or "emlio-python").encode()
         cfg.name = self._name  # the config is copied by emlio_client_new
+        self._keys = self._curve_keys(cfg, args["server_key"],
+                                      args["client_key"])
         self.config = {
-            "batch_size": self.batch_size, "rank": self.rank,
-            "world_size": self.world_size, "seed": int(seed),
+            a.name: args[a.name] for a in _args.LOADER_ARGS
+            if a.field is not None}
+        self.config.update({
+            "rank": self.rank, "world_size": self.world_size,
             "shuffle": shuffle_mode == _lib.EMLIO_SHUFFLE_WINDOW,
-            "drop_last": bool(drop_last), "in_order": bool(in_order),
-            "streams": int(streams), "inflight": int(inflight),
-            "verify": bool(verify), "window_shards": int(window_shards),
-        }
+            "curve": self._keys is not None})
 
         ctx = _C.emlio_ctx_new()
         if not ctx:
@@ -544,6 +621,7 @@ class Loader:
         try:
             self._call(_C.emlio_client_connect(self._client,
                                                endpoints.encode()))
+            self._keys = None  # the client has its copy
             n = _C.emlio_client_shard_count(self._client)
             self.shard_names = [
                 _C.emlio_client_shard_name(self._client, i).decode(
@@ -580,6 +658,25 @@ class Loader:
             raise
 
     # -- plumbing ---------------------------------------------------------
+
+    @staticmethod
+    def _curve_keys(cfg, server_key, client_key):
+        """Puts the CURVE keys into cfg; returns the buffers it points to
+        (kept on the loader until connect is done), or None."""
+        if server_key is None and client_key is None:
+            return None
+        if server_key is None or client_key is None:
+            missing = "server_key" if server_key is None else "client_key"
+            raise InvalidArgumentError(
+                EINVAL, "missing %s: server_key and client_key go together "
+                "(the daemon's public key and this client's secret key)"
+                % missing)
+        server, _ = _read_key("server_key", server_key)
+        secret, public = _read_key("client_key", client_key)
+        cfg.curve_server_key = server
+        cfg.curve_public_key = public
+        cfg.curve_secret_key = secret
+        return (server, public, secret)
 
     def _install_log(self, level):
         if isinstance(level, str):
@@ -618,11 +715,25 @@ class Loader:
 
     # -- low-level protocol -----------------------------------------------
 
+    def _check_idle(self, what):
+        """Refuses what while an iterator runs an epoch: the C client has
+        one current epoch, and changing it under the iterator would make it
+        yield another epoch's batches silently."""
+        if self._iterating is not None:
+            raise RuntimeError(
+                "cannot %s: an iterator of this loader is still running "
+                "epoch %d; exhaust it or call its close() first (one "
+                "Loader runs one epoch at a time)" % (what, self._iterating))
+
     def begin_epoch(self, epoch):
         """Plans epoch for this rank and starts requesting its batches; a
         previous unfinished epoch is abandoned. Returns its batch count."""
         self._require_open()
-        n = self._call(_C.emlio_client_begin_epoch(self._client, int(epoch)))
+        self._check_idle("begin epoch %s" % (epoch,))
+        return self._begin(_args.check_int("epoch", epoch, 0, _args.U64_MAX))
+
+    def _begin(self, epoch):
+        n = self._call(_C.emlio_client_begin_epoch(self._client, epoch))
         self._resume = None
         return n
 
@@ -635,8 +746,14 @@ class Loader:
         if not client:
             self._require_open()
         bp = self._bp
+        if self._watchdog is None and self._wait_warning_s:
+            self._arm_watchdog()
         while True:
-            rc = _next(client, ctypes.byref(bp))
+            self._waiting_since = time.monotonic()
+            try:
+                rc = _next(client, ctypes.byref(bp))
+            finally:
+                self._waiting_since = None
             if rc > 0:
                 break
             if rc == 0:
@@ -650,13 +767,27 @@ class Loader:
         self._live[id(b)] = b
         return b
 
+    def _arm_watchdog(self):
+        """Starts the thread that warns about long silent waits (once per
+        loader and process; it ends with the loader)."""
+        if self._watchdog is not None:
+            return
+        stop = threading.Event()
+        t = threading.Thread(target=_watch, name="emlio-wait-watchdog",
+                             args=(weakref.ref(self), stop,
+                                   self._wait_warning_s), daemon=True)
+        self._watchdog = (stop,)
+        t.start()
+
     # -- iteration --------------------------------------------------------
 
     def _run(self, epoch, fresh):
         """Yields the batches of epoch, releasing each (unless kept) when
         the next is asked for or the iteration stops."""
+        self._check_idle("start iterating epoch %d" % epoch)
         if fresh:
-            self.begin_epoch(epoch)
+            self._begin(epoch)
+        self._iterating = epoch
         b = None
         try:
             while True:
@@ -668,13 +799,16 @@ class Loader:
                     b.release()
                 b = None
         finally:
+            self._iterating = None
             if b is not None and not b._kept:
                 b.release()
 
     def epoch(self, e):
         """Iterates epoch e. If a loaded resume state is for epoch e and not
         yet run, this continues it instead of starting over."""
-        e = int(e)
+        e = _args.check_int("epoch", e, 0, _args.U64_MAX)
+        self._require_open()
+        self._check_idle("start iterating epoch %d" % e)
         fresh = self._resume != e
         self._resume = None
         if self._next_epoch <= e:
@@ -704,7 +838,7 @@ class Loader:
 
     def set_epoch(self, e):
         """Makes iter() start at epoch e (like DistributedSampler)."""
-        self._next_epoch = int(e)
+        self._next_epoch = _args.check_int("epoch", e, 0, _args.U64_MAX)
 
     @property
     def dataset_size(self):
@@ -738,7 +872,12 @@ class Loader:
         the saved epoch) delivers exactly those, then goes on with the next
         epochs."""
         self._require_open()
+        self._check_idle("load a resume state")
         blob = state["emlio_state"] if isinstance(state, dict) else state
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise TypeError("state must be the dict state_dict() returned "
+                            "or its 'emlio_state' bytes, not %s"
+                            % type(blob).__name__)
         blob = bytes(blob)
         left = self._call(_C.emlio_client_load_state(
             self._client, blob, len(blob)))
@@ -808,6 +947,9 @@ class Loader:
             self._client = None
             self._ctx = None
             return
+        if self._watchdog is not None:
+            self._watchdog[0].set()
+            self._watchdog = None
         for b in list(self._live.values()):
             b.release()
         self._live.clear()

@@ -1,0 +1,70 @@
+# emlio/_state.py - reads and writes libemlio's resume state blobs, so that
+# DataLoader workers can each take a share of one rank's epoch.
+# SPDX-License-Identifier: MIT
+"""The resume state blob of ``emlio_client_save_state`` (src/client.c):
+
+    "EMLS", u32 format 1, u64 seed, u32 world, rank, batch_size, shuffle,
+    window_shards, drop_last, char dataset[16]    (56 bytes: the header)
+    u64 epoch, u64 n_batches, bitmap[(n + 7) / 8], u32 crc32c of the rest
+
+all little endian; bit i of the bitmap (byte i / 8, bit i % 8) set means
+batch i of this rank's plan was delivered. A client that loads a blob
+delivers exactly the batches whose bits are clear. EmlioDataset uses that
+to give each DataLoader worker its own batches of the rank's plan: it
+takes the header from a blob the library made (so the library still
+checks seed, world, rank, batch size and dataset) and writes the epoch and
+the bitmap itself.
+"""
+
+import struct
+
+HEADER = 56
+_MAGIC = b"EMLS"
+
+
+def _crc_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc_table()
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as emlio_crc32c(0, data, len)."""
+    crc = 0xFFFFFFFF
+    t = _TABLE
+    for b in data:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def parse(blob):
+    """(header, epoch, n_batches, set of delivered batch indices); raises
+    ValueError when blob is not an intact state."""
+    blob = bytes(blob)
+    if (len(blob) < HEADER + 20 or blob[:4] != _MAGIC or
+            struct.unpack_from("<I", blob, len(blob) - 4)[0] !=
+            crc32c(blob[:-4])):
+        raise ValueError("resume state is damaged or not an emlio state")
+    epoch, n = struct.unpack_from("<QQ", blob, HEADER)
+    bitmap = blob[HEADER + 16:-4]
+    if len(bitmap) != (n + 7) // 8:
+        raise ValueError("resume state has %d batches but a bitmap of %d "
+                         "bytes" % (n, len(bitmap)))
+    done = {i for i in range(n) if bitmap[i >> 3] >> (i & 7) & 1}
+    return blob[:HEADER], epoch, n, done
+
+
+def make(header, epoch, n, delivered):
+    """A blob for epoch with the batches in delivered marked delivered."""
+    bitmap = bytearray((n + 7) // 8)
+    for i in delivered:
+        bitmap[i >> 3] |= 1 << (i & 7)
+    body = bytes(header) + struct.pack("<QQ", epoch, n) + bytes(bitmap)
+    return body + struct.pack("<I", crc32c(body))

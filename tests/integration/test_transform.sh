@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# test_transform.sh - decoded tensors through emliod and emlio fetch, as a
+# user runs them: every sample's SHA-256 is the same whether the daemon or
+# the client decodes (or auto splits), with 1, 2 or 4 decode threads, for
+# one rank or the union of two, and across a client killed with SIGKILL and
+# resumed from its state; another epoch gives other crops. Also: what the
+# epoch JSON says about placement, and a daemon without transform threads.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
+
+SPEC='random_resized_crop(64),horizontal_flip'
+check "image tree builds" "$EMLIO" synth "$T/img" --samples 120 --classes 4 \
+    --bytes 20000 --quiet
+check "daemon starts" start_daemon d "$T/img" --transform-threads 2
+D=$EP
+
+# fetch NAME [ARGS...]: one epoch of tensors; digests in $T/NAME.ids.
+fetch() {
+    local name=$1
+    shift
+    "$EMLIO" fetch --connect "$D" --batch 8 --seed 5 --transform "$SPEC" \
+        --ids "$T/$name.ids" --digests --verify --quiet "$@" \
+        >"$T/$name.out" 2>"$T/$name.err"
+}
+# digests NAME: "EPOCH SHARD RECORD SHA256" sorted, padding left out.
+digests() { grep -v ' pad$' "$T/$1.ids" | sort; }
+
+check "reference: decoded by the daemon" fetch ref --decode-at server
+digests ref >"$T/ref.sorted"
+check "120 samples with digests" test "$(wc -l <"$T/ref.sorted")" = 120
+check "each line carries a SHA-256" \
+    test "$(awk 'length($4) == 64' "$T/ref.sorted" | wc -l)" = 120
+for where in server client auto; do
+    for threads in 1 2 4; do
+        name="$where-$threads"
+        if fetch "$name" --decode-at "$where" --transform-threads "$threads"; then
+            digests "$name" >"$T/$name.sorted"
+            check "$where, $threads threads: the same bytes" \
+                cmp -s "$T/$name.sorted" "$T/ref.sorted"
+        else
+            fail "$where, $threads threads: fetch failed: $(tail -1 "$T/$name.err")"
+        fi
+    done
+done
+
+# Two ranks: their union is the one rank's epoch, byte for byte.
+fetch r0 --decode-at client --rank 0 --world 2 &&
+    fetch r1 --decode-at server --rank 1 --world 2
+check "two ranks fetch their shares" test $? -eq 0
+cat "$T/r0.ids" "$T/r1.ids" | grep -v ' pad$' | sort >"$T/union.sorted"
+check "two ranks' union: the same bytes" cmp -s "$T/union.sorted" "$T/ref.sorted"
+
+# A client killed with SIGKILL mid-epoch and resumed from its state.
+"$EMLIO" fetch --connect "$D" --batch 2 --inflight 1 --streams 1 --seed 5 \
+    --transform "$SPEC" --decode-at auto --transform-threads 1 \
+    --state "$T/state" --ids "$T/k.ids" --digests --quiet \
+    >"$T/k.out" 2>"$T/k.err" &
+fpid=$!
+for _ in $(seq 1 400); do
+    [ -f "$T/k.ids" ] && [ "$(wc -l <"$T/k.ids")" -ge 30 ] && break
+    sleep 0.02
+done
+kill -9 "$fpid"
+wait "$fpid" 2>/dev/null
+before=$(wc -l <"$T/k.ids")
+check "killed mid-epoch ($before of 120 delivered)" test "$before" -lt 120
+"$EMLIO" fetch --connect "$D" --batch 2 --seed 5 --transform "$SPEC" \
+    --decode-at client --state "$T/state" --ids "$T/k.ids" --digests \
+    --verify --quiet >"$T/k2.out" 2>"$T/k2.err"
+check "the resumed client completes the epoch" test $? -eq 0
+digests k >"$T/k.sorted"
+check "killed and resumed: the same bytes, each sample once" \
+    cmp -s "$T/k.sorted" "$T/ref.sorted"
+
+# Another epoch: other crops for more than 95% of the samples.
+check "two epochs" fetch two --decode-at server --epochs 2
+awk '$1 == 1 {print $2, $3, $4}' "$T/two.ids" | sort >"$T/e1"
+awk '{print $2, $3, $4}' "$T/ref.sorted" | sort >"$T/e0"
+same=$(comm -12 "$T/e0" "$T/e1" | wc -l)
+check "epoch 1 changes $((120 - same)) of 120 samples (> 95%)" test "$same" -le 5
+
+# The epoch JSON says where the transforms ran and why.
+check "auto reports its placement" test "$(tail -n 2 "$T/auto-2.out" | head -n 1 |
+    /usr/bin/python3 -c 'import json,sys; t=json.loads(sys.stdin.read())["transform"]
+print(t["decode_at"] == "auto" and t["batches_server"] + t["batches_client"] > 0 and len(t["why"]) > 0)')" = True
+check "server decoding reports the daemon's cost" test "$(tail -n 2 "$T/server-1.out" | head -n 1 |
+    /usr/bin/python3 -c 'import json,sys; t=json.loads(sys.stdin.read())["transform"]
+print(t["server_share"] == 1 and t["server_ms_per_image"] > 0 and t["batches_client"] == 0)')" = True
+
+# A daemon that does not decode: decode_at server says so at connect.
+check "a daemon without transform threads starts" start_daemon d0 "$T/img" \
+    --transform-threads 0
+"$EMLIO" fetch --connect "$EP" --batch 8 --transform "$SPEC" --decode-at server \
+    --quiet >"$T/d0.out" 2>"$T/d0.err"
+rc=$?
+check "decode_at server fails against it (exit $rc)" test "$rc" -ne 0
+check "... saying the daemon does not decode" grep -q "does not decode" "$T/d0.err"
+"$EMLIO" fetch --connect "$EP" --batch 8 --transform 'resize(64)' --quiet \
+    >"$T/bad.out" 2>"$T/bad.err"
+check "a spec without one output shape is refused" test $? -ne 0
+finish

@@ -1,0 +1,222 @@
+# tests/python/test_loader_args.py - the Loader's arguments are checked with
+# the C client's ranges (TypeError/ValueError naming the argument), CURVE
+# keys from Python against a real CURVE daemon, one live iterator per
+# Loader, and the warning after a silent wait that names the daemon.
+# SPDX-License-Identifier: MIT
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import unittest
+
+import _support
+from _support import EMLIO, DatasetCase, Daemon, run
+
+import emlio
+
+# Nothing listens there; argument errors must come before any connect.
+NOWHERE = "tcp://127.0.0.1:9"
+
+
+class ArgumentTest(unittest.TestCase):
+    def value_error(self, arg, **kw):
+        kw.setdefault("batch_size", 8)
+        kw.setdefault("connect_timeout_ms", 200)
+        kw.setdefault("endpoints", NOWHERE)
+        with self.assertRaises(ValueError) as cm:
+            emlio.Loader(**kw)
+        self.assertIn(arg, str(cm.exception))
+        return cm.exception
+
+    def type_error(self, arg, **kw):
+        kw.setdefault("batch_size", 8)
+        kw.setdefault("connect_timeout_ms", 200)
+        with self.assertRaises(TypeError) as cm:
+            emlio.Loader(NOWHERE, **kw)
+        self.assertIn(arg, str(cm.exception))
+
+    def test_values_past_the_c_ranges_raise(self):
+        # issue 19: these used to wrap around silently.
+        e = self.value_error("batch_size", batch_size=2 ** 32 + 8)
+        self.assertIsInstance(e, emlio.InvalidArgumentError)
+        self.value_error("rank", rank=2 ** 32, world_size=2 ** 32)
+        self.value_error("world_size", rank=0, world_size=2 ** 32)
+        self.value_error("seed", seed=2 ** 70)
+        self.value_error("window_shards", window_shards=2 ** 32)
+        self.value_error("inflight", inflight=2 ** 32)
+        self.value_error("streams", streams=65)
+        self.value_error("timeout_ms", timeout_ms=2 ** 31)
+        self.value_error("epochs", epochs=2 ** 64)
+
+    def test_negatives_raise(self):
+        for name in ("batch_size", "seed", "streams", "inflight",
+                     "window_shards", "timeout_ms", "connect_timeout_ms",
+                     "epochs"):
+            with self.subTest(name=name):
+                kw = {name: -1}
+                self.value_error(name, **kw)
+        self.value_error("rank", rank=-1, world_size=2)
+        self.value_error("world_size", rank=0, world_size=0)
+        self.value_error("rank", rank=2, world_size=2)
+        self.value_error("batch_size", batch_size=0)
+        self.value_error("wait_warning_s", wait_warning_s=-1)
+
+    def test_wrong_types_raise_type_error(self):
+        self.type_error("batch_size", batch_size="32")
+        self.type_error("batch_size", batch_size=32.0)
+        self.type_error("batch_size", batch_size=True)
+        self.type_error("seed", seed=1.5)
+        self.type_error("verify", verify="yes")
+        self.type_error("drop_last", drop_last=None)
+        self.type_error("shuffle", shuffle=3)
+        self.type_error("name", name=7)
+        self.value_error("shuffle", shuffle="random")
+        with self.assertRaises(TypeError):
+            emlio.Loader(5555, 8)
+
+    def test_endpoint_syntax_says_the_expected_form(self):
+        for bad in ("node1:5555", "tcp://node1", "tcp://:5555", ""):
+            with self.subTest(endpoints=bad):
+                e = self.value_error("endpoint", endpoints=bad)
+                self.assertIn("tcp://HOST:PORT", str(e))
+        e = self.value_error("port", endpoints="tcp://a:1,tcp://b:99999")
+        self.assertIn("99999", str(e))
+
+    def test_environment_rank_is_checked(self):
+        old = dict(os.environ)
+        try:
+            os.environ.update(RANK=str(2 ** 32), WORLD_SIZE=str(2 ** 32 + 1))
+            self.value_error("rank")
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+    def test_curve_keys_go_together(self):
+        e = self.value_error("client_key", server_key="x" * 40)
+        self.assertIn("together", str(e))
+        self.value_error("server_key", client_key="/nonexistent/a.key")
+        e = self.value_error("server_key", server_key="~" * 40,
+                             client_key="x" * 40)
+        self.assertIn("Z85", str(e))
+
+
+class CurveTest(unittest.TestCase):
+    """A CURVE daemon: keys as files or as Z85 text; a plaintext Loader and
+    an unauthorized key are refused."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="emlio-curve.")
+        cls.shards, cls.files = _support.make_dataset(cls.tmp, samples=40)
+        keys = os.path.join(cls.tmp, "keys")
+        os.makedirs(os.path.join(keys, "auth"))
+        for who in ("server", "client", "intruder"):
+            run(EMLIO, "keygen", os.path.join(keys, who))
+        shutil.copy(os.path.join(keys, "client.key"),
+                    os.path.join(keys, "auth"))
+        cls.keys = keys
+        cls.daemon = Daemon(cls.shards, "--curve-secret",
+                            os.path.join(keys, "server.key_secret"),
+                            "--authorized-keys", os.path.join(keys, "auth"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def key(self, name):
+        return os.path.join(self.keys, name)
+
+    def count(self, **kw):
+        with emlio.Loader(self.daemon.endpoint, 8, seed=1,
+                          connect_timeout_ms=3000, **kw) as ld:
+            self.assertTrue(ld.config["curve"])
+            return sum(len(b) for b in ld)
+
+    def test_key_files(self):
+        self.assertEqual(self.count(server_key=self.key("server.key"),
+                                    client_key=self.key("client.key_secret")),
+                         40)
+
+    def test_key_text(self):
+        def text(name):
+            with open(self.key(name)) as f:
+                return f.readline().strip()
+        self.assertEqual(self.count(server_key=text("server.key"),
+                                    client_key=text("client.key_secret")),
+                         40)
+
+    def test_unauthorized_and_plaintext_are_refused(self):
+        with self.assertRaises(emlio.EmlioError) as cm:
+            self.count(server_key=self.key("server.key"),
+                       client_key=self.key("intruder.key_secret"))
+        self.assertIn("refused", str(cm.exception))
+        with self.assertRaises(emlio.EmlioError):
+            emlio.Loader(self.daemon.endpoint, 8, connect_timeout_ms=1500)
+
+    def test_unreadable_key_file_names_it(self):
+        with self.assertRaises(ValueError) as cm:
+            self.count(server_key=self.key("nope.key"),
+                       client_key=self.key("client.key_secret"))
+        self.assertIn("server_key", str(cm.exception))
+        self.assertIn("nope.key", str(cm.exception))
+
+
+class IteratorTest(DatasetCase):
+    SAMPLES = 64
+
+    def test_second_live_iterator_raises(self):
+        with emlio.Loader(self.endpoint, 8, seed=2) as ld:
+            first = iter(ld)
+            b = next(first)
+            self.assertEqual(b.epoch, 0)
+            with self.assertRaises(RuntimeError) as cm:
+                next(iter(ld))
+            self.assertIn("epoch 0", str(cm.exception))
+            with self.assertRaises(RuntimeError):
+                ld.begin_epoch(5)
+            with self.assertRaises(RuntimeError):
+                ld.epoch(3)
+            # The first iterator is unharmed and finishes its own epoch.
+            rest = [x.epoch for x in first]
+            self.assertEqual(set(rest), {0})
+            self.assertEqual(len(rest) + 1, 8)
+            # Once it is done, the next iterator runs the next epoch.
+            self.assertEqual({x.epoch for x in ld}, {1})
+
+    def test_leaving_a_loop_frees_the_loader(self):
+        with emlio.Loader(self.endpoint, 8, seed=2) as ld:
+            for b in ld:
+                break
+            it = iter(ld)
+            next(it)
+            it.close()
+            self.assertEqual(sum(len(b) for b in ld), self.SAMPLES)
+
+
+class WaitWarningTest(DatasetCase):
+    SAMPLES = 64
+
+    def test_silent_wait_is_logged_with_the_daemon(self):
+        with emlio.Loader(self.endpoint, 8, seed=1, inflight=1,
+                          wait_warning_s=0.5, timeout_ms=3000) as ld:
+            it = iter(ld)
+            next(it)
+            os.kill(self.daemon.proc.pid, signal.SIGSTOP)
+            try:
+                with self.assertLogs("emlio.loader", logging.WARNING) as cm:
+                    try:
+                        for _ in it:
+                            pass
+                    except emlio.EmlioError:
+                        pass  # the timeout after the warning
+            finally:
+                os.kill(self.daemon.proc.pid, signal.SIGCONT)
+            text = "\n".join(cm.output)
+            self.assertIn(self.endpoint, text)
+            self.assertIn("is emliod running", text)
+
+
+if __name__ == "__main__":
+    _support.main()
