@@ -15,7 +15,6 @@ JSON from bench/train_meter.py plus the batch shape.
 import argparse
 import io
 import json
-import os
 import sys
 import warnings
 
