@@ -56,8 +56,8 @@ def main():
     ap.add_argument("--connect", required=True, help="tcp://HOST:PORT[,...]")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--classes", type=int, default=0,
-                    help="output classes (default: from the daemon)")
+    ap.add_argument("--classes", type=int, default=10,
+                    help="output classes (labels are taken modulo this)")
     ap.add_argument("--decode-at", default="auto",
                     choices=["auto", "client", "server"])
     ap.add_argument("--transform-threads", type=int, default=0)
@@ -70,7 +70,7 @@ def main():
     loader = emlio.Loader(args.connect, batch_size=args.batch, seed=args.seed,
                           transform=spec, decode_at=args.decode_at,
                           transform_threads=args.transform_threads)
-    classes = args.classes or max(len(loader.classes or []), 2)
+    classes = max(args.classes, 2)
     model = torchvision.models.resnet18(num_classes=classes).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1 * args.batch / 256,
                           momentum=0.9, weight_decay=1e-4)

@@ -179,6 +179,12 @@ LOADER_ARGS = (
     Arg("log_level", "any", none_ok=True),
     Arg("fields", "any", none_ok=True),
     Arg("state", "any", none_ok=True),
+    # Decoded tensors (docs/transform.md): the spec goes to the C client;
+    # decode_at and the threads say where it runs.
+    Arg("transform", "str", none_ok=True),
+    Arg("decode_at", "choice", choices=("auto", "client", "server")),
+    Arg("transform_threads", "int", 0, U32_MAX, field="transform_threads"),
+    Arg("max_pixels", "int", 0, U64_MAX, field="max_pixels"),
 )
 
 LOADER_ARG = {a.name: a for a in LOADER_ARGS}

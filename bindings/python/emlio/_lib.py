@@ -79,7 +79,36 @@ class ClientConfig(ctypes.Structure):
         ("curve_public_key", ctypes.c_char_p),
         ("curve_secret_key", ctypes.c_char_p),
         ("end_epoch", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 7),
+        ("transform", ctypes.c_char_p),
+        ("decode_at", ctypes.c_int32),
+        ("transform_threads", ctypes.c_uint32),
+        ("max_pixels", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+# enum emlio_decode_at
+DECODE_AT = {"auto": 0, "client": 1, "server": 2}
+
+
+class XfStats(ctypes.Structure):
+    """emlio_client_xf_stats_t: where the transforms ran, and why."""
+
+    _fields_ = [
+        ("decode_at", ctypes.c_int32),
+        ("server_share", ctypes.c_double),
+        ("decided", ctypes.c_bool),
+        ("batches_server", ctypes.c_uint64),
+        ("batches_client", ctypes.c_uint64),
+        ("client_ms_per_image", ctypes.c_double),
+        ("server_ms_per_image", ctypes.c_double),
+        ("client_threads", ctypes.c_uint32),
+        ("server_threads", ctypes.c_uint32),
+        ("predicted_ips", ctypes.c_double),
+        ("predicted_j_per_image", ctypes.c_double),
+        ("fastest_ips", ctypes.c_double),
+        ("bound", ctypes.c_char_p),
+        ("why", ctypes.c_char * 320),
     ]
 
 
@@ -235,6 +264,10 @@ def _declare(lib):
     fn("emlio_batch_index", ctypes.c_uint64, vp)
     fn("emlio_batch_release", None, _c_void_pp)
     fn("emlio_client_stats", None, vp, ctypes.POINTER(ClientStats))
+    fn("emlio_batch_images", ctypes.c_void_p, vp,
+       ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_uint32),
+       ctypes.POINTER(ctypes.c_uint32))
+    fn("emlio_client_xf_stats", None, vp, ctypes.POINTER(XfStats))
     fn("emlio_client_streams", ctypes.c_size_t, vp,
        ctypes.POINTER(StreamStats), ctypes.c_size_t)
     fn("emlio_limit_name", ctypes.c_char_p, ctypes.c_int)

@@ -38,6 +38,11 @@ Contract (what DALI sees):
   one is taken. All samples of a batch share one contiguous buffer (one
   copy per batch); each array is a slice of it.
 
+With ``transform="random_resized_crop(224),horizontal_flip"`` (EMLIO's own
+decode and augment, on the daemons or here: docs/transform.md) a batch is
+``(images, labels)``, ``images`` one uint8 array (B, H, W, 3): declare
+``layout=["HWC", ""]`` and skip ``fn.decoders``.
+
 A 0-argument callable is also offered: ``source=src.next_batch`` returns
 the next batch and raises StopIteration at the end of an epoch, then starts
 the following epoch on the next call (DALI's callable protocol, which it calls
@@ -124,6 +129,8 @@ class ExternalSource:
             raise
 
     def _convert(self, batch):
+        if self._loader.transform is not None:
+            return self._convert_images(batch)
         if self._fields:
             return self._convert_fields(batch)
         data, offsets = batch.concat()
@@ -136,6 +143,19 @@ class ExternalSource:
         else:
             jpegs = [data[o[i]:o[i + 1]] for i in range(len(batch))]
         return jpegs, labels.astype(self.label_dtype).reshape(-1, 1)
+
+    def _convert_images(self, batch):
+        """A Loader with transform=: (images, labels), images one uint8
+        array (B, H, W, 3), a copy (DALI holds it until it has copied it),
+        for ``fn.external_source(..., layout=["HWC", ""])``: already
+        decoded and augmented, so the pipeline only normalises (on the
+        GPU: ``fn.crop_mirror_normalize(images.gpu(), ...)``)."""
+        images = batch.images.copy()
+        labels = batch.labels
+        if self.skip_pad:
+            keep = ~batch.pads
+            images, labels = images[keep], labels[keep]
+        return images, labels.astype(self.label_dtype).reshape(-1, 1)
 
     def _convert_fields(self, batch):
         """fields=[...]: one output per field (a list of B uint8 arrays in

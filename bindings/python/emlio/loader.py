@@ -50,6 +50,7 @@ _samples = _C.emlio_batch_samples
 _epoch_of = _C.emlio_batch_epoch
 _index_of = _C.emlio_batch_index
 _release = _C.emlio_batch_release
+_batch_images = _C.emlio_batch_images
 _memmove = ctypes.memmove
 _U8 = ctypes.c_uint8
 _SAMPLE_SIZE = ctypes.sizeof(_lib.Sample)
@@ -178,10 +179,13 @@ class Batch:
     ``batch.ids`` (list of (shard name, record, pad)), ``batch.epoch``,
     ``batch.index`` (position in this rank's plan of the epoch),
     ``batch.nbytes``. ``keep()``, ``release()``, ``copy()``, ``concat()``.
+    With a transform, ``batch.images`` is the batch's tensors: one uint8
+    array (B, H, W, 3) over the batch's memory (no copy).
     """
 
     __slots__ = ("_loader", "_ptr", "_addr", "_n", "epoch", "index",
-                 "_kept", "_views", "_records", "_mvs", "__weakref__")
+                 "_kept", "_views", "_records", "_mvs", "_images",
+                 "__weakref__")
 
     def __init__(self, loader, ptr, addr, n, epoch, index):
         # Weak: the loader holds its live batches, and a strong reference
@@ -197,6 +201,7 @@ class Batch:
         self._views = None
         self._records = None
         self._mvs = None
+        self._images = None
 
     # -- lifetime ---------------------------------------------------------
 
@@ -219,6 +224,7 @@ class Batch:
         self._ptr = None
         self._views = None
         self._records = None
+        self._images = None
         if self._mvs is not None:
             for mv in self._mvs:
                 mv.release()
@@ -360,6 +366,37 @@ class Batch:
                            offsets[1:].tolist()):
             data[a:b] = v
         return data, offsets
+
+    @property
+    def images(self):
+        """The batch's decoded tensors (a Loader with ``transform=``): one
+        NumPy uint8 array of shape (B, H, W, 3), RGB, over the batch's
+        memory (zero-copy: valid until the batch is released; copy it, or
+        ``torch.from_numpy(...).clone()``, to keep it). Sample i of
+        ``samples``/``labels``/``ids`` is ``images[i]``. Normalise to float
+        on the GPU: float32 is 4x the bytes."""
+        if self._images is not None:
+            return self._images
+        self._check()
+        if _np is None:
+            raise RuntimeError("batch.images needs NumPy")
+        n = ctypes.c_size_t()
+        h = ctypes.c_uint32()
+        w = ctypes.c_uint32()
+        addr = _batch_images(self._ptr, ctypes.byref(n), ctypes.byref(h),
+                             ctypes.byref(w))
+        if not h.value:
+            raise EmlioError(-1009, "this loader delivers encoded samples: "
+                             "pass transform= (e.g. \"random_resized_crop"
+                             "(224),horizontal_flip\") for tensors")
+        shape = (n.value, h.value, w.value, 3)
+        size = n.value * h.value * w.value * 3
+        if not size:
+            self._images = _np.empty(shape, _uint8)
+        else:
+            raw = _window(size).from_address(addr)
+            self._images = _frombuffer(raw, _uint8, size).reshape(shape)
+        return self._images
 
     @property
     def labels(self):
@@ -536,6 +573,24 @@ class Loader:
         and this client's *secret* key (its public key is derived), each
         as 40 Z85 characters or the path of a key file written by
         ``emlio keygen`` (``NAME.key``, ``NAME.key_secret``).
+    transform : str or None
+        Deliver decoded, augmented uint8 tensors instead of encoded bytes:
+        a spec such as ``"random_resized_crop(224),horizontal_flip"`` or
+        ``"resize(256),center_crop(224)"`` (docs/transform.md). Each batch
+        then has ``batch.images``, a (B, H, W, 3) uint8 array; the bytes
+        are the same whichever side decodes, for any thread count, rank
+        split or resume. An unknown operation raises ``InvalidArgumentError``
+        naming it.
+    decode_at : "auto", "client" or "server"
+        Where the decoding runs: on the daemons (``emliod
+        --transform-threads``), here, or (``auto``, the default) a share of
+        the batches on each side, chosen per epoch by measured time and
+        energy (the least joules per image within 10% of the fastest); see
+        :meth:`transform_stats`.
+    transform_threads : int
+        Decode threads here (0, the default: one per CPU).
+    max_pixels : int
+        Refuse images of more pixels (0: 100 million).
     wait_warning_s : float
         Log a warning (logger ``emlio.loader``) when a batch has been
         awaited this long without a word from the daemons, naming them,
@@ -558,7 +613,9 @@ class Loader:
                  state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
                  window_shards=0, log_level=None, name=None, fields=None,
-                 server_key=None, client_key=None, wait_warning_s=5.0):
+                 server_key=None, client_key=None, wait_warning_s=5.0,
+                 transform=None, decode_at="auto", transform_threads=0,
+                 max_pixels=0):
         self._client = None
         self._ctx = None
         self._live = {}
@@ -595,13 +652,21 @@ class Loader:
         cfg.name = self._name  # the config is copied by emlio_client_new
         self._keys = self._curve_keys(cfg, args["server_key"],
                                       args["client_key"])
+        self.transform = args["transform"]
+        # Borrowed by the C client until connect returns (it keeps its
+        # parsed copy); a bad spec fails connect with EMLIO_EINVAL.
+        self._spec = (self.transform.encode()
+                      if self.transform is not None else None)
+        cfg.transform = self._spec
+        cfg.decode_at = _lib.DECODE_AT[args["decode_at"]]
         self.config = {
             a.name: args[a.name] for a in _args.LOADER_ARGS
             if a.field is not None}
         self.config.update({
             "rank": self.rank, "world_size": self.world_size,
             "shuffle": shuffle_mode == _lib.EMLIO_SHUFFLE_WINDOW,
-            "curve": self._keys is not None})
+            "curve": self._keys is not None,
+            "transform": self.transform, "decode_at": args["decode_at"]})
 
         ctx = _C.emlio_ctx_new()
         if not ctx:
@@ -919,6 +984,35 @@ class Loader:
                  "stream": s.stream, "ready": bool(s.ready),
                  "mb_per_s": s.mb_per_s, "rtt_ms": s.rtt_ms,
                  "bytes": s.bytes} for s in arr[:n]]
+
+    def transform_stats(self):
+        """Where the transforms run and why (a Loader with ``transform=``;
+        {} without): decode_at, server_share (the daemons' share of this
+        epoch's batches), decided (auto: chosen from measurements, not
+        still measuring both sides), batches_server/batches_client,
+        client_ms_per_image/server_ms_per_image (CPU per image, measured),
+        client_threads/server_threads, and for auto the chosen share's
+        predicted_images_per_s and predicted_j_per_image, fastest_images_per_s,
+        bound (what limits it) and why (one line with the figures)."""
+        self._require_open()
+        if self.transform is None:
+            return {}
+        x = _lib.XfStats()
+        _C.emlio_client_xf_stats(self._client, ctypes.byref(x))
+        names = {v: k for k, v in _lib.DECODE_AT.items()}
+        return {"decode_at": names.get(x.decode_at, "unknown"),
+                "server_share": x.server_share, "decided": bool(x.decided),
+                "batches_server": x.batches_server,
+                "batches_client": x.batches_client,
+                "client_ms_per_image": x.client_ms_per_image,
+                "server_ms_per_image": x.server_ms_per_image,
+                "client_threads": x.client_threads,
+                "server_threads": x.server_threads,
+                "predicted_images_per_s": x.predicted_ips,
+                "predicted_j_per_image": x.predicted_j_per_image,
+                "fastest_images_per_s": x.fastest_ips,
+                "bound": (x.bound or b"").decode(),
+                "why": x.why.decode("utf-8", "replace")}
 
     def plan_info(self):
         """This rank's plan of the current epoch: batches, samples, pads,

@@ -20,7 +20,11 @@ any other ``batch_size`` or ``shuffle=True`` raises ``ValueError`` at once.
 By default an item is a tuple ``(data, offsets, labels)``: every sample's
 bytes copied into one contiguous uint8 tensor, int64 offsets of length
 B + 1, and int64 labels of length B. With ``output="list"`` an item is
-``(list of B uint8 tensors, labels)``. With ``transform=f``, ``f`` runs on
+``(list of B uint8 tensors, labels)``. With ``transform="SPEC"`` (a string:
+EMLIO's own decode and augment in C, docs/transform.md, placed by
+``decode_at``) an item is ``(images, labels)``: images a uint8 tensor
+(B, H, W, 3) that ``pin_memory`` and ``.cuda(non_blocking=True)`` accept
+(permute to NCHW and normalise on the GPU). With ``transform=f``, ``f`` runs on
 each sample (a 1-D uint8 tensor of its bytes; a dict {field: tensor} with
 ``fields=``) inside the DataLoader worker, and an item is ``(samples,
 labels)``: the results stacked into one tensor when they are tensors of
@@ -99,7 +103,9 @@ class EmlioDataset(IterableDataset):
     client_key, ...), except ``epochs``: each ``iter()`` runs one epoch,
     the next one, unless :meth:`set_epoch` chose it. ``output`` is
     "concat" (default) or "list"; ``skip_pad`` leaves out padding repeats;
-    ``transform`` is applied to each sample in the worker.
+    ``transform`` is EMLIO's transform spec when a string (decoded
+    tensors, see :class:`emlio.Loader`'s ``transform`` and ``decode_at``),
+    or a callable applied to each sample in the worker.
     """
 
     def __init__(self, endpoints, batch_size, rank=None, world_size=None,
@@ -109,9 +115,16 @@ class EmlioDataset(IterableDataset):
         if output not in ("concat", "list"):
             raise ValueError("invalid output=%r: expected 'concat' or "
                              "'list'" % (output,))
+        if isinstance(transform, str):
+            # EMLIO's spec: the C client decodes; items carry tensors.
+            loader_kw["transform"] = transform
+            self.spec = transform
+            transform = None
+        else:
+            self.spec = None
         if transform is not None and not callable(transform):
-            raise TypeError("transform must be callable, not %s"
-                            % type(transform).__name__)
+            raise TypeError("transform must be a spec string or callable, "
+                            "not %s" % type(transform).__name__)
         if "epochs" in loader_kw:
             raise TypeError("EmlioDataset runs one epoch per iter(); use "
                             "set_epoch() instead of epochs=")
@@ -308,6 +321,8 @@ class EmlioDataset(IterableDataset):
     # -- conversion --------------------------------------------------------
 
     def _convert(self, batch):
+        if self.spec is not None:
+            return self._images(batch)
         if self.transform is not None:
             return self._transformed(batch)
         if self._loader_kw.get("fields") is not None:
@@ -323,6 +338,17 @@ class EmlioDataset(IterableDataset):
             return self._from_views(batch.samples, labels)
         data, offsets = batch.concat()
         return torch.from_numpy(data), torch.from_numpy(offsets), labels
+
+    def _images(self, batch):
+        """(uint8 images (B, H, W, 3), labels): a copy of the batch's block,
+        which goes back to the client when the next batch is asked for."""
+        images = torch.from_numpy(batch.images.copy())
+        labels = torch.from_numpy(batch.labels)
+        if self.skip_pad:
+            keep = torch.from_numpy(~batch.pads)
+            if not bool(keep.all()):
+                images, labels = images[keep], labels[keep]
+        return images, labels
 
     def _transformed(self, batch):
         """(transform of each sample, labels); stacked when possible."""

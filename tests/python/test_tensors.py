@@ -1,0 +1,197 @@
+# tests/python/test_tensors.py - decoded tensors from Python: Loader's
+# transform= and decode_at=, batch.images as a zero-copy (B, H, W, 3) view,
+# the same bytes as the C library gives on the raw JPEGs wherever they are
+# decoded, transform_stats, argument errors, EmlioDataset in a DataLoader
+# with workers, the DALI adapter, and the ResNet-18 example.
+# SPDX-License-Identifier: MIT
+import ctypes
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import _support
+
+import emlio  # noqa: E402
+from emlio import _lib  # noqa: E402
+
+SPEC = "random_resized_crop(64),horizontal_flip"
+SIDE = 64
+
+
+def _c_transform(spec):
+    """The C library's transform, called directly (the reference)."""
+    C = _lib.lib
+    C.emlio_transform_parse.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+        ctypes.c_size_t]
+    C.emlio_transform_ws_new.restype = ctypes.c_void_p
+    C.emlio_transform_sample_key.restype = ctypes.c_uint64
+    C.emlio_transform_sample_key.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+    C.emlio_transform_apply.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
+        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p,
+        ctypes.c_char_p, ctypes.c_size_t]
+    t = ctypes.c_void_p()
+    err = ctypes.create_string_buffer(512)
+    assert C.emlio_transform_parse(spec.encode(), ctypes.byref(t), err,
+                                   512) == 0, err.value
+    ws = ctypes.c_void_p(C.emlio_transform_ws_new())
+
+    def apply(data, seed, epoch, shard, record):
+        out = ctypes.create_string_buffer(SIDE * SIDE * 3)
+        key = C.emlio_transform_sample_key(shard.encode(), record)
+        rc = C.emlio_transform_apply(t, ws, data, len(data), seed, epoch,
+                                     key, out, err, 512)
+        assert rc == 0, err.value
+        return out.raw
+    return apply
+
+
+class TensorCase(_support.DatasetCase):
+    SAMPLES = 96
+    CLASSES = 3
+    NBYTES = "12K"
+    SHARD_BYTES = "200K"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.daemon.stop()
+        cls.daemon = _support.Daemon(cls.shards, "--transform-threads", "2")
+        cls.endpoint = cls.daemon.endpoint
+
+    def digests(self, where, threads=1, epoch=0, **kw):
+        ld = emlio.Loader(self.endpoint, batch_size=8, seed=7,
+                          transform=SPEC, decode_at=where,
+                          transform_threads=threads, **kw)
+        out = {}
+        try:
+            for b in ld.epoch(epoch):
+                im = b.images
+                self.assertEqual(im.shape, (len(b), SIDE, SIDE, 3))
+                self.assertEqual(im.dtype.name, "uint8")
+                # Zero-copy: sample i's bytes are images[i].
+                self.assertEqual(b.samples[0].ctypes.data, im.ctypes.data)
+                for i, (name, rec, pad) in enumerate(b.ids):
+                    if not pad:
+                        out[(name, rec)] = hashlib.sha256(
+                            im[i].tobytes()).hexdigest()
+            stats = ld.transform_stats()
+        finally:
+            ld.close()
+        return out, stats
+
+    def test_same_bytes_as_the_library_on_the_raw_jpegs(self):
+        raw = {}
+        ld = emlio.Loader(self.endpoint, batch_size=8, seed=7)
+        for b in ld.epoch(0):
+            for v, (name, rec, pad) in zip(b.samples, b.ids):
+                raw[(name, rec)] = v.tobytes()
+        ld.close()
+        apply = _c_transform(SPEC)
+        want = {k: hashlib.sha256(apply(v, 7, 0, k[0], k[1])).hexdigest()
+                for k, v in raw.items()}
+        self.assertEqual(len(want), self.SAMPLES)
+        for where in ("server", "client", "auto"):
+            for threads in (1, 3):
+                got, stats = self.digests(where, threads)
+                self.assertEqual(got, want, "%s, %d threads" % (where,
+                                                                threads))
+                self.assertEqual(stats["decode_at"], where)
+
+    def test_placement_is_reported(self):
+        _, s = self.digests("server")
+        self.assertEqual(s["server_share"], 1.0)
+        self.assertEqual(s["batches_client"], 0)
+        self.assertGreater(s["server_ms_per_image"], 0)
+        _, s = self.digests("client", 2)
+        self.assertEqual(s["server_share"], 0.0)
+        self.assertGreater(s["client_ms_per_image"], 0)
+        self.assertEqual(s["client_threads"], 2)
+        _, s = self.digests("auto")
+        self.assertIn("server share", s["why"])
+        self.assertGreater(s["batches_server"] + s["batches_client"], 0)
+
+    def test_another_epoch_other_crops(self):
+        a, _ = self.digests("server", epoch=0)
+        b, _ = self.digests("server", epoch=1)
+        same = sum(a[k] == b[k] for k in a)
+        self.assertLessEqual(same, len(a) // 20)
+
+    def test_argument_errors(self):
+        with self.assertRaises(emlio.InvalidArgumentError) as e:
+            emlio.Loader(self.endpoint, batch_size=4, transform="rotate(3)")
+        self.assertIn("rotate", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            emlio.Loader(self.endpoint, batch_size=4, transform=SPEC,
+                         decode_at="sever")
+        self.assertIn("decode_at", str(e.exception))
+        with self.assertRaises(TypeError):
+            emlio.Loader(self.endpoint, batch_size=4, transform=SPEC,
+                         transform_threads=1.5)
+        ld = emlio.Loader(self.endpoint, batch_size=4)
+        try:
+            for b in ld.epoch(0):
+                with self.assertRaises(emlio.EmlioError) as e:
+                    b.images
+                self.assertIn("transform=", str(e.exception))
+                break
+        finally:
+            ld.close()
+
+    def test_emlio_dataset_with_workers_yields_uint8_tensors(self):
+        import torch
+        from emlio.torch import DataLoader, EmlioDataset
+        ds = EmlioDataset(self.endpoint, batch_size=8, seed=7,
+                          transform=SPEC, decode_at="server")
+        dl = DataLoader(ds, num_workers=2)
+        got = {}
+        n = 0
+        for images, labels in dl:
+            self.assertEqual(images.dtype, torch.uint8)
+            self.assertEqual(tuple(images.shape[1:]), (SIDE, SIDE, 3))
+            self.assertEqual(images.shape[0], labels.shape[0])
+            self.assertTrue(images.is_contiguous())
+            x = images.permute(0, 3, 1, 2).float().div_(255)  # NCHW
+            self.assertEqual(tuple(x.shape[1:]), (3, SIDE, SIDE))
+            n += images.shape[0]
+            if torch.cuda.is_available():
+                images.pin_memory().cuda(non_blocking=True)
+        self.assertEqual(n, self.SAMPLES)
+        self.assertEqual(len(dl), (self.SAMPLES + 7) // 8)
+        del got
+
+    def test_dali_adapter_hands_decoded_batches(self):
+        from emlio.dali import ExternalSource
+        src = ExternalSource(self.endpoint, batch_size=8, seed=7,
+                             transform=SPEC, decode_at="client")
+        try:
+            it = iter(src)
+            images, labels = next(it)
+            self.assertEqual(images.shape, (8, SIDE, SIDE, 3))
+            self.assertEqual(images.dtype.name, "uint8")
+            self.assertEqual(labels.shape, (8, 1))
+            total = 8 + sum(len(i) for i, _ in it)
+            self.assertEqual(total, self.SAMPLES)
+        finally:
+            src.close()
+
+    def test_resnet18_example_trains(self):
+        script = os.path.join(_support.ROOT, "examples", "train_resnet18.py")
+        p = subprocess.run(
+            [sys.executable, script, "--connect", self.endpoint, "--steps",
+             "2", "--batch", "8", "--size", "64", "--classes", "3",
+             "--decode-at", "auto", "--transform-threads", "2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
+        summary = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        self.assertEqual(summary["steps"], 2)
+        self.assertTrue(summary["finite"])
+        self.assertEqual(summary["decode_at"], "auto")
+
+
+if __name__ == "__main__":
+    _support.main()
