@@ -33,10 +33,10 @@ def unavailable(why):
 
 def loader_stats(ld):
     """Whatever figures the Loader has, merged: epoch_stats() (bytes,
-    samples, path), then stats() and xf_stats() (issue 17: where the
+    samples, path), then stats() and transform_stats() (issue 17: where the
     transforms ran, and why), where they exist. Never fails the run."""
     out = {}
-    for name in ("epoch_stats", "stats", "xf_stats"):
+    for name in ("epoch_stats", "stats", "transform_stats"):
         fn = getattr(ld, name, None)
         if not callable(fn):
             continue
