@@ -2,8 +2,9 @@
 # (issue 17's benchmark) without root, network or daemons: the steady
 # window of bench/train_meter.py under a fake clock, per-image figures and
 # the wire ratio of one cell, the median and spread of repeats, the targets'
-# PASS/MISS/n/a, the parsing of bench/transform_bench.py's table, and the
-# emlio client's clean "unavailable" exit on a binding without transforms.
+# PASS/MISS/n/a, the parsing of bench/transform_bench.py's table, the CPU
+# pinning of servers and clients, and the emlio client's clean
+# "unavailable" exit on a binding without transforms.
 # Run from the repository root: B=<build dir> /usr/bin/python3 <this file>.
 # SPDX-License-Identifier: MIT
 import importlib.machinery
@@ -173,6 +174,27 @@ class RowsTest(unittest.TestCase):
         self.assertEqual(j["libjpeg_full_decode"]["images_per_cpu_s"], 445.0)
         j = ti.parse_transform_bench('noise\n{"emlio": {"images_per_cpu_s": 5}}\n')
         self.assertEqual(j["emlio"]["images_per_cpu_s"], 5)
+
+
+class PinTest(unittest.TestCase):
+    def test_train_input_pins_server_and_client(self):
+        self.assertEqual([ti.cpu_count(c) for c in ("0", "0-3", "0,2-3")], [1, 4, 3])
+        seen = []
+        real = ti.br.run_cell
+        ti.br.run_cell = lambda cx, tag, server, argv, timeout, **kw: seen.append((server, argv))
+        try:
+            cx = cx_stub()
+            cx.server_cpus, cx.client_cpus = "0", "1"
+            ti.run_cell(cx, "t", {"argv": ["emliod", "--data", "d"]},
+                        ["ip", "netns", "exec", "ns", "python3", "x.py"], 10)
+            cx.server_cpus = None
+            ti.run_cell(cx, "t", None, ["python3", "x.py"], 10)
+        finally:
+            ti.br.run_cell = real
+        self.assertEqual(seen[0][0]["argv"], ["taskset", "-c", "0", "emliod", "--data", "d"])
+        self.assertEqual(seen[0][1], ["ip", "netns", "exec", "ns", "taskset", "-c", "1",
+                                      "python3", "x.py"])
+        self.assertEqual(seen[1], (None, ["taskset", "-c", "1", "python3", "x.py"]))
 
 
 class ClientTest(unittest.TestCase):
