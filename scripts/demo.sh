@@ -44,6 +44,20 @@ print(f"demo: {r['samples']} samples, {r['bytes'] / 1e6:.0f} MB in "
       f"{r['mb_per_s']:.0f} MB/s, first batch after "
       f"{r['first_batch_s'] * 1e3:.1f} ms, verified: {r['verified']}")
 PY
+echo "demo: two epochs of training-ready tensors (RandomResizedCrop 224 +"
+echo "demo: flip, decoded where time and energy say: decode-at auto)"
+"$B/bin/emlio" fetch --connect "$endpoint" --batch 64 --epochs 2 --quiet \
+    --transform 'random_resized_crop(224),horizontal_flip' --decode-at auto \
+    --verify >"$log.json"
+/usr/bin/python3 - "$log.json" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().strip().splitlines()
+r = json.loads(lines[-1])
+t = json.loads(lines[-2])["transform"]
+print(f"demo: {r['samples']} tensors of 224x224x3 in {r['seconds']:.2f} s = "
+      f"{r['samples_per_s']:.0f} images/s, verified: {r['verified']}; "
+      f"daemon share {t['server_share']:.2f} ({t['why']})")
+PY
 rm -f "$log.json"
 kill -TERM $daemon
 wait $daemon

@@ -302,6 +302,9 @@ s_remote_code(int64_t code)
     return EMLIO_EPROTO;
 }
 
+/* How long connect waits to learn that nothing listens at an endpoint. */
+#define S_PROBE_MS 1000
+
 /* Failed CURVE handshakes in a row after which connect gives up. */
 #define S_CURVE_FAILS 3
 
@@ -312,6 +315,13 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     void *sock = daemon->socks[0];
     uint64_t t0 = emlio__now_ns();
+    /* ZeroMQ retries a refused connect quietly until connect_timeout_ms;
+     * a user who got the port wrong should hear it at once. */
+    if (emlio__netpath_probe(daemon->endpoint, S_PROBE_MS) == -ECONNREFUSED)
+        return emlio__seterr(self->err, -ECONNREFUSED,
+                             "connection refused by '%s': is emliod running "
+                             "there, on that port?",
+                             daemon->endpoint);
     int sent = s_send_hello(self, (uint32_t)(daemon - self->conn.daemons), 0);
     if (sent < 0)
         return emlio__seterr(self->err, sent, "cannot send to '%s': %s",

@@ -5,8 +5,11 @@
 #include "netpath.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/tcp.h> /* glibc's struct tcp_info lacks min_rtt, bytes_* */
+#include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -145,4 +148,61 @@ emlio__netpath_info(int fd, emlio_netpath_info_t *out)
     il = sizeof(int);
     getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &out->rcvbuf, &il);
     return 0;
+}
+
+/* Splits tcp://HOST:PORT (HOST may be [v6]) into host and port. */
+static bool
+s_split_tcp(const char *endpoint, char *host, size_t hlen, char *port,
+            size_t plen)
+{
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return false;
+    const char *h = endpoint + 6;
+    const char *colon = strrchr(h, ':');
+    if (!colon || colon == h || strlen(colon + 1) == 0 ||
+        strlen(colon + 1) >= plen)
+        return false;
+    size_t n = (size_t)(colon - h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hlen || (n == 1 && h[0] == '*'))
+        return false;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    strcpy(port, colon + 1);
+    return true;
+}
+
+int
+emlio__netpath_probe(const char *endpoint, int timeout_ms)
+{
+    char host[256], port[16];
+    if (!s_split_tcp(endpoint, host, sizeof(host), port, sizeof(port)))
+        return 0;
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV };
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, port, &hints, &res) != 0 || !res)
+        return 0;
+    int refused = 0;
+    int fd =
+        socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        int rc = connect(fd, res->ai_addr, res->ai_addrlen);
+        if (rc < 0 && errno == EINPROGRESS) {
+            struct pollfd p = { fd, POLLOUT, 0 };
+            int err = 0;
+            socklen_t len = sizeof(err);
+            if (poll(&p, 1, timeout_ms) == 1 &&
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0)
+                refused = err == ECONNREFUSED;
+        } else if (rc < 0) {
+            refused = errno == ECONNREFUSED;
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return refused ? -ECONNREFUSED : 0;
 }

@@ -71,4 +71,12 @@ int emlio__netpath_cpu_times(uint64_t *idle, uint64_t *total);
 /* Reads fd's TCP_INFO; 0, or -errno (the fd is gone or not TCP). */
 int emlio__netpath_info(int fd, emlio_netpath_info_t *out);
 
+/* Whether anything listens at a tcp://HOST:PORT endpoint: one plain TCP
+ * connect, waited for at most timeout_ms, then closed. Returns
+ * -ECONNREFUSED when the host answered that nothing listens there (the
+ * case a ZeroMQ connect would retry silently until its timeout), else 0
+ * (listening, unreachable for now, not a tcp:// endpoint, or unknown: the
+ * caller's own connect decides). */
+int emlio__netpath_probe(const char *endpoint, int timeout_ms);
+
 #endif /* EMLIO_NETPATH_H */

@@ -9,6 +9,9 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <arpa/inet.h>
+#include <stdarg.h>
+
 #include "server_internal.h"
 
 /* ---- peers: client connections by routing id, grouped in sessions ----- */
@@ -24,14 +27,95 @@ emlio__srv_session_streams(const emlio_server_t *self, uint64_t session)
     return n;
 }
 
-/* Forgets peer i; the client count drops with its session's last one. */
+/* Client lines at info a window may carry; beyond, they are counted and
+ * the count is said once the window ends (thousands of short connections
+ * must not flood the log). */
+#define S_CLIENT_LOG_LINES     20
+#define S_CLIENT_LOG_WINDOW_NS 10000000000ull
+
+/* Logs a client's arrival or departure at info, rate-limited. */
+static void s_client_log(emlio_server_t *self, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+s_client_log(emlio_server_t *self, const char *fmt, ...)
+{
+    emlio__srv_admit_t *a = &self->adm;
+    uint64_t now = emlio__now_ns();
+    if (now - a->client_log_ns >= S_CLIENT_LOG_WINDOW_NS) {
+        if (a->client_log_quiet)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                      "%" PRIu64 " more client connects and disconnects "
+                      "were not logged",
+                      a->client_log_quiet);
+        a->client_log_ns = now;
+        a->client_log_n = 0;
+        a->client_log_quiet = 0;
+    }
+    if (++a->client_log_n > S_CLIENT_LOG_LINES) {
+        a->client_log_quiet++;
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server", "%s", msg);
+}
+
+/* "IP:PORT" of the far end of fd, or "unknown". */
+static void
+s_peer_addr(int fd, char *out, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[INET6_ADDRSTRLEN] = "unknown";
+    int port = 0;
+    if (fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+            port = ntohs(in->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+            port = ntohs(in6->sin6_port);
+        }
+    }
+    snprintf(out, len, "%s:%d", host, port);
+}
+
+/* Forgets peer i; the client count drops with its session's last one,
+ * which is logged with what the client received. */
 static void
 s_peer_remove(emlio_server_t *self, size_t i)
 {
-    uint64_t session = self->adm.peers[i].session;
+    emlio__peer_t gone = self->adm.peers[i];
+    uint64_t session = gone.session;
     self->adm.peers[i] = self->adm.peers[--self->adm.n_peers];
-    if (!session || !emlio__srv_session_streams(self, session))
-        self->adm.n_clients--;
+    if (session && emlio__srv_session_streams(self, session)) {
+        /* Its session lives on: its bytes go to a remaining stream. */
+        for (size_t k = 0; k < self->adm.n_peers; k++)
+            if (self->adm.peers[k].session == session) {
+                emlio__peer_t *heir = &self->adm.peers[k];
+                heir->bytes += gone.bytes;
+                if (gone.since_ns < heir->since_ns) {
+                    /* The session is told by its first stream's address. */
+                    heir->since_ns = gone.since_ns;
+                    memcpy(heir->addr, gone.addr, sizeof(heir->addr));
+                }
+                break;
+            }
+        return;
+    }
+    self->adm.n_clients--;
+    double s = (double)(emlio__now_ns() - gone.since_ns) / 1e9;
+    s_client_log(self,
+                 "client from %s left after %.1f s: %.1f MB sent, "
+                 "%.1f MB/s",
+                 gone.addr, s, (double)gone.bytes / 1e6,
+                 s > 0 ? (double)gone.bytes / 1e6 / s : 0.0);
 }
 
 emlio__conn_t *
@@ -292,6 +376,12 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->fd = self->adm.cur_fd;
     peer->session = session;
     peer->stalled = false;
+    peer->bytes = 0;
+    peer->since_ns = now;
+    s_peer_addr(peer->fd, peer->addr, sizeof(peer->addr));
+    if (!streams)
+        s_client_log(self, "client connected from %s%s", peer->addr,
+                     session ? "" : " (no session: a protocol 1 client)");
     return peer;
 }
 

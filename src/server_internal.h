@@ -113,10 +113,14 @@ typedef struct emlio__peer {
     uint8_t id_len;
     uint32_t outstanding;
     uint64_t last_seen_ns;
-    int fd;           /* its connection (ZMQ_SRCFD), -1 when unknown */
-    uint64_t session; /* the client session it joined by HELLO; 0 = none
-                         (a v1 client: each connection is a client) */
-    bool stalled;     /* a reply could not be queued: it does not read */
+    int fd;            /* its connection (ZMQ_SRCFD), -1 when unknown */
+    uint64_t session;  /* the client session it joined by HELLO; 0 = none
+                          (a v1 client: each connection is a client) */
+    bool stalled;      /* a reply could not be queued: it does not read */
+    uint64_t bytes;    /* reply bytes forwarded to it (its session's, once
+                          its other streams are gone) */
+    uint64_t since_ns; /* when it (or its session) was admitted */
+    char addr[64];     /* where it connects from, for the log */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -185,6 +189,9 @@ typedef struct emlio__srv_admit {
     uint64_t err_log_quiet;
     uint64_t fd_log_ns;     /* last "out of file descriptors" line */
     uint64_t accept_failed; /* accepts refused since that line */
+    uint64_t client_log_ns; /* start of the client log's current window */
+    uint64_t client_log_n;  /* client lines in it; beyond a few, counted */
+    uint64_t client_log_quiet;
 } emlio__srv_admit_t;
 
 /* Counters, written by any thread, read by emlio_server_stats. */

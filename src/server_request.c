@@ -317,6 +317,8 @@ s_frontend_reply(emlio_server_t *self, void *done)
             break;
         }
         more = zmq_msg_more(&part);
+        if (!lost && peer)
+            peer->bytes += zmq_msg_size(&part);
         if (lost || zmq_msg_send(&part, self->net.router,
                                  (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
             lost = true;

@@ -133,11 +133,12 @@ EMLIO_EXPORT void emlio_client_destroy(emlio_client_t **self_p);
 
 /* Connects to the comma-separated ZeroMQ endpoints, one per daemon, and
  * fetches each daemon's inventory. Blocks up to connect_timeout_ms. Returns
- * the number of daemons, EMLIO_ETIMEDOUT (a daemon did not answer: the
- * message names it), EMLIO_EDENIED (the daemon refused our CURVE key, or the
- * security settings of the two sides differ), EMLIO_EVERSION, EMLIO_EINVAL
- * (bad endpoint list, two daemons disagreeing about a shard, incomplete
- * CURVE keys) or -errno.
+ * the number of daemons, -ECONNREFUSED (nothing listens at an endpoint:
+ * said at once, not after the timeout), EMLIO_ETIMEDOUT (a daemon did not
+ * answer: the message names it), EMLIO_EDENIED (the daemon refused our CURVE
+ * key, or the security settings of the two sides differ), EMLIO_EVERSION,
+ * EMLIO_EINVAL (bad endpoint list, two daemons disagreeing about a shard,
+ * incomplete CURVE keys) or -errno.
  *
  * After connect, a stream whose daemon goes away reconnects by itself with
  * exponential backoff (up to 2 s between tries); once it is back, the

@@ -152,6 +152,29 @@ check "skip mode: the skipped record is named" \
     grep -q "skipped corrupt record .* of shard '$(basename "$victim")'" "$T/skip.err"
 check "skip mode: 299 samples delivered" test "$(wc -l <"$T/skip.ids")" = 299
 
+# emliod says at info when a client comes and goes, with what it sent.
+MAIN_DPID=$DPID
+check "a daemon logging at info starts" start_daemon info "$T/shards" \
+    --log-level info
+"$EMLIO" fetch --connect "$EP" --batch 16 --quiet >/dev/null 2>&1
+kill -TERM "$DPID"
+wait "$DPID"
+DPID=$MAIN_DPID
+check "... logs the client's connect" \
+    grep -q "info  server: client connected from 127.0.0.1:" "$T/info.err"
+check "... and its departure with bytes and rate" \
+    grep -qE "client from 127.0.0.1:[0-9]+ left after .* MB sent, .* MB/s" \
+    "$T/info.err"
+
+# A port nothing listens on is reported as refused, not after the
+# (here long) connect timeout as "no answer".
+closed=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$EMLIO" fetch --connect "tcp://127.0.0.1:$closed" --batch 4 \
+    --connect-timeout-ms 60000 >/dev/null 2>"$T/refused.err"
+check "a refused port fails" test $? -ne 0
+check "... saying the connection was refused, naming the endpoint" \
+    grep -q "connection refused by 'tcp://127.0.0.1:$closed'" "$T/refused.err"
+
 # SIGTERM stops the daemon cleanly.
 kill -TERM "$DPID"
 wait "$DPID"

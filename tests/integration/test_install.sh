@@ -122,10 +122,14 @@ for dep in zmq msgpackc; do
         STATIC_DEPS+=("-l$dep")
     fi
 done
+# Under `make check` libemlio.a holds ASan/UBSan calls: a static program
+# then links the sanitizer runtimes itself (a shared one gets them through
+# libemlio.so).
+SAN_LINK=${EMLIO_SANITIZED:+-fsanitize=address,undefined}
 # shellcheck disable=SC2086
 cc -std=c11 -Wall -Werror $CFLAGS_PC -o "$T/prog-static" "$T/prog.c" \
     -Wl,-Bstatic -lemlio "${STATIC_DEPS[@]}" -Wl,-Bdynamic $STATIC_PC \
-    2>"$T/prog-static.err"
+    $SAN_LINK 2>"$T/prog-static.err"
 check "a static link with pkg-config --static --libs alone (static: libemlio ${STATIC_DEPS[*]})" \
     test $? -eq 0
 check "the static program runs" \

@@ -452,7 +452,7 @@ class WireTest(unittest.TestCase):
 
     def test_07_unsupported_version(self):
         s = self.stream()
-        s.hello(v=3)  # v1 and v2 are spoken (docs/protocol.md)
+        s.hello(v=4)  # v1 to v3 are spoken (docs/protocol.md)
         h = self.expect_error(s, EVERSION, 0)
         self.assertIn("not supported", h["msg"])
         s.hello(v=0)
@@ -528,6 +528,55 @@ class WireTest(unittest.TestCase):
             self.assertEqual(replies[5000 + k], T_BATCH)
         with self.assertRaises(AssertionError):
             s.recv(timeout=0.3)    # nothing more: exactly one reply each
+        self.assert_still_serving()
+
+    def test_12_transform_v3(self):
+        """docs/protocol.md 5.6: a v3 WELCOME says the daemon decodes; a
+        GET with `transform` is answered by one tensor frame of
+        samples x H x W x 3 bytes, each slice with its CRC-32C; here
+        center_crop without a resize, whose pixels equal a plain decode's
+        (PIL on the same JPEG bytes)."""
+        s = self.stream()
+        s.hello(v=3)
+        w, frames = s.recv()
+        self.assertEqual((w["t"], w["v"], frames), (T_WELCOME, 3, []))
+        self.assertGreater(w["xf_threads"], 0)
+        self.assertIn("core_mw", w)
+        items = [(0, 0), (0, 1), (len(w["shards"]) - 1, 2)]
+        s.get(0x77, items, w["dataset"], transform="center_crop(8)",
+              seed=1, epoch=0)
+        h, frames = s.recv()
+        self.assertEqual(h["t"], T_BATCH, h)
+        self.assertEqual(h["shape"], [3, 8, 8, 3])
+        self.assertGreaterEqual(h["xf_ns"], 0)
+        self.assertEqual(len(frames), 1, "one tensor frame")
+        self.assertEqual(len(frames[0]), 3 * 8 * 8 * 3)
+        samples = decode_samples(h)
+        self.assertEqual([(a, b) for a, b, _, _ in samples], items)
+        where = self.locate()
+        try:
+            import io
+            from PIL import Image
+        except ImportError:
+            Image = None
+        for k, (shard, record, label, crc) in enumerate(samples):
+            tensor = frames[0][k * 192:(k + 1) * 192]
+            self.assertEqual(crc32c(tensor), crc)
+            data, cls = FX.source[where[(shard, record)]]
+            self.assertEqual(label, cls)
+            if Image is None:
+                continue
+            im = Image.open(io.BytesIO(data)).convert("RGB")
+            top = int(round((im.height - 8) / 2.0))
+            left = int(round((im.width - 8) / 2.0))
+            want = im.crop((left, top, left + 8, top + 8)).tobytes()
+            self.assertEqual(tensor, want, "pixels of %d/%d" % (shard,
+                                                                record))
+        # A spec with an unknown operation fails the GET, naming it.
+        s.get(0x78, items, w["dataset"], transform="rotate(8)", seed=1,
+              epoch=0)
+        h = self.expect_error(s, -1009, 0x78)
+        self.assertIn("rotate", h["msg"])
         self.assert_still_serving()
 
     def test_99_daemon_alive(self):
