@@ -124,8 +124,11 @@ def main():
         c = spec["client"]
         cpu0 = tree_cpu(srv.pid) if srv else 0.0
         t0 = time.monotonic()
+        # The client may meter the server itself over its own steady window
+        # (bench/train_meter.py): /proc is shared across network namespaces.
+        env = dict(os.environ, EMLIO_BENCH_SERVER_PID=str(srv.pid)) if srv else None
         cli = subprocess.Popen(c["argv"], stdout=open(c["stdout"], "wb"),
-                               stderr=open(c["stderr"], "wb"),
+                               stderr=open(c["stderr"], "wb"), env=env,
                                preexec_fn=lambda: (os.setpgrp(), _pdeathsig()))
         stopper = None
         if c.get("stop_after_s"):
