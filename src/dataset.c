@@ -42,6 +42,7 @@ emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
         .verify_data = flags & EMLIO_DATASET_VERIFY,
         .write_index = flags & EMLIO_DATASET_WRITE_INDEX,
         .rescan = flags & EMLIO_DATASET_REINDEX,
+        .follow_symlinks = flags & EMLIO_DATASET_FOLLOW_SYMLINKS,
     };
     int rc =
         emlio__shardset_load(&self->set, dir, &opts, NULL, NULL, self->err);

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "beneath.h"
 #include "emlio/dataset.h"
 
 typedef struct emlio_shard emlio_shard_t;
@@ -86,6 +87,10 @@ typedef struct emlio__format_ops {
     /* ---- loading (file formats) ---- */
     /* Creates the handle for path (opens nothing); NULL when out of memory. */
     void *(*create)(const char *path);
+    /* From now on opens the file and its index beneath root (beneath.h),
+     * rel being the file's path relative to the root; the root's
+     * descriptor is borrowed for the loading calls below. */
+    void (*confine)(void *impl, const emlio__root_t *root, const char *rel);
     /* Opens (maps) the file. Returns 0 or < 0 (see errmsg). */
     int (*open)(void *impl);
     /* Loads the index file idx; the record count or < 0 (-ENOENT: none). */

@@ -18,6 +18,12 @@ s_create(const char *path)
     return emlio_tfrecord_new(path);
 }
 
+static void
+s_confine(void *impl, const emlio__root_t *root, const char *rel)
+{
+    emlio__tfrecord_confine(impl, root, rel);
+}
+
 static int
 s_open(void *impl)
 {
@@ -299,6 +305,7 @@ const emlio__format_ops_t emlio__format_tfrecord = {
     .what = "*.tfrecord shards",
     .mapped = true,
     .create = s_create,
+    .confine = s_confine,
     .open = s_open,
     .load_index = s_load_index,
     .scan = s_scan,

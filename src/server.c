@@ -375,6 +375,7 @@ emlio_server_load(emlio_server_t *self)
         .verify_data = self->cfg.verify && !skip,
         .write_index = self->cfg.write_index,
         .lease = true,
+        .follow_symlinks = self->cfg.follow_symlinks,
     };
     int rc = s_parse_fields(self);
     if (rc < 0)

@@ -70,6 +70,9 @@ struct emlio_shardset_opts {
     bool verify_data;
     bool write_index;
     bool rescan; /* ignore existing index files */
+    /* Follow symlinks inside the data directory (never out of it: see
+     * beneath.h); without it symlinks are left out, with a log line. */
+    bool follow_symlinks;
     /* Open and lease every mapped shard (fd, leased; copying reads when no
      * lease can be had): the daemon. Without it shards are only mapped
      * (fd -1), as the short-lived tools want them. */
@@ -77,6 +80,7 @@ struct emlio_shardset_opts {
 };
 
 struct emlio_shardset {
+    emlio__root_t root; /* the data directory: every open is beneath it */
     emlio_shard_t *shards;
     size_t n;
     uint64_t records;

@@ -18,6 +18,8 @@
 
 struct emlio__tar {
     char *path;
+    emlio__root_t root; /* where path is opened (beneath.h) */
+    size_t skip;        /* path + skip is path relative to root */
     const uint8_t *base;
     size_t size;
     struct timespec mtime;
@@ -619,7 +621,18 @@ emlio__tar_new(const char *path)
         emlio_free(self);
         return NULL;
     }
+    self->root = EMLIO__ROOT_NONE;
     return self;
+}
+
+void
+emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
+                   const char *rel)
+{
+    size_t n = strlen(self->path), m = strlen(rel);
+    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
+    self->root = *root;
+    self->skip = n - m;
 }
 
 void
@@ -641,8 +654,8 @@ emlio__tar_open(emlio__tar_t *self)
 {
     assert(self && !self->open);
     struct stat st;
-    int rc =
-        emlio__map_file(self->path, &self->base, &self->size, &st, self->err);
+    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
+                             &self->base, &self->size, &st, self->err);
     if (rc < 0)
         return rc;
     self->mtime = st.st_mtim;
@@ -659,21 +672,71 @@ emlio__tar_scan(emlio__tar_t *self)
                                self->err);
 }
 
+/* Where two indexes of one shard differ, as a sample number; -1 when
+ * they are the same (members, offsets, sizes, fields and samples). */
+static ssize_t
+s_index_diff(const emlio__tar_index_t *a, const emlio__tar_index_t *b)
+{
+    size_t n = a->n_samples < b->n_samples ? a->n_samples : b->n_samples;
+    for (size_t i = 0; i < n; i++) {
+        if (a->first[i + 1] - a->first[i] != b->first[i + 1] - b->first[i])
+            return (ssize_t)i;
+        for (uint32_t k = 0; k < a->first[i + 1] - a->first[i]; k++) {
+            const emlio__tar_member_t *ma = &a->members[a->first[i] + k];
+            const emlio__tar_member_t *mb = &b->members[b->first[i] + k];
+            if (ma->offset != mb->offset || ma->len != mb->len ||
+                strcmp(a->fields[ma->field], b->fields[mb->field]) != 0)
+                return (ssize_t)i;
+        }
+    }
+    return a->n_samples == b->n_samples ? -1 : (ssize_t)n;
+}
+
+/* An index is a hint: it is kept only when it says what a header walk of
+ * the shard finds. Checking each listed member's header already touched
+ * every header page, so the walk costs about what the check did; what it
+ * adds is the members the index left out (samples silently dropped) and
+ * the names in the headers themselves (a label member listed as the
+ * image, a member moved to another sample). */
+static int
+s_check_index(emlio__tar_t *self, const char *idx_path)
+{
+    emlio__tar_index_t walked;
+    char err[EMLIO_ERRMSG_LEN];
+    int rc = s_scan(self->base, self->size, self->path, false, &walked, err);
+    if (rc < 0) {
+        emlio__tar_index_release(&self->idx);
+        return emlio__seterr(self->err, rc, "%s", err);
+    }
+    ssize_t at = s_index_diff(&self->idx, &walked);
+    size_t listed = self->idx.n_samples, found = walked.n_samples;
+    emlio__tar_index_release(&walked);
+    if (at < 0)
+        return (int)listed;
+    emlio__tar_index_release(&self->idx);
+    return emlio__seterr(self->err, EMLIO_EFORMAT,
+                         "index '%s' does not describe '%s' (%zu samples "
+                         "listed, %zu found; first difference at sample %zd)",
+                         idx_path, self->path, listed, found, at);
+}
+
 int
 emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
 {
     assert(self && self->open);
-    int fd;
-    do
-        fd = open(idx_path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int rc = -errno;
-        return emlio__seterr(self->err, rc, "cannot open '%s': %s", idx_path,
-                             emlio_strerror(rc));
-    }
+    /* The index beside the shard is opened beneath the shard's root; any
+     * other path as the caller named it. Never a FIFO (beneath.h). */
+    bool beside =
+        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
+    emlio__root_t none = EMLIO__ROOT_NONE;
     struct stat st;
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > INDEX_MAX_BYTES) {
+    int fd =
+        emlio__open_beneath(beside ? &self->root : &none,
+                            beside ? idx_path + self->skip : idx_path, 0, &st);
+    if (fd < 0)
+        return emlio__seterr(self->err, fd, "cannot open '%s': %s", idx_path,
+                             emlio__open_why(fd));
+    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
         close(fd);
         return emlio__seterr(self->err, EMLIO_EFORMAT, "cannot use index '%s'",
                              idx_path);
@@ -706,6 +769,8 @@ emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
     int rc = emlio__tar_parse_index(text, got, idx_path, self->base, self->size,
                                     self->path, &self->idx, self->err);
     emlio_free(text);
+    if (rc >= 0)
+        rc = s_check_index(self, idx_path);
     return rc;
 }
 

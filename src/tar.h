@@ -20,6 +20,7 @@
 #ifndef EMLIO_TAR_H
 #define EMLIO_TAR_H
 
+#include "beneath.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +73,11 @@ emlio__tar_t *emlio__tar_new(const char *path);
 void emlio__tar_destroy(emlio__tar_t **self_p);
 /* Maps the file read-only. Returns 0 or -errno (message in errmsg). */
 int emlio__tar_open(emlio__tar_t *self);
+/* Opens the shard (and the index beside it) beneath root from now on:
+ * rel is the end of the handle's path relative to the root (see
+ * emlio__tfrecord_confine). */
+void emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
+                        const char *rel);
 /* Builds the index by walking the headers. Returns the sample count or an
  * error as emlio__tar_scan_mem. */
 int emlio__tar_scan(emlio__tar_t *self);

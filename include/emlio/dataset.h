@@ -34,10 +34,13 @@ typedef struct emlio_dataset emlio_dataset_t;
 /* emlio_dataset_open flags. */
 #define EMLIO_DATASET_MIXED       1 /* several formats at once are fine */
 #define EMLIO_DATASET_WRITE_INDEX 2 /* write missing or stale index files */
-#define EMLIO_DATASET_REINDEX                                          \
-    4                          /* ignore index files: scan every shard \
-                                  (and rewrite them with WRITE_INDEX) */
-#define EMLIO_DATASET_VERIFY 8 /* check every TFRecord data CRC */
+#define EMLIO_DATASET_REINDEX                 \
+    4 /* ignore index files: scan every shard \
+         (and rewrite them with WRITE_INDEX) */
+#define EMLIO_DATASET_VERIFY          8 /* check every TFRecord data CRC */
+/* follow symlinks that stay inside dir (by default they are left out;
+ * nothing outside dir is ever read: docs/security.md) */
+#define EMLIO_DATASET_FOLLOW_SYMLINKS 16
 
 /* Allocates a closed handle; NULL only when out of memory. */
 EMLIO_EXPORT emlio_dataset_t *emlio_dataset_new(void);

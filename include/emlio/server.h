@@ -125,6 +125,11 @@ typedef struct emlio_server_config {
     uint32_t transform_threads;
     uint32_t core_mw;
     uint64_t max_pixels;
+    /* Symlinks under data_dir: by default left out (one log line); true
+     * follows those that resolve inside data_dir. Nothing outside
+     * data_dir is ever opened, and only regular files are read
+     * (docs/security.md, "One rule for paths"). */
+    bool follow_symlinks;
 } emlio_server_config_t;
 
 /* Fills cfg with the defaults documented above. */

@@ -172,6 +172,9 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "auto (default), tfrecord, tar (WebDataset)\nor imagefolder"),
         OPT("mixed-formats", 0, OPT_FLAG, &cfg->mixed_formats, NULL,
             "serve *.tfrecord and *.tar together"),
+        OPT("follow-symlinks", 0, OPT_FLAG, &cfg->follow_symlinks, NULL,
+            "follow symlinks that stay inside the data\n"
+            "directory (default: leave them out)"),
         OPT("fields", 0, OPT_STR, &cfg->fields, "A,B,..",
             "send these fields, one frame each per\nsample (protocol v2; "
             "docs/formats.md)"),
