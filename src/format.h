@@ -122,6 +122,9 @@ typedef struct emlio__format_ops {
     void (*destroy)(void *impl);
     size_t (*count)(const void *impl);
     uint64_t (*size)(const void *impl);
+    /* At most how many bytes reading record i copies (its record, all its
+     * members, its file): what a copying read may allocate for it. */
+    uint64_t (*record_bytes)(const void *impl, size_t i);
     /* Byte offset of record i in the file, for messages (0 if none). */
     uint64_t (*offset)(const void *impl, size_t i);
     /* Page-cache advice for records [first, first + n); may be NULL. */

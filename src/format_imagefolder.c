@@ -38,6 +38,12 @@ s_size(const void *impl)
     return emlio__folder_size(impl);
 }
 
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    return emlio__folder_file_size(impl, i);
+}
+
 /* Records are files: no offset to name. */
 static uint64_t
 s_offset(const void *impl, size_t i)
@@ -371,6 +377,7 @@ const emlio__format_ops_t emlio__format_imagefolder = {
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,
+    .record_bytes = s_record_bytes,
     .offset = s_offset,
     .advise = NULL, /* files are read whole, once */
     .describe = s_describe,

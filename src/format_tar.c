@@ -233,6 +233,19 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
     return rc;
 }
 
+/* Every member of the sample, with their headers. */
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    const emlio__tar_index_t *idx = emlio__tar_index(impl);
+    uint64_t n = 0;
+    if (i >= idx->n_samples)
+        return 0;
+    for (uint32_t m = idx->first[i]; m < idx->first[i + 1]; m++)
+        n += idx->members[m].len + 512;
+    return n;
+}
+
 const emlio__format_ops_t emlio__format_tar = {
     .name = "tar",
     .suffix = ".tar",
@@ -251,6 +264,7 @@ const emlio__format_ops_t emlio__format_tar = {
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,
+    .record_bytes = s_record_bytes,
     .offset = s_offset,
     .advise = s_advise,
     .describe = emlio__format_describe_offset,

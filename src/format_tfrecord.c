@@ -299,6 +299,14 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
     return fn(userdata, "", data, len);
 }
 
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    if (i >= emlio_tfrecord_count(impl))
+        return 0;
+    return emlio_tfrecord_loc(impl, i)->len + EMLIO_TFRECORD_OVERHEAD;
+}
+
 const emlio__format_ops_t emlio__format_tfrecord = {
     .name = "tfrecord",
     .suffix = ".tfrecord",
@@ -317,6 +325,7 @@ const emlio__format_ops_t emlio__format_tfrecord = {
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,
+    .record_bytes = s_record_bytes,
     .offset = s_offset,
     .advise = s_advise,
     .describe = emlio__format_describe_offset,

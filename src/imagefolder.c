@@ -291,6 +291,12 @@ emlio__folder_file(const emlio__folder_t *self, size_t i)
     return i < self->n ? self->files[i].rel : "";
 }
 
+uint64_t
+emlio__folder_file_size(const emlio__folder_t *self, size_t i)
+{
+    return i < self->n ? self->files[i].size : 0;
+}
+
 const char *
 emlio__folder_errmsg(const emlio__folder_t *self)
 {

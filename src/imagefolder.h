@@ -56,6 +56,8 @@ uint64_t emlio__folder_size(const emlio__folder_t *self);
 int64_t emlio__folder_label(const emlio__folder_t *self);
 /* Path of record i relative to the class directory (borrowed). */
 const char *emlio__folder_file(const emlio__folder_t *self, size_t i);
+/* Size of record i's file as listed (0 for no record i). */
+uint64_t emlio__folder_file_size(const emlio__folder_t *self, size_t i);
 const char *emlio__folder_errmsg(const emlio__folder_t *self);
 
 /* Reads record i into a fresh buffer (*data, freed with emlio_free).

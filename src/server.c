@@ -32,6 +32,8 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->readahead = true;
     cfg->max_batch = 4096;
     cfg->max_credit = 256;
+    cfg->max_copy_bytes = EMLIO_SERVER_MAX_COPY_BYTES;
+    cfg->max_copy_bytes_total = EMLIO_SERVER_MAX_COPY_BYTES_TOTAL;
     cfg->on_corrupt = EMLIO_ON_CORRUPT_FAIL;
     cfg->max_clients = 1024;
     cfg->idle_timeout_ms = 300000;
@@ -102,6 +104,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         self->cfg.max_batch = EMLIO_WIRE_MAX_SAMPLES;
     if (self->cfg.max_credit == 0)
         self->cfg.max_credit = 1;
+    if (self->cfg.max_copy_bytes == 0)
+        self->cfg.max_copy_bytes = EMLIO_SERVER_MAX_COPY_BYTES;
+    if (self->cfg.max_copy_bytes_total == 0)
+        self->cfg.max_copy_bytes_total = EMLIO_SERVER_MAX_COPY_BYTES_TOTAL;
     if (self->cfg.max_clients == 0)
         self->cfg.max_clients = 1;
     /* The key strings are borrowed by the config; keep our own copies. */
@@ -213,6 +219,8 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio__srv_core_unref(&self->core);
     emlio__zap_stop(&self->net.zap);
     emlio_buf_release(&self->net.welcome);
+    for (size_t i = 0; i < self->adm.n_peers; i++)
+        emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
     emlio_free(self->adm.peers);
     emlio_free(self->adm.conns);
     if (self->own.curve_secret) /* do not leave the secret in freed memory */
@@ -262,19 +270,23 @@ s_encode_welcome(emlio_server_t *self)
     }
     emlio_buf_clear(&self->net.welcome);
     emlio_buf_clear(&self->net.welcome2);
-    int rc = emlio__wire_encode_welcome_v(
+    /* Every version carries the copy budget (an optional key). */
+    uint64_t copy =
+        EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
+    emlio_wire_xf_caps_t caps = { self->xf.threads,
+                                  self->cfg.core_mw ? self->cfg.core_mw
+                                                    : S_DEFAULT_CORE_MW,
+                                  copy };
+    int rc = emlio__wire_encode_welcome_xf(
         &self->net.welcome, 1, self->own.name, set->fingerprint,
         self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
-        self->adm.sndbuf.effective, inv, set->n, NULL, 0);
+        self->adm.sndbuf.effective, inv, set->n, NULL, 0, &caps);
     if (rc == 0)
-        rc = emlio__wire_encode_welcome_v(
+        rc = emlio__wire_encode_welcome_xf(
             &self->net.welcome2, 2, self->own.name, set->fingerprint,
             self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
             self->adm.sndbuf.effective, inv, set->n, self->own.fields,
-            self->own.n_fields);
-    emlio_wire_xf_caps_t caps = { self->xf.threads, self->cfg.core_mw
-                                                        ? self->cfg.core_mw
-                                                        : S_DEFAULT_CORE_MW };
+            self->own.n_fields, &caps);
     emlio_buf_clear(&self->net.welcome3);
     if (rc == 0)
         rc = emlio__wire_encode_welcome_xf(

@@ -29,6 +29,8 @@ static void
 s_peer_remove(emlio_server_t *self, size_t i)
 {
     uint64_t session = self->adm.peers[i].session;
+    /* Jobs charged to it keep the account alive. */
+    emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
     self->adm.peers[i] = self->adm.peers[--self->adm.n_peers];
     if (!session || !emlio__srv_session_streams(self, session))
         self->adm.n_clients--;
@@ -292,6 +294,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->fd = self->adm.cur_fd;
     peer->session = session;
     peer->stalled = false;
+    peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;
 }
 

@@ -67,6 +67,21 @@
 
 /* One GET on its way through the pipeline: frontend -> reader ->
  * (transform, see above) -> serializer -> frontend. */
+/* A byte account of copied replies (server_copy.c): a connection's, held
+ * by its peer and by every job charged to it (any thread may give a
+ * charge back). */
+typedef struct emlio__copy_acct {
+    atomic_uint_fast64_t bytes;
+    atomic_uint refs;
+} emlio__copy_acct_t;
+
+/* What one job (then its reply's release token) is charged. */
+typedef struct emlio__copy_charge {
+    emlio__copy_acct_t *conn;     /* a reference, or NULL */
+    atomic_uint_fast64_t *daemon; /* the core's account */
+    uint64_t bytes;
+} emlio__copy_charge_t;
+
 typedef struct emlio__job {
     zmq_msg_t identity;
     zmq_msg_t header; /* kept alive: msg borrows strings from it */
@@ -85,6 +100,12 @@ typedef struct emlio__job {
     emlio_xf_sample_t *xf_samples;
     emlio_wire_sample_t *xf_wire;
     size_t xf_kept;
+    /* The copy budget (server_copy.c): what the job may copy, what it is
+     * charged, and while it waits for room, the account it will be
+     * charged to (a reference). */
+    uint64_t copy_want;
+    emlio__copy_charge_t charge;
+    emlio__copy_acct_t *waits_on;
 } emlio__job_t;
 
 /* What zero-copy frames point into, and so what must outlive every frame
@@ -97,6 +118,8 @@ typedef struct emlio__srv_core {
     emlio_shardset_t set;
     /* Sent batches whose frames ZeroMQ still holds. */
     atomic_uint_fast64_t batches_in_flight;
+    /* Bytes of copied replies charged and not yet freed, daemon-wide. */
+    atomic_uint_fast64_t copied;
 } emlio__srv_core_t;
 
 /* One TCP (or IPC) connection of the ROUTER, known from the socket
@@ -117,6 +140,7 @@ typedef struct emlio__peer {
     uint64_t session; /* the client session it joined by HELLO; 0 = none
                          (a v1 client: each connection is a client) */
     bool stalled;     /* a reply could not be queued: it does not read */
+    emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -185,6 +209,10 @@ typedef struct emlio__srv_admit {
     uint64_t err_log_quiet;
     uint64_t fd_log_ns;     /* last "out of file descriptors" line */
     uint64_t accept_failed; /* accepts refused since that line */
+    /* GETs waiting for room in the copy budget, in arrival order. */
+    struct emlio__job **pending;
+    size_t n_pending;
+    size_t cap_pending;
 } emlio__srv_admit_t;
 
 /* Counters, written by any thread, read by emlio_server_stats. */
@@ -197,6 +225,7 @@ typedef struct emlio__srv_counters {
     atomic_uint_fast64_t clients;
     atomic_uint_fast64_t active_clients;
     atomic_uint_fast64_t active_streams;
+    atomic_uint_fast64_t copy_waits; /* GETs that waited for the budget */
 } emlio__srv_counters_t;
 
 struct emlio_server {
@@ -248,6 +277,21 @@ void *emlio__srv_serializer_main(void *arg);
 void emlio__srv_view_release(emlio_server_t *self, emlio__view_t *view);
 void emlio__srv_skip(emlio_server_t *self, const char *msg);
 int emlio__srv_header_msg(zmq_msg_t *msg, emlio_buf_t *header);
+
+/* ---- server_copy.c: the copy budget (frontend thread, but release) ---- */
+emlio__copy_acct_t *emlio__srv_copy_acct_new(void);
+void emlio__srv_copy_acct_unref(emlio__copy_acct_t **acct_p);
+/* Gives a charge back (any thread); leaves it empty. */
+void emlio__srv_copy_release(emlio__copy_charge_t *charge);
+/* Charges a GET that the peer may send (credit taken): 0 (charged, or
+ * nothing to copy: send it on), 1 (parked until it fits: the frontend
+ * owns it now), or EMLIO_ELIMIT / EMLIO_ENOMEM with text (refuse it). */
+int emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
+                          emlio__peer_t *peer, char *text, size_t len);
+/* Sends on the parked GETs that fit now. */
+void emlio__srv_copy_pending_run(emlio_server_t *self, void *work);
+/* Drops the parked GETs (the frontend stops). */
+void emlio__srv_copy_pending_drop(emlio_server_t *self);
 
 /* ---- server_tensor.c: the transform stage ---- */
 int emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text);

@@ -266,8 +266,17 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     peer->outstanding++;
+    char text[EMLIO_ERRMSG_LEN];
+    rc = emlio__srv_copy_admit(self, job, peer, text, sizeof(text));
+    if (rc < 0) {
+        peer->outstanding--;
+        s_frontend_reply_error(self, &job->identity, job->msg.id, rc, text);
+        goto drop_header;
+    }
     if (self->cfg.readahead)
         s_readahead(self, &job->msg);
+    if (rc == 1)
+        return; /* parked until the copy budget has room */
     if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
         peer->outstanding--;
         goto drop;
@@ -379,6 +388,9 @@ emlio__srv_frontend_main(void *arg)
                 events = 0;
             items[1].revents = (short)(events & ZMQ_POLLIN);
         }
+        /* Replies freed budget: parked GETs go first, in order. */
+        if (self->adm.n_pending)
+            emlio__srv_copy_pending_run(self, work);
         for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); i++) {
             s_frontend_request(self, work);
             int events = 0;
@@ -389,5 +401,6 @@ emlio__srv_frontend_main(void *arg)
             items[0].revents = (short)(events & ZMQ_POLLIN);
         }
     }
+    emlio__srv_copy_pending_drop(self);
     return NULL;
 }

@@ -130,7 +130,19 @@ typedef struct emlio_server_config {
      * data_dir is ever opened, and only regular files are read
      * (docs/security.md, "One rule for paths"). */
     bool follow_symlinks;
+    /* Bytes of copied replies (samples not sent zero-copy from a leased
+     * mapping: ImageFolder files, shards read by pread) one connection may
+     * have in memory at once, and the whole daemon. A GET that could copy
+     * more than max_copy_bytes is refused with EMLIO_ELIMIT; one that does
+     * not fit now waits until earlier replies are sent. Told to clients in
+     * WELCOME ("max_copy_bytes"). Defaults: EMLIO_SERVER_MAX_COPY_BYTES
+     * and EMLIO_SERVER_MAX_COPY_BYTES_TOTAL (0 = the default). */
+    uint64_t max_copy_bytes;
+    uint64_t max_copy_bytes_total;
 } emlio_server_config_t;
+
+#define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)
+#define EMLIO_SERVER_MAX_COPY_BYTES_TOTAL ((uint64_t)1 << 30)
 
 /* Fills cfg with the defaults documented above. */
 EMLIO_EXPORT void emlio_server_config_init(emlio_server_config_t *cfg);

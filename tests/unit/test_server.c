@@ -174,6 +174,111 @@ test_server_destroy_with_frames_in_flight(void **state)
     test_rmtree(dir);
 }
 
+/* Receives one reply on dealer (waiting up to 10 s) and decodes its
+ * header; the frames after it are dropped. Returns its type. */
+static int
+s_reply(void *dealer, emlio_wire_msg_t *msg, zmq_msg_t *header)
+{
+    zmq_pollitem_t item = { dealer, 0, ZMQ_POLLIN, 0 };
+    assert_int_equal(zmq_poll(&item, 1, 10000), 1);
+    zmq_msg_init(header);
+    assert_true(zmq_msg_recv(header, dealer, 0) >= 0);
+    char err[EMLIO_ERRMSG_LEN];
+    assert_true(emlio__wire_decode(msg, zmq_msg_data(header),
+                                   zmq_msg_size(header), 1u << 20, err) >= 0);
+    int more = zmq_msg_more(header);
+    while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        assert_true(zmq_msg_recv(&part, dealer, 0) >= 0);
+        more = zmq_msg_more(&part);
+        zmq_msg_close(&part);
+    }
+    return msg->type;
+}
+
+/* Sends a GET of n copies of record 0 of shard 0. */
+static void
+s_get_same(void *dealer, emlio_server_t *srv, uint64_t id, size_t n)
+{
+    emlio_wire_item_t *items = calloc(n, sizeof(*items));
+    assert_non_null(items);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(
+        emlio__wire_encode_get(&buf, id, emlio_server_dataset(srv), items, n),
+        0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    free(items);
+}
+
+/* The copy budget: one GET naming a 200 KB ImageFolder file 4,096 times
+ * (800 MB of copies for an 8 KB request) is refused with EMLIO_ELIMIT
+ * before anything is read; GETs within the budget are served, those that
+ * do not fit yet wait for earlier replies instead of adding memory. */
+static void
+test_server_copy_budget(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/cat", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/cat/a.jpg", dir);
+    uint8_t *big = calloc(1, 200 * 1024);
+    assert_non_null(big);
+    test_write_file(path, big, 200 * 1024);
+    free(big);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.max_copy_bytes = 500 * 1024; /* two of these files, not three */
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_non_null(srv);
+    assert_int_equal(emlio_server_load(srv), 1);
+    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(srv), 0);
+    void *zctx = zmq_ctx_new();
+    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)),
+                     0);
+    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    emlio_wire_msg_t msg;
+    zmq_msg_t header;
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
+    assert_int_equal(msg.max_copy_bytes, 500 * 1024);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+
+    s_get_same(dealer, srv, 1, 4096);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+    assert_int_equal(msg.code, EMLIO_ELIMIT);
+    assert_non_null(strstr(msg.text, "--max-copy-bytes"));
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    /* Eight GETs of two copies each: 3.2 MB asked at once, at most two
+     * in memory; all are answered. */
+    for (uint64_t id = 2; id < 10; id++)
+        s_get_same(dealer, srv, id, 2);
+    for (int k = 0; k < 8; k++) {
+        assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+        assert_int_equal(msg.n_samples, 2);
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&header);
+    }
+    zmq_close(dealer);
+    zmq_ctx_term(zctx);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -181,6 +286,7 @@ main(void)
         cmocka_unit_test(test_server_misuse_and_errors_say_why),
         cmocka_unit_test(test_server_slot_freed_when_connection_closes),
         cmocka_unit_test(test_server_destroy_with_frames_in_flight),
+        cmocka_unit_test(test_server_copy_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,7 +262,7 @@ test_wire_v3_transform_round_trip(void **state)
                      EMLIO_EPROTO);
     assert_non_null(strstr(err, "shape"));
 
-    emlio_wire_xf_caps_t caps = { 4, 15000 };
+    emlio_wire_xf_caps_t caps = { 4, 15000, 0 };
     emlio_wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240 } };
     assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
                                                    64, 0, shards, 1, NULL, 0,

@@ -164,6 +164,12 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "samples per request (default 4096)", .min = 1),
         OPT("max-credit", 0, OPT_U32, &cfg->max_credit, "N",
             "outstanding requests per stream (256)", .min = 1),
+        OPT("max-copy-bytes", 0, OPT_SIZE, &cfg->max_copy_bytes, "BYTES",
+            "copied reply bytes one connection may hold\n"
+            "(256M); bigger requests are refused",
+            .min = 1),
+        OPT("max-copy-bytes-total", 0, OPT_SIZE, &cfg->max_copy_bytes_total,
+            "BYTES", "copied reply bytes of all connections (1G)", .min = 1),
         OPT("bytes-key", 0, OPT_STR, &cfg->bytes_key, "KEY",
             "Example feature to send (image/encoded)"),
         OPT("label-key", 0, OPT_STR, &cfg->label_key, "KEY",
