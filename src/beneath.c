@@ -61,6 +61,10 @@ emlio__open_why(int rc)
         return "it resolves outside the data root";
     case EMLIO_EFORMAT:
         return "not a regular file";
+    case -EMFILE:
+    case -ENFILE:
+        return "too many open files (each leased shard holds one "
+               "descriptor: raise the limit, ulimit -n or LimitNOFILE=)";
     default:
         return emlio_strerror(rc);
     }

@@ -35,7 +35,10 @@ typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
 
 /* A format's verdict for a sample that lacks a requested field; the caller
  * names shard, sample and field (the name is left in *missing). */
-#define EMLIO__FORMAT_EMISSING (-1999)
+#define EMLIO__FORMAT_EMISSING  (-1999)
+/* A sample whose label member does not parse as an integer (its field name
+ * left in *missing): a wrong --label-field, or a broken label. */
+#define EMLIO__FORMAT_EBADLABEL (-1998)
 
 /* One frame of a sample as a reader found it: a view into a shard's
  * mapping (zero-copy) or into a private copy. A view is what the pipeline
@@ -145,6 +148,11 @@ typedef struct emlio__format_ops {
     int (*read)(emlio_shard_t *shard, uint64_t record,
                 const emlio__read_opts_t *o, emlio__view_t *views,
                 const char **missing);
+    /* Drops the samples that cannot be served as one field (field, or
+     * NULL: an image), before the inventory is counted; returns how many,
+     * example naming the first. NULL: every sample can be. */
+    size_t (*prune)(emlio_shard_t *shard, const char *field, char *example,
+                    size_t len);
     /* A tree format's name of record r inside its shard (the file of an
      * ImageFolder class), for the tools; NULL (the pointer) for formats
      * whose records have no names of their own. */

@@ -317,8 +317,10 @@ s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
                   s_cache_load(&set->root, cache, root, folders, classes->n,
                                log, userdata);
     for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
-        rc = emlio__folder_scan(folders[i]);
-        if (rc < 0)
+        if (emlio__shardset_cancelled(opts))
+            rc = emlio__seterr(errbuf, -ECANCELED,
+                               "loading '%s' was interrupted", dir);
+        else if ((rc = emlio__folder_scan(folders[i])) < 0)
             emlio__seterr(errbuf, rc, "%s", emlio__folder_errmsg(folders[i]));
     }
     for (size_t i = 0; i < classes->n && rc >= 0; i++)

@@ -75,6 +75,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->own.format = s_dup_or(cfg->format, "auto");
     self->own.field = cfg->field ? emlio_strdup(cfg->field) : NULL;
     self->own.label_field = s_dup_or(cfg->label_field, "cls");
+    self->own.label_field_set = cfg->label_field != NULL;
     self->own.fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     if (!self->own.data_dir || !self->own.bytes_key || !self->own.label_key ||
         !self->own.name || !self->own.format || !self->own.label_field ||
@@ -371,6 +372,55 @@ s_check_fields(emlio_server_t *self)
     return 0;
 }
 
+void
+emlio_server_interrupt(emlio_server_t *self)
+{
+    assert(self);
+    atomic_store(&self->interrupted, true);
+}
+
+/* Label mistakes are found at start-up, not as every label -1: a
+ * --label-field no shard has, and a label member that is not an integer
+ * (checked on each shard's first sample: a wrong field, say "json", reads
+ * as a non-number everywhere; a later broken label fails or is skipped
+ * like a corrupt record). */
+static int
+s_check_labels(emlio_server_t *self)
+{
+    emlio_shardset_t *set = &self->core->set;
+    const char *want = self->own.label_field;
+    bool found = false, unknown = false;
+    for (size_t i = 0; i < set->n && self->own.label_field_set; i++) {
+        int has = set->shards[i].ops->has_field(&set->shards[i], want);
+        found |= has > 0;
+        unknown |= has < 0;
+    }
+    if (self->own.label_field_set && !found && !unknown)
+        return emlio__seterr(self->err, EMLIO_ENOTFOUND,
+                             "no shard under '%s' has label member '%s' "
+                             "(--label-field)",
+                             self->own.data_dir, want);
+    size_t per = self->own.n_fields ? self->own.n_fields : 1;
+    for (size_t i = 0; i < set->n; i++) {
+        emlio_shard_t *shard = &set->shards[i];
+        if (!emlio__shard_count(shard))
+            continue;
+        emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
+        memset(views, 0, per * sizeof(views[0]));
+        const char *missing = "";
+        int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
+        for (size_t f = 0; f < per; f++)
+            emlio__view_release(&views[f], shard);
+        if (rc == EMLIO__FORMAT_EBADLABEL)
+            return emlio__seterr(self->err, EMLIO_EFORMAT,
+                                 "label member '%s' of the first sample of "
+                                 "shard '%s' is not an integer (is "
+                                 "--label-field right?)",
+                                 missing, shard->name);
+    }
+    return 0;
+}
+
 int
 emlio_server_load(emlio_server_t *self)
 {
@@ -388,10 +438,15 @@ emlio_server_load(emlio_server_t *self)
         .write_index = self->cfg.write_index,
         .lease = true,
         .follow_symlinks = self->cfg.follow_symlinks,
+        .prune_field = self->own.field,
+        .cancel = &self->interrupted,
     };
     int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
+    /* One field per sample: samples without it are left out (logged)
+     * rather than served as something else or failing every epoch. */
+    opts.prune = self->own.n_fields == 0;
     self->rd = (emlio__read_opts_t){
         .field = self->own.field,
         .label_field = self->own.label_field,
@@ -411,6 +466,8 @@ emlio_server_load(emlio_server_t *self)
     if (rc < 0)
         return rc;
     rc = s_check_fields(self);
+    if (rc == 0)
+        rc = s_check_labels(self);
     if (rc < 0) {
         emlio__shardset_release(&self->core->set);
         return rc;

@@ -71,8 +71,8 @@ s_estimate(const emlio_server_t *self, const emlio_wire_msg_t *get)
             continue;
         if (shard->ops->record_bytes &&
             item->record < emlio__shard_count(shard))
-            total += shard->ops->record_bytes(shard->impl,
-                                              (size_t)item->record);
+            total +=
+                shard->ops->record_bytes(shard->impl, (size_t)item->record);
     }
     return total;
 }
@@ -108,8 +108,8 @@ emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
     job->copy_want = s_estimate(self, &job->msg);
     if (job->copy_want == 0)
         return 0;
-    uint64_t cap = EMLIO_MIN(self->cfg.max_copy_bytes,
-                             self->cfg.max_copy_bytes_total);
+    uint64_t cap =
+        EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
     if (job->copy_want > cap) {
         snprintf(text, len,
                  "request would copy %" PRIu64 " bytes into memory, more "
@@ -121,8 +121,8 @@ emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
     if (!s_fits(self, peer->copy, job->copy_want)) {
         emlio__job_t **pending = self->adm.pending;
         if (self->adm.n_pending == self->adm.cap_pending) {
-            size_t cap_p = self->adm.cap_pending ? 2 * self->adm.cap_pending
-                                                 : 16;
+            size_t cap_p =
+                self->adm.cap_pending ? 2 * self->adm.cap_pending : 16;
             pending = emlio_reallocarray(pending, cap_p, sizeof(*pending));
             if (!pending) {
                 snprintf(text, len, "out of memory");
@@ -157,9 +157,9 @@ emlio__srv_copy_pending_run(emlio_server_t *self, void *work)
         s_charge(self, job, job->waits_on);
         emlio__srv_copy_acct_unref(&job->waits_on);
         if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
-            emlio__peer_t *peer = emlio__srv_peer_find(
-                self, zmq_msg_data(&job->identity),
-                zmq_msg_size(&job->identity), false);
+            emlio__peer_t *peer =
+                emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
+                                     zmq_msg_size(&job->identity), false);
             if (peer && peer->outstanding)
                 peer->outstanding--;
             emlio__srv_job_drop(self, job);

@@ -152,6 +152,7 @@ typedef struct emlio__srv_own {
     char *format; /* copies of cfg's strings (NULL = default) */
     char *field;
     char *label_field;    /* "cls" unless configured */
+    bool label_field_set; /* configured (a field no shard has is an error) */
     char *fields_spec;    /* cfg.fields, copied */
     char **fields;        /* the names of --fields; NULL = one default */
     size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
@@ -239,7 +240,8 @@ struct emlio_server {
     emlio__srv_threads_t thr;
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
-    emlio_server_xf_t xf; /* transform specs and threads (server_tensor.c) */
+    emlio_server_xf_t xf;    /* transform specs and threads (server_tensor.c) */
+    atomic_bool interrupted; /* emlio_server_interrupt: stop loading */
     char err[EMLIO_ERRMSG_LEN];
 };
 

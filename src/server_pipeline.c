@@ -198,11 +198,22 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
         emlio__srv_skip(self, msg);
         return 1;
     }
-    if (skip && rc == EMLIO__FORMAT_EMISSING) {
+    if (skip &&
+        (rc == EMLIO__FORMAT_EMISSING || rc == EMLIO__FORMAT_EBADLABEL)) {
         snprintf(msg, sizeof(msg),
                  "skipping sample %" PRIu64 " of '%s' at offset %" PRIu64
-                 ": no field '%s'",
-                 record, shard->name, offset, missing);
+                 ": %s '%s'%s",
+                 record, shard->name, offset,
+                 rc == EMLIO__FORMAT_EMISSING ? "no field" : "label member",
+                 missing,
+                 rc == EMLIO__FORMAT_EMISSING ? "" : " is not an integer");
+        emlio__srv_skip(self, msg);
+        return 1;
+    }
+    if (skip && rc < 0 && rc > -1000) {
+        /* -errno: a file deleted or made unreadable while served. */
+        snprintf(msg, sizeof(msg), "skipping unreadable %s: %s", where,
+                 emlio_strerror(rc));
         emlio__srv_skip(self, msg);
         return 1;
     }
@@ -214,7 +225,9 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
         emlio__srv_skip(self, msg);
         return 1;
     }
-    job->code = rc == EMLIO__FORMAT_EMISSING ? EMLIO_EFORMAT : rc;
+    job->code = rc == EMLIO__FORMAT_EMISSING || rc == EMLIO__FORMAT_EBADLABEL
+                    ? EMLIO_EFORMAT
+                    : rc;
     if (rc == EMLIO_ENOTFOUND)
         snprintf(job->text, sizeof(job->text),
                  "no record %" PRIu64 " in shard '%s' (%zu records)", record,
@@ -224,6 +237,14 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
                  "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
                  " has no field '%s'",
                  record, shard->name, offset, missing);
+    else if (rc == EMLIO__FORMAT_EBADLABEL)
+        snprintf(job->text, sizeof(job->text),
+                 "label member '%s' of sample %" PRIu64 " of shard '%s' at "
+                 "offset %" PRIu64 " is not an integer",
+                 missing, record, shard->name, offset);
+    else if (rc < 0 && rc > -1000)
+        snprintf(job->text, sizeof(job->text), "unreadable %s: %s", where,
+                 emlio_strerror(rc));
     else
         snprintf(job->text, sizeof(job->text), "%s %s",
                  rc == EMLIO_ECORRUPT                           ? "corrupt"

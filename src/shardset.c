@@ -487,6 +487,47 @@ s_check_found(const char *dir, const emlio__names_t *found, size_t tree,
                          dir);
 }
 
+/* Leaves out the samples a single-field daemon cannot serve (a tar
+ * sample with no image member: a stray README.txt, a sample of only
+ * .cls), with one log line; none left at all is an error naming the
+ * field. */
+static int
+s_prune(emlio_shardset_t *self, const char *dir,
+        const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+        void *userdata, char *errbuf)
+{
+    size_t dropped = 0, before = 0, after = 0;
+    char example[PATH_MAX + 64] = "";
+    for (size_t i = 0; i < self->n; i++) {
+        emlio_shard_t *shard = &self->shards[i];
+        before += emlio__shard_count(shard);
+        if (shard->ops->prune)
+            dropped +=
+                shard->ops->prune(shard, opts->prune_field,
+                                  dropped ? NULL : example, sizeof(example));
+        after += emlio__shard_count(shard);
+    }
+    if (!dropped)
+        return 0;
+    char what[128];
+    if (opts->prune_field)
+        snprintf(what, sizeof(what), "a '%s' member", opts->prune_field);
+    else
+        snprintf(what, sizeof(what), "an image member");
+    if (after == 0)
+        return emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                             "no sample under '%s' has %s (e.g. %s)", dir, what,
+                             example);
+    if (log) {
+        char msg[PATH_MAX + 512];
+        snprintf(msg, sizeof(msg),
+                 "left out %zu of %zu samples without %s (e.g. %s)", dropped,
+                 before, what, example);
+        log(userdata, msg);
+    }
+    return 0;
+}
+
 /* Totals and the fingerprint, over shards in their final order. */
 static int
 s_inventory(emlio_shardset_t *self, const char *dir, char *errbuf)
@@ -531,8 +572,12 @@ s_load_all(emlio_shardset_t *self, const char *dir, const struct stat *root,
     int rc = files ? emlio__shardset_grow(self, files) : 0;
     for (size_t k = 0; emlio__formats[k] && rc >= 0; k++)
         for (size_t i = 0; i < found[k].n && rc >= 0; i++)
-            rc = s_load_mapped(self, dir, &found[k].v[i], emlio__formats[k],
-                               opts, log, userdata, errbuf);
+            rc = emlio__shardset_cancelled(opts)
+                     ? emlio__seterr(errbuf, -ECANCELED,
+                                     "loading '%s' was interrupted", dir)
+                     : s_load_mapped(self, dir, &found[k].v[i],
+                                     emlio__formats[k], opts, log, userdata,
+                                     errbuf);
     /* A tree is what is left when no shard files are found (or what was
      * asked for); files of other formats inside it are ignored then. */
     for (size_t k = 0; emlio__formats[k] && rc >= 0 && !files; k++)
@@ -585,7 +630,10 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
     if (rc >= 0) {
         /* One order whatever the formats: by name, as the planner expects. */
         qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
-        rc = s_inventory(self, dir, errbuf);
+        if (opts->prune)
+            rc = s_prune(self, dir, opts, log, userdata, errbuf);
+        if (rc >= 0)
+            rc = s_inventory(self, dir, errbuf);
     }
     for (size_t k = 0; emlio__formats[k]; k++)
         emlio__names_release(&found[k]);

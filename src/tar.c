@@ -888,6 +888,46 @@ emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
     return found ? 0 : -ENOENT;
 }
 
+size_t
+emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
+                 size_t len)
+{
+    emlio__tar_index_t *idx = &self->idx;
+    size_t kept = 0, dropped = 0;
+    uint32_t out = 0;
+    for (size_t i = 0; i < idx->n_samples; i++) {
+        uint32_t a = idx->first[i], z = idx->first[i + 1];
+        size_t m;
+        bool keep =
+            emlio__tar_find(self, i, field, &m) == 0 &&
+            (field || s_image_field(idx->fields[idx->members[m].field]));
+        if (!keep) {
+            if (dropped++ == 0 && example) {
+                /* The member's own name, from its ustar header. */
+                const uint8_t *h = self->base + idx->members[a].offset - BLOCK;
+                snprintf(example, len, "'%.*s' in '%s' at offset %" PRIu64,
+                         (int)s_strnlen(h, 100), (const char *)h, self->path,
+                         idx->members[a].offset - BLOCK);
+            }
+            for (uint32_t k = a; idx->names && k < z; k++)
+                emlio_free(idx->names[k]);
+            continue;
+        }
+        idx->first[kept++] = out;
+        for (uint32_t k = a; k < z; k++, out++) {
+            idx->members[out] = idx->members[k];
+            if (idx->names)
+                idx->names[out] = idx->names[k];
+        }
+    }
+    if (dropped) {
+        idx->n_samples = kept;
+        idx->n_members = out;
+        idx->first[kept] = out;
+    }
+    return dropped;
+}
+
 const uint8_t *
 emlio__tar_data(const emlio__tar_t *self, size_t member)
 {

@@ -119,6 +119,14 @@ int64_t emlio__tar_parse_label(const uint8_t *p, size_t n);
  * emlio__tfrecord_blank does. Returns 0 or -errno. */
 int emlio__tar_blank(emlio__tar_t *self);
 
+/* Drops the samples that have no member field (NULL: no image member,
+ * where emlio__tar_default_field would pick another one) from the index,
+ * so they are neither counted nor served. Returns how many were dropped;
+ * example (len bytes) names the first ("'README.txt' in 'a.tar' at offset
+ * 0"). */
+size_t emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
+                        size_t len);
+
 /* Finds field `field` (exact, lower case) of sample i and points *data
  * into the mapping (zero-copy, valid while the handle lives). Returns 0,
  * EMLIO_ENOTFOUND (no sample i) or -ENOENT (the sample lacks the field). */

@@ -156,6 +156,12 @@ EMLIO_EXPORT emlio_server_t *emlio_server_new(emlio_ctx_t *ctx,
  * frees the server. Accepts NULL; sets *self_p to NULL. */
 EMLIO_EXPORT void emlio_server_destroy(emlio_server_t **self_p);
 
+/* Asks a load in progress (emlio_server_load in another thread) to stop:
+ * it returns -ECANCELED between two shards (ImageFolder: two classes),
+ * without writing more indexes. Safe from any thread, and async-signal
+ * safe (one atomic store); a later load is interrupted as well. */
+EMLIO_EXPORT void emlio_server_interrupt(emlio_server_t *self);
+
 /* Finds, maps and indexes the shards under cfg.data_dir (reusing valid .idx
  * files, scanning and writing them otherwise). Blocks for the scan. Returns
  * the number of shards, -errno (directory missing or unreadable),

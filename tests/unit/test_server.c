@@ -279,6 +279,78 @@ test_server_copy_budget(void **state)
     test_rmtree(dir);
 }
 
+typedef struct s_lines {
+    char all[4096];
+} s_lines_t;
+
+static void
+s_collect(void *userdata, int level, const char *module, const char *msg)
+{
+    (void)level;
+    (void)module;
+    s_lines_t *lines = userdata;
+    size_t used = strlen(lines->all);
+    snprintf(lines->all + used, sizeof(lines->all) - used, "%s\n", msg);
+}
+
+/* Loads dir with cfg's field and label field; the load's result. */
+static int
+s_load_tar(const char *dir, const char *field, const char *label_field,
+           s_lines_t *lines, char *err)
+{
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_ctx_set_log(ctx, s_collect, lines, EMLIO_LOG_INFO);
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.field = field;
+    cfg.label_field = label_field;
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_non_null(srv);
+    int rc = emlio_server_load(srv);
+    snprintf(err, EMLIO_ERRMSG_LEN, "%s", emlio_server_errmsg(srv));
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    return rc;
+}
+
+/* Operator mistakes fail at start-up, or are left out with one line,
+ * instead of every label -1 or every request failing: a stray README.txt
+ * and a sample of only .cls are not served as images; --field and
+ * --label-field that no sample has, and a label member that is not a
+ * number, stop the load naming what is wrong. */
+static void
+test_server_operator_mistakes_fail_at_start(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    test_tar_member(&tar, "README.txt", 20, 'r');
+    test_tar_member(&tar, "k0.jpg", 600, 'x');
+    test_tar_member(&tar, "k0.cls", 1, '3');
+    test_tar_member(&tar, "k1.cls", 1, '4');
+    test_tar_member(&tar, "k2.jpg", 700, 'y');
+    test_tar_member(&tar, "k2.cls", 1, '5');
+    assert_int_equal(emlio_buf_add(&tar, (uint8_t[1024]){ 0 }, 1024), 0);
+    snprintf(path, sizeof(path), "%s/a.tar", dir);
+    test_write_file(path, tar.data, tar.len);
+    emlio_buf_release(&tar);
+    s_lines_t lines = { "" };
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(s_load_tar(dir, NULL, NULL, &lines, err), 1);
+    assert_non_null(strstr(lines.all, "left out 2 of 4 samples without an "
+                                      "image member (e.g. 'README.txt'"));
+    assert_non_null(strstr(lines.all, "2 records"));
+    assert_true(s_load_tar(dir, "png", NULL, &lines, err) < 0);
+    assert_non_null(strstr(err, "has a 'png' member"));
+    assert_true(s_load_tar(dir, NULL, "lbl", &lines, err) < 0);
+    assert_non_null(strstr(err, "label member 'lbl'"));
+    assert_true(s_load_tar(dir, NULL, "jpg", &lines, err) < 0);
+    assert_non_null(strstr(err, "is not an integer"));
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -287,6 +359,7 @@ main(void)
         cmocka_unit_test(test_server_slot_freed_when_connection_closes),
         cmocka_unit_test(test_server_destroy_with_frames_in_flight),
         cmocka_unit_test(test_server_copy_budget),
+        cmocka_unit_test(test_server_operator_mistakes_fail_at_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

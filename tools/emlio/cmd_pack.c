@@ -45,7 +45,8 @@ typedef struct pack {
     uint64_t seed;
     bool shuffle;
     bool quiet;
-    bool force; /* replace the <prefix>-* shards of an earlier run */
+    bool force;  /* replace the <prefix>-* shards of an earlier run */
+    bool follow; /* follow symlinks inside SRC (never out of it) */
 
     emlio_dataset_t *ds; /* SRC, as emliod would serve it */
     dataset_strv_t classes;
@@ -167,7 +168,9 @@ s_scan_tree(pack_t *self)
         dataset_error(CMD, "out of memory");
         return 1;
     }
-    if (emlio_dataset_open(self->ds, self->src, "imagefolder", 0) < 0) {
+    if (emlio_dataset_open(self->ds, self->src, "imagefolder",
+                           self->follow ? EMLIO_DATASET_FOLLOW_SYMLINKS : 0) <
+        0) {
         dataset_error(CMD,
                       "cannot pack '%s': %s (expected "
                       "SRC/<class>/<image>.jpg)",
@@ -540,6 +543,9 @@ cmd_pack(int argc, char **argv)
         OPT("force", 0, OPT_FLAG, &self.force, NULL,
             "write into a DST that is not empty, first\nremoving the "
             "<prefix>-* shards, their\nindexes and classes.txt it replaces"),
+        OPT("follow-symlinks", 0, OPT_FLAG, &self.follow, NULL,
+            "follow symlinks that stay inside SRC\n(default: leave them "
+            "out)"),
         OPT("to", 0, OPT_CHOICE, &to, "FORMAT",
             "tfrecord (default) or tar: WebDataset\nshards "
             "DST/<prefix>-NNNNN.tar from SRC in\nany format emliod serves "
@@ -579,7 +585,7 @@ cmd_pack(int argc, char **argv)
         return 1;
     if (to == PACK_TO_TAR)
         return formats_pack_tar(CMD, self.src, self.dst, self.prefix,
-                                self.shard_bytes, self.quiet);
+                                self.shard_bytes, self.quiet, self.follow);
     int status = s_run(&self);
     for (size_t i = 0; i < self.n_items; i++)
         free(self.items[i].path);
