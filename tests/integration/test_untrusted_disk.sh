@@ -2,7 +2,8 @@
 # test_untrusted_disk.sh - what is on disk is as untrusted as what comes off
 # the network (issue 19), end to end through the programs: a symlink to a
 # secret is neither served nor packed, a FIFO does not hang the start-up,
-# operator mistakes stop emliod at start naming what is wrong, SIGTERM stops
+# operator mistakes stop emliod at start naming what is wrong, config files
+# that are not text are refused at once, SIGTERM stops
 # a load in progress (no READY), SIGHUP is logged, and a shard count above
 # the soft descriptor limit still starts.
 set -u
@@ -52,6 +53,18 @@ out=$(timeout 20 "$EMLIOD" --data "$T/tars" --bind 'tcp://127.0.0.1:*' \
     --label-field jpg 2>&1)
 check "a label that does not parse: start-up error" \
     bash -c "echo \"\$1\" | grep -q 'is not an integer'" _ "$out"
+
+# --- Config files: a NUL byte, /dev/zero, a directory ----------------------
+printf 'readers 2\n\0bind tcp://127.0.0.1:1\n' >"$T/nul.conf"
+out=$(timeout 20 "$EMLIOD" --config "$T/nul.conf" 2>&1)
+check "a config with a NUL byte is refused, naming the line" \
+    bash -c "echo \"\$1\" | grep -q 'nul.conf:2: NUL byte'" _ "$out"
+out=$(timeout 20 "$EMLIOD" --config /dev/zero 2>&1)
+check "/dev/zero as config is refused at once" \
+    bash -c "echo \"\$1\" | grep -q 'not a regular file'" _ "$out"
+out=$(timeout 20 "$EMLIOD" --config "$T" 2>&1)
+check "a directory as config is refused, saying so" \
+    bash -c "echo \"\$1\" | grep -q 'it is a directory'" _ "$out"
 
 # --- Signals --------------------------------------------------------------
 # A tree that takes a while to list (20,000 classes, no file list), so the
