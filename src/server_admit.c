@@ -294,6 +294,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->fd = self->adm.cur_fd;
     peer->session = session;
     peer->stalled = false;
+    peer->version = 0;
     peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;
 }

@@ -141,6 +141,7 @@ typedef struct emlio__peer {
                          (a v1 client: each connection is a client) */
     bool stalled;     /* a reply could not be queued: it does not read */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
+    uint8_t version;          /* protocol version of its HELLO; 0: none yet */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from

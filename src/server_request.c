@@ -103,6 +103,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
             self->adm.n_clients--;
         peer->session = hello->session;
     }
+    peer->version = (uint8_t)hello->version; /* checked: 1..VERSION */
     /* Copies: a zero-copy WELCOME could outlive the server in a ZeroMQ
      * queue. It is sent once per connection. */
     zmq_msg_t welcome;
@@ -263,6 +264,16 @@ s_frontend_request(emlio_server_t *self, void *work)
                      self->cfg.max_credit);
         s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_ELIMIT,
                                text);
+        goto drop_header;
+    }
+    if (self->own.n_fields && peer->version < 2) {
+        /* A GET before any HELLO is a v1 client's (it never said its
+         * version): answering it in the v2 layout, several frames per
+         * sample, would be misread as several samples. */
+        s_frontend_reply_error(
+            self, &job->identity, job->msg.id, EMLIO_EVERSION,
+            "this daemon serves multi-field samples (--fields), which need "
+            "protocol version 2: say HELLO with v 2 before GET");
         goto drop_header;
     }
     peer->outstanding++;

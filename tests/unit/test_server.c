@@ -351,6 +351,63 @@ test_server_operator_mistakes_fail_at_start(void **state)
     test_rmtree(dir);
 }
 
+/* On a --fields daemon a GET before any HELLO (a v1 client, which never
+ * says its version) is refused with EMLIO_EVERSION, not answered in the
+ * v2 layout it would misread; after HELLO the same GET is served. */
+static void
+test_server_fields_get_before_hello_is_refused(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    test_tar_member(&tar, "k0.jpg", 600, 'x');
+    test_tar_member(&tar, "k0.cls", 1, '3');
+    snprintf(path, sizeof(path), "%s/a.tar", dir);
+    test_write_file(path, tar.data, tar.len);
+    emlio_buf_release(&tar);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.fields = "jpg,cls";
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_non_null(srv);
+    assert_int_equal(emlio_server_load(srv), 1);
+    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(srv), 0);
+    void *zctx = zmq_ctx_new();
+    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)),
+                     0);
+    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    emlio_wire_msg_t msg;
+    zmq_msg_t header;
+    s_get_same(dealer, srv, 1, 1);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+    assert_int_equal(msg.code, EMLIO_EVERSION);
+    assert_non_null(strstr(msg.text, "HELLO"));
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    s_get_same(dealer, srv, 2, 1);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    zmq_close(dealer);
+    zmq_ctx_term(zctx);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -360,6 +417,7 @@ main(void)
         cmocka_unit_test(test_server_destroy_with_frames_in_flight),
         cmocka_unit_test(test_server_copy_budget),
         cmocka_unit_test(test_server_operator_mistakes_fail_at_start),
+        cmocka_unit_test(test_server_fields_get_before_hello_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
