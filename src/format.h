@@ -69,7 +69,10 @@ typedef struct emlio__read_opts {
     size_t label_key_len;
     char *const *fields; /* --fields: one frame per name; NULL = one frame */
     size_t n_fields;
-    bool raw;    /* TFRecord: send whole records, no Example parsing */
+    bool raw; /* TFRecord: send whole records, no Example parsing */
+    /* TFRecord: a record without an int64 label_key is EBADLABEL, not
+     * label -1 (the key was configured: a typo must not pass). */
+    bool label_required;
     bool verify; /* TFRecord: check each record's CRC as it is read */
     emlio_shardset_log_fn *log; /* copying reads report changed shards */
     void *userdata;

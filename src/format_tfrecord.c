@@ -156,7 +156,7 @@ s_bytes(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
  * sample bytes, so no byte is read twice. */
 static int
 s_read_one(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-           emlio__view_t *out)
+           emlio__view_t *out, const char **missing)
 {
     const uint8_t *rec;
     size_t rec_len;
@@ -182,6 +182,10 @@ s_read_one(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
             }
             if (fields[1].kind == EMLIO_FEATURE_INT64 && fields[1].count)
                 out->label = fields[1].int64;
+            else if (o->label_required) {
+                *missing = o->label_key;
+                return EMLIO__FORMAT_EBADLABEL;
+            }
         }
     }
     out->crc = emlio_crc32c(0, out->data, out->len);
@@ -271,7 +275,7 @@ s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 {
     if (o->n_fields)
         return s_read_fields(shard, record, o, views, missing);
-    return s_read_one(shard, record, o, views);
+    return s_read_one(shard, record, o, views, missing);
 }
 
 /* The TFRecord label as emliod finds it by default. */

@@ -76,6 +76,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->own.field = cfg->field ? emlio_strdup(cfg->field) : NULL;
     self->own.label_field = s_dup_or(cfg->label_field, "cls");
     self->own.label_field_set = cfg->label_field != NULL;
+    self->own.label_key_set = cfg->label_key != NULL;
     self->own.fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     if (!self->own.data_dir || !self->own.bytes_key || !self->own.label_key ||
         !self->own.name || !self->own.format || !self->own.label_field ||
@@ -413,9 +414,9 @@ s_check_labels(emlio_server_t *self)
             emlio__view_release(&views[f], shard);
         if (rc == EMLIO__FORMAT_EBADLABEL)
             return emlio__seterr(self->err, EMLIO_EFORMAT,
-                                 "label member '%s' of the first sample of "
-                                 "shard '%s' is not an integer (is "
-                                 "--label-field right?)",
+                                 "label '%s' of the first sample of shard "
+                                 "'%s' is not an integer, or missing (check "
+                                 "--label-field or --label-key)",
                                  missing, shard->name);
     }
     return 0;
@@ -457,6 +458,7 @@ emlio_server_load(emlio_server_t *self)
         .fields = self->own.fields,
         .n_fields = self->own.n_fields,
         .raw = self->cfg.raw,
+        .label_required = self->own.label_key_set,
         .verify = self->cfg.verify,
         .log = emlio__srv_shardset_log,
         .userdata = self,

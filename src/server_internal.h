@@ -154,6 +154,7 @@ typedef struct emlio__srv_own {
     char *field;
     char *label_field;    /* "cls" unless configured */
     bool label_field_set; /* configured (a field no shard has is an error) */
+    bool label_key_set;   /* configured (records must have it) */
     char *fields_spec;    /* cfg.fields, copied */
     char **fields;        /* the names of --fields; NULL = one default */
     size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */

@@ -204,9 +204,10 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
                  "skipping sample %" PRIu64 " of '%s' at offset %" PRIu64
                  ": %s '%s'%s",
                  record, shard->name, offset,
-                 rc == EMLIO__FORMAT_EMISSING ? "no field" : "label member",
-                 missing,
-                 rc == EMLIO__FORMAT_EMISSING ? "" : " is not an integer");
+                 rc == EMLIO__FORMAT_EMISSING ? "no field" : "label", missing,
+                 rc == EMLIO__FORMAT_EMISSING ? ""
+                                              : " is not an integer, or "
+                                                "missing");
         emlio__srv_skip(self, msg);
         return 1;
     }
@@ -239,8 +240,8 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
                  record, shard->name, offset, missing);
     else if (rc == EMLIO__FORMAT_EBADLABEL)
         snprintf(job->text, sizeof(job->text),
-                 "label member '%s' of sample %" PRIu64 " of shard '%s' at "
-                 "offset %" PRIu64 " is not an integer",
+                 "label '%s' of sample %" PRIu64 " of shard '%s' at offset "
+                 "%" PRIu64 " is not an integer, or missing",
                  missing, record, shard->name, offset);
     else if (rc < 0 && rc > -1000)
         snprintf(job->text, sizeof(job->text), "unreadable %s: %s", where,

@@ -452,7 +452,7 @@ class WireTest(unittest.TestCase):
 
     def test_07_unsupported_version(self):
         s = self.stream()
-        s.hello(v=3)  # v1 and v2 are spoken (docs/protocol.md)
+        s.hello(v=4)  # v1 to v3 are spoken (docs/protocol.md)
         h = self.expect_error(s, EVERSION, 0)
         self.assertIn("not supported", h["msg"])
         s.hello(v=0)

@@ -349,6 +349,25 @@ test_server_operator_mistakes_fail_at_start(void **state)
     assert_true(s_load_tar(dir, NULL, "jpg", &lines, err) < 0);
     assert_non_null(strstr(err, "is not an integer"));
     test_rmtree(dir);
+
+    /* TFRecord: a --label-key no record has (a typo) stops the load. */
+    test_mkdtemp(dir, sizeof(dir));
+    s_write_dataset(dir);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.label_key = "image/label";
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_true(emlio_server_load(srv) < 0);
+    assert_non_null(strstr(emlio_server_errmsg(srv), "'image/label'"));
+    emlio_server_destroy(&srv);
+    cfg.label_key = "image/class/label"; /* given, and right */
+    srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), 1);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    test_rmtree(dir);
 }
 
 /* On a --fields daemon a GET before any HELLO (a v1 client, which never
