@@ -28,11 +28,13 @@ struct emlio__folder {
     char *root;
     char *cls;
     int64_t label;
-    emlio__root_t base;  /* the data root (descriptor borrowed) */
-    size_t links;        /* symlinks the walk left out */
-    char link[PATH_MAX]; /* one of them, for the log */
-    size_t unreadable;   /* subdirectories it could not open */
-    char unread[PATH_MAX];
+    emlio__root_t base; /* the data root (descriptor borrowed) */
+    /* What the walk left out, and one example of each for the log (short:
+     * a tree has thousands of classes). */
+    size_t links; /* symlinks */
+    char link[256];
+    size_t unreadable; /* subdirectories it could not open */
+    char unread[256];
     s_file_t *files;
     size_t n;
     size_t cap;
@@ -146,9 +148,9 @@ s_open_rel(const emlio__folder_t *self, const char *rel, unsigned flags,
 static void
 s_skip_link(emlio__folder_t *self, const char *child)
 {
-    if (self->links++ == 0 && snprintf(self->link, sizeof(self->link), "%s/%s",
-                                       self->cls, child) >= PATH_MAX)
-        self->link[PATH_MAX - 1] = '\0';
+    if (self->links++ == 0)
+        (void)!snprintf(self->link, sizeof(self->link), "%.120s/%.120s",
+                        self->cls, child);
 }
 
 /* Walks CLASS/rel ("" or "sub/"), following no symlinked directories.
@@ -165,10 +167,9 @@ s_walk(emlio__folder_t *self, const char *rel, int depth, bool light)
         /* An unreadable subdirectory (lost+found under a non-root
          * daemon) is left out, as find(1) goes on; the class directory
          * itself must be readable. */
-        if (self->unreadable++ == 0 &&
-            snprintf(self->unread, sizeof(self->unread), "%s/%s", self->cls,
-                     rel) >= PATH_MAX)
-            self->unread[PATH_MAX - 1] = '\0';
+        if (self->unreadable++ == 0)
+            (void)!snprintf(self->unread, sizeof(self->unread), "%.120s/%.120s",
+                            self->cls, rel);
         return 0;
     }
     if (fd < 0)
