@@ -135,13 +135,23 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
     return rc;
 }
 
+/* What the listing of the root left out, for the log. */
+typedef struct s_left {
+    size_t links; /* symlinks not followed (or leading out) */
+    char link[256];
+    size_t unread; /* directories that cannot be opened */
+    char dir[256];
+} s_left_t;
+
 /* The class directories of an ImageFolder root: its non-hidden
  * subdirectories, sorted; symlinks to directories only when the root
  * follows them (torchvision's os.scandir(...).is_dir() does) and only to
- * directories inside it. *links counts those left out, *example names one. */
+ * directories inside it. A directory that cannot be opened (lost+found
+ * under a non-root daemon, when the root is a mount point) is no class:
+ * left out, with a warning, as are links not followed (counted in left). */
 static int
 s_classes(const emlio__root_t *base, const char *root, emlio__names_t *out,
-          size_t *links, char *example, char *errbuf)
+          s_left_t *left, char *errbuf)
 {
     struct stat st;
     int fd = emlio__open_beneath(base, ".", EMLIO__OPEN_DIR, &st);
@@ -165,12 +175,24 @@ s_classes(const emlio__root_t *base, const char *root, emlio__names_t *out,
                                    : -ELOOP;
             if (lfd >= 0)
                 close(lfd);
-            else if (lfd != -ENOTDIR && (*links)++ == 0)
-                snprintf(example, PATH_MAX, "%s", e->d_name);
+            else if (lfd != -ENOTDIR && left->links++ == 0)
+                (void)!snprintf(left->link, sizeof(left->link), "%s",
+                                e->d_name);
             if (lfd < 0)
                 continue;
         } else if (!S_ISDIR(st.st_mode)) {
             continue;
+        } else {
+            int dfd =
+                emlio__open_beneath(base, e->d_name, EMLIO__OPEN_DIR, &st);
+            if (dfd >= 0)
+                close(dfd);
+            if (dfd == -EACCES || dfd == -EPERM) {
+                if (left->unread++ == 0)
+                    (void)!snprintf(left->dir, sizeof(left->dir), "%s",
+                                    e->d_name);
+                continue;
+            }
         }
         rc = emlio__names_push(out, e->d_name);
     }
@@ -252,12 +274,11 @@ s_cache_load(const emlio__root_t *base, const char *cache,
 /* Logs what the walk left out: symlinks and unreadable subdirectories,
  * one line each with a count and an example. */
 static void
-s_log_skipped(const emlio_shardset_t *set, size_t first, size_t class_links,
-              const char *class_link, emlio_shardset_log_fn *log,
-              void *userdata)
+s_log_skipped(const emlio_shardset_t *set, size_t first, const s_left_t *left,
+              emlio_shardset_log_fn *log, void *userdata)
 {
-    size_t links = class_links, unread = 0;
-    const char *link = class_link, *dir = NULL;
+    size_t links = left->links, unread = left->unread;
+    const char *link = left->link, *dir = left->dir;
     for (size_t i = first; i < set->n; i++) {
         const char *ex;
         size_t k = emlio__folder_links(set->shards[i].impl, &ex);
@@ -348,16 +369,16 @@ s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
             void *userdata, char *errbuf)
 {
     emlio__names_t classes = { 0 };
-    size_t links = 0, first = set->n;
-    char link[PATH_MAX] = "";
-    int rc = s_classes(&set->root, dir, &classes, &links, link, errbuf);
+    size_t first = set->n;
+    s_left_t left = { 0 };
+    int rc = s_classes(&set->root, dir, &classes, &left, errbuf);
     if (rc == 0 && classes.n)
         rc = emlio__shardset_grow(set, classes.n);
     if (rc == 0 && classes.n)
         rc = s_load_folders(set, dir, &classes, root, opts, log, userdata,
                             errbuf);
     if (rc >= 0)
-        s_log_skipped(set, first, links, link, log, userdata);
+        s_log_skipped(set, first, &left, log, userdata);
     size_t n = classes.n;
     emlio__names_release(&classes);
     return rc < 0 ? rc : (int)n;

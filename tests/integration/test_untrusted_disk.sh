@@ -105,6 +105,45 @@ check "SIGHUP is logged, not fatal" grep -q "SIGHUP ignored" "$T/hup.err"
 check "the daemon still runs after SIGHUP" kill -0 "$DPID"
 kill "$DPID"; wait "$DPID" 2>/dev/null
 
+# --- An unreadable lost+found under a non-root daemon ----------------------
+# start_nobody NAME DIR: emliod as nobody (as the shipped unit runs it);
+# 0 once it listens.
+start_nobody() {
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$EMLIOD" --data "$2" \
+        --bind 'tcp://127.0.0.1:*' --no-write-index >"$T/$1.out" \
+        2>"$T/$1.err" &
+    NPID=$!
+    PIDS+=("$NPID")
+    for _ in $(seq 1 200); do
+        grep -q "listening on" "$T/$1.out" && return 0
+        kill -0 "$NPID" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    mkdir -p "$T/lf"
+    cp -r "$T/img" "$T/lf/img"
+    rm -f "$T/lf/img/class_000/zz_shadow.jpg" "$T/lf/img/.emlio-files"
+    cp -r "$T/tars" "$T/lf/tars"
+    chmod 755 "$T"
+    chmod -R a+rX "$T/lf"
+    for d in img img/class_000 tars; do
+        mkdir "$T/lf/$d/lost+found"
+        chmod 700 "$T/lf/$d/lost+found"
+    done
+    for d in img tars; do
+        start_nobody "lf_$d" "$T/lf/$d"
+        check "non-root over $d with an unreadable lost+found: starts" test $? -eq 0
+        check "non-root over $d: the left-out directory is logged" \
+            grep -q "unreadable director" "$T/lf_$d.err"
+        kill "$NPID" 2>/dev/null; wait "$NPID" 2>/dev/null
+    done
+    chmod 700 "$T"
+else
+    skip "not root: cannot run emliod as another user"
+fi
+
 # --- More shards than the soft descriptor limit -----------------------------
 mkdir -p "$T/many"
 for i in $(seq -w 1 150); do cp "$T/tars/"*.tar "$T/many/s$i.tar" 2>/dev/null ||
