@@ -473,6 +473,7 @@ s_reset(emlio__folder_t *self)
     self->dirs = NULL;
     self->n = self->cap = self->n_dirs = 0;
     self->bytes = 0;
+    self->links = self->unreadable = 0;
 }
 
 /* Says why a cached listing is not used (once: the first reason). */
@@ -491,7 +492,7 @@ s_why(char *why, int rc, const emlio__folder_t *cls, const char *what)
  * lists that is not there, one it leaves out, a directory that is not
  * walked, all make it stale. */
 static int
-s_check_listing(const emlio__folder_t *self, char *why)
+s_check_listing(emlio__folder_t *self, char *why)
 {
     emlio__folder_t *now =
         emlio__folder_new(self->root, self->cls, self->label, &self->base);
@@ -528,6 +529,11 @@ s_check_listing(const emlio__folder_t *self, char *why)
             rc = s_why(why, -ESTALE, self, "other directories");
     if (rc == 0 && self->n == 0)
         rc = s_why(why, -ESTALE, self, "no files");
+    /* What the walk left out is logged whether or not the list is used. */
+    self->links = now->links;
+    memcpy(self->link, now->link, sizeof(self->link));
+    self->unreadable = now->unreadable;
+    memcpy(self->unread, now->unread, sizeof(self->unread));
     emlio_free(dirs);
     emlio__folder_destroy(&now);
     return rc;

@@ -66,6 +66,17 @@ EMLIO_EXPORT int emlio_dataset_open(emlio_dataset_t *self, const char *dir,
 EMLIO_EXPORT int emlio_dataset_open_file(emlio_dataset_t *self,
                                          const char *path, int flags);
 
+/* Receives what opening a directory left out (symbolic links not
+ * followed, unreadable directories, stale file lists and indexes rebuilt),
+ * one line each; msg is borrowed for the call. */
+typedef void emlio_dataset_log_fn(void *userdata, const char *msg);
+
+/* Installs fn (NULL: discard, the default) for the next emlio_dataset_open.
+ * fn is called from the opening thread. */
+EMLIO_EXPORT void emlio_dataset_set_log(emlio_dataset_t *self,
+                                        emlio_dataset_log_fn *fn,
+                                        void *userdata);
+
 /* The last failure's text; never NULL. */
 EMLIO_EXPORT const char *emlio_dataset_errmsg(const emlio_dataset_t *self);
 

@@ -24,6 +24,8 @@ check "the left-out link is logged" grep -q "left out 1 symbolic link" "$T/links
 kill "$DPID"; wait "$DPID" 2>/dev/null
 "$EMLIO" pack "$T/img" "$T/packed" --to tar --quiet >"$T/pack.out" 2>&1
 check "pack over the tree works" test $? -eq 0
+check "pack warns of the link it left out" \
+    grep -q "emlio pack: warning: left out 1 symbolic link" "$T/pack.out"
 check "pack copies no byte of the secret" \
     bash -c "! grep -rq TOP-SECRET-BYTES '$T/packed'"
 "$EMLIO" pack "$T/img" "$T/packed2" --to tar --follow-symlinks --quiet \

@@ -168,6 +168,7 @@ s_scan_tree(pack_t *self)
         dataset_error(CMD, "out of memory");
         return 1;
     }
+    emlio_dataset_set_log(self->ds, dataset_warn, (void *)CMD);
     if (emlio_dataset_open(self->ds, self->src, "imagefolder",
                            self->follow ? EMLIO_DATASET_FOLLOW_SYMLINKS : 0) <
         0) {

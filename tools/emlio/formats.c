@@ -40,6 +40,7 @@ s_open(const char *cmd, const char *path, int flags, char **only)
         dataset_error(cmd, "out of memory");
         return NULL;
     }
+    emlio_dataset_set_log(ds, dataset_warn, (void *)cmd);
     char *copy = strdup(path);
     char *copy2 = strdup(path);
     int rc;
