@@ -212,6 +212,42 @@ s_get_same(void *dealer, emlio_server_t *srv, uint64_t id, size_t n)
     free(items);
 }
 
+/* Creates, loads (expecting one shard), binds and starts a server. */
+static emlio_server_t *
+s_start_cfg(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
+{
+    emlio_server_t *srv = emlio_server_new(ctx, cfg);
+    assert_non_null(srv);
+    assert_int_equal(emlio_server_load(srv), 1);
+    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(srv), 0);
+    return srv;
+}
+
+/* A DEALER connected to srv, closing at once when closed. */
+static void *
+s_dealer(void *zctx, emlio_server_t *srv)
+{
+    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)),
+                     0);
+    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    return dealer;
+}
+
+/* Closes what s_start_cfg and s_dealer opened and removes dir. */
+static void
+s_teardown(void *dealer, void *zctx, emlio_server_t **srv, emlio_ctx_t **ctx,
+           const char *dir)
+{
+    zmq_close(dealer);
+    zmq_ctx_term(zctx);
+    emlio_server_destroy(srv);
+    emlio_ctx_destroy(ctx);
+    test_rmtree(dir);
+}
+
 /* The copy budget: one GET naming a 200 KB ImageFolder file 4,096 times
  * (800 MB of copies for an 8 KB request) is refused with EMLIO_ELIMIT
  * before anything is read; GETs within the budget are served, those that
@@ -234,17 +270,9 @@ test_server_copy_budget(void **state)
     emlio_server_config_init(&cfg);
     cfg.data_dir = dir;
     cfg.max_copy_bytes = 500 * 1024; /* two of these files, not three */
-    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
-    assert_non_null(srv);
-    assert_int_equal(emlio_server_load(srv), 1);
-    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_start(srv), 0);
+    emlio_server_t *srv = s_start_cfg(ctx, &cfg);
     void *zctx = zmq_ctx_new();
-    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
-    int zero = 0;
-    assert_int_equal(zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)),
-                     0);
-    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    void *dealer = s_dealer(zctx, srv);
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
@@ -272,11 +300,7 @@ test_server_copy_budget(void **state)
         emlio__wire_msg_release(&msg);
         zmq_msg_close(&header);
     }
-    zmq_close(dealer);
-    zmq_ctx_term(zctx);
-    emlio_server_destroy(&srv);
-    emlio_ctx_destroy(&ctx);
-    test_rmtree(dir);
+    s_teardown(dealer, zctx, &srv, &ctx, dir);
 }
 
 typedef struct s_lines {
@@ -390,17 +414,9 @@ test_server_fields_get_before_hello_is_refused(void **state)
     emlio_server_config_init(&cfg);
     cfg.data_dir = dir;
     cfg.fields = "jpg,cls";
-    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
-    assert_non_null(srv);
-    assert_int_equal(emlio_server_load(srv), 1);
-    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_start(srv), 0);
+    emlio_server_t *srv = s_start_cfg(ctx, &cfg);
     void *zctx = zmq_ctx_new();
-    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
-    int zero = 0;
-    assert_int_equal(zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)),
-                     0);
-    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    void *dealer = s_dealer(zctx, srv);
     emlio_wire_msg_t msg;
     zmq_msg_t header;
     s_get_same(dealer, srv, 1, 1);
@@ -420,11 +436,55 @@ test_server_fields_get_before_hello_is_refused(void **state)
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
-    zmq_close(dealer);
-    zmq_ctx_term(zctx);
-    emlio_server_destroy(&srv);
-    emlio_ctx_destroy(&ctx);
-    test_rmtree(dir);
+    s_teardown(dealer, zctx, &srv, &ctx, dir);
+}
+
+/* An ImageFolder file deleted while served: skipped under --on-corrupt
+ * skip (every epoch would fail otherwise), and without it an error that
+ * names the file and says why (the errno's text). */
+static void
+test_server_deleted_file_is_skipped_or_named(void **state)
+{
+    (void)state;
+    for (int skip = 0; skip < 2; skip++) {
+        char dir[64], path[128];
+        test_mkdtemp(dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/cat", dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(path, sizeof(path), "%s/cat/a.jpg", dir);
+        test_write_file(path, "aaaa", 4);
+        snprintf(path, sizeof(path), "%s/cat/b.jpg", dir);
+        test_write_file(path, "bbbb", 4);
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_config_t cfg;
+        emlio_server_config_init(&cfg);
+        cfg.data_dir = dir;
+        cfg.on_corrupt = skip ? EMLIO_ON_CORRUPT_SKIP : EMLIO_ON_CORRUPT_FAIL;
+        emlio_server_t *srv = s_start_cfg(ctx, &cfg);
+        assert_int_equal(unlink(path), 0); /* b.jpg, record 1 */
+        void *zctx = zmq_ctx_new();
+        void *dealer = s_dealer(zctx, srv);
+        emlio_wire_item_t items[2] = { { 0, 0 }, { 0, 1 } };
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        assert_int_equal(emlio__wire_encode_get(
+                             &buf, 7, emlio_server_dataset(srv), items, 2),
+                         0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+        emlio_buf_release(&buf);
+        emlio_wire_msg_t msg;
+        zmq_msg_t header;
+        if (skip) {
+            assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+            assert_int_equal(msg.n_samples, 1);
+        } else {
+            assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+            assert_non_null(strstr(msg.text, "cat/b.jpg"));
+            assert_non_null(strstr(msg.text, strerror(ENOENT)));
+        }
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&header);
+        s_teardown(dealer, zctx, &srv, &ctx, dir);
+    }
 }
 
 int
@@ -437,6 +497,7 @@ main(void)
         cmocka_unit_test(test_server_copy_budget),
         cmocka_unit_test(test_server_operator_mistakes_fail_at_start),
         cmocka_unit_test(test_server_fields_get_before_hello_is_refused),
+        cmocka_unit_test(test_server_deleted_file_is_skipped_or_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
