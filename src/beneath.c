@@ -148,14 +148,15 @@ s_check_open(const emlio__root_t *root, const char *rel, int oflags)
     return fd;
 }
 
-int
-emlio__open_beneath(const emlio__root_t *root, const char *rel, unsigned flags,
-                    struct stat *st)
+static int
+s_open_checked(const emlio__root_t *root, const char *rel, unsigned flags,
+               struct stat *st)
 {
     /* O_NONBLOCK: opening a FIFO for reading must not wait for a writer;
      * fstat below then refuses it before any read. */
     int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK |
-                 ((flags & EMLIO__OPEN_DIR) ? O_DIRECTORY : 0);
+                 ((flags & EMLIO__OPEN_DIR) ? O_DIRECTORY : 0) |
+                 ((flags & EMLIO__OPEN_NOATIME) ? O_NOATIME : 0);
     int fd;
     if (!root || root->fd < 0) {
         do
@@ -166,7 +167,9 @@ emlio__open_beneath(const emlio__root_t *root, const char *rel, unsigned flags,
     } else {
         fd = (flags & EMLIO__OPEN_NOOPENAT2) ? -ENOSYS
                                              : s_openat2(root, rel, oflags);
-        if (fd == -ENOSYS || fd == -EPERM) /* no openat2, or seccomp */
+        /* No openat2, or seccomp refusing it (an EPERM that is not
+         * O_NOATIME's, which the caller retries without). */
+        if (fd == -ENOSYS || (fd == -EPERM && !(oflags & O_NOATIME)))
             fd = root->follow ? s_check_open(root, rel, oflags)
                               : s_walk_open(root, rel, oflags);
     }
@@ -180,11 +183,23 @@ emlio__open_beneath(const emlio__root_t *root, const char *rel, unsigned flags,
         rc = S_ISDIR(st->st_mode) ? -EISDIR : EMLIO_EFORMAT;
     /* Regular files and directories never block; clear the flag so reads
      * behave as callers expect. */
-    else if (fcntl(fd, F_SETFL, 0) != 0)
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
         rc = -errno;
     if (rc < 0) {
         close(fd);
         return rc;
     }
+    return fd;
+}
+
+int
+emlio__open_beneath(const emlio__root_t *root, const char *rel, unsigned flags,
+                    struct stat *st)
+{
+    /* O_NOATIME is refused (EPERM) on files the process does not own:
+     * then open without it. */
+    int fd = s_open_checked(root, rel, flags, st);
+    if (fd == -EPERM && (flags & EMLIO__OPEN_NOATIME))
+        fd = s_open_checked(root, rel, flags & ~EMLIO__OPEN_NOATIME, st);
     return fd;
 }

@@ -36,6 +36,9 @@ typedef struct emlio__root {
 /* Flags of emlio__open_beneath. */
 #define EMLIO__OPEN_DIR       1u /* want a directory, not a regular file */
 #define EMLIO__OPEN_NOOPENAT2 2u /* use the fallback (tests) */
+#define EMLIO__OPEN_NOATIME                   \
+    4u /* O_NOATIME where permitted (reads of \
+          files that are only served) */
 
 /* Opens dir as a root (O_PATH | O_DIRECTORY, following a symlink named by
  * the operator). Returns 0 or -errno. */

@@ -317,7 +317,7 @@ emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
      * symlink out of the root or by a FIFO since the listing is refused
      * as a changed file. */
     struct stat st;
-    int fd = s_open_rel(self, f->rel, 0, &st);
+    int fd = s_open_rel(self, f->rel, EMLIO__OPEN_NOATIME, &st);
     if (fd == EMLIO_EFORMAT || fd == -ELOOP || fd == -EXDEV || fd == -EISDIR)
         return EMLIO_EFORMAT;
     if (fd < 0)

@@ -139,6 +139,10 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
         check "non-root over $d with an unreadable lost+found: starts" test $? -eq 0
         check "non-root over $d: the left-out directory is logged" \
             grep -q "unreadable director" "$T/lf_$d.err"
+        # Files root owns are read without O_NOATIME (EPERM for nobody).
+        EPN=$(sed -n 's/^emliod: listening on //p' "$T/lf_$d.out")
+        "$EMLIO" fetch --connect "$EPN" --batch 4 --quiet >"$T/lf_$d.json" 2>&1
+        check "non-root over $d: an epoch is served" test $? -eq 0
         kill "$NPID" 2>/dev/null; wait "$NPID" 2>/dev/null
     done
     chmod 700 "$T"
