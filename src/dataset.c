@@ -8,6 +8,8 @@
 struct emlio_dataset {
     emlio_shardset_t set;
     bool open;
+    emlio_dataset_log_fn *log; /* what a load left out; NULL: nothing */
+    void *log_userdata;
     char err[EMLIO_ERRMSG_LEN];
     char name[PATH_MAX]; /* emlio_dataset_record_name's answer */
 };
@@ -31,6 +33,15 @@ emlio_dataset_destroy(emlio_dataset_t **self_p)
     *self_p = NULL;
 }
 
+void
+emlio_dataset_set_log(emlio_dataset_t *self, emlio_dataset_log_fn *fn,
+                      void *userdata)
+{
+    assert(self);
+    self->log = fn;
+    self->log_userdata = userdata;
+}
+
 int
 emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
                    int flags)
@@ -42,9 +53,10 @@ emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
         .verify_data = flags & EMLIO_DATASET_VERIFY,
         .write_index = flags & EMLIO_DATASET_WRITE_INDEX,
         .rescan = flags & EMLIO_DATASET_REINDEX,
+        .follow_symlinks = flags & EMLIO_DATASET_FOLLOW_SYMLINKS,
     };
-    int rc =
-        emlio__shardset_load(&self->set, dir, &opts, NULL, NULL, self->err);
+    int rc = emlio__shardset_load(&self->set, dir, &opts, self->log,
+                                  self->log_userdata, self->err);
     self->open = rc >= 0;
     return rc;
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "beneath.h"
 #include "emlio/dataset.h"
 
 typedef struct emlio_shard emlio_shard_t;
@@ -34,7 +35,10 @@ typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
 
 /* A format's verdict for a sample that lacks a requested field; the caller
  * names shard, sample and field (the name is left in *missing). */
-#define EMLIO__FORMAT_EMISSING (-1999)
+#define EMLIO__FORMAT_EMISSING  (-1999)
+/* A sample whose label member does not parse as an integer (its field name
+ * left in *missing): a wrong --label-field, or a broken label. */
+#define EMLIO__FORMAT_EBADLABEL (-1998)
 
 /* One frame of a sample as a reader found it: a view into a shard's
  * mapping (zero-copy) or into a private copy. A view is what the pipeline
@@ -65,7 +69,10 @@ typedef struct emlio__read_opts {
     size_t label_key_len;
     char *const *fields; /* --fields: one frame per name; NULL = one frame */
     size_t n_fields;
-    bool raw;    /* TFRecord: send whole records, no Example parsing */
+    bool raw; /* TFRecord: send whole records, no Example parsing */
+    /* TFRecord: a record without an int64 label_key is EBADLABEL, not
+     * label -1 (the key was configured: a typo must not pass). */
+    bool label_required;
     bool verify; /* TFRecord: check each record's CRC as it is read */
     emlio_shardset_log_fn *log; /* copying reads report changed shards */
     void *userdata;
@@ -86,6 +93,10 @@ typedef struct emlio__format_ops {
     /* ---- loading (file formats) ---- */
     /* Creates the handle for path (opens nothing); NULL when out of memory. */
     void *(*create)(const char *path);
+    /* From now on opens the file and its index beneath root (beneath.h),
+     * rel being the file's path relative to the root; the root's
+     * descriptor is borrowed for the loading calls below. */
+    void (*confine)(void *impl, const emlio__root_t *root, const char *rel);
     /* Opens (maps) the file. Returns 0 or < 0 (see errmsg). */
     int (*open)(void *impl);
     /* Loads the index file idx; the record count or < 0 (-ENOENT: none). */
@@ -117,6 +128,9 @@ typedef struct emlio__format_ops {
     void (*destroy)(void *impl);
     size_t (*count)(const void *impl);
     uint64_t (*size)(const void *impl);
+    /* At most how many bytes reading record i copies (its record, all its
+     * members, its file): what a copying read may allocate for it. */
+    uint64_t (*record_bytes)(const void *impl, size_t i);
     /* Byte offset of record i in the file, for messages (0 if none). */
     uint64_t (*offset)(const void *impl, size_t i);
     /* Page-cache advice for records [first, first + n); may be NULL. */
@@ -140,6 +154,11 @@ typedef struct emlio__format_ops {
     /* The label every record of shard has (an ImageFolder class), or -1
      * when records carry their own; NULL = -1. Names the classes. */
     int64_t (*shard_label)(const emlio_shard_t *shard);
+    /* Drops the samples that cannot be served as one field (field, or
+     * NULL: an image), before the inventory is counted; returns how many,
+     * example naming the first. NULL: every sample can be. */
+    size_t (*prune)(emlio_shard_t *shard, const char *field, char *example,
+                    size_t len);
     /* A tree format's name of record r inside its shard (the file of an
      * ImageFolder class), for the tools; NULL (the pointer) for formats
      * whose records have no names of their own. */

@@ -8,6 +8,8 @@
 #include "emlio_internal.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "crc32c.h"
 #include "format.h"
@@ -34,6 +36,12 @@ static uint64_t
 s_size(const void *impl)
 {
     return emlio__folder_size(impl);
+}
+
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    return emlio__folder_file_size(impl, i);
 }
 
 /* Records are files: no offset to name. */
@@ -127,27 +135,65 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
     return rc;
 }
 
+/* What the listing of the root left out, for the log. */
+typedef struct s_left {
+    size_t links; /* symlinks not followed (or leading out) */
+    char link[256];
+    size_t unread; /* directories that cannot be opened */
+    char dir[256];
+} s_left_t;
+
 /* The class directories of an ImageFolder root: its non-hidden
- * subdirectories (symlinks to directories included, as torchvision's
- * os.scandir(...).is_dir() does), sorted. */
+ * subdirectories, sorted; symlinks to directories only when the root
+ * follows them (torchvision's os.scandir(...).is_dir() does) and only to
+ * directories inside it. A directory that cannot be opened (lost+found
+ * under a non-root daemon, when the root is a mount point) is no class:
+ * left out, with a warning, as are links not followed (counted in left). */
 static int
-s_classes(const char *root, emlio__names_t *out, char *errbuf)
+s_classes(const emlio__root_t *base, const char *root, emlio__names_t *out,
+          s_left_t *left, char *errbuf)
 {
-    DIR *dir = opendir(root);
-    if (!dir)
-        return emlio__seterr(errbuf, -errno, "cannot open directory '%s': %s",
-                             root, strerror(errno));
+    struct stat st;
+    int fd = emlio__open_beneath(base, ".", EMLIO__OPEN_DIR, &st);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dir) {
+        int rc = fd >= 0 ? -errno : fd;
+        if (fd >= 0)
+            close(fd);
+        return emlio__seterr(errbuf, rc, "cannot open directory '%s': %s", root,
+                             emlio__open_why(rc));
+    }
     int rc = 0;
     struct dirent *e;
     while (rc == 0 && (e = readdir(dir)) != NULL) {
-        if (e->d_name[0] == '.')
+        if (e->d_name[0] == '.' ||
+            fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
-        char full[PATH_MAX];
-        struct stat st;
-        if (snprintf(full, sizeof(full), "%s/%s", root, e->d_name) >=
-                (int)sizeof(full) ||
-            stat(full, &st) != 0 || !S_ISDIR(st.st_mode))
+        if (S_ISLNK(st.st_mode)) {
+            int lfd = base->follow ? emlio__open_beneath(base, e->d_name,
+                                                         EMLIO__OPEN_DIR, &st)
+                                   : -ELOOP;
+            if (lfd >= 0)
+                close(lfd);
+            else if (lfd != -ENOTDIR && left->links++ == 0)
+                (void)!snprintf(left->link, sizeof(left->link), "%s",
+                                e->d_name);
+            if (lfd < 0)
+                continue;
+        } else if (!S_ISDIR(st.st_mode)) {
             continue;
+        } else {
+            int dfd =
+                emlio__open_beneath(base, e->d_name, EMLIO__OPEN_DIR, &st);
+            if (dfd >= 0)
+                close(dfd);
+            if (dfd == -EACCES || dfd == -EPERM) {
+                if (left->unread++ == 0)
+                    (void)!snprintf(left->dir, sizeof(left->dir), "%s",
+                                    e->d_name);
+                continue;
+            }
+        }
         rc = emlio__names_push(out, e->d_name);
     }
     closedir(dir);
@@ -156,20 +202,37 @@ s_classes(const char *root, emlio__names_t *out, char *errbuf)
     return rc;
 }
 
-/* Reads the whole small file at path into a fresh buffer. */
+/* The listing cache can be large (ImageNet's is ~80 MB), never this. */
+#define S_CACHE_MAX ((uint64_t)1 << 30)
+
+/* Reads the listing cache beneath the root into a fresh buffer: a FIFO,
+ * a link out of the root, a directory or a huge file is refused. */
 static int
-s_slurp(const char *path, char **out, size_t *len)
+s_slurp(const emlio__root_t *base, const char *rel, char **out, size_t *len)
 {
-    FILE *f = fopen(path, "rbe");
-    if (!f)
-        return -errno;
+    struct stat st;
+    int fd = emlio__open_beneath(base, rel, 0, &st);
+    if (fd < 0)
+        return fd;
+    if ((uint64_t)st.st_size > S_CACHE_MAX) {
+        close(fd);
+        return -EFBIG;
+    }
     emlio_buf_t buf = EMLIO_BUF_INIT;
     char chunk[65536];
-    size_t got;
+    ssize_t got;
     int rc = 0;
-    while (rc == 0 && (got = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        rc = emlio_buf_add(&buf, chunk, got);
-    fclose(f);
+    while (rc == 0 && (got = read(fd, chunk, sizeof(chunk))) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = -errno;
+        else if (buf.len + (size_t)got > S_CACHE_MAX)
+            rc = -EFBIG;
+        else
+            rc = emlio_buf_add(&buf, chunk, (size_t)got);
+    }
+    close(fd);
     if (rc < 0) {
         emlio_buf_release(&buf);
         return rc;
@@ -179,26 +242,69 @@ s_slurp(const char *path, char **out, size_t *len)
 }
 
 /* Fills folders[0, n) from ROOT/.emlio-files when it still describes the
- * tree; returns whether it did. */
+ * tree; returns whether it did (one log line when it did not). */
 static bool
-s_cache_load(const char *cache, const struct stat *root,
-             emlio__folder_t **folders, size_t n, emlio_shardset_log_fn *log,
-             void *userdata)
+s_cache_load(const emlio__root_t *base, const char *cache,
+             const struct stat *root, emlio__folder_t **folders, size_t n,
+             emlio_shardset_log_fn *log, void *userdata)
 {
     char *text = NULL;
     size_t len = 0;
-    if (s_slurp(cache, &text, &len) != 0)
+    char why[EMLIO_ERRMSG_LEN] = "";
+    int rc = s_slurp(base, ".emlio-files", &text, &len);
+    if (rc == -ENOENT)
         return false;
-    bool cached =
-        emlio__folder_cache_load(text, len, root->st_mtim, folders, n) == 0;
+    if (rc < 0)
+        snprintf(why, sizeof(why), "cannot read it: %s", emlio__open_why(rc));
+    else
+        rc =
+            emlio__folder_cache_load(text, len, root->st_mtim, folders, n, why);
     emlio_free(text);
-    if (!cached && log) {
-        char msg[PATH_MAX + 64];
-        snprintf(msg, sizeof(msg), "file list '%s' is stale; listing the tree",
-                 cache);
+    if (rc < 0 && log) {
+        char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
+        snprintf(msg, sizeof(msg),
+                 "file list '%s' does not describe the tree (%s); listing "
+                 "the tree",
+                 cache, why[0] ? why : emlio_strerror(rc));
         log(userdata, msg);
     }
-    return cached;
+    return rc == 0;
+}
+
+/* Logs what the walk left out: symlinks and unreadable subdirectories,
+ * one line each with a count and an example. */
+static void
+s_log_skipped(const emlio_shardset_t *set, size_t first, const s_left_t *left,
+              emlio_shardset_log_fn *log, void *userdata)
+{
+    size_t links = left->links, unread = left->unread;
+    const char *link = left->link, *dir = left->dir;
+    for (size_t i = first; i < set->n; i++) {
+        const char *ex;
+        size_t k = emlio__folder_links(set->shards[i].impl, &ex);
+        if (k && !links)
+            link = ex;
+        links += k;
+        k = emlio__folder_unreadable(set->shards[i].impl, &ex);
+        if (k && !unread)
+            dir = ex;
+        unread += k;
+    }
+    char msg[2 * PATH_MAX];
+    if (links && log) {
+        snprintf(msg, sizeof(msg),
+                 "left out %zu symbolic link%s (e.g. '%s'): links are "
+                 "followed only with --follow-symlinks, and only to regular "
+                 "files and directories inside the data root",
+                 links, links == 1 ? "" : "s", link);
+        log(userdata, msg);
+    }
+    if (unread && log) {
+        snprintf(msg, sizeof(msg),
+                 "left out %zu unreadable director%s (e.g. '%s')", unread,
+                 unread == 1 ? "y" : "ies", dir);
+        log(userdata, msg);
+    }
 }
 
 /* The class directories as shards: their listing from ROOT/.emlio-files
@@ -220,7 +326,8 @@ s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
         shard->fd = -1; /* read by copies: no lease */
         classes->v[i] = NULL;
         set->n++;
-        folders[i] = emlio__folder_new(dir, shard->name, (int64_t)i);
+        folders[i] =
+            emlio__folder_new(dir, shard->name, (int64_t)i, &set->root);
         shard->impl = folders[i];
         if (!folders[i])
             rc = EMLIO_ENOMEM;
@@ -228,10 +335,13 @@ s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
     char cache[PATH_MAX];
     snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
     bool cached = rc == 0 && !opts->rescan &&
-                  s_cache_load(cache, root, folders, classes->n, log, userdata);
+                  s_cache_load(&set->root, cache, root, folders, classes->n,
+                               log, userdata);
     for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
-        rc = emlio__folder_scan(folders[i]);
-        if (rc < 0)
+        if (emlio__shardset_cancelled(opts))
+            rc = emlio__seterr(errbuf, -ECANCELED,
+                               "loading '%s' was interrupted", dir);
+        else if ((rc = emlio__folder_scan(folders[i])) < 0)
             emlio__seterr(errbuf, rc, "%s", emlio__folder_errmsg(folders[i]));
     }
     for (size_t i = 0; i < classes->n && rc >= 0; i++)
@@ -259,12 +369,16 @@ s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
             void *userdata, char *errbuf)
 {
     emlio__names_t classes = { 0 };
-    int rc = s_classes(dir, &classes, errbuf);
+    size_t first = set->n;
+    s_left_t left = { 0 };
+    int rc = s_classes(&set->root, dir, &classes, &left, errbuf);
     if (rc == 0 && classes.n)
         rc = emlio__shardset_grow(set, classes.n);
     if (rc == 0 && classes.n)
         rc = s_load_folders(set, dir, &classes, root, opts, log, userdata,
                             errbuf);
+    if (rc >= 0)
+        s_log_skipped(set, first, &left, log, userdata);
     size_t n = classes.n;
     emlio__names_release(&classes);
     return rc < 0 ? rc : (int)n;
@@ -292,6 +406,7 @@ const emlio__format_ops_t emlio__format_imagefolder = {
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,
+    .record_bytes = s_record_bytes,
     .offset = s_offset,
     .advise = NULL, /* files are read whole, once */
     .describe = s_describe,

@@ -16,6 +16,12 @@ s_create(const char *path)
     return emlio__tar_new(path);
 }
 
+static void
+s_confine(void *impl, const emlio__root_t *root, const char *rel)
+{
+    emlio__tar_confine(impl, root, rel);
+}
+
 static int
 s_open(void *impl)
 {
@@ -151,11 +157,30 @@ s_member_view(emlio_shard_t *shard, size_t m, const emlio__read_opts_t *o,
                                   &view->len, &stored, o->log, o->userdata);
 }
 
-/* The label of sample `record` from its label member (-1 when it has none
- * or it is not a number), read as the sample's data is. */
+/* A label member that is not an integer is an error, not a silent -1
+ * (every label -1 is what a --label-field typo looked like). */
+static int
+s_parse(const uint8_t *data, size_t len, const emlio__read_opts_t *o,
+        int64_t *label, const char **missing)
+{
+    *label = emlio__tar_parse_label(data, len);
+    if (*label != -1)
+        return 0;
+    size_t k = 0; /* "-1" itself, white space around it allowed */
+    while (k < len && (data[k] == ' ' || data[k] == '\t'))
+        k++;
+    if (len - k >= 2 && data[k] == '-' && data[k + 1] == '1')
+        return 0;
+    *missing = o->label_field;
+    return EMLIO__FORMAT_EBADLABEL;
+}
+
+/* The label of sample `record` from its label member (-1 when it has
+ * none; EMLIO__FORMAT_EBADLABEL when it is not a number), read as the
+ * sample's data is. */
 static int
 s_label(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-        int64_t *label)
+        int64_t *label, const char **missing)
 {
     size_t m;
     *label = -1;
@@ -164,9 +189,8 @@ s_label(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
     if (shard->leased) {
         const emlio__tar_member_t *mem =
             &emlio__tar_index(shard->impl)->members[m];
-        *label = emlio__tar_parse_label(emlio__tar_data(shard->impl, m),
-                                        (size_t)mem->len);
-        return 0;
+        return s_parse(emlio__tar_data(shard->impl, m), (size_t)mem->len, o,
+                       label, missing);
     }
     uint8_t *copy;
     const uint8_t *data;
@@ -176,9 +200,9 @@ s_label(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
                                     o->log, o->userdata);
     if (rc < 0)
         return rc;
-    *label = emlio__tar_parse_label(data, len);
+    rc = s_parse(data, len, o, label, missing);
     emlio_free(copy);
-    return 0;
+    return rc;
 }
 
 /* One frame per field named in o->fields, or the configured member (the
@@ -202,7 +226,7 @@ s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
             rc = s_member_view(shard, m, o, &views[f]);
     }
     if (rc == 0)
-        rc = s_label(shard, record, o, &views[0].label);
+        rc = s_label(shard, record, o, &views[0].label, missing);
     if (rc == 0 && !o->n_fields)
         views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
     return rc;
@@ -227,12 +251,32 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
     return rc;
 }
 
+static size_t
+s_prune(emlio_shard_t *shard, const char *field, char *example, size_t len)
+{
+    return emlio__tar_prune(shard->impl, field, example, len);
+}
+
+/* Every member of the sample, with their headers. */
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    const emlio__tar_index_t *idx = emlio__tar_index(impl);
+    uint64_t n = 0;
+    if (i >= idx->n_samples)
+        return 0;
+    for (uint32_t m = idx->first[i]; m < idx->first[i + 1]; m++)
+        n += idx->members[m].len + 512;
+    return n;
+}
+
 const emlio__format_ops_t emlio__format_tar = {
     .name = "tar",
     .suffix = ".tar",
     .what = "*.tar shards",
     .mapped = true,
     .create = s_create,
+    .confine = s_confine,
     .open = s_open,
     .load_index = s_load_index,
     .scan = s_scan,
@@ -244,6 +288,8 @@ const emlio__format_ops_t emlio__format_tar = {
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,
+    .record_bytes = s_record_bytes,
+    .prune = s_prune,
     .offset = s_offset,
     .advise = s_advise,
     .describe = emlio__format_describe_offset,

@@ -18,6 +18,12 @@ s_create(const char *path)
     return emlio_tfrecord_new(path);
 }
 
+static void
+s_confine(void *impl, const emlio__root_t *root, const char *rel)
+{
+    emlio__tfrecord_confine(impl, root, rel);
+}
+
 static int
 s_open(void *impl)
 {
@@ -150,7 +156,7 @@ s_bytes(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
  * sample bytes, so no byte is read twice. */
 static int
 s_read_one(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-           emlio__view_t *out)
+           emlio__view_t *out, const char **missing)
 {
     const uint8_t *rec;
     size_t rec_len;
@@ -176,6 +182,10 @@ s_read_one(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
             }
             if (fields[1].kind == EMLIO_FEATURE_INT64 && fields[1].count)
                 out->label = fields[1].int64;
+            else if (o->label_required) {
+                *missing = o->label_key;
+                return EMLIO__FORMAT_EBADLABEL;
+            }
         }
     }
     out->crc = emlio_crc32c(0, out->data, out->len);
@@ -265,7 +275,7 @@ s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 {
     if (o->n_fields)
         return s_read_fields(shard, record, o, views, missing);
-    return s_read_one(shard, record, o, views);
+    return s_read_one(shard, record, o, views, missing);
 }
 
 /* The TFRecord label as emliod finds it by default. */
@@ -293,12 +303,21 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
     return fn(userdata, "", data, len);
 }
 
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    if (i >= emlio_tfrecord_count(impl))
+        return 0;
+    return emlio_tfrecord_loc(impl, i)->len + EMLIO_TFRECORD_OVERHEAD;
+}
+
 const emlio__format_ops_t emlio__format_tfrecord = {
     .name = "tfrecord",
     .suffix = ".tfrecord",
     .what = "*.tfrecord shards",
     .mapped = true,
     .create = s_create,
+    .confine = s_confine,
     .open = s_open,
     .load_index = s_load_index,
     .scan = s_scan,
@@ -310,6 +329,7 @@ const emlio__format_ops_t emlio__format_tfrecord = {
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,
+    .record_bytes = s_record_bytes,
     .offset = s_offset,
     .advise = s_advise,
     .describe = emlio__format_describe_offset,

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "beneath.h"
 #include "imagefolder.h"
 
 typedef struct {
@@ -27,7 +28,13 @@ struct emlio__folder {
     char *root;
     char *cls;
     int64_t label;
-    int dirfd;
+    emlio__root_t base; /* the data root (descriptor borrowed) */
+    /* What the walk left out, and one example of each for the log (short:
+     * a tree has thousands of classes). */
+    size_t links; /* symlinks */
+    char link[256];
+    size_t unreadable; /* subdirectories it could not open */
+    char unread[256];
     s_file_t *files;
     size_t n;
     size_t cap;
@@ -56,7 +63,8 @@ emlio__folder_is_image(const char *name)
 }
 
 emlio__folder_t *
-emlio__folder_new(const char *root, const char *cls, int64_t label)
+emlio__folder_new(const char *root, const char *cls, int64_t label,
+                  const emlio__root_t *base)
 {
     emlio__folder_t *self = emlio_calloc(1, sizeof(*self));
     if (!self)
@@ -64,7 +72,7 @@ emlio__folder_new(const char *root, const char *cls, int64_t label)
     self->root = emlio_strdup(root);
     self->cls = emlio_strdup(cls);
     self->label = label;
-    self->dirfd = -1;
+    self->base = *base;
     if (!self->root || !self->cls)
         emlio__folder_destroy(&self);
     return self;
@@ -82,8 +90,6 @@ emlio__folder_destroy(emlio__folder_t **self_p)
     for (size_t i = 0; i < self->n_dirs; i++)
         emlio_free(self->dirs[i].rel);
     emlio_free(self->dirs);
-    if (self->dirfd >= 0)
-        close(self->dirfd);
     emlio_free(self->root);
     emlio_free(self->cls);
     emlio_free(self);
@@ -125,21 +131,52 @@ s_push(emlio__folder_t *self, const char *rel, uint64_t size,
     return 0;
 }
 
-/* Walks dirfd/rel ("" or "sub/"), following no symlinked directories. */
+/* Opens CLASS/rel beneath the data root (rel "" is the class directory). */
 static int
-s_walk(emlio__folder_t *self, const char *rel, int depth)
+s_open_rel(const emlio__folder_t *self, const char *rel, unsigned flags,
+           struct stat *st)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/%s", self->cls, rel) >=
+        (int)sizeof(path))
+        return -ENAMETOOLONG;
+    return emlio__open_beneath(&self->base, path, flags, st);
+}
+
+/* Remembers a symlink the walk left out (not following links, or one that
+ * leads out of the root or to something that is not a regular file). */
+static void
+s_skip_link(emlio__folder_t *self, const char *child)
+{
+    if (self->links++ == 0)
+        (void)!snprintf(self->link, sizeof(self->link), "%.120s/%.120s",
+                        self->cls, child);
+}
+
+/* Walks CLASS/rel ("" or "sub/"), following no symlinked directories.
+ * light: trust the directory entry's type and stat nothing (checking a
+ * cached listing's names); sizes and mtimes are then left 0. */
+static int
+s_walk(emlio__folder_t *self, const char *rel, int depth, bool light)
 {
     if (depth > 32)
         return 0;
-    int fd = rel[0] ? openat(self->dirfd, rel,
-                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                    : dup(self->dirfd);
-    if (fd < 0)
-        return emlio__seterr(self->err, -errno,
-                             "cannot open directory '%s/%s/%s': %s", self->root,
-                             self->cls, rel, strerror(errno));
     struct stat dst;
-    if (fstat(fd, &dst) != 0 || s_push_dir(self, rel, dst.st_mtim) < 0) {
+    int fd = s_open_rel(self, rel, EMLIO__OPEN_DIR, &dst);
+    if (fd < 0 && depth > 0 && (fd == -EACCES || fd == -EPERM)) {
+        /* An unreadable subdirectory (lost+found under a non-root
+         * daemon) is left out, as find(1) goes on; the class directory
+         * itself must be readable. */
+        if (self->unreadable++ == 0)
+            (void)!snprintf(self->unread, sizeof(self->unread), "%.120s/%.120s",
+                            self->cls, rel);
+        return 0;
+    }
+    if (fd < 0)
+        return emlio__seterr(self->err, fd,
+                             "cannot open directory '%s/%s/%s': %s", self->root,
+                             self->cls, rel, emlio__open_why(fd));
+    if (s_push_dir(self, rel, dst.st_mtim) < 0) {
         close(fd);
         return EMLIO_ENOMEM;
     }
@@ -148,7 +185,6 @@ s_walk(emlio__folder_t *self, const char *rel, int depth)
         close(fd);
         return -errno;
     }
-    rewinddir(dir);
     int rc = 0;
     struct dirent *e;
     while (rc == 0 && (e = readdir(dir)) != NULL) {
@@ -158,20 +194,38 @@ s_walk(emlio__folder_t *self, const char *rel, int depth)
         if (snprintf(child, sizeof(child), "%s%s", rel, e->d_name) >=
             (int)sizeof(child))
             continue;
-        struct stat st;
-        if (fstatat(self->dirfd, child, &st, 0) != 0)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            struct stat lst;
-            if (fstatat(self->dirfd, child, &lst, AT_SYMLINK_NOFOLLOW) == 0 &&
-                S_ISDIR(lst.st_mode)) {
-                char sub[PATH_MAX];
-                if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
-                    rc = s_walk(self, sub, depth + 1);
-            }
-        } else if (S_ISREG(st.st_mode) && emlio__folder_is_image(e->d_name)) {
-            rc = s_push(self, child, (uint64_t)st.st_size, st.st_mtim);
+        struct stat st = { 0 };
+        unsigned char type = e->d_type;
+        if (type == DT_UNKNOWN || (!light && type != DT_DIR)) {
+            if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+                continue;
+            type = S_ISDIR(st.st_mode)   ? DT_DIR
+                   : S_ISREG(st.st_mode) ? DT_REG
+                   : S_ISLNK(st.st_mode) ? DT_LNK
+                                         : DT_UNKNOWN;
         }
+        if (type == DT_DIR) {
+            char sub[PATH_MAX];
+            if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
+                rc = s_walk(self, sub, depth + 1, light);
+            continue;
+        }
+        if (!emlio__folder_is_image(e->d_name))
+            continue;
+        if (type == DT_LNK) {
+            /* Followed only when asked, and only to a regular file inside
+             * the root: the file served is the one opened. */
+            int lfd =
+                self->base.follow ? s_open_rel(self, child, 0, &st) : -ELOOP;
+            if (lfd < 0) {
+                s_skip_link(self, child);
+                continue;
+            }
+            close(lfd);
+            type = DT_REG;
+        }
+        if (type == DT_REG)
+            rc = s_push(self, child, (uint64_t)st.st_size, st.st_mtim);
     }
     closedir(dir);
     return rc;
@@ -183,27 +237,35 @@ s_cmp_files(const void *a, const void *b)
     return strcmp(((const s_file_t *)a)->rel, ((const s_file_t *)b)->rel);
 }
 
+static int
+s_cmp_dirs(const void *a, const void *b)
+{
+    return strcmp(((const s_dir_t *)a)->rel, ((const s_dir_t *)b)->rel);
+}
+
 int
 emlio__folder_scan(emlio__folder_t *self)
 {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof(path), "%s/%s", self->root, self->cls) >=
-        (int)sizeof(path))
-        return emlio__seterr(self->err, -ENAMETOOLONG, "path too long: '%s'",
-                             self->cls);
-    if (self->dirfd < 0) {
-        self->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (self->dirfd < 0)
-            return emlio__seterr(self->err, -errno,
-                                 "cannot open directory '%s': %s", path,
-                                 strerror(errno));
-    }
-    int rc = s_walk(self, "", 0);
+    int rc = s_walk(self, "", 0, false);
     if (rc < 0)
         return rc;
     if (self->n > 1) /* qsort(NULL, 0) is undefined */
         qsort(self->files, self->n, sizeof(*self->files), s_cmp_files);
     return self->n > INT_MAX ? EMLIO_EFORMAT : (int)self->n;
+}
+
+size_t
+emlio__folder_links(const emlio__folder_t *self, const char **example)
+{
+    *example = self->link;
+    return self->links;
+}
+
+size_t
+emlio__folder_unreadable(const emlio__folder_t *self, const char **example)
+{
+    *example = self->unread;
+    return self->unreadable;
 }
 
 size_t
@@ -230,6 +292,12 @@ emlio__folder_file(const emlio__folder_t *self, size_t i)
     return i < self->n ? self->files[i].rel : "";
 }
 
+uint64_t
+emlio__folder_file_size(const emlio__folder_t *self, size_t i)
+{
+    return i < self->n ? self->files[i].size : 0;
+}
+
 const char *
 emlio__folder_errmsg(const emlio__folder_t *self)
 {
@@ -245,18 +313,18 @@ emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
     if (i >= self->n)
         return EMLIO_ENOTFOUND;
     const s_file_t *f = &self->files[i];
-    int fd;
-    do
-        fd = openat(self->dirfd, f->rel, O_RDONLY | O_CLOEXEC | O_NOATIME);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0 && errno == EPERM) /* O_NOATIME on a file we do not own */
-        fd = openat(self->dirfd, f->rel, O_RDONLY | O_CLOEXEC);
+    /* Beneath the root, regular, never blocking: a file replaced by a
+     * symlink out of the root or by a FIFO since the listing is refused
+     * as a changed file. */
+    struct stat st;
+    int fd = s_open_rel(self, f->rel, EMLIO__OPEN_NOATIME, &st);
+    if (fd == EMLIO_EFORMAT || fd == -ELOOP || fd == -EXDEV || fd == -EISDIR)
+        return EMLIO_EFORMAT;
     if (fd < 0)
-        return -errno;
+        return fd;
     /* The listing may come from a cache: a file rewritten since (size or
      * mtime) is reported, not served as something the list did not see. */
-    struct stat st;
-    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != f->size ||
+    if ((uint64_t)st.st_size != f->size ||
         st.st_mtim.tv_sec != f->mtime.tv_sec ||
         st.st_mtim.tv_nsec != f->mtime.tv_nsec) {
         close(fd);
@@ -405,13 +473,79 @@ s_reset(emlio__folder_t *self)
     self->dirs = NULL;
     self->n = self->cap = self->n_dirs = 0;
     self->bytes = 0;
+    self->links = self->unreadable = 0;
+}
+
+/* Says why a cached listing is not used (once: the first reason). */
+static int
+s_why(char *why, int rc, const emlio__folder_t *cls, const char *what)
+{
+    if (why && !why[0])
+        snprintf(why, EMLIO_ERRMSG_LEN, "%s%s%s%s", what,
+                 cls ? " (class '" : "", cls ? cls->cls : "", cls ? "')" : "");
+    return rc;
+}
+
+/* Compares a cached listing with the class directory's entries now (names
+ * only, from the directory entries: no stat per file; each file's size
+ * and mtime are checked when it is read). The cache is a hint: a file it
+ * lists that is not there, one it leaves out, a directory that is not
+ * walked, all make it stale. */
+static int
+s_check_listing(emlio__folder_t *self, char *why)
+{
+    emlio__folder_t *now =
+        emlio__folder_new(self->root, self->cls, self->label, &self->base);
+    if (!now)
+        return EMLIO_ENOMEM;
+    int rc = s_walk(now, "", 0, true);
+    if (rc == 0 && now->n > 1)
+        qsort(now->files, now->n, sizeof(*now->files), s_cmp_files);
+    if (rc == 0 && now->n_dirs > 1)
+        qsort(now->dirs, now->n_dirs, sizeof(*now->dirs), s_cmp_dirs);
+    s_dir_t *dirs = NULL;
+    if (rc == 0 && self->n_dirs) {
+        dirs = emlio_reallocarray(NULL, self->n_dirs, sizeof(*dirs));
+        if (!dirs)
+            rc = EMLIO_ENOMEM;
+        else
+            memcpy(dirs, self->dirs, self->n_dirs * sizeof(*dirs));
+    }
+    if (dirs && self->n_dirs > 1)
+        qsort(dirs, self->n_dirs, sizeof(*dirs), s_cmp_dirs);
+    if (rc == 0 && (now->n != self->n || now->n_dirs != self->n_dirs)) {
+        char what[128];
+        snprintf(what, sizeof(what),
+                 "%zu files and %zu directories listed, "
+                 "%zu and %zu found",
+                 self->n, self->n_dirs, now->n, now->n_dirs);
+        rc = s_why(why, -ESTALE, self, what);
+    }
+    for (size_t i = 0; rc == 0 && i < now->n; i++)
+        if (strcmp(now->files[i].rel, self->files[i].rel) != 0)
+            rc = s_why(why, -ESTALE, self, "other files");
+    for (size_t i = 0; rc == 0 && i < now->n_dirs; i++)
+        if (strcmp(now->dirs[i].rel, dirs[i].rel) != 0)
+            rc = s_why(why, -ESTALE, self, "other directories");
+    if (rc == 0 && self->n == 0)
+        rc = s_why(why, -ESTALE, self, "no files");
+    /* What the walk left out is logged whether or not the list is used. */
+    self->links = now->links;
+    memcpy(self->link, now->link, sizeof(self->link));
+    self->unreadable = now->unreadable;
+    memcpy(self->unread, now->unread, sizeof(self->unread));
+    emlio_free(dirs);
+    emlio__folder_destroy(&now);
+    return rc;
 }
 
 int
 emlio__folder_cache_load(const char *text, size_t len,
                          struct timespec root_mtime,
-                         emlio__folder_t *const *folders, size_t n)
+                         emlio__folder_t *const *folders, size_t n, char *why)
 {
+    if (why)
+        why[0] = '\0';
     const char *p = text;
     const char *end = text + len;
     size_t ml = strlen(CACHE_MAGIC);
@@ -439,7 +573,7 @@ emlio__folder_cache_load(const char *text, size_t len,
              * classes in the same order. */
             if (cls >= n || strlen(folders[cls]->cls) != fl[1] ||
                 memcmp(folders[cls]->cls, f[1], fl[1]))
-                rc = -ESTALE;
+                rc = s_why(why, -ESTALE, NULL, "other classes");
             else
                 cur = folders[cls++];
         } else if (!cur) {
@@ -447,51 +581,43 @@ emlio__folder_cache_load(const char *text, size_t len,
         } else if (f[0][0] == 'D' && k >= 3) {
             /* k == 3: the class root, whose relative path is empty. */
             char *rel = k == 4 ? s_strndup(f[3], fl[3]) : emlio_strdup("");
-            struct stat st;
-            char path[PATH_MAX];
-            if (!rel || !s_num(f[1], fl[1], &a) || !s_num(f[2], fl[2], &b)) {
-                rc = rel ? EMLIO_EFORMAT : EMLIO_ENOMEM;
-            } else if (snprintf(path, sizeof(path), "%s/%s/%s", cur->root,
-                                cur->cls, rel) >= (int)sizeof(path) ||
-                       stat(path, &st) != 0 || st.st_mtim.tv_sec != a ||
-                       st.st_mtim.tv_nsec != b) {
-                rc = -ESTALE;
-            } else {
+            size_t rl = rel ? strlen(rel) : 0;
+            if (!rel)
+                rc = EMLIO_ENOMEM;
+            else if (!s_num(f[1], fl[1], &a) || !s_num(f[2], fl[2], &b) ||
+                     (rl &&
+                      (rel[rl - 1] != '/' || !emlio__rel_ok(rel, rl - 1))))
+                rc = s_why(why, EMLIO_EFORMAT, cur, "a bad directory line");
+            else
                 rc = s_push_dir(cur, rel,
                                 (struct timespec){ (time_t)a, (long)b });
-            }
             emlio_free(rel);
         } else if (f[0][0] == 'F' && k == 5 && s_num(f[1], fl[1], &a) &&
                    s_num(f[2], fl[2], &b) && s_num(f[3], fl[3], &c)) {
+            /* Names as a walk writes them: relative, nothing hidden, no
+             * "..", sorted without repeats. */
             char *rel = s_strndup(f[4], fl[4]);
-            rc = rel ? s_push(cur, rel, (uint64_t)a,
-                              (struct timespec){ (time_t)b, (long)c })
-                     : EMLIO_ENOMEM;
+            if (!rel)
+                rc = EMLIO_ENOMEM;
+            else if (!emlio__rel_ok(rel, fl[4]))
+                rc = s_why(why, EMLIO_EFORMAT, cur, "a bad file name");
+            else if (cur->n && strcmp(cur->files[cur->n - 1].rel, rel) >= 0)
+                rc = s_why(why, EMLIO_EFORMAT, cur,
+                           "files out of order or repeated");
+            else
+                rc = s_push(cur, rel, (uint64_t)a,
+                            (struct timespec){ (time_t)b, (long)c });
             emlio_free(rel);
         } else {
             rc = EMLIO_EFORMAT;
         }
     }
     if (rc == 0 && cls != n)
-        rc = -ESTALE;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char path[PATH_MAX];
-        emlio__folder_t *self = folders[i];
-        if (self->n == 0 || self->n_dirs == 0) {
-            rc = -ESTALE;
-            break;
-        }
-        snprintf(path, sizeof(path), "%s/%s", self->root, self->cls);
-        self->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (self->dirfd < 0)
-            rc = -errno;
-    }
+        rc = s_why(why, -ESTALE, NULL, "other classes");
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = s_check_listing(folders[i], why);
     if (rc < 0)
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n; i++)
             s_reset(folders[i]);
-            if (folders[i]->dirfd >= 0)
-                close(folders[i]->dirfd);
-            folders[i]->dirfd = -1;
-        }
     return rc;
 }

@@ -10,32 +10,18 @@
 #include "mapfile.h"
 
 int
-emlio__map_file(const char *path, const uint8_t **base, size_t *size,
-                struct stat *st, char *errbuf)
+emlio__map_file(const emlio__root_t *root, const char *rel, const char *path,
+                const uint8_t **base, size_t *size, struct stat *st,
+                char *errbuf)
 {
     *base = NULL;
     *size = 0;
-    int fd;
-    do
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int rc = -errno;
-        return emlio__seterr(errbuf, rc, "cannot open '%s': %s", path,
-                             emlio_strerror(rc));
-    }
+    int fd = emlio__open_beneath(root, rel, 0, st);
+    if (fd < 0)
+        return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
+                             emlio__open_why(fd));
     int rc = 0;
-    if (fstat(fd, st) < 0) {
-        rc = -errno;
-        emlio__seterr(errbuf, rc, "cannot stat '%s': %s", path,
-                      emlio_strerror(rc));
-    } else if (S_ISDIR(st->st_mode)) {
-        rc = emlio__seterr(errbuf, -EISDIR, "cannot map '%s': %s", path,
-                           emlio_strerror(-EISDIR));
-    } else if (!S_ISREG(st->st_mode)) {
-        rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                           "cannot map '%s': not a regular file", path);
-    } else if ((uint64_t)st->st_size > SIZE_MAX) {
+    if ((uint64_t)st->st_size > SIZE_MAX) {
         rc = emlio__seterr(errbuf, -EFBIG, "cannot map '%s': %s", path,
                            emlio_strerror(-EFBIG));
     } else if (st->st_size > 0) {

@@ -9,13 +9,17 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-/* Opens path read-only and maps it whole (MAP_PRIVATE; *base NULL for an
- * empty file), fills *st from the open file, and closes the descriptor:
- * the mapping keeps the file alive, and one descriptor per shard would eat
- * the fd limit. Returns 0, or < 0 with errbuf (EMLIO_ERRMSG_LEN) saying
- * "cannot open/stat/map 'path': why" (a directory, a non-regular file and a
- * file larger than the address space are refused). */
-int emlio__map_file(const char *path, const uint8_t **base, size_t *size,
+#include "beneath.h"
+
+/* Opens rel beneath root (beneath.h; path names it in messages) and maps
+ * it whole (MAP_PRIVATE; *base NULL for an empty file), fills *st from the
+ * open file, and closes the descriptor: the mapping keeps the file alive,
+ * and one descriptor per shard would eat the fd limit. Returns 0, or < 0
+ * with errbuf (EMLIO_ERRMSG_LEN) saying "cannot open/map 'path': why" (a
+ * link out of the root, a directory, a FIFO or other non-regular file and
+ * a file larger than the address space are refused). */
+int emlio__map_file(const emlio__root_t *root, const char *rel,
+                    const char *path, const uint8_t **base, size_t *size,
                     struct stat *st, char *errbuf);
 
 /* Replaces the pages of a mapping made by emlio__map_file with zeros, in

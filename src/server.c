@@ -33,6 +33,8 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->readahead = true;
     cfg->max_batch = 4096;
     cfg->max_credit = 256;
+    cfg->max_copy_bytes = EMLIO_SERVER_MAX_COPY_BYTES;
+    cfg->max_copy_bytes_total = EMLIO_SERVER_MAX_COPY_BYTES_TOTAL;
     cfg->on_corrupt = EMLIO_ON_CORRUPT_FAIL;
     cfg->max_clients = 1024;
     cfg->idle_timeout_ms = 300000;
@@ -74,6 +76,8 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->own.format = s_dup_or(cfg->format, "auto");
     self->own.field = cfg->field ? emlio_strdup(cfg->field) : NULL;
     self->own.label_field = s_dup_or(cfg->label_field, "cls");
+    self->own.label_field_set = cfg->label_field != NULL;
+    self->own.label_key_set = cfg->label_key != NULL;
     self->own.fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     if (!self->own.data_dir || !self->own.bytes_key || !self->own.label_key ||
         !self->own.name || !self->own.format || !self->own.label_field ||
@@ -103,6 +107,10 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         self->cfg.max_batch = EMLIO_WIRE_MAX_SAMPLES;
     if (self->cfg.max_credit == 0)
         self->cfg.max_credit = 1;
+    if (self->cfg.max_copy_bytes == 0)
+        self->cfg.max_copy_bytes = EMLIO_SERVER_MAX_COPY_BYTES;
+    if (self->cfg.max_copy_bytes_total == 0)
+        self->cfg.max_copy_bytes_total = EMLIO_SERVER_MAX_COPY_BYTES_TOTAL;
     if (self->cfg.max_clients == 0)
         self->cfg.max_clients = 1;
     /* The key strings are borrowed by the config; keep our own copies. */
@@ -214,6 +222,8 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio__srv_core_unref(&self->core);
     emlio__zap_stop(&self->net.zap);
     emlio_buf_release(&self->net.welcome);
+    for (size_t i = 0; i < self->adm.n_peers; i++)
+        emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
     emlio_free(self->adm.peers);
     emlio_free(self->adm.conns);
     if (self->own.curve_secret) /* do not leave the secret in freed memory */
@@ -274,12 +284,18 @@ s_encode_welcome(emlio_server_t *self)
         inv[i].bytes = emlio__shard_size(&set->shards[i]);
     }
     /* One encoding per protocol version: v1 without fields, v2 with them,
-     * v3 with the transform capabilities; the class names in all. */
-    emlio_wire_xf_caps_t caps = { self->xf.threads,
-                                  self->cfg.core_mw ? self->cfg.core_mw
-                                                    : S_DEFAULT_CORE_MW,
-                                  self->own.classes, self->own.n_classes,
-                                  s_format_name(set) };
+     * v3 with the transform capabilities; the class names, the format and
+     * the copy budget (optional keys) in all. */
+    uint64_t copy =
+        EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
+    emlio_wire_xf_caps_t caps = {
+        self->xf.threads,
+        self->cfg.core_mw ? self->cfg.core_mw : S_DEFAULT_CORE_MW,
+        self->own.classes,
+        self->own.n_classes,
+        s_format_name(set),
+        copy
+    };
     emlio_buf_t *out[3] = { &self->net.welcome, &self->net.welcome2,
                             &self->net.welcome3 };
     int rc = 0;
@@ -369,6 +385,55 @@ s_check_fields(emlio_server_t *self)
     return 0;
 }
 
+void
+emlio_server_interrupt(emlio_server_t *self)
+{
+    assert(self);
+    atomic_store(&self->interrupted, true);
+}
+
+/* Label mistakes are found at start-up, not as every label -1: a
+ * --label-field no shard has, and a label member that is not an integer
+ * (checked on each shard's first sample: a wrong field, say "json", reads
+ * as a non-number everywhere; a later broken label fails or is skipped
+ * like a corrupt record). */
+static int
+s_check_labels(emlio_server_t *self)
+{
+    emlio_shardset_t *set = &self->core->set;
+    const char *want = self->own.label_field;
+    bool found = false, unknown = false;
+    for (size_t i = 0; i < set->n && self->own.label_field_set; i++) {
+        int has = set->shards[i].ops->has_field(&set->shards[i], want);
+        found |= has > 0;
+        unknown |= has < 0;
+    }
+    if (self->own.label_field_set && !found && !unknown)
+        return emlio__seterr(self->err, EMLIO_ENOTFOUND,
+                             "no shard under '%s' has label member '%s' "
+                             "(--label-field)",
+                             self->own.data_dir, want);
+    size_t per = self->own.n_fields ? self->own.n_fields : 1;
+    for (size_t i = 0; i < set->n; i++) {
+        emlio_shard_t *shard = &set->shards[i];
+        if (!emlio__shard_count(shard))
+            continue;
+        emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
+        memset(views, 0, per * sizeof(views[0]));
+        const char *missing = "";
+        int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
+        for (size_t f = 0; f < per; f++)
+            emlio__view_release(&views[f], shard);
+        if (rc == EMLIO__FORMAT_EBADLABEL)
+            return emlio__seterr(self->err, EMLIO_EFORMAT,
+                                 "label '%s' of the first sample of shard "
+                                 "'%s' is not an integer, or missing (check "
+                                 "--label-field or --label-key)",
+                                 missing, shard->name);
+    }
+    return 0;
+}
+
 int
 emlio_server_load(emlio_server_t *self)
 {
@@ -385,10 +450,16 @@ emlio_server_load(emlio_server_t *self)
         .verify_data = self->cfg.verify && !skip,
         .write_index = self->cfg.write_index,
         .lease = true,
+        .follow_symlinks = self->cfg.follow_symlinks,
+        .prune_field = self->own.field,
+        .cancel = &self->interrupted,
     };
     int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
+    /* One field per sample: samples without it are left out (logged)
+     * rather than served as something else or failing every epoch. */
+    opts.prune = self->own.n_fields == 0;
     self->rd = (emlio__read_opts_t){
         .field = self->own.field,
         .label_field = self->own.label_field,
@@ -399,6 +470,7 @@ emlio_server_load(emlio_server_t *self)
         .fields = self->own.fields,
         .n_fields = self->own.n_fields,
         .raw = self->cfg.raw,
+        .label_required = self->own.label_key_set,
         .verify = self->cfg.verify,
         .log = emlio__srv_shardset_log,
         .userdata = self,
@@ -408,6 +480,8 @@ emlio_server_load(emlio_server_t *self)
     if (rc < 0)
         return rc;
     rc = s_check_fields(self);
+    if (rc == 0)
+        rc = s_check_labels(self);
     if (rc >= 0)
         rc = emlio__classes_load(&self->core->set, self->own.data_dir,
                                  &self->own.classes, emlio__srv_shardset_log,

@@ -91,6 +91,8 @@ s_peer_addr(int fd, char *out, size_t len)
 static void
 s_peer_remove(emlio_server_t *self, size_t i)
 {
+    /* Jobs charged to it keep the account alive. */
+    emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
     emlio__peer_t gone = self->adm.peers[i];
     uint64_t session = gone.session;
     self->adm.peers[i] = self->adm.peers[--self->adm.n_peers];
@@ -382,6 +384,8 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     if (!streams)
         s_client_log(self, "client connected from %s%s", peer->addr,
                      session ? "" : " (no session: a protocol 1 client)");
+    peer->version = 0;
+    peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;
 }
 

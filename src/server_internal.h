@@ -67,6 +67,21 @@
 
 /* One GET on its way through the pipeline: frontend -> reader ->
  * (transform, see above) -> serializer -> frontend. */
+/* A byte account of copied replies (server_copy.c): a connection's, held
+ * by its peer and by every job charged to it (any thread may give a
+ * charge back). */
+typedef struct emlio__copy_acct {
+    atomic_uint_fast64_t bytes;
+    atomic_uint refs;
+} emlio__copy_acct_t;
+
+/* What one job (then its reply's release token) is charged. */
+typedef struct emlio__copy_charge {
+    emlio__copy_acct_t *conn;     /* a reference, or NULL */
+    atomic_uint_fast64_t *daemon; /* the core's account */
+    uint64_t bytes;
+} emlio__copy_charge_t;
+
 typedef struct emlio__job {
     zmq_msg_t identity;
     zmq_msg_t header; /* kept alive: msg borrows strings from it */
@@ -85,6 +100,12 @@ typedef struct emlio__job {
     emlio_xf_sample_t *xf_samples;
     emlio_wire_sample_t *xf_wire;
     size_t xf_kept;
+    /* The copy budget (server_copy.c): what the job may copy, what it is
+     * charged, and while it waits for room, the account it will be
+     * charged to (a reference). */
+    uint64_t copy_want;
+    emlio__copy_charge_t charge;
+    emlio__copy_acct_t *waits_on;
 } emlio__job_t;
 
 /* What zero-copy frames point into, and so what must outlive every frame
@@ -97,6 +118,8 @@ typedef struct emlio__srv_core {
     emlio_shardset_t set;
     /* Sent batches whose frames ZeroMQ still holds. */
     atomic_uint_fast64_t batches_in_flight;
+    /* Bytes of copied replies charged and not yet freed, daemon-wide. */
+    atomic_uint_fast64_t copied;
 } emlio__srv_core_t;
 
 /* One TCP (or IPC) connection of the ROUTER, known from the socket
@@ -121,6 +144,8 @@ typedef struct emlio__peer {
                           its other streams are gone) */
     uint64_t since_ns; /* when it (or its session) was admitted */
     char addr[64];     /* where it connects from, for the log */
+    emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
+    uint8_t version;          /* protocol version of its HELLO; 0: none yet */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -132,6 +157,8 @@ typedef struct emlio__srv_own {
     char *format; /* copies of cfg's strings (NULL = default) */
     char *field;
     char *label_field;    /* "cls" unless configured */
+    bool label_field_set; /* configured (a field no shard has is an error) */
+    bool label_key_set;   /* configured (records must have it) */
     char *fields_spec;    /* cfg.fields, copied */
     char **fields;        /* the names of --fields; NULL = one default */
     size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
@@ -194,6 +221,10 @@ typedef struct emlio__srv_admit {
     uint64_t client_log_ns; /* start of the client log's current window */
     uint64_t client_log_n;  /* client lines in it; beyond a few, counted */
     uint64_t client_log_quiet;
+    /* GETs waiting for room in the copy budget, in arrival order. */
+    struct emlio__job **pending;
+    size_t n_pending;
+    size_t cap_pending;
 } emlio__srv_admit_t;
 
 /* Counters, written by any thread, read by emlio_server_stats. */
@@ -206,6 +237,7 @@ typedef struct emlio__srv_counters {
     atomic_uint_fast64_t clients;
     atomic_uint_fast64_t active_clients;
     atomic_uint_fast64_t active_streams;
+    atomic_uint_fast64_t copy_waits; /* GETs that waited for the budget */
 } emlio__srv_counters_t;
 
 struct emlio_server {
@@ -219,7 +251,8 @@ struct emlio_server {
     emlio__srv_threads_t thr;
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
-    emlio_server_xf_t xf; /* transform specs and threads (server_tensor.c) */
+    emlio_server_xf_t xf;    /* transform specs and threads (server_tensor.c) */
+    atomic_bool interrupted; /* emlio_server_interrupt: stop loading */
     char err[EMLIO_ERRMSG_LEN];
 };
 
@@ -257,6 +290,21 @@ void *emlio__srv_serializer_main(void *arg);
 void emlio__srv_view_release(emlio_server_t *self, emlio__view_t *view);
 void emlio__srv_skip(emlio_server_t *self, const char *msg);
 int emlio__srv_header_msg(zmq_msg_t *msg, emlio_buf_t *header);
+
+/* ---- server_copy.c: the copy budget (frontend thread, but release) ---- */
+emlio__copy_acct_t *emlio__srv_copy_acct_new(void);
+void emlio__srv_copy_acct_unref(emlio__copy_acct_t **acct_p);
+/* Gives a charge back (any thread); leaves it empty. */
+void emlio__srv_copy_release(emlio__copy_charge_t *charge);
+/* Charges a GET that the peer may send (credit taken): 0 (charged, or
+ * nothing to copy: send it on), 1 (parked until it fits: the frontend
+ * owns it now), or EMLIO_ELIMIT / EMLIO_ENOMEM with text (refuse it). */
+int emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
+                          emlio__peer_t *peer, char *text, size_t len);
+/* Sends on the parked GETs that fit now. */
+void emlio__srv_copy_pending_run(emlio_server_t *self, void *work);
+/* Drops the parked GETs (the frontend stops). */
+void emlio__srv_copy_pending_drop(emlio_server_t *self);
 
 /* ---- server_tensor.c: the transform stage ---- */
 int emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text);

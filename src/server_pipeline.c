@@ -14,12 +14,23 @@
 
 /* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
  * must stay, and with drop_behind its pages are let go after the last. */
-typedef struct emlio__srv_release {
+typedef struct emlio__srv_release emlio__srv_release_t;
+
+/* The free callback's hint of a frame over a private copy: the copy, and
+ * the token that counts the frame. */
+typedef struct s_owned {
+    emlio__srv_release_t *rel;
+    uint8_t *buf;
+} s_owned_t;
+
+struct emlio__srv_release {
     emlio__srv_core_t *core;
     atomic_uint left;
+    emlio__copy_charge_t charge; /* given back with the last frame */
+    s_owned_t *owned;            /* n hints, after the items */
     size_t n;
     emlio__view_t items[]; /* only shard, record and held are used */
-} emlio__srv_release_t;
+};
 
 /* Drops one reference to a sent batch's release token; the last one (the
  * last frame ZeroMQ lets go of, or the sender) ends the batch's uses of
@@ -46,6 +57,8 @@ s_release_unref(emlio__srv_release_t *rel)
         advised = item;
         emlio__shard_release(shard);
     }
+    /* The copies are all freed: their bytes leave the budget. */
+    emlio__srv_copy_release(&rel->charge);
     emlio_free(rel);
     atomic_fetch_sub(&core->batches_in_flight, 1);
     emlio__srv_core_unref(&core);
@@ -58,12 +71,15 @@ s_frame_free(void *data, void *hint)
     s_release_unref(hint);
 }
 
-/* Frees the private copy behind a copying read's frame. */
+/* Frees the private copy behind a frame, then counts the frame off its
+ * batch's token. */
 static void
-s_free_hint(void *data, void *hint)
+s_owned_free(void *data, void *hint)
 {
     (void)data;
-    emlio_free(hint);
+    s_owned_t *owned = hint;
+    emlio_free(owned->buf);
+    s_release_unref(owned->rel);
 }
 
 /* Ends what a view holds: its use of the mapping or its private copy. */
@@ -182,11 +198,23 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
         emlio__srv_skip(self, msg);
         return 1;
     }
-    if (skip && rc == EMLIO__FORMAT_EMISSING) {
+    if (skip &&
+        (rc == EMLIO__FORMAT_EMISSING || rc == EMLIO__FORMAT_EBADLABEL)) {
         snprintf(msg, sizeof(msg),
                  "skipping sample %" PRIu64 " of '%s' at offset %" PRIu64
-                 ": no field '%s'",
-                 record, shard->name, offset, missing);
+                 ": %s '%s'%s",
+                 record, shard->name, offset,
+                 rc == EMLIO__FORMAT_EMISSING ? "no field" : "label", missing,
+                 rc == EMLIO__FORMAT_EMISSING ? ""
+                                              : " is not an integer, or "
+                                                "missing");
+        emlio__srv_skip(self, msg);
+        return 1;
+    }
+    if (skip && rc < 0 && rc > -1000) {
+        /* -errno: a file deleted or made unreadable while served. */
+        snprintf(msg, sizeof(msg), "skipping unreadable %s: %s", where,
+                 emlio_strerror(rc));
         emlio__srv_skip(self, msg);
         return 1;
     }
@@ -198,7 +226,9 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
         emlio__srv_skip(self, msg);
         return 1;
     }
-    job->code = rc == EMLIO__FORMAT_EMISSING ? EMLIO_EFORMAT : rc;
+    job->code = rc == EMLIO__FORMAT_EMISSING || rc == EMLIO__FORMAT_EBADLABEL
+                    ? EMLIO_EFORMAT
+                    : rc;
     if (rc == EMLIO_ENOTFOUND)
         snprintf(job->text, sizeof(job->text),
                  "no record %" PRIu64 " in shard '%s' (%zu records)", record,
@@ -208,6 +238,14 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
                  "sample %" PRIu64 " of shard '%s' at offset %" PRIu64
                  " has no field '%s'",
                  record, shard->name, offset, missing);
+    else if (rc == EMLIO__FORMAT_EBADLABEL)
+        snprintf(job->text, sizeof(job->text),
+                 "label '%s' of sample %" PRIu64 " of shard '%s' at offset "
+                 "%" PRIu64 " is not an integer, or missing",
+                 missing, record, shard->name, offset);
+    else if (rc < 0 && rc > -1000)
+        snprintf(job->text, sizeof(job->text), "unreadable %s: %s", where,
+                 emlio_strerror(rc));
     else
         snprintf(job->text, sizeof(job->text), "%s %s",
                  rc == EMLIO_ECORRUPT                           ? "corrupt"
@@ -292,7 +330,8 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     if (job->code == 0) {
         samples = emlio_calloc(n ? n : 1, sizeof(*samples));
         frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
-        rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]));
+        rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]) +
+                           nf * sizeof(s_owned_t));
         if (!samples || !frames || !rel) {
             job->code = EMLIO_ENOMEM;
             snprintf(job->text, sizeof(job->text), "out of memory");
@@ -315,14 +354,15 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
         }
     }
     if (job->code == 0) {
-        /* One reference per mapped frame plus the sender's own; a frame of
-         * a copy frees its copy itself. */
-        unsigned mapped = 0;
-        for (size_t i = 0; i < nf; i++)
-            mapped += job->views[i].held;
+        /* One reference per frame plus the sender's own: a mapped frame
+         * ends its use of the shard, a frame of a copy frees its copy, and
+         * the last one gives the job's copy charge back. */
         rel->core = self->core;
         rel->n = nf;
-        atomic_init(&rel->left, mapped + 1);
+        rel->owned = (s_owned_t *)(void *)(rel->items + nf);
+        rel->charge = job->charge;
+        job->charge = (emlio__copy_charge_t){ 0 };
+        atomic_init(&rel->left, (unsigned)nf + 1);
         atomic_fetch_add(&self->core->refs, 1);
         atomic_fetch_add(&self->core->batches_in_flight, 1);
         for (size_t i = 0; i < nf; i++) {
@@ -332,9 +372,10 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
             /* Zero-copy: the frame points into the mapping or the copy.
              * zmq_msg_init_data cannot fail for a non-NULL free function. */
             assert(v->owned || v->held);
+            rel->owned[i] = (s_owned_t){ rel, v->owned };
             if (v->owned)
                 (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
-                                        s_free_hint, v->owned);
+                                        s_owned_free, &rel->owned[i]);
             else
                 (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
                                         s_frame_free, rel);
@@ -372,6 +413,10 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
     for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
         emlio__srv_view_release(self, &job->views[i]);
     emlio_free(job->views);
+    /* A job that ends without a batch (an error, a tensor, a drop) gives
+     * its copy charge back here; a batch's token took it over. */
+    emlio__srv_copy_release(&job->charge);
+    emlio__srv_copy_acct_unref(&job->waits_on);
     emlio__srv_xf_job_free(job);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);

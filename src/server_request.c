@@ -103,6 +103,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
             self->adm.n_clients--;
         peer->session = hello->session;
     }
+    peer->version = (uint8_t)hello->version; /* checked: 1..VERSION */
     /* Copies: a zero-copy WELCOME could outlive the server in a ZeroMQ
      * queue. It is sent once per connection. */
     zmq_msg_t welcome;
@@ -265,9 +266,28 @@ s_frontend_request(emlio_server_t *self, void *work)
                                text);
         goto drop_header;
     }
+    if (self->own.n_fields && peer->version < 2) {
+        /* A GET before any HELLO is a v1 client's (it never said its
+         * version): answering it in the v2 layout, several frames per
+         * sample, would be misread as several samples. */
+        s_frontend_reply_error(
+            self, &job->identity, job->msg.id, EMLIO_EVERSION,
+            "this daemon serves multi-field samples (--fields), which need "
+            "protocol version 2: say HELLO with v 2 before GET");
+        goto drop_header;
+    }
     peer->outstanding++;
+    char text[EMLIO_ERRMSG_LEN];
+    rc = emlio__srv_copy_admit(self, job, peer, text, sizeof(text));
+    if (rc < 0) {
+        peer->outstanding--;
+        s_frontend_reply_error(self, &job->identity, job->msg.id, rc, text);
+        goto drop_header;
+    }
     if (self->cfg.readahead)
         s_readahead(self, &job->msg);
+    if (rc == 1)
+        return; /* parked until the copy budget has room */
     if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
         peer->outstanding--;
         goto drop;
@@ -381,6 +401,9 @@ emlio__srv_frontend_main(void *arg)
                 events = 0;
             items[1].revents = (short)(events & ZMQ_POLLIN);
         }
+        /* Replies freed budget: parked GETs go first, in order. */
+        if (self->adm.n_pending)
+            emlio__srv_copy_pending_run(self, work);
         for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); i++) {
             s_frontend_request(self, work);
             int events = 0;
@@ -391,5 +414,6 @@ emlio__srv_frontend_main(void *arg)
             items[0].revents = (short)(events & ZMQ_POLLIN);
         }
     }
+    emlio__srv_copy_pending_drop(self);
     return NULL;
 }

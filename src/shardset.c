@@ -34,50 +34,96 @@ s_file_format(const char *name)
     return -1;
 }
 
-/* Collects shard paths relative to root, one list per file format
- * (found[k] for emlio__formats[k]); rel is "" or "sub/dir/". Depth is
- * bounded so a pathological tree cannot exhaust the stack. */
+/* What a walk left out, for one log line. */
+typedef struct {
+    size_t links;
+    char link[PATH_MAX];
+    size_t unreadable;
+    char dir[PATH_MAX];
+} s_skipped_t;
+
+/* Collects shard paths relative to the root, one list per file format
+ * (found[k] for emlio__formats[k]); rel is "" or "sub/dir/". Every
+ * directory is opened beneath the root (beneath.h); symlinks are listed
+ * only when the root follows them and they lead to a regular file inside
+ * it, never to directories. Depth is bounded so a pathological tree cannot
+ * exhaust the stack. */
 static int
-s_walk(const char *root, const char *rel, int depth, emlio__names_t *found,
-       char *errbuf)
+s_walk(const emlio__root_t *root, const char *dir, const char *rel, int depth,
+       emlio__names_t *found, s_skipped_t *skipped, char *errbuf)
 {
-    char path[PATH_MAX];
     if (depth > 32)
         return 0;
-    if (snprintf(path, sizeof(path), "%s/%s", root, rel) >= (int)sizeof(path))
-        return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long under '%s'",
-                             root);
-    DIR *dir = opendir(path);
-    if (!dir)
-        return emlio__seterr(errbuf, -errno, "cannot open directory '%s': %s",
-                             path, strerror(errno));
+    struct stat st;
+    int fd =
+        emlio__open_beneath(root, rel[0] ? rel : ".", EMLIO__OPEN_DIR, &st);
+    if (fd < 0 && depth > 0 && (fd == -EACCES || fd == -EPERM)) {
+        /* lost+found under a non-root daemon: left out, with a warning. */
+        if (skipped->unreadable++ == 0)
+            snprintf(skipped->dir, sizeof(skipped->dir), "%s", rel);
+        return 0;
+    }
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int rc = fd >= 0 ? -errno : fd;
+        if (fd >= 0)
+            close(fd);
+        return emlio__seterr(errbuf, rc, "cannot open directory '%s/%s': %s",
+                             dir, rel, emlio__open_why(rc));
+    }
     int rc = 0;
     struct dirent *e;
-    while (rc == 0 && (e = readdir(dir)) != NULL) {
+    while (rc == 0 && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
         char child[PATH_MAX];
         if (snprintf(child, sizeof(child), "%s%s", rel, e->d_name) >=
-            (int)sizeof(child))
-            continue;
-        char full[PATH_MAX];
-        if (snprintf(full, sizeof(full), "%s/%s", root, child) >=
-            (int)sizeof(full))
-            continue;
-        struct stat st;
-        if (lstat(full, &st) != 0)
+                (int)sizeof(child) ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         int k = s_file_format(e->d_name);
         if (S_ISDIR(st.st_mode)) {
             char sub[PATH_MAX];
             if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
-                rc = s_walk(root, sub, depth + 1, found, errbuf);
-        } else if ((S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) && k >= 0) {
+                rc = s_walk(root, dir, sub, depth + 1, found, skipped, errbuf);
+        } else if (S_ISLNK(st.st_mode) && k >= 0) {
+            int lfd = root->follow ? emlio__open_beneath(root, child, 0, &st)
+                                   : -ELOOP;
+            if (lfd >= 0) {
+                close(lfd);
+                rc = emlio__names_push(&found[k], child);
+            } else if (skipped->links++ == 0) {
+                snprintf(skipped->link, sizeof(skipped->link), "%s", child);
+            }
+        } else if (S_ISREG(st.st_mode) && k >= 0) {
             rc = emlio__names_push(&found[k], child);
         }
     }
-    closedir(dir);
+    closedir(d);
     return rc;
+}
+
+static void
+s_log_skipped(const s_skipped_t *skipped, const char *dir,
+              emlio_shardset_log_fn *log, void *userdata)
+{
+    char msg[3 * PATH_MAX];
+    if (skipped->links && log) {
+        snprintf(msg, sizeof(msg),
+                 "left out %zu symbolic link%s under '%s' (e.g. '%s'): links "
+                 "are followed only with --follow-symlinks, and only to "
+                 "regular files inside the data root",
+                 skipped->links, skipped->links == 1 ? "" : "s", dir,
+                 skipped->link);
+        log(userdata, msg);
+    }
+    if (skipped->unreadable && log) {
+        snprintf(msg, sizeof(msg),
+                 "left out %zu unreadable director%s under '%s' (e.g. '%s')",
+                 skipped->unreadable, skipped->unreadable == 1 ? "y" : "ies",
+                 dir, skipped->dir);
+        log(userdata, msg);
+    }
 }
 
 /* FNV-1a over the inventory; not cryptographic, only a change detector. */
@@ -99,22 +145,14 @@ s_fnv(uint64_t h, const void *data, size_t len)
  * instead of handling signals). Without a lease, the shard is read by
  * copying (see emlio__shard_read_copy). */
 static int
-s_lease_shard(emlio_shard_t *shard, const char *path, char *errbuf)
+s_lease_shard(emlio_shard_t *shard, const emlio__root_t *root, const char *path,
+              char *errbuf)
 {
-    int fd;
-    do
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0)
-        return emlio__seterr(errbuf, -errno, "cannot open '%s': %s", path,
-                             strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int rc = -errno;
-        close(fd);
-        return emlio__seterr(errbuf, rc, "cannot stat '%s': %s", path,
-                             strerror(-rc));
-    }
+    int fd = emlio__open_beneath(root, shard->name, 0, &st);
+    if (fd < 0)
+        return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
+                             emlio__open_why(fd));
     shard->fd = fd;
     shard->dev = st.st_dev;
     shard->ino = st.st_ino;
@@ -363,7 +401,8 @@ s_load_mapped(emlio_shardset_t *self, const char *dir, char **name,
     shard->impl = ops->create(path);
     if (!shard->impl)
         return EMLIO_ENOMEM;
-    int rc = opts->lease ? s_lease_shard(shard, path, errbuf) : 0;
+    ops->confine(shard->impl, &self->root, shard->name);
+    int rc = opts->lease ? s_lease_shard(shard, &self->root, path, errbuf) : 0;
     if (rc < 0)
         return rc;
     self->mapped++;
@@ -448,6 +487,47 @@ s_check_found(const char *dir, const emlio__names_t *found, size_t tree,
                          dir);
 }
 
+/* Leaves out the samples a single-field daemon cannot serve (a tar
+ * sample with no image member: a stray README.txt, a sample of only
+ * .cls), with one log line; none left at all is an error naming the
+ * field. */
+static int
+s_prune(emlio_shardset_t *self, const char *dir,
+        const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+        void *userdata, char *errbuf)
+{
+    size_t dropped = 0, before = 0, after = 0;
+    char example[PATH_MAX + 64] = "";
+    for (size_t i = 0; i < self->n; i++) {
+        emlio_shard_t *shard = &self->shards[i];
+        before += emlio__shard_count(shard);
+        if (shard->ops->prune)
+            dropped +=
+                shard->ops->prune(shard, opts->prune_field,
+                                  dropped ? NULL : example, sizeof(example));
+        after += emlio__shard_count(shard);
+    }
+    if (!dropped)
+        return 0;
+    char what[128];
+    if (opts->prune_field)
+        snprintf(what, sizeof(what), "a '%s' member", opts->prune_field);
+    else
+        snprintf(what, sizeof(what), "an image member");
+    if (after == 0)
+        return emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                             "no sample under '%s' has %s (e.g. %s)", dir, what,
+                             example);
+    if (log) {
+        char msg[PATH_MAX + 512];
+        snprintf(msg, sizeof(msg),
+                 "left out %zu of %zu samples without %s (e.g. %s)", dropped,
+                 before, what, example);
+        log(userdata, msg);
+    }
+    return 0;
+}
+
 /* Totals and the fingerprint, over shards in their final order. */
 static int
 s_inventory(emlio_shardset_t *self, const char *dir, char *errbuf)
@@ -492,8 +572,12 @@ s_load_all(emlio_shardset_t *self, const char *dir, const struct stat *root,
     int rc = files ? emlio__shardset_grow(self, files) : 0;
     for (size_t k = 0; emlio__formats[k] && rc >= 0; k++)
         for (size_t i = 0; i < found[k].n && rc >= 0; i++)
-            rc = s_load_mapped(self, dir, &found[k].v[i], emlio__formats[k],
-                               opts, log, userdata, errbuf);
+            rc = emlio__shardset_cancelled(opts)
+                     ? emlio__seterr(errbuf, -ECANCELED,
+                                     "loading '%s' was interrupted", dir)
+                     : s_load_mapped(self, dir, &found[k].v[i],
+                                     emlio__formats[k], opts, log, userdata,
+                                     errbuf);
     /* A tree is what is left when no shard files are found (or what was
      * asked for); files of other formats inside it are ignored then. */
     for (size_t k = 0; emlio__formats[k] && rc >= 0 && !files; k++)
@@ -538,6 +622,7 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
 {
     struct stat st;
     memset(self, 0, sizeof(*self));
+    self->root = EMLIO__ROOT_NONE;
     bool want[S_MAX_FORMATS];
     int rc = s_wanted(opts->format ? opts->format : "auto", want, errbuf);
     if (rc < 0)
@@ -549,9 +634,17 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
     if (!S_ISDIR(st.st_mode))
         return emlio__seterr(errbuf, -ENOTDIR,
                              "data directory '%s' is not a directory", dir);
+    /* Everything below is opened beneath this descriptor (beneath.h). */
+    rc = emlio__root_open(&self->root, dir, opts->follow_symlinks);
+    if (rc < 0)
+        return emlio__seterr(errbuf, rc, "cannot open data directory '%s': %s",
+                             dir, emlio_strerror(rc));
     emlio__names_t found[S_MAX_FORMATS];
     memset(found, 0, sizeof(found));
-    rc = s_walk(dir, "", 0, found, errbuf);
+    s_skipped_t skipped = { 0 };
+    rc = s_walk(&self->root, dir, "", 0, found, &skipped, errbuf);
+    if (rc >= 0)
+        s_log_skipped(&skipped, dir, log, userdata);
     char there[256] = ""; /* what --format left out, for the error */
     s_left_out(dir, found, want, there, sizeof(there));
     for (size_t k = 0; emlio__formats[k]; k++)
@@ -574,7 +667,10 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
     if (rc >= 0) {
         /* One order whatever the formats: by name, as the planner expects. */
         qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
-        rc = s_inventory(self, dir, errbuf);
+        if (opts->prune)
+            rc = s_prune(self, dir, opts, log, userdata, errbuf);
+        if (rc >= 0)
+            rc = s_inventory(self, dir, errbuf);
     }
     for (size_t k = 0; emlio__formats[k]; k++)
         emlio__names_release(&found[k]);
@@ -597,7 +693,10 @@ emlio__shardset_release(emlio_shardset_t *self)
             close(shard->fd);
     }
     emlio_free(self->shards);
+    /* After the shards: ImageFolder classes borrow the descriptor. */
+    emlio__root_close(&self->root);
     memset(self, 0, sizeof(*self));
+    self->root = EMLIO__ROOT_NONE;
 }
 
 size_t

@@ -70,6 +70,17 @@ struct emlio_shardset_opts {
     bool verify_data;
     bool write_index;
     bool rescan; /* ignore existing index files */
+    /* Follow symlinks inside the data directory (never out of it: see
+     * beneath.h); without it symlinks are left out, with a log line. */
+    bool follow_symlinks;
+    /* Leave out samples that cannot be served as one field (the daemon
+     * without --fields): prune_field, or NULL for an image. Logged once
+     * with a count and an example; none left is an error. */
+    bool prune;
+    const char *prune_field;
+    /* Set from another thread (a signal): the load stops between shards
+     * (or ImageFolder classes) with -ECANCELED. NULL: never. */
+    const atomic_bool *cancel;
     /* Open and lease every mapped shard (fd, leased; copying reads when no
      * lease can be had): the daemon. Without it shards are only mapped
      * (fd -1), as the short-lived tools want them. */
@@ -77,6 +88,7 @@ struct emlio_shardset_opts {
 };
 
 struct emlio_shardset {
+    emlio__root_t root; /* the data directory: every open is beneath it */
     emlio_shard_t *shards;
     size_t n;
     uint64_t records;
@@ -115,6 +127,13 @@ void emlio__shard_release(emlio_shard_t *shard);
  * starts on it. Safe from any thread. */
 void emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
                                emlio_shardset_log_fn *log, void *userdata);
+
+/* Whether opts asks the load to stop (see emlio_shardset_opts.cancel). */
+static inline bool
+emlio__shardset_cancelled(const emlio_shardset_opts_t *opts)
+{
+    return opts->cancel && atomic_load(opts->cancel);
+}
 
 /* Makes room for more shards at self->shards[self->n]; zeroed. For a tree
  * format's load_tree. Returns 0 or EMLIO_ENOMEM. */

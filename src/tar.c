@@ -10,6 +10,7 @@
 
 #include "mapfile.h"
 #include "tar.h"
+#include "tar_header.h"
 
 #define BLOCK             512
 #define INDEX_MAX_BYTES   ((size_t)1 << 30)
@@ -18,6 +19,8 @@
 
 struct emlio__tar {
     char *path;
+    emlio__root_t root; /* where path is opened (beneath.h) */
+    size_t skip;        /* path + skip is path relative to root */
     const uint8_t *base;
     size_t size;
     struct timespec mtime;
@@ -209,130 +212,6 @@ s_builder_finish(s_builder_t *b, int rc)
     return (int)b->idx->n_samples;
 }
 
-/* ---- headers ------------------------------------------------------------ */
-
-/* Octal (NUL/space padded) or GNU base-256 number field. */
-static bool
-s_number(const uint8_t *p, size_t n, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (p[0] & 0x80) { /* base-256, big endian, positive only */
-        if (p[0] & 0x40)
-            return false;
-        v = p[0] & 0x3f;
-        for (size_t i = 1; i < n; i++) {
-            if (v >> 55)
-                return false;
-            v = v << 8 | p[i];
-        }
-        *out = v;
-        return true;
-    }
-    size_t i = 0;
-    while (i < n && (p[i] == ' ' || p[i] == '\0'))
-        i++;
-    bool digits = false;
-    for (; i < n && p[i] >= '0' && p[i] <= '7'; i++) {
-        if (v >> 60)
-            return false;
-        v = v << 3 | (uint64_t)(p[i] - '0');
-        digits = true;
-    }
-    for (; i < n; i++)
-        if (p[i] != ' ' && p[i] != '\0')
-            return false;
-    if (!digits)
-        v = 0;
-    *out = v;
-    return true;
-}
-
-static bool
-s_checksum_ok(const uint8_t *h)
-{
-    uint64_t stored;
-    if (!s_number(h + 148, 8, &stored))
-        return false;
-    uint64_t sum = 0;
-    int64_t ssum = 0;
-    for (size_t i = 0; i < BLOCK; i++) {
-        uint8_t c = (i >= 148 && i < 156) ? ' ' : h[i];
-        sum += c;
-        ssum += (int8_t)c;
-    }
-    return stored == sum || (int64_t)stored == ssum;
-}
-
-static bool
-s_zero_block(const uint8_t *h)
-{
-    for (size_t i = 0; i < BLOCK; i++)
-        if (h[i])
-            return false;
-    return true;
-}
-
-static size_t
-s_strnlen(const uint8_t *p, size_t n)
-{
-    const uint8_t *z = memchr(p, 0, n);
-    return z ? (size_t)(z - p) : n;
-}
-
-static bool
-s_regular(uint8_t type)
-{
-    return type == '0' || type == '\0' || type == '7';
-}
-
-/* Reads the "path" and "size" records of a pax extended header
- * data[0, len): "<len> <key>=<value>\n" each. */
-static int
-s_pax(const uint8_t *data, size_t len, char *path, size_t *path_len,
-      bool *have_path, uint64_t *size, bool *have_size)
-{
-    size_t off = 0;
-    while (off < len) {
-        uint64_t rec = 0;
-        size_t i = off;
-        while (i < len && data[i] >= '0' && data[i] <= '9' && rec < len) {
-            rec = rec * 10 + (uint64_t)(data[i] - '0');
-            i++;
-        }
-        if (i == off || i >= len || data[i] != ' ' || rec > len - off ||
-            rec < (uint64_t)(i - off) + 3 || data[off + rec - 1] != '\n')
-            return EMLIO_EFORMAT;
-        const uint8_t *kv = data + i + 1;
-        size_t kv_len = (size_t)(off + rec - 1 - (i + 1));
-        const uint8_t *eq = memchr(kv, '=', kv_len);
-        if (!eq)
-            return EMLIO_EFORMAT;
-        size_t klen = (size_t)(eq - kv);
-        const uint8_t *val = eq + 1;
-        size_t vlen = kv_len - klen - 1;
-        if (klen == 4 && memcmp(kv, "path", 4) == 0) {
-            if (vlen == 0 || vlen >= EMLIO_TAR_MAX_NAME)
-                return EMLIO_EFORMAT;
-            memcpy(path, val, vlen);
-            *path_len = vlen;
-            *have_path = true;
-        } else if (klen == 4 && memcmp(kv, "size", 4) == 0) {
-            uint64_t v = 0;
-            if (vlen == 0 || vlen > 19)
-                return EMLIO_EFORMAT;
-            for (size_t k = 0; k < vlen; k++) {
-                if (val[k] < '0' || val[k] > '9')
-                    return EMLIO_EFORMAT;
-                v = v * 10 + (uint64_t)(val[k] - '0');
-            }
-            *size = v;
-            *have_size = true;
-        }
-        off += (size_t)rec;
-    }
-    return 0;
-}
-
 static int
 s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
        emlio__tar_index_t *out, char *errbuf)
@@ -363,9 +242,9 @@ s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
             break;
         }
         const uint8_t *h = base + off;
-        if (s_zero_block(h))
+        if (emlio__tarh_zero_block(h))
             break; /* end of archive; the rest is padding */
-        if (!s_checksum_ok(h)) {
+        if (!emlio__tarh_checksum_ok(h)) {
             rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
                                "bad tar header checksum in '%s' at offset "
                                "%" PRIu64 "%s",
@@ -373,14 +252,14 @@ s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
             break;
         }
         uint64_t len;
-        if (!s_number(h + 124, 12, &len)) {
+        if (!emlio__tarh_number(h + 124, 12, &len)) {
             rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
                                "bad member size in '%s' at offset %" PRIu64,
                                name, off);
             break;
         }
         uint8_t type = h[156];
-        if (have_pax_size && s_regular(type))
+        if (have_pax_size && emlio__tarh_regular(type))
             len = pax_size;
         uint64_t data = off + BLOCK;
         if (len > size - data) {
@@ -394,7 +273,7 @@ s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
         uint64_t padded = (len + BLOCK - 1) / BLOCK * BLOCK;
         uint64_t next = padded > size - data ? size : data + padded;
         if (type == 'L') { /* GNU long name of the next member */
-            size_t n = s_strnlen(base + data, (size_t)len);
+            size_t n = emlio__tarh_strnlen(base + data, (size_t)len);
             if (n == 0 || n >= EMLIO_TAR_MAX_NAME) {
                 rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
                                    "bad long name in '%s' at offset %" PRIu64,
@@ -406,24 +285,24 @@ s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
             have_long = true;
         } else if (type == 'x') { /* pax header of the next member */
             if (len > PAX_MAX_BYTES ||
-                s_pax(base + data, (size_t)len, long_name, &long_len,
-                      &have_long, &pax_size, &have_pax_size) < 0) {
+                emlio__tarh_pax(base + data, (size_t)len, long_name, &long_len,
+                                &have_long, &pax_size, &have_pax_size) < 0) {
                 rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
                                    "bad pax header in '%s' at offset %" PRIu64,
                                    name, off);
                 break;
             }
         } else {
-            if (s_regular(type)) {
+            if (emlio__tarh_regular(type)) {
                 size_t n;
                 if (have_long) {
                     memcpy(path, long_name, long_len);
                     n = long_len;
                 } else {
-                    size_t nl = s_strnlen(h, 100);
+                    size_t nl = emlio__tarh_strnlen(h, 100);
                     size_t pl = 0;
                     if (memcmp(h + 257, "ustar", 5) == 0)
-                        pl = s_strnlen(h + 345, 155);
+                        pl = emlio__tarh_strnlen(h + 345, 155);
                     n = 0;
                     if (pl) {
                         memcpy(path, h + 345, pl);
@@ -554,13 +433,14 @@ emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
             }
             /* The member's own header sits just before its data. */
             if (off % BLOCK || off < last_end + BLOCK || off > size ||
-                msize > size - off || !s_checksum_ok(base + off - BLOCK) ||
-                !s_regular(base[off - BLOCK + 156])) {
+                msize > size - off ||
+                !emlio__tarh_checksum_ok(base + off - BLOCK) ||
+                !emlio__tarh_regular(base[off - BLOCK + 156])) {
                 rc = EMLIO_EFORMAT;
                 break;
             }
             uint64_t hsize;
-            if (!s_number(base + off - BLOCK + 124, 12, &hsize) ||
+            if (!emlio__tarh_number(base + off - BLOCK + 124, 12, &hsize) ||
                 hsize != msize) {
                 rc = EMLIO_EFORMAT;
                 break;
@@ -619,7 +499,18 @@ emlio__tar_new(const char *path)
         emlio_free(self);
         return NULL;
     }
+    self->root = EMLIO__ROOT_NONE;
     return self;
+}
+
+void
+emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
+                   const char *rel)
+{
+    size_t n = strlen(self->path), m = strlen(rel);
+    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
+    self->root = *root;
+    self->skip = n - m;
 }
 
 void
@@ -641,8 +532,8 @@ emlio__tar_open(emlio__tar_t *self)
 {
     assert(self && !self->open);
     struct stat st;
-    int rc =
-        emlio__map_file(self->path, &self->base, &self->size, &st, self->err);
+    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
+                             &self->base, &self->size, &st, self->err);
     if (rc < 0)
         return rc;
     self->mtime = st.st_mtim;
@@ -659,21 +550,71 @@ emlio__tar_scan(emlio__tar_t *self)
                                self->err);
 }
 
+/* Where two indexes of one shard differ, as a sample number; -1 when
+ * they are the same (members, offsets, sizes, fields and samples). */
+static ssize_t
+s_index_diff(const emlio__tar_index_t *a, const emlio__tar_index_t *b)
+{
+    size_t n = a->n_samples < b->n_samples ? a->n_samples : b->n_samples;
+    for (size_t i = 0; i < n; i++) {
+        if (a->first[i + 1] - a->first[i] != b->first[i + 1] - b->first[i])
+            return (ssize_t)i;
+        for (uint32_t k = 0; k < a->first[i + 1] - a->first[i]; k++) {
+            const emlio__tar_member_t *ma = &a->members[a->first[i] + k];
+            const emlio__tar_member_t *mb = &b->members[b->first[i] + k];
+            if (ma->offset != mb->offset || ma->len != mb->len ||
+                strcmp(a->fields[ma->field], b->fields[mb->field]) != 0)
+                return (ssize_t)i;
+        }
+    }
+    return a->n_samples == b->n_samples ? -1 : (ssize_t)n;
+}
+
+/* An index is a hint: it is kept only when it says what a header walk of
+ * the shard finds. Checking each listed member's header already touched
+ * every header page, so the walk costs about what the check did; what it
+ * adds is the members the index left out (samples silently dropped) and
+ * the names in the headers themselves (a label member listed as the
+ * image, a member moved to another sample). */
+static int
+s_check_index(emlio__tar_t *self, const char *idx_path)
+{
+    emlio__tar_index_t walked;
+    char err[EMLIO_ERRMSG_LEN];
+    int rc = s_scan(self->base, self->size, self->path, false, &walked, err);
+    if (rc < 0) {
+        emlio__tar_index_release(&self->idx);
+        return emlio__seterr(self->err, rc, "%s", err);
+    }
+    ssize_t at = s_index_diff(&self->idx, &walked);
+    size_t listed = self->idx.n_samples, found = walked.n_samples;
+    emlio__tar_index_release(&walked);
+    if (at < 0)
+        return (int)listed;
+    emlio__tar_index_release(&self->idx);
+    return emlio__seterr(self->err, EMLIO_EFORMAT,
+                         "index '%s' does not describe '%s' (%zu samples "
+                         "listed, %zu found; first difference at sample %zd)",
+                         idx_path, self->path, listed, found, at);
+}
+
 int
 emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
 {
     assert(self && self->open);
-    int fd;
-    do
-        fd = open(idx_path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int rc = -errno;
-        return emlio__seterr(self->err, rc, "cannot open '%s': %s", idx_path,
-                             emlio_strerror(rc));
-    }
+    /* The index beside the shard is opened beneath the shard's root; any
+     * other path as the caller named it. Never a FIFO (beneath.h). */
+    bool beside =
+        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
+    emlio__root_t none = EMLIO__ROOT_NONE;
     struct stat st;
-    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > INDEX_MAX_BYTES) {
+    int fd =
+        emlio__open_beneath(beside ? &self->root : &none,
+                            beside ? idx_path + self->skip : idx_path, 0, &st);
+    if (fd < 0)
+        return emlio__seterr(self->err, fd, "cannot open '%s': %s", idx_path,
+                             emlio__open_why(fd));
+    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
         close(fd);
         return emlio__seterr(self->err, EMLIO_EFORMAT, "cannot use index '%s'",
                              idx_path);
@@ -706,6 +647,8 @@ emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
     int rc = emlio__tar_parse_index(text, got, idx_path, self->base, self->size,
                                     self->path, &self->idx, self->err);
     emlio_free(text);
+    if (rc >= 0)
+        rc = s_check_index(self, idx_path);
     return rc;
 }
 
@@ -823,6 +766,46 @@ emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
     return found ? 0 : -ENOENT;
 }
 
+size_t
+emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
+                 size_t len)
+{
+    emlio__tar_index_t *idx = &self->idx;
+    size_t kept = 0, dropped = 0;
+    uint32_t out = 0;
+    for (size_t i = 0; i < idx->n_samples; i++) {
+        uint32_t a = idx->first[i], z = idx->first[i + 1];
+        size_t m;
+        bool keep =
+            emlio__tar_find(self, i, field, &m) == 0 &&
+            (field || s_image_field(idx->fields[idx->members[m].field]));
+        if (!keep) {
+            if (dropped++ == 0 && example) {
+                /* The member's own name, from its ustar header. */
+                const uint8_t *h = self->base + idx->members[a].offset - BLOCK;
+                snprintf(example, len, "'%.*s' in '%s' at offset %" PRIu64,
+                         (int)emlio__tarh_strnlen(h, 100), (const char *)h,
+                         self->path, idx->members[a].offset - BLOCK);
+            }
+            for (uint32_t k = a; idx->names && k < z; k++)
+                emlio_free(idx->names[k]);
+            continue;
+        }
+        idx->first[kept++] = out;
+        for (uint32_t k = a; k < z; k++, out++) {
+            idx->members[out] = idx->members[k];
+            if (idx->names)
+                idx->names[out] = idx->names[k];
+        }
+    }
+    if (dropped) {
+        idx->n_samples = kept;
+        idx->n_members = out;
+        idx->first[kept] = out;
+    }
+    return dropped;
+}
+
 const uint8_t *
 emlio__tar_data(const emlio__tar_t *self, size_t member)
 {
@@ -887,8 +870,9 @@ bool
 emlio__tar_header_ok(const uint8_t *h, uint64_t len)
 {
     uint64_t hsize;
-    return s_checksum_ok(h) && s_regular(h[156]) &&
-           s_number(h + 124, 12, &hsize) && (hsize == len || hsize == 0);
+    return emlio__tarh_checksum_ok(h) && emlio__tarh_regular(h[156]) &&
+           emlio__tarh_number(h + 124, 12, &hsize) &&
+           (hsize == len || hsize == 0);
 }
 
 int

@@ -20,6 +20,7 @@
 #ifndef EMLIO_TAR_H
 #define EMLIO_TAR_H
 
+#include "beneath.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +73,11 @@ emlio__tar_t *emlio__tar_new(const char *path);
 void emlio__tar_destroy(emlio__tar_t **self_p);
 /* Maps the file read-only. Returns 0 or -errno (message in errmsg). */
 int emlio__tar_open(emlio__tar_t *self);
+/* Opens the shard (and the index beside it) beneath root from now on:
+ * rel is the end of the handle's path relative to the root (see
+ * emlio__tfrecord_confine). */
+void emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
+                        const char *rel);
 /* Builds the index by walking the headers. Returns the sample count or an
  * error as emlio__tar_scan_mem. */
 int emlio__tar_scan(emlio__tar_t *self);
@@ -112,6 +118,14 @@ int64_t emlio__tar_parse_label(const uint8_t *p, size_t n);
 /* Replaces the mapping by zero pages of the same size in place, as
  * emlio__tfrecord_blank does. Returns 0 or -errno. */
 int emlio__tar_blank(emlio__tar_t *self);
+
+/* Drops the samples that have no member field (NULL: no image member,
+ * where emlio__tar_default_field would pick another one) from the index,
+ * so they are neither counted nor served. Returns how many were dropped;
+ * example (len bytes) names the first ("'README.txt' in 'a.tar' at offset
+ * 0"). */
+size_t emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
+                        size_t len);
 
 /* Finds field `field` (exact, lower case) of sample i and points *data
  * into the mapping (zero-copy, valid while the handle lives). Returns 0,

@@ -18,6 +18,8 @@
 
 struct emlio_tfrecord {
     char *path;
+    emlio__root_t root;  /* where path is opened (beneath.h) */
+    size_t skip;         /* path + skip is path relative to root */
     const uint8_t *base; /* NULL when the file is empty */
     size_t size;
     bool open;
@@ -307,6 +309,7 @@ emlio_tfrecord_new(const char *path)
         emlio_free(self);
         return NULL;
     }
+    self->root = EMLIO__ROOT_NONE;
     return self;
 }
 
@@ -340,12 +343,22 @@ emlio_tfrecord_open(emlio_tfrecord_t *self)
         return emlio__seterr(self->err, EMLIO_EINVAL, "'%s' is already open",
                              self->path);
     struct stat st;
-    int rc =
-        emlio__map_file(self->path, &self->base, &self->size, &st, self->err);
+    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
+                             &self->base, &self->size, &st, self->err);
     if (rc < 0)
         return rc;
     self->open = true;
     return 0;
+}
+
+void
+emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
+                        const char *rel)
+{
+    size_t n = strlen(self->path), m = strlen(rel);
+    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
+    self->root = *root;
+    self->skip = n - m;
 }
 
 int
@@ -365,27 +378,18 @@ emlio_tfrecord_scan(emlio_tfrecord_t *self, bool verify_data)
                                     self->err);
 }
 
-/* Reads the whole file at path into a fresh buffer. */
+/* Reads the whole index file at path (rel beneath root) into a fresh
+ * buffer. */
 static int
-s_read_file(const char *path, char **data_out, size_t *len_out, char *errbuf)
+s_read_file(const emlio__root_t *root, const char *rel, const char *path,
+            char **data_out, size_t *len_out, char *errbuf)
 {
-    int fd;
-    do
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int rc = -errno;
-        return emlio__seterr(errbuf, rc, "cannot open index '%s': %s", path,
-                             emlio_strerror(rc));
-    }
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int rc = -errno;
-        close(fd);
-        return emlio__seterr(errbuf, rc, "cannot stat index '%s': %s", path,
-                             emlio_strerror(rc));
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > INDEX_MAX_BYTES) {
+    int fd = emlio__open_beneath(root, rel, 0, &st);
+    if (fd < 0)
+        return emlio__seterr(errbuf, fd, "cannot open index '%s': %s", path,
+                             emlio__open_why(fd));
+    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
         close(fd);
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
                              "index '%s' is not a regular file of at most "
@@ -430,7 +434,14 @@ emlio_tfrecord_load_index(emlio_tfrecord_t *self, const char *idx_path)
     s_reset_index(self);
     char *text = NULL;
     size_t len = 0;
-    int rc = s_read_file(idx_path, &text, &len, self->err);
+    /* The index beside the shard is opened beneath the shard's root; any
+     * other path as the caller named it. */
+    bool beside =
+        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
+    emlio__root_t none = EMLIO__ROOT_NONE;
+    int rc = s_read_file(beside ? &self->root : &none,
+                         beside ? idx_path + self->skip : idx_path, idx_path,
+                         &text, &len, self->err);
     if (rc < 0)
         return rc;
     rc = emlio__tfrecord_parse_index(text, len, idx_path, self->base,

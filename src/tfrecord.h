@@ -4,8 +4,16 @@
 #ifndef EMLIO_TFRECORD_PRIV_H
 #define EMLIO_TFRECORD_PRIV_H
 
+#include "beneath.h"
 #include "buf.h"
 #include "emlio/tfrecord.h"
+
+/* Opens the shard (and the index beside it) beneath root from now on:
+ * rel is the end of the handle's path relative to the root. The root's
+ * descriptor is borrowed and must stay open while the handle opens files.
+ * Without this, files are opened as named (still only regular files). */
+void emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
+                             const char *rel);
 
 /* Replaces the file's mapping by zero pages of the same size, in place, so
  * pointers into it stay valid but no longer depend on the file (which may

@@ -141,11 +141,17 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
     bool with_caps = version >= EMLIO_WIRE_VERSION_XF && caps;
     bool with_classes = caps && caps->n_classes;
     bool with_format = caps && caps->format;
+    bool with_copy = caps && caps->max_copy_bytes;
     size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0) +
-                  (with_classes ? 1 : 0) + (with_format ? 1 : 0);
+                  (with_classes ? 1 : 0) + (with_format ? 1 : 0) +
+                  (with_copy ? 1 : 0);
     int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
+    if (with_copy) {
+        failed |= s_pack_key(&pk, "max_copy_bytes");
+        failed |= msgpack_pack_uint64(&pk, caps->max_copy_bytes);
+    }
     if (with_caps) {
         failed |= s_pack_key(&pk, "xf_threads");
         failed |= msgpack_pack_uint64(&pk, caps->threads);
@@ -798,6 +804,7 @@ static const s_uint_key_t s_uint_keys[] = {
     { "sndbuf", offsetof(emlio_wire_msg_t, sndbuf), 0 },
     { "xf_threads", offsetof(emlio_wire_msg_t, xf_threads), 0 },
     { "core_mw", offsetof(emlio_wire_msg_t, core_mw), 0 },
+    { "max_copy_bytes", offsetof(emlio_wire_msg_t, max_copy_bytes), 0 },
     { "seed", offsetof(emlio_wire_msg_t, xf_seed), 0 },
     { "epoch", offsetof(emlio_wire_msg_t, xf_epoch), 0 },
     { "xf_ns", offsetof(emlio_wire_msg_t, xf_ns), 0 },

@@ -86,16 +86,18 @@ typedef struct emlio_wire_msg {
     size_t name_len;
     const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
     size_t dataset_len;
-    uint64_t max_batch;   /* WELCOME: samples per GET the server accepts */
-    uint64_t max_credit;  /* WELCOME: GETs one connection may have out */
-    uint64_t session;     /* HELLO: the client's session (0 = none) */
-    uint64_t stream;      /* HELLO: this connection's stream number; > 0
-                             joins an existing session */
-    uint64_t max_streams; /* WELCOME: connections one session may have */
-    uint64_t sndbuf;      /* WELCOME: send buffer per connection, bytes */
-    bool joined;          /* WELCOME: reply to a join (no inventory) */
-    int64_t code;         /* ERROR: an EMLIO_E* code */
-    const char *text;     /* ERROR: human-readable reason */
+    uint64_t max_batch;      /* WELCOME: samples per GET the server accepts */
+    uint64_t max_credit;     /* WELCOME: GETs one connection may have out */
+    uint64_t session;        /* HELLO: the client's session (0 = none) */
+    uint64_t stream;         /* HELLO: this connection's stream number; > 0
+                                joins an existing session */
+    uint64_t max_streams;    /* WELCOME: connections one session may have */
+    uint64_t sndbuf;         /* WELCOME: send buffer per connection, bytes */
+    uint64_t max_copy_bytes; /* WELCOME: copied reply bytes one connection
+                                may hold (any version; 0 = not said) */
+    bool joined;             /* WELCOME: reply to a join (no inventory) */
+    int64_t code;            /* ERROR: an EMLIO_E* code */
+    const char *text;        /* ERROR: human-readable reason */
     size_t text_len;
     emlio_wire_shard_t *shards; /* WELCOME */
     size_t n_shards;
@@ -150,6 +152,9 @@ typedef struct emlio_wire_xf_caps {
     size_t n_classes;
     const char *format; /* "tfrecord", "tar", "imagefolder" or "mixed";
                            NULL = not said */
+    /* Any version: the bytes of copied replies one connection may have
+     * in memory ("max_copy_bytes"); 0 = not sent. */
+    uint64_t max_copy_bytes;
 } emlio_wire_xf_caps_t;
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */

@@ -59,4 +59,33 @@ test_read_file(const char *path, size_t *len)
     return data;
 }
 
+/* Appends a ustar member name of len bytes of c (padded to 512). */
+static inline void
+test_tar_member(emlio_buf_t *tar, const char *name, size_t len, char c)
+{
+    uint8_t h[512] = { 0 };
+    snprintf((char *)h, 100, "%s", name);
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
+    memcpy(h + 136, "00000000000", 12);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (size_t i = 0; i < sizeof(h); i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    assert_int_equal(emlio_buf_add(tar, h, sizeof(h)), 0);
+    uint8_t block[512];
+    for (size_t off = 0; off < len; off += sizeof(block)) {
+        size_t n = len - off < sizeof(block) ? len - off : sizeof(block);
+        memset(block, 0, sizeof(block));
+        memset(block, c, n);
+        assert_int_equal(emlio_buf_add(tar, block, sizeof(block)), 0);
+    }
+}
+
 #endif /* EMLIO_TEST_H */

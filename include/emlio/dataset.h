@@ -34,10 +34,13 @@ typedef struct emlio_dataset emlio_dataset_t;
 /* emlio_dataset_open flags. */
 #define EMLIO_DATASET_MIXED       1 /* several formats at once are fine */
 #define EMLIO_DATASET_WRITE_INDEX 2 /* write missing or stale index files */
-#define EMLIO_DATASET_REINDEX                                          \
-    4                          /* ignore index files: scan every shard \
-                                  (and rewrite them with WRITE_INDEX) */
-#define EMLIO_DATASET_VERIFY 8 /* check every TFRecord data CRC */
+#define EMLIO_DATASET_REINDEX                 \
+    4 /* ignore index files: scan every shard \
+         (and rewrite them with WRITE_INDEX) */
+#define EMLIO_DATASET_VERIFY          8 /* check every TFRecord data CRC */
+/* follow symlinks that stay inside dir (by default they are left out;
+ * nothing outside dir is ever read: docs/security.md) */
+#define EMLIO_DATASET_FOLLOW_SYMLINKS 16
 
 /* Allocates a closed handle; NULL only when out of memory. */
 EMLIO_EXPORT emlio_dataset_t *emlio_dataset_new(void);
@@ -62,6 +65,17 @@ EMLIO_EXPORT int emlio_dataset_open(emlio_dataset_t *self, const char *dir,
  * offset). */
 EMLIO_EXPORT int emlio_dataset_open_file(emlio_dataset_t *self,
                                          const char *path, int flags);
+
+/* Receives what opening a directory left out (symbolic links not
+ * followed, unreadable directories, stale file lists and indexes rebuilt),
+ * one line each; msg is borrowed for the call. */
+typedef void emlio_dataset_log_fn(void *userdata, const char *msg);
+
+/* Installs fn (NULL: discard, the default) for the next emlio_dataset_open.
+ * fn is called from the opening thread. */
+EMLIO_EXPORT void emlio_dataset_set_log(emlio_dataset_t *self,
+                                        emlio_dataset_log_fn *fn,
+                                        void *userdata);
 
 /* The last failure's text; never NULL. */
 EMLIO_EXPORT const char *emlio_dataset_errmsg(const emlio_dataset_t *self);

@@ -125,7 +125,24 @@ typedef struct emlio_server_config {
     uint32_t transform_threads;
     uint32_t core_mw;
     uint64_t max_pixels;
+    /* Symlinks under data_dir: by default left out (one log line); true
+     * follows those that resolve inside data_dir. Nothing outside
+     * data_dir is ever opened, and only regular files are read
+     * (docs/security.md, "One rule for paths"). */
+    bool follow_symlinks;
+    /* Bytes of copied replies (samples not sent zero-copy from a leased
+     * mapping: ImageFolder files, shards read by pread) one connection may
+     * have in memory at once, and the whole daemon. A GET that could copy
+     * more than max_copy_bytes is refused with EMLIO_ELIMIT; one that does
+     * not fit now waits until earlier replies are sent. Told to clients in
+     * WELCOME ("max_copy_bytes"). Defaults: EMLIO_SERVER_MAX_COPY_BYTES
+     * and EMLIO_SERVER_MAX_COPY_BYTES_TOTAL (0 = the default). */
+    uint64_t max_copy_bytes;
+    uint64_t max_copy_bytes_total;
 } emlio_server_config_t;
+
+#define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)
+#define EMLIO_SERVER_MAX_COPY_BYTES_TOTAL ((uint64_t)1 << 30)
 
 /* Fills cfg with the defaults documented above. */
 EMLIO_EXPORT void emlio_server_config_init(emlio_server_config_t *cfg);
@@ -138,6 +155,12 @@ EMLIO_EXPORT emlio_server_t *emlio_server_new(emlio_ctx_t *ctx,
 /* Stops the threads if running, closes the socket, unmaps the shards and
  * frees the server. Accepts NULL; sets *self_p to NULL. */
 EMLIO_EXPORT void emlio_server_destroy(emlio_server_t **self_p);
+
+/* Asks a load in progress (emlio_server_load in another thread) to stop:
+ * it returns -ECANCELED between two shards (ImageFolder: two classes),
+ * without writing more indexes. Safe from any thread, and async-signal
+ * safe (one atomic store); a later load is interrupted as well. */
+EMLIO_EXPORT void emlio_server_interrupt(emlio_server_t *self);
 
 /* Finds, maps and indexes the shards under cfg.data_dir (reusing valid .idx
  * files, scanning and writing them otherwise). Blocks for the scan. Returns

@@ -178,20 +178,35 @@ s_render(void *userdata, emlio_buf_t *out)
     return emlio_buf_addf(out, "x_total %d\n", *calls);
 }
 
-/* Connects to the endpoint's port on 127.0.0.1. */
+/* Starts a non-blocking connect to the endpoint (it may not complete). */
 static int
-s_dial(const char *address)
+s_dial_nb(const char *address)
 {
     const char *colon = strrchr(address, ':');
-    assert_non_null(colon);
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)atoi(colon + 1));
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    assert_true(rc == 0 || errno == EINPROGRESS);
+    return fd;
+}
+
+/* Connects to the endpoint's port on 127.0.0.1. */
+static int
+s_dial(const char *address)
+{
+    int fd = s_dial_nb(address);
+    struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+    int err = 0;
+    socklen_t len = sizeof(err);
+    assert_int_equal(poll(&pfd, 1, 5000), 1);
+    assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len), 0);
+    assert_int_equal(err, 0);
+    assert_int_equal(fcntl(fd, F_SETFL, 0), 0); /* blocking again */
     return fd;
 }
 
@@ -278,6 +293,50 @@ test_metrics_http_endpoint(void **state)
     close(idle);
     tool_metrics_http_destroy(&h);
     assert_null(h);
+    tool_metrics_http_destroy(&h);
+}
+
+/* 200 peers that connect and say nothing (or half a request) must not
+ * keep a scrape waiting: it is answered at once, not after their 5 s
+ * lives in turn (which took 12 s, past Prometheus' 10 s timeout). */
+static void
+test_metrics_slow_peers_do_not_delay_a_scrape(void **state)
+{
+    (void)state;
+    int calls = 0;
+    tool_metrics_http_t *h = tool_metrics_http_new(s_render, &calls);
+    assert_non_null(h);
+    assert_int_equal(tool_metrics_http_bind(h, "127.0.0.1:0"), 0);
+    assert_int_equal(tool_metrics_http_start(h), 0);
+    const char *addr = tool_metrics_http_address(h);
+    int slow[200];
+    for (size_t i = 0; i < EMLIO_ARRAY_SIZE(slow); i++) {
+        slow[i] = s_dial_nb(addr);
+        if (i % 2) /* half a request head, never finished */
+            (void)send(slow[i], "GET /met", 8, MSG_NOSIGNAL);
+    }
+    /* The scrape: a bounded wait for each step (3 s, far beyond what an
+     * answer takes, far below the 25 x 5 s the peers could hold it). */
+    int fd = s_dial_nb(addr);
+    struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+    assert_int_equal(poll(&pfd, 1, 3000), 1);
+    const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(send(fd, get, strlen(get), MSG_NOSIGNAL),
+                     (ssize_t)strlen(get));
+    char out[1024];
+    size_t got = 0;
+    pfd.events = POLLIN;
+    while (got < sizeof(out) - 1 && poll(&pfd, 1, 3000) > 0) {
+        ssize_t n = recv(fd, out + got, sizeof(out) - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    out[got] = '\0';
+    assert_non_null(strstr(out, "HTTP/1.1 200 OK\r\n"));
+    close(fd);
+    for (size_t i = 0; i < EMLIO_ARRAY_SIZE(slow); i++)
+        close(slow[i]);
     tool_metrics_http_destroy(&h);
 }
 
@@ -488,6 +547,7 @@ main(void)
         cmocka_unit_test(test_metrics_parse_request_incomplete),
         cmocka_unit_test(test_metrics_parse_request_bad),
         cmocka_unit_test(test_metrics_http_endpoint),
+        cmocka_unit_test(test_metrics_slow_peers_do_not_delay_a_scrape),
         cmocka_unit_test(test_influx_line_protocol),
         cmocka_unit_test(test_influx_url_good),
         cmocka_unit_test(test_influx_url_bad),

@@ -174,6 +174,319 @@ test_server_destroy_with_frames_in_flight(void **state)
     test_rmtree(dir);
 }
 
+/* Receives one reply on dealer (waiting up to 10 s) and decodes its
+ * header; the frames after it are dropped. Returns its type. */
+static int
+s_reply(void *dealer, emlio_wire_msg_t *msg, zmq_msg_t *header)
+{
+    zmq_pollitem_t item = { dealer, 0, ZMQ_POLLIN, 0 };
+    assert_int_equal(zmq_poll(&item, 1, 10000), 1);
+    zmq_msg_init(header);
+    assert_true(zmq_msg_recv(header, dealer, 0) >= 0);
+    char err[EMLIO_ERRMSG_LEN];
+    assert_true(emlio__wire_decode(msg, zmq_msg_data(header),
+                                   zmq_msg_size(header), 1u << 20, err) >= 0);
+    int more = zmq_msg_more(header);
+    while (more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        assert_true(zmq_msg_recv(&part, dealer, 0) >= 0);
+        more = zmq_msg_more(&part);
+        zmq_msg_close(&part);
+    }
+    return msg->type;
+}
+
+/* Sends a GET of n copies of record 0 of shard 0. */
+static void
+s_get_same(void *dealer, emlio_server_t *srv, uint64_t id, size_t n)
+{
+    emlio_wire_item_t *items = calloc(n, sizeof(*items));
+    assert_non_null(items);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(
+        emlio__wire_encode_get(&buf, id, emlio_server_dataset(srv), items, n),
+        0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    free(items);
+}
+
+/* Creates, loads (expecting one shard), binds and starts a server. */
+static emlio_server_t *
+s_start_cfg(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
+{
+    emlio_server_t *srv = emlio_server_new(ctx, cfg);
+    assert_non_null(srv);
+    assert_int_equal(emlio_server_load(srv), 1);
+    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(srv), 0);
+    return srv;
+}
+
+/* A DEALER connected to srv, closing at once when closed. */
+static void *
+s_dealer(void *zctx, emlio_server_t *srv)
+{
+    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)),
+                     0);
+    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    return dealer;
+}
+
+/* Closes what s_start_cfg and s_dealer opened and removes dir. */
+static void
+s_teardown(void *dealer, void *zctx, emlio_server_t **srv, emlio_ctx_t **ctx,
+           const char *dir)
+{
+    zmq_close(dealer);
+    zmq_ctx_term(zctx);
+    emlio_server_destroy(srv);
+    emlio_ctx_destroy(ctx);
+    test_rmtree(dir);
+}
+
+/* The copy budget: one GET naming a 200 KB ImageFolder file 4,096 times
+ * (800 MB of copies for an 8 KB request) is refused with EMLIO_ELIMIT
+ * before anything is read; GETs within the budget are served, those that
+ * do not fit yet wait for earlier replies instead of adding memory. */
+static void
+test_server_copy_budget(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/cat", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/cat/a.jpg", dir);
+    uint8_t *big = calloc(1, 200 * 1024);
+    assert_non_null(big);
+    test_write_file(path, big, 200 * 1024);
+    free(big);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.max_copy_bytes = 500 * 1024; /* two of these files, not three */
+    emlio_server_t *srv = s_start_cfg(ctx, &cfg);
+    void *zctx = zmq_ctx_new();
+    void *dealer = s_dealer(zctx, srv);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    emlio_wire_msg_t msg;
+    zmq_msg_t header;
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
+    assert_int_equal(msg.max_copy_bytes, 500 * 1024);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+
+    s_get_same(dealer, srv, 1, 4096);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+    assert_int_equal(msg.code, EMLIO_ELIMIT);
+    assert_non_null(strstr(msg.text, "--max-copy-bytes"));
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    /* Eight GETs of two copies each: 3.2 MB asked at once, at most two
+     * in memory; all are answered. */
+    for (uint64_t id = 2; id < 10; id++)
+        s_get_same(dealer, srv, id, 2);
+    for (int k = 0; k < 8; k++) {
+        assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+        assert_int_equal(msg.n_samples, 2);
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&header);
+    }
+    s_teardown(dealer, zctx, &srv, &ctx, dir);
+}
+
+typedef struct s_lines {
+    char all[4096];
+} s_lines_t;
+
+static void
+s_collect(void *userdata, int level, const char *module, const char *msg)
+{
+    (void)level;
+    (void)module;
+    s_lines_t *lines = userdata;
+    size_t used = strlen(lines->all);
+    snprintf(lines->all + used, sizeof(lines->all) - used, "%s\n", msg);
+}
+
+/* Loads dir with cfg's field and label field; the load's result. */
+static int
+s_load_tar(const char *dir, const char *field, const char *label_field,
+           s_lines_t *lines, char *err)
+{
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_ctx_set_log(ctx, s_collect, lines, EMLIO_LOG_INFO);
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.field = field;
+    cfg.label_field = label_field;
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_non_null(srv);
+    int rc = emlio_server_load(srv);
+    snprintf(err, EMLIO_ERRMSG_LEN, "%s", emlio_server_errmsg(srv));
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    return rc;
+}
+
+/* Operator mistakes fail at start-up, or are left out with one line,
+ * instead of every label -1 or every request failing: a stray README.txt
+ * and a sample of only .cls are not served as images; --field and
+ * --label-field that no sample has, and a label member that is not a
+ * number, stop the load naming what is wrong. */
+static void
+test_server_operator_mistakes_fail_at_start(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    test_tar_member(&tar, "README.txt", 20, 'r');
+    test_tar_member(&tar, "k0.jpg", 600, 'x');
+    test_tar_member(&tar, "k0.cls", 1, '3');
+    test_tar_member(&tar, "k1.cls", 1, '4');
+    test_tar_member(&tar, "k2.jpg", 700, 'y');
+    test_tar_member(&tar, "k2.cls", 1, '5');
+    assert_int_equal(emlio_buf_add(&tar, (uint8_t[1024]){ 0 }, 1024), 0);
+    snprintf(path, sizeof(path), "%s/a.tar", dir);
+    test_write_file(path, tar.data, tar.len);
+    emlio_buf_release(&tar);
+    s_lines_t lines = { "" };
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(s_load_tar(dir, NULL, NULL, &lines, err), 1);
+    assert_non_null(strstr(lines.all, "left out 2 of 4 samples without an "
+                                      "image member (e.g. 'README.txt'"));
+    assert_non_null(strstr(lines.all, "2 records"));
+    assert_true(s_load_tar(dir, "png", NULL, &lines, err) < 0);
+    assert_non_null(strstr(err, "has a 'png' member"));
+    assert_true(s_load_tar(dir, NULL, "lbl", &lines, err) < 0);
+    assert_non_null(strstr(err, "label member 'lbl'"));
+    assert_true(s_load_tar(dir, NULL, "jpg", &lines, err) < 0);
+    assert_non_null(strstr(err, "is not an integer"));
+    test_rmtree(dir);
+
+    /* TFRecord: a --label-key no record has (a typo) stops the load. */
+    test_mkdtemp(dir, sizeof(dir));
+    s_write_dataset(dir);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.label_key = "image/label";
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_true(emlio_server_load(srv) < 0);
+    assert_non_null(strstr(emlio_server_errmsg(srv), "'image/label'"));
+    emlio_server_destroy(&srv);
+    cfg.label_key = "image/class/label"; /* given, and right */
+    srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), 1);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    test_rmtree(dir);
+}
+
+/* On a --fields daemon a GET before any HELLO (a v1 client, which never
+ * says its version) is refused with EMLIO_EVERSION, not answered in the
+ * v2 layout it would misread; after HELLO the same GET is served. */
+static void
+test_server_fields_get_before_hello_is_refused(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    test_tar_member(&tar, "k0.jpg", 600, 'x');
+    test_tar_member(&tar, "k0.cls", 1, '3');
+    snprintf(path, sizeof(path), "%s/a.tar", dir);
+    test_write_file(path, tar.data, tar.len);
+    emlio_buf_release(&tar);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.fields = "jpg,cls";
+    emlio_server_t *srv = s_start_cfg(ctx, &cfg);
+    void *zctx = zmq_ctx_new();
+    void *dealer = s_dealer(zctx, srv);
+    emlio_wire_msg_t msg;
+    zmq_msg_t header;
+    s_get_same(dealer, srv, 1, 1);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+    assert_int_equal(msg.code, EMLIO_EVERSION);
+    assert_non_null(strstr(msg.text, "HELLO"));
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    s_get_same(dealer, srv, 2, 1);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    s_teardown(dealer, zctx, &srv, &ctx, dir);
+}
+
+/* An ImageFolder file deleted while served: skipped under --on-corrupt
+ * skip (every epoch would fail otherwise), and without it an error that
+ * names the file and says why (the errno's text). */
+static void
+test_server_deleted_file_is_skipped_or_named(void **state)
+{
+    (void)state;
+    for (int skip = 0; skip < 2; skip++) {
+        char dir[64], path[128];
+        test_mkdtemp(dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/cat", dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(path, sizeof(path), "%s/cat/a.jpg", dir);
+        test_write_file(path, "aaaa", 4);
+        snprintf(path, sizeof(path), "%s/cat/b.jpg", dir);
+        test_write_file(path, "bbbb", 4);
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_config_t cfg;
+        emlio_server_config_init(&cfg);
+        cfg.data_dir = dir;
+        cfg.on_corrupt = skip ? EMLIO_ON_CORRUPT_SKIP : EMLIO_ON_CORRUPT_FAIL;
+        emlio_server_t *srv = s_start_cfg(ctx, &cfg);
+        assert_int_equal(unlink(path), 0); /* b.jpg, record 1 */
+        void *zctx = zmq_ctx_new();
+        void *dealer = s_dealer(zctx, srv);
+        emlio_wire_item_t items[2] = { { 0, 0 }, { 0, 1 } };
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        assert_int_equal(emlio__wire_encode_get(
+                             &buf, 7, emlio_server_dataset(srv), items, 2),
+                         0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+        emlio_buf_release(&buf);
+        emlio_wire_msg_t msg;
+        zmq_msg_t header;
+        if (skip) {
+            assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+            assert_int_equal(msg.n_samples, 1);
+        } else {
+            assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+            assert_non_null(strstr(msg.text, "cat/b.jpg"));
+            assert_non_null(strstr(msg.text, strerror(ENOENT)));
+        }
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&header);
+        s_teardown(dealer, zctx, &srv, &ctx, dir);
+    }
+}
+
 int
 main(void)
 {
@@ -181,6 +494,10 @@ main(void)
         cmocka_unit_test(test_server_misuse_and_errors_say_why),
         cmocka_unit_test(test_server_slot_freed_when_connection_closes),
         cmocka_unit_test(test_server_destroy_with_frames_in_flight),
+        cmocka_unit_test(test_server_copy_budget),
+        cmocka_unit_test(test_server_operator_mistakes_fail_at_start),
+        cmocka_unit_test(test_server_fields_get_before_hello_is_refused),
+        cmocka_unit_test(test_server_deleted_file_is_skipped_or_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

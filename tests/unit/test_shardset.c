@@ -49,35 +49,6 @@ s_load(emlio_shardset_t *set, const char *dir, emlio_shardset_log_fn *log,
     return emlio__shardset_load(set, dir, &opts, log, userdata, err);
 }
 
-/* Appends a ustar member name of len bytes of c (padded to 512). */
-static void
-s_tar_member(emlio_buf_t *tar, const char *name, size_t len, char c)
-{
-    uint8_t h[512] = { 0 };
-    snprintf((char *)h, 100, "%s", name);
-    memcpy(h + 100, "0000644", 8);
-    memcpy(h + 108, "0000000", 8);
-    memcpy(h + 116, "0000000", 8);
-    snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
-    memcpy(h + 136, "00000000000", 12);
-    h[156] = '0';
-    memcpy(h + 257, "ustar", 6);
-    memcpy(h + 263, "00", 2);
-    memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (size_t i = 0; i < sizeof(h); i++)
-        sum += h[i];
-    snprintf((char *)h + 148, 8, "%06o", sum);
-    assert_int_equal(emlio_buf_add(tar, h, sizeof(h)), 0);
-    uint8_t block[512];
-    for (size_t off = 0; off < len; off += sizeof(block)) {
-        size_t n = len - off < sizeof(block) ? len - off : sizeof(block);
-        memset(block, 0, sizeof(block));
-        memset(block, c, n);
-        assert_int_equal(emlio_buf_add(tar, block, sizeof(block)), 0);
-    }
-}
-
 static void
 test_shardset_loads_and_refuses_an_empty_dataset(void **state)
 {
@@ -244,10 +215,10 @@ test_shardset_copying_reads_of_tar_members(void **state)
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tar", dir);
     emlio_buf_t tar = EMLIO_BUF_INIT;
-    s_tar_member(&tar, "000.jpg", 600, 'x');
-    s_tar_member(&tar, "000.cls", 1, '3');
-    s_tar_member(&tar, "001.jpg", 700, 'y');
-    s_tar_member(&tar, "001.cls", 1, '4');
+    test_tar_member(&tar, "000.jpg", 600, 'x');
+    test_tar_member(&tar, "000.cls", 1, '3');
+    test_tar_member(&tar, "001.jpg", 700, 'y');
+    test_tar_member(&tar, "001.cls", 1, '4');
     uint8_t zeros[1024] = { 0 };
     assert_int_equal(emlio_buf_add(&tar, zeros, sizeof(zeros)), 0);
     test_write_file(path, tar.data, tar.len);

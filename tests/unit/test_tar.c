@@ -193,6 +193,22 @@ test_tar_errors_name_file_and_offset(void **state)
     emlio_buf_release(&tar);
 }
 
+/* Samples k0..k4, each "image i" as jpg and 2i as cls. */
+static void
+s_five_samples(emlio_buf_t *tar)
+{
+    for (int i = 0; i < 5; i++) {
+        char name[32], data[32];
+        snprintf(name, sizeof(name), "k%d.jpg", i);
+        snprintf(data, sizeof(data), "image %d", i);
+        s_member(tar, name, data);
+        snprintf(name, sizeof(name), "k%d.cls", i);
+        snprintf(data, sizeof(data), "%d", i * 2);
+        s_member(tar, name, data);
+    }
+    s_end(tar);
+}
+
 static void
 test_tar_index_round_trip_and_stale(void **state)
 {
@@ -202,16 +218,7 @@ test_tar_index_round_trip_and_stale(void **state)
     snprintf(path, sizeof(path), "%s/s.tar", dir);
     snprintf(idxp, sizeof(idxp), "%s.idx", path);
     emlio_buf_t tar = EMLIO_BUF_INIT;
-    for (int i = 0; i < 5; i++) {
-        char name[32], data[32];
-        snprintf(name, sizeof(name), "k%d.jpg", i);
-        snprintf(data, sizeof(data), "image %d", i);
-        s_member(&tar, name, data);
-        snprintf(name, sizeof(name), "k%d.cls", i);
-        snprintf(data, sizeof(data), "%d", i * 2);
-        s_member(&tar, name, data);
-    }
-    s_end(&tar);
+    s_five_samples(&tar);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(tar.data, 1, tar.len, f), tar.len);
@@ -257,6 +264,61 @@ test_tar_index_round_trip_and_stale(void **state)
     test_rmtree(dir);
 }
 
+/* An index is a hint: one that leaves a sample out, or lists a label
+ * member as a sample's image, is refused though each member it lists is a
+ * valid member of the shard (the offsets, sizes and headers check out). */
+static void
+test_tar_index_that_lies_is_refused(void **state)
+{
+    (void)state;
+    char dir[64], path[128], idxp[160];
+    test_mkdtemp(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/s.tar", dir);
+    snprintf(idxp, sizeof(idxp), "%s.idx", path);
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    s_five_samples(&tar);
+    test_write_file(path, tar.data, tar.len);
+    /* Member j: header at j * 1024, data at j * 1024 + 512. */
+    const char *lies[] = {
+        /* sample k2 left out */
+        "v1.2 4\n"
+        "jpg 512 7 k0.jpg cls 1536 1 k0.cls\n"
+        "jpg 2560 7 k1.jpg cls 3584 1 k1.cls\n"
+        "jpg 6656 7 k3.jpg cls 7680 1 k3.cls\n"
+        "jpg 8704 7 k4.jpg cls 9728 1 k4.cls\n",
+        /* k1's label member listed as its image */
+        "v1.2 5\n"
+        "jpg 512 7 k0.jpg cls 1536 1 k0.cls\n"
+        "jpg 3584 1 k1.jpg\n"
+        "jpg 4608 7 k2.jpg cls 5632 1 k2.cls\n"
+        "jpg 6656 7 k3.jpg cls 7680 1 k3.cls\n"
+        "jpg 8704 7 k4.jpg cls 9728 1 k4.cls\n",
+    };
+    for (size_t k = 0; k < EMLIO_ARRAY_SIZE(lies); k++) {
+        test_write_file(idxp, lies[k], strlen(lies[k]));
+        emlio__tar_t *t = emlio__tar_new(path);
+        assert_int_equal(emlio__tar_open(t), 0);
+        assert_int_equal(emlio__tar_load_index(t, idxp), EMLIO_EFORMAT);
+        assert_non_null(strstr(emlio__tar_errmsg(t), "does not describe"));
+        assert_int_equal(emlio__tar_count(t), 0);
+        emlio__tar_destroy(&t);
+    }
+    /* The truth is accepted. */
+    const char *truth = "v1.2 5\n"
+                        "jpg 512 7 k0.jpg cls 1536 1 k0.cls\n"
+                        "jpg 2560 7 k1.jpg cls 3584 1 k1.cls\n"
+                        "jpg 4608 7 k2.jpg cls 5632 1 k2.cls\n"
+                        "jpg 6656 7 k3.jpg cls 7680 1 k3.cls\n"
+                        "jpg 8704 7 k4.jpg cls 9728 1 k4.cls\n";
+    test_write_file(idxp, truth, strlen(truth));
+    emlio__tar_t *t = emlio__tar_new(path);
+    assert_int_equal(emlio__tar_open(t), 0);
+    assert_int_equal(emlio__tar_load_index(t, idxp), 5);
+    emlio__tar_destroy(&t);
+    emlio_buf_release(&tar);
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -265,6 +327,7 @@ main(void)
         cmocka_unit_test(test_tar_long_names_pax_and_base256),
         cmocka_unit_test(test_tar_errors_name_file_and_offset),
         cmocka_unit_test(test_tar_index_round_trip_and_stale),
+        cmocka_unit_test(test_tar_index_that_lies_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

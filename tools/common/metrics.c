@@ -257,7 +257,8 @@ typedef struct s_conn {
     emlio_buf_t out;
     size_t out_off;
     bool answered; /* out holds the whole answer */
-    uint64_t deadline_ns;
+    uint64_t accepted_ns;
+    uint64_t deadline_ns; /* for the head until answered, then for all */
 } s_conn_t;
 
 struct tool_metrics_http {
@@ -405,7 +406,7 @@ tool_metrics_http_bind(tool_metrics_http_t *self, const char *hostport)
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0) {
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 512) < 0) {
             rc = -errno;
             close(fd);
             fd = -1;
@@ -559,21 +560,52 @@ s_on_writable(s_conn_t *c)
     return false;
 }
 
+/* The slot for a new connection: a free one, else the one that has
+ * waited longest for its request (else the oldest), closed. */
+static s_conn_t *
+s_slot(tool_metrics_http_t *self)
+{
+    s_conn_t *victim = NULL;
+    for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++) {
+        s_conn_t *c = &self->conns[i];
+        if (c->fd < 0)
+            return c;
+        bool better = !victim || (victim->answered && !c->answered) ||
+                      (victim->answered == c->answered &&
+                       c->accepted_ns < victim->accepted_ns);
+        if (better)
+            victim = c;
+    }
+    s_conn_close(victim);
+    return victim;
+}
+
+/* Accepts what is waiting (a bounded number per round, so the thread
+ * keeps serving): peers that only connect cannot fill the endpoint. */
 static void
 s_accept(tool_metrics_http_t *self)
 {
-    for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++) {
-        s_conn_t *c = &self->conns[i];
-        if (c->fd >= 0)
-            continue;
+    for (int k = 0; k < 4 * TOOL_METRICS_MAX_CONNS; k++) {
         int fd = accept4(self->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return; /* EAGAIN, or a transient error: poll again */
+        s_conn_t *c = s_slot(self);
+        uint64_t now = tool_now_ns();
         c->fd = fd;
         c->in_len = 0;
         c->answered = false;
-        c->deadline_ns =
-            tool_now_ns() + (uint64_t)TOOL_METRICS_CONN_MS * 1000000u;
+        c->accepted_ns = now;
+        c->deadline_ns = now + (uint64_t)TOOL_METRICS_READ_MS * 1000000u;
+        /* A scraper sends its request with the connection: read and
+         * answer it now, before later arrivals of this batch could take
+         * its slot. */
+        bool keep = s_on_readable(self, c);
+        if (keep && c->answered) {
+            c->deadline_ns = now + (uint64_t)TOOL_METRICS_CONN_MS * 1000000u;
+            keep = s_on_writable(c);
+        }
+        if (!keep)
+            s_conn_close(c);
     }
 }
 
@@ -586,7 +618,6 @@ s_http_main(void *arg)
     while (!atomic_load(&self->quit)) {
         size_t n = 0;
         pfd[n++] = (struct pollfd){ .fd = self->wake[0], .events = POLLIN };
-        size_t open = 0;
         uint64_t now = tool_now_ns();
         uint64_t next = now + 1000000000u;
         for (size_t i = 0; i < TOOL_METRICS_MAX_CONNS; i++) {
@@ -597,7 +628,6 @@ s_http_main(void *arg)
                 s_conn_close(c);
                 continue;
             }
-            open++;
             next = TOOL_MIN(next, c->deadline_ns);
             slot[n] = i;
             pfd[n++] =
@@ -605,8 +635,8 @@ s_http_main(void *arg)
                                  .events = c->answered ? POLLOUT : POLLIN };
         }
         size_t lidx = n;
-        if (open < TOOL_METRICS_MAX_CONNS)
-            pfd[n++] = (struct pollfd){ .fd = self->lfd, .events = POLLIN };
+        /* A full endpoint still accepts (s_slot). */
+        pfd[n++] = (struct pollfd){ .fd = self->lfd, .events = POLLIN };
         int ms = (int)((next - now) / 1000000u) + 1;
         int rc = poll(pfd, n, ms);
         if (rc < 0 && errno != EINTR)
@@ -626,8 +656,12 @@ s_http_main(void *arg)
             if (!c->answered) {
                 keep = (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)) &&
                        s_on_readable(self, c);
-                if (keep && c->answered)
+                if (keep && c->answered) {
+                    /* Answered: the rest of its life to read it. */
+                    c->deadline_ns = c->accepted_ns +
+                                     (uint64_t)TOOL_METRICS_CONN_MS * 1000000u;
                     keep = s_on_writable(c);
+                }
             } else {
                 keep = s_on_writable(c);
             }

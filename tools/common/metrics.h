@@ -34,7 +34,13 @@
 /* Limits of the HTTP endpoint. */
 #define TOOL_METRICS_MAX_REQUEST 8192 /* bytes of request line + headers */
 #define TOOL_METRICS_MAX_CONNS   8    /* connections served at once */
+#define TOOL_METRICS_READ_MS     1000 /* to send the request head */
 #define TOOL_METRICS_CONN_MS     5000 /* a connection's whole life */
+/* A connection beyond TOOL_METRICS_MAX_CONNS is still accepted: the one
+ * that has waited longest for its request head is closed for it (or, when
+ * every one is being answered, the oldest). So peers that connect and say
+ * nothing cannot keep a scrape waiting: it is answered within about one
+ * poll round however many of them there are. */
 
 /* --- Prometheus text format 0.0.4. --- */
 

@@ -5,8 +5,11 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "opts.h"
 
@@ -298,44 +301,54 @@ s_trim(char *s)
     return s;
 }
 
-/* Reads the whole file into a NUL-terminated buffer. */
+/* A config file is a few hundred bytes; this is far beyond any. */
+#define S_CONFIG_MAX (1u << 20)
+
+/* Reads the whole config file into a NUL-terminated buffer (*len bytes
+ * before the NUL). Only a regular file of at most S_CONFIG_MAX bytes is
+ * read (a directory, a FIFO or /dev/zero is refused, not read until
+ * memory runs out); NULL with *why saying why otherwise. */
 static char *
-s_read_text(const char *path)
+s_read_text(const char *path, size_t *len, const char **why)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        *why = strerror(errno);
+        if (fd >= 0)
+            close(fd);
         return NULL;
-    char *text = NULL;
-    size_t len = 0;
-    size_t cap = 0;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            char *grown = realloc(text, cap);
-            if (!grown) {
-                free(text);
-                fclose(f);
-                errno = ENOMEM;
-                return NULL;
-            }
-            text = grown;
+    }
+    *why = S_ISDIR(st.st_mode)         ? "it is a directory"
+           : !S_ISREG(st.st_mode)      ? "not a regular file"
+           : st.st_size > S_CONFIG_MAX ? "larger than 1 MiB"
+                                       : NULL;
+    char *text = *why ? NULL : malloc((size_t)st.st_size + 2);
+    if (!*why && !text)
+        *why = strerror(ENOMEM);
+    size_t got = 0;
+    while (text && got < (size_t)st.st_size + 1) {
+        ssize_t n = read(fd, text + got, (size_t)st.st_size + 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            *why = strerror(errno);
+            free(text);
+            text = NULL;
         }
-        memcpy(text + len, chunk, n);
-        len += n;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
+    close(fd);
+    if (text && got > (size_t)st.st_size) {
+        *why = "it grew while being read";
         free(text);
-        errno = EIO;
-        return NULL;
+        text = NULL;
     }
-    if (!text)
-        text = calloc(1, 1);
-    else
-        text[len] = '\0';
+    if (text)
+        text[got] = '\0';
+    *len = got;
     return text;
 }
 
@@ -362,11 +375,22 @@ int
 opt_load_config(const char *prog, const opt_t *const *tables, const char *path,
                 char **text_out)
 {
-    char *text = s_read_text(path);
+    size_t len = 0;
+    const char *why = NULL;
+    char *text = s_read_text(path, &len, &why);
     *text_out = text;
     if (!text) {
-        fprintf(stderr, "%s: cannot read config '%s': %s\n", prog, path,
-                strerror(errno));
+        fprintf(stderr, "%s: cannot read config '%s': %s\n", prog, path, why);
+        return -1;
+    }
+    /* A NUL would silently end the text here: say where it is. */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        unsigned line = 1;
+        for (const char *c = text; c < nul; c++)
+            line += *c == '\n';
+        fprintf(stderr, "%s: %s:%u: NUL byte in the config file\n", prog, path,
+                line);
         return -1;
     }
     unsigned lineno = 0;

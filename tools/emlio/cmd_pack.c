@@ -45,7 +45,8 @@ typedef struct pack {
     uint64_t seed;
     bool no_shuffle; /* --no-shuffle: class order, as emliod lists SRC */
     bool quiet;
-    bool force; /* replace the <prefix>-* shards of an earlier run */
+    bool force;  /* replace the <prefix>-* shards of an earlier run */
+    bool follow; /* follow symlinks inside SRC (never out of it) */
 
     emlio_dataset_t *ds; /* SRC, as emliod would serve it */
     dataset_strv_t classes;
@@ -168,7 +169,10 @@ s_scan_tree(pack_t *self)
         dataset_error(CMD, "out of memory");
         return 1;
     }
-    if (emlio_dataset_open(self->ds, self->src, "imagefolder", 0) < 0) {
+    emlio_dataset_set_log(self->ds, dataset_warn, (void *)CMD);
+    if (emlio_dataset_open(self->ds, self->src, "imagefolder",
+                           self->follow ? EMLIO_DATASET_FOLLOW_SYMLINKS : 0) <
+        0) {
         dataset_error(CMD,
                       "cannot pack '%s': %s (expected "
                       "SRC/<class>/<image>.jpg)",
@@ -566,6 +570,9 @@ cmd_pack(int argc, char **argv)
         OPT("force", 0, OPT_FLAG, &self.force, NULL,
             "write into a DST that is not empty, first\nremoving the "
             "<prefix>-* shards, their\nindexes and classes.txt it replaces"),
+        OPT("follow-symlinks", 0, OPT_FLAG, &self.follow, NULL,
+            "follow symlinks that stay inside SRC\n(default: leave them "
+            "out)"),
         OPT("to", 0, OPT_CHOICE, &to, "FORMAT",
             "tfrecord (default) or tar: WebDataset\nshards "
             "DST/<prefix>-NNNNN.tar from SRC in\nany format emliod serves "
@@ -605,7 +612,7 @@ cmd_pack(int argc, char **argv)
         return 1;
     if (to == PACK_TO_TAR)
         return formats_pack_tar(CMD, self.src, self.dst, self.prefix,
-                                self.shard_bytes, self.quiet);
+                                self.shard_bytes, self.quiet, self.follow);
     int status = s_run(&self);
     for (size_t i = 0; i < self.n_items; i++)
         free(self.items[i].path);

@@ -24,6 +24,12 @@ dataset_error(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+void
+dataset_warn(void *cmd, const char *msg)
+{
+    fprintf(stderr, "emlio %s: warning: %s\n", (const char *)cmd, msg);
+}
+
 const char *
 dataset_strerror(int rc, char *buf, size_t len)
 {

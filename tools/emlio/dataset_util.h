@@ -18,6 +18,9 @@
 
 /* Prints "emlio <cmd>: <message>\n" to stderr. */
 void dataset_error(const char *cmd, const char *fmt, ...) DATASET_PRINTF(2, 3);
+/* An emlio_dataset_log_fn: "emlio CMD: warning: msg" on stderr, cmd being
+ * the command's name (a const char *). */
+void dataset_warn(void *cmd, const char *msg);
 
 /* emlio_strerror(rc) with its first letter lowercased, in buf (returned). */
 const char *dataset_strerror(int rc, char *buf, size_t len);

@@ -40,6 +40,7 @@ s_open(const char *cmd, const char *path, int flags, char **only)
         dataset_error(cmd, "out of memory");
         return NULL;
     }
+    emlio_dataset_set_log(ds, dataset_warn, (void *)cmd);
     char *copy = strdup(path);
     char *copy2 = strdup(path);
     int rc;
@@ -317,11 +318,15 @@ s_flush_shard(const char *cmd, s_tarw_t *w, const char *dst, const char *prefix,
 
 int
 formats_pack_tar(const char *cmd, const char *src, const char *dst,
-                 const char *prefix, uint64_t shard_bytes, bool quiet)
+                 const char *prefix, uint64_t shard_bytes, bool quiet,
+                 bool follow)
 {
     char *only;
     char ebuf[128];
-    emlio_dataset_t *ds = s_open(cmd, src, EMLIO_DATASET_MIXED, &only);
+    emlio_dataset_t *ds = s_open(
+        cmd, src,
+        EMLIO_DATASET_MIXED | (follow ? EMLIO_DATASET_FOLLOW_SYMLINKS : 0),
+        &only);
     if (!ds)
         return 1;
     int rc = dataset_mkdir_p(dst);

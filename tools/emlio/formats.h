@@ -27,9 +27,11 @@ long formats_index_file(const char *cmd, const char *path, bool verify,
 
 /* Converts the dataset at src (any format) into WebDataset tar shards
  * dst/<prefix>-NNNNN.tar of about shard_bytes each (samples keyed by their
- * position, fields kept, the label as ".cls"), each indexed as written. Returns
- * the exit status. */
+ * position, fields kept, the label as ".cls"), each indexed as written;
+ * follow: symlinks inside src are followed (never out of it). Returns the
+ * exit status. */
 int formats_pack_tar(const char *cmd, const char *src, const char *dst,
-                     const char *prefix, uint64_t shard_bytes, bool quiet);
+                     const char *prefix, uint64_t shard_bytes, bool quiet,
+                     bool follow);
 
 #endif /* EMLIO_TOOLS_FORMATS_H */

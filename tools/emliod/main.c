@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "emlio.h"
@@ -166,6 +167,12 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "samples per request (default 4096)", .min = 1),
         OPT("max-credit", 0, OPT_U32, &cfg->max_credit, "N",
             "outstanding requests per stream (256)", .min = 1),
+        OPT("max-copy-bytes", 0, OPT_SIZE, &cfg->max_copy_bytes, "BYTES",
+            "copied reply bytes one connection may hold\n"
+            "(256M); bigger requests are refused",
+            .min = 1),
+        OPT("max-copy-bytes-total", 0, OPT_SIZE, &cfg->max_copy_bytes_total,
+            "BYTES", "copied reply bytes of all connections (1G)", .min = 1),
         OPT("bytes-key", 0, OPT_STR, &cfg->bytes_key, "KEY",
             "Example feature to send (image/encoded)"),
         OPT("label-key", 0, OPT_STR, &cfg->label_key, "KEY",
@@ -174,6 +181,9 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "auto (default), tfrecord, tar (WebDataset)\nor imagefolder"),
         OPT("mixed-formats", 0, OPT_FLAG, &cfg->mixed_formats, NULL,
             "serve *.tfrecord and *.tar together"),
+        OPT("follow-symlinks", 0, OPT_FLAG, &cfg->follow_symlinks, NULL,
+            "follow symlinks that stay inside the data\n"
+            "directory (default: leave them out)"),
         OPT("fields", 0, OPT_STR, &cfg->fields, "A,B,..",
             "send these fields, one frame each per\nsample (protocol v2; "
             "docs/formats.md)"),
@@ -273,18 +283,86 @@ s_load_keys(s_opts_t *o, char curve_secret[EMLIO_CURVE_KEY_LEN])
     return 0;
 }
 
+/* The signal thread: every other thread blocks SIGINT, SIGTERM and
+ * SIGHUP, and this one takes them with sigwait, so a stop signal is seen
+ * at once, even while the dataset loads (the load is told to stop between
+ * shards: emlio_server_interrupt), and SIGHUP is logged, not fatal. */
+typedef struct s_signals {
+    sigset_t set;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    emlio_server_t *srv; /* interrupted on a stop signal; under lock */
+    int sig;             /* the stop signal, 0 until one came */
+} s_signals_t;
+
+static void *
+s_signal_main(void *arg)
+{
+    s_signals_t *sigs = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs->set, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            /* Nothing to reopen: emliod logs to stderr, which systemd or
+             * the shell owns. Said once per signal so it is not a
+             * mystery. */
+            s_log(NULL, EMLIO_LOG_INFO, "emliod",
+                  "SIGHUP ignored (logs go to stderr; nothing to reopen; "
+                  "stop with SIGTERM)");
+            continue;
+        }
+        pthread_mutex_lock(&sigs->lock);
+        sigs->sig = sig;
+        if (sigs->srv)
+            emlio_server_interrupt(sigs->srv);
+        pthread_cond_broadcast(&sigs->cond);
+        pthread_mutex_unlock(&sigs->lock);
+        return NULL;
+    }
+}
+
+/* The stop signal that came, 0 if none yet; srv (when not NULL) is
+ * interrupted by one from now on. */
+static int
+s_signal_arm(s_signals_t *sigs, emlio_server_t *srv)
+{
+    pthread_mutex_lock(&sigs->lock);
+    sigs->srv = srv;
+    int sig = sigs->sig;
+    pthread_mutex_unlock(&sigs->lock);
+    return sig;
+}
+
+/* Loads the dataset unless a stop signal came first or comes meanwhile.
+ * Returns 0, or < 0 after printing why (-ECANCELED: stopped by a signal,
+ * which is not a failure). */
+static int
+s_load(emlio_server_t *srv, s_signals_t *sigs)
+{
+    int rc = s_signal_arm(sigs, srv) ? -ECANCELED : emlio_server_load(srv);
+    int sig = s_signal_arm(sigs, NULL);
+    if (sig) {
+        fprintf(stderr, "emliod: %s while loading, stopping\n", strsignal(sig));
+        return -ECANCELED;
+    }
+    if (rc < 0)
+        fprintf(stderr, "emliod: cannot load dataset: %s\n",
+                emlio_server_errmsg(srv));
+    return rc;
+}
+
 /* Loads, binds and starts the server and the exporters, then waits for
  * SIGINT or SIGTERM. Returns 0 or < 0 after printing why. */
 static int
-s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
+s_serve(emlio_ctx_t *ctx, const s_opts_t *o, s_signals_t *sigs)
 {
     emlio_server_t *srv = emlio_server_new(ctx, &o->cfg);
     int rc = srv ? 0 : EMLIO_ENOMEM;
     if (rc < 0)
         fprintf(stderr, "emliod: out of memory\n");
-    else if ((rc = emlio_server_load(srv)) < 0)
-        fprintf(stderr, "emliod: cannot load dataset: %s\n",
-                emlio_server_errmsg(srv));
+    else if ((rc = s_load(srv, sigs)) < 0)
+        ;
     else if ((rc = emlio_server_bind(srv, o->bind)) < 0)
         fprintf(stderr, "emliod: %s\n", emlio_server_errmsg(srv));
     else if ((rc = emlio_server_start(srv)) < 0)
@@ -300,9 +378,11 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
                    tool_metrics_address(metrics));
         fflush(stdout);
         sd_notify_ready(emlio_server_endpoint(srv));
-        int sig = 0;
-        while (sigwait(stop, &sig) != 0)
-            ;
+        pthread_mutex_lock(&sigs->lock);
+        while (!sigs->sig)
+            pthread_cond_wait(&sigs->cond, &sigs->lock);
+        int sig = sigs->sig;
+        pthread_mutex_unlock(&sigs->lock);
         sd_notify_stopping();
         emlio_server_stats_t st;
         emlio_server_stats(srv, &st);
@@ -315,7 +395,26 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, const sigset_t *stop)
     }
     tool_metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
-    return rc;
+    return rc == -ECANCELED ? 0 : rc;
+}
+
+/* One descriptor per leased shard (1,282 for ImageNet's WebDataset
+ * layout) plus the connections: the soft limit is raised to the hard one
+ * (a fresh shell's 1,024 is too few), capped where a huge table would
+ * only cost memory. */
+static void
+s_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (1u << 20)
+                      ? (rlim_t)(1u << 20)
+                      : rl.rlim_max;
+    if (rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = want;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int
@@ -351,20 +450,30 @@ main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
-    /* Block the stop signals before any thread exists, so every library
-     * thread inherits the mask and only sigwait receives them. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    s_raise_nofile();
+    /* Block the signals before any thread exists, so every library thread
+     * inherits the mask and only the signal thread receives them. */
+    s_signals_t sigs = { .lock = PTHREAD_MUTEX_INITIALIZER,
+                         .cond = PTHREAD_COND_INITIALIZER };
+    sigemptyset(&sigs.set);
+    sigaddset(&sigs.set, SIGINT);
+    sigaddset(&sigs.set, SIGTERM);
+    sigaddset(&sigs.set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs.set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    pthread_t signal_thread;
+    if (pthread_create(&signal_thread, NULL, s_signal_main, &sigs) != 0) {
+        fprintf(stderr, "emliod: cannot start the signal thread\n");
+        free(o.config_text);
+        return 1;
+    }
+    pthread_detach(signal_thread); /* it ends with the process */
 
     emlio_ctx_t *ctx = emlio_ctx_new();
     int rc = ctx ? 0 : EMLIO_ENOMEM;
     if (ctx) {
         emlio_ctx_set_log(ctx, s_log, NULL, o.log_level);
-        rc = s_serve(ctx, &o, &stop);
+        rc = s_serve(ctx, &o, &sigs);
     } else {
         fprintf(stderr, "emliod: out of memory\n");
     }

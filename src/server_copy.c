@@ -1,0 +1,189 @@
+/* server_copy.c - the byte budget of copied replies: what a GET may make
+ * the daemon copy into memory, per connection and per daemon.
+ * SPDX-License-Identifier: MIT
+ *
+ * Samples of mapped, leased shards are zero-copy frames of the page cache;
+ * everything else (ImageFolder files, shards read by pread because no
+ * lease could be had) is copied into fresh memory that lives until ZeroMQ
+ * has sent the frame. Without a bound, one 8 KB GET naming a 200 KB
+ * record 4,096 times costs 800 MB. So each GET is charged, at admission,
+ * the bytes its copies can take (each record's size, as the format lists
+ * it, and for a GET with a transform the tensor block it makes), against
+ * its connection's account and the daemon's; the charge is
+ * given back when the last frame of its reply is freed (or the job ends
+ * without one). A GET larger than a connection's whole budget is refused
+ * with EMLIO_ELIMIT; one that does not fit now waits in the frontend
+ * (its credit stays used, so a client cannot queue more than its
+ * credits) until earlier replies free enough.
+ */
+#include "emlio_internal.h"
+
+#include <zmq.h>
+
+#include "server_internal.h"
+
+emlio__copy_acct_t *
+emlio__srv_copy_acct_new(void)
+{
+    emlio__copy_acct_t *acct = emlio_calloc(1, sizeof(*acct));
+    if (acct) {
+        atomic_init(&acct->bytes, 0);
+        atomic_init(&acct->refs, 1);
+    }
+    return acct;
+}
+
+void
+emlio__srv_copy_acct_unref(emlio__copy_acct_t **acct_p)
+{
+    emlio__copy_acct_t *acct = *acct_p;
+    *acct_p = NULL;
+    if (acct && atomic_fetch_sub(&acct->refs, 1) == 1)
+        emlio_free(acct);
+}
+
+void
+emlio__srv_copy_release(emlio__copy_charge_t *charge)
+{
+    if (charge->bytes) {
+        if (charge->conn)
+            atomic_fetch_sub(&charge->conn->bytes, charge->bytes);
+        if (charge->daemon)
+            atomic_fetch_sub(charge->daemon, charge->bytes);
+    }
+    emlio__srv_copy_acct_unref(&charge->conn);
+    *charge = (emlio__copy_charge_t){ 0 };
+}
+
+/* What reading the GET's samples can copy: records of shards that are
+ * not zero-copy. Items out of range cost nothing (the reader refuses
+ * them). */
+static uint64_t
+s_estimate(const emlio_server_t *self, const emlio__job_t *job)
+{
+    const emlio_wire_msg_t *get = &job->msg;
+    const emlio_shardset_t *set = &self->core->set;
+    /* A GET with a transform also makes one tensor block of every sample
+     * (server_tensor.c): fresh memory like a copy, held until its frame
+     * is sent. */
+    uint64_t total =
+        job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
+                : 0;
+    for (size_t i = 0; i < get->n_items; i++) {
+        const emlio_wire_item_t *item = &get->items[i];
+        if (item->shard >= set->n)
+            continue;
+        const emlio_shard_t *shard = &set->shards[item->shard];
+        if (shard->ops->mapped && shard->leased)
+            continue;
+        if (shard->ops->record_bytes &&
+            item->record < emlio__shard_count(shard))
+            total +=
+                shard->ops->record_bytes(shard->impl, (size_t)item->record);
+    }
+    return total;
+}
+
+/* Whether a charge of bytes fits both accounts now. */
+static bool
+s_fits(const emlio_server_t *self, const emlio__copy_acct_t *conn,
+       uint64_t bytes)
+{
+    uint64_t mine = conn ? atomic_load(&conn->bytes) : 0;
+    uint64_t all = atomic_load(&self->core->copied);
+    return mine + bytes <= self->cfg.max_copy_bytes &&
+           all + bytes <= self->cfg.max_copy_bytes_total;
+}
+
+static void
+s_charge(emlio_server_t *self, emlio__job_t *job, emlio__copy_acct_t *conn)
+{
+    job->charge.bytes = job->copy_want;
+    job->charge.daemon = &self->core->copied;
+    if (conn) {
+        atomic_fetch_add(&conn->refs, 1);
+        atomic_fetch_add(&conn->bytes, job->copy_want);
+    }
+    job->charge.conn = conn;
+    atomic_fetch_add(&self->core->copied, job->copy_want);
+}
+
+int
+emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
+                      emlio__peer_t *peer, char *text, size_t len)
+{
+    job->copy_want = s_estimate(self, job);
+    if (job->copy_want == 0)
+        return 0;
+    uint64_t cap =
+        EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
+    if (job->copy_want > cap) {
+        snprintf(text, len,
+                 "request would copy %" PRIu64 " bytes into memory, more "
+                 "than the daemon's budget of %" PRIu64 " bytes per "
+                 "connection (--max-copy-bytes); ask for fewer samples",
+                 job->copy_want, cap);
+        return EMLIO_ELIMIT;
+    }
+    if (!s_fits(self, peer->copy, job->copy_want)) {
+        emlio__job_t **pending = self->adm.pending;
+        if (self->adm.n_pending == self->adm.cap_pending) {
+            size_t cap_p =
+                self->adm.cap_pending ? 2 * self->adm.cap_pending : 16;
+            pending = emlio_reallocarray(pending, cap_p, sizeof(*pending));
+            if (!pending) {
+                snprintf(text, len, "out of memory");
+                return EMLIO_ENOMEM;
+            }
+            self->adm.pending = pending;
+            self->adm.cap_pending = cap_p;
+        }
+        /* The job keeps a reference to the account it will be charged
+         * to, since the peer may be forgotten while it waits. */
+        if (peer->copy)
+            atomic_fetch_add(&peer->copy->refs, 1);
+        job->waits_on = peer->copy;
+        pending[self->adm.n_pending++] = job;
+        atomic_fetch_add(&self->count.copy_waits, 1);
+        return 1;
+    }
+    s_charge(self, job, peer->copy);
+    return 0;
+}
+
+void
+emlio__srv_copy_pending_run(emlio_server_t *self, void *work)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < self->adm.n_pending; i++) {
+        emlio__job_t *job = self->adm.pending[i];
+        if (!s_fits(self, job->waits_on, job->copy_want)) {
+            self->adm.pending[kept++] = job;
+            continue;
+        }
+        s_charge(self, job, job->waits_on);
+        emlio__srv_copy_acct_unref(&job->waits_on);
+        if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
+            emlio__peer_t *peer =
+                emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
+                                     zmq_msg_size(&job->identity), false);
+            if (peer && peer->outstanding)
+                peer->outstanding--;
+            emlio__srv_job_drop(self, job);
+        }
+    }
+    self->adm.n_pending = kept;
+}
+
+void
+emlio__srv_copy_pending_drop(emlio_server_t *self)
+{
+    for (size_t i = 0; i < self->adm.n_pending; i++) {
+        emlio__srv_copy_acct_unref(&self->adm.pending[i]->waits_on);
+        emlio__srv_job_drop(self, self->adm.pending[i]);
+    }
+    self->adm.n_pending = 0;
+    emlio_free(self->adm.pending);
+    self->adm.pending = NULL;
+    self->adm.cap_pending = 0;
+}
