@@ -191,7 +191,9 @@ typedef struct emlio__window {
     uint64_t adapt_batches;  /* batches delivered at that time */
     uint64_t batch_bytes;    /* mean bytes of one batch in this dataset */
     size_t outstanding_parts;
-    emlio_wire_item_t *items; /* one GET's [shard, record] pairs */
+    uint64_t refused_since_ns; /* first of the refusals for credit since the
+                                  last part filed; 0 = none */
+    emlio_wire_item_t *items;  /* one GET's [shard, record] pairs */
     /* Hand-over of the current epoch (saved by the resume state). */
     size_t next_deliver; /* in_order: the batch due next */
     uint8_t *delivered;  /* bitmap over the epoch's batches */
@@ -259,6 +261,7 @@ bool emlio__window_is_delivered(const emlio_client_t *self, size_t i);
 int emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
                           size_t index);
 int emlio__window_fill(emlio_client_t *self);
+bool emlio__window_has_credit(const emlio_client_t *self);
 int emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
                          uint64_t before_ns);
 int emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream);

@@ -190,6 +190,40 @@ emlio__window_begin(emlio_client_t *self, uint64_t now)
     return 0;
 }
 
+/* The least-loaded stream of daemon that may carry a GET now: joined, up,
+ * and below the daemon's credits per connection; UINT32_MAX when none. A
+ * stream that lost its connection gets nothing new: GETs queued on it
+ * while it is down would reach the daemon after reconnecting together
+ * with their resends (emlio__window_resend), two credits for one. */
+static uint32_t
+s_free_stream(const emlio__cdaemon_t *daemon)
+{
+    uint32_t best = UINT32_MAX;
+    for (uint32_t k = 0; k < daemon->n_streams; k++) {
+        if (!daemon->ready[k] || daemon->down[k] ||
+            daemon->sock_outstanding[k] >= daemon->max_credit)
+            continue;
+        if (best == UINT32_MAX ||
+            daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
+            best = k;
+    }
+    return best;
+}
+
+/* Whether every daemon has a stream with a credit left, so that a batch,
+ * whichever daemons hold its samples, can be requested now without any
+ * connection going past the credits its daemon grants (WELCOME
+ * max_credit). The window's bounds are sized from the same credits
+ * (emlio__window_init); this holds even while streams are down. */
+bool
+emlio__window_has_credit(const emlio_client_t *self)
+{
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        if (s_free_stream(&self->conn.daemons[d]) == UINT32_MAX)
+            return false;
+    return true;
+}
+
 /* Sends (or sends again) the GET of part p of batch b on stream sock, or on
  * the daemon's least-loaded stream when sock is UINT32_MAX. */
 static int
@@ -212,12 +246,10 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
     if (sock == UINT32_MAX) {
         /* The least-loaded stream that may carry GETs: replies come back
          * out of order, so round robin alone could push one connection
-         * past its credits. */
-        sock = 0;
-        for (uint32_t k = 1; k < daemon->n_streams; k++)
-            if (daemon->ready[k] &&
-                daemon->sock_outstanding[k] < daemon->sock_outstanding[sock])
-                sock = k;
+         * past its credits. The caller checked that one has a credit
+         * left (emlio__window_has_credit). */
+        sock = s_free_stream(daemon);
+        assert(sock != UINT32_MAX);
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
     }
@@ -322,7 +354,8 @@ emlio__window_fill(emlio_client_t *self)
         self->win.cap_slots = self->win.max;
     }
     while (self->win.n_slots < self->win.limit &&
-           self->current.next_to_send < self->current.n_batches) {
+           self->current.next_to_send < self->current.n_batches &&
+           emlio__window_has_credit(self)) {
         size_t i = self->current.next_to_send++;
         if (emlio__window_is_delivered(self, i))
             continue; /* resumed from saved state */
@@ -551,6 +584,7 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
             rc = s_file_sample(self, d, stream, b, part, msg, j, &next,
                                j == 0 ? header : &b->frames[b->n_frames - 1]);
     if (rc >= 0) {
+        self->win.refused_since_ns = 0;
         part->done = true;
         daemon->sock_outstanding[part->sock]--;
         self->win.outstanding_parts--;
@@ -593,6 +627,43 @@ s_match_part(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg,
     return &b->parts[part_no];
 }
 
+/* Whether msg refuses a GET for want of credit on its connection (the
+ * daemon's own words, docs/protocol.md section 7). */
+static bool
+s_refused_for_credit(const emlio_wire_msg_t *msg)
+{
+    static const char prefix[] = "too many outstanding requests";
+    return msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_ELIMIT &&
+           msg->text_len >= sizeof(prefix) - 1 &&
+           memcmp(msg->text, prefix, sizeof(prefix) - 1) == 0;
+}
+
+/* The daemon refused part of b for credit although we keep within its
+ * credits: it still counts GETs of ours that we no longer do, the
+ * duplicates of a resend after a reconnect (GETs that waited in the
+ * stream's queue reach the new connection, and so do their resends) or
+ * the parts of an abandoned epoch it is still serving. Those answers free
+ * its credits within a round trip or so, so ask again on the same stream
+ * (the part stays counted there); fail only when refusals alone go on for
+ * S_REFUSED_NS. */
+#define S_REFUSED_NS (5000000000ull)
+
+static int
+s_ask_again(emlio_client_t *self, uint32_t d, emlio_batch_t *b,
+            emlio__part_t *part, const emlio_wire_msg_t *msg)
+{
+    uint64_t now = emlio__now_ns();
+    if (!self->win.refused_since_ns)
+        self->win.refused_since_ns = now;
+    if (now - self->win.refused_since_ns > S_REFUSED_NS)
+        return emlio__seterr(
+            self->err, EMLIO_ELIMIT, "daemon '%s' failed a request: %.*s",
+            self->conn.daemons[d].endpoint, (int)msg->text_len, msg->text);
+    self->fig.retries++;
+    int rc = s_send_part(self, b, (uint32_t)(part - b->parts), part->sock);
+    return rc < 0 ? rc : 1;
+}
+
 /* Receives and files one reply from daemon d's socket. Returns 1 when a
  * message was handled, 0 when none was waiting, < 0 on failure. */
 int
@@ -630,7 +701,9 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
     } else {
         if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR)
             part = s_match_part(self, d, &msg, &b);
-        if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
+        if (part && s_refused_for_credit(&msg)) {
+            rc = s_ask_again(self, d, b, part, &msg);
+        } else if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
             int code = msg.code <= -1000 && msg.code > -2000 ? (int)msg.code
                                                              : EMLIO_EPROTO;
             rc = emlio__seterr(self->err, code,

@@ -51,6 +51,16 @@
 #include "shardset.h"
 #include "wire.h"
 
+/* The send high-water mark of each client connection, in messages. A
+ * connection that keeps within its credits has at most max_credit replies
+ * queued, but libzmq's writer learns that its queue shrank only every
+ * (mark + 1) / 2 messages the I/O thread takes (the pipe's low-water mark),
+ * so the queue it sees may be that much longer than the real one. With a
+ * mark of max_credit + 64, a reading client with 256 GETs in flight could
+ * look like one that stopped reading and be closed (issue 18); with twice
+ * the credits plus room for error replies, the seen queue stays below the
+ * mark by construction: credits + (mark + 1) / 2 - 1 < mark. */
+#define EMLIO__SRV_SNDHWM(credits)          (2 * (uint64_t)(credits) + 64)
 /* How often blocked threads wake to check for stop, in ms. */
 #define EMLIO__SRV_POLL_MS                  100
 /* The longest a destroy waits for ZeroMQ to release frames that point into

@@ -57,6 +57,27 @@ check "window larger than one stream's credits never exceeds them" \
     test $credit_fail -eq 0
 kill "$DPID"
 
+# Small samples (issue 18): at 512 B the automatic window grows to the
+# daemon's credits on every stream. A client within its credits must never
+# be taken for one that does not read, refused, or left waiting.
+check "512 B dataset builds" make_dataset "$T/small" 20000 4 512 2M
+start_daemon dsmall "$T/small/shards" || fail "daemon on 512 B samples starts"
+for streams in auto 4; do
+    flags=()
+    [ "$streams" = auto ] || flags=(--streams "$streams")
+    "$EMLIO" fetch --connect "$EP" --batch 16 --epochs 3 --verify "${flags[@]}" \
+        --quiet >"$T/small.out" 2>"$T/small.err"
+    check "512 B, batch 16, streams $streams: fetch --verify succeeds" \
+        test $? -eq 0
+    check "512 B, streams $streams: 60000 samples" \
+        test "$(json_field "$T/small.out" samples)" = 60000
+    check "512 B, streams $streams: no connection lost" \
+        bash -c "! grep -q 'lost connection' '$T/small.err'"
+done
+check "512 B: the daemon closed no client's connection" \
+    bash -c "! grep -q 'closing connection' '$T/dsmall.err'"
+kill "$DPID"
+
 # Bad input: clear messages, non-zero exits, bounded time.
 "$EMLIOD" --data "$T/nope" --bind 'tcp://127.0.0.1:*' >/dev/null 2>"$T/e1"
 check "missing data dir fails" test $? -ne 0
