@@ -18,6 +18,11 @@ check "fetch --verify succeeds" test $? -eq 0
 check "json reports 600 samples" test "$(json_field "$T/fetch.out" samples)" = 600
 check "json reports 2 epochs" test "$(json_field "$T/fetch.out" epochs)" = 2
 check "json is verified" test "$(json_field "$T/fetch.out" verified)" = True
+# ramp_s: seconds to 80% of the steady rate, within the run (not timed).
+check "json has a plausible ramp_s" /usr/bin/python3 -c "
+import json, sys
+d = json.loads(open('$T/fetch.out').read().splitlines()[-1])
+sys.exit(not 0 <= d['ramp_s'] <= d['seconds'] + 0.01)"
 for e in 0 1; do
     awk -v e=$e '$1 == e {print $2, $3}' "$T/ids" | sort >"$T/e$e"
     check "epoch $e: 300 lines" test "$(wc -l <"$T/e$e")" = 300
