@@ -34,6 +34,12 @@
 
 #define EMLIO__CLIENT_MAX_DAEMONS 255 /* part numbers are 8 bits of an id */
 #define EMLIO__CLIENT_MAX_STREAMS EMLIO_WIRE_MAX_STREAMS
+/* The rate the first epoch is sized for, from the first RTT sample (the
+ * HELLO's, over TCP_INFO), before anything was measured: the streams to
+ * start with (client_conn.c) and the requests in flight (client_window.c).
+ * About half of what this 2-core VM's loopback carries; the tuner and the
+ * window grow from there while the consumer waits. */
+#define EMLIO__CLIENT_START_RATE  500e6 /* bytes/s: 4 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */

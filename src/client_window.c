@@ -114,6 +114,20 @@ emlio__window_is_delivered(const emlio_client_t *self, size_t i)
     return self->win.delivered[i / 8] & (1u << (i % 8));
 }
 
+/* The most batches worth having in flight over `streams` streams: a
+ * stream has at most one TCP window on the wire per RTT, so requests
+ * beyond two windows per stream only wait in the daemon's queues (and cost
+ * us memory: fresh pages are dear); UINT64_MAX when the window or the
+ * batch size is not known. */
+static uint64_t
+s_per_path(const emlio_client_t *self, uint64_t streams)
+{
+    if (!self->conn.window_bytes || !self->win.batch_bytes)
+        return UINT64_MAX;
+    return 2 * self->conn.window_bytes * streams / self->win.batch_bytes +
+           2 * streams;
+}
+
 /* Sizes the window bounds from the daemons' credits and a memory cap. */
 void
 emlio__window_init(emlio_client_t *self)
@@ -141,11 +155,19 @@ emlio__window_init(emlio_client_t *self)
     if (self->cfg.inflight) {
         self->win.limit = EMLIO_MIN(self->cfg.inflight, self->win.max);
     } else {
-        /* Start small and grow while the consumer starves (see
-         * emlio__window_adapt). */
-        uint32_t start = EMLIO_MAX(4, 2 * self->conn.tuner.min_streams *
-                                          self->conn.n_daemons);
-        self->win.limit = EMLIO_MIN(start, self->win.max);
+        /* Start at twice the bandwidth-delay product of the rate the
+         * first epoch is sized for, from the first RTT sample: growing from
+         * a few batches would take many round trips on a long path (no
+         * serial warm-up), while on a short one this is a few batches.
+         * Then grow while the consumer starves (emlio__window_adapt). */
+        uint64_t streams =
+            (uint64_t)self->conn.tuner.min_streams * self->conn.n_daemons;
+        uint64_t start = EMLIO_MAX(4, 2 * streams);
+        uint64_t bdp = (uint64_t)(2 * EMLIO__CLIENT_START_RATE *
+                                  (double)self->conn.rtt_ns / 1e9) /
+                       EMLIO_MAX(batch_bytes, 1);
+        start = EMLIO_MAX(start, EMLIO_MIN(bdp, s_per_path(self, streams)));
+        self->win.limit = (uint32_t)EMLIO_MIN(start, self->win.max);
     }
 }
 
@@ -750,12 +772,7 @@ emlio__window_adapt(emlio_client_t *self, bool starved)
      * cost us memory: fresh pages are dear), so a starving consumer on a
      * window-limited path is helped by streams (emlio__client_tune), not by
      * more batches in flight. */
-    if (self->conn.window_bytes && self->win.batch_bytes) {
-        uint64_t per_path = 2 * self->conn.window_bytes * streams /
-                                EMLIO_MAX(self->win.batch_bytes, 1) +
-                            2 * (uint64_t)streams;
-        target = (uint32_t)EMLIO_MIN((uint64_t)target, per_path);
-    }
+    target = (uint32_t)EMLIO_MIN((uint64_t)target, s_per_path(self, streams));
     self->win.limit = EMLIO_MIN(EMLIO_MAX(target, 2u), self->win.max);
     self->win.adapt_ns = now;
     self->win.adapt_batches = self->win.n_delivered;
