@@ -215,6 +215,9 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_buf_release(&self->net.welcome);
     emlio_free(self->adm.peers);
     emlio_free(self->adm.conns);
+    for (size_t i = 0; self->adm.ra_stamp && i < self->adm.ra_n; i++)
+        emlio_free(self->adm.ra_stamp[i]);
+    emlio_free(self->adm.ra_stamp);
     if (self->own.curve_secret) /* do not leave the secret in freed memory */
         memset(self->own.curve_secret, 0, strlen(self->own.curve_secret));
     emlio_free(self->own.curve_secret);

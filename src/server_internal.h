@@ -61,6 +61,10 @@
  * the credits plus room for error replies, the seen queue stays below the
  * mark by construction: credits + (mark + 1) / 2 - 1 < mark. */
 #define EMLIO__SRV_SNDHWM(credits)          (2 * (uint64_t)(credits) + 64)
+/* Readahead advises a shard's records in chunks of about this many bytes,
+ * each at most once per EMLIO__SRV_RA_REFRESH_MS (see s_readahead). */
+#define EMLIO__SRV_RA_CHUNK                 (1u << 20)
+#define EMLIO__SRV_RA_REFRESH_MS            10000u
 /* How often blocked threads wake to check for stop, in ms. */
 #define EMLIO__SRV_POLL_MS                  100
 /* The longest a destroy waits for ZeroMQ to release frames that point into
@@ -195,6 +199,12 @@ typedef struct emlio__srv_admit {
     uint64_t err_log_quiet;
     uint64_t fd_log_ns;     /* last "out of file descriptors" line */
     uint64_t accept_failed; /* accepts refused since that line */
+    /* Readahead (server_request.c): per shard, per chunk of about
+     * EMLIO__SRV_RA_CHUNK bytes of records, when it was last advised (ms
+     * since start + 1; 0 = never). NULL until the shard is first asked. */
+    uint32_t **ra_stamp;
+    size_t ra_n; /* shards in ra_stamp */
+    uint64_t ra_t0_ns;
 } emlio__srv_admit_t;
 
 /* Counters, written by any thread, read by emlio_server_stats. */

@@ -11,26 +11,48 @@
 
 #define RECORDS 16
 
+/* RECORDS Examples of `bytes`-byte images; with flips, byte flips[r] of
+ * record r's data is flipped when it is not SIZE_MAX (a corrupt record). */
 static void
-s_write_dataset(const char *dir)
+s_write_records(const char *dir, size_t bytes, const size_t *flips)
 {
     emlio_buf_t file = EMLIO_BUF_INIT;
     emlio_buf_t ex = EMLIO_BUF_INIT;
     for (int r = 0; r < RECORDS; r++) {
         uint8_t payload[8192];
-        memset(payload, r, sizeof(payload));
+        assert_true(bytes <= sizeof(payload));
+        memset(payload, r, bytes);
         emlio_buf_clear(&ex);
         assert_int_equal(emlio_example_build(&ex, "image/encoded", payload,
-                                             sizeof(payload),
-                                             "image/class/label", r),
+                                             bytes, "image/class/label", r),
                          0);
+        size_t data = file.len + 12; /* u64 length, u32 its CRC */
         assert_int_equal(emlio_tfrecord_append(&file, ex.data, ex.len), 0);
+        if (flips && flips[r] != SIZE_MAX)
+            file.data[data + flips[r] % ex.len] ^= 0x10;
     }
     char path[128];
     snprintf(path, sizeof(path), "%s/part-0.tfrecord", dir);
     test_write_file(path, file.data, file.len);
+    if (flips) {
+        /* An index, so that loading (which verifies every record when it
+         * has to scan the shard) does not find the corruption first. */
+        char idx[160];
+        snprintf(idx, sizeof(idx), "%s.idx", path);
+        emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
+        assert_int_equal(emlio_tfrecord_open(tf), 0);
+        assert_int_equal(emlio_tfrecord_scan(tf, false), RECORDS);
+        assert_int_equal(emlio_tfrecord_write_index(tf, idx), 0);
+        emlio_tfrecord_destroy(&tf);
+    }
     emlio_buf_release(&file);
     emlio_buf_release(&ex);
+}
+
+static void
+s_write_dataset(const char *dir)
+{
+    s_write_records(dir, 8192, NULL);
 }
 
 /* A started server on dir; sndbuf as in emlio_server_config_t (0: the
@@ -202,6 +224,18 @@ test_server_destroy_with_frames_in_flight(void **state)
     test_rmtree(dir);
 }
 
+/* Closes what a raw-client test opened, and removes its directory. */
+static void
+s_teardown(void *dealer, void *zctx, emlio_server_t **srv, emlio_ctx_t **ctx,
+           const char *dir)
+{
+    zmq_close(dealer);
+    zmq_ctx_term(zctx);
+    emlio_server_destroy(srv);
+    emlio_ctx_destroy(ctx);
+    test_rmtree(dir);
+}
+
 /* Receives one whole reply on dealer (header and frames); the header's
  * decoded type, or -1 after the receive timeout. */
 static int
@@ -280,11 +314,48 @@ test_server_client_within_credits_is_never_closed(void **state)
         assert_int_equal(st.errors, 0);
     }
     emlio_buf_release(&buf);
-    zmq_close(dealer);
-    zmq_ctx_term(zctx);
-    emlio_server_destroy(&srv);
-    emlio_ctx_destroy(&ctx);
-    test_rmtree(dir);
+    s_teardown(dealer, zctx, &srv, &ctx, dir);
+}
+
+/* A record whose stored CRC does not match is never served, whether the
+ * flipped byte is in the image or after it, and whatever the image's size:
+ * small images are checked over the whole record, large ones by combining
+ * the CRCs of its parts (format_tfrecord.c, S_COMBINE_MIN). */
+static void
+test_server_corrupt_records_of_any_size_are_refused(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 100, 512, 8192 };
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        char dir[64];
+        test_mkdtemp(dir, sizeof(dir));
+        size_t flips[RECORDS];
+        for (int r = 0; r < RECORDS; r++)
+            flips[r] = SIZE_MAX;
+        flips[3] = 40 + sizes[k] / 2; /* inside the image */
+        flips[5] = SIZE_MAX - 1;      /* the last byte: the label */
+        s_write_records(dir, sizes[k], flips);
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_t *srv = s_server(ctx, dir, 16);
+        void *zctx = zmq_ctx_new();
+        void *dealer = s_dealer(zctx, srv, 0);
+        assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        for (uint32_t r = 0; r < RECORDS; r++) {
+            emlio_wire_item_t item = { 0, r };
+            assert_int_equal(emlio__wire_encode_get(&buf, r + 1,
+                                                    emlio_server_dataset(srv),
+                                                    &item, 1),
+                             0);
+            assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
+                             (int)buf.len);
+            assert_int_equal(s_recv_reply(dealer), r == 3 || r == 5
+                                                       ? EMLIO_MSG_ERROR
+                                                       : EMLIO_MSG_BATCH);
+        }
+        emlio_buf_release(&buf);
+        s_teardown(dealer, zctx, &srv, &ctx, dir);
+    }
 }
 
 int
@@ -295,6 +366,7 @@ main(void)
         cmocka_unit_test(test_server_slot_freed_when_connection_closes),
         cmocka_unit_test(test_server_destroy_with_frames_in_flight),
         cmocka_unit_test(test_server_client_within_credits_is_never_closed),
+        cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
