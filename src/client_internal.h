@@ -196,6 +196,9 @@ typedef struct emlio__window {
     uint64_t adapt_ns;       /* when the window was last resized */
     uint64_t adapt_batches;  /* batches delivered at that time */
     uint64_t batch_bytes;    /* mean bytes of one batch in this dataset */
+    double grow_rate;        /* batches/s when a starving consumer last grew
+                                the window; 0 = not since the last rebound */
+    bool grown_out;          /* that growth did not pay off: stop growing */
     size_t outstanding_parts;
     uint64_t refused_since_ns; /* first of the refusals for credit since the
                                   last part filed; 0 = none */

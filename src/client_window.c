@@ -8,6 +8,9 @@
 
 /* The auto-sized window never exceeds this many bytes in flight. */
 #define S_MAX_INFLIGHT_BYTES (512ull << 20)
+/* Rate growth that justifies growing the window further while the
+ * consumer starves (emlio__window_adapt). */
+#define S_WINDOW_MIN_GAIN    0.05
 
 void
 emlio__batch_free(emlio_batch_t *b)
@@ -178,6 +181,9 @@ emlio__window_rebound(emlio_client_t *self)
 {
     uint32_t window = self->win.limit;
     emlio__window_init(self);
+    /* Streams were added, or a new epoch begins: growth may pay again. */
+    self->win.grow_rate = 0;
+    self->win.grown_out = false;
     self->win.limit =
         EMLIO_MIN(EMLIO_MAX(window, self->win.limit), self->win.max);
 }
@@ -761,9 +767,16 @@ emlio__window_adapt(emlio_client_t *self, bool starved)
     double rate = (double)batches * 1e9 / (double)dt;
     double bdp = rate * (double)self->win.min_latency_ns / 1e9;
     uint32_t target = (uint32_t)(2 * bdp) + streams;
-    if (starved)
+    /* Growing blindly while the consumer starves took the window to its
+     * bounds on a CPU-bound loopback (hundreds of batches of fresh pages
+     * for nothing); grow only while the last growth paid off. */
+    if (starved && self->win.grow_rate > 0 &&
+        rate < self->win.grow_rate * (1 + S_WINDOW_MIN_GAIN))
+        self->win.grown_out = true;
+    if (starved && !self->win.grown_out) {
         target = EMLIO_MAX(target, self->win.limit + self->win.limit / 2 + 1);
-    else if (target < self->win.limit / 2)
+        self->win.grow_rate = rate;
+    } else if (target < self->win.limit / 2)
         target = self->win.limit; /* shrink lazily: no flapping */
     else
         target = EMLIO_MAX(target, self->win.limit);
