@@ -224,12 +224,16 @@ emlio__window_begin(emlio_client_t *self, uint64_t now)
  * while it is down would reach the daemon after reconnecting together
  * with their resends (emlio__window_resend), two credits for one. */
 static uint32_t
-s_free_stream(const emlio__cdaemon_t *daemon)
+s_free_stream(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
 {
+    /* Nor more than two TCP windows of batches (s_per_path): more would
+     * only queue behind one stream's slow start while the streams opened
+     * with it are still joining. */
+    uint64_t cap = EMLIO_MIN(daemon->max_credit, s_per_path(self, 1));
     uint32_t best = UINT32_MAX;
     for (uint32_t k = 0; k < daemon->n_streams; k++) {
         if (!daemon->ready[k] || daemon->down[k] ||
-            daemon->sock_outstanding[k] >= daemon->max_credit)
+            daemon->sock_outstanding[k] >= cap)
             continue;
         if (best == UINT32_MAX ||
             daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
@@ -247,7 +251,7 @@ bool
 emlio__window_has_credit(const emlio_client_t *self)
 {
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        if (s_free_stream(&self->conn.daemons[d]) == UINT32_MAX)
+        if (s_free_stream(self, &self->conn.daemons[d]) == UINT32_MAX)
             return false;
     return true;
 }
@@ -276,7 +280,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
          * out of order, so round robin alone could push one connection
          * past its credits. The caller checked that one has a credit
          * left (emlio__window_has_credit). */
-        sock = s_free_stream(daemon);
+        sock = s_free_stream(self, daemon);
         assert(sock != UINT32_MAX);
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
