@@ -6,12 +6,11 @@
 #include "client_internal.h"
 
 /* Streams per daemon the tuner starts from (cfg.streams = 0): two, or on a
- * long path as many as carry S_START_RATE at the measured RTT and window
- * (at most S_MAX_START_STREAMS), so that the first epoch does not crawl
- * while the tuner doubles its way up. */
+ * long path as many as carry EMLIO__CLIENT_START_RATE at the measured RTT
+ * and window (at most S_MAX_START_STREAMS), so that the first epoch does
+ * not crawl while the tuner doubles its way up. */
 #define S_AUTO_START_STREAMS 2
 #define S_MAX_START_STREAMS  16
-#define S_START_RATE         250e6 /* bytes/s: 2 Gb/s */
 
 static void s_sample_paths(emlio_client_t *self);
 
@@ -666,7 +665,7 @@ s_init_tuning(emlio_client_t *self)
         /* 85%: what one stream really carries of window / RTT here. */
         double per_stream =
             0.85 * (double)self->conn.window_bytes * 1e9 / (double)rtt;
-        double need = S_START_RATE / per_stream;
+        double need = EMLIO__CLIENT_START_RATE / per_stream;
         if (need > start)
             start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
         if (start > S_AUTO_START_STREAMS)

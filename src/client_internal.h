@@ -34,6 +34,12 @@
 
 #define EMLIO__CLIENT_MAX_DAEMONS 255 /* part numbers are 8 bits of an id */
 #define EMLIO__CLIENT_MAX_STREAMS EMLIO_WIRE_MAX_STREAMS
+/* The rate the first epoch is sized for, from the first RTT sample (the
+ * HELLO's, over TCP_INFO), before anything was measured: the streams to
+ * start with (client_conn.c) and the requests in flight (client_window.c).
+ * About half of what this 2-core VM's loopback carries; the tuner and the
+ * window grow from there while the consumer waits. */
+#define EMLIO__CLIENT_START_RATE  500e6 /* bytes/s: 4 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -193,8 +199,13 @@ typedef struct emlio__window {
     uint64_t adapt_ns;       /* when the window was last resized */
     uint64_t adapt_batches;  /* batches delivered at that time */
     uint64_t batch_bytes;    /* mean bytes of one batch in this dataset */
+    double grow_rate;        /* batches/s when a starving consumer last grew
+                                the window; 0 = not since the last rebound */
+    bool grown_out;          /* that growth did not pay off: stop growing */
     size_t outstanding_parts;
-    emlio_wire_item_t *items; /* one GET's [shard, record] pairs */
+    uint64_t refused_since_ns; /* first of the refusals for credit since the
+                                  last part filed; 0 = none */
+    emlio_wire_item_t *items;  /* one GET's [shard, record] pairs */
     /* Hand-over of the current epoch (saved by the resume state). */
     size_t next_deliver; /* in_order: the batch due next */
     uint8_t *delivered;  /* bitmap over the epoch's batches */
@@ -262,6 +273,7 @@ bool emlio__window_is_delivered(const emlio_client_t *self, size_t i);
 int emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
                           size_t index);
 int emlio__window_fill(emlio_client_t *self);
+bool emlio__window_has_credit(const emlio_client_t *self);
 int emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
                          uint64_t before_ns);
 int emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream);

@@ -8,6 +8,9 @@
 
 /* The auto-sized window never exceeds this many bytes in flight. */
 #define S_MAX_INFLIGHT_BYTES (512ull << 20)
+/* Rate growth that justifies growing the window further while the
+ * consumer starves (emlio__window_adapt). */
+#define S_WINDOW_MIN_GAIN    0.05
 
 void
 emlio__batch_free(emlio_batch_t *b)
@@ -114,6 +117,20 @@ emlio__window_is_delivered(const emlio_client_t *self, size_t i)
     return self->win.delivered[i / 8] & (1u << (i % 8));
 }
 
+/* The most batches worth having in flight over `streams` streams: a
+ * stream has at most one TCP window on the wire per RTT, so requests
+ * beyond two windows per stream only wait in the daemon's queues (and cost
+ * us memory: fresh pages are dear); UINT64_MAX when the window or the
+ * batch size is not known. */
+static uint64_t
+s_per_path(const emlio_client_t *self, uint64_t streams)
+{
+    if (!self->conn.window_bytes || !self->win.batch_bytes)
+        return UINT64_MAX;
+    return 2 * self->conn.window_bytes * streams / self->win.batch_bytes +
+           2 * streams;
+}
+
 /* Sizes the window bounds from the daemons' credits and a memory cap. */
 void
 emlio__window_init(emlio_client_t *self)
@@ -141,11 +158,19 @@ emlio__window_init(emlio_client_t *self)
     if (self->cfg.inflight) {
         self->win.limit = EMLIO_MIN(self->cfg.inflight, self->win.max);
     } else {
-        /* Start small and grow while the consumer starves (see
-         * emlio__window_adapt). */
-        uint32_t start = EMLIO_MAX(4, 2 * self->conn.tuner.min_streams *
-                                          self->conn.n_daemons);
-        self->win.limit = EMLIO_MIN(start, self->win.max);
+        /* Start at twice the bandwidth-delay product of the rate the
+         * first epoch is sized for, from the first RTT sample: growing from
+         * a few batches would take many round trips on a long path (no
+         * serial warm-up), while on a short one this is a few batches.
+         * Then grow while the consumer starves (emlio__window_adapt). */
+        uint64_t streams =
+            (uint64_t)self->conn.tuner.min_streams * self->conn.n_daemons;
+        uint64_t start = EMLIO_MAX(4, 2 * streams);
+        uint64_t bdp = (uint64_t)(2 * EMLIO__CLIENT_START_RATE *
+                                  (double)self->conn.rtt_ns / 1e9) /
+                       EMLIO_MAX(batch_bytes, 1);
+        start = EMLIO_MAX(start, EMLIO_MIN(bdp, s_per_path(self, streams)));
+        self->win.limit = (uint32_t)EMLIO_MIN(start, self->win.max);
     }
 }
 
@@ -156,6 +181,9 @@ emlio__window_rebound(emlio_client_t *self)
 {
     uint32_t window = self->win.limit;
     emlio__window_init(self);
+    /* Streams were added, or a new epoch begins: growth may pay again. */
+    self->win.grow_rate = 0;
+    self->win.grown_out = false;
     self->win.limit =
         EMLIO_MIN(EMLIO_MAX(window, self->win.limit), self->win.max);
 }
@@ -190,6 +218,44 @@ emlio__window_begin(emlio_client_t *self, uint64_t now)
     return 0;
 }
 
+/* The least-loaded stream of daemon that may carry a GET now: joined, up,
+ * and below the daemon's credits per connection; UINT32_MAX when none. A
+ * stream that lost its connection gets nothing new: GETs queued on it
+ * while it is down would reach the daemon after reconnecting together
+ * with their resends (emlio__window_resend), two credits for one. */
+static uint32_t
+s_free_stream(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
+{
+    /* Nor more than two TCP windows of batches (s_per_path): more would
+     * only queue behind one stream's slow start while the streams opened
+     * with it are still joining. */
+    uint64_t cap = EMLIO_MIN(daemon->max_credit, s_per_path(self, 1));
+    uint32_t best = UINT32_MAX;
+    for (uint32_t k = 0; k < daemon->n_streams; k++) {
+        if (!daemon->ready[k] || daemon->down[k] ||
+            daemon->sock_outstanding[k] >= cap)
+            continue;
+        if (best == UINT32_MAX ||
+            daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
+            best = k;
+    }
+    return best;
+}
+
+/* Whether every daemon has a stream with a credit left, so that a batch,
+ * whichever daemons hold its samples, can be requested now without any
+ * connection going past the credits its daemon grants (WELCOME
+ * max_credit). The window's bounds are sized from the same credits
+ * (emlio__window_init); this holds even while streams are down. */
+bool
+emlio__window_has_credit(const emlio_client_t *self)
+{
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        if (s_free_stream(self, &self->conn.daemons[d]) == UINT32_MAX)
+            return false;
+    return true;
+}
+
 /* Sends (or sends again) the GET of part p of batch b on stream sock, or on
  * the daemon's least-loaded stream when sock is UINT32_MAX. */
 static int
@@ -212,12 +278,10 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
     if (sock == UINT32_MAX) {
         /* The least-loaded stream that may carry GETs: replies come back
          * out of order, so round robin alone could push one connection
-         * past its credits. */
-        sock = 0;
-        for (uint32_t k = 1; k < daemon->n_streams; k++)
-            if (daemon->ready[k] &&
-                daemon->sock_outstanding[k] < daemon->sock_outstanding[sock])
-                sock = k;
+         * past its credits. The caller checked that one has a credit
+         * left (emlio__window_has_credit). */
+        sock = s_free_stream(self, daemon);
+        assert(sock != UINT32_MAX);
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
     }
@@ -322,7 +386,8 @@ emlio__window_fill(emlio_client_t *self)
         self->win.cap_slots = self->win.max;
     }
     while (self->win.n_slots < self->win.limit &&
-           self->current.next_to_send < self->current.n_batches) {
+           self->current.next_to_send < self->current.n_batches &&
+           emlio__window_has_credit(self)) {
         size_t i = self->current.next_to_send++;
         if (emlio__window_is_delivered(self, i))
             continue; /* resumed from saved state */
@@ -551,6 +616,7 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
             rc = s_file_sample(self, d, stream, b, part, msg, j, &next,
                                j == 0 ? header : &b->frames[b->n_frames - 1]);
     if (rc >= 0) {
+        self->win.refused_since_ns = 0;
         part->done = true;
         daemon->sock_outstanding[part->sock]--;
         self->win.outstanding_parts--;
@@ -593,6 +659,43 @@ s_match_part(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg,
     return &b->parts[part_no];
 }
 
+/* Whether msg refuses a GET for want of credit on its connection (the
+ * daemon's own words, docs/protocol.md section 7). */
+static bool
+s_refused_for_credit(const emlio_wire_msg_t *msg)
+{
+    static const char prefix[] = "too many outstanding requests";
+    return msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_ELIMIT &&
+           msg->text_len >= sizeof(prefix) - 1 &&
+           memcmp(msg->text, prefix, sizeof(prefix) - 1) == 0;
+}
+
+/* The daemon refused part of b for credit although we keep within its
+ * credits: it still counts GETs of ours that we no longer do, the
+ * duplicates of a resend after a reconnect (GETs that waited in the
+ * stream's queue reach the new connection, and so do their resends) or
+ * the parts of an abandoned epoch it is still serving. Those answers free
+ * its credits within a round trip or so, so ask again on the same stream
+ * (the part stays counted there); fail only when refusals alone go on for
+ * S_REFUSED_NS. */
+#define S_REFUSED_NS (5000000000ull)
+
+static int
+s_ask_again(emlio_client_t *self, uint32_t d, emlio_batch_t *b,
+            emlio__part_t *part, const emlio_wire_msg_t *msg)
+{
+    uint64_t now = emlio__now_ns();
+    if (!self->win.refused_since_ns)
+        self->win.refused_since_ns = now;
+    if (now - self->win.refused_since_ns > S_REFUSED_NS)
+        return emlio__seterr(
+            self->err, EMLIO_ELIMIT, "daemon '%s' failed a request: %.*s",
+            self->conn.daemons[d].endpoint, (int)msg->text_len, msg->text);
+    self->fig.retries++;
+    int rc = s_send_part(self, b, (uint32_t)(part - b->parts), part->sock);
+    return rc < 0 ? rc : 1;
+}
+
 /* Receives and files one reply from daemon d's socket. Returns 1 when a
  * message was handled, 0 when none was waiting, < 0 on failure. */
 int
@@ -630,7 +733,9 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
     } else {
         if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR)
             part = s_match_part(self, d, &msg, &b);
-        if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
+        if (part && s_refused_for_credit(&msg)) {
+            rc = s_ask_again(self, d, b, part, &msg);
+        } else if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
             int code = msg.code <= -1000 && msg.code > -2000 ? (int)msg.code
                                                              : EMLIO_EPROTO;
             rc = emlio__seterr(self->err, code,
@@ -666,9 +771,16 @@ emlio__window_adapt(emlio_client_t *self, bool starved)
     double rate = (double)batches * 1e9 / (double)dt;
     double bdp = rate * (double)self->win.min_latency_ns / 1e9;
     uint32_t target = (uint32_t)(2 * bdp) + streams;
-    if (starved)
+    /* Growing blindly while the consumer starves took the window to its
+     * bounds on a CPU-bound loopback (hundreds of batches of fresh pages
+     * for nothing); grow only while the last growth paid off. */
+    if (starved && self->win.grow_rate > 0 &&
+        rate < self->win.grow_rate * (1 + S_WINDOW_MIN_GAIN))
+        self->win.grown_out = true;
+    if (starved && !self->win.grown_out) {
         target = EMLIO_MAX(target, self->win.limit + self->win.limit / 2 + 1);
-    else if (target < self->win.limit / 2)
+        self->win.grow_rate = rate;
+    } else if (target < self->win.limit / 2)
         target = self->win.limit; /* shrink lazily: no flapping */
     else
         target = EMLIO_MAX(target, self->win.limit);
@@ -677,12 +789,7 @@ emlio__window_adapt(emlio_client_t *self, bool starved)
      * cost us memory: fresh pages are dear), so a starving consumer on a
      * window-limited path is helped by streams (emlio__client_tune), not by
      * more batches in flight. */
-    if (self->conn.window_bytes && self->win.batch_bytes) {
-        uint64_t per_path = 2 * self->conn.window_bytes * streams /
-                                EMLIO_MAX(self->win.batch_bytes, 1) +
-                            2 * (uint64_t)streams;
-        target = (uint32_t)EMLIO_MIN((uint64_t)target, per_path);
-    }
+    target = (uint32_t)EMLIO_MIN((uint64_t)target, s_per_path(self, streams));
     self->win.limit = EMLIO_MIN(EMLIO_MAX(target, 2u), self->win.max);
     self->win.adapt_ns = now;
     self->win.adapt_batches = self->win.n_delivered;

@@ -135,6 +135,10 @@ typedef struct emlio__format_ops {
     uint64_t (*offset)(const void *impl, size_t i);
     /* Page-cache advice for records [first, first + n); may be NULL. */
     void (*advise)(const void *impl, size_t first, size_t n, int advice);
+    /* CPU-cache prefetch of record i, to be read soon: its index entry
+     * only (data false), or, once that is in cache, the record's first and
+     * last bytes (data true). Never faults, never blocks; may be NULL. */
+    void (*prefetch)(const void *impl, size_t i, bool data);
     /* Where record i lives, for messages: "record 7 in shard 'a.tar' at
      * offset 1536", "file 'cat/x.jpg' (record 7)". */
     void (*describe)(const emlio_shard_t *shard, uint64_t record, char *buf,

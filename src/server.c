@@ -226,6 +226,9 @@ emlio_server_destroy(emlio_server_t **self_p)
         emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
     emlio_free(self->adm.peers);
     emlio_free(self->adm.conns);
+    for (size_t i = 0; self->adm.ra_stamp && i < self->adm.ra_n; i++)
+        emlio_free(self->adm.ra_stamp[i]);
+    emlio_free(self->adm.ra_stamp);
     if (self->own.curve_secret) /* do not leave the secret in freed memory */
         memset(self->own.curve_secret, 0, strlen(self->own.curve_secret));
     emlio_free(self->own.curve_secret);
@@ -596,8 +599,9 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
         return emlio__seterr(self->err, -errno, "cannot create socket: %s",
                              zmq_strerror(errno));
     /* Credits bound what a well-behaved connection can have queued, so the
-     * send high-water mark (credits plus room for error replies) only ever
-     * stops a peer that sends without reading: its extra replies are
+     * send high-water mark (EMLIO__SRV_SNDHWM: twice the credits, because
+     * libzmq sees its queue shrink only in steps of half the mark) only
+     * ever stops a peer that sends without reading: its extra replies are
      * dropped (non-blocking sends) instead of growing our memory. The
      * receive side stays unbounded on purpose: libzmq 4.3.4 aborts
      * (assertion !_io_error in stream_engine_base.cpp) when a peer whose
@@ -606,7 +610,8 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
      * faster than one client can send them (see tests/integration/
      * test_load.sh). Mandatory routing reports vanished peers instead of
      * silently discarding their batches. */
-    int sndhwm = (int)EMLIO_MIN(self->cfg.max_credit + 64u, (uint32_t)INT_MAX);
+    int sndhwm = (int)EMLIO_MIN(EMLIO__SRV_SNDHWM(self->cfg.max_credit),
+                                (uint64_t)INT_MAX);
     /* Requests are small; refuse (disconnect) anything larger before libzmq
      * buffers it, so a hostile peer cannot make us hold huge frames. */
     int64_t max_msg = EMLIO_SERVER_MAX_REQUEST(self->cfg.max_batch);

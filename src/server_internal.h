@@ -51,6 +51,20 @@
 #include "shardset.h"
 #include "wire.h"
 
+/* The send high-water mark of each client connection, in messages. A
+ * connection that keeps within its credits has at most max_credit replies
+ * queued, but libzmq's writer learns that its queue shrank only every
+ * (mark + 1) / 2 messages the I/O thread takes (the pipe's low-water mark),
+ * so the queue it sees may be that much longer than the real one. With a
+ * mark of max_credit + 64, a reading client with 256 GETs in flight could
+ * look like one that stopped reading and be closed (issue 18); with twice
+ * the credits plus room for error replies, the seen queue stays below the
+ * mark by construction: credits + (mark + 1) / 2 - 1 < mark. */
+#define EMLIO__SRV_SNDHWM(credits)          (2 * (uint64_t)(credits) + 64)
+/* Readahead advises a shard's records in chunks of about this many bytes,
+ * each at most once per EMLIO__SRV_RA_REFRESH_MS (see s_readahead). */
+#define EMLIO__SRV_RA_CHUNK                 (1u << 20)
+#define EMLIO__SRV_RA_REFRESH_MS            10000u
 /* How often blocked threads wake to check for stop, in ms. */
 #define EMLIO__SRV_POLL_MS                  100
 /* The longest a destroy waits for ZeroMQ to release frames that point into
@@ -225,6 +239,12 @@ typedef struct emlio__srv_admit {
     struct emlio__job **pending;
     size_t n_pending;
     size_t cap_pending;
+    /* Readahead (server_request.c): per shard, per chunk of about
+     * EMLIO__SRV_RA_CHUNK bytes of records, when it was last advised (ms
+     * since start + 1; 0 = never). NULL until the shard is first asked. */
+    uint32_t **ra_stamp;
+    size_t ra_n; /* shards in ra_stamp */
+    uint64_t ra_t0_ns;
 } emlio__srv_admit_t;
 
 /* Counters, written by any thread, read by emlio_server_stats. */

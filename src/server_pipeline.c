@@ -258,6 +258,26 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
 /* The reader stage: checks the request against the dataset, finds and
  * verifies every sample through its shard's format, and leaves views (or
  * an error) in the job: per views for each sample kept, in request order. */
+/* How far ahead of the item being read the reader prefetches the index
+ * entries and then the records of a request: a shuffled request reads
+ * records all over the shards, and at small samples the cache misses on
+ * the index and on each record's stored CRC were a fifth of the daemon's
+ * time. */
+#define S_PREFETCH_INDEX 8
+#define S_PREFETCH_DATA  4
+
+static void
+s_prefetch(emlio_server_t *self, const emlio_wire_msg_t *get, size_t i,
+           bool data)
+{
+    if (i >= get->n_items || get->items[i].shard >= self->core->set.n)
+        return;
+    const emlio_shard_t *shard = &self->core->set.shards[get->items[i].shard];
+    if (shard->ops->prefetch && shard->leased &&
+        get->items[i].record < SIZE_MAX)
+        shard->ops->prefetch(shard->impl, (size_t)get->items[i].record, data);
+}
+
 static void
 s_read_job(emlio_server_t *self, emlio__job_t *job)
 {
@@ -284,6 +304,8 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
     }
     for (size_t i = 0; i < n; i++) {
         const emlio_wire_item_t *item = &get->items[i];
+        s_prefetch(self, get, i + S_PREFETCH_INDEX, false);
+        s_prefetch(self, get, i + S_PREFETCH_DATA, true);
         if (item->shard >= self->core->set.n) {
             job->code = EMLIO_ENOTFOUND;
             snprintf(job->text, sizeof(job->text),

@@ -84,7 +84,7 @@ emlio__tarh_regular(uint8_t type)
  * data[0, len): "<len> <key>=<value>\n" each. */
 int
 emlio__tarh_pax(const uint8_t *data, size_t len, char *path, size_t *path_len,
-      bool *have_path, uint64_t *size, bool *have_size)
+                bool *have_path, uint64_t *size, bool *have_size)
 {
     size_t off = 0;
     while (off < len) {
@@ -127,4 +127,3 @@ emlio__tarh_pax(const uint8_t *data, size_t len, char *path, size_t *path_len,
     }
     return 0;
 }
-

@@ -519,6 +519,22 @@ emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
     return 0;
 }
 
+void
+emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i, bool data)
+{
+    if (i >= self->n || !self->base)
+        return;
+    const emlio_tfrecord_loc_t *loc = &self->locs[i];
+    if (!data) {
+        __builtin_prefetch(loc);
+        return;
+    }
+    /* Prefetch instructions do not fault, so a bad entry is harmless. */
+    const uint8_t *p = self->base + loc->offset;
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 12 + loc->len);
+}
+
 int
 emlio_tfrecord_verify(const emlio_tfrecord_t *self, size_t i)
 {

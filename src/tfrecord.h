@@ -21,6 +21,12 @@ void emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
  * -errno. */
 int emlio__tfrecord_blank(emlio_tfrecord_t *self);
 
+/* Prefetches record i into the CPU caches: its index entry (data false),
+ * or its framing and stored CRC (data true, the index entry read). Does
+ * nothing for i out of range; never faults. */
+void emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i,
+                              bool data);
+
 /* The two parsers of untrusted bytes behind emlio_tfrecord_scan and
  * emlio_tfrecord_load_index, working on memory so they can be fuzzed without
  * files. base[0, size) is the shard (base may be NULL when size is 0); name

@@ -18,6 +18,11 @@ check "fetch --verify succeeds" test $? -eq 0
 check "json reports 600 samples" test "$(json_field "$T/fetch.out" samples)" = 600
 check "json reports 2 epochs" test "$(json_field "$T/fetch.out" epochs)" = 2
 check "json is verified" test "$(json_field "$T/fetch.out" verified)" = True
+# ramp_s: seconds to 80% of the steady rate, within the run (not timed).
+check "json has a plausible ramp_s" /usr/bin/python3 -c "
+import json, sys
+d = json.loads(open('$T/fetch.out').read().splitlines()[-1])
+sys.exit(not 0 <= d['ramp_s'] <= d['seconds'] + 0.01)"
 for e in 0 1; do
     awk -v e=$e '$1 == e {print $2, $3}' "$T/ids" | sort >"$T/e$e"
     check "epoch $e: 300 lines" test "$(wc -l <"$T/e$e")" = 300
@@ -94,6 +99,27 @@ for i in 1 2 3 4 5; do
 done
 check "window larger than one stream's credits never exceeds them" \
     test $credit_fail -eq 0
+kill "$DPID"
+
+# Small samples (issue 18): at 512 B the automatic window grows to the
+# daemon's credits on every stream. A client within its credits must never
+# be taken for one that does not read, refused, or left waiting.
+check "512 B dataset builds" make_dataset "$T/small" 20000 4 512 2M
+start_daemon dsmall "$T/small/shards" || fail "daemon on 512 B samples starts"
+for streams in auto 4; do
+    flags=()
+    [ "$streams" = auto ] || flags=(--streams "$streams")
+    "$EMLIO" fetch --connect "$EP" --batch 16 --epochs 3 --verify "${flags[@]}" \
+        --quiet >"$T/small.out" 2>"$T/small.err"
+    check "512 B, batch 16, streams $streams: fetch --verify succeeds" \
+        test $? -eq 0
+    check "512 B, streams $streams: 60000 samples" \
+        test "$(json_field "$T/small.out" samples)" = 60000
+    check "512 B, streams $streams: no connection lost" \
+        bash -c "! grep -q 'lost connection' '$T/small.err'"
+done
+check "512 B: the daemon closed no client's connection" \
+    bash -c "! grep -q 'closing connection' '$T/dsmall.err'"
 kill "$DPID"
 
 # Bad input: clear messages, non-zero exits, bounded time.

@@ -246,6 +246,7 @@ typedef struct s_fetch {
     double t0;
     double cpu0;
     double first_batch_s;
+    fetch_ramp_t ramp; /* bytes handed over in time since t0 */
     double wait_s;
     double energy_j;
     char energy_source[24];
@@ -489,6 +490,7 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
 {
     size_t n;
     const emlio_sample_t *s = emlio_batch_samples(b, &n);
+    uint64_t bytes0 = self->bytes;
     for (size_t i = 0; i < n; i++) {
         self->bytes += s[i].len;
         self->pads += s[i].pad;
@@ -508,8 +510,11 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
     }
     self->samples += n;
     self->batches++;
+    double t = dataset_now() - self->t0;
     if (self->first_batch_s < 0)
-        self->first_batch_s = dataset_now() - self->t0;
+        self->first_batch_s = t;
+    /* Out of memory only makes ramp_s read short: not worth failing for. */
+    (void)fetch_ramp_add(&self->ramp, t, self->bytes - bytes0);
 }
 
 /* Erases a redrawn progress line, so that what comes next (an epoch's JSON
@@ -731,7 +736,7 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            ", \"inflight\": %u, \"interrupted\": %s"
            ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
            ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
-           ", \"skipped\": %" PRIu64,
+           ", \"skipped\": %" PRIu64 ", \"ramp_s\": %.3f",
            samples, bytes, self->batches, self->epochs_done, seconds,
            seconds > 0 ? (double)samples / seconds : 0,
            seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
@@ -740,7 +745,8 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            s_interrupted ? "true" : "false",
            self->verify && !self->failed_verify ? "true" : "false", energy_j,
            self->energy_source, samples ? energy_j / (double)samples : 0,
-           bytes ? energy_j / ((double)bytes / 1e9) : 0, self->skipped);
+           bytes ? energy_j / ((double)bytes / 1e9) : 0, self->skipped,
+           fetch_ramp_seconds(&self->ramp, seconds));
     fetch_path_json(stdout, self->client);
     printf("}\n");
     fflush(stdout);
@@ -826,6 +832,7 @@ cmd_fetch(int argc, char **argv)
     if (self.ids)
         fclose(self.ids);
     s_verifier_release(&self.ver);
+    fetch_ramp_release(&self.ramp);
     emlio_energy_destroy(&self.meter);
     emlio_client_destroy(&self.client);
     emlio_ctx_destroy(&self.ctx);

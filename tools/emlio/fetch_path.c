@@ -77,3 +77,59 @@ fetch_path_xf_json(FILE *out, const emlio_client_t *client)
     s_json_str(out, x.why);
     fprintf(out, "\"}");
 }
+
+int
+fetch_ramp_add(fetch_ramp_t *self, double t, uint64_t bytes)
+{
+    size_t bin = t > 0 ? (size_t)(t / FETCH_RAMP_BIN_S) : 0;
+    if (bin >= self->cap) {
+        size_t cap = self->cap ? self->cap : 1024;
+        while (cap <= bin)
+            cap *= 2;
+        uint64_t *bins = realloc(self->bins, cap * sizeof(*bins));
+        if (!bins)
+            return -1;
+        memset(bins + self->cap, 0, (cap - self->cap) * sizeof(*bins));
+        self->bins = bins;
+        self->cap = cap;
+    }
+    self->bins[bin] += bytes;
+    self->n = bin + 1 > self->n ? bin + 1 : self->n;
+    return 0;
+}
+
+double
+fetch_ramp_seconds(const fetch_ramp_t *self, double seconds)
+{
+    /* Bins of a fortieth of the run smooth out batches that arrive in
+     * bursts, and stay short enough to time a ramp of a few RTTs. */
+    double width_s = seconds / 40;
+    width_s = width_s < FETCH_RAMP_BIN_S ? FETCH_RAMP_BIN_S
+              : width_s > 0.25           ? 0.25
+                                         : width_s;
+    size_t w = (size_t)(width_s / FETCH_RAMP_BIN_S + 0.5);
+    size_t full = self->n / w; /* the last bin may be partial: not used */
+    if (w == 0 || full < 4)
+        return 0;
+    uint64_t late = 0;
+    size_t n_late = 0;
+    for (size_t i = full / 2; i < full; i++, n_late++)
+        for (size_t k = 0; k < w; k++)
+            late += self->bins[i * w + k];
+    double steady = (double)late / (double)n_late; /* bytes per wide bin */
+    for (size_t i = 0; i < full; i++) {
+        uint64_t sum = 0;
+        for (size_t k = 0; k < w; k++)
+            sum += self->bins[i * w + k];
+        if ((double)sum >= FETCH_RAMP_SHARE * steady)
+            return (double)((i + 1) * w) * FETCH_RAMP_BIN_S;
+    }
+    return seconds;
+}
+
+void
+fetch_ramp_release(fetch_ramp_t *self)
+{
+    free(self->bins);
+    *self = (fetch_ramp_t){ 0 };
+}
