@@ -11,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     /* Both the server's limit and the unlimited client path. */
     if (emlio__wire_decode(&msg, data, size, 64, err) >= 0)

@@ -21,7 +21,7 @@ emlio__classes_free(char **names, size_t n)
 /* Reads dir/classes.txt into *text (NUL-terminated): 1, 0 when there is
  * none, < 0 (logged) when it is there but unusable. */
 static int
-s_read_file(const char *dir, char **text, emlio_shardset_log_fn *log,
+s_read_file(const char *dir, char **text, emlio__shardset_log_fn *log,
             void *userdata)
 {
     char path[PATH_MAX];
@@ -67,7 +67,7 @@ s_read_file(const char *dir, char **text, emlio_shardset_log_fn *log,
  * Returns the count, 0 (an empty or NUL-holding name: logged), or
  * EMLIO_ENOMEM. */
 static int
-s_split(const char *dir, char *text, char ***names, emlio_shardset_log_fn *log,
+s_split(const char *dir, char *text, char ***names, emlio__shardset_log_fn *log,
         void *userdata)
 {
     size_t n = 0, cap = 0;
@@ -111,11 +111,11 @@ s_split(const char *dir, char *text, char ***names, emlio_shardset_log_fn *log,
 
 /* Names from shards that carry one label each (ImageFolder classes). */
 static int
-s_from_shards(const emlio_shardset_t *set, char ***names)
+s_from_shards(const emlio__shardset_t *set, char ***names)
 {
     size_t n = 0;
     for (size_t i = 0; i < set->n; i++) {
-        const emlio_shard_t *s = &set->shards[i];
+        const emlio__shard_t *s = &set->shards[i];
         int64_t label = s->ops->shard_label ? s->ops->shard_label(s) : -1;
         if (label < 0)
             return 0; /* some shard mixes labels: no names */
@@ -128,7 +128,7 @@ s_from_shards(const emlio_shardset_t *set, char ***names)
     if (!v)
         return EMLIO_ENOMEM;
     for (size_t i = 0; i < set->n; i++) {
-        const emlio_shard_t *s = &set->shards[i];
+        const emlio__shard_t *s = &set->shards[i];
         size_t label = (size_t)s->ops->shard_label(s);
         if (!v[label] && !(v[label] = emlio_strdup(s->name))) {
             emlio__classes_free(v, n);
@@ -145,8 +145,8 @@ s_from_shards(const emlio_shardset_t *set, char ***names)
 }
 
 int
-emlio__classes_load(const emlio_shardset_t *set, const char *dir, char ***names,
-                    emlio_shardset_log_fn *log, void *userdata)
+emlio__classes_load(const emlio__shardset_t *set, const char *dir,
+                    char ***names, emlio__shardset_log_fn *log, void *userdata)
 {
     *names = NULL;
     char *text = NULL;

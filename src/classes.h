@@ -24,8 +24,8 @@
 /* Fills *names (n strings, emlio_malloc'd; free with emlio__classes_free)
  * from dir and set. Returns the count (0: none known), or EMLIO_ENOMEM.
  * A classes.txt that cannot be used is logged through log and ignored. */
-int emlio__classes_load(const emlio_shardset_t *set, const char *dir,
-                        char ***names, emlio_shardset_log_fn *log,
+int emlio__classes_load(const emlio__shardset_t *set, const char *dir,
+                        char ***names, emlio__shardset_log_fn *log,
                         void *userdata);
 
 void emlio__classes_free(char **names, size_t n);

@@ -451,7 +451,7 @@ emlio_client_streams(const emlio_client_t *self, emlio_stream_stats_t *out,
         for (uint32_t s = 0; s < daemon->n_streams; s++, n++) {
             if (n >= max)
                 continue;
-            emlio_netpath_info_t info;
+            emlio__netpath_info_t info;
             double rtt = 0;
             if (daemon->fd[s] >= 0 &&
                 emlio__netpath_info(daemon->fd[s], &info) == 0)

@@ -316,7 +316,7 @@ s_remote_code(int64_t code)
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
-            emlio_wire_msg_t *msg, zmq_msg_t *frame, uint64_t deadline_ns)
+            emlio__wire_msg_t *msg, zmq_msg_t *frame, uint64_t deadline_ns)
 {
     void *sock = daemon->socks[0];
     uint64_t t0 = emlio__now_ns();
@@ -445,7 +445,7 @@ s_cmp_entry(const void *pa, const void *pb)
  * must serve the same fields, or samples would differ by daemon. */
 static int
 s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
-              const emlio_wire_msg_t *msg, bool first)
+              const emlio__wire_msg_t *msg, bool first)
 {
     if (first) {
         self->inv.n_fields = msg->n_fields ? msg->n_fields : 1;
@@ -482,7 +482,7 @@ s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
  * are what the samples carry, names only describe them. */
 static int
 s_take_classes(emlio_client_t *self, const emlio__cdaemon_t *daemon,
-               const emlio_wire_msg_t *msg)
+               const emlio__wire_msg_t *msg)
 {
     if (msg->format && !self->inv.format[0] &&
         msg->format_len < sizeof(self->inv.format)) {
@@ -741,7 +741,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     /* Handshake with every daemon; the inventories' strings are borrowed
      * from the WELCOME frames, kept until the merge is done. */
     zmq_msg_t *frames = emlio_calloc(self->conn.n_daemons, sizeof(*frames));
-    emlio_wire_msg_t *msgs = emlio_calloc(self->conn.n_daemons, sizeof(*msgs));
+    emlio__wire_msg_t *msgs = emlio_calloc(self->conn.n_daemons, sizeof(*msgs));
     s_entry_t *entries = NULL;
     uint32_t got = 0;
     if (!frames || !msgs) {
@@ -786,7 +786,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     uint64_t h = 0xcbf29ce484222325ull;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         for (size_t i = 0; i < msgs[d].n_shards; i++) {
-            const emlio_wire_shard_t *s = &msgs[d].shards[i];
+            const emlio__wire_shard_t *s = &msgs[d].shards[i];
             entries[k++] = (s_entry_t){ s->name,  s->name_len, s->records,
                                         s->bytes, d,           (uint32_t)i };
         }
@@ -818,7 +818,7 @@ out:
  * daemon allows) caps the streams of that daemon where they are. */
 int
 emlio__client_joined(emlio_client_t *self, uint32_t d,
-                     const emlio_wire_msg_t *msg)
+                     const emlio__wire_msg_t *msg)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     uint64_t s = EMLIO__ID_BATCH(msg->id);
@@ -849,7 +849,7 @@ s_sample_paths(emlio_client_t *self)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         emlio__cdaemon_t *daemon = &self->conn.daemons[d];
         for (uint32_t s = 0; s < daemon->n_streams; s++) {
-            emlio_netpath_info_t info;
+            emlio__netpath_info_t info;
             if (daemon->fd[s] < 0 ||
                 emlio__netpath_info(daemon->fd[s], &info) < 0 || !info.rtt_us)
                 continue;
@@ -913,7 +913,7 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
      * the mean part size. */
     uint64_t part_bytes =
         self->win.batch_bytes / EMLIO_MAX(self->conn.n_daemons, 1);
-    emlio_tuner_input_t in = {
+    emlio__tuner_input_t in = {
         .now_ns = now,
         .bytes = self->conn.total_bytes,
         .wait_ns = self->fig.total_wait_ns + self->fig.wait_ns + waiting_ns,

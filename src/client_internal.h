@@ -90,10 +90,10 @@ typedef struct emlio__conn {
     size_t n_poll;
     uint32_t *poll_daemon; /* poll item i -> daemon, stream */
     uint32_t *poll_stream;
-    emlio_netpath_limits_t limits;  /* this host's TCP buffer limits */
-    emlio_netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
+    emlio__netpath_limits_t limits;  /* this host's TCP buffer limits */
+    emlio__netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
                                        sized */
-    emlio_tuner_t tuner;
+    emlio__tuner_t tuner;
     uint64_t window_bytes; /* per-stream TCP window the path allows */
     uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
     uint64_t srtt_ns;      /* smoothed RTT now */
@@ -205,7 +205,7 @@ typedef struct emlio__window {
     size_t outstanding_parts;
     uint64_t refused_since_ns; /* first of the refusals for credit since the
                                   last part filed; 0 = none */
-    emlio_wire_item_t *items;  /* one GET's [shard, record] pairs */
+    emlio__wire_item_t *items; /* one GET's [shard, record] pairs */
     /* Hand-over of the current epoch (saved by the resume state). */
     size_t next_deliver; /* in_order: the batch due next */
     uint8_t *delivered;  /* bitmap over the epoch's batches */
@@ -241,7 +241,7 @@ struct emlio_client {
     emlio__epoch_t ahead;
     emlio__window_t win;
     emlio__figures_t fig;
-    emlio_client_xf_t xf;
+    emlio__client_xf_t xf;
     int xf_init_rc; /* a bad transform spec, reported by connect */
     char xf_init_err[EMLIO_ERRMSG_LEN];
 };
@@ -251,7 +251,7 @@ int emlio__client_dial(emlio_client_t *self, const char *endpoints);
 void emlio__client_disconnect(emlio_client_t *self);
 int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
 int emlio__client_joined(emlio_client_t *self, uint32_t d,
-                         const emlio_wire_msg_t *msg);
+                         const emlio__wire_msg_t *msg);
 int emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns);
 
 /* client_epoch.c */
@@ -281,20 +281,20 @@ emlio_batch_t *emlio__window_take(emlio_client_t *self);
 void emlio__window_adapt(emlio_client_t *self, bool starved);
 void emlio__window_queue_ready(emlio_client_t *self, emlio_batch_t *b);
 int emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
-                      const emlio__part_t *part, const emlio_wire_msg_t *msg,
+                      const emlio__part_t *part, const emlio__wire_msg_t *msg,
                       size_t j, uint32_t *next, uint32_t *pos);
 
 /* client_tensor.c */
 bool emlio__tensor_active(const emlio_client_t *self);
 int emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
                             emlio_batch_t *b, emlio__part_t *part,
-                            const emlio_wire_msg_t *msg, zmq_msg_t *header);
+                            const emlio__wire_msg_t *msg, zmq_msg_t *header);
 int emlio__tensor_batch_ready(emlio_client_t *self, emlio_batch_t *b);
 int emlio__tensor_collect(emlio_client_t *self);
 void emlio__tensor_batch_reset(emlio_batch_t *b);
 bool emlio__tensor_disown(emlio_batch_t *b);
 void emlio__tensor_shutdown(emlio_client_t *self);
 int emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
-                               const emlio_wire_msg_t *msg);
+                               const emlio__wire_msg_t *msg);
 
 #endif /* EMLIO_CLIENT_INTERNAL_H */

@@ -27,7 +27,7 @@ s_out_bytes(const emlio_client_t *self)
  * frame and as long as the header said. 0 or EMLIO_EPROTO. */
 static int
 s_recv_tensor_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
-                    emlio_batch_t *b, const emlio_wire_msg_t *msg,
+                    emlio_batch_t *b, const emlio__wire_msg_t *msg,
                     zmq_msg_t *header, zmq_msg_t **out)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
@@ -60,7 +60,7 @@ s_recv_tensor_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
  * when the daemons decode it, encoded samples otherwise. */
 static int
 s_check_kind(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
-             const emlio_wire_msg_t *msg)
+             const emlio__wire_msg_t *msg)
 {
     const char *ep = self->conn.daemons[d].endpoint;
     if (!b->xf_server)
@@ -88,7 +88,7 @@ s_check_kind(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
 int
 emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
                         emlio_batch_t *b, emlio__part_t *part,
-                        const emlio_wire_msg_t *msg, zmq_msg_t *header)
+                        const emlio__wire_msg_t *msg, zmq_msg_t *header)
 {
     int rc = s_check_kind(self, d, b, msg);
     zmq_msg_t *frame = NULL;
@@ -160,7 +160,7 @@ emlio__tensor_batch_ready(emlio_client_t *self, emlio_batch_t *b)
 {
     if (b->xf_server)
         return s_gather(self, b);
-    emlio_xf_sample_t *xs = emlio_calloc(b->n ? b->n : 1, sizeof(*xs));
+    emlio__xf_sample_t *xs = emlio_calloc(b->n ? b->n : 1, sizeof(*xs));
     if (!xs)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     for (size_t i = 0; i < b->n; i++) {
@@ -250,7 +250,7 @@ emlio__tensor_shutdown(emlio_client_t *self)
 
 int
 emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
-                           const emlio_wire_msg_t *msg)
+                           const emlio__wire_msg_t *msg)
 {
     if (!emlio__tensor_active(self))
         return 0;
@@ -289,7 +289,7 @@ emlio_client_xf_stats(const emlio_client_t *self, emlio_client_xf_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
     out->bound = "";
-    const emlio_client_xf_t *xf = &self->xf;
+    const emlio__client_xf_t *xf = &self->xf;
     if (!xf->transform)
         return;
     out->decode_at = xf->decode_at;

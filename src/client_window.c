@@ -268,7 +268,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         self->win.items[i].shard = daemon->local_id[s->shard];
         self->win.items[i].record = s->record;
     }
-    emlio_wire_xf_t xf = { NULL, self->cfg.seed, b->epoch };
+    emlio__wire_xf_t xf = { NULL, self->cfg.seed, b->epoch };
     if (b->xf_server)
         xf.spec = emlio_transform_spec(self->xf.transform);
     if (emlio__wire_encode_get_xf(
@@ -511,11 +511,11 @@ emlio__window_adopt(emlio_client_t *self)
  * EMLIO_EPROTO. */
 int
 emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
-                  const emlio__part_t *part, const emlio_wire_msg_t *msg,
+                  const emlio__part_t *part, const emlio__wire_msg_t *msg,
                   size_t j, uint32_t *next, uint32_t *pos)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    const emlio_wire_sample_t *ws = &msg->samples[j];
+    const emlio__wire_sample_t *ws = &msg->samples[j];
     while (*next < part->n) {
         const emlio_sample_t *s = &b->samples[part->positions[*next]];
         if (daemon->local_id[s->shard] == ws->shard && s->record == ws->record)
@@ -539,11 +539,11 @@ emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
 static int
 s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
               emlio_batch_t *b, emlio__part_t *part,
-              const emlio_wire_msg_t *msg, size_t j, uint32_t *next,
+              const emlio__wire_msg_t *msg, size_t j, uint32_t *next,
               zmq_msg_t *prev)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    const emlio_wire_sample_t *ws = &msg->samples[j];
+    const emlio__wire_sample_t *ws = &msg->samples[j];
     uint32_t pos;
     int rc = emlio__part_match(self, d, b, part, msg, j, next, &pos);
     if (rc < 0)
@@ -593,7 +593,8 @@ s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
  * files into the same places, never past them. Returns 1 or < 0. */
 static int
 s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
-            emlio__part_t *part, const emlio_wire_msg_t *msg, zmq_msg_t *header)
+            emlio__part_t *part, const emlio__wire_msg_t *msg,
+            zmq_msg_t *header)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     size_t frames0 = b->n_frames;
@@ -643,7 +644,7 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
  * of the current epoch or the one ahead, from that daemon, not yet done;
  * NULL for a stale, duplicate or unsolicited reply. */
 static emlio__part_t *
-s_match_part(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg,
+s_match_part(emlio_client_t *self, uint32_t d, const emlio__wire_msg_t *msg,
              emlio_batch_t **batch)
 {
     uint64_t part_no = EMLIO__ID_PART(msg->id);
@@ -662,7 +663,7 @@ s_match_part(emlio_client_t *self, uint32_t d, const emlio_wire_msg_t *msg,
 /* Whether msg refuses a GET for want of credit on its connection (the
  * daemon's own words, docs/protocol.md section 7). */
 static bool
-s_refused_for_credit(const emlio_wire_msg_t *msg)
+s_refused_for_credit(const emlio__wire_msg_t *msg)
 {
     static const char prefix[] = "too many outstanding requests";
     return msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_ELIMIT &&
@@ -682,7 +683,7 @@ s_refused_for_credit(const emlio_wire_msg_t *msg)
 
 static int
 s_ask_again(emlio_client_t *self, uint32_t d, emlio_batch_t *b,
-            emlio__part_t *part, const emlio_wire_msg_t *msg)
+            emlio__part_t *part, const emlio__wire_msg_t *msg)
 {
     uint64_t now = emlio__now_ns();
     if (!self->win.refused_since_ns)
@@ -713,7 +714,7 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
         return emlio__seterr(self->err, -err, "cannot receive from '%s': %s",
                              daemon->endpoint, zmq_strerror(err));
     }
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char why[EMLIO_ERRMSG_LEN];
     int rc =
         emlio__wire_decode(&msg, zmq_msg_data(&header), zmq_msg_size(&header),

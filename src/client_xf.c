@@ -16,7 +16,7 @@
 #define S_NICE              5
 
 int
-emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
+emlio__client_xf_init(emlio__client_xf_t *xf, const emlio_client_config_t *cfg,
                       char *errbuf)
 {
     memset(xf, 0, sizeof(*xf));
@@ -62,16 +62,16 @@ emlio__client_xf_init(emlio_client_xf_t *xf, const emlio_client_config_t *cfg,
 }
 
 void
-emlio__client_xf_release(emlio_client_xf_t *xf)
+emlio__client_xf_release(emlio__client_xf_t *xf)
 {
     if (!xf->inited)
         return; /* a client destroyed before its stage was set up */
     /* Joining the pool runs what is queued; their done callbacks only
      * queue items, which are freed below with their blocks. */
     emlio__workpool_destroy(&xf->pool);
-    emlio_client_xf_item_t *item = xf->done_head;
+    emlio__client_xf_item_t *item = xf->done_head;
     while (item) {
-        emlio_client_xf_item_t *next = item->next;
+        emlio__client_xf_item_t *next = item->next;
         emlio__xf_block_put(item->job.block);
         emlio__xf_job_cleanup(&item->job);
         emlio_free(item->job.samples);
@@ -88,13 +88,13 @@ emlio__client_xf_release(emlio_client_xf_t *xf)
 }
 
 bool
-emlio__client_xf_wants_server(const emlio_client_xf_t *xf)
+emlio__client_xf_wants_server(const emlio__client_xf_t *xf)
 {
     return xf->transform && xf->decode_at != EMLIO_DECODE_CLIENT;
 }
 
 bool
-emlio__client_xf_at_server(const emlio_client_xf_t *xf, uint64_t index)
+emlio__client_xf_at_server(const emlio__client_xf_t *xf, uint64_t index)
 {
     if (!xf->transform || xf->share <= 0)
         return false;
@@ -107,7 +107,7 @@ emlio__client_xf_at_server(const emlio_client_xf_t *xf, uint64_t index)
 }
 
 void
-emlio__client_xf_add_daemon(emlio_client_xf_t *xf, uint64_t threads,
+emlio__client_xf_add_daemon(emlio__client_xf_t *xf, uint64_t threads,
                             uint64_t core_mw)
 {
     double before = xf->server_threads;
@@ -121,7 +121,7 @@ emlio__client_xf_add_daemon(emlio_client_xf_t *xf, uint64_t threads,
 }
 
 void
-emlio__client_xf_note_server(emlio_client_xf_t *xf, size_t n, uint64_t xf_ns)
+emlio__client_xf_note_server(emlio__client_xf_t *xf, size_t n, uint64_t xf_ns)
 {
     xf->server_images += n;
     xf->server_cpu_ns += xf_ns;
@@ -135,13 +135,13 @@ s_per_image(uint64_t ns, uint64_t images)
 }
 
 void
-emlio__client_xf_begin_epoch(emlio_client_xf_t *xf, double link_Bps,
+emlio__client_xf_begin_epoch(emlio__client_xf_t *xf, double link_Bps,
                              double consumer_ips)
 {
     xf->batches_here = xf->batches_server = 0;
     if (!xf->transform || xf->decode_at != EMLIO_DECODE_AUTO)
         return;
-    emlio_place_input_t in = { 0 };
+    emlio__place_input_t in = { 0 };
     in.client.threads = (double)xf->threads;
     in.client.cpu_s = s_per_image(xf->here_cpu_ns, xf->here_images);
     in.client.core_w = xf->client_core_w;
@@ -165,10 +165,10 @@ emlio__client_xf_begin_epoch(emlio_client_xf_t *xf, double link_Bps,
 }
 
 static void
-s_item_done(emlio_xf_job_t *job)
+s_item_done(emlio__xf_job_t *job)
 {
-    emlio_client_xf_item_t *item = job->userdata;
-    emlio_client_xf_t *xf = item->xf;
+    emlio__client_xf_item_t *item = job->userdata;
+    emlio__client_xf_t *xf = item->xf;
     pthread_mutex_lock(&xf->lock);
     item->next = NULL;
     if (xf->done_tail)
@@ -184,8 +184,8 @@ s_item_done(emlio_xf_job_t *job)
 }
 
 int
-emlio__client_xf_submit(emlio_client_xf_t *xf, void *batch,
-                        emlio_xf_sample_t *samples, size_t n, uint64_t epoch)
+emlio__client_xf_submit(emlio__client_xf_t *xf, void *batch,
+                        emlio__xf_sample_t *samples, size_t n, uint64_t epoch)
 {
     int rc = EMLIO_ENOMEM;
     if (!xf->pool) {
@@ -193,7 +193,7 @@ emlio__client_xf_submit(emlio_client_xf_t *xf, void *batch,
         if (!xf->pool)
             return rc;
     }
-    emlio_client_xf_item_t *item = emlio_calloc(1, sizeof(*item));
+    emlio__client_xf_item_t *item = emlio_calloc(1, sizeof(*item));
     size_t out = emlio_transform_output_bytes(xf->transform);
     uint8_t *block =
         item ? emlio__xf_block_get(xf->blocks, n ? n * out : 1) : NULL;
@@ -205,14 +205,14 @@ emlio__client_xf_submit(emlio_client_xf_t *xf, void *batch,
         item->bytes += samples[i].len;
     item->batch = batch;
     item->xf = xf;
-    item->job = (emlio_xf_job_t){ .transform = xf->transform,
-                                  .seed = xf->seed,
-                                  .epoch = epoch,
-                                  .samples = samples,
-                                  .n = n,
-                                  .block = block,
-                                  .done = s_item_done,
-                                  .userdata = item };
+    item->job = (emlio__xf_job_t){ .transform = xf->transform,
+                                   .seed = xf->seed,
+                                   .epoch = epoch,
+                                   .samples = samples,
+                                   .n = n,
+                                   .block = block,
+                                   .done = s_item_done,
+                                   .userdata = item };
     xf->running++;
     xf->batches_here++;
     rc = emlio__xf_job_start(&item->job, xf->pool);
@@ -226,11 +226,11 @@ emlio__client_xf_submit(emlio_client_xf_t *xf, void *batch,
 }
 
 void *
-emlio__client_xf_pop(emlio_client_xf_t *xf, uint8_t **block_out, int *rc_out,
+emlio__client_xf_pop(emlio__client_xf_t *xf, uint8_t **block_out, int *rc_out,
                      size_t *failed_index, char *errbuf)
 {
     pthread_mutex_lock(&xf->lock);
-    emlio_client_xf_item_t *item = xf->done_head;
+    emlio__client_xf_item_t *item = xf->done_head;
     if (item) {
         xf->done_head = item->next;
         if (!xf->done_head)
@@ -244,7 +244,7 @@ emlio__client_xf_pop(emlio_client_xf_t *xf, uint8_t **block_out, int *rc_out,
     if (!item)
         return NULL;
     xf->running--;
-    emlio_xf_job_t *job = &item->job;
+    emlio__xf_job_t *job = &item->job;
     xf->here_images += job->n;
     xf->here_cpu_ns += atomic_load(&job->cpu_ns);
     xf->here_bytes += item->bytes;
@@ -264,7 +264,7 @@ emlio__client_xf_pop(emlio_client_xf_t *xf, uint8_t **block_out, int *rc_out,
 }
 
 size_t
-emlio__client_xf_pending(const emlio_client_xf_t *xf)
+emlio__client_xf_pending(const emlio__client_xf_t *xf)
 {
     return xf->running;
 }

@@ -6,7 +6,7 @@
 #include "shardset.h"
 
 struct emlio_dataset {
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     bool open;
     emlio_dataset_log_fn *log; /* what a load left out; NULL: nothing */
     void *log_userdata;
@@ -47,7 +47,7 @@ emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
                    int flags)
 {
     assert(self && dir && !self->open);
-    emlio_shardset_opts_t opts = {
+    emlio__shardset_opts_t opts = {
         .format = format,
         .mixed_formats = flags & EMLIO_DATASET_MIXED,
         .verify_data = flags & EMLIO_DATASET_VERIFY,
@@ -66,7 +66,7 @@ emlio_dataset_open(emlio_dataset_t *self, const char *dir, const char *format,
  * failed write is an error (the tool was asked to write it). Returns the
  * record count. */
 static int
-s_index_file(emlio_dataset_t *self, emlio_shard_t *shard, const char *path,
+s_index_file(emlio_dataset_t *self, emlio__shard_t *shard, const char *path,
              int flags)
 {
     const emlio__format_ops_t *ops = shard->ops;
@@ -118,10 +118,10 @@ emlio_dataset_open_file(emlio_dataset_t *self, const char *path, int flags)
         return emlio__seterr(self->err, EMLIO_EFORMAT,
                              "'%s': not a shard file of a known format", path);
     const char *slash = strrchr(path, '/');
-    emlio_shardset_t *set = &self->set;
+    emlio__shardset_t *set = &self->set;
     if (emlio__shardset_grow(set, 1) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    emlio_shard_t *shard = &set->shards[0];
+    emlio__shard_t *shard = &set->shards[0];
     memset(shard, 0, sizeof(*shard));
     set->n = 1; /* from here on release frees what the shard holds */
     shard->fd = -1;
@@ -189,7 +189,7 @@ emlio_dataset_record_name(emlio_dataset_t *self, size_t s, size_t r)
 {
     if (s >= self->set.n || r >= emlio__shard_count(&self->set.shards[s]))
         return NULL;
-    const emlio_shard_t *shard = &self->set.shards[s];
+    const emlio__shard_t *shard = &self->set.shards[s];
     const char *member =
         shard->ops->member_name ? shard->ops->member_name(shard, r) : NULL;
     if (!member)
@@ -205,7 +205,7 @@ emlio_dataset_record(const emlio_dataset_t *self, size_t s, size_t r,
     assert(self && fn);
     if (s >= self->set.n)
         return EMLIO_ENOTFOUND;
-    const emlio_shard_t *shard = &self->set.shards[s];
+    const emlio__shard_t *shard = &self->set.shards[s];
     if (r >= emlio__shard_count(shard))
         return EMLIO_ENOTFOUND;
     int64_t lab = -1;

@@ -32,7 +32,7 @@ emlio__format_find(const char *name)
 }
 
 int
-emlio__format_read(emlio_shard_t *shard, uint64_t record,
+emlio__format_read(emlio__shard_t *shard, uint64_t record,
                    const emlio__read_opts_t *o, emlio__view_t *views,
                    const char **missing)
 {
@@ -56,7 +56,7 @@ emlio__format_read(emlio_shard_t *shard, uint64_t record,
 }
 
 void
-emlio__view_map(emlio__view_t *view, emlio_shard_t *shard, const uint8_t *data,
+emlio__view_map(emlio__view_t *view, emlio__shard_t *shard, const uint8_t *data,
                 size_t len)
 {
     view->data = data;
@@ -87,7 +87,7 @@ emlio__view_int64(emlio__view_t *view, int64_t v)
 }
 
 void
-emlio__view_release(emlio__view_t *view, emlio_shard_t *shard)
+emlio__view_release(emlio__view_t *view, emlio__shard_t *shard)
 {
     if (view->held)
         emlio__shard_release(shard);
@@ -137,7 +137,7 @@ emlio__names_sort(emlio__names_t *names)
 }
 
 void
-emlio__format_describe_offset(const emlio_shard_t *shard, uint64_t record,
+emlio__format_describe_offset(const emlio__shard_t *shard, uint64_t record,
                               char *buf, size_t len)
 {
     snprintf(buf, len, "record %" PRIu64 " in shard '%s' at offset %" PRIu64,

@@ -27,11 +27,11 @@
 #include "beneath.h"
 #include "emlio/dataset.h"
 
-typedef struct emlio_shard emlio_shard_t;
-typedef struct emlio_shardset emlio_shardset_t;
-typedef struct emlio_shardset_opts emlio_shardset_opts_t;
+typedef struct emlio__shard emlio__shard_t;
+typedef struct emlio__shardset emlio__shardset_t;
+typedef struct emlio__shardset_opts emlio__shardset_opts_t;
 /* Log hook for non-fatal events (an index that could not be written). */
-typedef void emlio_shardset_log_fn(void *userdata, const char *msg);
+typedef void emlio__shardset_log_fn(void *userdata, const char *msg);
 
 /* A format's verdict for a sample that lacks a requested field; the caller
  * names shard, sample and field (the name is left in *missing). */
@@ -74,7 +74,7 @@ typedef struct emlio__read_opts {
      * label -1 (the key was configured: a typo must not pass). */
     bool label_required;
     bool verify; /* TFRecord: check each record's CRC as it is read */
-    emlio_shardset_log_fn *log; /* copying reads report changed shards */
+    emlio__shardset_log_fn *log; /* copying reads report changed shards */
     void *userdata;
 } emlio__read_opts_t;
 
@@ -112,17 +112,18 @@ typedef struct emlio__format_ops {
     int (*blank)(void *impl);
     /* A copying read of record (TFRecord) or member (tar) i with pread:
      * see emlio__shard_read_copy. */
-    int (*read_copy)(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+    int (*read_copy)(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                      const uint8_t **data, size_t *len, uint32_t *stored,
-                     emlio_shardset_log_fn *log, void *userdata);
+                     emlio__shardset_log_fn *log, void *userdata);
 
     /* ---- loading (tree formats) ---- */
     /* Reads dir (whose stat is root) as a tree and appends its shards to
      * set. Returns the number of shards added (0: the tree has none) or
      * < 0 with errbuf set. */
-    int (*load_tree)(emlio_shardset_t *set, const char *dir,
-                     const struct stat *root, const emlio_shardset_opts_t *opts,
-                     emlio_shardset_log_fn *log, void *userdata, char *errbuf);
+    int (*load_tree)(emlio__shardset_t *set, const char *dir,
+                     const struct stat *root,
+                     const emlio__shardset_opts_t *opts,
+                     emlio__shardset_log_fn *log, void *userdata, char *errbuf);
 
     /* ---- every format ---- */
     void (*destroy)(void *impl);
@@ -141,35 +142,35 @@ typedef struct emlio__format_ops {
     void (*prefetch)(const void *impl, size_t i, bool data);
     /* Where record i lives, for messages: "record 7 in shard 'a.tar' at
      * offset 1536", "file 'cat/x.jpg' (record 7)". */
-    void (*describe)(const emlio_shard_t *shard, uint64_t record, char *buf,
+    void (*describe)(const emlio__shard_t *shard, uint64_t record, char *buf,
                      size_t len);
     /* Whether field can be served from shard: 1 yes, 0 no, -1 only known
      * per record (TFRecord Example keys). */
-    int (*has_field)(const emlio_shard_t *shard, const char *field);
+    int (*has_field)(const emlio__shard_t *shard, const char *field);
     /* Reads sample `record` of a shard the caller uses (acquired, when
      * mapped) into views: views[0] only when o->n_fields is 0 (with its
      * label and crc), else views[0, n_fields) (label in views[0]; the
      * caller computes the crc). Each view holds what its frame needs; on
      * failure the caller releases them. Returns 0, EMLIO__FORMAT_EMISSING
      * (name in *missing), EMLIO_ECORRUPT, EMLIO_ENOTFOUND, ... */
-    int (*read)(emlio_shard_t *shard, uint64_t record,
+    int (*read)(emlio__shard_t *shard, uint64_t record,
                 const emlio__read_opts_t *o, emlio__view_t *views,
                 const char **missing);
     /* The label every record of shard has (an ImageFolder class), or -1
      * when records carry their own; NULL = -1. Names the classes. */
-    int64_t (*shard_label)(const emlio_shard_t *shard);
+    int64_t (*shard_label)(const emlio__shard_t *shard);
     /* Drops the samples that cannot be served as one field (field, or
      * NULL: an image), before the inventory is counted; returns how many,
      * example naming the first. NULL: every sample can be. */
-    size_t (*prune)(emlio_shard_t *shard, const char *field, char *example,
+    size_t (*prune)(emlio__shard_t *shard, const char *field, char *example,
                     size_t len);
     /* A tree format's name of record r inside its shard (the file of an
      * ImageFolder class), for the tools; NULL (the pointer) for formats
      * whose records have no names of their own. */
-    const char *(*member_name)(const emlio_shard_t *shard, size_t r);
+    const char *(*member_name)(const emlio__shard_t *shard, size_t r);
     /* Every field of sample r, in order, to fn (the tools' view of a
      * record: emlio_dataset_record), and its default label. */
-    int (*record)(const emlio_shard_t *shard, size_t r,
+    int (*record)(const emlio__shard_t *shard, size_t r,
                   emlio_dataset_field_fn *fn, void *userdata, int64_t *label);
 } emlio__format_ops_t;
 
@@ -185,24 +186,24 @@ const emlio__format_ops_t *emlio__format_find(const char *name);
  * shard for the read (-ESTALE when it changed on disk; the views keep
  * their own uses) and dispatches to shard->ops->read. On failure the
  * caller releases the views (emlio__view_release). */
-int emlio__format_read(emlio_shard_t *shard, uint64_t record,
+int emlio__format_read(emlio__shard_t *shard, uint64_t record,
                        const emlio__read_opts_t *o, emlio__view_t *views,
                        const char **missing);
 
 /* A describe for formats whose records sit at offsets in one file. */
-void emlio__format_describe_offset(const emlio_shard_t *shard, uint64_t record,
+void emlio__format_describe_offset(const emlio__shard_t *shard, uint64_t record,
                                    char *buf, size_t len);
 
 /* View helpers for the format implementations. */
 /* Points view into shard's mapping, holding one use of the shard. */
-void emlio__view_map(emlio__view_t *view, emlio_shard_t *shard,
+void emlio__view_map(emlio__view_t *view, emlio__shard_t *shard,
                      const uint8_t *data, size_t len);
 /* A private copy of data[0, len). Returns 0 or EMLIO_ENOMEM. */
 int emlio__view_copy(emlio__view_t *view, const void *data, size_t len);
 /* A private copy of v as 8 little-endian bytes (a number field). */
 int emlio__view_int64(emlio__view_t *view, int64_t v);
 /* Ends what view holds: its use of shard's mapping or its private copy. */
-void emlio__view_release(emlio__view_t *view, emlio_shard_t *shard);
+void emlio__view_release(emlio__view_t *view, emlio__shard_t *shard);
 
 /* A growable list of names, for directory walks. */
 typedef struct emlio__names {

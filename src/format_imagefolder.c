@@ -54,14 +54,14 @@ s_offset(const void *impl, size_t i)
 }
 
 static void
-s_describe(const emlio_shard_t *shard, uint64_t record, char *buf, size_t len)
+s_describe(const emlio__shard_t *shard, uint64_t record, char *buf, size_t len)
 {
     snprintf(buf, len, "file '%s/%s' (record %" PRIu64 ")", shard->name,
              emlio__folder_file(shard->impl, (size_t)record), record);
 }
 
 static int
-s_has_field(const emlio_shard_t *shard, const char *field)
+s_has_field(const emlio__shard_t *shard, const char *field)
 {
     (void)shard;
     return !strcmp(field, "image") || !strcmp(field, "label");
@@ -69,7 +69,7 @@ s_has_field(const emlio_shard_t *shard, const char *field)
 
 /* The image file as a view of its own copy. */
 static int
-s_image_view(emlio_shard_t *shard, uint64_t record, emlio__view_t *view)
+s_image_view(emlio__shard_t *shard, uint64_t record, emlio__view_t *view)
 {
     uint8_t *data;
     size_t len;
@@ -83,7 +83,7 @@ s_image_view(emlio_shard_t *shard, uint64_t record, emlio__view_t *view)
 }
 
 static int
-s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
        emlio__view_t *views, const char **missing)
 {
     int64_t label = emlio__folder_label(shard->impl);
@@ -111,7 +111,7 @@ s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 /* The image, under its extension in lower case ("image" when it has
  * none, or a long one). */
 static int
-s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
+s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
          void *userdata, int64_t *label)
 {
     uint8_t *data;
@@ -246,7 +246,7 @@ s_slurp(const emlio__root_t *base, const char *rel, char **out, size_t *len)
 static bool
 s_cache_load(const emlio__root_t *base, const char *cache,
              const struct stat *root, emlio__folder_t **folders, size_t n,
-             emlio_shardset_log_fn *log, void *userdata)
+             emlio__shardset_log_fn *log, void *userdata)
 {
     char *text = NULL;
     size_t len = 0;
@@ -274,8 +274,8 @@ s_cache_load(const emlio__root_t *base, const char *cache,
 /* Logs what the walk left out: symlinks and unreadable subdirectories,
  * one line each with a count and an example. */
 static void
-s_log_skipped(const emlio_shardset_t *set, size_t first, const s_left_t *left,
-              emlio_shardset_log_fn *log, void *userdata)
+s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
+              emlio__shardset_log_fn *log, void *userdata)
 {
     size_t links = left->links, unread = left->unread;
     const char *link = left->link, *dir = left->dir;
@@ -310,9 +310,9 @@ s_log_skipped(const emlio_shardset_t *set, size_t first, const s_left_t *left,
 /* The class directories as shards: their listing from ROOT/.emlio-files
  * when it still describes the tree, else from a walk (then cached). */
 static int
-s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
-               const struct stat *root, const emlio_shardset_opts_t *opts,
-               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
+               const struct stat *root, const emlio__shardset_opts_t *opts,
+               emlio__shardset_log_fn *log, void *userdata, char *errbuf)
 {
     size_t first = set->n;
     emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
@@ -320,7 +320,7 @@ s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
         return EMLIO_ENOMEM;
     int rc = 0;
     for (size_t i = 0; i < classes->n && rc == 0; i++) {
-        emlio_shard_t *shard = &set->shards[set->n];
+        emlio__shard_t *shard = &set->shards[set->n];
         shard->name = classes->v[i]; /* the name moves into the shard */
         shard->ops = &emlio__format_imagefolder;
         shard->fd = -1; /* read by copies: no lease */
@@ -364,8 +364,8 @@ s_load_folders(emlio_shardset_t *set, const char *dir, emlio__names_t *classes,
 }
 
 static int
-s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
-            const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+s_load_tree(emlio__shardset_t *set, const char *dir, const struct stat *root,
+            const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
             void *userdata, char *errbuf)
 {
     emlio__names_t classes = { 0 };
@@ -385,13 +385,13 @@ s_load_tree(emlio_shardset_t *set, const char *dir, const struct stat *root,
 }
 
 static int64_t
-s_shard_label(const emlio_shard_t *shard)
+s_shard_label(const emlio__shard_t *shard)
 {
     return emlio__folder_label(shard->impl);
 }
 
 static const char *
-s_member_name(const emlio_shard_t *shard, size_t r)
+s_member_name(const emlio__shard_t *shard, size_t r)
 {
     return emlio__folder_file(shard->impl, r);
 }

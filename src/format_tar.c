@@ -102,9 +102,9 @@ s_advise(const void *impl, size_t first, size_t n, int advice)
 /* Member i with the header block before it, which must still describe it:
  * a rewritten archive whose members moved is refused, not served. */
 static int
-s_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
             const uint8_t **data, size_t *len, uint32_t *stored,
-            emlio_shardset_log_fn *log, void *userdata)
+            emlio__shardset_log_fn *log, void *userdata)
 {
     const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
     *stored = 0;
@@ -131,7 +131,7 @@ s_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
 }
 
 static int
-s_has_field(const emlio_shard_t *shard, const char *field)
+s_has_field(const emlio__shard_t *shard, const char *field)
 {
     const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
     for (size_t k = 0; k < idx->n_fields; k++)
@@ -144,7 +144,7 @@ s_has_field(const emlio_shard_t *shard, const char *field)
  * mapping (the view holds one more use of the shard) when it is leased,
  * else into a private copy read with pread. */
 static int
-s_member_view(emlio_shard_t *shard, size_t m, const emlio__read_opts_t *o,
+s_member_view(emlio__shard_t *shard, size_t m, const emlio__read_opts_t *o,
               emlio__view_t *view)
 {
     if (shard->leased) {
@@ -179,7 +179,7 @@ s_parse(const uint8_t *data, size_t len, const emlio__read_opts_t *o,
  * none; EMLIO__FORMAT_EBADLABEL when it is not a number), read as the
  * sample's data is. */
 static int
-s_label(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_label(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
         int64_t *label, const char **missing)
 {
     size_t m;
@@ -209,7 +209,7 @@ s_label(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
  * first image member by default) alone; the label from the label member.
  * A sample without a member asked for is EMLIO__FORMAT_EMISSING. */
 static int
-s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
        emlio__view_t *views, const char **missing)
 {
     size_t nf = o->n_fields ? o->n_fields : 1;
@@ -234,7 +234,7 @@ s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 
 /* Every member of the sample, in order; the label from "cls". */
 static int
-s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
+s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
          void *userdata, int64_t *label)
 {
     const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
@@ -252,7 +252,7 @@ s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
 }
 
 static size_t
-s_prune(emlio_shard_t *shard, const char *field, char *example, size_t len)
+s_prune(emlio__shard_t *shard, const char *field, char *example, size_t len)
 {
     return emlio__tar_prune(shard->impl, field, example, len);
 }

@@ -107,9 +107,9 @@ s_advise(const void *impl, size_t first, size_t n, int advice)
 /* Record i with its framing, read with pread; *stored is its stored CRC
  * (the caller checks it, as for mapped reads). */
 static int
-s_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
             const uint8_t **data, size_t *len, uint32_t *stored,
-            emlio_shardset_log_fn *log, void *userdata)
+            emlio__shardset_log_fn *log, void *userdata)
 {
     const emlio_tfrecord_t *file = shard->impl;
     if (i >= emlio_tfrecord_count(file))
@@ -135,7 +135,7 @@ s_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
 
 /* Example keys are only known per record. */
 static int
-s_has_field(const emlio_shard_t *shard, const char *field)
+s_has_field(const emlio__shard_t *shard, const char *field)
 {
     (void)shard;
     (void)field;
@@ -146,7 +146,7 @@ s_has_field(const emlio_shard_t *shard, const char *field)
  * the shard is leased (*copy NULL), else in a private copy (*copy, the
  * caller's to free). */
 static int
-s_bytes(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_bytes(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
         uint8_t **copy, const uint8_t **rec, size_t *rec_len, uint32_t *stored)
 {
     *copy = NULL;
@@ -168,7 +168,7 @@ s_bytes(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
  * bytes, so no byte of a large sample is read twice; a small one is read
  * twice (see S_COMBINE_MIN). */
 static int
-s_read_one(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_read_one(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
            emlio__view_t *out, const char **missing)
 {
     const uint8_t *rec;
@@ -222,7 +222,7 @@ s_read_one(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 
 /* One Example feature as the frame of field f. */
 static int
-s_feature_view(emlio_shard_t *shard, const emlio_example_field_t *ex,
+s_feature_view(emlio__shard_t *shard, const emlio_example_field_t *ex,
                bool copied, emlio__view_t *view)
 {
     if (ex->kind == EMLIO_FEATURE_BYTES && copied)
@@ -243,7 +243,7 @@ s_feature_view(emlio_shard_t *shard, const emlio_example_field_t *ex,
 
 /* The fields of an Example, one frame per configured key. */
 static int
-s_read_fields(emlio_shard_t *shard, uint64_t record,
+s_read_fields(emlio__shard_t *shard, uint64_t record,
               const emlio__read_opts_t *o, emlio__view_t *views,
               const char **missing)
 {
@@ -285,7 +285,7 @@ s_read_fields(emlio_shard_t *shard, uint64_t record,
 }
 
 static int
-s_read(emlio_shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
        emlio__view_t *views, const char **missing)
 {
     if (o->n_fields)
@@ -306,7 +306,7 @@ s_default_label(const uint8_t *rec, size_t len)
 
 /* The whole record is the one field, named "". */
 static int
-s_record(const emlio_shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
+s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
          void *userdata, int64_t *label)
 {
     const uint8_t *data;

@@ -54,7 +54,7 @@ s_can_force(void)
 }
 
 void
-emlio__netpath_limits(emlio_netpath_limits_t *out)
+emlio__netpath_limits(emlio__netpath_limits_t *out)
 {
     out->tcp_wmem_max = s_read_last("/proc/sys/net/ipv4/tcp_wmem");
     out->tcp_rmem_max = s_read_last("/proc/sys/net/ipv4/tcp_rmem");
@@ -64,12 +64,12 @@ emlio__netpath_limits(emlio_netpath_limits_t *out)
 }
 
 void
-emlio__netpath_plan(const emlio_netpath_limits_t *limits, bool send,
-                    int64_t want, emlio_netpath_bufplan_t *out)
+emlio__netpath_plan(const emlio__netpath_limits_t *limits, bool send,
+                    int64_t want, emlio__netpath_bufplan_t *out)
 {
     uint64_t autotuned = send ? limits->tcp_wmem_max : limits->tcp_rmem_max;
     uint64_t cap = send ? limits->wmem_max : limits->rmem_max;
-    *out = (emlio_netpath_bufplan_t){ -1, 0, autotuned, "autotuned" };
+    *out = (emlio__netpath_bufplan_t){ -1, 0, autotuned, "autotuned" };
     if (want < 0)
         return;
     uint64_t ask = want > 0 ? (uint64_t)want : EMLIO_NETPATH_AUTO_FORCE;
@@ -120,7 +120,7 @@ emlio__netpath_cpu_times(uint64_t *idle, uint64_t *total)
 }
 
 int
-emlio__netpath_info(int fd, emlio_netpath_info_t *out)
+emlio__netpath_info(int fd, emlio__netpath_info_t *out)
 {
     struct tcp_info ti;
     socklen_t len = sizeof(ti);

@@ -19,39 +19,39 @@
 #include <stdint.h>
 
 /* The host's limits, from /proc/sys (0 where unreadable). */
-typedef struct emlio_netpath_limits {
+typedef struct emlio__netpath_limits {
     uint64_t tcp_wmem_max; /* autotuned send buffer ceiling */
     uint64_t tcp_rmem_max; /* autotuned receive buffer ceiling */
     uint64_t wmem_max;     /* explicit SO_SNDBUF ceiling (before doubling) */
     uint64_t rmem_max;     /* explicit SO_RCVBUF ceiling (before doubling) */
     bool net_admin;        /* SO_SNDBUFFORCE/SO_RCVBUFFORCE permitted */
-} emlio_netpath_limits_t;
+} emlio__netpath_limits_t;
 
-void emlio__netpath_limits(emlio_netpath_limits_t *out);
+void emlio__netpath_limits(emlio__netpath_limits_t *out);
 
 /* How to size one direction's buffer. `want` > 0: that many bytes;
  * 0: the largest the host allows (capped at EMLIO_NETPATH_AUTO_FORCE when
  * forcing); < 0: leave it to the kernel. */
-typedef struct emlio_netpath_bufplan {
+typedef struct emlio__netpath_bufplan {
     int zmq_value;      /* for ZMQ_SNDBUF/ZMQ_RCVBUF; -1 = leave unset */
     int force_value;    /* for SO_*BUFFORCE on each connection; 0 = none */
     uint64_t effective; /* the buffer the kernel will allow, in bytes */
     const char *how;    /* "autotuned", "explicit" or "forced" */
-} emlio_netpath_bufplan_t;
+} emlio__netpath_bufplan_t;
 
 /* The forced buffer "auto" asks for: twice this in the kernel (32 MiB),
  * enough for ~1 GB/s per stream at 30 ms. */
 #define EMLIO_NETPATH_AUTO_FORCE (16u << 20)
 
-void emlio__netpath_plan(const emlio_netpath_limits_t *limits, bool send,
-                         int64_t want, emlio_netpath_bufplan_t *out);
+void emlio__netpath_plan(const emlio__netpath_limits_t *limits, bool send,
+                         int64_t want, emlio__netpath_bufplan_t *out);
 
 /* Applies SO_SNDBUFFORCE (send) or SO_RCVBUFFORCE to a connected TCP fd.
  * Returns 0 or -errno. */
 int emlio__netpath_force(int fd, bool send, int bytes);
 
 /* One TCP_INFO sample of a connection. */
-typedef struct emlio_netpath_info {
+typedef struct emlio__netpath_info {
     uint32_t rtt_us;     /* smoothed RTT (from our sends' ACKs) */
     uint32_t min_rtt_us; /* lowest RTT seen; 0 where unknown */
     uint32_t rcv_rtt_us; /* receiver-side RTT estimate */
@@ -62,14 +62,14 @@ typedef struct emlio_netpath_info {
     uint32_t rcv_space; /* receive window the kernel aims for */
     int sndbuf;         /* SO_SNDBUF / SO_RCVBUF as the kernel keeps them */
     int rcvbuf;
-} emlio_netpath_info_t;
+} emlio__netpath_info_t;
 
 /* This host's CPU time so far, from /proc/stat: idle (idle + iowait) and
  * total jiffies. Returns 0, or -1 where /proc/stat is unreadable. */
 int emlio__netpath_cpu_times(uint64_t *idle, uint64_t *total);
 
 /* Reads fd's TCP_INFO; 0, or -errno (the fd is gone or not TCP). */
-int emlio__netpath_info(int fd, emlio_netpath_info_t *out);
+int emlio__netpath_info(int fd, emlio__netpath_info_t *out);
 
 /* Whether anything listens at a tcp://HOST:PORT endpoint: one plain TCP
  * connect, waited for at most timeout_ms, then closed. Returns

@@ -11,8 +11,8 @@
 /* A side's figures with the unknowns borrowed from the other side: the
  * same code decodes the same images on both, so until one side has been
  * measured the other's cost is the best guess. */
-static emlio_place_side_t
-s_fill(emlio_place_side_t self, emlio_place_side_t other)
+static emlio__place_side_t
+s_fill(emlio__place_side_t self, emlio__place_side_t other)
 {
     if (self.cpu_s <= 0)
         self.cpu_s = other.cpu_s;
@@ -22,8 +22,8 @@ s_fill(emlio_place_side_t self, emlio_place_side_t other)
 }
 
 static void
-s_sides(const emlio_place_input_t *in, emlio_place_side_t *client,
-        emlio_place_side_t *server)
+s_sides(const emlio__place_input_t *in, emlio__place_side_t *client,
+        emlio__place_side_t *server)
 {
     *client = s_fill(in->client, in->server);
     *server = s_fill(in->server, in->client);
@@ -35,7 +35,7 @@ s_sides(const emlio_place_input_t *in, emlio_place_side_t *client,
 
 /* Images/s one side sustains for a share `share` of the images. */
 static double
-s_side_rate(emlio_place_side_t side, double share)
+s_side_rate(emlio__place_side_t side, double share)
 {
     if (share <= 0)
         return INFINITY;
@@ -45,15 +45,15 @@ s_side_rate(emlio_place_side_t side, double share)
 }
 
 static double
-s_wire_bytes(const emlio_place_input_t *in, double f)
+s_wire_bytes(const emlio__place_input_t *in, double f)
 {
     return f * in->tensor_B + (1 - f) * in->encoded_B;
 }
 
 double
-emlio__place_rate(const emlio_place_input_t *in, double f, const char **bound)
+emlio__place_rate(const emlio__place_input_t *in, double f, const char **bound)
 {
-    emlio_place_side_t client, server;
+    emlio__place_side_t client, server;
     s_sides(in, &client, &server);
     double rate = s_side_rate(server, f);
     const char *what = "server";
@@ -77,9 +77,9 @@ emlio__place_rate(const emlio_place_input_t *in, double f, const char **bound)
 }
 
 double
-emlio__place_joules(const emlio_place_input_t *in, double f)
+emlio__place_joules(const emlio__place_input_t *in, double f)
 {
-    emlio_place_side_t client, server;
+    emlio__place_side_t client, server;
     s_sides(in, &client, &server);
     return f * server.cpu_s * server.core_w +
            (1 - f) * client.cpu_s * client.core_w +
@@ -87,7 +87,7 @@ emlio__place_joules(const emlio_place_input_t *in, double f)
 }
 
 void
-emlio__place_choose(const emlio_place_input_t *in, emlio_place_choice_t *out)
+emlio__place_choose(const emlio__place_input_t *in, emlio__place_choice_t *out)
 {
     memset(out, 0, sizeof(*out));
     double rate[EMLIO_PLACE_STEPS + 1];

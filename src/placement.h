@@ -39,22 +39,22 @@
 #define EMLIO_PLACE_PRIOR_CORE_W 3.2
 
 /* One side's figures. */
-typedef struct emlio_place_side {
+typedef struct emlio__place_side {
     double threads; /* transform threads it gives this client (0 = none) */
     double cpu_s;   /* CPU seconds per image, measured; 0 = unknown */
     double core_w;  /* watts of one busy core; 0 = unknown */
-} emlio_place_side_t;
+} emlio__place_side_t;
 
-typedef struct emlio_place_input {
-    emlio_place_side_t client, server;
+typedef struct emlio__place_input {
+    emlio__place_side_t client, server;
     double link_Bps;     /* bytes/s the path carries; 0 = unknown (no cap) */
     double encoded_B;    /* mean encoded (JPEG/PNG) bytes per image */
     double tensor_B;     /* bytes of one output tensor (H x W x 3) */
     double j_per_byte;   /* transport energy per byte, both ends; 0 = none */
     double consumer_ips; /* images/s the training loop takes; 0 = no cap */
-} emlio_place_input_t;
+} emlio__place_input_t;
 
-typedef struct emlio_place_choice {
+typedef struct emlio__place_choice {
     double server_share;     /* f: share of batches decoded by the daemons */
     double images_per_s;     /* predicted rate of this choice */
     double j_per_image;      /* predicted energy per image of this choice */
@@ -64,17 +64,17 @@ typedef struct emlio_place_choice {
     const char *bound;       /* what bounds the chosen rate: "server",
                                 "client", "link" or "consumer" */
     char why[320];           /* one line: the choice and its figures */
-} emlio_place_choice_t;
+} emlio__place_choice_t;
 
 /* Chooses the share. Never fails: with nothing measured it answers from
  * the priors (equal costs: the split that is fastest). */
-void emlio__place_choose(const emlio_place_input_t *in,
-                         emlio_place_choice_t *out);
+void emlio__place_choose(const emlio__place_input_t *in,
+                         emlio__place_choice_t *out);
 
 /* The predicted rate and energy per image of share f (for tests and the
  * benchmark); *bound names the bottleneck. */
-double emlio__place_rate(const emlio_place_input_t *in, double f,
+double emlio__place_rate(const emlio__place_input_t *in, double f,
                          const char **bound);
-double emlio__place_joules(const emlio_place_input_t *in, double f);
+double emlio__place_joules(const emlio__place_input_t *in, double f);
 
 #endif /* EMLIO_PLACEMENT_H */

@@ -7,7 +7,7 @@
 
 #include "queue.h"
 
-struct emlio_queue {
+struct emlio__queue {
     pthread_mutex_t lock;
     pthread_cond_t not_empty;
     pthread_cond_t not_full;
@@ -18,11 +18,11 @@ struct emlio_queue {
     bool closed;
 };
 
-emlio_queue_t *
+emlio__queue_t *
 emlio__queue_new(size_t cap)
 {
     assert(cap >= 1);
-    emlio_queue_t *self = emlio_calloc(1, sizeof(*self));
+    emlio__queue_t *self = emlio_calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->ring = emlio_calloc(cap, sizeof(*self->ring));
@@ -38,11 +38,11 @@ emlio__queue_new(size_t cap)
 }
 
 void
-emlio__queue_destroy(emlio_queue_t **self_p)
+emlio__queue_destroy(emlio__queue_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    emlio_queue_t *self = *self_p;
+    emlio__queue_t *self = *self_p;
     pthread_mutex_destroy(&self->lock);
     pthread_cond_destroy(&self->not_empty);
     pthread_cond_destroy(&self->not_full);
@@ -52,7 +52,7 @@ emlio__queue_destroy(emlio_queue_t **self_p)
 }
 
 int
-emlio__queue_push(emlio_queue_t *self, void *item)
+emlio__queue_push(emlio__queue_t *self, void *item)
 {
     pthread_mutex_lock(&self->lock);
     while (self->len == self->cap && !self->closed)
@@ -69,7 +69,7 @@ emlio__queue_push(emlio_queue_t *self, void *item)
 }
 
 int
-emlio__queue_pop(emlio_queue_t *self, void **item)
+emlio__queue_pop(emlio__queue_t *self, void **item)
 {
     pthread_mutex_lock(&self->lock);
     while (self->len == 0 && !self->closed)
@@ -87,7 +87,7 @@ emlio__queue_pop(emlio_queue_t *self, void **item)
 }
 
 void
-emlio__queue_close(emlio_queue_t *self)
+emlio__queue_close(emlio__queue_t *self)
 {
     pthread_mutex_lock(&self->lock);
     self->closed = true;
@@ -97,7 +97,7 @@ emlio__queue_close(emlio_queue_t *self)
 }
 
 size_t
-emlio__queue_len(emlio_queue_t *self)
+emlio__queue_len(emlio__queue_t *self)
 {
     pthread_mutex_lock(&self->lock);
     size_t len = self->len;

@@ -13,29 +13,29 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct emlio_queue emlio_queue_t;
+typedef struct emlio__queue emlio__queue_t;
 
 /* A queue holding at most cap pointers (cap >= 1). NULL when out of
  * memory. */
-emlio_queue_t *emlio__queue_new(size_t cap);
+emlio__queue_t *emlio__queue_new(size_t cap);
 
 /* Frees the queue; the pointers still in it are the caller's to free
  * (drain with pop after close). Accepts NULL; sets *self_p NULL. */
-void emlio__queue_destroy(emlio_queue_t **self_p);
+void emlio__queue_destroy(emlio__queue_t **self_p);
 
 /* Appends item, waiting while the queue is full. Returns 0, or
  * EMLIO_ECLOSED when the queue is (or gets) closed: item stays the
  * caller's. */
-int emlio__queue_push(emlio_queue_t *self, void *item);
+int emlio__queue_push(emlio__queue_t *self, void *item);
 
 /* Takes the oldest item, waiting while the queue is empty and open.
  * Returns 0 with *item set, or EMLIO_ECLOSED once closed and empty. */
-int emlio__queue_pop(emlio_queue_t *self, void **item);
+int emlio__queue_pop(emlio__queue_t *self, void **item);
 
 /* Closes the queue and wakes every waiter. Idempotent. */
-void emlio__queue_close(emlio_queue_t *self);
+void emlio__queue_close(emlio__queue_t *self);
 
 /* Items waiting now (a snapshot, for statistics). */
-size_t emlio__queue_len(emlio_queue_t *self);
+size_t emlio__queue_len(emlio__queue_t *self);
 
 #endif /* EMLIO_QUEUE_H */

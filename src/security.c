@@ -86,7 +86,7 @@ emlio_curve_write_key(const char *path, const char *key, unsigned mode)
 
 /* ---- the ZAP handler ---------------------------------------------------- */
 
-struct emlio_zap {
+struct emlio__zap {
     void *zmq;
     void *rep;
     uint8_t (*keys)[32];
@@ -105,7 +105,7 @@ s_cmp_key(const void *a, const void *b)
 }
 
 static int
-s_load_keys(emlio_zap_t *self, const char *dir, char *errbuf)
+s_load_keys(emlio__zap_t *self, const char *dir, char *errbuf)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -149,7 +149,7 @@ s_load_keys(emlio_zap_t *self, const char *dir, char *errbuf)
 /* Answers one ZAP request (RFC 27): version, request id, domain, address,
  * identity, mechanism, then the mechanism's credentials. */
 static void
-s_zap_answer(emlio_zap_t *self)
+s_zap_answer(emlio__zap_t *self)
 {
     zmq_msg_t parts[8];
     int n = 0;
@@ -201,7 +201,7 @@ s_zap_answer(emlio_zap_t *self)
 static void *
 s_zap_main(void *arg)
 {
-    emlio_zap_t *self = arg;
+    emlio__zap_t *self = arg;
     zmq_pollitem_t item = { self->rep, 0, ZMQ_POLLIN, 0 };
     while (!atomic_load(&self->stop)) {
         int rc = zmq_poll(&item, 1, S_POLL_MS);
@@ -211,11 +211,11 @@ s_zap_main(void *arg)
     return NULL;
 }
 
-emlio_zap_t *
+emlio__zap_t *
 emlio__zap_start(emlio_ctx_t *ctx, const char *dir, int *rc, size_t *n_keys,
                  char *errbuf)
 {
-    emlio_zap_t *self = emlio_calloc(1, sizeof(*self));
+    emlio__zap_t *self = emlio_calloc(1, sizeof(*self));
     if (!self) {
         *rc = emlio__seterr(errbuf, EMLIO_ENOMEM, "out of memory");
         return NULL;
@@ -254,11 +254,11 @@ fail:
 }
 
 void
-emlio__zap_stop(emlio_zap_t **self_p)
+emlio__zap_stop(emlio__zap_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    emlio_zap_t *self = *self_p;
+    emlio__zap_t *self = *self_p;
     atomic_store(&self->stop, true);
     pthread_join(self->thread, NULL);
     zmq_close(self->rep);
@@ -268,13 +268,13 @@ emlio__zap_stop(emlio_zap_t **self_p)
 }
 
 uint64_t
-emlio__zap_admitted(const emlio_zap_t *self)
+emlio__zap_admitted(const emlio__zap_t *self)
 {
     return self ? atomic_load(&self->admitted) : 0;
 }
 
 uint64_t
-emlio__zap_refused(const emlio_zap_t *self)
+emlio__zap_refused(const emlio__zap_t *self)
 {
     return self ? atomic_load(&self->refused) : 0;
 }

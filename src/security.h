@@ -11,7 +11,7 @@
 
 #include "emlio/security.h"
 
-typedef struct emlio_zap emlio_zap_t;
+typedef struct emlio__zap emlio__zap_t;
 
 /* Loads every key file under dir (regular files whose first line is a Z85
  * key; others are skipped and counted in *skipped) and binds a ZAP handler
@@ -20,14 +20,14 @@ typedef struct emlio_zap emlio_zap_t;
  * dir NULL, any CURVE client is admitted (encryption without client
  * authentication). One handler per emlio_ctx_t. Returns the handler or NULL
  * with errbuf set (-errno or EMLIO_E* in *rc). */
-emlio_zap_t *emlio__zap_start(emlio_ctx_t *ctx, const char *dir, int *rc,
-                              size_t *n_keys, char *errbuf);
+emlio__zap_t *emlio__zap_start(emlio_ctx_t *ctx, const char *dir, int *rc,
+                               size_t *n_keys, char *errbuf);
 
 /* Stops the thread, unbinds and frees. Accepts NULL; sets *self_p NULL. */
-void emlio__zap_stop(emlio_zap_t **self_p);
+void emlio__zap_stop(emlio__zap_t **self_p);
 
 /* Clients admitted and refused so far. */
-uint64_t emlio__zap_admitted(const emlio_zap_t *self);
-uint64_t emlio__zap_refused(const emlio_zap_t *self);
+uint64_t emlio__zap_admitted(const emlio__zap_t *self);
+uint64_t emlio__zap_refused(const emlio__zap_t *self);
 
 #endif /* EMLIO_SECURITY_PRIV_H */

@@ -264,7 +264,7 @@ emlio__srv_shardset_log(void *userdata, const char *msg)
  * bytes. */
 /* The one format of the shards, or "mixed" (--mixed-formats). */
 static const char *
-s_format_name(const emlio_shardset_t *set)
+s_format_name(const emlio__shardset_t *set)
 {
     const char *name = set->n ? set->shards[0].ops->name : NULL;
     for (size_t i = 1; i < set->n; i++)
@@ -276,8 +276,8 @@ s_format_name(const emlio_shardset_t *set)
 static int
 s_encode_welcome(emlio_server_t *self)
 {
-    const emlio_shardset_t *set = &self->core->set;
-    emlio_wire_shard_t *inv = emlio_calloc(set->n, sizeof(*inv));
+    const emlio__shardset_t *set = &self->core->set;
+    emlio__wire_shard_t *inv = emlio_calloc(set->n, sizeof(*inv));
     if (!inv)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     for (size_t i = 0; i < set->n; i++) {
@@ -291,7 +291,7 @@ s_encode_welcome(emlio_server_t *self)
      * the copy budget (optional keys) in all. */
     uint64_t copy =
         EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
-    emlio_wire_xf_caps_t caps = {
+    emlio__wire_xf_caps_t caps = {
         self->xf.threads,
         self->cfg.core_mw ? self->cfg.core_mw : S_DEFAULT_CORE_MW,
         self->own.classes,
@@ -373,7 +373,7 @@ s_check_fields(emlio_server_t *self)
         const char *want = self->own.fields[f];
         bool found = false, unknown = false;
         for (size_t i = 0; i < self->core->set.n && !found; i++) {
-            const emlio_shard_t *shard = &self->core->set.shards[i];
+            const emlio__shard_t *shard = &self->core->set.shards[i];
             int has = shard->ops->has_field(shard, want);
             found = has > 0;
             unknown |= has < 0; /* Example keys: checked per record */
@@ -403,7 +403,7 @@ emlio_server_interrupt(emlio_server_t *self)
 static int
 s_check_labels(emlio_server_t *self)
 {
-    emlio_shardset_t *set = &self->core->set;
+    emlio__shardset_t *set = &self->core->set;
     const char *want = self->own.label_field;
     bool found = false, unknown = false;
     for (size_t i = 0; i < set->n && self->own.label_field_set; i++) {
@@ -418,7 +418,7 @@ s_check_labels(emlio_server_t *self)
                              self->own.data_dir, want);
     size_t per = self->own.n_fields ? self->own.n_fields : 1;
     for (size_t i = 0; i < set->n; i++) {
-        emlio_shard_t *shard = &set->shards[i];
+        emlio__shard_t *shard = &set->shards[i];
         if (!emlio__shard_count(shard))
             continue;
         emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
@@ -447,7 +447,7 @@ emlio_server_load(emlio_server_t *self)
      * the daemon from starting: the scan checks the framing only; the data
      * CRC is checked on every read, and each skipped record is logged. */
     bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
-    emlio_shardset_opts_t opts = {
+    emlio__shardset_opts_t opts = {
         .format = self->cfg.format,
         .mixed_formats = self->cfg.mixed_formats,
         .verify_data = self->cfg.verify && !skip,
@@ -496,7 +496,7 @@ emlio_server_load(emlio_server_t *self)
                    : rc;
     }
     self->own.n_classes = (size_t)rc;
-    const emlio_shardset_t *set = &self->core->set;
+    const emlio__shardset_t *set = &self->core->set;
     if (set->leased < set->mapped)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                   "%zu of %zu mapped shards could not be leased (open for "
@@ -568,7 +568,7 @@ s_setup_curve(emlio_server_t *self, void *router)
 static int
 s_setup_sndbuf(emlio_server_t *self, void *router)
 {
-    emlio_netpath_limits_t limits;
+    emlio__netpath_limits_t limits;
     emlio__netpath_limits(&limits);
     emlio__netpath_plan(&limits, true, self->cfg.sndbuf, &self->adm.sndbuf);
     if (self->adm.sndbuf.zmq_value >= 0) {

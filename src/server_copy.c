@@ -61,8 +61,8 @@ emlio__srv_copy_release(emlio__copy_charge_t *charge)
 static uint64_t
 s_estimate(const emlio_server_t *self, const emlio__job_t *job)
 {
-    const emlio_wire_msg_t *get = &job->msg;
-    const emlio_shardset_t *set = &self->core->set;
+    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__shardset_t *set = &self->core->set;
     /* A GET with a transform also makes one tensor block of every sample
      * (server_tensor.c): fresh memory like a copy, held until its frame
      * is sent. */
@@ -70,10 +70,10 @@ s_estimate(const emlio_server_t *self, const emlio__job_t *job)
         job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
                 : 0;
     for (size_t i = 0; i < get->n_items; i++) {
-        const emlio_wire_item_t *item = &get->items[i];
+        const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= set->n)
             continue;
-        const emlio_shard_t *shard = &set->shards[item->shard];
+        const emlio__shard_t *shard = &set->shards[item->shard];
         if (shard->ops->mapped && shard->leased)
             continue;
         if (shard->ops->record_bytes &&

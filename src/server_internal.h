@@ -99,7 +99,7 @@ typedef struct emlio__copy_charge {
 typedef struct emlio__job {
     zmq_msg_t identity;
     zmq_msg_t header; /* kept alive: msg borrows strings from it */
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     emlio__view_t *views; /* filled by the reader; skipped ones left out */
     size_t n_views;       /* samples read (views hold n_views * per) */
     size_t per;           /* views per sample (fields), set by the reader */
@@ -110,9 +110,9 @@ typedef struct emlio__job {
      * x H x W x 3) with each kept sample's quadruple. */
     struct emlio_server *srv;
     const emlio_transform_t *xf;
-    emlio_xf_job_t xf_job;
-    emlio_xf_sample_t *xf_samples;
-    emlio_wire_sample_t *xf_wire;
+    emlio__xf_job_t xf_job;
+    emlio__xf_sample_t *xf_samples;
+    emlio__wire_sample_t *xf_wire;
     size_t xf_kept;
     /* The copy budget (server_copy.c): what the job may copy, what it is
      * charged, and while it waits for room, the account it will be
@@ -129,7 +129,7 @@ typedef struct emlio__job {
 typedef struct emlio__srv_core {
     atomic_uint refs;
     bool drop_behind;
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     /* Sent batches whose frames ZeroMQ still holds. */
     atomic_uint_fast64_t batches_in_flight;
     /* Bytes of copied replies charged and not yet freed, daemon-wide. */
@@ -200,7 +200,7 @@ typedef struct emlio__srv_net {
     emlio_buf_t welcome;  /* the WELCOME of protocol v1 clients */
     emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
     emlio_buf_t welcome3; /* ... v3: with the transform capabilities */
-    emlio_zap_t *zap;
+    emlio__zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
 } emlio__srv_net_t;
@@ -210,7 +210,7 @@ typedef struct emlio__srv_net {
 typedef struct emlio__srv_threads {
     pthread_t frontend;
     pthread_t *workers; /* cfg.workers readers, then the serializers */
-    emlio_queue_t *ser_queue;
+    emlio__queue_t *ser_queue;
     uint32_t n_workers_started;
     bool frontend_started;
     atomic_bool stopping;
@@ -222,7 +222,7 @@ typedef struct emlio__srv_admit {
     size_t n_peers;
     size_t cap_peers;
     size_t n_clients; /* sessions, counting a session-less peer as one */
-    emlio_netpath_bufplan_t sndbuf;
+    emlio__netpath_bufplan_t sndbuf;
     emlio__conn_t *conns;
     size_t n_conns;
     size_t cap_conns;
@@ -271,7 +271,7 @@ struct emlio_server {
     emlio__srv_threads_t thr;
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
-    emlio_server_xf_t xf;    /* transform specs and threads (server_tensor.c) */
+    emlio__server_xf_t xf;   /* transform specs and threads (server_tensor.c) */
     atomic_bool interrupted; /* emlio_server_interrupt: stop loading */
     char err[EMLIO_ERRMSG_LEN];
 };

@@ -45,7 +45,7 @@ s_release_unref(emlio__srv_release_t *rel)
     const emlio__view_t *advised = NULL;
     for (size_t i = 0; i < rel->n; i++) {
         const emlio__view_t *item = &rel->items[i];
-        emlio_shard_t *shard = &core->set.shards[item->shard];
+        emlio__shard_t *shard = &core->set.shards[item->shard];
         if (!item->held)
             continue;
         /* Sent: not read again this epoch (advised once per sample, whose
@@ -164,7 +164,7 @@ emlio__srv_skip(emlio_server_t *self, const char *msg)
  * --on-corrupt skip, counted and logged), < 0 fails the job with the
  * error in job->code and job->text. */
 static int
-s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
+s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio__shard_t *shard,
                uint64_t record, int rc, const char *missing)
 {
     bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
@@ -267,12 +267,12 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio_shard_t *shard,
 #define S_PREFETCH_DATA  4
 
 static void
-s_prefetch(emlio_server_t *self, const emlio_wire_msg_t *get, size_t i,
+s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
            bool data)
 {
     if (i >= get->n_items || get->items[i].shard >= self->core->set.n)
         return;
-    const emlio_shard_t *shard = &self->core->set.shards[get->items[i].shard];
+    const emlio__shard_t *shard = &self->core->set.shards[get->items[i].shard];
     if (shard->ops->prefetch && shard->leased &&
         get->items[i].record < SIZE_MAX)
         shard->ops->prefetch(shard->impl, (size_t)get->items[i].record, data);
@@ -281,7 +281,7 @@ s_prefetch(emlio_server_t *self, const emlio_wire_msg_t *get, size_t i,
 static void
 s_read_job(emlio_server_t *self, emlio__job_t *job)
 {
-    const emlio_wire_msg_t *get = &job->msg;
+    const emlio__wire_msg_t *get = &job->msg;
     size_t n = get->n_items;
     size_t per =
         self->own.n_fields ? self->own.n_fields : 1; /* frames per sample */
@@ -303,7 +303,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        const emlio_wire_item_t *item = &get->items[i];
+        const emlio__wire_item_t *item = &get->items[i];
         s_prefetch(self, get, i + S_PREFETCH_INDEX, false);
         s_prefetch(self, get, i + S_PREFETCH_DATA, true);
         if (item->shard >= self->core->set.n) {
@@ -313,7 +313,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
                      self->core->set.n);
             return;
         }
-        emlio_shard_t *shard = &self->core->set.shards[item->shard];
+        emlio__shard_t *shard = &self->core->set.shards[item->shard];
         emlio__view_t *view = &job->views[job->n_views * per];
         for (size_t f = 0; f < per; f++) {
             view[f].shard = item->shard;
@@ -338,12 +338,12 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
 static void
 s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
 {
-    const emlio_wire_msg_t *get = &job->msg;
+    const emlio__wire_msg_t *get = &job->msg;
     size_t n = job->n_views;
     size_t per =
         self->own.n_fields ? self->own.n_fields : 1; /* frames per sample */
     size_t nf = n * per;
-    emlio_wire_sample_t *samples = NULL;
+    emlio__wire_sample_t *samples = NULL;
     zmq_msg_t *frames = NULL;
     emlio__srv_release_t *rel = NULL;
     uint64_t bytes = 0;
@@ -367,7 +367,7 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
         for (size_t i = 0; i < n; i++) {
             const emlio__view_t *v = &job->views[i * per];
             samples[i] =
-                (emlio_wire_sample_t){ v->shard, v->record, v->label, v->crc };
+                (emlio__wire_sample_t){ v->shard, v->record, v->label, v->crc };
         }
         if (emlio__wire_encode_batch(&buf, get->id, samples, n) < 0 ||
             emlio__srv_header_msg(&header, &buf) < 0) {

@@ -45,7 +45,7 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
 static uint32_t *
 s_ra_chunk(emlio_server_t *self, uint32_t i, uint64_t r, size_t *per)
 {
-    const emlio_shard_t *shard = &self->core->set.shards[i];
+    const emlio__shard_t *shard = &self->core->set.shards[i];
     size_t count = emlio__shard_count(shard);
     uint64_t mean = emlio__shard_size(shard) / EMLIO_MAX(count, 1);
     *per = (size_t)EMLIO_MAX(EMLIO__SRV_RA_CHUNK / EMLIO_MAX(mean, 1), 1);
@@ -75,14 +75,14 @@ s_ra_chunk(emlio_server_t *self, uint32_t i, uint64_t r, size_t *per)
  * plan's shuffle window reads the rest of the chunk soon anyway. Items
  * are checked later; bad ones are skipped here. */
 static void
-s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
+s_readahead(emlio_server_t *self, const emlio__wire_msg_t *get)
 {
     uint32_t now_ms = 0;
     for (size_t i = 0; i < get->n_items; i++) {
-        const emlio_wire_item_t *item = &get->items[i];
+        const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= self->core->set.n)
             continue;
-        const emlio_shard_t *shard = &self->core->set.shards[item->shard];
+        const emlio__shard_t *shard = &self->core->set.shards[item->shard];
         size_t count = emlio__shard_count(shard);
         if (item->record >= count)
             continue;
@@ -109,7 +109,7 @@ s_readahead(emlio_server_t *self, const emlio_wire_msg_t *get)
 static void
 s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
 {
-    const emlio_wire_msg_t *hello = &job->msg;
+    const emlio__wire_msg_t *hello = &job->msg;
     const uint8_t *id = zmq_msg_data(&job->identity);
     size_t id_len = zmq_msg_size(&job->identity);
     emlio__peer_t *peer = emlio__srv_peer_find(self, id, id_len, false);

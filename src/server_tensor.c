@@ -22,7 +22,7 @@
 int
 emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text)
 {
-    const emlio_wire_msg_t *get = &job->msg;
+    const emlio__wire_msg_t *get = &job->msg;
     if (!get->xf_spec)
         return 0;
     if (self->own.n_fields)
@@ -53,14 +53,14 @@ s_block_free(void *data, void *hint)
 static void
 s_xf_judge(emlio_server_t *self, emlio__job_t *job)
 {
-    emlio_xf_job_t *xj = &job->xf_job;
+    emlio__xf_job_t *xj = &job->xf_job;
     size_t out = emlio_transform_output_bytes(job->xf);
     bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
     size_t first = atomic_load(&xj->first_failed);
     size_t k = 0;
     for (size_t i = 0; i < xj->n; i++) {
-        const emlio_xf_sample_t *s = &xj->samples[i];
-        const emlio_wire_sample_t *w = &job->xf_wire[i];
+        const emlio__xf_sample_t *s = &xj->samples[i];
+        const emlio__wire_sample_t *w = &job->xf_wire[i];
         const char *name = self->core->set.shards[w->shard].name;
         if (s->rc == 0) {
             if (k != i)
@@ -93,7 +93,7 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
 
 /* The last unit of a job: runs on a transform thread. */
 static void
-s_xf_done(emlio_xf_job_t *xj)
+s_xf_done(emlio__xf_job_t *xj)
 {
     emlio__job_t *job = xj->userdata;
     emlio_server_t *self = job->srv;
@@ -122,21 +122,21 @@ emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
     for (size_t i = 0; i < n; i++) {
         const emlio__view_t *v = &job->views[i * per];
         const char *name = self->core->set.shards[v->shard].name;
-        job->xf_samples[i] = (emlio_xf_sample_t){
+        job->xf_samples[i] = (emlio__xf_sample_t){
             v->data, v->len, emlio_transform_sample_key(name, v->record), 0, 0
         };
         job->xf_wire[i] =
-            (emlio_wire_sample_t){ v->shard, v->record, v->label, 0 };
+            (emlio__wire_sample_t){ v->shard, v->record, v->label, 0 };
     }
-    job->xf_job = (emlio_xf_job_t){ .transform = job->xf,
-                                    .seed = job->msg.xf_seed,
-                                    .epoch = job->msg.xf_epoch,
-                                    .samples = job->xf_samples,
-                                    .n = n,
-                                    .block = block,
-                                    .want_crc = true,
-                                    .done = s_xf_done,
-                                    .userdata = job };
+    job->xf_job = (emlio__xf_job_t){ .transform = job->xf,
+                                     .seed = job->msg.xf_seed,
+                                     .epoch = job->msg.xf_epoch,
+                                     .samples = job->xf_samples,
+                                     .n = n,
+                                     .block = block,
+                                     .want_crc = true,
+                                     .done = s_xf_done,
+                                     .userdata = job };
     int rc = emlio__xf_job_start(&job->xf_job, self->xf.pool);
     if (rc < 0) {
         job->code = rc;
@@ -152,9 +152,9 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
 {
     size_t n = job->xf_kept;
     size_t out = emlio_transform_output_bytes(job->xf);
-    emlio_wire_tensor_t shape = { emlio_transform_height(job->xf),
-                                  emlio_transform_width(job->xf), 3,
-                                  (uint64_t)atomic_load(&job->xf_job.cpu_ns) };
+    emlio__wire_tensor_t shape = { emlio_transform_height(job->xf),
+                                   emlio_transform_width(job->xf), 3,
+                                   (uint64_t)atomic_load(&job->xf_job.cpu_ns) };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header, frame;
     if (emlio__wire_encode_batch_tensor(&buf, job->msg.id, job->xf_wire, n,

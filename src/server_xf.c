@@ -12,7 +12,7 @@
 #define S_KEEP_BLOCKS_BYTES (256u << 20)
 
 int
-emlio__server_xf_start(emlio_server_xf_t *xf, size_t threads,
+emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
                        uint64_t max_pixels, char *errbuf)
 {
     emlio__server_xf_stop(xf); /* a start again after a failed one */
@@ -36,7 +36,7 @@ emlio__server_xf_start(emlio_server_xf_t *xf, size_t threads,
 }
 
 void
-emlio__server_xf_stop(emlio_server_xf_t *xf)
+emlio__server_xf_stop(emlio__server_xf_t *xf)
 {
     emlio__workpool_destroy(&xf->pool);
     emlio__xf_blocks_release(&xf->blocks);
@@ -48,7 +48,7 @@ emlio__server_xf_stop(emlio_server_xf_t *xf)
 }
 
 int
-emlio__server_xf_lookup(emlio_server_xf_t *xf, const char *spec, size_t len,
+emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
                         const emlio_transform_t **out, char *errbuf)
 {
     if (xf->threads == 0) {

@@ -20,11 +20,11 @@
 
 #define EMLIO_SERVER_XF_MAX_SPECS 16
 
-typedef struct emlio_server_xf {
+typedef struct emlio__server_xf {
     size_t threads;      /* 0: this daemon does not transform */
     uint64_t max_pixels; /* per image; 0 = the library default */
-    emlio_workpool_t *pool;
-    emlio_xf_blocks_t *blocks;
+    emlio__workpool_t *pool;
+    emlio__xf_blocks_t *blocks;
 
     struct {
         char *text; /* as the GET spelled it */
@@ -32,20 +32,21 @@ typedef struct emlio_server_xf {
     } specs[EMLIO_SERVER_XF_MAX_SPECS];
 
     size_t n_specs;
-} emlio_server_xf_t;
+} emlio__server_xf_t;
 
 /* Starts the pool (threads > 0). 0 or an error; errbuf says why. */
-int emlio__server_xf_start(emlio_server_xf_t *xf, size_t threads,
+int emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
                            uint64_t max_pixels, char *errbuf);
 
 /* Joins the pool (queued transforms run first) and frees the specs. The
  * block pool lives on while frames still hold blocks. */
-void emlio__server_xf_stop(emlio_server_xf_t *xf);
+void emlio__server_xf_stop(emlio__server_xf_t *xf);
 
 /* The pipeline for spec[0..len): 0 with *out set, EMLIO_EINVAL (a bad spec,
  * or this daemon does not transform: errbuf says which), EMLIO_ELIMIT (too
  * many distinct specs) or EMLIO_ENOMEM. Frontend thread only. */
-int emlio__server_xf_lookup(emlio_server_xf_t *xf, const char *spec, size_t len,
-                            const emlio_transform_t **out, char *errbuf);
+int emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec,
+                            size_t len, const emlio_transform_t **out,
+                            char *errbuf);
 
 #endif /* EMLIO_SERVER_XF_H */

@@ -105,7 +105,7 @@ s_walk(const emlio__root_t *root, const char *dir, const char *rel, int depth,
 
 static void
 s_log_skipped(const s_skipped_t *skipped, const char *dir,
-              emlio_shardset_log_fn *log, void *userdata)
+              emlio__shardset_log_fn *log, void *userdata)
 {
     char msg[3 * PATH_MAX];
     if (skipped->links && log) {
@@ -145,8 +145,8 @@ s_fnv(uint64_t h, const void *data, size_t len)
  * instead of handling signals). Without a lease, the shard is read by
  * copying (see emlio__shard_read_copy). */
 static int
-s_lease_shard(emlio_shard_t *shard, const emlio__root_t *root, const char *path,
-              char *errbuf)
+s_lease_shard(emlio__shard_t *shard, const emlio__root_t *root,
+              const char *path, char *errbuf)
 {
     struct stat st;
     int fd = emlio__open_beneath(root, shard->name, 0, &st);
@@ -166,7 +166,7 @@ s_lease_shard(emlio_shard_t *shard, const emlio__root_t *root, const char *path,
 }
 
 bool
-emlio__shard_acquire(emlio_shard_t *shard)
+emlio__shard_acquire(emlio__shard_t *shard)
 {
     /* Sequentially consistent on both sides: either the watcher sees this
      * user, or this reader sees the change. */
@@ -178,20 +178,20 @@ emlio__shard_acquire(emlio_shard_t *shard)
 }
 
 void
-emlio__shard_hold(emlio_shard_t *shard)
+emlio__shard_hold(emlio__shard_t *shard)
 {
     atomic_fetch_add(&shard->users, 1);
 }
 
 void
-emlio__shard_release(emlio_shard_t *shard)
+emlio__shard_release(emlio__shard_t *shard)
 {
     atomic_fetch_sub(&shard->users, 1);
 }
 
 void
-emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
-                          emlio_shardset_log_fn *log, void *userdata)
+emlio__shard_mark_changed(emlio__shard_t *shard, const char *why,
+                          emlio__shardset_log_fn *log, void *userdata)
 {
     atomic_store(&shard->changed, true);
     if (atomic_exchange(&shard->logged, true) || !log)
@@ -205,8 +205,8 @@ emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
 }
 
 int
-emlio__shard_pread(emlio_shard_t *shard, uint64_t offset, size_t want,
-                   uint8_t **buf_out, emlio_shardset_log_fn *log,
+emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
+                   uint8_t **buf_out, emlio__shardset_log_fn *log,
                    void *userdata)
 {
     uint8_t *buf = emlio_malloc(want ? want : 1);
@@ -235,9 +235,9 @@ emlio__shard_pread(emlio_shard_t *shard, uint64_t offset, size_t want,
 }
 
 int
-emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                        const uint8_t **data, size_t *len, uint32_t *stored,
-                       emlio_shardset_log_fn *log, void *userdata)
+                       emlio__shardset_log_fn *log, void *userdata)
 {
     *buf_out = NULL;
     *stored = 0;
@@ -251,8 +251,8 @@ emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
  * after grace_ms, users that still hold frames get zero pages instead of
  * the file (their clients reject them by CRC) rather than a SIGBUS. */
 static void
-s_release_changed(emlio_shard_t *shard, uint64_t now, uint32_t grace_ms,
-                  emlio_shardset_log_fn *log, void *userdata)
+s_release_changed(emlio__shard_t *shard, uint64_t now, uint32_t grace_ms,
+                  emlio__shardset_log_fn *log, void *userdata)
 {
     if (!shard->changed_ns)
         shard->changed_ns = now;
@@ -276,13 +276,13 @@ s_release_changed(emlio_shard_t *shard, uint64_t now, uint32_t grace_ms,
 }
 
 void
-emlio__shardset_watch(emlio_shardset_t *self, bool check_paths,
-                      uint32_t grace_ms, emlio_shardset_log_fn *log,
+emlio__shardset_watch(emlio__shardset_t *self, bool check_paths,
+                      uint32_t grace_ms, emlio__shardset_log_fn *log,
                       void *userdata)
 {
     uint64_t now = emlio__now_ns();
     for (size_t i = 0; i < self->n; i++) {
-        emlio_shard_t *shard = &self->shards[i];
+        emlio__shard_t *shard = &self->shards[i];
         if (shard->released || shard->fd < 0)
             continue;
         bool changed = atomic_load(&shard->changed);
@@ -328,8 +328,8 @@ emlio__shardset_watch(emlio_shardset_t *self, bool check_paths,
  * none). A stale or broken index is logged and rebuilt; a failed write is
  * only logged. Returns the record count or < 0 with errbuf set. */
 static int
-s_index_mapped(emlio_shard_t *shard, const emlio_shardset_opts_t *opts,
-               emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+s_index_mapped(emlio__shard_t *shard, const emlio__shardset_opts_t *opts,
+               emlio__shardset_log_fn *log, void *userdata, char *errbuf)
 {
     const emlio__format_ops_t *ops = shard->ops;
     const char *path = ops->path(shard->impl);
@@ -362,9 +362,9 @@ s_index_mapped(emlio_shard_t *shard, const emlio_shardset_opts_t *opts,
 }
 
 int
-emlio__shardset_grow(emlio_shardset_t *self, size_t more)
+emlio__shardset_grow(emlio__shardset_t *self, size_t more)
 {
-    emlio_shard_t *shards =
+    emlio__shard_t *shards =
         emlio_reallocarray(self->shards, self->n + more, sizeof(*shards));
     if (!shards)
         return EMLIO_ENOMEM;
@@ -376,8 +376,8 @@ emlio__shardset_grow(emlio_shardset_t *self, size_t more)
 static int
 s_cmp_shards(const void *a, const void *b)
 {
-    return strcmp(((const emlio_shard_t *)a)->name,
-                  ((const emlio_shard_t *)b)->name);
+    return strcmp(((const emlio__shard_t *)a)->name,
+                  ((const emlio__shard_t *)b)->name);
 }
 
 /* Adds the shard *name of file format ops (a file under dir; the name is
@@ -386,12 +386,13 @@ s_cmp_shards(const void *a, const void *b)
  * or builds its index. Returns 0 or < 0 with errbuf set; a shard that
  * failed is counted in self->n, so release frees it. */
 static int
-s_load_mapped(emlio_shardset_t *self, const char *dir, char **name,
-              const emlio__format_ops_t *ops, const emlio_shardset_opts_t *opts,
-              emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+s_load_mapped(emlio__shardset_t *self, const char *dir, char **name,
+              const emlio__format_ops_t *ops,
+              const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
+              void *userdata, char *errbuf)
 {
     char path[PATH_MAX];
-    emlio_shard_t *shard = &self->shards[self->n];
+    emlio__shard_t *shard = &self->shards[self->n];
     snprintf(path, sizeof(path), "%s/%s", dir, *name);
     shard->name = *name;
     shard->ops = ops;
@@ -449,7 +450,7 @@ s_list_add(char *list, size_t size, size_t k, size_t n, const char *item)
  * is finding nothing at all. */
 static int
 s_check_found(const char *dir, const emlio__names_t *found, size_t tree,
-              const emlio_shardset_opts_t *opts, char *errbuf)
+              const emlio__shardset_opts_t *opts, char *errbuf)
 {
     size_t kinds = 0, total = tree;
     for (size_t k = 0; emlio__formats[k]; k++) {
@@ -492,14 +493,14 @@ s_check_found(const char *dir, const emlio__names_t *found, size_t tree,
  * .cls), with one log line; none left at all is an error naming the
  * field. */
 static int
-s_prune(emlio_shardset_t *self, const char *dir,
-        const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+s_prune(emlio__shardset_t *self, const char *dir,
+        const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
         void *userdata, char *errbuf)
 {
     size_t dropped = 0, before = 0, after = 0;
     char example[PATH_MAX + 64] = "";
     for (size_t i = 0; i < self->n; i++) {
-        emlio_shard_t *shard = &self->shards[i];
+        emlio__shard_t *shard = &self->shards[i];
         before += emlio__shard_count(shard);
         if (shard->ops->prune)
             dropped +=
@@ -530,11 +531,11 @@ s_prune(emlio_shardset_t *self, const char *dir,
 
 /* Totals and the fingerprint, over shards in their final order. */
 static int
-s_inventory(emlio_shardset_t *self, const char *dir, char *errbuf)
+s_inventory(emlio__shardset_t *self, const char *dir, char *errbuf)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < self->n; i++) {
-        const emlio_shard_t *shard = &self->shards[i];
+        const emlio__shard_t *shard = &self->shards[i];
         uint64_t records = emlio__shard_count(shard);
         uint64_t bytes = emlio__shard_size(shard);
         self->records += records;
@@ -561,9 +562,9 @@ s_inventory(emlio_shardset_t *self, const char *dir, char *errbuf)
  * are none, the first wanted tree format. Returns the tree's shard count,
  * 0 or < 0. */
 static int
-s_load_all(emlio_shardset_t *self, const char *dir, const struct stat *root,
+s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
            emlio__names_t *found, const bool *want,
-           const emlio_shardset_opts_t *opts, emlio_shardset_log_fn *log,
+           const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
            void *userdata, char *errbuf)
 {
     size_t files = 0;
@@ -616,9 +617,9 @@ s_left_out(const char *dir, const emlio__names_t *found, const bool *want,
 }
 
 int
-emlio__shardset_load(emlio_shardset_t *self, const char *dir,
-                     const emlio_shardset_opts_t *opts,
-                     emlio_shardset_log_fn *log, void *userdata, char *errbuf)
+emlio__shardset_load(emlio__shardset_t *self, const char *dir,
+                     const emlio__shardset_opts_t *opts,
+                     emlio__shardset_log_fn *log, void *userdata, char *errbuf)
 {
     struct stat st;
     memset(self, 0, sizeof(*self));
@@ -682,10 +683,10 @@ emlio__shardset_load(emlio_shardset_t *self, const char *dir,
 }
 
 void
-emlio__shardset_release(emlio_shardset_t *self)
+emlio__shardset_release(emlio__shardset_t *self)
 {
     for (size_t i = 0; i < self->n; i++) {
-        emlio_shard_t *shard = &self->shards[i];
+        emlio__shard_t *shard = &self->shards[i];
         emlio_free(shard->name);
         if (shard->impl)
             shard->ops->destroy(shard->impl);
@@ -700,25 +701,25 @@ emlio__shardset_release(emlio_shardset_t *self)
 }
 
 size_t
-emlio__shard_count(const emlio_shard_t *shard)
+emlio__shard_count(const emlio__shard_t *shard)
 {
     return shard->ops->count(shard->impl);
 }
 
 uint64_t
-emlio__shard_size(const emlio_shard_t *shard)
+emlio__shard_size(const emlio__shard_t *shard)
 {
     return shard->ops->size(shard->impl);
 }
 
 uint64_t
-emlio__shard_offset(const emlio_shard_t *shard, size_t i)
+emlio__shard_offset(const emlio__shard_t *shard, size_t i)
 {
     return shard->ops->offset(shard->impl, i);
 }
 
 void
-emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
+emlio__shard_advise(const emlio__shard_t *shard, size_t first, size_t n,
                     int advice)
 {
     if (shard->ops->advise)

@@ -32,7 +32,7 @@
  * private copy, which a shrinking file cannot fault. ImageFolder files
  * are always read into copies (emlio__folder_read checks size and mtime
  * on every read), so nothing here applies to them. */
-struct emlio_shard {
+struct emlio__shard {
     char *name;                     /* path relative to the data directory */
     const emlio__format_ops_t *ops; /* its format */
     void *impl;                     /* the format's handle */
@@ -53,18 +53,18 @@ struct emlio_shard {
 };
 
 /* Records of the shard. */
-size_t emlio__shard_count(const emlio_shard_t *shard);
+size_t emlio__shard_count(const emlio__shard_t *shard);
 /* Bytes of the shard (file size; sum of files for a class directory). */
-uint64_t emlio__shard_size(const emlio_shard_t *shard);
+uint64_t emlio__shard_size(const emlio__shard_t *shard);
 /* Byte offset of record i in the shard's file, for messages (0 for an
  * ImageFolder class, whose records are files). */
-uint64_t emlio__shard_offset(const emlio_shard_t *shard, size_t i);
+uint64_t emlio__shard_offset(const emlio__shard_t *shard, size_t i);
 /* Page-cache advice for records [first, first + n); best effort. */
-void emlio__shard_advise(const emlio_shard_t *shard, size_t first, size_t n,
+void emlio__shard_advise(const emlio__shard_t *shard, size_t first, size_t n,
                          int advice);
 
 /* How a data directory is read (see emlio_server_config_t). */
-struct emlio_shardset_opts {
+struct emlio__shardset_opts {
     const char *format; /* NULL/"auto", "tfrecord", "tar", "imagefolder" */
     bool mixed_formats;
     bool verify_data;
@@ -87,9 +87,9 @@ struct emlio_shardset_opts {
     bool lease;
 };
 
-struct emlio_shardset {
+struct emlio__shardset {
     emlio__root_t root; /* the data directory: every open is beneath it */
-    emlio_shard_t *shards;
+    emlio__shard_t *shards;
     size_t n;
     uint64_t records;
     uint64_t bytes;
@@ -107,44 +107,44 @@ struct emlio_shardset {
  * shard per class directory. Several formats at once are EMLIO_EINVAL unless
  * opts->mixed_formats. Returns the shard count or an error with errbuf
  * naming the file (see emlio_server_load). */
-int emlio__shardset_load(emlio_shardset_t *self, const char *dir,
-                         const emlio_shardset_opts_t *opts,
-                         emlio_shardset_log_fn *log, void *userdata,
+int emlio__shardset_load(emlio__shardset_t *self, const char *dir,
+                         const emlio__shardset_opts_t *opts,
+                         emlio__shardset_log_fn *log, void *userdata,
                          char *errbuf);
 
 /* Lets a mapped shard's data be read: true and one more user, or false
  * when the shard changed on disk (then nothing may touch its mapping). */
-bool emlio__shard_acquire(emlio_shard_t *shard);
+bool emlio__shard_acquire(emlio__shard_t *shard);
 
 /* One more use of a shard the caller already uses (acquired): a frame
  * pointing into the mapping, say. Ended by emlio__shard_release. */
-void emlio__shard_hold(emlio_shard_t *shard);
+void emlio__shard_hold(emlio__shard_t *shard);
 
 /* Ends one use begun by emlio__shard_acquire or emlio__shard_hold. */
-void emlio__shard_release(emlio_shard_t *shard);
+void emlio__shard_release(emlio__shard_t *shard);
 
 /* Marks shard changed (once; logs why through log) so that no new reader
  * starts on it. Safe from any thread. */
-void emlio__shard_mark_changed(emlio_shard_t *shard, const char *why,
-                               emlio_shardset_log_fn *log, void *userdata);
+void emlio__shard_mark_changed(emlio__shard_t *shard, const char *why,
+                               emlio__shardset_log_fn *log, void *userdata);
 
 /* Whether opts asks the load to stop (see emlio_shardset_opts.cancel). */
 static inline bool
-emlio__shardset_cancelled(const emlio_shardset_opts_t *opts)
+emlio__shardset_cancelled(const emlio__shardset_opts_t *opts)
 {
     return opts->cancel && atomic_load(opts->cancel);
 }
 
 /* Makes room for more shards at self->shards[self->n]; zeroed. For a tree
  * format's load_tree. Returns 0 or EMLIO_ENOMEM. */
-int emlio__shardset_grow(emlio_shardset_t *self, size_t more);
+int emlio__shardset_grow(emlio__shardset_t *self, size_t more);
 
 /* Reads bytes [offset, offset + want) of a mapped shard's file into a fresh
  * buffer (*buf_out, the caller's to free). A short read means the file
  * shrank under us: the shard is marked changed and the answer is -ESTALE;
  * else 0, -EIO or EMLIO_ENOMEM. For a format's read_copy. */
-int emlio__shard_pread(emlio_shard_t *shard, uint64_t offset, size_t want,
-                       uint8_t **buf_out, emlio_shardset_log_fn *log,
+int emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
+                       uint8_t **buf_out, emlio__shardset_log_fn *log,
                        void *userdata);
 
 /* A copying read (mapped shards without a lease) with pread into a fresh
@@ -160,9 +160,9 @@ int emlio__shard_pread(emlio_shard_t *shard, uint64_t offset, size_t want,
  * EMLIO_ENOTFOUND, EMLIO_EFORMAT (not a mapped shard, or a record too
  * large), EMLIO_ENOMEM, -EIO, or -ESTALE when the file has become shorter
  * or a tar header no longer matches (the shard is then marked changed). */
-int emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
+int emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                            const uint8_t **data, size_t *len, uint32_t *stored,
-                           emlio_shardset_log_fn *log, void *userdata);
+                           emlio__shardset_log_fn *log, void *userdata);
 
 /* Looks for mapped shards that are being changed on disk: a lease break under
  * way, a file that shrank, or a path that now names another file (logged
@@ -171,11 +171,11 @@ int emlio__shard_read_copy(emlio_shard_t *shard, size_t i, uint8_t **buf_out,
  * last user is gone (or after grace_ms, replacing the still-used mapping
  * by zero pages, which clients then reject by CRC). Call it from one
  * thread, a few times a second. With check_paths, also stats every path. */
-void emlio__shardset_watch(emlio_shardset_t *self, bool check_paths,
-                           uint32_t grace_ms, emlio_shardset_log_fn *log,
+void emlio__shardset_watch(emlio__shardset_t *self, bool check_paths,
+                           uint32_t grace_ms, emlio__shardset_log_fn *log,
                            void *userdata);
 
 /* Unmaps and frees everything; leaves self empty. */
-void emlio__shardset_release(emlio_shardset_t *self);
+void emlio__shardset_release(emlio__shardset_t *self);
 
 #endif /* EMLIO_SHARDSET_H */

@@ -23,10 +23,10 @@ emlio_limit_name(int limit)
 }
 
 void
-emlio__tuner_init(emlio_tuner_t *t, uint32_t start, uint32_t max, bool pinned,
+emlio__tuner_init(emlio__tuner_t *t, uint32_t start, uint32_t max, bool pinned,
                   uint64_t now_ns)
 {
-    *t = (emlio_tuner_t){ 0 };
+    *t = (emlio__tuner_t){ 0 };
     t->min_streams = start;
     t->max_streams = max < start ? start : max;
     t->pinned = pinned;
@@ -34,7 +34,7 @@ emlio__tuner_init(emlio_tuner_t *t, uint32_t start, uint32_t max, bool pinned,
 }
 
 uint32_t
-emlio__tuner_step(emlio_tuner_t *t, const emlio_tuner_input_t *in)
+emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in)
 {
     /* A tick spans several RTTs, so that slow start and the window's
      * oscillations average out. */

@@ -40,7 +40,7 @@
 
 /* What limits the rate: enum emlio_limit of emlio/client.h. */
 
-typedef struct emlio_tuner {
+typedef struct emlio__tuner {
     uint32_t min_streams, max_streams;
     bool pinned; /* the caller fixed the streams: measure, never change */
     uint64_t last_tick_ns;
@@ -55,13 +55,13 @@ typedef struct emlio_tuner {
     double rate;       /* bytes/s over the tick */
     double wait_share; /* share of the tick the consumer was blocked */
     int limit;         /* enum emlio_limit */
-} emlio_tuner_t;
+} emlio__tuner_t;
 
-void emlio__tuner_init(emlio_tuner_t *t, uint32_t start, uint32_t max,
+void emlio__tuner_init(emlio__tuner_t *t, uint32_t start, uint32_t max,
                        bool pinned, uint64_t now_ns);
 
 /* One measurement of the client. */
-typedef struct emlio_tuner_input {
+typedef struct emlio__tuner_input {
     uint64_t now_ns;
     uint64_t bytes;   /* sample bytes received so far (running total) */
     uint64_t wait_ns; /* time the consumer was blocked (running total) */
@@ -72,10 +72,10 @@ typedef struct emlio_tuner_input {
     uint64_t srtt_ns; /* its smoothed RTT now */
     double host_idle; /* share of this host's CPU time idle over the tick,
                          0..1; < 0 = unknown */
-} emlio_tuner_input_t;
+} emlio__tuner_input_t;
 
 /* Returns the number of streams wanted (>= in->streams) once a tick has
  * passed, or 0 when it is not time yet. */
-uint32_t emlio__tuner_step(emlio_tuner_t *t, const emlio_tuner_input_t *in);
+uint32_t emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in);
 
 #endif /* EMLIO_TUNER_H */

@@ -106,7 +106,7 @@ int
 emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                            const char *dataset, uint64_t max_batch,
                            uint64_t max_credit, uint64_t max_streams,
-                           uint64_t sndbuf, const emlio_wire_shard_t *shards,
+                           uint64_t sndbuf, const emlio__wire_shard_t *shards,
                            size_t n)
 {
     return emlio__wire_encode_welcome_v(
@@ -119,7 +119,7 @@ emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
                              const char *server_name, const char *dataset,
                              uint64_t max_batch, uint64_t max_credit,
                              uint64_t max_streams, uint64_t sndbuf,
-                             const emlio_wire_shard_t *shards, size_t n,
+                             const emlio__wire_shard_t *shards, size_t n,
                              char *const *fields, size_t n_fields)
 {
     return emlio__wire_encode_welcome_xf(
@@ -132,9 +132,9 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
                               const char *server_name, const char *dataset,
                               uint64_t max_batch, uint64_t max_credit,
                               uint64_t max_streams, uint64_t sndbuf,
-                              const emlio_wire_shard_t *shards, size_t n,
+                              const emlio__wire_shard_t *shards, size_t n,
                               char *const *fields, size_t n_fields,
-                              const emlio_wire_xf_caps_t *caps)
+                              const emlio__wire_xf_caps_t *caps)
 {
     msgpack_packer pk;
     bool with_fields = version >= 2 && n_fields > 0;
@@ -201,15 +201,15 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
 
 int
 emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
-                       const emlio_wire_item_t *items, size_t n)
+                       const emlio__wire_item_t *items, size_t n)
 {
     return emlio__wire_encode_get_xf(out, id, dataset, items, n, NULL);
 }
 
 int
 emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
-                          const emlio_wire_item_t *items, size_t n,
-                          const emlio_wire_xf_t *xf)
+                          const emlio__wire_item_t *items, size_t n,
+                          const emlio__wire_xf_t *xf)
 {
     msgpack_packer pk;
     bool with_xf = xf && xf->spec;
@@ -239,7 +239,8 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
 
 /* Flat quadruples [shard, record, label, crc32c] per sample. */
 static int
-s_pack_samples(msgpack_packer *pk, const emlio_wire_sample_t *samples, size_t n)
+s_pack_samples(msgpack_packer *pk, const emlio__wire_sample_t *samples,
+               size_t n)
 {
     int failed = s_pack_key(pk, "samples");
     failed |= msgpack_pack_array(pk, 4 * n);
@@ -254,7 +255,7 @@ s_pack_samples(msgpack_packer *pk, const emlio_wire_sample_t *samples, size_t n)
 
 int
 emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
-                         const emlio_wire_sample_t *samples, size_t n)
+                         const emlio__wire_sample_t *samples, size_t n)
 {
     msgpack_packer pk;
     int failed = s_begin(out, &pk, 3, EMLIO_MSG_BATCH);
@@ -266,8 +267,8 @@ emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
 
 int
 emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
-                                const emlio_wire_sample_t *samples, size_t n,
-                                const emlio_wire_tensor_t *t)
+                                const emlio__wire_sample_t *samples, size_t n,
+                                const emlio__wire_tensor_t *t)
 {
     msgpack_packer pk;
     int failed = s_begin(out, &pk, 5, EMLIO_MSG_BATCH);
@@ -602,7 +603,7 @@ s_key_is(const char *key, size_t len, const char *want)
 }
 
 static bool
-s_decode_shards(s_reader_t *r, emlio_wire_msg_t *msg)
+s_decode_shards(s_reader_t *r, emlio__wire_msg_t *msg)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 4)) /* fixarray + three one-byte values */
@@ -615,7 +616,7 @@ s_decode_shards(s_reader_t *r, emlio_wire_msg_t *msg)
     msg->n_shards = n;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t fields;
-        emlio_wire_shard_t *s = &msg->shards[i];
+        emlio__wire_shard_t *s = &msg->shards[i];
         if (!s_read_array(r, &fields, 1))
             return false;
         if (fields < 3)
@@ -633,7 +634,7 @@ s_decode_shards(s_reader_t *r, emlio_wire_msg_t *msg)
 }
 
 static bool
-s_decode_fields(s_reader_t *r, emlio_wire_msg_t *msg)
+s_decode_fields(s_reader_t *r, emlio__wire_msg_t *msg)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -656,7 +657,7 @@ s_decode_fields(s_reader_t *r, emlio_wire_msg_t *msg)
 /* WELCOME's class names: 1..EMLIO_WIRE_MAX_CLASSES strings of
  * 1..EMLIO_WIRE_MAX_NAME bytes (label i's name at i). */
 static bool
-s_decode_classes(s_reader_t *r, emlio_wire_msg_t *msg)
+s_decode_classes(s_reader_t *r, emlio__wire_msg_t *msg)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -678,7 +679,7 @@ s_decode_classes(s_reader_t *r, emlio_wire_msg_t *msg)
 }
 
 static bool
-s_decode_items(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
+s_decode_items(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -703,7 +704,7 @@ s_decode_items(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
 }
 
 static bool
-s_decode_samples(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
+s_decode_samples(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -717,7 +718,7 @@ s_decode_samples(s_reader_t *r, emlio_wire_msg_t *msg, size_t max_items)
         return s_fail(r, "out of memory");
     msg->n_samples = n / 4;
     for (uint64_t i = 0; i < n / 4; i++) {
-        emlio_wire_sample_t *s = &msg->samples[i];
+        emlio__wire_sample_t *s = &msg->samples[i];
         uint64_t shard;
         uint64_t crc;
         if (!s_read_uint(r, &shard) || !s_read_uint(r, &s->record) ||
@@ -754,7 +755,7 @@ static const unsigned s_required[] = {
 };
 
 void
-emlio__wire_msg_release(emlio_wire_msg_t *msg)
+emlio__wire_msg_release(emlio__wire_msg_t *msg)
 {
     emlio_free(msg->shards);
     emlio_free(msg->items);
@@ -768,7 +769,7 @@ emlio__wire_msg_release(emlio_wire_msg_t *msg)
  * bounded so that their product cannot overflow (checked by the client
  * against what it asked for). */
 static bool
-s_decode_shape(s_reader_t *r, emlio_wire_msg_t *msg)
+s_decode_shape(s_reader_t *r, emlio__wire_msg_t *msg)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -794,27 +795,27 @@ typedef struct s_uint_key {
 } s_uint_key_t;
 
 static const s_uint_key_t s_uint_keys[] = {
-    { "v", offsetof(emlio_wire_msg_t, version), S_HAS_V },
-    { "id", offsetof(emlio_wire_msg_t, id), S_HAS_ID },
-    { "max_batch", offsetof(emlio_wire_msg_t, max_batch), S_HAS_LIMITS },
-    { "max_credit", offsetof(emlio_wire_msg_t, max_credit), 0 },
-    { "session", offsetof(emlio_wire_msg_t, session), 0 },
-    { "stream", offsetof(emlio_wire_msg_t, stream), 0 },
-    { "max_streams", offsetof(emlio_wire_msg_t, max_streams), 0 },
-    { "sndbuf", offsetof(emlio_wire_msg_t, sndbuf), 0 },
-    { "xf_threads", offsetof(emlio_wire_msg_t, xf_threads), 0 },
-    { "core_mw", offsetof(emlio_wire_msg_t, core_mw), 0 },
-    { "max_copy_bytes", offsetof(emlio_wire_msg_t, max_copy_bytes), 0 },
-    { "seed", offsetof(emlio_wire_msg_t, xf_seed), 0 },
-    { "epoch", offsetof(emlio_wire_msg_t, xf_epoch), 0 },
-    { "xf_ns", offsetof(emlio_wire_msg_t, xf_ns), 0 },
+    { "v", offsetof(emlio__wire_msg_t, version), S_HAS_V },
+    { "id", offsetof(emlio__wire_msg_t, id), S_HAS_ID },
+    { "max_batch", offsetof(emlio__wire_msg_t, max_batch), S_HAS_LIMITS },
+    { "max_credit", offsetof(emlio__wire_msg_t, max_credit), 0 },
+    { "session", offsetof(emlio__wire_msg_t, session), 0 },
+    { "stream", offsetof(emlio__wire_msg_t, stream), 0 },
+    { "max_streams", offsetof(emlio__wire_msg_t, max_streams), 0 },
+    { "sndbuf", offsetof(emlio__wire_msg_t, sndbuf), 0 },
+    { "xf_threads", offsetof(emlio__wire_msg_t, xf_threads), 0 },
+    { "core_mw", offsetof(emlio__wire_msg_t, core_mw), 0 },
+    { "max_copy_bytes", offsetof(emlio__wire_msg_t, max_copy_bytes), 0 },
+    { "seed", offsetof(emlio__wire_msg_t, xf_seed), 0 },
+    { "epoch", offsetof(emlio__wire_msg_t, xf_epoch), 0 },
+    { "xf_ns", offsetof(emlio__wire_msg_t, xf_ns), 0 },
 };
 
 /* Decodes the value of one header key into msg; unknown keys are skipped.
  * Sets the key's S_HAS_ bit in *seen. */
 static bool
-s_decode_key(s_reader_t *r, emlio_wire_msg_t *msg, const char *key, size_t klen,
-             size_t max_items, unsigned *seen)
+s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
+             size_t klen, size_t max_items, unsigned *seen)
 {
     for (size_t k = 0; k < sizeof(s_uint_keys) / sizeof(s_uint_keys[0]); k++) {
         if (!s_key_is(key, klen, s_uint_keys[k].key))
@@ -880,7 +881,7 @@ s_decode_key(s_reader_t *r, emlio_wire_msg_t *msg, const char *key, size_t klen,
 }
 
 int
-emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
+emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
                    size_t max_items, char *errbuf)
 {
     s_reader_t r = { buf, buf + len, errbuf, false };

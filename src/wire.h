@@ -51,34 +51,34 @@ enum emlio_msg_type {
     EMLIO_MSG_ERROR = 5    /* server -> client: a request failed */
 };
 
-typedef struct emlio_wire_shard {
+typedef struct emlio__wire_shard {
     const char *name; /* borrowed from the decoded frame; not NUL-terminated */
     size_t name_len;
     uint64_t records;
     uint64_t bytes;
-} emlio_wire_shard_t;
+} emlio__wire_shard_t;
 
-typedef struct emlio_wire_str {
+typedef struct emlio__wire_str {
     const char *s; /* borrowed from the decoded frame; not NUL-terminated */
     size_t len;
-} emlio_wire_str_t;
+} emlio__wire_str_t;
 
-typedef struct emlio_wire_item {
+typedef struct emlio__wire_item {
     uint32_t shard; /* index into the server's WELCOME inventory */
     uint64_t record;
-} emlio_wire_item_t;
+} emlio__wire_item_t;
 
-typedef struct emlio_wire_sample {
+typedef struct emlio__wire_sample {
     uint32_t shard;
     uint64_t record;
     int64_t label; /* -1 when the record has no label */
     uint32_t crc;  /* CRC-32C of the sample's frame */
-} emlio_wire_sample_t;
+} emlio__wire_sample_t;
 
 /* A decoded message. Strings are borrowed from the frame that was decoded,
  * so the frame must outlive the message; arrays are owned and freed by
  * emlio__wire_msg_release. */
-typedef struct emlio_wire_msg {
+typedef struct emlio__wire_msg {
     int type;         /* enum emlio_msg_type */
     uint64_t version; /* HELLO, WELCOME */
     uint64_t id;      /* GET, BATCH, ERROR: the request id */
@@ -99,13 +99,13 @@ typedef struct emlio_wire_msg {
     int64_t code;            /* ERROR: an EMLIO_E* code */
     const char *text;        /* ERROR: human-readable reason */
     size_t text_len;
-    emlio_wire_shard_t *shards; /* WELCOME */
+    emlio__wire_shard_t *shards; /* WELCOME */
     size_t n_shards;
-    emlio_wire_item_t *items; /* GET */
+    emlio__wire_item_t *items; /* GET */
     size_t n_items;
-    emlio_wire_sample_t *samples; /* BATCH */
+    emlio__wire_sample_t *samples; /* BATCH */
     size_t n_samples;
-    emlio_wire_str_t *fields; /* WELCOME v2: field names (none = one
+    emlio__wire_str_t *fields; /* WELCOME v2: field names (none = one
                                  unnamed field) */
     size_t n_fields;
     /* v3 (transforms, docs/protocol.md 5.6). */
@@ -115,37 +115,37 @@ typedef struct emlio_wire_msg {
                             milliwatts (0 = unknown) */
     const char *xf_spec; /* GET: transform spec (borrowed); NULL = raw */
     size_t xf_spec_len;
-    uint64_t xf_seed;          /* GET: the RNG seed of the transform */
-    uint64_t xf_epoch;         /* GET: the epoch the batch belongs to */
-    bool has_shape;            /* BATCH: a tensor batch (one frame) */
-    uint64_t shape[4];         /* BATCH: samples, height, width, channels */
-    uint64_t xf_ns;            /* BATCH: CPU ns the daemon spent transforming */
-    emlio_wire_str_t *classes; /* WELCOME: label i's name (optional) */
+    uint64_t xf_seed;  /* GET: the RNG seed of the transform */
+    uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
+    bool has_shape;    /* BATCH: a tensor batch (one frame) */
+    uint64_t shape[4]; /* BATCH: samples, height, width, channels */
+    uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
+    emlio__wire_str_t *classes; /* WELCOME: label i's name (optional) */
     size_t n_classes;
     const char *format; /* WELCOME: the dataset's format (borrowed) */
     size_t format_len;
-} emlio_wire_msg_t;
+} emlio__wire_msg_t;
 
 /* What a GET asks to be done to its samples (protocol v3): NULL spec = the
  * raw samples, as in v1/v2. */
-typedef struct emlio_wire_xf {
+typedef struct emlio__wire_xf {
     const char *spec; /* canonical transform spec (emlio/transform.h) */
     uint64_t seed;
     uint64_t epoch;
-} emlio_wire_xf_t;
+} emlio__wire_xf_t;
 
 /* The tensor block of a BATCH that answers a GET with a transform: one
  * frame of samples x height x width x channels bytes (uint8, HWC). */
-typedef struct emlio_wire_tensor {
+typedef struct emlio__wire_tensor {
     uint32_t height;
     uint32_t width;
     uint32_t channels;
     uint64_t xf_ns; /* CPU ns spent transforming the batch (informative) */
-} emlio_wire_tensor_t;
+} emlio__wire_tensor_t;
 
 /* WELCOME's optional additions: the v3 transform capabilities
  * (informative for placement) and the class names (any version). */
-typedef struct emlio_wire_xf_caps {
+typedef struct emlio__wire_xf_caps {
     uint64_t threads;     /* 0 = this daemon does not transform */
     uint64_t core_mw;     /* power per busy core, milliwatts; 0 = unknown */
     char *const *classes; /* label i's name; NULL/0 = not known */
@@ -155,7 +155,7 @@ typedef struct emlio_wire_xf_caps {
     /* Any version: the bytes of copied replies one connection may have
      * in memory ("max_copy_bytes"); 0 = not sent. */
     uint64_t max_copy_bytes;
-} emlio_wire_xf_caps_t;
+} emlio__wire_xf_caps_t;
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */
 
@@ -165,13 +165,13 @@ typedef struct emlio_wire_xf_caps {
     }
 
 /* Frees the arrays of msg and resets it. Accepts an already-released msg. */
-void emlio__wire_msg_release(emlio_wire_msg_t *msg);
+void emlio__wire_msg_release(emlio__wire_msg_t *msg);
 
 /* Decodes one header frame. Returns the bytes consumed (== len on success),
  * EMLIO_EPROTO (malformed, unknown type, missing field, an array longer than
  * its limit; errbuf, EMLIO_ERRMSG_LEN bytes, says which) or EMLIO_ENOMEM.
  * max_items bounds GET items and BATCH samples (0 = the hard ceiling). */
-int emlio__wire_decode(emlio_wire_msg_t *msg, const uint8_t *buf, size_t len,
+int emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
                        size_t max_items, char *errbuf);
 
 /* Encoders append one header frame to out (cleared first). Each returns 0
@@ -187,7 +187,7 @@ int emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                                const char *dataset, uint64_t max_batch,
                                uint64_t max_credit, uint64_t max_streams,
                                uint64_t sndbuf,
-                               const emlio_wire_shard_t *shards, size_t n);
+                               const emlio__wire_shard_t *shards, size_t n);
 int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
                               const char *dataset);
 /* HELLO at a chosen version (v3: the client will ask for transforms). */
@@ -200,7 +200,7 @@ int emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
                                  const char *server_name, const char *dataset,
                                  uint64_t max_batch, uint64_t max_credit,
                                  uint64_t max_streams, uint64_t sndbuf,
-                                 const emlio_wire_shard_t *shards, size_t n,
+                                 const emlio__wire_shard_t *shards, size_t n,
                                  char *const *fields, size_t n_fields);
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);
@@ -211,23 +211,23 @@ int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
                                   const char *server_name, const char *dataset,
                                   uint64_t max_batch, uint64_t max_credit,
                                   uint64_t max_streams, uint64_t sndbuf,
-                                  const emlio_wire_shard_t *shards, size_t n,
+                                  const emlio__wire_shard_t *shards, size_t n,
                                   char *const *fields, size_t n_fields,
-                                  const emlio_wire_xf_caps_t *caps);
+                                  const emlio__wire_xf_caps_t *caps);
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
-                           const emlio_wire_item_t *items, size_t n);
+                           const emlio__wire_item_t *items, size_t n);
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
-                             const emlio_wire_sample_t *samples, size_t n);
+                             const emlio__wire_sample_t *samples, size_t n);
 /* GET with a transform (xf NULL or xf->spec NULL: a plain GET). */
 int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
                               const char *dataset,
-                              const emlio_wire_item_t *items, size_t n,
-                              const emlio_wire_xf_t *xf);
+                              const emlio__wire_item_t *items, size_t n,
+                              const emlio__wire_xf_t *xf);
 /* BATCH of a transformed GET: the quadruples (crc over each sample's
  * height x width x channels slice) and the shape of the one tensor frame. */
 int emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
-                                    const emlio_wire_sample_t *samples,
-                                    size_t n, const emlio_wire_tensor_t *t);
+                                    const emlio__wire_sample_t *samples,
+                                    size_t n, const emlio__wire_tensor_t *t);
 int emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
                              const char *text);
 

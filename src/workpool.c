@@ -11,15 +11,15 @@
 #include "queue.h"
 #include "workpool.h"
 
-struct emlio_workpool {
-    emlio_workpool_config_t cfg;
-    emlio_queue_t *queue;
+struct emlio__workpool {
+    emlio__workpool_config_t cfg;
+    emlio__queue_t *queue;
     pthread_t *threads;
     size_t started;
 };
 
 typedef struct s_worker_arg {
-    emlio_workpool_t *pool;
+    emlio__workpool_t *pool;
     size_t index;
 } s_worker_arg_t;
 
@@ -28,7 +28,7 @@ s_worker_main(void *arg)
 {
     s_worker_arg_t a = *(s_worker_arg_t *)arg;
     emlio_free(arg);
-    emlio_workpool_t *self = a.pool;
+    emlio__workpool_t *self = a.pool;
     char name[16];
     snprintf(name, sizeof(name), "%.10s-%zu", self->cfg.name, a.index);
     pthread_setname_np(pthread_self(), name);
@@ -45,7 +45,7 @@ s_worker_main(void *arg)
     void *state = self->cfg.state_new ? self->cfg.state_new() : NULL;
     void *item;
     while (emlio__queue_pop(self->queue, &item) == 0) {
-        emlio_work_t *work = item;
+        emlio__work_t *work = item;
         work->fn(work, state);
     }
     if (state && self->cfg.state_free)
@@ -53,15 +53,15 @@ s_worker_main(void *arg)
     return NULL;
 }
 
-emlio_workpool_t *
-emlio__workpool_new(const emlio_workpool_config_t *cfg, int *err)
+emlio__workpool_t *
+emlio__workpool_new(const emlio__workpool_config_t *cfg, int *err)
 {
     *err = EMLIO_ENOMEM;
     if (cfg->threads == 0) {
         *err = EMLIO_EINVAL;
         return NULL;
     }
-    emlio_workpool_t *self = emlio_calloc(1, sizeof(*self));
+    emlio__workpool_t *self = emlio_calloc(1, sizeof(*self));
     if (!self)
         return NULL;
     self->cfg = *cfg;
@@ -91,15 +91,15 @@ fail:
 }
 
 int
-emlio__workpool_submit(emlio_workpool_t *self, emlio_work_t *work)
+emlio__workpool_submit(emlio__workpool_t *self, emlio__work_t *work)
 {
     return emlio__queue_push(self->queue, work);
 }
 
 void
-emlio__workpool_destroy(emlio_workpool_t **self_p)
+emlio__workpool_destroy(emlio__workpool_t **self_p)
 {
-    emlio_workpool_t *self = *self_p;
+    emlio__workpool_t *self = *self_p;
     if (!self)
         return;
     *self_p = NULL;

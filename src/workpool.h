@@ -6,7 +6,7 @@
  * client's transform_threads) decodes images here, one sample per unit, so
  * that the samples of one batch spread over every thread and a batch is
  * ready in (batch / threads) decode times rather than batch decode times.
- * The caller embeds an emlio_work_t in its own unit and recovers it in fn
+ * The caller embeds an emlio__work_t in its own unit and recovers it in fn
  * (container_of style); completion is the caller's business (the last unit
  * of a batch typically hands the batch on).
  *
@@ -20,35 +20,35 @@
 
 #include <stddef.h>
 
-typedef struct emlio_work emlio_work_t;
+typedef struct emlio__work emlio__work_t;
 /* Runs one unit; thread_state is the worker's own (state_new's result). */
-typedef void emlio_work_fn(emlio_work_t *work, void *thread_state);
+typedef void emlio__work_fn(emlio__work_t *work, void *thread_state);
 
-struct emlio_work {
-    emlio_work_fn *fn;
+struct emlio__work {
+    emlio__work_fn *fn;
 };
 
-typedef struct emlio_workpool emlio_workpool_t;
+typedef struct emlio__workpool emlio__workpool_t;
 
-typedef struct emlio_workpool_config {
+typedef struct emlio__workpool_config {
     size_t threads;   /* >= 1 */
     size_t queue_cap; /* units waiting at most; submit blocks beyond */
     int nice_delta;   /* added to each worker's nice value (0 = none) */
     const char *name; /* thread name prefix (15 bytes with the number) */
     void *(*state_new)(void);        /* per-thread state; NULL = none */
     void (*state_free)(void *state); /* frees it at exit */
-} emlio_workpool_config_t;
+} emlio__workpool_config_t;
 
 /* Starts the threads. NULL with *err set (an EMLIO_E code) on failure. */
-emlio_workpool_t *emlio__workpool_new(const emlio_workpool_config_t *cfg,
-                                      int *err);
+emlio__workpool_t *emlio__workpool_new(const emlio__workpool_config_t *cfg,
+                                       int *err);
 
 /* Queues one unit, waiting while the queue is full. 0, or EMLIO_ECLOSED
  * once the pool is being destroyed (the unit is then the caller's). */
-int emlio__workpool_submit(emlio_workpool_t *self, emlio_work_t *work);
+int emlio__workpool_submit(emlio__workpool_t *self, emlio__work_t *work);
 
 /* Runs what is queued, joins the threads, frees the pool. Accepts NULL;
  * sets *self_p NULL. */
-void emlio__workpool_destroy(emlio_workpool_t **self_p);
+void emlio__workpool_destroy(emlio__workpool_t **self_p);
 
 #endif /* EMLIO_WORKPOOL_H */

@@ -13,13 +13,13 @@
 
 /* Each block is preceded by this header, so put needs only the pointer. */
 typedef struct s_block {
-    emlio_xf_blocks_t *pool;
+    emlio__xf_blocks_t *pool;
     size_t bytes;
     struct s_block *next; /* on the free list */
     max_align_t align[];  /* the data follows, aligned */
 } s_block_t;
 
-struct emlio_xf_blocks {
+struct emlio__xf_blocks {
     pthread_mutex_t lock;
     size_t refs; /* the owner + every block out */
     size_t keep_bytes;
@@ -27,10 +27,10 @@ struct emlio_xf_blocks {
     s_block_t *free;
 };
 
-emlio_xf_blocks_t *
+emlio__xf_blocks_t *
 emlio__xf_blocks_new(size_t keep_bytes)
 {
-    emlio_xf_blocks_t *pool = emlio_calloc(1, sizeof(*pool));
+    emlio__xf_blocks_t *pool = emlio_calloc(1, sizeof(*pool));
     if (!pool)
         return NULL;
     pthread_mutex_init(&pool->lock, NULL);
@@ -40,7 +40,7 @@ emlio__xf_blocks_new(size_t keep_bytes)
 }
 
 static void
-s_pool_unref_locked_and_unlock(emlio_xf_blocks_t *pool)
+s_pool_unref_locked_and_unlock(emlio__xf_blocks_t *pool)
 {
     bool last = --pool->refs == 0;
     pthread_mutex_unlock(&pool->lock);
@@ -55,7 +55,7 @@ s_pool_unref_locked_and_unlock(emlio_xf_blocks_t *pool)
 }
 
 uint8_t *
-emlio__xf_block_get(emlio_xf_blocks_t *pool, size_t bytes)
+emlio__xf_block_get(emlio__xf_blocks_t *pool, size_t bytes)
 {
     pthread_mutex_lock(&pool->lock);
     /* First fit among the kept blocks: batches of one client have one
@@ -90,7 +90,7 @@ emlio__xf_block_put(uint8_t *block)
     if (!block)
         return;
     s_block_t *b = (s_block_t *)(block - offsetof(s_block_t, align));
-    emlio_xf_blocks_t *pool = b->pool;
+    emlio__xf_blocks_t *pool = b->pool;
     pthread_mutex_lock(&pool->lock);
     if (pool->refs > 1 && pool->kept_bytes + b->bytes <= pool->keep_bytes) {
         b->next = pool->free;
@@ -103,9 +103,9 @@ emlio__xf_block_put(uint8_t *block)
 }
 
 void
-emlio__xf_blocks_release(emlio_xf_blocks_t **pool_p)
+emlio__xf_blocks_release(emlio__xf_blocks_t **pool_p)
 {
-    emlio_xf_blocks_t *pool = *pool_p;
+    emlio__xf_blocks_t *pool = *pool_p;
     if (!pool)
         return;
     *pool_p = NULL;
@@ -126,8 +126,8 @@ emlio__xf_blocks_release(emlio_xf_blocks_t **pool_p)
  */
 
 typedef struct s_unit {
-    emlio_work_t work; /* first: the pool hands this back */
-    emlio_xf_job_t *job;
+    emlio__work_t work; /* first: the pool hands this back */
+    emlio__xf_job_t *job;
     size_t index;
 } s_unit_t;
 
@@ -140,11 +140,11 @@ s_thread_cpu_ns(void)
 }
 
 static void
-s_unit_run(emlio_work_t *work, void *state)
+s_unit_run(emlio__work_t *work, void *state)
 {
     s_unit_t *unit = (s_unit_t *)work;
-    emlio_xf_job_t *job = unit->job;
-    emlio_xf_sample_t *s = &job->samples[unit->index];
+    emlio__xf_job_t *job = unit->job;
+    emlio__xf_sample_t *s = &job->samples[unit->index];
     size_t out_bytes = emlio_transform_output_bytes(job->transform);
     uint8_t *out = job->block + unit->index * out_bytes;
     char err[sizeof(job->err)];
@@ -169,7 +169,7 @@ s_unit_run(emlio_work_t *work, void *state)
 }
 
 int
-emlio__xf_job_start(emlio_xf_job_t *job, emlio_workpool_t *pool)
+emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool)
 {
     atomic_init(&job->remaining, job->n);
     atomic_init(&job->cpu_ns, 0);
@@ -205,7 +205,7 @@ emlio__xf_job_start(emlio_xf_job_t *job, emlio_workpool_t *pool)
 }
 
 size_t
-emlio__xf_job_compact(emlio_xf_job_t *job)
+emlio__xf_job_compact(emlio__xf_job_t *job)
 {
     size_t out_bytes = emlio_transform_output_bytes(job->transform);
     size_t kept = 0;
@@ -223,7 +223,7 @@ emlio__xf_job_compact(emlio_xf_job_t *job)
 }
 
 void
-emlio__xf_job_cleanup(emlio_xf_job_t *job)
+emlio__xf_job_cleanup(emlio__xf_job_t *job)
 {
     emlio_free(job->units);
     job->units = NULL;
@@ -242,14 +242,14 @@ s_ws_free(void *ws)
     emlio_transform_ws_free(&w);
 }
 
-emlio_workpool_t *
+emlio__workpool_t *
 emlio__xf_pool_new(size_t threads, int nice_delta, const char *name, int *err)
 {
-    emlio_workpool_config_t cfg = { .threads = threads,
-                                    .queue_cap = 1u << 16,
-                                    .nice_delta = nice_delta,
-                                    .name = name,
-                                    .state_new = s_ws_new,
-                                    .state_free = s_ws_free };
+    emlio__workpool_config_t cfg = { .threads = threads,
+                                     .queue_cap = 1u << 16,
+                                     .nice_delta = nice_delta,
+                                     .name = name,
+                                     .state_new = s_ws_new,
+                                     .state_free = s_ws_free };
     return emlio__workpool_new(&cfg, err);
 }

@@ -29,47 +29,47 @@
 
 /* ---- tensor blocks ----------------------------------------------------- */
 
-typedef struct emlio_xf_blocks emlio_xf_blocks_t;
+typedef struct emlio__xf_blocks emlio__xf_blocks_t;
 
 /* A pool that keeps up to keep_bytes of released blocks for reuse. */
-emlio_xf_blocks_t *emlio__xf_blocks_new(size_t keep_bytes);
+emlio__xf_blocks_t *emlio__xf_blocks_new(size_t keep_bytes);
 /* A block of at least bytes (NULL when out of memory). Thread-safe. Each
  * block holds a reference to the pool until it is put back. */
-uint8_t *emlio__xf_block_get(emlio_xf_blocks_t *pool, size_t bytes);
+uint8_t *emlio__xf_block_get(emlio__xf_blocks_t *pool, size_t bytes);
 /* Returns a block to its pool (kept or freed). Thread-safe; NULL is a
  * no-op. Usable as a ZeroMQ free function's body. */
 void emlio__xf_block_put(uint8_t *block);
 /* Drops the owner's reference; the pool goes once its last block is back.
  * Accepts NULL; sets *pool_p NULL. */
-void emlio__xf_blocks_release(emlio_xf_blocks_t **pool_p);
+void emlio__xf_blocks_release(emlio__xf_blocks_t **pool_p);
 
 /* ---- one batch ------------------------------------------------------------
  */
 
 /* One sample of a job: its encoded bytes (borrowed until done runs) and its
  * generator key; rc and crc are filled in by the stage. */
-typedef struct emlio_xf_sample {
+typedef struct emlio__xf_sample {
     const uint8_t *data;
     size_t len;
     uint64_t key; /* emlio_transform_sample_key(shard name, record) */
     int rc;       /* 0, or the transform's error */
     uint32_t crc; /* CRC-32C of the sample's output slice (want_crc) */
-} emlio_xf_sample_t;
+} emlio__xf_sample_t;
 
-typedef struct emlio_xf_job emlio_xf_job_t;
+typedef struct emlio__xf_job emlio__xf_job_t;
 /* Called once, from the worker that finished the job's last sample (or
  * from emlio__xf_job_start itself for an empty job). */
-typedef void emlio_xf_done_fn(emlio_xf_job_t *job);
+typedef void emlio__xf_done_fn(emlio__xf_job_t *job);
 
-struct emlio_xf_job {
+struct emlio__xf_job {
     /* Set by the caller before start. */
     const emlio_transform_t *transform;
     uint64_t seed, epoch;
-    emlio_xf_sample_t *samples;
+    emlio__xf_sample_t *samples;
     size_t n;
     uint8_t *block; /* n x emlio_transform_output_bytes(transform) */
     bool want_crc;
-    emlio_xf_done_fn *done;
+    emlio__xf_done_fn *done;
     void *userdata;
     /* Filled by the stage. */
     atomic_size_t remaining;
@@ -82,18 +82,18 @@ struct emlio_xf_job {
 
 /* Submits every sample of job to pool. 0, or EMLIO_ENOMEM /
  * EMLIO_ECLOSED (nothing submitted, done not called). */
-int emlio__xf_job_start(emlio_xf_job_t *job, emlio_workpool_t *pool);
+int emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool);
 
 /* Moves the outputs of the samples that succeeded to the front of the
  * block (in order) and returns their number. */
-size_t emlio__xf_job_compact(emlio_xf_job_t *job);
+size_t emlio__xf_job_compact(emlio__xf_job_t *job);
 
 /* Frees what start allocated. */
-void emlio__xf_job_cleanup(emlio_xf_job_t *job);
+void emlio__xf_job_cleanup(emlio__xf_job_t *job);
 
 /* A work pool for transforms: threads each with their own workspace, nice
  * by nice_delta. */
-emlio_workpool_t *emlio__xf_pool_new(size_t threads, int nice_delta,
-                                     const char *name, int *err);
+emlio__workpool_t *emlio__xf_pool_new(size_t threads, int nice_delta,
+                                      const char *name, int *err);
 
 #endif /* EMLIO_XFSTAGE_H */

@@ -109,4 +109,11 @@ long=$(for f in src/*.c bench/*.c bench/relay/*.c; do
 done)
 check "no function in src/ or bench/ over 120 lines, no file in src/ over 1000${long:+ ($long)}" \
     test -z "$long"
+# Prefixes (issue 20): private types are spelled emlio__X_t / emlio__X_fn,
+# as libuv keeps uv__ for its internals; a type used in src/ with the
+# installed prefix must be one the public headers declare.
+pub=$(grep -rhoE '\bemlio_[a-z0-9_]+_(t|fn)\b' include/ | sort -u)
+slips=$(grep -hoE '\bemlio_[a-z0-9][a-z0-9_]*_(t|fn)\b' src/*.h src/*.c |
+    sort -u | grep -vxF "$pub" | tr '\n' ' ')
+check "private types are spelled emlio__X${slips:+ (not: $slips)}" test -z "$slips"
 finish

@@ -54,18 +54,18 @@ s_tree(s_tree_t *t)
 }
 
 static int
-s_load(emlio_shardset_t *set, const s_tree_t *t, bool follow, s_log_t *log,
+s_load(emlio__shardset_t *set, const s_tree_t *t, bool follow, s_log_t *log,
        char *err)
 {
-    emlio_shardset_opts_t opts = { .write_index = true,
-                                   .lease = true,
-                                   .follow_symlinks = follow };
+    emlio__shardset_opts_t opts = { .write_index = true,
+                                    .lease = true,
+                                    .follow_symlinks = follow };
     return emlio__shardset_load(set, t->root, &opts, s_log, log, err);
 }
 
 /* Reads every record of the set; fails the test if any holds the secret. */
 static size_t
-s_read_all(emlio_shardset_t *set)
+s_read_all(emlio__shardset_t *set)
 {
     size_t ok = 0;
     for (size_t s = 0; s < set->n; s++)
@@ -167,7 +167,7 @@ test_paths_imagefolder_links_out_of_the_root_are_never_served(void **state)
     assert_int_equal(symlink(outside, p), 0);
 
     for (int follow = 0; follow < 2; follow++) {
-        emlio_shardset_t set;
+        emlio__shardset_t set;
         s_log_t log = { 0 };
         char err[EMLIO_ERRMSG_LEN] = "";
         assert_int_equal(s_load(&set, &t, follow, &log, err), 1);
@@ -200,10 +200,10 @@ test_paths_a_fifo_never_blocks(void **state)
     /* The file list is a FIFO: ignored (one line), the tree is listed. */
     s_path(p, &t, ".emlio-files");
     assert_int_equal(mkfifo(p, 0644), 0);
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     s_log_t log = { 0 };
     char err[EMLIO_ERRMSG_LEN] = "";
-    emlio_shardset_opts_t opts = { .lease = true };
+    emlio__shardset_opts_t opts = { .lease = true };
     assert_int_equal(
         emlio__shardset_load(&set, t.root, &opts, s_log, &log, err), 1);
     assert_non_null(strstr(log.all, "not a regular file"));
@@ -262,7 +262,7 @@ test_paths_shard_links_follow_the_rule(void **state)
     s_path(p, &t, "c.tfrecord");
     assert_int_equal(symlink(out, p), 0);
     for (int follow = 0; follow < 2; follow++) {
-        emlio_shardset_t set;
+        emlio__shardset_t set;
         s_log_t log = { 0 };
         char err[EMLIO_ERRMSG_LEN] = "";
         assert_int_equal(s_load(&set, &t, follow, &log, err), follow ? 2 : 1);
@@ -309,7 +309,7 @@ test_paths_file_list_is_a_hint(void **state)
         s_path(p, &t, name);
         test_write_file(p, "ffff", 4);
     }
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     s_log_t log = { 0 };
     char err[EMLIO_ERRMSG_LEN] = "";
     assert_int_equal(s_load(&set, &t, false, &log, err), 1);

@@ -8,12 +8,12 @@
 #include "placement.h"
 
 /* A 110 KB JPEG becomes a 224 x 224 x 3 tensor. */
-static emlio_place_input_t
+static emlio__place_input_t
 s_input(double client_threads, double server_threads)
 {
-    emlio_place_input_t in = { 0 };
-    in.client = (emlio_place_side_t){ client_threads, 0.002, 3.2 };
-    in.server = (emlio_place_side_t){ server_threads, 0.002, 3.2 };
+    emlio__place_input_t in = { 0 };
+    in.client = (emlio__place_side_t){ client_threads, 0.002, 3.2 };
+    in.server = (emlio__place_side_t){ server_threads, 0.002, 3.2 };
     in.encoded_B = 110000;
     in.tensor_B = 224 * 224 * 3;
     return in;
@@ -25,8 +25,8 @@ static void
 test_place_equal_costs_take_the_fastest_split(void **state)
 {
     (void)state;
-    emlio_place_input_t in = s_input(2, 8);
-    emlio_place_choice_t c;
+    emlio__place_input_t in = s_input(2, 8);
+    emlio__place_choice_t c;
     emlio__place_choose(&in, &c);
     assert_true(fabs(c.server_share - 0.875) < 1e-9);
     assert_true(c.images_per_s > 4500 && c.images_per_s < 4600);
@@ -41,10 +41,10 @@ static void
 test_place_consumer_bound_takes_the_cheapest(void **state)
 {
     (void)state;
-    emlio_place_input_t in = s_input(2, 8);
+    emlio__place_input_t in = s_input(2, 8);
     in.server.core_w = 10;
     in.consumer_ips = 300;
-    emlio_place_choice_t c;
+    emlio__place_choice_t c;
     emlio__place_choose(&in, &c);
     assert_true(c.server_share == 0);
     assert_string_equal(c.bound, "consumer");
@@ -60,10 +60,10 @@ static void
 test_place_narrow_link_keeps_bytes_small(void **state)
 {
     (void)state;
-    emlio_place_input_t in = s_input(8, 8);
+    emlio__place_input_t in = s_input(8, 8);
     in.link_Bps = 11e6; /* 100 JPEGs/s, 73 tensors/s */
     in.server.core_w = 1;
-    emlio_place_choice_t c;
+    emlio__place_choice_t c;
     emlio__place_choose(&in, &c);
     assert_true(c.server_share <= 0.25);
     assert_string_equal(c.bound, "link");
@@ -77,9 +77,9 @@ test_place_trades_at_most_ten_percent(void **state)
     (void)state;
     /* The daemons are cheap; all on them runs at 4 / 0.002 = 2000/s,
      * the best split at 2000 + client. */
-    emlio_place_input_t in = s_input(0.2, 4);
+    emlio__place_input_t in = s_input(0.2, 4);
     in.server.core_w = 1;
-    emlio_place_choice_t c;
+    emlio__place_choice_t c;
     emlio__place_choose(&in, &c);
     /* Client adds 100/s: 2000 >= 2100 / 1.1, so all goes to the daemons. */
     assert_true(c.server_share == 1);
@@ -105,8 +105,8 @@ static void
 test_place_sides_without_threads_or_figures(void **state)
 {
     (void)state;
-    emlio_place_input_t in = s_input(2, 0);
-    emlio_place_choice_t c;
+    emlio__place_input_t in = s_input(2, 0);
+    emlio__place_choice_t c;
     emlio__place_choose(&in, &c);
     assert_true(c.server_share == 0);
     in = s_input(0, 2);

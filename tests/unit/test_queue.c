@@ -11,7 +11,7 @@ static void
 test_queue_fifo_and_close(void **state)
 {
     (void)state;
-    emlio_queue_t *q = emlio__queue_new(3);
+    emlio__queue_t *q = emlio__queue_new(3);
     int a, b, c;
     void *out;
     assert_int_equal(emlio__queue_push(q, &a), 0);
@@ -34,7 +34,7 @@ test_queue_fifo_and_close(void **state)
 }
 
 typedef struct {
-    emlio_queue_t *q;
+    emlio__queue_t *q;
     int base;
     int n;
 } s_producer_t;
@@ -55,7 +55,7 @@ static void
 test_queue_bounded_many_producers(void **state)
 {
     (void)state;
-    emlio_queue_t *q = emlio__queue_new(2);
+    emlio__queue_t *q = emlio__queue_new(2);
 
     enum { P = 4, N = 5000 };
 
@@ -93,7 +93,7 @@ static void
 test_queue_close_wakes_waiters(void **state)
 {
     (void)state;
-    emlio_queue_t *q = emlio__queue_new(1);
+    emlio__queue_t *q = emlio__queue_new(1);
     pthread_t t;
     pthread_create(&t, NULL, s_pop_one, q);
     emlio__queue_close(q);

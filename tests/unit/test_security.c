@@ -67,7 +67,7 @@ test_security_zap_loads_authorized_keys(void **state)
     int rc = 0;
     size_t n = 0;
     char err[EMLIO_ERRMSG_LEN] = "";
-    emlio_zap_t *zap = emlio__zap_start(ctx, dir, &rc, &n, err);
+    emlio__zap_t *zap = emlio__zap_start(ctx, dir, &rc, &n, err);
     assert_non_null(zap);
     assert_int_equal(n, 2);
     assert_int_equal(emlio__zap_admitted(zap), 0);

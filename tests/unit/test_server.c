@@ -148,9 +148,9 @@ test_server_destroy_with_frames_in_flight(void **state)
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
-    emlio_wire_item_t items[RECORDS];
+    emlio__wire_item_t items[RECORDS];
     for (uint32_t r = 0; r < RECORDS; r++)
-        items[r] = (emlio_wire_item_t){ 0, r };
+        items[r] = (emlio__wire_item_t){ 0, r };
     for (uint64_t id = 1; id <= 64; id++) {
         assert_int_equal(emlio__wire_encode_get(&buf, id,
                                                 emlio_server_dataset(srv),
@@ -177,7 +177,7 @@ test_server_destroy_with_frames_in_flight(void **state)
 /* Receives one reply on dealer (waiting up to 10 s) and decodes its
  * header; the frames after it are dropped. Returns its type. */
 static int
-s_reply(void *dealer, emlio_wire_msg_t *msg, zmq_msg_t *header)
+s_reply(void *dealer, emlio__wire_msg_t *msg, zmq_msg_t *header)
 {
     zmq_pollitem_t item = { dealer, 0, ZMQ_POLLIN, 0 };
     assert_int_equal(zmq_poll(&item, 1, 10000), 1);
@@ -201,7 +201,7 @@ s_reply(void *dealer, emlio_wire_msg_t *msg, zmq_msg_t *header)
 static void
 s_get_same(void *dealer, emlio_server_t *srv, uint64_t id, size_t n)
 {
-    emlio_wire_item_t *items = calloc(n, sizeof(*items));
+    emlio__wire_item_t *items = calloc(n, sizeof(*items));
     assert_non_null(items);
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(
@@ -277,7 +277,7 @@ test_server_copy_budget(void **state)
     assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio_buf_release(&buf);
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     zmq_msg_t header;
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
     assert_int_equal(msg.max_copy_bytes, 500 * 1024);
@@ -417,7 +417,7 @@ test_server_fields_get_before_hello_is_refused(void **state)
     emlio_server_t *srv = s_start_cfg(ctx, &cfg);
     void *zctx = zmq_ctx_new();
     void *dealer = s_dealer(zctx, srv);
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     zmq_msg_t header;
     s_get_same(dealer, srv, 1, 1);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
@@ -464,14 +464,14 @@ test_server_deleted_file_is_skipped_or_named(void **state)
         assert_int_equal(unlink(path), 0); /* b.jpg, record 1 */
         void *zctx = zmq_ctx_new();
         void *dealer = s_dealer(zctx, srv);
-        emlio_wire_item_t items[2] = { { 0, 0 }, { 0, 1 } };
+        emlio__wire_item_t items[2] = { { 0, 0 }, { 0, 1 } };
         emlio_buf_t buf = EMLIO_BUF_INIT;
         assert_int_equal(emlio__wire_encode_get(
                              &buf, 7, emlio_server_dataset(srv), items, 2),
                          0);
         assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
         emlio_buf_release(&buf);
-        emlio_wire_msg_t msg;
+        emlio__wire_msg_t msg;
         zmq_msg_t header;
         if (skip) {
             assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
@@ -581,7 +581,7 @@ s_recv_reply(void *dealer)
         zmq_msg_close(&frame);
         return -1;
     }
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char why[EMLIO_ERRMSG_LEN];
     int type = -1;
     if (emlio__wire_decode(&msg, zmq_msg_data(&frame), zmq_msg_size(&frame),
@@ -622,9 +622,9 @@ test_server_client_within_credits_is_never_closed(void **state)
     void *dealer = s_dealer_hello(zctx, srv, 65536);
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
-    emlio_wire_item_t items[RECORDS];
+    emlio__wire_item_t items[RECORDS];
     for (uint32_t r = 0; r < RECORDS; r++)
-        items[r] = (emlio_wire_item_t){ 0, r };
+        items[r] = (emlio__wire_item_t){ 0, r };
     uint64_t credits = cfg.max_credit;
     for (uint64_t round = 0; round < 4; round++) {
         for (uint64_t i = 1; i <= credits; i++) {
@@ -676,7 +676,7 @@ test_server_corrupt_records_of_any_size_are_refused(void **state)
         assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
         emlio_buf_t buf = EMLIO_BUF_INIT;
         for (uint32_t r = 0; r < RECORDS; r++) {
-            emlio_wire_item_t item = { 0, r };
+            emlio__wire_item_t item = { 0, r };
             assert_int_equal(emlio__wire_encode_get(&buf, r + 1,
                                                     emlio_server_dataset(srv),
                                                     &item, 1),

@@ -42,10 +42,10 @@ s_log(void *userdata, const char *msg)
 
 /* Loads dir as the daemon does: leases, data CRCs checked. */
 static int
-s_load(emlio_shardset_t *set, const char *dir, emlio_shardset_log_fn *log,
+s_load(emlio__shardset_t *set, const char *dir, emlio__shardset_log_fn *log,
        void *userdata, char *err)
 {
-    emlio_shardset_opts_t opts = { .verify_data = true, .lease = true };
+    emlio__shardset_opts_t opts = { .verify_data = true, .lease = true };
     return emlio__shardset_load(set, dir, &opts, log, userdata, err);
 }
 
@@ -56,7 +56,7 @@ test_shardset_loads_and_refuses_an_empty_dataset(void **state)
     char dir[64];
     char path[128];
     char err[EMLIO_ERRMSG_LEN];
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     test_mkdtemp(dir, sizeof(dir));
     assert_int_equal(s_load(&set, dir, NULL, NULL, err), EMLIO_ENOTFOUND);
     snprintf(path, sizeof(path), "%s/empty.tfrecord", dir);
@@ -83,13 +83,13 @@ test_shardset_lease_makes_writers_wait(void **state)
     char dir[64];
     char path[128];
     char err[EMLIO_ERRMSG_LEN];
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     s_log_t log = { 0 };
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
     s_write_shard(path, RECORDS);
     assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
-    emlio_shard_t *shard = &set.shards[0];
+    emlio__shard_t *shard = &set.shards[0];
     assert_true(shard->leased);
     assert_true(emlio__shard_acquire(shard)); /* a frame in flight */
     pid_t pid = fork();
@@ -136,7 +136,7 @@ test_shardset_copying_reads_survive_a_shrink(void **state)
     char dir[64];
     char path[128];
     char err[EMLIO_ERRMSG_LEN];
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     s_log_t log = { 0 };
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
@@ -144,7 +144,7 @@ test_shardset_copying_reads_survive_a_shrink(void **state)
     int wfd = open(path, O_RDWR);
     assert_true(wfd >= 0);
     assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
-    emlio_shard_t *shard = &set.shards[0];
+    emlio__shard_t *shard = &set.shards[0];
     assert_false(shard->leased);
     uint8_t *copy;
     const uint8_t *data;
@@ -179,7 +179,7 @@ test_shardset_notices_a_replaced_shard(void **state)
     char path[128];
     char tmp[128];
     char err[EMLIO_ERRMSG_LEN];
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     s_log_t log = { 0 };
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
@@ -210,7 +210,7 @@ test_shardset_copying_reads_of_tar_members(void **state)
     char dir[64];
     char path[128];
     char err[EMLIO_ERRMSG_LEN];
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     s_log_t log = { 0 };
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/a.tar", dir);
@@ -226,7 +226,7 @@ test_shardset_copying_reads_of_tar_members(void **state)
     int wfd = open(path, O_RDWR);
     assert_true(wfd >= 0);
     assert_int_equal(s_load(&set, dir, s_log, &log, err), 1);
-    emlio_shard_t *shard = &set.shards[0];
+    emlio__shard_t *shard = &set.shards[0];
     assert_string_equal(shard->ops->name, "tar");
     assert_false(shard->leased);
     assert_int_equal(set.mapped, 1);
@@ -272,7 +272,7 @@ test_shardset_imagefolder_is_not_leased(void **state)
     char dir[64];
     char path[160];
     char err[EMLIO_ERRMSG_LEN];
-    emlio_shardset_t set;
+    emlio__shardset_t set;
     test_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/cat", dir);
     assert_int_equal(mkdir(path, 0755), 0);

@@ -25,7 +25,7 @@ typedef struct {
 /* Runs the tuner for `seconds` of simulated time on path p, ticking every
  * 50 ms like a client polling, and returns the streams it ends with. */
 static uint32_t
-s_simulate(emlio_tuner_t *t, const s_path_t *p, double seconds,
+s_simulate(emlio__tuner_t *t, const s_path_t *p, double seconds,
            uint32_t streams)
 {
     uint64_t now = 0, bytes = 0, wait = 0;
@@ -43,7 +43,7 @@ s_simulate(emlio_tuner_t *t, const s_path_t *p, double seconds,
          * does not meet. */
         if (rate < p->demand)
             wait += (uint64_t)(50 * MS * (1.0 - rate / p->demand));
-        emlio_tuner_input_t in = {
+        emlio__tuner_input_t in = {
             .now_ns = now,
             .bytes = bytes,
             .wait_ns = wait,
@@ -68,7 +68,7 @@ static void
 test_tuner_grows_on_a_window_limited_path(void **state)
 {
     (void)state;
-    emlio_tuner_t t;
+    emlio__tuner_t t;
     s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 2e9, 0.5 };
     uint32_t streams = s_simulate(&t, &p, 10, START);
     assert_true(streams >= 8);
@@ -84,7 +84,7 @@ static void
 test_tuner_grows_further_at_100ms(void **state)
 {
     (void)state;
-    emlio_tuner_t t;
+    emlio__tuner_t t;
     s_path_t p = { 100 * MS, 4 * MIB, 1.0e9, 2e9, -1 };
     uint32_t streams = s_simulate(&t, &p, 30, START);
     assert_true(streams >= 16);
@@ -97,7 +97,7 @@ static void
 test_tuner_stays_few_on_a_fast_path(void **state)
 {
     (void)state;
-    emlio_tuner_t t;
+    emlio__tuner_t t;
     s_path_t p = { 50000, 4 * MIB, 1.2e9, 2e9, 0.4 };
     assert_int_equal(s_simulate(&t, &p, 5, START), START);
     assert_int_equal(t.limit, EMLIO_LIMIT_DAEMON);
@@ -114,7 +114,7 @@ static void
 test_tuner_leaves_a_slow_consumer_alone(void **state)
 {
     (void)state;
-    emlio_tuner_t t;
+    emlio__tuner_t t;
     s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 100e6, 0.5 };
     assert_int_equal(s_simulate(&t, &p, 5, START), START);
     assert_int_equal(t.limit, EMLIO_LIMIT_CONSUMER);
@@ -126,17 +126,17 @@ static void
 test_tuner_pinned_and_unmeasured(void **state)
 {
     (void)state;
-    emlio_tuner_t t;
+    emlio__tuner_t t;
     emlio__tuner_init(&t, 3, 64, true, 0);
-    emlio_tuner_input_t in = { .now_ns = 1000 * MS,
-                               .bytes = 300000000,
-                               .wait_ns = 900 * MS,
-                               .streams = 3,
-                               .window = 4 * MIB,
-                               .queued = 8 * MIB,
-                               .rtt_ns = 30 * MS,
-                               .srtt_ns = 31 * MS,
-                               .host_idle = -1 };
+    emlio__tuner_input_t in = { .now_ns = 1000 * MS,
+                                .bytes = 300000000,
+                                .wait_ns = 900 * MS,
+                                .streams = 3,
+                                .window = 4 * MIB,
+                                .queued = 8 * MIB,
+                                .rtt_ns = 30 * MS,
+                                .srtt_ns = 31 * MS,
+                                .host_idle = -1 };
     assert_int_equal(emlio__tuner_step(&t, &in), 3);
     assert_int_equal(t.limit, EMLIO_LIMIT_WINDOW);
 

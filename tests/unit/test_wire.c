@@ -9,10 +9,10 @@ static void
 test_wire_get_round_trip(void **state)
 {
     (void)state;
-    emlio_wire_item_t items[3] = { { 0, 5 }, { 7, 1ull << 40 }, { 2, 0 } };
+    emlio__wire_item_t items[3] = { { 0, 5 }, { 7, 1ull << 40 }, { 2, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_get(&buf, 99, "abcd", items, 3), 0);
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
                      (int)buf.len);
@@ -33,11 +33,11 @@ static void
 test_wire_batch_round_trip(void **state)
 {
     (void)state;
-    emlio_wire_sample_t s[2] = { { 1, 2, -1, 0xdeadbeef },
-                                 { 3, 4, 1000000, 7 } };
+    emlio__wire_sample_t s[2] = { { 1, 2, -1, 0xdeadbeef },
+                                  { 3, 4, 1000000, 7 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_batch(&buf, 1ull << 50, s, 2), 0);
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_BATCH);
     assert_int_equal(msg.id, 1ull << 50);
@@ -54,10 +54,10 @@ static void
 test_wire_welcome_hello_error_round_trip(void **state)
 {
     (void)state;
-    emlio_wire_shard_t shards[2] = { { "a.tfrecord", 10, 5, 100 },
-                                     { "sub/b.tfrecord", 14, 0, 16 } };
+    emlio__wire_shard_t shards[2] = { { "a.tfrecord", 10, 5, 100 },
+                                      { "sub/b.tfrecord", 14, 0, 16 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     assert_int_equal(emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8,
                                                 64, 1 << 22, shards, 2),
                      0);
@@ -114,14 +114,14 @@ static void
 test_wire_truncated_prefixes_fail(void **state)
 {
     (void)state;
-    emlio_wire_item_t items[4] = { { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } };
+    emlio__wire_item_t items[4] = { { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 4), 0);
     for (size_t len = 0; len < buf.len; len++) {
         /* A private copy of exactly len bytes, so ASan sees any overread. */
         uint8_t *copy = emlio_malloc(len);
         memcpy(copy, buf.data, len);
-        emlio_wire_msg_t msg;
+        emlio__wire_msg_t msg;
         char err[EMLIO_ERRMSG_LEN] = "";
         assert_int_equal(emlio__wire_decode(&msg, copy, len, 0, err),
                          EMLIO_EPROTO);
@@ -135,7 +135,7 @@ static void
 test_wire_hostile_lengths_rejected(void **state)
 {
     (void)state;
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     /* {"t": 3, "id": 1, "items": array32 claiming 4 billion elements} */
     const uint8_t huge[] = { 0x83, 0xa1, 't',  0x03, 0xa2, 'i',  'd',
@@ -145,7 +145,7 @@ test_wire_hostile_lengths_rejected(void **state)
                      EMLIO_EPROTO);
     assert_non_null(strstr(err, "longer than the message"));
     /* More items than the caller's limit. */
-    emlio_wire_item_t items[8] = { { 0, 0 } };
+    emlio__wire_item_t items[8] = { { 0, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 8), 0);
     assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 4, err),
@@ -179,7 +179,7 @@ static void
 test_wire_unknown_keys_skipped_and_fields_required(void **state)
 {
     (void)state;
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     /* HELLO with an extra future key holding a map and a float. */
     const uint8_t fwd[] = { 0x84, 0xa1, 't',  0x01, 0xa1, 'v',  0x01, 0xa3, 'n',
@@ -213,10 +213,10 @@ test_wire_v3_transform_round_trip(void **state)
 {
     (void)state;
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    emlio_wire_msg_t msg;
+    emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
-    emlio_wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
-    emlio_wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7 };
+    emlio__wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
+    emlio__wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7 };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -235,8 +235,8 @@ test_wire_v3_transform_round_trip(void **state)
     assert_null(msg.xf_spec);
     emlio__wire_msg_release(&msg);
 
-    emlio_wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
-    emlio_wire_tensor_t t = { 224, 200, 3, 123456 };
+    emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
+    emlio__wire_tensor_t t = { 224, 200, 3, 123456 };
     assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 2, &t), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.has_shape);
@@ -264,8 +264,8 @@ test_wire_v3_transform_round_trip(void **state)
 
     char cat[] = "cat", dog[] = "dog";
     char *const classes[2] = { cat, dog };
-    emlio_wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0 };
-    emlio_wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240 } };
+    emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0 };
+    emlio__wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240 } };
     assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
                                                    64, 0, shards, 1, NULL, 0,
                                                    &caps),

@@ -11,7 +11,7 @@
 #include "workpool.h"
 
 typedef struct unit {
-    emlio_work_t work; /* first: the pool hands this back */
+    emlio__work_t work; /* first: the pool hands this back */
     atomic_int *done;
     int *ran_with_nice;
     void **state_seen;
@@ -27,7 +27,7 @@ s_state_new(void)
 }
 
 static void
-s_run(emlio_work_t *work, void *state)
+s_run(emlio__work_t *work, void *state)
 {
     unit_t *u = (unit_t *)work;
     *u->state_seen = state;
@@ -48,14 +48,14 @@ test_workpool_runs_every_unit_at_lower_priority(void **state)
     static void *state_of[N];
     atomic_int done = 0;
     int before = getpriority(PRIO_PROCESS, 0);
-    emlio_workpool_config_t cfg = { .threads = 3,
-                                    .queue_cap = 16, /* submit must wait */
-                                    .nice_delta = 5,
-                                    .name = "test",
-                                    .state_new = s_state_new,
-                                    .state_free = free };
+    emlio__workpool_config_t cfg = { .threads = 3,
+                                     .queue_cap = 16, /* submit must wait */
+                                     .nice_delta = 5,
+                                     .name = "test",
+                                     .state_new = s_state_new,
+                                     .state_free = free };
     int err = 0;
-    emlio_workpool_t *pool = emlio__workpool_new(&cfg, &err);
+    emlio__workpool_t *pool = emlio__workpool_new(&cfg, &err);
     assert_non_null(pool);
     for (int i = 0; i < N; i++) {
         units[i] = (unit_t){ { s_run }, &done, &nice_of[i], &state_of[i] };
