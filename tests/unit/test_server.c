@@ -11,41 +11,73 @@
 
 #define RECORDS 16
 
+/* RECORDS Examples of `bytes`-byte images; with flips, byte flips[r] of
+ * record r's data is flipped when it is not SIZE_MAX (a corrupt record). */
 static void
-s_write_dataset(const char *dir)
+s_write_records(const char *dir, size_t bytes, const size_t *flips)
 {
     emlio_buf_t file = EMLIO_BUF_INIT;
     emlio_buf_t ex = EMLIO_BUF_INIT;
     for (int r = 0; r < RECORDS; r++) {
         uint8_t payload[8192];
-        memset(payload, r, sizeof(payload));
+        assert_true(bytes <= sizeof(payload));
+        memset(payload, r, bytes);
         emlio_buf_clear(&ex);
         assert_int_equal(emlio_example_build(&ex, "image/encoded", payload,
-                                             sizeof(payload),
-                                             "image/class/label", r),
+                                             bytes, "image/class/label", r),
                          0);
+        size_t data = file.len + 12; /* u64 length, u32 its CRC */
         assert_int_equal(emlio_tfrecord_append(&file, ex.data, ex.len), 0);
+        if (flips && flips[r] != SIZE_MAX)
+            file.data[data + flips[r] % ex.len] ^= 0x10;
     }
     char path[128];
     snprintf(path, sizeof(path), "%s/part-0.tfrecord", dir);
     test_write_file(path, file.data, file.len);
+    if (flips) {
+        /* An index, so that loading (which verifies every record when it
+         * has to scan the shard) does not find the corruption first. */
+        char idx[160];
+        snprintf(idx, sizeof(idx), "%s.idx", path);
+        emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
+        assert_int_equal(emlio_tfrecord_open(tf), 0);
+        assert_int_equal(emlio_tfrecord_scan(tf, false), RECORDS);
+        assert_int_equal(emlio_tfrecord_write_index(tf, idx), 0);
+        emlio_tfrecord_destroy(&tf);
+    }
     emlio_buf_release(&file);
     emlio_buf_release(&ex);
 }
 
+static void
+s_write_dataset(const char *dir)
+{
+    s_write_records(dir, 8192, NULL);
+}
+
+/* A started server on dir; sndbuf as in emlio_server_config_t (0: the
+ * default). */
 static emlio_server_t *
-s_server(emlio_ctx_t *ctx, const char *dir, uint32_t max_clients)
+s_server_sized(emlio_ctx_t *ctx, const char *dir, uint32_t max_clients,
+               int64_t sndbuf)
 {
     emlio_server_config_t cfg;
     emlio_server_config_init(&cfg);
     cfg.data_dir = dir;
     cfg.max_clients = max_clients;
+    cfg.sndbuf = sndbuf;
     emlio_server_t *srv = emlio_server_new(ctx, &cfg);
     assert_non_null(srv);
     assert_int_equal(emlio_server_load(srv), 1);
     assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
     assert_int_equal(emlio_server_start(srv), 0);
     return srv;
+}
+
+static emlio_server_t *
+s_server(emlio_ctx_t *ctx, const char *dir, uint32_t max_clients)
+{
+    return s_server_sized(ctx, dir, max_clients, 0);
 }
 
 static void
@@ -485,63 +517,6 @@ test_server_deleted_file_is_skipped_or_named(void **state)
         zmq_msg_close(&header);
         s_teardown(dealer, zctx, &srv, &ctx, dir);
     }
-}
-
-/* RECORDS Examples of `bytes`-byte images; with flips, byte flips[r] of
- * record r's data is flipped when it is not SIZE_MAX (a corrupt record). */
-static void
-s_write_records(const char *dir, size_t bytes, const size_t *flips)
-{
-    emlio_buf_t file = EMLIO_BUF_INIT;
-    emlio_buf_t ex = EMLIO_BUF_INIT;
-    for (int r = 0; r < RECORDS; r++) {
-        uint8_t payload[8192];
-        assert_true(bytes <= sizeof(payload));
-        memset(payload, r, bytes);
-        emlio_buf_clear(&ex);
-        assert_int_equal(emlio_example_build(&ex, "image/encoded", payload,
-                                             bytes, "image/class/label", r),
-                         0);
-        size_t data = file.len + 12; /* u64 length, u32 its CRC */
-        assert_int_equal(emlio_tfrecord_append(&file, ex.data, ex.len), 0);
-        if (flips && flips[r] != SIZE_MAX)
-            file.data[data + flips[r] % ex.len] ^= 0x10;
-    }
-    char path[128];
-    snprintf(path, sizeof(path), "%s/part-0.tfrecord", dir);
-    test_write_file(path, file.data, file.len);
-    if (flips) {
-        /* An index, so that loading (which verifies every record when it
-         * has to scan the shard) does not find the corruption first. */
-        char idx[160];
-        snprintf(idx, sizeof(idx), "%s.idx", path);
-        emlio_tfrecord_t *tf = emlio_tfrecord_new(path);
-        assert_int_equal(emlio_tfrecord_open(tf), 0);
-        assert_int_equal(emlio_tfrecord_scan(tf, false), RECORDS);
-        assert_int_equal(emlio_tfrecord_write_index(tf, idx), 0);
-        emlio_tfrecord_destroy(&tf);
-    }
-    emlio_buf_release(&file);
-    emlio_buf_release(&ex);
-}
-
-/* A started server on dir; sndbuf as in emlio_server_config_t (0: the
- * default). */
-static emlio_server_t *
-s_server_sized(emlio_ctx_t *ctx, const char *dir, uint32_t max_clients,
-               int64_t sndbuf)
-{
-    emlio_server_config_t cfg;
-    emlio_server_config_init(&cfg);
-    cfg.data_dir = dir;
-    cfg.max_clients = max_clients;
-    cfg.sndbuf = sndbuf;
-    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
-    assert_non_null(srv);
-    assert_int_equal(emlio_server_load(srv), 1);
-    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_start(srv), 0);
-    return srv;
 }
 
 /* A DEALER on zctx that reads at most one reply ahead (RCVHWM 1), with a
