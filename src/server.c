@@ -719,6 +719,9 @@ s_bind_internal(emlio_server_t *self)
                                     e)) < 0 ||
         (rc = emlio__srv_setopt_int(self->net.done, ZMQ_RCVHWM, 0, "ZMQ_RCVHWM",
                                     e)) < 0 ||
+        (rc = emlio__srv_setopt_int(self->net.work, ZMQ_SNDTIMEO,
+                                    EMLIO__SRV_POLL_MS, "ZMQ_SNDTIMEO",
+                                    self->err)) < 0 ||
         (rc = emlio__srv_setopt_int(self->net.work, ZMQ_SNDHWM, 0, "ZMQ_SNDHWM",
                                     e)) < 0)
         return rc;

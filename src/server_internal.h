@@ -297,6 +297,9 @@ void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
 
 /* ---- server_request.c: the frontend thread ---- */
 void *emlio__srv_frontend_main(void *arg);
+/* Hands a job to the readers; 0, or -1 (stopping, or the socket failed:
+ * the job is still the caller's). */
+int emlio__srv_send_work(emlio_server_t *self, void *work, emlio__job_t *job);
 
 /* ---- server_pipeline.c: replies, jobs, reader and serializer threads ---- */
 int emlio__srv_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,

@@ -325,7 +325,7 @@ s_frontend_request(emlio_server_t *self, void *work)
         s_readahead(self, &job->msg);
     if (rc == 1)
         return; /* parked until the copy budget has room */
-    if (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job)) {
+    if (emlio__srv_send_work(self, work, job) < 0) {
         peer->outstanding--;
         goto drop;
     }
@@ -334,6 +334,19 @@ drop:
     zmq_msg_close(&job->identity);
 drop_header:
     emlio__srv_job_free(self, job);
+}
+
+int
+emlio__srv_send_work(emlio_server_t *self, void *work, emlio__job_t *job)
+{
+    /* The send waits while no reader is connected (one that could not
+     * start, say, when memory ran out): in steps of the socket's
+     * EMLIO__SRV_POLL_MS timeout, so that a stop is never stuck here. */
+    while (zmq_send(work, &job, sizeof(job), 0) != (int)sizeof(job))
+        if ((errno != EAGAIN && errno != EINTR) ||
+            atomic_load(&self->thr.stopping))
+            return -1;
+    return 0;
 }
 
 /* Forwards one finished reply from a worker to its client. */
