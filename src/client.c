@@ -221,6 +221,22 @@ s_path_rate(const emlio_client_t *self)
            ((double)self->conn.rtt_ns / 1e9);
 }
 
+/* The pace of the caller over the epoch that ends: images per second of
+ * its own time between next() calls (the epoch's time minus the time it
+ * waited in next()). A GPU-bound training loop takes only so many images a
+ * second, whatever the placement, so auto may then save energy; 0 when
+ * not measured, or when the caller waited for most of the epoch (the
+ * loader, not the caller, set the pace). */
+static double
+s_consumer_rate(const emlio_client_t *self)
+{
+    uint64_t span = self->fig.last_delivery_ns - self->fig.epoch_start_ns;
+    if (!self->fig.samples || !span || self->fig.wait_ns * 2 >= span)
+        return 0;
+    return (double)self->fig.samples /
+           ((double)(span - self->fig.wait_ns) / 1e9);
+}
+
 int
 emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
 {
@@ -236,7 +252,8 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
                                  self->cfg.batch_size,
                                  self->conn.daemons[d].endpoint,
                                  self->conn.daemons[d].max_batch);
-    emlio__client_xf_begin_epoch(&self->xf, s_path_rate(self), 0);
+    emlio__client_xf_begin_epoch(&self->xf, s_path_rate(self),
+                                 s_consumer_rate(self));
     return emlio__epoch_begin(self, epoch);
 }
 

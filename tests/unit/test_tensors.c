@@ -7,6 +7,7 @@
 #include "emlio_test.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "test_images.h"
 
@@ -341,6 +342,53 @@ test_tensors_bad_image(void **state)
     f->srv = keep;
 }
 
+/* Runs an epoch of auto with a caller that takes 20 ms a batch (a
+ * GPU-bound loop), then begins the next: returns the share chosen. */
+static double
+s_auto_share_for_slow_caller(fixture_t *f, uint32_t core_mw)
+{
+    emlio_server_t *keep = f->srv;
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = f->dir;
+    cfg.transform_threads = 2;
+    cfg.core_mw = core_mw;
+    f->srv = emlio_server_new(f->ctx, &cfg);
+    assert_int_equal(emlio_server_load(f->srv), CLASSES);
+    assert_int_equal(emlio_server_bind(f->srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(f->srv), 0);
+    run_t r = { SPEC, EMLIO_DECODE_AUTO, 2, 1, 0, 0, 4 };
+    emlio_client_t *c = s_client(f, &r);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    emlio_batch_t *b;
+    for (uint64_t e = 0; e < 2; e++) {
+        assert_true(emlio_client_begin_epoch(c, e) > 0);
+        while (emlio_client_next(c, &b) == 1) {
+            usleep(20000);
+            emlio_batch_release(&b);
+        }
+    }
+    assert_true(emlio_client_begin_epoch(c, 2) > 0);
+    emlio_client_xf_stats_t st;
+    emlio_client_xf_stats(c, &st);
+    assert_true(st.decided);
+    assert_string_equal(st.bound, "consumer");
+    emlio_client_destroy(&c);
+    emlio_server_destroy(&f->srv);
+    f->srv = keep;
+    return st.server_share;
+}
+
+/* auto with a caller slower than either side can decode: any share is
+ * fast enough, so the one with the cheapest cores wins. */
+static void
+test_tensors_auto_takes_the_cheapest_for_a_slow_caller(void **state)
+{
+    fixture_t *f = *state;
+    assert_true(s_auto_share_for_slow_caller(f, 10000) == 0);
+    assert_true(s_auto_share_for_slow_caller(f, 1000) == 1);
+}
+
 /* An epoch abandoned while the decode pool holds its batches, and a
  * client destroyed with batches in the pool: nothing leaks or is touched
  * after it is freed (the sanitizer build checks), and the next epoch is
@@ -383,6 +431,8 @@ main(void)
         cmocka_unit_test(test_tensors_daemon_without_threads_and_bad_spec),
         cmocka_unit_test(test_tensors_bad_image),
         cmocka_unit_test(test_tensors_abandon_while_decoding),
+        cmocka_unit_test(
+            test_tensors_auto_takes_the_cheapest_for_a_slow_caller),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
