@@ -3,10 +3,10 @@
  */
 #include "emlio_internal.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "beneath.h"
 #include "classes.h"
 #include "shardset.h"
 
@@ -18,49 +18,40 @@ emlio__classes_free(char **names, size_t n)
     emlio_free(names);
 }
 
-/* Reads dir/classes.txt into *text (NUL-terminated): 1, 0 when there is
- * none, < 0 (logged) when it is there but unusable. */
+/* Reads classes.txt of the data directory into *text (NUL-terminated): 1,
+ * 0 when there is none, < 0 (logged) when it is there but unusable. It is
+ * opened as every file of the dataset is (beneath.h: inside the root, no
+ * symlink the root does not follow, a regular file or nothing). */
 static int
-s_read_file(const char *dir, char **text, emlio__shardset_log_fn *log,
-            void *userdata)
+s_read_file(const emlio__shardset_t *set, const char *dir, char **text,
+            emlio__shardset_log_fn *log, void *userdata)
 {
-    char path[PATH_MAX];
     char msg[PATH_MAX + 128];
-    snprintf(path, sizeof(path), "%s/classes.txt", dir);
-    /* Not a symlink, never a FIFO or device: O_NOFOLLOW, O_NONBLOCK and a
-     * regular-file check before the first read. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return 0;
-        snprintf(msg, sizeof(msg), "ignoring '%s': %s", path, strerror(errno));
-        log(userdata, msg);
-        return -1;
-    }
     struct stat st;
-    int rc = -1;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_size > (off_t)EMLIO__CLASSES_MAX_FILE) {
-        snprintf(msg, sizeof(msg),
-                 "ignoring '%s': not a regular file of at most %u bytes", path,
-                 EMLIO__CLASSES_MAX_FILE);
+    int fd = emlio__open_beneath(&set->root, "classes.txt", 0, &st);
+    if (fd == -ENOENT)
+        return 0;
+    if (fd < 0 || st.st_size > (off_t)EMLIO__CLASSES_MAX_FILE) {
+        snprintf(msg, sizeof(msg), "ignoring '%s/classes.txt': %s", dir,
+                 fd < 0 ? emlio__open_why(fd) : "larger than 16 MiB");
         log(userdata, msg);
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     char *buf = emlio_malloc((size_t)st.st_size + 1);
     ssize_t got = buf ? pread(fd, buf, (size_t)st.st_size, 0) : -1;
     close(fd);
-    if (got == (ssize_t)st.st_size) {
-        buf[got] = '\0';
-        *text = buf;
-        rc = 1;
-    } else {
-        snprintf(msg, sizeof(msg), "ignoring '%s': cannot read it", path);
+    if (got != (ssize_t)st.st_size) {
+        snprintf(msg, sizeof(msg), "ignoring '%s/classes.txt': cannot read it",
+                 dir);
         log(userdata, msg);
         emlio_free(buf);
+        return -1;
     }
-    return rc;
+    buf[got] = '\0';
+    *text = buf;
+    return 1;
 }
 
 /* Splits text into lines (a final newline ends the last one; \r\n too).
@@ -150,7 +141,7 @@ emlio__classes_load(const emlio__shardset_t *set, const char *dir,
 {
     *names = NULL;
     char *text = NULL;
-    if (s_read_file(dir, &text, log, userdata) == 1) {
+    if (s_read_file(set, dir, &text, log, userdata) == 1) {
         int n = s_split(dir, text, names, log, userdata);
         emlio_free(text);
         if (n != 0)

@@ -4,9 +4,9 @@
  *
  * Where they come from, first that applies:
  *   - DIR/classes.txt, one name per line, line i for label i (what `emlio
- *     pack` writes next to its shards): a regular file inside the data
- *     directory, not a symlink, at most EMLIO__CLASSES_MAX_FILE bytes,
- *     no empty names;
+ *     pack` writes next to its shards), opened by the dataset's rule for
+ *     paths (beneath.h), at most EMLIO__CLASSES_MAX_FILE bytes, no empty
+ *     names;
  *   - shards whose records share one label (an ImageFolder's class
  *     directories: format op shard_label): the shard's name is that
  *     label's class.

@@ -109,22 +109,9 @@ emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
                            uint64_t sndbuf, const emlio__wire_shard_t *shards,
                            size_t n)
 {
-    return emlio__wire_encode_welcome_v(
-        out, EMLIO_WIRE_VERSION, server_name, dataset, max_batch, max_credit,
-        max_streams, sndbuf, shards, n, NULL, 0);
-}
-
-int
-emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
-                             const char *server_name, const char *dataset,
-                             uint64_t max_batch, uint64_t max_credit,
-                             uint64_t max_streams, uint64_t sndbuf,
-                             const emlio__wire_shard_t *shards, size_t n,
-                             char *const *fields, size_t n_fields)
-{
     return emlio__wire_encode_welcome_xf(
-        out, version, server_name, dataset, max_batch, max_credit, max_streams,
-        sndbuf, shards, n, fields, n_fields, NULL);
+        out, EMLIO_WIRE_VERSION, server_name, dataset, max_batch, max_credit,
+        max_streams, sndbuf, shards, n, NULL, 0, NULL);
 }
 
 int

@@ -194,19 +194,13 @@ int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
 int emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                                const char *client_name, uint64_t session,
                                uint32_t stream, uint64_t id);
-/* The same two at a chosen protocol version: version 1 omits the fields;
- * version 2 lists fields[0, n_fields) (none = one unnamed field). */
-int emlio__wire_encode_welcome_v(emlio_buf_t *out, uint64_t version,
-                                 const char *server_name, const char *dataset,
-                                 uint64_t max_batch, uint64_t max_credit,
-                                 uint64_t max_streams, uint64_t sndbuf,
-                                 const emlio__wire_shard_t *shards, size_t n,
-                                 char *const *fields, size_t n_fields);
+/* The short WELCOME at a chosen protocol version. */
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);
-/* WELCOME with the optional additions of caps: the transform capabilities
- * at version >= 3, the class names at any version (caps NULL: as
- * emlio__wire_encode_welcome_v). */
+/* WELCOME at a chosen protocol version: version 1 omits the fields, version
+ * 2 and up list fields[0, n_fields) (none = one unnamed field); with the
+ * optional additions of caps (NULL: none): the transform capabilities at
+ * version >= 3, the class names, format and copy budget at any version. */
 int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
                                   const char *server_name, const char *dataset,
                                   uint64_t max_batch, uint64_t max_credit,

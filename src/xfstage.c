@@ -204,24 +204,6 @@ emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool)
     return 0;
 }
 
-size_t
-emlio__xf_job_compact(emlio__xf_job_t *job)
-{
-    size_t out_bytes = emlio_transform_output_bytes(job->transform);
-    size_t kept = 0;
-    for (size_t i = 0; i < job->n; i++) {
-        if (job->samples[i].rc != 0)
-            continue;
-        if (kept != i) {
-            memmove(job->block + kept * out_bytes, job->block + i * out_bytes,
-                    out_bytes);
-            job->samples[kept] = job->samples[i];
-        }
-        kept++;
-    }
-    return kept;
-}
-
 void
 emlio__xf_job_cleanup(emlio__xf_job_t *job)
 {

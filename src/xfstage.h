@@ -84,10 +84,6 @@ struct emlio__xf_job {
  * EMLIO_ECLOSED (nothing submitted, done not called). */
 int emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool);
 
-/* Moves the outputs of the samples that succeeded to the front of the
- * block (in order) and returns their number. */
-size_t emlio__xf_job_compact(emlio__xf_job_t *job);
-
 /* Frees what start allocated. */
 void emlio__xf_job_cleanup(emlio__xf_job_t *job);
 

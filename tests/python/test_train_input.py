@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 import _support
@@ -101,12 +102,11 @@ class MeterTest(unittest.TestCase):
         self.assertIsNone(r["steady_client_cpu_s"])
 
 
-def cx_stub(mean_bytes=100000.0):
-    class C:
-        pass
-    c = C()
-    c.info = {"mean_bytes": mean_bytes, "samples": 10}
-    return c
+def dataset_context(mean_bytes=100000.0):
+    """What cell_row reads of bench/train_input's run context: the
+    dataset's mean JPEG size and sample count."""
+    return types.SimpleNamespace(
+        info={"mean_bytes": mean_bytes, "samples": 10})
 
 
 def client_json(images_per_s, n=1000, cpu=1.0, server=0.5, wire=140000000, images=1200):
@@ -120,7 +120,7 @@ class RowsTest(unittest.TestCase):
     def row(self, loader, rtt, ips, cpu=1.0, wire=140000000):
         res = {"client_cpu_s": 3.0}
         en = {"energy_j": 60.0, "energy_source": "model"}
-        return ti.cell_row(cx_stub(), loader, rtt, "delayline", "", res, en,
+        return ti.cell_row(dataset_context(), loader, rtt, "delayline", "", res, en,
                            client_json(ips, cpu=cpu, wire=wire))
 
     def test_train_input_cell_row_per_image(self):
@@ -183,7 +183,7 @@ class PinTest(unittest.TestCase):
         real = ti.br.run_cell
         ti.br.run_cell = lambda cx, tag, server, argv, timeout, **kw: seen.append((server, argv))
         try:
-            cx = cx_stub()
+            cx = dataset_context()
             cx.server_cpus, cx.client_cpus = "0", "1"
             ti.run_cell(cx, "t", {"argv": ["emliod", "--data", "d"]},
                         ["ip", "netns", "exec", "ns", "python3", "x.py"], 10)

@@ -48,19 +48,27 @@ s_write_tree(const char *dir, bool bad)
     }
 }
 
+/* A started daemon on f's tree; core_mw 0: the energy model's. */
 static emlio_server_t *
-s_server(fixture_t *f, uint32_t threads, int on_corrupt)
+s_server_mw(fixture_t *f, uint32_t threads, int on_corrupt, uint32_t core_mw)
 {
     emlio_server_config_t cfg;
     emlio_server_config_init(&cfg);
     cfg.data_dir = f->dir;
     cfg.transform_threads = threads;
     cfg.on_corrupt = on_corrupt;
+    cfg.core_mw = core_mw;
     emlio_server_t *srv = emlio_server_new(f->ctx, &cfg);
     assert_int_equal(emlio_server_load(srv), CLASSES);
     assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
     assert_int_equal(emlio_server_start(srv), 0);
     return srv;
+}
+
+static emlio_server_t *
+s_server(fixture_t *f, uint32_t threads, int on_corrupt)
+{
+    return s_server_mw(f, threads, on_corrupt, 0);
 }
 
 typedef struct run {
@@ -348,15 +356,7 @@ static double
 s_auto_share_for_slow_caller(fixture_t *f, uint32_t core_mw)
 {
     emlio_server_t *keep = f->srv;
-    emlio_server_config_t cfg;
-    emlio_server_config_init(&cfg);
-    cfg.data_dir = f->dir;
-    cfg.transform_threads = 2;
-    cfg.core_mw = core_mw;
-    f->srv = emlio_server_new(f->ctx, &cfg);
-    assert_int_equal(emlio_server_load(f->srv), CLASSES);
-    assert_int_equal(emlio_server_bind(f->srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_start(f->srv), 0);
+    f->srv = s_server_mw(f, 2, EMLIO_ON_CORRUPT_FAIL, core_mw);
     run_t r = { SPEC, EMLIO_DECODE_AUTO, 2, 1, 0, 0, 4 };
     emlio_client_t *c = s_client(f, &r);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);

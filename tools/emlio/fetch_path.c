@@ -3,6 +3,7 @@
  */
 #include "tool_util.h"
 
+#include "cli.h"
 #include "fetch_path.h"
 
 #include <inttypes.h>
@@ -36,21 +37,6 @@ fetch_path_brief(char *buf, size_t len, const emlio_client_t *client)
              st.streams, emlio_limit_name(st.limit));
 }
 
-/* Writes s as a JSON string body: quotes, backslashes and control
- * characters escaped. */
-static void
-s_json_str(FILE *out, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(out, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(out, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, out);
-    }
-}
-
 void
 fetch_path_xf_json(FILE *out, const emlio_client_t *client)
 {
@@ -74,8 +60,8 @@ fetch_path_xf_json(FILE *out, const emlio_client_t *client)
             x.client_ms_per_image, x.server_ms_per_image, x.client_threads,
             x.server_threads, x.predicted_ips, x.predicted_j_per_image,
             x.fastest_ips, x.bound);
-    s_json_str(out, x.why);
-    fprintf(out, "\"}");
+    cli_json_string(out, x.why);
+    fputc('}', out);
 }
 
 int
