@@ -814,7 +814,7 @@ emlio_server_stop(emlio_server_t *self)
         pthread_join(self->thr.workers[i], NULL);
     /* Transforms in progress finish and push their jobs to the serializers
      * (which drop them while stopping) before the queue closes. */
-    emlio__server_xf_stop(&self->xf);
+    emlio__server_xf_drain(&self->xf);
     emlio__queue_close(self->thr.ser_queue);
     for (uint32_t i = readers; i < self->thr.n_workers_started; i++)
         pthread_join(self->thr.workers[i], NULL);
@@ -825,6 +825,8 @@ emlio_server_stop(emlio_server_t *self)
            emlio__queue_pop(self->thr.ser_queue, &left) == 0)
         emlio__srv_job_drop(self, left);
     emlio__queue_destroy(&self->thr.ser_queue);
+    /* Only now that no serializer can read a job's pipeline. */
+    emlio__server_xf_stop(&self->xf);
     /* Replies still queued inside are dropped with their frames. */
     s_close_socket(&self->net.work);
     s_close_socket(&self->net.done);

@@ -110,6 +110,7 @@ typedef struct emlio__job {
      * x H x W x 3) with each kept sample's quadruple. */
     struct emlio_server *srv;
     const emlio_transform_t *xf;
+    atomic_uint *xf_users; /* the spec cache's count of xf's users */
     emlio__xf_job_t xf_job;
     emlio__xf_sample_t *xf_samples;
     emlio__wire_sample_t *xf_wire;

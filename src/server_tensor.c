@@ -32,7 +32,7 @@ emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text)
                              self->own.fields_spec);
     const emlio_transform_t *t = NULL;
     int rc = emlio__server_xf_lookup(&self->xf, get->xf_spec, get->xf_spec_len,
-                                     &t, text);
+                                     &t, &job->xf_users, text);
     if (rc < 0)
         return rc;
     job->xf = t;
@@ -180,6 +180,9 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
 void
 emlio__srv_xf_job_free(emlio__job_t *job)
 {
+    if (job->xf_users) /* the spec may be evicted once nobody uses it */
+        atomic_fetch_sub(job->xf_users, 1);
+    job->xf_users = NULL;
     emlio__xf_block_put(job->xf_job.block);
     job->xf_job.block = NULL;
     emlio__xf_job_cleanup(&job->xf_job);

@@ -36,9 +36,15 @@ emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
 }
 
 void
-emlio__server_xf_stop(emlio__server_xf_t *xf)
+emlio__server_xf_drain(emlio__server_xf_t *xf)
 {
     emlio__workpool_destroy(&xf->pool);
+}
+
+void
+emlio__server_xf_stop(emlio__server_xf_t *xf)
+{
+    emlio__server_xf_drain(xf);
     emlio__xf_blocks_release(&xf->blocks);
     for (size_t i = 0; i < xf->n_specs; i++) {
         emlio_free(xf->specs[i].text);
@@ -47,51 +53,75 @@ emlio__server_xf_stop(emlio__server_xf_t *xf)
     xf->n_specs = 0;
 }
 
+/* A slot for a new spec: a free one, else the least recently used one no
+ * request uses (its pipeline is freed), else -1. */
+static int
+s_slot(emlio__server_xf_t *xf)
+{
+    if (xf->n_specs < EMLIO_SERVER_XF_MAX_SPECS)
+        return (int)xf->n_specs++;
+    int pick = -1;
+    for (int i = 0; i < EMLIO_SERVER_XF_MAX_SPECS; i++)
+        if (atomic_load(&xf->specs[i].users) == 0 &&
+            (pick < 0 || xf->specs[i].used_at < xf->specs[pick].used_at))
+            pick = i;
+    if (pick >= 0) {
+        emlio_free(xf->specs[pick].text);
+        emlio_transform_free(&xf->specs[pick].transform);
+    }
+    return pick;
+}
+
 int
 emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
-                        const emlio_transform_t **out, char *errbuf)
+                        const emlio_transform_t **out, atomic_uint **users_out,
+                        char *errbuf)
 {
     if (xf->threads == 0) {
         snprintf(errbuf, EMLIO_ERRMSG_LEN,
                  "this daemon does not transform (--transform-threads 0)");
         return EMLIO_EINVAL;
     }
-    for (size_t i = 0; i < xf->n_specs; i++) {
+    int k = -1;
+    for (size_t i = 0; i < xf->n_specs && k < 0; i++)
         if (strlen(xf->specs[i].text) == len &&
-            memcmp(xf->specs[i].text, spec, len) == 0) {
-            *out = xf->specs[i].transform;
-            return 0;
+            memcmp(xf->specs[i].text, spec, len) == 0)
+            k = (int)i;
+    if (k < 0) {
+        if (memchr(spec, '\0', len)) {
+            snprintf(errbuf, EMLIO_ERRMSG_LEN,
+                     "transform spec holds a NUL byte");
+            return EMLIO_EINVAL;
         }
+        char *text = emlio_malloc(len + 1);
+        if (!text)
+            return EMLIO_ENOMEM;
+        memcpy(text, spec, len);
+        text[len] = '\0';
+        emlio_transform_t *t = NULL;
+        char err[EMLIO_ERRMSG_LEN];
+        int rc = emlio_transform_parse(text, &t, err, sizeof(err));
+        if (rc == 0 && (k = s_slot(xf)) < 0)
+            rc = emlio__seterr(errbuf, EMLIO_ELIMIT,
+                               "all %d transforms the daemon keeps are in use "
+                               "by requests in flight",
+                               EMLIO_SERVER_XF_MAX_SPECS);
+        else if (rc < 0)
+            snprintf(errbuf, EMLIO_ERRMSG_LEN, "transform: %.480s", err);
+        if (rc < 0) {
+            emlio_transform_free(&t);
+            emlio_free(text);
+            return rc;
+        }
+        if (xf->max_pixels)
+            emlio_transform_set_max_pixels(t, xf->max_pixels);
+        xf->specs[k].text = text;
+        xf->specs[k].transform = t;
+        atomic_store(&xf->specs[k].users, 0);
     }
-    if (xf->n_specs == EMLIO_SERVER_XF_MAX_SPECS) {
-        snprintf(errbuf, EMLIO_ERRMSG_LEN,
-                 "too many distinct transforms (limit %d)",
-                 EMLIO_SERVER_XF_MAX_SPECS);
-        return EMLIO_ELIMIT;
-    }
-    char *text = emlio_malloc(len + 1);
-    if (!text)
-        return EMLIO_ENOMEM;
-    memcpy(text, spec, len);
-    text[len] = '\0';
-    if (memchr(spec, '\0', len)) {
-        snprintf(errbuf, EMLIO_ERRMSG_LEN, "transform spec holds a NUL byte");
-        emlio_free(text);
-        return EMLIO_EINVAL;
-    }
-    emlio_transform_t *t = NULL;
-    char err[EMLIO_ERRMSG_LEN];
-    int rc = emlio_transform_parse(text, &t, err, sizeof(err));
-    if (rc < 0) {
-        snprintf(errbuf, EMLIO_ERRMSG_LEN, "transform: %.480s", err);
-        emlio_free(text);
-        return rc;
-    }
-    if (xf->max_pixels)
-        emlio_transform_set_max_pixels(t, xf->max_pixels);
-    xf->specs[xf->n_specs].text = text;
-    xf->specs[xf->n_specs].transform = t;
-    xf->n_specs++;
-    *out = t;
+    xf->specs[k].used_at = ++xf->tick;
+    atomic_fetch_add(&xf->specs[k].users, 1);
+    *out = xf->specs[k].transform;
+    *users_out = &xf->specs[k].users;
     return 0;
 }

@@ -4,15 +4,21 @@
  *
  * A GET names its transform by the canonical spec text (docs/protocol.md
  * 5.6). Parsing on every GET would cost more than a small batch's header,
- * so each distinct text is parsed once and kept for the daemon's life; at
- * most EMLIO_SERVER_XF_MAX_SPECS distinct ones, so a client cycling through
- * specs cannot grow the daemon's memory. Only the frontend thread looks
- * specs up; the parsed pipelines are immutable and shared by the transform
- * threads.
+ * so each distinct text is parsed once and kept: at most
+ * EMLIO_SERVER_XF_MAX_SPECS at a time, so a client cycling through specs
+ * cannot grow the daemon's memory. When the cache is full, the least
+ * recently used spec that no request in flight uses makes room (a client
+ * that once sent 16 specs must not lock every other client out of
+ * transforms); only when all are in use is a new one refused. Only the
+ * frontend thread looks specs up and adds users; jobs, on any thread, end
+ * their use (the count only falls there, so a spec the frontend sees
+ * unused stays unused). The parsed pipelines are immutable and shared by
+ * the transform threads.
  */
 #ifndef EMLIO_SERVER_XF_H
 #define EMLIO_SERVER_XF_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,24 +35,33 @@ typedef struct emlio__server_xf {
     struct {
         char *text; /* as the GET spelled it */
         emlio_transform_t *transform;
+        atomic_uint users; /* requests in flight that use it */
+        uint64_t used_at;  /* tick of its last lookup */
     } specs[EMLIO_SERVER_XF_MAX_SPECS];
 
     size_t n_specs;
+    uint64_t tick;
 } emlio__server_xf_t;
 
 /* Starts the pool (threads > 0). 0 or an error; errbuf says why. */
 int emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
                            uint64_t max_pixels, char *errbuf);
 
-/* Joins the pool (queued transforms run first) and frees the specs. The
- * block pool lives on while frames still hold blocks. */
+/* Joins the pool: the transforms queued run first and hand their jobs on.
+ * Idempotent. */
+void emlio__server_xf_drain(emlio__server_xf_t *xf);
+
+/* Drains, then frees the specs (no job may use them any more). The block
+ * pool lives on while frames still hold blocks. Idempotent. */
 void emlio__server_xf_stop(emlio__server_xf_t *xf);
 
-/* The pipeline for spec[0..len): 0 with *out set, EMLIO_EINVAL (a bad spec,
- * or this daemon does not transform: errbuf says which), EMLIO_ELIMIT (too
- * many distinct specs) or EMLIO_ENOMEM. Frontend thread only. */
+/* The pipeline for spec[0..len): 0 with *out set and one more use counted
+ * in **users_out (the caller ends it with atomic_fetch_sub when its request
+ * is done), EMLIO_EINVAL (a bad spec, or this daemon does not transform:
+ * errbuf says which), EMLIO_ELIMIT (the cache is full of specs in use) or
+ * EMLIO_ENOMEM. Frontend thread only. */
 int emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec,
                             size_t len, const emlio_transform_t **out,
-                            char *errbuf);
+                            atomic_uint **users_out, char *errbuf);
 
 #endif /* EMLIO_SERVER_XF_H */

@@ -1,0 +1,63 @@
+/* test_server_xf.c - the daemon's cache of transform specs: parsed once,
+ * at most EMLIO_SERVER_XF_MAX_SPECS, the least recently used unused one
+ * makes room, a new spec refused only while all are in use.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_test.h"
+
+#include "server_xf.h"
+
+static int
+s_lookup(emlio__server_xf_t *xf, int side, const emlio_transform_t **t,
+         atomic_uint **users)
+{
+    char spec[64], err[EMLIO_ERRMSG_LEN];
+    snprintf(spec, sizeof(spec), "center_crop(%d)", side);
+    return emlio__server_xf_lookup(xf, spec, strlen(spec), t, users, err);
+}
+
+static void
+test_server_xf_specs_are_evicted_only_when_unused(void **state)
+{
+    (void)state;
+    emlio__server_xf_t xf;
+    memset(&xf, 0, sizeof(xf));
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(emlio__server_xf_start(&xf, 1, 0, err), 0);
+    const emlio_transform_t *t[EMLIO_SERVER_XF_MAX_SPECS + 1];
+    atomic_uint *users[EMLIO_SERVER_XF_MAX_SPECS + 1];
+    for (int i = 0; i < EMLIO_SERVER_XF_MAX_SPECS; i++)
+        assert_int_equal(s_lookup(&xf, 8 + i, &t[i], &users[i]), 0);
+    /* The same text again: the same pipeline, one more user. */
+    const emlio_transform_t *again;
+    atomic_uint *u;
+    assert_int_equal(s_lookup(&xf, 8, &again, &u), 0);
+    assert_ptr_equal(again, t[0]);
+    assert_int_equal(atomic_load(u), 2);
+    atomic_fetch_sub(u, 1);
+    /* All in use: a new spec is refused, the cache unchanged. */
+    int n = EMLIO_SERVER_XF_MAX_SPECS;
+    assert_int_equal(s_lookup(&xf, 8 + n, &t[n], &users[n]), EMLIO_ELIMIT);
+    /* Two specs end their uses; the less recently used one makes room. */
+    atomic_fetch_sub(users[3], 1);
+    atomic_fetch_sub(users[5], 1);
+    assert_int_equal(s_lookup(&xf, 8 + n, &t[n], &users[n]), 0);
+    assert_int_equal(emlio_transform_height(t[n]), 8 + n);
+    assert_int_equal(s_lookup(&xf, 8 + 5, &again, &u), 0); /* still there */
+    assert_ptr_equal(again, t[5]);
+    /* A bad spec is refused without touching the cache. */
+    assert_int_equal(
+        emlio__server_xf_lookup(&xf, "rotate(3)", 9, &again, &u, err),
+        EMLIO_EINVAL);
+    assert_non_null(strstr(err, "rotate"));
+    emlio__server_xf_stop(&xf);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_server_xf_specs_are_evicted_only_when_unused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
