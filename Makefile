@@ -85,7 +85,7 @@ MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
         python install uninstall
 all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
      $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
-     $(B)/bench/delayline $(B)/bench/transform_bench
+     $(B)/bench/delayline $(B)/bench/transform_bench $(B)/bench/folder_tree
 
 $(VERSION_H): VERSION
 	@mkdir -p $(dir $@)
@@ -146,6 +146,12 @@ $(B)/bench/transform_bench: bench/transform_bench.c $(LIB_REAL) | $(LIB_LINKS)
 	@mkdir -p $(dir $@)
 	$(CC) $(TOOL_CFLAGS) -o $@ $< $(LDFLAGS_ALL) -L$(B)/lib -lemlio \
 	    -Wl,-rpath,'$$ORIGIN/../lib' -ljpeg
+
+# ImageFolder trees of tiny files for the start-up benchmark
+# (bench/folder_start.sh) and the suite's scale test: built, never installed.
+$(B)/bench/folder_tree: bench/folder_tree.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -o $@ $< $(LDFLAGS_ALL)
 
 # A benchmark tool, not part of the product: built, never installed.
 $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o

@@ -76,12 +76,17 @@ s_walk(const emlio__root_t *root, const char *dir, const char *rel, int depth,
     while (rc == 0 && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue;
+        int k = s_file_format(e->d_name);
+        /* Only directories and shard names matter: an ImageFolder tree's
+         * million images are passed over by their entry's type, without a
+         * stat each (the file system may not say: then stat). */
+        if (k < 0 && e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
+            continue;
         char child[PATH_MAX];
         if (snprintf(child, sizeof(child), "%s%s", rel, e->d_name) >=
                 (int)sizeof(child) ||
             fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
-        int k = s_file_format(e->d_name);
         if (S_ISDIR(st.st_mode)) {
             char sub[PATH_MAX];
             if (snprintf(sub, sizeof(sub), "%s/", child) < (int)sizeof(sub))
