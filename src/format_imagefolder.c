@@ -202,13 +202,15 @@ s_classes(const emlio__root_t *base, const char *root, emlio__names_t *out,
     return rc;
 }
 
-/* The listing cache can be large (ImageNet's is ~80 MB), never this. */
+/* The listing cache can be large (ImageNet's is ~52 MB), never this. */
 #define S_CACHE_MAX ((uint64_t)1 << 30)
 
 /* Reads the listing cache beneath the root into a fresh buffer: a FIFO,
- * a link out of the root, a directory or a huge file is refused. */
+ * a link out of the root, a directory or a huge file is refused. One
+ * read of the size fstat gave, then one more to see the end: a cache
+ * being replaced is read whole or found changed. */
 static int
-s_slurp(const emlio__root_t *base, const char *rel, char **out, size_t *len)
+s_slurp(const emlio__root_t *base, const char *rel, uint8_t **out, size_t *len)
 {
     struct stat st;
     int fd = emlio__open_beneath(base, rel, 0, &st);
@@ -218,57 +220,67 @@ s_slurp(const emlio__root_t *base, const char *rel, char **out, size_t *len)
         close(fd);
         return -EFBIG;
     }
-    emlio_buf_t buf = EMLIO_BUF_INIT;
-    char chunk[65536];
-    ssize_t got;
-    int rc = 0;
-    while (rc == 0 && (got = read(fd, chunk, sizeof(chunk))) != 0) {
-        if (got < 0 && errno == EINTR)
+    size_t want = (size_t)st.st_size;
+    uint8_t *buf = emlio_malloc(want + 1);
+    size_t got = 0;
+    int rc = buf ? 0 : -ENOMEM;
+    while (rc == 0 && got < want + 1) {
+        ssize_t r = read(fd, buf + got, want + 1 - got);
+        if (r < 0 && errno == EINTR)
             continue;
-        if (got < 0)
-            rc = -errno;
-        else if (buf.len + (size_t)got > S_CACHE_MAX)
-            rc = -EFBIG;
-        else
-            rc = emlio_buf_add(&buf, chunk, (size_t)got);
+        if (r <= 0) {
+            rc = r < 0 ? -errno : 0;
+            break;
+        }
+        got += (size_t)r;
     }
     close(fd);
+    if (rc == 0 && got != want)
+        rc = -ESTALE;
     if (rc < 0) {
-        emlio_buf_release(&buf);
+        emlio_free(buf);
         return rc;
     }
-    *out = (char *)emlio_buf_detach(&buf, len);
+    *out = buf;
+    *len = want;
     return 0;
 }
 
-/* Fills folders[0, n) from ROOT/.emlio-files when it still describes the
- * tree; returns whether it did (one log line when it did not). */
-static bool
+/* Fills what it can of folders[0, n) from ROOT/.emlio-files; returns how
+ * many are left to list (all n when the cache is missing or unusable; one
+ * log line when it is not missing and not wholly used). */
+static size_t
 s_cache_load(const emlio__root_t *base, const char *cache,
-             const struct stat *root, emlio__folder_t **folders, size_t n,
+             emlio__folder_t **folders, size_t n, bool *rewrite,
              emlio__shardset_log_fn *log, void *userdata)
 {
-    char *text = NULL;
+    uint8_t *data = NULL;
     size_t len = 0;
     char why[EMLIO_ERRMSG_LEN] = "";
-    int rc = s_slurp(base, ".emlio-files", &text, &len);
+    *rewrite = true;
+    int rc = s_slurp(base, ".emlio-files", &data, &len);
     if (rc == -ENOENT)
-        return false;
+        return n;
     if (rc < 0)
         snprintf(why, sizeof(why), "cannot read it: %s", emlio__open_why(rc));
     else
-        rc =
-            emlio__folder_cache_load(text, len, root->st_mtim, folders, n, why);
-    emlio_free(text);
-    if (rc < 0 && log) {
-        char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
+        rc = emlio__folder_cache_load(&data, len, base->follow, folders, n,
+                                      rewrite, why);
+    emlio_free(data);
+    char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 96];
+    if (rc < 0)
         snprintf(msg, sizeof(msg),
                  "file list '%s' does not describe the tree (%s); listing "
                  "the tree",
                  cache, why[0] ? why : emlio_strerror(rc));
+    else if (rc > 0)
+        snprintf(msg, sizeof(msg),
+                 "file list '%s' is out of date for %d of %zu classes (%s); "
+                 "listing those",
+                 cache, rc, n, why);
+    if (rc != 0 && log)
         log(userdata, msg);
-    }
-    return rc == 0;
+    return rc < 0 ? n : (size_t)rc;
 }
 
 /* Logs what the walk left out: symlinks and unreadable subdirectories,
@@ -311,7 +323,7 @@ s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
  * when it still describes the tree, else from a walk (then cached). */
 static int
 s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
-               const struct stat *root, const emlio__shardset_opts_t *opts,
+               const emlio__shardset_opts_t *opts,
                emlio__shardset_log_fn *log, void *userdata, char *errbuf)
 {
     size_t first = set->n;
@@ -334,10 +346,14 @@ s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
     }
     char cache[PATH_MAX];
     snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
-    bool cached = rc == 0 && !opts->rescan &&
-                  s_cache_load(&set->root, cache, root, folders, classes->n,
-                               log, userdata);
-    for (size_t i = 0; i < classes->n && rc >= 0 && !cached; i++) {
+    bool rewrite = true;
+    if (rc == 0 && !opts->rescan)
+        s_cache_load(&set->root, cache, folders, classes->n, &rewrite, log,
+                     userdata);
+    /* Only the classes the cache did not describe are walked. */
+    for (size_t i = 0; i < classes->n && rc >= 0; i++) {
+        if (emlio__folder_cached(folders[i]))
+            continue;
         if (emlio__shardset_cancelled(opts))
             rc = emlio__seterr(errbuf, -ECANCELED,
                                "loading '%s' was interrupted", dir);
@@ -349,8 +365,8 @@ s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
             rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
                                "class directory '%s/%s' has no images", dir,
                                set->shards[first + i].name);
-    if (rc >= 0 && !cached && opts->write_index) {
-        int wrc = emlio__folder_cache_write(cache, root->st_mtim, folders,
+    if (rc >= 0 && rewrite && opts->write_index) {
+        int wrc = emlio__folder_cache_write(cache, set->root.follow, folders,
                                             classes->n);
         if (wrc < 0 && log) {
             char msg[PATH_MAX + 128];
@@ -368,6 +384,7 @@ s_load_tree(emlio__shardset_t *set, const char *dir, const struct stat *root,
             const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
             void *userdata, char *errbuf)
 {
+    (void)root; /* its mtime changes when the cache is written into it */
     emlio__names_t classes = { 0 };
     size_t first = set->n;
     s_left_t left = { 0 };
@@ -375,8 +392,7 @@ s_load_tree(emlio__shardset_t *set, const char *dir, const struct stat *root,
     if (rc == 0 && classes.n)
         rc = emlio__shardset_grow(set, classes.n);
     if (rc == 0 && classes.n)
-        rc = s_load_folders(set, dir, &classes, root, opts, log, userdata,
-                            errbuf);
+        rc = s_load_folders(set, dir, &classes, opts, log, userdata, errbuf);
     if (rc >= 0)
         s_log_skipped(set, first, &left, log, userdata);
     size_t n = classes.n;

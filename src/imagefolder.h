@@ -12,8 +12,9 @@
  * fresh buffer + close: see docs/formats.md for the measurements behind
  * this. Symlinks are listed only when the root follows them, and only
  * when they lead to a regular file inside the root.
- * Each read checks the file's size against the listing; a changed file is
- * an error naming it, never a short or padded sample.
+ * Each read checks the file's size and mtime against the listing; a
+ * changed file is an error naming it, never a short or padded sample.
+ * Nothing is held open between reads: no descriptor per class.
  *
  * Thread rules: scan from one thread; then emlio__folder_read from many.
  */
@@ -39,8 +40,9 @@ emlio__folder_t *emlio__folder_new(const char *root, const char *cls,
                                    int64_t label, const emlio__root_t *base);
 void emlio__folder_destroy(emlio__folder_t **self_p);
 
-/* Opens the class directory and lists its images. Returns the count or
- * -errno / EMLIO_ENOMEM with the message in errmsg. */
+/* Opens the class directory and lists its images (a stat per image, for
+ * its size and mtime). Returns the count or -errno / EMLIO_ENOMEM with
+ * the message in errmsg. */
 int emlio__folder_scan(emlio__folder_t *self);
 
 /* Symlinks the scan left out (not followed, or leading out of the root or
@@ -66,24 +68,37 @@ const char *emlio__folder_errmsg(const emlio__folder_t *self);
 int emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
                        size_t *len);
 
-/* The listing cache: every class's directories (with mtimes) and files
- * (with size and mtime), written beside the tree as ROOT/.emlio-files
- * (atomically; hidden, so never served) after a scan. */
-int emlio__folder_cache_write(const char *path, struct timespec root_mtime,
+/* Was this class walked (every file stat'ed) by the scan of this load, or
+ * taken from the file-list cache (its directories stat'ed, no file)? */
+bool emlio__folder_listed(const emlio__folder_t *self);
+bool emlio__folder_cached(const emlio__folder_t *self);
+
+/* The file-list cache, ROOT/.emlio-files (imagefolder_cache.c; format in
+ * docs/formats.md): every class's directories (device, inode, mtime) and
+ * files (size, mtime), written atomically (hidden, so never served) from
+ * listed or cached folders[0, n). follow: the root follows symlinks
+ * (a list made one way is not used the other). Returns 0 or -errno. */
+int emlio__folder_cache_write(const char *path, bool follow,
                               emlio__folder_t *const *folders, size_t n);
-/* Fills folders[0, n) (new, unscanned, the tree's classes in order) from
- * cache text[0, len) when it still describes the tree. The cache is a
- * hint, never authority: every name must be one a walk writes (relative,
- * no hidden or ".." component, sorted, no repeats), and each class's
- * directory entries now (read without a stat per file) must be exactly
- * the files and directories it lists: nothing missing, nothing added, no
- * other class (root_mtime is recorded for people, not compared: writing
- * the cache into the root changes it). Sizes and mtimes are checked at
- * each read. Returns 0, -ESTALE, EMLIO_EFORMAT or EMLIO_ENOMEM (then the
- * folders are left empty and why, EMLIO_ERRMSG_LEN or NULL, says why). */
-int emlio__folder_cache_load(const char *text, size_t len,
-                             struct timespec root_mtime,
+/* Points folders[0, n) (new, unscanned: the tree's classes) at the
+ * listing in cache data[0, len) when their directories still match it.
+ * The cache is a hint, never authority: magic, version, length and
+ * checksum are checked, every name must be one a walk writes (relative,
+ * no hidden or ".." component, images only, sorted, no repeats, in a
+ * listed directory), and a class is used only when each of its listed
+ * directories, opened beneath the root now, has the same device, inode
+ * and mtime, and that mtime is older than its walk by a margin (a change
+ * within the same clock tick would not show). Files are not stat'ed:
+ * sizes and mtimes are checked at each read. Takes *data_p (freed when the
+ * last folder using it goes; NULL then). Returns how many folders are
+ * left to scan (stale or new classes; why says why for the first), or
+ * EMLIO_EFORMAT / -ESTALE (the whole cache unusable; folders left empty),
+ * EMLIO_ENOMEM. *rewrite: the cache should be written again after the
+ * scans (stale, new or removed classes, or unusable). */
+int emlio__folder_cache_load(uint8_t **data_p, size_t len, bool follow,
                              emlio__folder_t *const *folders, size_t n,
-                             char *why);
+                             bool *rewrite, char *why);
+/* Sets a cache's checksum after an edit (tests forge lists with it). */
+int emlio__folder_cache_seal(uint8_t *data, size_t len);
 
 #endif /* EMLIO_IMAGEFOLDER_H */
