@@ -32,13 +32,12 @@ s_fill(int dfd, long first, long count, int copies)
     for (long k = 0; k < count; k++) {
         snprintf(name, sizeof(name), "img_%07ld.jpg", first + k);
         if (!copies) {
-            if (linkat(dfd, ".seed", dfd, name, 0) != 0 &&
-                errno != EEXIST)
+            if (linkat(dfd, ".seed", dfd, name, 0) != 0 && errno != EEXIST)
                 return -errno;
             continue;
         }
-        int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                        0644);
+        int fd =
+            openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0)
             return -errno;
         char body[32];

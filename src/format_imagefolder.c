@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "crc32c.h"
@@ -323,8 +324,8 @@ s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
  * when it still describes the tree, else from a walk (then cached). */
 static int
 s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
-               const emlio__shardset_opts_t *opts,
-               emlio__shardset_log_fn *log, void *userdata, char *errbuf)
+               const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
+               void *userdata, char *errbuf)
 {
     size_t first = set->n;
     emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
@@ -379,6 +380,38 @@ s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
     return rc < 0 ? rc : 0;
 }
 
+/* Every read opens its file (nothing is held between reads), so serving
+ * needs one free descriptor per reader thread besides the daemon's own
+ * (~22 when listening: ZeroMQ's sockets and pollers) and each client's:
+ * 64 free at load. Fewer and every read would fail "too many open files"
+ * after "listening"; refuse to start instead, saying so. */
+#define S_FD_HEADROOM 64
+
+static int
+s_fd_headroom(const emlio__root_t *base, char *errbuf)
+{
+    int fds[S_FD_HEADROOM];
+    int n = 0;
+    while (n < S_FD_HEADROOM &&
+           (fds[n] = fcntl(base->fd, F_DUPFD_CLOEXEC, 0)) >= 0)
+        n++;
+    int err = errno;
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    if (n == S_FD_HEADROOM)
+        return 0;
+    if (err != EMFILE && err != ENFILE)
+        return 0; /* not a limit: the reads will say what is wrong */
+    struct rlimit lim = { 0 };
+    getrlimit(RLIMIT_NOFILE, &lim);
+    return emlio__seterr(errbuf, -EMFILE,
+                         "too few file descriptors to serve an ImageFolder: "
+                         "%d free of a limit of %llu (each read opens its "
+                         "file; at least %d must be free at start-up): raise "
+                         "ulimit -n or LimitNOFILE=",
+                         n, (unsigned long long)lim.rlim_cur, S_FD_HEADROOM);
+}
+
 static int
 s_load_tree(emlio__shardset_t *set, const char *dir, const struct stat *root,
             const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
@@ -395,6 +428,8 @@ s_load_tree(emlio__shardset_t *set, const char *dir, const struct stat *root,
         rc = s_load_folders(set, dir, &classes, opts, log, userdata, errbuf);
     if (rc >= 0)
         s_log_skipped(set, first, &left, log, userdata);
+    if (rc >= 0 && set->root.fd >= 0)
+        rc = s_fd_headroom(&set->root, errbuf);
     size_t n = classes.n;
     emlio__names_release(&classes);
     return rc < 0 ? rc : (int)n;

@@ -158,8 +158,8 @@ s_founds_push(s_founds_t *f, const char *rel, const struct stat *st)
 
 /* Opens CLASS/rel beneath the data root (rel "" is the class directory). */
 int
-emlio__folder_open(const emlio__folder_t *self, const char *rel,
-                   unsigned flags, struct stat *st)
+emlio__folder_open(const emlio__folder_t *self, const char *rel, unsigned flags,
+                   struct stat *st)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s/%s", self->cls, rel) >=
@@ -309,8 +309,8 @@ s_pack(emlio__folder_t *self, s_walk_t *w)
     for (size_t i = 0; i < w->files.n; i++) {
         const s_found_t *f = &w->files.v[i];
         size_t len = strlen(f->rel);
-        files[i] = (emlio__folder_file_t){ f->size, f->mtime_ns, at,
-                                           (uint32_t)len };
+        files[i] =
+            (emlio__folder_file_t){ f->size, f->mtime_ns, at, (uint32_t)len };
         memcpy(text + at, f->rel, len + 1);
         at += (uint32_t)len + 1;
         self->bytes += f->size;

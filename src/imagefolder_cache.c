@@ -17,17 +17,17 @@
 #include "crc32c.h"
 #include "imagefolder_list.h"
 
-#define S_MAGIC   "emlio-if"
-#define S_VERSION 2u
-#define S_ORDER   0x01020304u
-#define S_FOLLOW  1u
+#define S_MAGIC    "emlio-if"
+#define S_VERSION  2u
+#define S_ORDER    0x01020304u
+#define S_FOLLOW   1u
 /* Far beyond any tree (ImageNet's list is ~52 MB); never read past it. */
-#define S_MAX ((uint64_t)1 << 30)
+#define S_MAX      ((uint64_t)1 << 30)
 /* A directory whose mtime is this close to (or after) the moment its walk
  * began may have changed again within the same clock tick after it was
  * read (file systems stamp with a coarse clock; FAT keeps 2 s): such a
  * class is listed again at the next start ("racy git"). */
-#define S_RACY_NS ((int64_t)2000000000)
+#define S_RACY_NS  ((int64_t)2000000000)
 /* No image is this big; a list saying so is a lie (and sums overflow). */
 #define S_MAX_FILE ((uint64_t)1 << 48)
 
@@ -145,13 +145,13 @@ s_fill(uint8_t *mem, const s_header_t *h, emlio__folder_t *const *folders,
         };
         for (size_t i = 0; i < f->n_dirs; i++, d++) {
             dirs[d] = f->dirs[i];
-            dirs[d].name = s_put(names, &at, f->names + f->dirs[i].name,
-                                 f->dirs[i].len);
+            dirs[d].name =
+                s_put(names, &at, f->names + f->dirs[i].name, f->dirs[i].len);
         }
         for (size_t i = 0; i < f->n; i++, k++) {
             files[k] = f->files[i];
-            files[k].name = s_put(names, &at, f->names + f->files[i].name,
-                                  f->files[i].len);
+            files[k].name =
+                s_put(names, &at, f->names + f->files[i].name, f->files[i].len);
         }
     }
 }
@@ -161,8 +161,8 @@ emlio__folder_cache_seal(uint8_t *data, size_t len)
 {
     if (len < sizeof(s_header_t))
         return EMLIO_EFORMAT;
-    uint32_t crc = emlio_crc32c(0, data + sizeof(s_header_t),
-                                len - sizeof(s_header_t));
+    uint32_t crc =
+        emlio_crc32c(0, data + sizeof(s_header_t), len - sizeof(s_header_t));
     memcpy(data + offsetof(s_header_t, crc), &crc, sizeof(crc));
     return 0;
 }
@@ -338,8 +338,8 @@ s_fresh(const s_cache_t *c, const s_class_t *k, const emlio__folder_t *f,
     const emlio__folder_dir_t *dirs = c->dirs + k->first_dir;
     for (uint64_t i = 0; i < k->n_dirs; i++) {
         struct stat st;
-        int fd = emlio__folder_open(f, c->names + dirs[i].name,
-                                    EMLIO__OPEN_DIR, &st);
+        int fd = emlio__folder_open(f, c->names + dirs[i].name, EMLIO__OPEN_DIR,
+                                    &st);
         if (fd < 0)
             return s_why(why, -ESTALE, f->cls, "a directory is gone");
         close(fd);

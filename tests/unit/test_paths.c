@@ -7,6 +7,7 @@
 #include "emlio_test.h"
 
 #include "beneath.h"
+#include "imagefolder.h"
 #include "shardset.h"
 
 typedef struct s_log {
@@ -272,28 +273,53 @@ test_paths_shard_links_follow_the_rule(void **state)
     test_rmtree(t.tmp);
 }
 
-/* Rewrites ROOT/.emlio-files through sed-like line edits. */
+/* Rewrites a name in ROOT/.emlio-files (same length, so the tables
+ * still add up) and seals the checksum again: a deliberate lie, not a
+ * damaged file. */
 static void
 s_edit_cache(const s_tree_t *t, const char *from, const char *to)
 {
     char p[PATH_MAX];
     s_path(p, t, ".emlio-files");
     size_t len;
-    char *text = (char *)test_read_file(p, &len);
-    text[len] = '\0';
-    char *at = strstr(text, from);
+    uint8_t *data = test_read_file(p, &len);
+    size_t n = strlen(from);
+    assert_int_equal(strlen(to), n);
+    uint8_t *at = NULL;
+    for (size_t i = 0; i + n + 1 <= len && !at; i++)
+        if (memcmp(data + i, from, n + 1) == 0 && (i == 0 || !data[i - 1]))
+            at = data + i;
     assert_non_null(at);
-    emlio_buf_t out = EMLIO_BUF_INIT;
-    char *cut = at;
-    if (!to) /* drop the whole line */
-        while (cut > text && cut[-1] != '\n')
-            cut--;
-    assert_int_equal(emlio_buf_add(&out, text, (size_t)(cut - text)), 0);
-    assert_int_equal(emlio_buf_addf(&out, "%s", to ? to : ""), 0);
-    assert_int_equal(emlio_buf_addf(&out, "%s", at + strlen(from)), 0);
-    test_write_file(p, out.data, out.len);
-    emlio_buf_release(&out);
-    free(text);
+    memcpy(at, to, n);
+    assert_int_equal(emlio__folder_cache_seal(data, len), 0);
+    test_write_file(p, data, len);
+    free(data);
+}
+
+/* Sets the mtime of ROOT/rel an hour back: a class listed now is then not
+ * "racy" (changed as it was listed) at the next load. */
+static void
+s_age(const s_tree_t *t, const char *rel)
+{
+    char p[PATH_MAX];
+    s_path(p, t, rel);
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= 3600;
+    ts[1] = ts[0];
+    assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
+}
+
+/* Classes the load took from the file list (no file stat'ed) and classes
+ * it walked (a stat per file). */
+static void
+s_how(const emlio__shardset_t *set, size_t *cached, size_t *listed)
+{
+    *cached = *listed = 0;
+    for (size_t s = 0; s < set->n; s++) {
+        *cached += emlio__folder_cached(set->shards[s].impl);
+        *listed += emlio__folder_listed(set->shards[s].impl);
+    }
 }
 
 static void
@@ -309,6 +335,7 @@ test_paths_file_list_is_a_hint(void **state)
         s_path(p, &t, name);
         test_write_file(p, "ffff", 4);
     }
+    s_age(&t, "cat");
     emlio__shardset_t set;
     s_log_t log = { 0 };
     char err[EMLIO_ERRMSG_LEN] = "";
@@ -319,17 +346,15 @@ test_paths_file_list_is_a_hint(void **state)
     size_t len;
     uint8_t *orig = test_read_file(p, &len);
 
-    /* Each lie: a name out of the root, a file dropped, a file repeated,
-     * an absolute name. Every one is rebuilt from the tree, with one log
-     * line, and nothing but the tree's files is served. */
+    /* Each lie, checksum and all: a name out of the root, a repeat, an
+     * absolute name, a hidden file, a file that is no image. Every one is
+     * rebuilt from the tree, with one log line, and nothing but the
+     * tree's files is served. */
     struct {
         const char *from, *to;
     } lies[] = {
-        { "\ta.jpg\n", "\t../../secret\n" },
-        { "\tf2.jpg\n", "\tf1.jpg\n" },
-        { "\ta.jpg\n", "\ta.jpg\nF\t4\t0\t0\ta.jpg\n" },
-        { "\tf5.jpg\n", "\t/etc/hostname\n" },
-        { "\tb.jpg\n", "\tb.jpg\nF\t13\t0\t0\tz.jpg\n" },
+        { "a.jpg", "../aa" }, { "f2.jpg", "f1.jpg" }, { "f5.jpg", "/etc/h" },
+        { "b.jpg", ".b.jp" }, { "f4.jpg", "f4.txt" }, { "cat", "../" },
     };
 
     for (size_t k = 0; k < EMLIO_ARRAY_SIZE(lies); k++) {
@@ -343,15 +368,108 @@ test_paths_file_list_is_a_hint(void **state)
         assert_int_equal(s_read_all(&set), 8);
         emlio__shardset_release(&set);
     }
-    /* A dropped line (24 of 40 files) is caught as well. */
-    test_write_file(p, orig, len);
-    s_edit_cache(&t, "\tf3.jpg\n", NULL);
-    memset(&log, 0, sizeof(log));
-    assert_int_equal(s_load(&set, &t, false, &log, err), 1);
-    assert_int_equal(set.records, 8);
-    assert_non_null(strstr(log.all, "7 files"));
-    emlio__shardset_release(&set);
+    /* Damage: a flipped byte (checksum), a cut file, the text list of
+     * version 1. */
+    const char *damage[] = { "checksum", "truncated", "version 2" };
+    for (size_t k = 0; k < EMLIO_ARRAY_SIZE(damage); k++) {
+        uint8_t *copy = test_read_file(p, &len); /* written by the last load */
+        if (k == 0)
+            copy[len - 3] ^= 1;
+        if (k == 2)
+            memcpy(copy, "emlio-imagefolder 1\n", 20);
+        test_write_file(p, copy, k == 1 ? len - 8 : len);
+        free(copy);
+        memset(&log, 0, sizeof(log));
+        assert_int_equal(s_load(&set, &t, false, &log, err), 1);
+        assert_int_equal(set.records, 8);
+        assert_non_null(strstr(log.all, damage[k]));
+        emlio__shardset_release(&set);
+    }
     free(orig);
+    test_rmtree(t.tmp);
+}
+
+/* A start stats directories, not files: an unchanged class comes from the
+ * list; adding a file lists its class again, and only it. */
+static void
+test_paths_file_list_trusts_directories(void **state)
+{
+    (void)state;
+    s_tree_t t;
+    s_tree(&t);
+    char p[PATH_MAX];
+    s_path(p, &t, "dog");
+    assert_int_equal(mkdir(p, 0755), 0);
+    s_path(p, &t, "dog/sub");
+    assert_int_equal(mkdir(p, 0755), 0);
+    s_path(p, &t, "dog/sub/d.png");
+    test_write_file(p, "dd", 2);
+    s_age(&t, "cat");
+    s_age(&t, "dog");
+    s_age(&t, "dog/sub");
+    emlio__shardset_t set;
+    s_log_t log = { 0 };
+    char err[EMLIO_ERRMSG_LEN] = "";
+    size_t cached, listed;
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    s_how(&set, &cached, &listed);
+    assert_int_equal(listed, 2);
+    emlio__shardset_release(&set);
+
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    s_how(&set, &cached, &listed);
+    assert_int_equal(cached, 2);
+    assert_int_equal(listed, 0);
+    assert_int_equal(log.n, 0);
+    assert_int_equal(set.records, 3);
+    assert_int_equal(s_read_all(&set), 3);
+    emlio__shardset_release(&set);
+
+    /* A new image in a nested directory: dog alone is listed again. */
+    s_path(p, &t, "dog/sub/e.png");
+    test_write_file(p, "eee", 3);
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    s_how(&set, &cached, &listed);
+    assert_int_equal(cached, 1);
+    assert_int_equal(listed, 1);
+    assert_true(emlio__folder_listed(set.shards[1].impl));
+    assert_int_equal(set.records, 4);
+    assert_non_null(strstr(log.all, "1 of 2 classes"));
+    emlio__shardset_release(&set);
+
+    /* Changed within the clock's reach of its listing: listed once more;
+     * aged, it is trusted again. */
+    memset(&log, 0, sizeof(log));
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    s_how(&set, &cached, &listed);
+    assert_int_equal(listed, 1);
+    assert_non_null(strstr(log.all, "as it was listed"));
+    emlio__shardset_release(&set);
+    s_age(&t, "dog/sub");
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    emlio__shardset_release(&set);
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    s_how(&set, &cached, &listed);
+    assert_int_equal(cached, 2);
+    emlio__shardset_release(&set);
+
+    /* A file rewritten in place leaves its directory as it was: the
+     * class is trusted, and the read finds the file changed (size and
+     * mtime are checked at every read). A new class is listed alone. */
+    s_path(p, &t, "cat/a.jpg");
+    test_write_file(p, "AAAAA", 5);
+    s_path(p, &t, "eel");
+    assert_int_equal(mkdir(p, 0755), 0);
+    s_path(p, &t, "eel/e.jpg");
+    test_write_file(p, "e", 1);
+    memset(&log, 0, sizeof(log));
+    assert_int_equal(s_load(&set, &t, false, &log, err), 3);
+    s_how(&set, &cached, &listed);
+    assert_int_equal(cached, 2);
+    assert_int_equal(listed, 1);
+    assert_non_null(strstr(log.all, "a new class"));
+    assert_int_equal(s_read_all(&set), 4); /* all but cat/a.jpg */
+    emlio__shardset_release(&set);
     test_rmtree(t.tmp);
 }
 
@@ -365,6 +483,7 @@ main(void)
         cmocka_unit_test(test_paths_a_fifo_never_blocks),
         cmocka_unit_test(test_paths_shard_links_follow_the_rule),
         cmocka_unit_test(test_paths_file_list_is_a_hint),
+        cmocka_unit_test(test_paths_file_list_trusts_directories),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
