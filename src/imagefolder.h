@@ -98,6 +98,12 @@ int emlio__folder_cache_write(const char *path, bool follow,
 int emlio__folder_cache_load(uint8_t **data_p, size_t len, bool follow,
                              emlio__folder_t *const *folders, size_t n,
                              bool *rewrite, char *why);
+/* The checks of emlio__folder_cache_load that need no file system: the
+ * header, the tables and every class's names (the fuzzer's entry). Reads
+ * nothing outside data[0, len) (which must be 8-byte aligned). Returns 0,
+ * EMLIO_EFORMAT or -ESTALE, with why. */
+int emlio__folder_cache_check(const uint8_t *data, size_t len, bool follow,
+                              char *why);
 /* Sets a cache's checksum after an edit (tests forge lists with it). */
 int emlio__folder_cache_seal(uint8_t *data, size_t len);
 

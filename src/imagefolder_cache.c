@@ -324,6 +324,19 @@ s_check_class(const s_cache_t *c, const s_class_t *k, char *why)
     return 0;
 }
 
+int
+emlio__folder_cache_check(const uint8_t *data, size_t len, bool follow,
+                          char *why)
+{
+    if (why)
+        why[0] = '\0';
+    s_cache_t c;
+    int rc = s_open_tables(data, len, follow, &c, why);
+    for (uint64_t i = 0; rc == 0 && i < c.h.n_classes; i++)
+        rc = s_check_class(&c, &c.classes[i], why);
+    return rc;
+}
+
 /* Is the class as listed still the tree's? Each directory it lists is
  * opened (beneath the root) and compared by identity and mtime: a file
  * added, removed or renamed in any of them changes that. No file is
