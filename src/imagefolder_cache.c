@@ -302,10 +302,11 @@ s_check_class(const s_cache_t *c, const s_class_t *k, char *why)
     const emlio__folder_file_t *files = c->files + k->first_file;
     char parent[PATH_MAX];
     for (uint64_t i = 0; i < k->n_files; i++) {
+        if (!s_name_ok(c, files[i].name, files[i].len))
+            return s_why(why, EMLIO_EFORMAT, cls, "a bad file entry");
         const char *rel = c->names + files[i].name;
         const char *slash = strrchr(rel, '/');
-        bool ok = s_name_ok(c, files[i].name, files[i].len) &&
-                  emlio__rel_ok(rel, files[i].len) &&
+        bool ok = emlio__rel_ok(rel, files[i].len) &&
                   emlio__folder_is_image(slash ? slash + 1 : rel) &&
                   files[i].size <= S_MAX_FILE &&
                   (!i || strcmp(c->names + files[i - 1].name, rel) < 0);
