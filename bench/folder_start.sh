@@ -25,7 +25,10 @@ EMLIODS=${EMLIODS:-$B/bin/emliod}
 TREE=${TREE:-/tmp/emlio-folder-bench.$$}
 GEN=$B/bench/folder_tree
 [ -x "$GEN" ] || { echo "build $GEN first (make)" >&2; exit 2; }
-cleanup() { [ -n "${KEEP:-}" ] || rm -rf "$TREE"; }
+cleanup() {
+    rm -f "$TREE".out "$TREE".err "$TREE".rss "$TREE".sout "$TREE".strace
+    [ -n "${KEEP:-}" ] || rm -rf "$TREE"
+}
 trap cleanup EXIT
 
 # start EMLIOD: prints the seconds to "listening", then stops it; the
@@ -42,6 +45,8 @@ start() {
         sleep 0.01
     done
     t1=$(date +%s.%N)
+    # Peak resident memory of the load, for the table's last column.
+    awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status" >"$TREE.rss"
     kill -INT "$pid"
     wait "$pid" 2>/dev/null
     echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}'
@@ -76,13 +81,14 @@ t1=$(date +%s.%N)
 find "$TREE" -type d -exec touch -d '1 hour ago' {} +
 echo "tree: $FILES files in $CLASSES classes under $TREE, made in $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s"
 echo
-echo "| emliod | first start (s) | cached starts (s) | one file added (s) | next start (s) | stats, first start | stats, cached start |"
-echo "|---|---|---|---|---|---|---|"
+echo "| emliod | first start (s) | cached starts (s) | one file added (s) | next start (s) | stats, first start | stats, cached start | peak RSS, cached (MB) |"
+echo "|---|---|---|---|---|---|---|---|"
 for d in $EMLIODS; do
     rm -f "$TREE/.emlio-files"
     first=$(start "$d")
     cached=""
     for _ in $(seq "$ROUNDS"); do cached="$cached $(start "$d")"; done
+    rss=$(cat "$TREE.rss")
     n=$(printf 'bench_added_%s.jpg' "$RANDOM")
     echo new >"$TREE/class_0000/$n"
     added=$(start "$d")
@@ -96,5 +102,5 @@ for d in $EMLIODS; do
     s_cached=$(stats "$d")
     rm -f "$TREE/.emlio-files"
     s_first=$(stats "$d")
-    echo "| $d | $first | $cached | $added ($relisted) | $next | $s_first | $s_cached |"
+    echo "| $d | $first | $cached | $added ($relisted) | $next | $s_first | $s_cached | $rss |"
 done
