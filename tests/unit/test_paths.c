@@ -473,6 +473,60 @@ test_paths_file_list_trusts_directories(void **state)
     test_rmtree(t.tmp);
 }
 
+/* Out of memory anywhere in a load that uses the list, and in one that
+ * lists a changed class again and rewrites it: the load fails or serves
+ * the tree exactly; nothing crashes or (under make check) leaks. */
+static void
+test_paths_file_list_out_of_memory(void **state)
+{
+    (void)state;
+    s_tree_t t;
+    s_tree(&t);
+    char p[PATH_MAX];
+    s_path(p, &t, "dog");
+    assert_int_equal(mkdir(p, 0755), 0);
+    s_path(p, &t, "dog/d.png");
+    test_write_file(p, "dd", 2);
+    s_age(&t, "cat");
+    s_age(&t, "dog");
+    emlio__shardset_t set;
+    s_log_t log = { 0 };
+    char err[EMLIO_ERRMSG_LEN] = "";
+    assert_int_equal(s_load(&set, &t, false, &log, err), 2);
+    emlio__shardset_release(&set);
+    s_path(p, &t, ".emlio-files");
+    size_t len;
+    uint8_t *orig = test_read_file(p, &len);
+    for (int stale = 0; stale < 2; stale++) {
+        long ok = 0;
+        for (long n = 1;; n++) {
+            test_write_file(p, orig, len);
+            if (stale) { /* dog changed now: listed again, rewritten */
+                char dog[PATH_MAX];
+                s_path(dog, &t, "dog");
+                assert_int_equal(utimensat(AT_FDCWD, dog, NULL, 0), 0);
+            }
+            memset(&log, 0, sizeof(log));
+            emlio__alloc_fail_at(n);
+            int rc = s_load(&set, &t, false, &log, err);
+            long made = emlio__alloc_count();
+            emlio__alloc_fail_at(0);
+            if (rc >= 0) {
+                assert_int_equal(rc, 2);
+                assert_int_equal(set.records, 3);
+                assert_int_equal(s_read_all(&set), 3);
+                emlio__shardset_release(&set);
+                ok++;
+            }
+            if (made < n)
+                break; /* the load ended before the Nth allocation */
+        }
+        assert_true(ok > 0);
+    }
+    free(orig);
+    test_rmtree(t.tmp);
+}
+
 int
 main(void)
 {
@@ -484,6 +538,7 @@ main(void)
         cmocka_unit_test(test_paths_shard_links_follow_the_rule),
         cmocka_unit_test(test_paths_file_list_is_a_hint),
         cmocka_unit_test(test_paths_file_list_trusts_directories),
+        cmocka_unit_test(test_paths_file_list_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
