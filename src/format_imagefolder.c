@@ -247,10 +247,10 @@ s_slurp(const emlio__root_t *base, const char *rel, uint8_t **out, size_t *len)
     return 0;
 }
 
-/* Fills what it can of folders[0, n) from ROOT/.emlio-files; returns how
- * many are left to list (all n when the cache is missing or unusable; one
- * log line when it is not missing and not wholly used). */
-static size_t
+/* Fills what it can of folders[0, n) from ROOT/.emlio-files (the others
+ * are left to list: all of them when the cache is missing or unusable);
+ * one log line when it is there and not wholly used. */
+static void
 s_cache_load(const emlio__root_t *base, const char *cache,
              emlio__folder_t **folders, size_t n, bool *rewrite,
              emlio__shardset_log_fn *log, void *userdata)
@@ -261,7 +261,7 @@ s_cache_load(const emlio__root_t *base, const char *cache,
     *rewrite = true;
     int rc = s_slurp(base, ".emlio-files", &data, &len);
     if (rc == -ENOENT)
-        return n;
+        return;
     if (rc < 0)
         snprintf(why, sizeof(why), "cannot read it: %s", emlio__open_why(rc));
     else
@@ -281,7 +281,6 @@ s_cache_load(const emlio__root_t *base, const char *cache,
                  cache, rc, n, why);
     if (rc != 0 && log)
         log(userdata, msg);
-    return rc < 0 ? n : (size_t)rc;
 }
 
 /* Logs what the walk left out: symlinks and unreadable subdirectories,

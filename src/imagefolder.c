@@ -178,12 +178,12 @@ s_skip_link(emlio__folder_t *self, const char *child)
                         self->cls, child);
 }
 
-/* One directory entry of CLASS/rel: a subdirectory walked, an image
- * listed with its size and mtime (one stat: only a first start, or a
- * class whose directory changed, pays it). */
 static int s_walk(emlio__folder_t *self, s_walk_t *w, const char *rel,
                   int depth);
 
+/* One directory entry of CLASS/rel: a subdirectory walked, an image
+ * listed with its size and mtime (one stat: only a first start, or a
+ * class whose directory changed, pays it). */
 static int
 s_entry(emlio__folder_t *self, s_walk_t *w, int dfd, const char *rel,
         const struct dirent *e, int depth)
