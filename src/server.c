@@ -79,10 +79,12 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->own.label_field_set = cfg->label_field != NULL;
     self->own.label_key_set = cfg->label_key != NULL;
     self->own.fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
+    self->own.index_dir = cfg->index_dir ? emlio_strdup(cfg->index_dir) : NULL;
     if (!self->own.data_dir || !self->own.bytes_key || !self->own.label_key ||
         !self->own.name || !self->own.format || !self->own.label_field ||
         (cfg->field && !self->own.field) ||
-        (cfg->fields && !self->own.fields_spec)) {
+        (cfg->fields && !self->own.fields_spec) ||
+        (cfg->index_dir && !self->own.index_dir)) {
         emlio_server_destroy(&self);
         return NULL;
     }
@@ -96,6 +98,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->cfg.field = self->own.field;
     self->cfg.label_field = self->own.label_field;
     self->cfg.fields = self->own.fields_spec;
+    self->cfg.index_dir = self->own.index_dir;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -242,6 +245,7 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->own.field);
     emlio_free(self->own.label_field);
     emlio_free(self->own.fields_spec);
+    emlio_free(self->own.index_dir);
     for (size_t i = 0; i < self->own.n_fields; i++)
         emlio_free(self->own.fields[i]);
     emlio_free(self->own.fields);
@@ -452,6 +456,7 @@ emlio_server_load(emlio_server_t *self)
         .mixed_formats = self->cfg.mixed_formats,
         .verify_data = self->cfg.verify && !skip,
         .write_index = self->cfg.write_index,
+        .index_dir = self->own.index_dir,
         .lease = true,
         .follow_symlinks = self->cfg.follow_symlinks,
         .prune_field = self->own.field,
