@@ -401,9 +401,11 @@ emlio_server_interrupt(emlio_server_t *self)
 
 /* Label mistakes are found at start-up, not as every label -1: a
  * --label-field no shard has, and a label member that is not an integer
- * (checked on each shard's first sample: a wrong field, say "json", reads
- * as a non-number everywhere; a later broken label fails or is skipped
- * like a corrupt record). */
+ * (checked on the first sample of the first shard that has one: a wrong
+ * field, say "json", reads as a non-number everywhere; a later broken
+ * label fails or is skipped like a corrupt record). One sample only, so
+ * that a start reads no more of the data than that (docs/design.md,
+ * "Start-up"). */
 static int
 s_check_labels(emlio_server_t *self)
 {
@@ -421,23 +423,24 @@ s_check_labels(emlio_server_t *self)
                              "(--label-field)",
                              self->own.data_dir, want);
     size_t per = self->own.n_fields ? self->own.n_fields : 1;
-    for (size_t i = 0; i < set->n; i++) {
-        emlio__shard_t *shard = &set->shards[i];
-        if (!emlio__shard_count(shard))
-            continue;
-        emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
-        memset(views, 0, per * sizeof(views[0]));
-        const char *missing = "";
-        int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
-        for (size_t f = 0; f < per; f++)
-            emlio__view_release(&views[f], shard);
-        if (rc == EMLIO__FORMAT_EBADLABEL)
-            return emlio__seterr(self->err, EMLIO_EFORMAT,
-                                 "label '%s' of the first sample of shard "
-                                 "'%s' is not an integer, or missing (check "
-                                 "--label-field or --label-key)",
-                                 missing, shard->name);
-    }
+    size_t i = 0;
+    while (i < set->n && !emlio__shard_count(&set->shards[i]))
+        i++;
+    if (i == set->n)
+        return 0;
+    emlio__shard_t *shard = &set->shards[i];
+    emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
+    memset(views, 0, per * sizeof(views[0]));
+    const char *missing = "";
+    int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
+    for (size_t f = 0; f < per; f++)
+        emlio__view_release(&views[f], shard);
+    if (rc == EMLIO__FORMAT_EBADLABEL)
+        return emlio__seterr(self->err, EMLIO_EFORMAT,
+                             "label '%s' of the first sample of shard '%s' "
+                             "is not an integer, or missing (check "
+                             "--label-field or --label-key)",
+                             missing, shard->name);
     return 0;
 }
 

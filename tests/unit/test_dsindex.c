@@ -178,6 +178,8 @@ test_dsindex_cached_start_reads_no_data(void **state)
     }
     assert_int_equal(resident, 0);
     s_check_record(&set, 3, 999, 'a' + 3); /* served, CRC checked */
+    s_shard_path(path, sizeof(path), dir, 3);
+    assert_true(s_resident(path) > 0); /* what a read brings in is seen */
     emlio__shardset_release(&set);
     test_rmtree(dir);
 }
