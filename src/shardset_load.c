@@ -5,6 +5,9 @@
 #include "emlio_internal.h"
 
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#    include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -250,6 +253,12 @@ s_write_index(s_load_t *load, const char *path, const struct stat *root)
         set->index_prev = old;
     else
         emlio__dsindex_close(&old);
+#if defined(__GLIBC__)
+    /* The scans' tables (16 B a record) were freed into the threads'
+     * arenas, which keep them: give the pages back, or a first start
+     * leaves the heap a cached start does without. */
+    malloc_trim(0);
+#endif
 }
 
 /* Adds one shard per found name (names taken over), unloaded. */
