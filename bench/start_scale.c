@@ -173,8 +173,7 @@ static void
 s_forget(const char *dir)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof(cmd),
-             "rm -f '%s'/.emlio-index '%s'/*.idx", dir, dir);
+    snprintf(cmd, sizeof(cmd), "rm -f '%s'/.emlio-index '%s'/*.idx", dir, dir);
     if (system(cmd) != 0)
         fprintf(stderr, "start_scale: could not remove the indexes\n");
 }

@@ -16,13 +16,13 @@
 #    error "the dataset index is stored little-endian; add byte swapping"
 #endif
 
-#define S_MAGIC       "EMLIOIDX"
-#define S_HEADER_LEN  64u
-#define S_CRC_AT      60u /* the header's own CRC, last field */
-#define S_ALIGN       16u
+#define S_MAGIC      "EMLIOIDX"
+#define S_HEADER_LEN 64u
+#define S_CRC_AT     60u /* the header's own CRC, last field */
+#define S_ALIGN      16u
 /* Entries of a shard table beyond this are not an index of ours. */
-#define S_MAX_SHARDS  ((uint64_t)1 << 32)
-#define S_RACY_NS     2000000000ull
+#define S_MAX_SHARDS ((uint64_t)1 << 32)
+#define S_RACY_NS    2000000000ull
 
 _Static_assert(sizeof(emlio__dsindex_entry_t) == 80, "entry layout");
 
@@ -223,8 +223,8 @@ emlio__dsindex_find(const emlio__dsindex_t *self, const char *name)
 
 bool
 emlio__dsindex_fresh(const emlio__dsindex_t *self,
-                     const emlio__dsindex_entry_t *entry,
-                     const struct stat *st, const char *format)
+                     const emlio__dsindex_entry_t *entry, const struct stat *st,
+                     const char *format)
 {
     uint64_t mtime = s_mtime_ns(st);
     return entry->size == (uint64_t)st->st_size && entry->mtime_ns == mtime &&
@@ -284,8 +284,8 @@ s_put(s_out_t *o, const void *data, size_t len)
 
 /* The header and entries of items (sorted), tables from body on. */
 static void
-s_layout(const struct stat *root, const emlio__dsindex_item_t *items,
-         size_t n, s_header_t *h, emlio__dsindex_entry_t *entries)
+s_layout(const struct stat *root, const emlio__dsindex_item_t *items, size_t n,
+         s_header_t *h, emlio__dsindex_entry_t *entries)
 {
     uint64_t names_len = 0;
     for (size_t i = 0; i < n; i++)

@@ -156,8 +156,7 @@ emlio__shard_lease(emlio__shard_t *shard, const emlio__root_t *root,
     shard->dev = st->st_dev;
     shard->ino = st->st_ino;
     shard->size = (uint64_t)st->st_size;
-    shard->leased = S_ISREG(st->st_mode) &&
-                    fcntl(fd, F_SETSIG, SIGURG) == 0 &&
+    shard->leased = S_ISREG(st->st_mode) && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
                     fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
     atomic_init(&shard->users, 0);
     atomic_init(&shard->changed, false);

@@ -97,20 +97,22 @@ struct emlio__shardset {
     size_t n;
     uint64_t records;
     uint64_t bytes;
-    size_t mapped;        /* TFRecord and tar shards */
-    size_t leased;        /* of those, shards holding a read lease */
-    size_t indexed;   /* of those, tables served from the dataset index */
-    size_t rescanned; /* of those, not found current in it at load */
+    size_t mapped;          /* TFRecord and tar shards */
+    size_t leased;          /* of those, shards holding a read lease */
+    size_t indexed;         /* of those, tables served from the dataset index */
+    size_t rescanned;       /* of those, not found current in it at load */
     emlio__dsindex_t index; /* mapped; TFRecord shards borrow tables */
     emlio__dsindex_t index_prev; /* replaced, still borrowed from */
-    char fingerprint[17]; /* 16 hex digits */
+    char fingerprint[17];        /* 16 hex digits */
 };
 
 /* Finds every shard file of a file format (*.tfrecord, *.tar) under dir
- * (recursively, following no symlinked directories), maps each, loads its
- * "<file>.idx" when it is valid (and, for tar, not older than the shard) and
- * otherwise scans the file (verify_data: checking every TFRecord data CRC) and,
- * if write_index, writes the index. With no such files (or format
+ * (recursively, following no symlinked directories), maps each, takes its
+ * records from the dataset index (dsindex.h) when its entry is current,
+ * else loads its "<file>.idx" when it is valid (and, for tar, not older
+ * than the shard) and otherwise scans the file (verify_data: checking
+ * every TFRecord data CRC) and, if write_index, writes the .idx and the
+ * dataset index (see emlio__shardset_load_files). With no such files (or format
  * "imagefolder"), dir is read by the tree format, as an ImageFolder tree: one
  * shard per class directory. Several formats at once are EMLIO_EINVAL unless
  * opts->mixed_formats. Returns the shard count or an error with errbuf

@@ -18,7 +18,7 @@
 /* Threads that stat, map and (re)index shards. A cached start is a stat
  * and a lookup per shard; a first start is scans bound by memory
  * bandwidth, which more than a few threads do not speed up. */
-#define S_MAX_THREADS 4
+#define S_MAX_THREADS       4
 /* Below this many shards per thread, a thread costs more than it saves. */
 #define S_SHARDS_PER_THREAD 16
 
@@ -96,10 +96,9 @@ s_from_index(s_load_t *load, size_t i)
 {
     emlio__shard_t *shard = &load->set->shards[i];
     const emlio__dsindex_t *ix = &load->set->index;
-    const emlio__dsindex_entry_t *e =
-        shard->ops->adopt_table && ix->n
-            ? emlio__dsindex_find(ix, shard->name)
-            : NULL;
+    const emlio__dsindex_entry_t *e = shard->ops->adopt_table && ix->n
+                                          ? emlio__dsindex_find(ix, shard->name)
+                                          : NULL;
     if (!e || !emlio__dsindex_fresh(ix, e, &load->st[i], shard->ops->name))
         return false;
     return shard->ops->adopt_table(shard->impl, emlio__dsindex_table(ix, e),
@@ -174,7 +173,8 @@ s_run_workers(s_load_t *load)
 {
     size_t shards = load->set->n - load->first;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t want = EMLIO_MIN((size_t)S_MAX_THREADS, shards / S_SHARDS_PER_THREAD);
+    size_t want =
+        EMLIO_MIN((size_t)S_MAX_THREADS, shards / S_SHARDS_PER_THREAD);
     want = EMLIO_MIN(want, cpus > 0 ? (size_t)cpus : 1);
     pthread_t threads[S_MAX_THREADS];
     size_t started = 0;
@@ -309,8 +309,13 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
     size_t files = 0;
     for (size_t k = 0; emlio__formats[k]; k++)
         files += found[k].n;
-    s_load_t load = { .set = self, .dir = dir, .first = self->n, .opts = opts,
-                      .log = log, .userdata = userdata, .err_at = SIZE_MAX,
+    s_load_t load = { .set = self,
+                      .dir = dir,
+                      .first = self->n,
+                      .opts = opts,
+                      .log = log,
+                      .userdata = userdata,
+                      .err_at = SIZE_MAX,
                       .errbuf = errbuf };
     int rc = emlio__shardset_grow(self, files);
     if (rc == 0)

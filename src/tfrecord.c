@@ -375,10 +375,10 @@ s_table_check(emlio_tfrecord_t *self)
         emlio_tfrecord_loc_t *locs = NULL;
         size_t n = 0;
         char err[EMLIO_ERRMSG_LEN];
-        int rc = self->base ? emlio__tfrecord_scan_mem(self->base, self->size,
-                                                       false, self->path,
-                                                       &locs, &n, err)
-                            : EMLIO_EFORMAT;
+        int rc = self->base
+                     ? emlio__tfrecord_scan_mem(self->base, self->size, false,
+                                                self->path, &locs, &n, err)
+                     : EMLIO_EFORMAT;
         if (rc >= 0 && n == self->n) {
             self->locs = locs; /* the mapped table stays mapped */
             self->borrowed = false;

@@ -13,10 +13,10 @@
 #include "dsindex.h"
 #include "shardset.h"
 
-#define SHARDS   200
-#define RECORDS  1000
-#define PAYLOAD  128
-#define SMALL    8 /* shards of the small tests */
+#define SHARDS  200
+#define RECORDS 1000
+#define PAYLOAD 128
+#define SMALL   8 /* shards of the small tests */
 
 typedef struct s_log {
     int n;
@@ -86,8 +86,8 @@ s_load(emlio__shardset_t *set, const char *dir, const char *index_dir,
     emlio__shardset_opts_t opts = { .write_index = true,
                                     .lease = true,
                                     .index_dir = index_dir };
-    int rc = emlio__shardset_load(set, dir, &opts, log ? s_log : NULL, log,
-                                  err);
+    int rc =
+        emlio__shardset_load(set, dir, &opts, log ? s_log : NULL, log, err);
     if (rc < 0)
         fail_msg("load of '%s' failed: %s", dir, err);
     return set->rescanned;
@@ -141,9 +141,8 @@ s_check_record(emlio__shardset_t *set, size_t i, uint64_t r, char fill)
     emlio__view_t view;
     const char *missing = "";
     memset(&view, 0, sizeof(view));
-    assert_int_equal(emlio__format_read(&set->shards[i], r, &o, &view,
-                                        &missing),
-                     0);
+    assert_int_equal(
+        emlio__format_read(&set->shards[i], r, &o, &view, &missing), 0);
     assert_int_equal(view.len, PAYLOAD);
     assert_int_equal(view.data[0], (uint8_t)(fill + r % 7));
     emlio__view_release(&view, &set->shards[i]);
