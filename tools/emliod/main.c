@@ -198,8 +198,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         OPT("no-write-index", 0, OPT_UNSET, &cfg->write_index, NULL,
             "do not write missing .idx files or the\ndataset index"),
         OPT("index-dir", 0, OPT_STR, &cfg->index_dir, "DIR",
-            "keep the dataset index here (default: DATA/\n.emlio-index; "
-            "for read-only data)"),
+            "dataset index here (DATA/.emlio-index)"),
         OPT("on-corrupt", 0, OPT_CHOICE, &cfg->on_corrupt, "MODE",
             "fail (default) or skip corrupt records",
             .choices = s_corrupt_modes),
