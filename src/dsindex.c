@@ -116,12 +116,13 @@ s_check_entries(const emlio__dsindex_t *self, uint64_t names_len,
     return 0;
 }
 
-/* Checks the header of the mapped file self->map[0, self->size) and
- * points self at its entries and names. */
-static int
-s_check(emlio__dsindex_t *self, const struct stat *root, const char *path,
-        char *errbuf)
+int
+emlio__dsindex_parse(emlio__dsindex_t *self, const uint8_t *map, size_t size,
+                     uint64_t root_ino, const char *path, char *errbuf)
 {
+    memset(self, 0, sizeof(*self));
+    self->map = map;
+    self->size = size;
     s_header_t h;
     if (self->size < S_HEADER_LEN)
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
@@ -153,7 +154,7 @@ s_check(emlio__dsindex_t *self, const struct stat *root, const char *path,
                              "dataset index '%s': header checksum mismatch "
                              "(corrupt)",
                              path);
-    if (h.root_ino != (uint64_t)root->st_ino)
+    if (h.root_ino != root_ino)
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
                              "dataset index '%s' belongs to another data "
                              "directory",
@@ -170,7 +171,7 @@ emlio__dsindex_open(emlio__dsindex_t *self, const char *path,
                     const struct stat *root, char *errbuf)
 {
     memset(self, 0, sizeof(*self));
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return errno == ENOENT
                    ? -ENOENT
@@ -195,11 +196,14 @@ emlio__dsindex_open(emlio__dsindex_t *self, const char *path,
     close(fd);
     if (rc < 0)
         return rc;
-    self->map = map == MAP_FAILED ? NULL : map;
-    self->size = (size_t)st.st_size;
-    rc = s_check(self, root, path, errbuf);
-    if (rc < 0)
-        emlio__dsindex_close(self);
+    rc = emlio__dsindex_parse(self, map == MAP_FAILED ? NULL : map,
+                              (size_t)st.st_size, (uint64_t)root->st_ino,
+                              path, errbuf);
+    if (rc < 0) {
+        if (map != MAP_FAILED)
+            munmap(map, (size_t)st.st_size);
+        memset(self, 0, sizeof(*self));
+    }
     return rc;
 }
 

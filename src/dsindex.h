@@ -78,6 +78,13 @@ int emlio__dsindex_path(const char *dir, const char *index_dir, char *out,
 int emlio__dsindex_open(emlio__dsindex_t *self, const char *path,
                         const struct stat *root, char *errbuf);
 
+/* The checks of emlio__dsindex_open on map[0, size) (borrowed; the
+ * fuzzer's entry point), root_ino being the data directory's inode.
+ * Returns 0 with *self pointing into map, or EMLIO_EFORMAT. */
+int emlio__dsindex_parse(emlio__dsindex_t *self, const uint8_t *map,
+                         size_t size, uint64_t root_ino, const char *path,
+                         char *errbuf);
+
 /* The entry of shard name, or NULL. */
 const emlio__dsindex_entry_t *emlio__dsindex_find(const emlio__dsindex_t *self,
                                                   const char *name);
