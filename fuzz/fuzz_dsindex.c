@@ -2,14 +2,30 @@
  * (emlio__dsindex_parse): header, entries, names and table bounds.
  * SPDX-License-Identifier: MIT
  *
- * The data directory's inode is taken from the input's own header, so
- * inputs reach the entry checks; every accepted entry is looked up by
+ * The data directory's inode is taken from the input's own header, and
+ * the header's checksum is set right (half the inputs), so inputs reach
+ * the entry checks; every accepted entry is looked up by
  * name and its table's first and last bytes are read (ASan catches a
  * table outside the input).
  */
 #include "emlio_internal.h"
 
+#include "crc32c.h"
 #include "dsindex.h"
+
+/* Sets the header CRC of copy[0, size) to what its counts say it is. */
+static void
+s_fix_crc(uint8_t *copy, size_t size)
+{
+    uint64_t n, names;
+    memcpy(&n, copy + 16, 8);
+    memcpy(&names, copy + 24, 8);
+    if (n > (size - 64) / 80 || names > size - 64 - n * 80)
+        return;
+    uint32_t crc = emlio_crc32c(0, copy, 60);
+    crc = emlio_crc32c(crc, copy + 64, (size_t)(n * 80 + names));
+    memcpy(copy + 60, &crc, 4);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,8 +39,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size)
         memcpy(copy, data, size);
     uint64_t ino = 0;
-    if (size >= 48)
+    if (size >= 64) {
         memcpy(&ino, copy + 40, 8);
+        if (copy[56] & 1) /* a reserved byte chooses */
+            s_fix_crc(copy, size);
+    }
     emlio__dsindex_t ix;
     char err[EMLIO_ERRMSG_LEN];
     volatile uint8_t sink = 0;

@@ -197,8 +197,8 @@ emlio__dsindex_open(emlio__dsindex_t *self, const char *path,
     if (rc < 0)
         return rc;
     rc = emlio__dsindex_parse(self, map == MAP_FAILED ? NULL : map,
-                              (size_t)st.st_size, (uint64_t)root->st_ino,
-                              path, errbuf);
+                              (size_t)st.st_size, (uint64_t)root->st_ino, path,
+                              errbuf);
     if (rc < 0) {
         if (map != MAP_FAILED)
             munmap(map, (size_t)st.st_size);
