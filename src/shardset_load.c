@@ -135,6 +135,11 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
     if (load->from_index[i])
         return 0;
     rc = s_index_mapped(shard, load, errbuf);
+    /* The scan faulted in the whole mapping: drop this process's page
+     * table entries (the page cache keeps the data), so a first start's
+     * RSS is not the dataset's size. */
+    if (rc > 0)
+        emlio__shard_advise(shard, 0, (size_t)rc, EMLIO_ADVISE_DONTNEED);
     return rc < 0 ? rc : 0;
 }
 
