@@ -106,6 +106,28 @@ s_from_index(s_load_t *load, size_t i)
                                    e->table_crc) >= 0;
 }
 
+/* A shard served from the dataset index whose DALI sidecar is gone gets
+ * it back, as a scan would have written it (DALI users read them); one
+ * fstatat per shard, no byte of the shard. */
+static void
+s_keep_sidecar(emlio__shard_t *shard, s_load_t *load)
+{
+    char rel[PATH_MAX], idx[PATH_MAX], msg[PATH_MAX + 128];
+    const char *path = shard->ops->path(shard->impl);
+    struct stat st;
+    if (snprintf(rel, sizeof(rel), "%s.idx", shard->name) >= (int)sizeof(rel) ||
+        snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx) ||
+        fstatat(load->set->root.fd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+        errno != ENOENT)
+        return;
+    int rc = shard->ops->write_index(shard->impl, idx);
+    if (rc < 0) {
+        snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
+                 emlio_strerror(rc));
+        s_log(load, msg);
+    }
+}
+
 /* Stats shard i (leasing it when asked), takes its records from the
  * dataset index or else from its .idx file or a scan, and maps it. */
 static int
@@ -132,8 +154,11 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
     rc = ops->open(shard->impl);
     if (rc < 0)
         return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
-    if (load->from_index[i])
+    if (load->from_index[i]) {
+        if (load->opts->write_index)
+            s_keep_sidecar(shard, load);
         return 0;
+    }
     rc = s_index_mapped(shard, load, errbuf);
     /* The scan faulted in the whole mapping: drop this process's page
      * table entries (the page cache keeps the data), so a first start's

@@ -194,6 +194,10 @@ test_dsindex_stale_shards_are_rescanned(void **state)
     s_make(dir, sizeof(dir), SMALL, 50);
     assert_int_equal(s_load_count(dir, NULL, NULL), SMALL);
     assert_int_equal(s_load_count(dir, NULL, NULL), 0);
+    snprintf(path, sizeof(path), "%s/s00000.tfrecord.idx", dir); /* lost */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(s_load_count(dir, NULL, NULL), 0);
+    assert_int_equal(access(path, R_OK), 0);
     s_shard_path(path, sizeof(path), dir, 1); /* mtime */
     struct timespec t[2] = { { 1000, 0 }, { 1000, 0 } };
     assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
