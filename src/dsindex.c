@@ -321,7 +321,8 @@ s_layout(const struct stat *root, const emlio__dsindex_item_t *items, size_t n,
         e->records = it->records;
         e->table_off = off;
         e->table_len = it->table_len;
-        e->table_crc = emlio_crc32c(0, it->table, it->table_len);
+        e->table_crc =
+            it->crc_known ? it->crc : emlio_crc32c(0, it->table, it->table_len);
         off = s_align(off + it->table_len);
     }
     h->file_size = off;

@@ -62,6 +62,10 @@ typedef struct emlio__dsindex_item {
     uint64_t records;
     const void *table;
     size_t table_len;
+    /* The table's CRC when it is an earlier index's table, unchanged:
+     * carried over (never recomputed over bytes not checked since). */
+    bool crc_known;
+    uint32_t crc;
 } emlio__dsindex_item_t;
 
 /* Where the index of data directory dir lives: dir/.emlio-index, or with

@@ -49,15 +49,17 @@ s_write_index(const void *impl, const char *idx)
 }
 
 static const void *
-s_index_table(const void *impl, size_t *len)
+s_index_table(void *impl, size_t *len)
 {
     return emlio__tfrecord_table(impl, len);
 }
 
+/* TFRecord has no prune: every table fits. */
 static int
 s_adopt_table(void *impl, const void *table, size_t len, uint64_t records,
-              uint64_t size, uint32_t crc)
+              uint64_t size, uint32_t crc, const char *prune)
 {
+    (void)prune;
     return emlio__tfrecord_adopt(impl, table, len, records, size, crc);
 }
 

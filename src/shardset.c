@@ -426,15 +426,17 @@ s_prune(emlio__shardset_t *self, const char *dir,
 {
     size_t dropped = 0, before = 0, after = 0;
     char example[PATH_MAX + 64] = "";
+    /* A load may have pruned already (shardset_load.c: in parallel, and
+     * remembered); the format then answers with what it left out. */
     for (size_t i = 0; i < self->n; i++) {
         emlio__shard_t *shard = &self->shards[i];
-        before += emlio__shard_count(shard);
         if (shard->ops->prune)
             dropped +=
                 shard->ops->prune(shard, opts->prune_field,
                                   dropped ? NULL : example, sizeof(example));
         after += emlio__shard_count(shard);
     }
+    before = after + dropped;
     if (!dropped)
         return 0;
     char what[128];

@@ -28,6 +28,7 @@ typedef struct {
     const char *dir;
     size_t first; /* the shards of this load: set->shards[first, set->n) */
     const emlio__shardset_opts_t *opts;
+    const char *prune_key; /* what tables must be pruned for: "-", "*", field */
     emlio__shardset_log_fn *log;
     void *userdata;
     pthread_mutex_t lock; /* the log and the first error */
@@ -103,7 +104,7 @@ s_from_index(s_load_t *load, size_t i)
         return false;
     return shard->ops->adopt_table(shard->impl, emlio__dsindex_table(ix, e),
                                    (size_t)e->table_len, e->records, e->size,
-                                   e->table_crc) >= 0;
+                                   e->table_crc, load->prune_key) >= 0;
 }
 
 /* A shard served from the dataset index whose DALI sidecar is gone gets
@@ -126,6 +127,26 @@ s_keep_sidecar(emlio__shard_t *shard, s_load_t *load)
                  emlio_strerror(rc));
         s_log(load, msg);
     }
+}
+
+/* Prunes shard i here, in parallel, so that the table the dataset index
+ * keeps is the pruned one (the format remembers the outcome: the load's
+ * own prune pass then only counts and logs). A table from the index that
+ * the prune changed (it was stored unpruned) counts as rescanned, so the
+ * index is written again. */
+static void
+s_prune_one(s_load_t *load, size_t i)
+{
+    emlio__shard_t *shard = &load->set->shards[i];
+    char example[PATH_MAX + 64];
+    if (!load->opts->prune || !shard->ops->prune)
+        return;
+    size_t len = 0;
+    const void *before =
+        load->from_index[i] ? shard->ops->index_table(shard->impl, &len) : NULL;
+    shard->ops->prune(shard, load->opts->prune_field, example, sizeof(example));
+    if (before && shard->ops->index_table(shard->impl, &len) != before)
+        load->from_index[i] = false;
 }
 
 /* Stats shard i (leasing it when asked), takes its records from the
@@ -157,6 +178,7 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
     if (load->from_index[i]) {
         if (load->opts->write_index)
             s_keep_sidecar(shard, load);
+        s_prune_one(load, i);
         return 0;
     }
     rc = s_index_mapped(shard, load, errbuf);
@@ -165,6 +187,8 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
      * RSS is not the dataset's size. */
     if (rc > 0)
         emlio__shard_advise(shard, 0, (size_t)rc, EMLIO_ADVISE_DONTNEED);
+    if (rc >= 0)
+        s_prune_one(load, i);
     return rc < 0 ? rc : 0;
 }
 
@@ -246,15 +270,22 @@ s_write_index(s_load_t *load, const char *path, const struct stat *root)
         const emlio__shard_t *shard = &set->shards[i];
         if (!shard->ops->index_table)
             continue;
-        items[n] = (emlio__dsindex_item_t){
+        emlio__dsindex_item_t *it = &items[n++];
+        *it = (emlio__dsindex_item_t){
             .name = shard->name,
             .format = shard->ops->name,
             .st = &load->st[i],
             .records = emlio__shard_count(shard),
         };
-        items[n].table =
-            shard->ops->index_table(shard->impl, &items[n].table_len);
-        n++;
+        it->table = shard->ops->index_table(shard->impl, &it->table_len);
+        const emlio__dsindex_entry_t *e =
+            emlio__dsindex_find(&set->index, shard->name);
+        it->crc_known = e && it->table == emlio__dsindex_table(&set->index, e);
+        it->crc = e ? e->table_crc : 0;
+        if (!it->table) {
+            emlio_free(items);
+            items = NULL;
+        }
     }
     int rc = items ? emlio__dsindex_write(path, root, items, n) : -ENOMEM;
     emlio_free(items);
@@ -339,8 +370,12 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
     size_t files = 0;
     for (size_t k = 0; emlio__formats[k]; k++)
         files += found[k].n;
+    const char *prune_key = !opts->prune        ? "-"
+                            : opts->prune_field ? opts->prune_field
+                                                : "*";
     s_load_t load = { .set = self,
                       .dir = dir,
+                      .prune_key = prune_key,
                       .first = self->n,
                       .opts = opts,
                       .log = log,

@@ -320,6 +320,117 @@ test_dsindex_unwritable_and_index_dir(void **state)
     test_rmtree(dir);
 }
 
+#define TARS        20
+#define TAR_SAMPLES 50
+
+/* TARS WebDataset shards of TAR_SAMPLES samples (a 300-byte .jpg and a
+ * .cls each); the first also holds a stray README.txt, which a daemon
+ * without --fields leaves out. */
+static void
+s_make_tars(char *dir, size_t len)
+{
+    char path[PATH_MAX], name[64];
+    test_mkdtemp(dir, len);
+    for (int i = 0; i < TARS; i++) {
+        emlio_buf_t tar = EMLIO_BUF_INIT;
+        if (i == 0)
+            test_tar_member(&tar, "README.txt", 20, 'r');
+        for (int j = 0; j < TAR_SAMPLES; j++) {
+            snprintf(name, sizeof(name), "k%03d.jpg", j);
+            test_tar_member(&tar, name, 300, (char)('a' + j % 26));
+            snprintf(name, sizeof(name), "k%03d.cls", j);
+            test_tar_member(&tar, name, 1, (char)('0' + j % 10));
+        }
+        assert_int_equal(emlio_buf_add(&tar, (uint8_t[1024]){ 0 }, 1024), 0);
+        snprintf(path, sizeof(path), "%s/t%03d.tar", dir, i);
+        test_write_file(path, tar.data, tar.len);
+        emlio_buf_release(&tar);
+        s_age(path);
+    }
+}
+
+/* Loads tar shards as a daemon without --fields: pruned to samples with
+ * an image (or to prune_field); returns the shards rescanned. */
+static size_t
+s_load_tars(emlio__shardset_t *set, const char *dir, const char *prune_field,
+            s_log_t *log)
+{
+    char err[EMLIO_ERRMSG_LEN];
+    emlio__shardset_opts_t opts = { .write_index = true,
+                                    .lease = true,
+                                    .prune = true,
+                                    .prune_field = prune_field };
+    if (emlio__shardset_load(set, dir, &opts, log ? s_log : NULL, log, err) < 0)
+        fail_msg("load of '%s' failed: %s", dir, err);
+    return set->rescanned;
+}
+
+/* Sample r of tar shard i: its .jpg, 300 bytes of 'a' + r % 26. */
+static void
+s_check_tar_sample(emlio__shardset_t *set, size_t i, uint64_t r)
+{
+    emlio__read_opts_t o = { .label_field = "cls" };
+    emlio__view_t view;
+    const char *missing = "";
+    memset(&view, 0, sizeof(view));
+    assert_int_equal(
+        emlio__format_read(&set->shards[i], r, &o, &view, &missing), 0);
+    assert_int_equal(view.len, 300);
+    assert_int_equal(view.data[0], (uint8_t)('a' + r % 26));
+    assert_int_equal(view.label, (int64_t)(r % 10));
+    emlio__view_release(&view, &set->shards[i]);
+}
+
+/* Tar shards: the pruned tables are kept, so a cached start reads no
+ * shard byte and still says what was left out; an index pruned for
+ * another field is not used; a corrupt table is caught when read. */
+static void
+test_dsindex_tar_shards(void **state)
+{
+    (void)state;
+    char dir[64], path[PATH_MAX];
+    emlio__shardset_t set;
+    s_make_tars(dir, sizeof(dir));
+    s_log_t log = { 0 };
+    assert_int_equal(s_load_tars(&set, dir, NULL, &log), TARS);
+    assert_non_null(strstr(log.all, "left out 1 of 1001 samples"));
+    emlio__shardset_release(&set);
+    for (int i = 0; i < TARS; i++) {
+        snprintf(path, sizeof(path), "%s/t%03d.tar", dir, i);
+        s_evict(path);
+    }
+    memset(&log, 0, sizeof(log));
+    assert_int_equal(s_load_tars(&set, dir, NULL, &log), 0);
+    assert_non_null(strstr(log.all, "left out 1 of 1001 samples"));
+    assert_non_null(strstr(log.all, "README.txt"));
+    assert_int_equal(set.records, TARS * TAR_SAMPLES);
+    size_t resident = 0;
+    for (int i = 0; i < TARS; i++) {
+        snprintf(path, sizeof(path), "%s/t%03d.tar", dir, i);
+        resident += s_resident(path);
+    }
+    assert_int_equal(resident, 0);
+    s_check_tar_sample(&set, 0, 0); /* after the dropped README */
+    s_check_tar_sample(&set, 7, 49);
+    const emlio__dsindex_entry_t *e =
+        emlio__dsindex_find(&set.index, "t003.tar");
+    assert_non_null(e);
+    off_t at = (off_t)e->table_off + (off_t)e->table_len - 8;
+    emlio__shardset_release(&set);
+    assert_int_equal(s_load_tars(&set, dir, "cls", NULL), TARS);
+    emlio__shardset_release(&set);
+    assert_int_equal(s_load_tars(&set, dir, NULL, NULL), TARS);
+    emlio__shardset_release(&set);
+    snprintf(path, sizeof(path), "%s/%s", dir, EMLIO__DSINDEX_NAME);
+    e = NULL;
+    s_poke(path, at, "\x55\x55", 2); /* sample starts of t003.tar */
+    assert_int_equal(s_load_tars(&set, dir, NULL, NULL), 0);
+    s_check_tar_sample(&set, 3, 48);
+    s_check_tar_sample(&set, 3, 49);
+    emlio__shardset_release(&set);
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -329,6 +440,7 @@ main(void)
         cmocka_unit_test(test_dsindex_broken_index_is_rebuilt),
         cmocka_unit_test(test_dsindex_corrupt_table_is_caught_when_read),
         cmocka_unit_test(test_dsindex_unwritable_and_index_dir),
+        cmocka_unit_test(test_dsindex_tar_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
