@@ -12,6 +12,7 @@
 
 #include "crc32c.h"
 #include "dsindex.h"
+#include "tar.h"
 
 /* Sets the header CRC of copy[0, size) to what its counts say it is. */
 static void
@@ -28,6 +29,26 @@ s_fix_crc(uint8_t *copy, size_t size)
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A tar entry's table read back and bounds-checked as a first read
+ * does (tar_table.c). */
+static void
+s_tar_table(const uint8_t *t, const emlio__dsindex_entry_t *e,
+            volatile uint8_t *sink)
+{
+    emlio__tar_index_t idx;
+    const char *key, *example;
+    uint64_t dropped;
+    if (strncmp(e->format, "tar", sizeof(e->format)) != 0 ||
+        emlio__tar_table_read(t, (size_t)e->table_len, e->records, &idx, &key,
+                              &example, &dropped) < 0)
+        return;
+    if (emlio__tar_table_ok(&idx, e->size) && idx.n_members)
+        *sink ^= (uint8_t)idx.members[idx.n_members - 1].len;
+    idx.members = NULL; /* borrowed from t */
+    idx.first = NULL;
+    emlio__tar_index_release(&idx);
+}
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -54,6 +75,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const uint8_t *t = emlio__dsindex_table(&ix, e);
             if (e->table_len)
                 sink ^= t[0] ^ t[e->table_len - 1];
+            s_tar_table(t, e, &sink);
         }
     }
     (void)sink;
