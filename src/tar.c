@@ -749,14 +749,14 @@ s_image_field(const char *f)
     return false;
 }
 
-int
-emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
-                size_t *member)
+/* emlio__tar_find on an index already checked (the prune, which also
+ * runs inside the first-read check, calls this one). */
+static int
+s_find(const emlio__tar_t *self, size_t i, const char *field, size_t *member)
 {
     const emlio__tar_index_t *idx = &self->idx;
     if (i >= idx->n_samples)
         return EMLIO_ENOTFOUND;
-    emlio__tar_ready(self);
     if (field) {
         for (uint32_t m = idx->first[i]; m < idx->first[i + 1]; m++)
             if (strcmp(idx->fields[idx->members[m].field], field) == 0) {
@@ -780,6 +780,15 @@ emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
     return found ? 0 : -ENOENT;
 }
 
+int
+emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
+                size_t *member)
+{
+    if (i < self->idx.n_samples)
+        emlio__tar_ready(self);
+    return s_find(self, i, field, member);
+}
+
 size_t
 emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
                      size_t len)
@@ -791,7 +800,7 @@ emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
         uint32_t a = idx->first[i], z = idx->first[i + 1];
         size_t m;
         bool keep =
-            emlio__tar_find(self, i, field, &m) == 0 &&
+            s_find(self, i, field, &m) == 0 &&
             (field || s_image_field(idx->fields[idx->members[m].field]));
         if (!keep) {
             if (dropped++ == 0 && example) {

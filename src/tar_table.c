@@ -215,11 +215,15 @@ s_table_replace(emlio__tar_t *self)
     int rc = self->base ? emlio__tar_scan_mem(self->base, self->size,
                                               self->path, &walked, err)
                         : EMLIO_EFORMAT;
-    char *key = self->pruned_key;
-    self->pruned_key = NULL;
-    emlio__tar_drop(self);
+    /* Not emlio__tar_drop: readers wait on table_state until this is
+     * done, and what the prune left out stays as it was remembered. */
+    self->idx.members = NULL; /* borrowed */
+    self->idx.first = NULL;
+    self->table = NULL;
+    emlio__tar_index_release(&self->idx);
     if (rc >= 0) {
         self->idx = walked;
+        const char *key = self->pruned_key;
         if (key)
             emlio__tar_prune_now(self, strcmp(key, "*") ? key : NULL, NULL, 0);
     }
@@ -230,7 +234,6 @@ s_table_replace(emlio__tar_t *self)
         if (!self->idx.first) /* then nothing at all can be read */
             self->idx.n_samples = 0;
     }
-    emlio_free(key);
 }
 
 int

@@ -427,6 +427,17 @@ test_dsindex_tar_shards(void **state)
     assert_int_equal(s_load_tars(&set, dir, NULL, NULL), 0);
     s_check_tar_sample(&set, 3, 48);
     s_check_tar_sample(&set, 3, 49);
+    /* the check found it: the shard's table is its own now, not the
+     * mapped one */
+    size_t len;
+    e = emlio__dsindex_find(&set.index, "t003.tar");
+    assert_ptr_not_equal(
+        set.shards[3].ops->index_table(set.shards[3].impl, &len),
+        emlio__dsindex_table(&set.index, e));
+    e = emlio__dsindex_find(&set.index, "t004.tar");
+    s_check_tar_sample(&set, 4, 0);
+    assert_ptr_equal(set.shards[4].ops->index_table(set.shards[4].impl, &len),
+                     emlio__dsindex_table(&set.index, e));
     emlio__shardset_release(&set);
     test_rmtree(dir);
 }
