@@ -85,7 +85,8 @@ MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
         python install uninstall
 all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
      $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
-     $(B)/bench/delayline $(B)/bench/transform_bench $(B)/bench/folder_tree
+     $(B)/bench/delayline $(B)/bench/transform_bench $(B)/bench/folder_tree \
+     $(B)/bench/start_scale
 
 $(VERSION_H): VERSION
 	@mkdir -p $(dir $@)
@@ -152,6 +153,13 @@ $(B)/bench/transform_bench: bench/transform_bench.c $(LIB_REAL) | $(LIB_LINKS)
 $(B)/bench/folder_tree: bench/folder_tree.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -o $@ $< $(LDFLAGS_ALL)
+
+# emliod's start at 10^7-10^8 samples (hard links of one shard): first,
+# cached and cold-cache starts; built, never installed.
+$(B)/bench/start_scale: bench/start_scale.c $(LIB_REAL) $(B)/bin/emliod | $(LIB_LINKS)
+	@mkdir -p $(dir $@)
+	$(CC) $(TOOL_CFLAGS) -o $@ $< $(LDFLAGS_ALL) -L$(B)/lib -lemlio \
+	    -Wl,-rpath,'$$ORIGIN/../lib'
 
 # A benchmark tool, not part of the product: built, never installed.
 $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o

@@ -106,6 +106,19 @@ typedef struct emlio__format_ops {
     /* Writes the index scan built; 0 (also when there is nothing to
      * write) or < 0. */
     int (*write_index)(const void *impl, const char *idx);
+    /* The record table the dataset index (dsindex.h) keeps for the shard
+     * once scan or load_index built it (and prune, if any, ran): *len
+     * bytes, valid until the handle's index changes; NULL when out of
+     * memory. */
+    const void *(*index_table)(void *impl, size_t *len);
+    /* Takes records from such a table (borrowed from the index's mapping,
+     * which outlives the handle) instead of load_index/scan, with no file
+     * open, when it was pruned as prune says ("-": no prune, "*": to an
+     * image member, else that field): the record count, or < 0 (then the
+     * shard is rescanned). */
+    int (*adopt_table)(void *impl, const void *table, size_t len,
+                       uint64_t records, uint64_t size, uint32_t crc,
+                       const char *prune);
     const char *(*errmsg)(const void *impl);
     const char *(*path)(const void *impl);
     /* Replaces the mapping by zero pages (see emlio__tfrecord_blank). */

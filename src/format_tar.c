@@ -41,13 +41,28 @@ s_scan(void *impl, bool verify_data)
     return emlio__tar_scan(impl);
 }
 
-/* An empty tar gets no index. */
+/* An empty tar gets no index; nor does one taken from the dataset index,
+ * which keeps no member names (its .idx cannot be written without a
+ * scan). */
 static int
 s_write_index(const void *impl, const char *idx)
 {
-    if (emlio__tar_count(impl) == 0)
+    if (emlio__tar_count(impl) == 0 || !emlio__tar_index(impl)->names)
         return 0;
     return emlio__tar_write_index(impl, idx);
+}
+
+static const void *
+s_index_table(void *impl, size_t *len)
+{
+    return emlio__tar_table(impl, len);
+}
+
+static int
+s_adopt_table(void *impl, const void *table, size_t len, uint64_t records,
+              uint64_t size, uint32_t crc, const char *prune)
+{
+    return emlio__tar_adopt(impl, table, len, records, size, crc, prune);
 }
 
 static const char *
@@ -281,6 +296,8 @@ const emlio__format_ops_t emlio__format_tar = {
     .load_index = s_load_index,
     .scan = s_scan,
     .write_index = s_write_index,
+    .index_table = s_index_table,
+    .adopt_table = s_adopt_table,
     .errmsg = s_errmsg,
     .path = s_path,
     .blank = s_blank,

@@ -48,6 +48,21 @@ s_write_index(const void *impl, const char *idx)
     return emlio_tfrecord_write_index(impl, idx);
 }
 
+static const void *
+s_index_table(void *impl, size_t *len)
+{
+    return emlio__tfrecord_table(impl, len);
+}
+
+/* TFRecord has no prune: every table fits. */
+static int
+s_adopt_table(void *impl, const void *table, size_t len, uint64_t records,
+              uint64_t size, uint32_t crc, const char *prune)
+{
+    (void)prune;
+    return emlio__tfrecord_adopt(impl, table, len, records, size, crc);
+}
+
 static const char *
 s_errmsg(const void *impl)
 {
@@ -337,6 +352,8 @@ const emlio__format_ops_t emlio__format_tfrecord = {
     .load_index = s_load_index,
     .scan = s_scan,
     .write_index = s_write_index,
+    .index_table = s_index_table,
+    .adopt_table = s_adopt_table,
     .errmsg = s_errmsg,
     .path = s_path,
     .blank = s_blank,

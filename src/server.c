@@ -79,10 +79,12 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->own.label_field_set = cfg->label_field != NULL;
     self->own.label_key_set = cfg->label_key != NULL;
     self->own.fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
+    self->own.index_dir = cfg->index_dir ? emlio_strdup(cfg->index_dir) : NULL;
     if (!self->own.data_dir || !self->own.bytes_key || !self->own.label_key ||
         !self->own.name || !self->own.format || !self->own.label_field ||
         (cfg->field && !self->own.field) ||
-        (cfg->fields && !self->own.fields_spec)) {
+        (cfg->fields && !self->own.fields_spec) ||
+        (cfg->index_dir && !self->own.index_dir)) {
         emlio_server_destroy(&self);
         return NULL;
     }
@@ -96,6 +98,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->cfg.field = self->own.field;
     self->cfg.label_field = self->own.label_field;
     self->cfg.fields = self->own.fields_spec;
+    self->cfg.index_dir = self->own.index_dir;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -242,6 +245,7 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->own.field);
     emlio_free(self->own.label_field);
     emlio_free(self->own.fields_spec);
+    emlio_free(self->own.index_dir);
     for (size_t i = 0; i < self->own.n_fields; i++)
         emlio_free(self->own.fields[i]);
     emlio_free(self->own.fields);
@@ -397,9 +401,11 @@ emlio_server_interrupt(emlio_server_t *self)
 
 /* Label mistakes are found at start-up, not as every label -1: a
  * --label-field no shard has, and a label member that is not an integer
- * (checked on each shard's first sample: a wrong field, say "json", reads
- * as a non-number everywhere; a later broken label fails or is skipped
- * like a corrupt record). */
+ * (checked on the first sample of the first shard that has one: a wrong
+ * field, say "json", reads as a non-number everywhere; a later broken
+ * label fails or is skipped like a corrupt record). One sample only, so
+ * that a start reads no more of the data than that (docs/design.md,
+ * "Start-up"). */
 static int
 s_check_labels(emlio_server_t *self)
 {
@@ -417,23 +423,24 @@ s_check_labels(emlio_server_t *self)
                              "(--label-field)",
                              self->own.data_dir, want);
     size_t per = self->own.n_fields ? self->own.n_fields : 1;
-    for (size_t i = 0; i < set->n; i++) {
-        emlio__shard_t *shard = &set->shards[i];
-        if (!emlio__shard_count(shard))
-            continue;
-        emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
-        memset(views, 0, per * sizeof(views[0]));
-        const char *missing = "";
-        int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
-        for (size_t f = 0; f < per; f++)
-            emlio__view_release(&views[f], shard);
-        if (rc == EMLIO__FORMAT_EBADLABEL)
-            return emlio__seterr(self->err, EMLIO_EFORMAT,
-                                 "label '%s' of the first sample of shard "
-                                 "'%s' is not an integer, or missing (check "
-                                 "--label-field or --label-key)",
-                                 missing, shard->name);
-    }
+    size_t i = 0;
+    while (i < set->n && !emlio__shard_count(&set->shards[i]))
+        i++;
+    if (i == set->n)
+        return 0;
+    emlio__shard_t *shard = &set->shards[i];
+    emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
+    memset(views, 0, per * sizeof(views[0]));
+    const char *missing = "";
+    int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
+    for (size_t f = 0; f < per; f++)
+        emlio__view_release(&views[f], shard);
+    if (rc == EMLIO__FORMAT_EBADLABEL)
+        return emlio__seterr(self->err, EMLIO_EFORMAT,
+                             "label '%s' of the first sample of shard '%s' "
+                             "is not an integer, or missing (check "
+                             "--label-field or --label-key)",
+                             missing, shard->name);
     return 0;
 }
 
@@ -452,6 +459,7 @@ emlio_server_load(emlio_server_t *self)
         .mixed_formats = self->cfg.mixed_formats,
         .verify_data = self->cfg.verify && !skip,
         .write_index = self->cfg.write_index,
+        .index_dir = self->own.index_dir,
         .lease = true,
         .follow_symlinks = self->cfg.follow_symlinks,
         .prune_field = self->own.field,

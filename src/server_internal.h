@@ -175,6 +175,7 @@ typedef struct emlio__srv_own {
     bool label_field_set; /* configured (a field no shard has is an error) */
     bool label_key_set;   /* configured (records must have it) */
     char *fields_spec;    /* cfg.fields, copied */
+    char *index_dir;      /* cfg.index_dir, copied */
     char **fields;        /* the names of --fields; NULL = one default */
     size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
     size_t bytes_key_len; /* measured once, not per sample */

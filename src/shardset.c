@@ -149,20 +149,19 @@ s_fnv(uint64_t h, const void *data, size_t len)
  * embedding the library is killed by it (the watcher polls F_GETLEASE
  * instead of handling signals). Without a lease, the shard is read by
  * copying (see emlio__shard_read_copy). */
-static int
-s_lease_shard(emlio__shard_t *shard, const emlio__root_t *root,
-              const char *path, char *errbuf)
+int
+emlio__shard_lease(emlio__shard_t *shard, const emlio__root_t *root,
+                   const char *path, struct stat *st, char *errbuf)
 {
-    struct stat st;
-    int fd = emlio__open_beneath(root, shard->name, 0, &st);
+    int fd = emlio__open_beneath(root, shard->name, 0, st);
     if (fd < 0)
         return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
                              emlio__open_why(fd));
     shard->fd = fd;
-    shard->dev = st.st_dev;
-    shard->ino = st.st_ino;
-    shard->size = (uint64_t)st.st_size;
-    shard->leased = S_ISREG(st.st_mode) && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
+    shard->dev = st->st_dev;
+    shard->ino = st->st_ino;
+    shard->size = (uint64_t)st->st_size;
+    shard->leased = S_ISREG(st->st_mode) && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
                     fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
     atomic_init(&shard->users, 0);
     atomic_init(&shard->changed, false);
@@ -328,44 +327,6 @@ emlio__shardset_watch(emlio__shardset_t *self, bool check_paths,
     }
 }
 
-/* Loads the DALI index cached beside a mapped shard (TFRecord .idx or tar
- * wds2idx), or scans the shard and caches a new one (an empty tar gets
- * none). A stale or broken index is logged and rebuilt; a failed write is
- * only logged. Returns the record count or < 0 with errbuf set. */
-static int
-s_index_mapped(emlio__shard_t *shard, const emlio__shardset_opts_t *opts,
-               emlio__shardset_log_fn *log, void *userdata, char *errbuf)
-{
-    const emlio__format_ops_t *ops = shard->ops;
-    const char *path = ops->path(shard->impl);
-    char idx[PATH_MAX];
-    if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
-        return emlio__seterr(errbuf, -ENAMETOOLONG, "path too long: '%s'",
-                             path);
-    int rc = opts->rescan ? -ENOENT : ops->load_index(shard->impl, idx);
-    if (rc >= 0)
-        return rc;
-    if (rc != -ENOENT && log) {
-        char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
-        snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
-                 ops->errmsg(shard->impl));
-        log(userdata, msg);
-    }
-    rc = ops->scan(shard->impl, opts->verify_data);
-    if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
-    if (opts->write_index) {
-        int wrc = ops->write_index(shard->impl, idx);
-        if (wrc < 0 && log) {
-            char msg[PATH_MAX + 128];
-            snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
-                     emlio_strerror(wrc));
-            log(userdata, msg);
-        }
-    }
-    return rc;
-}
-
 int
 emlio__shardset_grow(emlio__shardset_t *self, size_t more)
 {
@@ -383,40 +344,6 @@ s_cmp_shards(const void *a, const void *b)
 {
     return strcmp(((const emlio__shard_t *)a)->name,
                   ((const emlio__shard_t *)b)->name);
-}
-
-/* Adds the shard *name of file format ops (a file under dir; the name is
- * taken over and *name set NULL): leases it when asked (before the
- * mapping, so no writer can shrink it under us unseen), maps it and reads
- * or builds its index. Returns 0 or < 0 with errbuf set; a shard that
- * failed is counted in self->n, so release frees it. */
-static int
-s_load_mapped(emlio__shardset_t *self, const char *dir, char **name,
-              const emlio__format_ops_t *ops,
-              const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
-              void *userdata, char *errbuf)
-{
-    char path[PATH_MAX];
-    emlio__shard_t *shard = &self->shards[self->n];
-    snprintf(path, sizeof(path), "%s/%s", dir, *name);
-    shard->name = *name;
-    shard->ops = ops;
-    *name = NULL;
-    self->n++;
-    shard->fd = -1;
-    shard->impl = ops->create(path);
-    if (!shard->impl)
-        return EMLIO_ENOMEM;
-    ops->confine(shard->impl, &self->root, shard->name);
-    int rc = opts->lease ? s_lease_shard(shard, &self->root, path, errbuf) : 0;
-    if (rc < 0)
-        return rc;
-    self->mapped++;
-    self->leased += shard->leased;
-    rc = ops->open(shard->impl);
-    if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
-    return s_index_mapped(shard, opts, log, userdata, errbuf);
 }
 
 /* Which formats --format asks for: want[k] for emlio__formats[k]. */
@@ -504,15 +431,17 @@ s_prune(emlio__shardset_t *self, const char *dir,
 {
     size_t dropped = 0, before = 0, after = 0;
     char example[PATH_MAX + 64] = "";
+    /* A load may have pruned already (shardset_load.c: in parallel, and
+     * remembered); the format then answers with what it left out. */
     for (size_t i = 0; i < self->n; i++) {
         emlio__shard_t *shard = &self->shards[i];
-        before += emlio__shard_count(shard);
         if (shard->ops->prune)
             dropped +=
                 shard->ops->prune(shard, opts->prune_field,
                                   dropped ? NULL : example, sizeof(example));
         after += emlio__shard_count(shard);
     }
+    before = after + dropped;
     if (!dropped)
         return 0;
     char what[128];
@@ -563,9 +492,9 @@ s_inventory(emlio__shardset_t *self, const char *dir, char *errbuf)
     return 0;
 }
 
-/* Loads the shard files found (one list per file format), or, when there
- * are none, the first wanted tree format. Returns the tree's shard count,
- * 0 or < 0. */
+/* Loads the shard files found (one list per file format; see
+ * emlio__shardset_load_files), or, when there are none, the first wanted
+ * tree format. Returns the tree's shard count, 0 or < 0. */
 static int
 s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
            emlio__names_t *found, const bool *want,
@@ -575,22 +504,16 @@ s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
     size_t files = 0;
     for (size_t k = 0; emlio__formats[k]; k++)
         files += found[k].n;
-    int rc = files ? emlio__shardset_grow(self, files) : 0;
-    for (size_t k = 0; emlio__formats[k] && rc >= 0; k++)
-        for (size_t i = 0; i < found[k].n && rc >= 0; i++)
-            rc = emlio__shardset_cancelled(opts)
-                     ? emlio__seterr(errbuf, -ECANCELED,
-                                     "loading '%s' was interrupted", dir)
-                     : s_load_mapped(self, dir, &found[k].v[i],
-                                     emlio__formats[k], opts, log, userdata,
-                                     errbuf);
+    if (files)
+        return emlio__shardset_load_files(self, dir, root, found, opts, log,
+                                          userdata, errbuf);
     /* A tree is what is left when no shard files are found (or what was
      * asked for); files of other formats inside it are ignored then. */
-    for (size_t k = 0; emlio__formats[k] && rc >= 0 && !files; k++)
+    for (size_t k = 0; emlio__formats[k]; k++)
         if (want[k] && emlio__formats[k]->load_tree)
             return emlio__formats[k]->load_tree(self, dir, root, opts, log,
                                                 userdata, errbuf);
-    return rc < 0 ? rc : 0;
+    return 0;
 }
 
 /* Describes what the walk found that --format leaves out ("12 *.tar
@@ -699,6 +622,9 @@ emlio__shardset_release(emlio__shardset_t *self)
             close(shard->fd);
     }
     emlio_free(self->shards);
+    /* After the shards: TFRecord shards borrow their tables from it. */
+    emlio__dsindex_close(&self->index);
+    emlio__dsindex_close(&self->index_prev);
     /* After the shards: ImageFolder classes borrow the descriptor. */
     emlio__root_close(&self->root);
     memset(self, 0, sizeof(*self));

@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "dsindex.h"
 #include "format.h"
 
 /* One shard. A mapped shard (TFRecord, tar) that changes under a running daemon
@@ -68,8 +69,11 @@ struct emlio__shardset_opts {
     const char *format; /* NULL/"auto", "tfrecord", "tar", "imagefolder" */
     bool mixed_formats;
     bool verify_data;
-    bool write_index;
-    bool rescan; /* ignore existing index files */
+    bool write_index; /* write .idx files and the dataset index */
+    bool rescan;      /* ignore existing index files */
+    /* Where the dataset index lives when the data directory is read-only
+     * (see emlio__dsindex_path); NULL: in the data directory. */
+    const char *index_dir;
     /* Follow symlinks inside the data directory (never out of it: see
      * beneath.h); without it symlinks are left out, with a log line. */
     bool follow_symlinks;
@@ -93,16 +97,22 @@ struct emlio__shardset {
     size_t n;
     uint64_t records;
     uint64_t bytes;
-    size_t mapped;        /* TFRecord and tar shards */
-    size_t leased;        /* of those, shards holding a read lease */
-    char fingerprint[17]; /* 16 hex digits */
+    size_t mapped;          /* TFRecord and tar shards */
+    size_t leased;          /* of those, shards holding a read lease */
+    size_t indexed;         /* of those, tables served from the dataset index */
+    size_t rescanned;       /* of those, not found current in it at load */
+    emlio__dsindex_t index; /* mapped; TFRecord shards borrow tables */
+    emlio__dsindex_t index_prev; /* replaced, still borrowed from */
+    char fingerprint[17];        /* 16 hex digits */
 };
 
 /* Finds every shard file of a file format (*.tfrecord, *.tar) under dir
- * (recursively, following no symlinked directories), maps each, loads its
- * "<file>.idx" when it is valid (and, for tar, not older than the shard) and
- * otherwise scans the file (verify_data: checking every TFRecord data CRC) and,
- * if write_index, writes the index. With no such files (or format
+ * (recursively, following no symlinked directories), maps each, takes its
+ * records from the dataset index (dsindex.h) when its entry is current,
+ * else loads its "<file>.idx" when it is valid (and, for tar, not older
+ * than the shard) and otherwise scans the file (verify_data: checking
+ * every TFRecord data CRC) and, if write_index, writes the .idx and the
+ * dataset index (see emlio__shardset_load_files). With no such files (or format
  * "imagefolder"), dir is read by the tree format, as an ImageFolder tree: one
  * shard per class directory. Several formats at once are EMLIO_EINVAL unless
  * opts->mixed_formats. Returns the shard count or an error with errbuf
@@ -111,6 +121,24 @@ int emlio__shardset_load(emlio__shardset_t *self, const char *dir,
                          const emlio__shardset_opts_t *opts,
                          emlio__shardset_log_fn *log, void *userdata,
                          char *errbuf);
+
+/* Adds one shard per name in found[k] (file format emlio__formats[k];
+ * the names are taken over), in parallel threads: each is leased when
+ * opts->lease, mapped, and takes its records from the dataset index when
+ * its entry matches the file's size, mtime and inode, else from its .idx
+ * file or a scan; then the dataset index is rewritten when anything was
+ * rescanned (opts->write_index). Returns 0 or < 0 with errbuf naming the
+ * first shard that failed (shards loaded so far stay in self). */
+int emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
+                               const struct stat *root, emlio__names_t *found,
+                               const emlio__shardset_opts_t *opts,
+                               emlio__shardset_log_fn *log, void *userdata,
+                               char *errbuf);
+
+/* Opens shard beneath root, fills *st and takes a read lease (fd, leased;
+ * copying reads when none can be had). Returns 0 or < 0 with errbuf. */
+int emlio__shard_lease(emlio__shard_t *shard, const emlio__root_t *root,
+                       const char *path, struct stat *st, char *errbuf);
 
 /* Lets a mapped shard's data be read: true and one more user, or false
  * when the shard changed on disk (then nothing may touch its mapping). */

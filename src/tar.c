@@ -11,23 +11,12 @@
 #include "mapfile.h"
 #include "tar.h"
 #include "tar_header.h"
+#include "tar_impl.h"
 
 #define BLOCK             512
 #define INDEX_MAX_BYTES   ((size_t)1 << 30)
 #define PAX_MAX_BYTES     ((uint64_t)1 << 20)
 #define DALI_INDEX_PREFIX "v1.2 "
-
-struct emlio__tar {
-    char *path;
-    emlio__root_t root; /* where path is opened (beneath.h) */
-    size_t skip;        /* path + skip is path relative to root */
-    const uint8_t *base;
-    size_t size;
-    struct timespec mtime;
-    bool open;
-    emlio__tar_index_t idx;
-    char err[EMLIO_ERRMSG_LEN];
-};
 
 void
 emlio__tar_index_release(emlio__tar_index_t *idx)
@@ -488,6 +477,24 @@ emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
 /* ---- the handle -----------------------------------------------------------
  */
 
+void
+emlio__tar_drop(emlio__tar_t *self)
+{
+    if (self->table) {
+        self->idx.members = NULL;
+        self->idx.first = NULL;
+        self->table = NULL;
+    }
+    emlio__tar_index_release(&self->idx);
+    emlio_free(self->table_buf);
+    emlio_free(self->pruned_key);
+    emlio_free(self->pruned_example);
+    self->table_buf = NULL;
+    self->pruned_key = self->pruned_example = NULL;
+    self->pruned = 0;
+    atomic_store(&self->table_state, S_TABLE_OK);
+}
+
 emlio__tar_t *
 emlio__tar_new(const char *path)
 {
@@ -521,7 +528,7 @@ emlio__tar_destroy(emlio__tar_t **self_p)
     emlio__tar_t *self = *self_p;
     if (self->base)
         munmap((void *)self->base, self->size);
-    emlio__tar_index_release(&self->idx);
+    emlio__tar_drop(self);
     emlio_free(self->path);
     emlio_free(self);
     *self_p = NULL;
@@ -532,12 +539,16 @@ emlio__tar_open(emlio__tar_t *self)
 {
     assert(self && !self->open);
     struct stat st;
+    size_t indexed = self->size;
     int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
                              &self->base, &self->size, &st, self->err);
     if (rc < 0)
         return rc;
     self->mtime = st.st_mtim;
     self->open = true;
+    if (self->table && self->size != indexed)
+        return emlio__seterr(self->err, -ESTALE,
+                             "'%s' changed since it was indexed", self->path);
     return 0;
 }
 
@@ -545,7 +556,7 @@ int
 emlio__tar_scan(emlio__tar_t *self)
 {
     assert(self && self->open);
-    emlio__tar_index_release(&self->idx);
+    emlio__tar_drop(self);
     return emlio__tar_scan_mem(self->base, self->size, self->path, &self->idx,
                                self->err);
 }
@@ -643,7 +654,7 @@ emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
         got += (size_t)r;
     }
     close(fd);
-    emlio__tar_index_release(&self->idx);
+    emlio__tar_drop(self);
     int rc = emlio__tar_parse_index(text, got, idx_path, self->base, self->size,
                                     self->path, &self->idx, self->err);
     emlio_free(text);
@@ -713,13 +724,15 @@ emlio__tar_size(const emlio__tar_t *self)
 const emlio__tar_index_t *
 emlio__tar_index(const emlio__tar_t *self)
 {
+    emlio__tar_ready(self);
     return &self->idx;
 }
 
 uint64_t
 emlio__tar_offset(const emlio__tar_t *self, size_t i)
 {
-    if (i >= self->idx.n_samples)
+    if (i >= self->idx.n_samples || emlio__tar_ready(self) < 0 ||
+        self->idx.first[i] >= self->idx.n_members)
         return 0;
     return self->idx.members[self->idx.first[i]].offset;
 }
@@ -736,9 +749,10 @@ s_image_field(const char *f)
     return false;
 }
 
-int
-emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
-                size_t *member)
+/* emlio__tar_find on an index already checked (the prune, which also
+ * runs inside the first-read check, calls this one). */
+static int
+s_find(const emlio__tar_t *self, size_t i, const char *field, size_t *member)
 {
     const emlio__tar_index_t *idx = &self->idx;
     if (i >= idx->n_samples)
@@ -766,9 +780,18 @@ emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
     return found ? 0 : -ENOENT;
 }
 
+int
+emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
+                size_t *member)
+{
+    if (i < self->idx.n_samples)
+        emlio__tar_ready(self);
+    return s_find(self, i, field, member);
+}
+
 size_t
-emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
-                 size_t len)
+emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
+                     size_t len)
 {
     emlio__tar_index_t *idx = &self->idx;
     size_t kept = 0, dropped = 0;
@@ -777,7 +800,7 @@ emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
         uint32_t a = idx->first[i], z = idx->first[i + 1];
         size_t m;
         bool keep =
-            emlio__tar_find(self, i, field, &m) == 0 &&
+            s_find(self, i, field, &m) == 0 &&
             (field || s_image_field(idx->fields[idx->members[m].field]));
         if (!keep) {
             if (dropped++ == 0 && example) {
@@ -888,6 +911,9 @@ emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n, int advice)
     const emlio__tar_index_t *idx = &self->idx;
     if (!self->base || first >= idx->n_samples || n == 0)
         return 0;
+    emlio__tar_ready(self);
+    if (idx->first[first] == idx->first[EMLIO_MIN(first + n, idx->n_samples)])
+        return 0; /* no members (a table that failed its check) */
     size_t last = EMLIO_MIN(first + n, idx->n_samples) - 1;
     const emlio__tar_member_t *a = &idx->members[idx->first[first]];
     const emlio__tar_member_t *z = &idx->members[idx->first[last + 1] - 1];

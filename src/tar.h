@@ -67,6 +67,32 @@ int emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
                            const uint8_t *base, size_t size, const char *name,
                            emlio__tar_index_t *out, char *errbuf);
 
+/* What a prune left out, kept so that a table stored after it says so:
+ * key is "-" (not pruned), "*" (pruned to samples with an image member)
+ * or the field pruned for; example names the first sample dropped. */
+typedef struct emlio__tar_pruned {
+    const char *key;
+    uint64_t dropped;
+    const char *example;
+} emlio__tar_pruned_t;
+
+/* The dataset index's record table of a tar shard (tar_table.c; layout in
+ * docs/protocol.md 9.1): idx and what pruned it, in one fresh buffer
+ * (*out, *len; the caller frees it). Returns 0 or EMLIO_ENOMEM. */
+int emlio__tar_table_write(const emlio__tar_index_t *idx,
+                           const emlio__tar_pruned_t *pruned, uint8_t **out,
+                           size_t *len);
+/* Reads such a table t[0, len) (8-aligned) of `samples` samples into *out:
+ * field names copied, members and sample starts pointing into t (not to
+ * be freed); *key and *example point into t. Checks sizes only (see
+ * emlio__tar_table_ok). Returns 0, EMLIO_EFORMAT or EMLIO_ENOMEM. */
+int emlio__tar_table_read(const uint8_t *t, size_t len, uint64_t samples,
+                          emlio__tar_index_t *out, const char **key,
+                          const char **example, uint64_t *dropped);
+/* Whether every sample start and member of idx is inside a shard of size
+ * bytes and every field exists: what reads rely on. Reads all of idx. */
+bool emlio__tar_table_ok(const emlio__tar_index_t *idx, uint64_t size);
+
 typedef struct emlio__tar emlio__tar_t;
 
 emlio__tar_t *emlio__tar_new(const char *path);
@@ -118,6 +144,22 @@ int64_t emlio__tar_parse_label(const uint8_t *p, size_t n);
 /* Replaces the mapping by zero pages of the same size in place, as
  * emlio__tfrecord_blank does. Returns 0 or -errno. */
 int emlio__tar_blank(emlio__tar_t *self);
+
+/* Takes the shard's index from a dataset index table (see
+ * emlio__tar_table_read; borrowed from a mapping that outlives the
+ * handle) of a file of size bytes, when it was pruned as prune asks
+ * ("-", "*" or a field; a table not pruned is taken for any). Needs no
+ * open file. The table is checked against crc and emlio__tar_table_ok
+ * when the shard is first read; a bad one is replaced by a rescan of the
+ * mapping (pruned the same way), or, when that fails, by samples without
+ * members. Returns the sample count or EMLIO_EFORMAT / -ESTALE /
+ * EMLIO_ENOMEM. */
+int emlio__tar_adopt(emlio__tar_t *self, const void *table, size_t len,
+                     uint64_t records, uint64_t size, uint32_t crc,
+                     const char *prune);
+/* The table to store in the dataset index (*len bytes; valid until the
+ * next adopt, scan or load). NULL when out of memory. */
+const void *emlio__tar_table(emlio__tar_t *self, size_t *len);
 
 /* Drops the samples that have no member field (NULL: no image member,
  * where emlio__tar_default_field would pick another one) from the index,

@@ -4,6 +4,8 @@
 #include "emlio_internal.h"
 
 #include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,8 +27,16 @@ struct emlio_tfrecord {
     bool open;
     emlio_tfrecord_loc_t *locs;
     size_t n;
+    /* A table taken from the dataset index (dsindex.h) is borrowed from
+     * its mapping and checked against table_crc when a record is first
+     * asked for (S_TABLE_*), not at start, so a start touches no table. */
+    bool borrowed;
+    uint32_t table_crc;
+    atomic_int table_state;
     char err[EMLIO_ERRMSG_LEN];
 };
+
+enum { S_TABLE_OK = 0, S_TABLE_UNCHECKED, S_TABLE_CHECKING, S_TABLE_BAD };
 
 static inline uint64_t
 s_le64(const uint8_t *p)
@@ -316,9 +326,81 @@ emlio_tfrecord_new(const char *path)
 static void
 s_reset_index(emlio_tfrecord_t *self)
 {
-    emlio_free(self->locs);
+    if (!self->borrowed)
+        emlio_free(self->locs);
     self->locs = NULL;
     self->n = 0;
+    self->borrowed = false;
+    atomic_store(&self->table_state, S_TABLE_OK);
+}
+
+int
+emlio__tfrecord_adopt(emlio_tfrecord_t *self, const void *table, size_t len,
+                      uint64_t records, uint64_t size, uint32_t crc)
+{
+    assert(self);
+    if (records > INT_MAX || len != records * sizeof(emlio_tfrecord_loc_t) ||
+        ((uintptr_t)table % _Alignof(emlio_tfrecord_loc_t)) != 0)
+        return emlio__seterr(self->err, EMLIO_EFORMAT,
+                             "index table of '%s' has a bad size", self->path);
+    if (self->open && size != self->size)
+        return emlio__seterr(self->err, -ESTALE,
+                             "'%s' changed since it was indexed", self->path);
+    s_reset_index(self);
+    self->locs = (emlio_tfrecord_loc_t *)(uintptr_t)table;
+    self->n = (size_t)records;
+    self->size = (size_t)size;
+    self->borrowed = true;
+    self->table_crc = crc;
+    atomic_store(&self->table_state, S_TABLE_UNCHECKED);
+    return (int)records;
+}
+
+/* The first check of a borrowed table: its CRC, and when that fails a
+ * rescan of the mapping into the heap (same record count, else every
+ * record is refused as EMLIO_EFORMAT). One thread checks; others wait. */
+static int
+s_table_check(emlio_tfrecord_t *self)
+{
+    int state = S_TABLE_UNCHECKED;
+    if (!atomic_compare_exchange_strong(&self->table_state, &state,
+                                        S_TABLE_CHECKING)) {
+        while ((state = atomic_load(&self->table_state)) == S_TABLE_CHECKING)
+            sched_yield();
+        return state == S_TABLE_OK ? 0 : EMLIO_EFORMAT;
+    }
+    state = S_TABLE_OK;
+    if (emlio_crc32c(0, self->locs, self->n * sizeof(*self->locs)) !=
+        self->table_crc) {
+        emlio_tfrecord_loc_t *locs = NULL;
+        size_t n = 0;
+        char err[EMLIO_ERRMSG_LEN];
+        int rc = self->base
+                     ? emlio__tfrecord_scan_mem(self->base, self->size, false,
+                                                self->path, &locs, &n, err)
+                     : EMLIO_EFORMAT;
+        if (rc >= 0 && n == self->n) {
+            self->locs = locs; /* the mapped table stays mapped */
+            self->borrowed = false;
+        } else {
+            emlio_free(locs);
+            state = S_TABLE_BAD;
+        }
+    }
+    atomic_store(&self->table_state, state);
+    return state == S_TABLE_OK ? 0 : EMLIO_EFORMAT;
+}
+
+/* Whether the table may be used: one relaxed load on the hot path. The
+ * handle is logically const to readers; the check only fills what a
+ * reader would see anyway. */
+static inline int
+s_table_ready(const emlio_tfrecord_t *self)
+{
+    if (atomic_load_explicit(&self->table_state, memory_order_acquire) ==
+        S_TABLE_OK)
+        return 0;
+    return s_table_check((emlio_tfrecord_t *)(uintptr_t)self);
 }
 
 void
@@ -343,11 +425,17 @@ emlio_tfrecord_open(emlio_tfrecord_t *self)
         return emlio__seterr(self->err, EMLIO_EINVAL, "'%s' is already open",
                              self->path);
     struct stat st;
+    size_t indexed = self->size;
     int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
                              &self->base, &self->size, &st, self->err);
     if (rc < 0)
         return rc;
     self->open = true;
+    if (self->borrowed && self->size != indexed)
+        return emlio__seterr(self->err, -ESTALE,
+                             "'%s' changed since it was indexed: %zu bytes, "
+                             "indexed at %zu",
+                             self->path, self->size, indexed);
     return 0;
 }
 
@@ -451,22 +539,41 @@ emlio_tfrecord_load_index(emlio_tfrecord_t *self, const char *idx_path)
     return rc;
 }
 
+/* Appends v in decimal and then c; the caller made room (21 bytes).
+ * snprintf was half of a first start at 10M records. */
+static size_t
+s_put_dec(char *p, uint64_t v, char c)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t k = 0; k < n; k++)
+        p[k] = tmp[n - 1 - k];
+    p[n] = c;
+    return n + 1;
+}
+
 int
 emlio_tfrecord_write_index(const emlio_tfrecord_t *self, const char *idx_path)
 {
     assert(self && idx_path);
-    emlio_buf_t text = EMLIO_BUF_INIT;
-    int rc = 0;
-    for (size_t i = 0; i < self->n && rc == 0; i++)
-        rc = emlio_buf_addf(&text, "%" PRIu64 " %" PRIu64 "\n",
-                            self->locs[i].offset,
-                            self->locs[i].len + EMLIO_TFRECORD_OVERHEAD);
-    if (rc < 0) {
-        emlio_buf_release(&text);
+    /* Two numbers of at most 20 digits and their separators per line. */
+    if (self->n > SIZE_MAX / 42)
         return -ENOMEM;
+    char *text = emlio_malloc(self->n * 42 + 1);
+    if (!text)
+        return -ENOMEM;
+    size_t len = 0;
+    for (size_t i = 0; i < self->n; i++) {
+        len += s_put_dec(text + len, self->locs[i].offset, ' ');
+        len += s_put_dec(text + len,
+                         self->locs[i].len + EMLIO_TFRECORD_OVERHEAD, '\n');
     }
-    rc = emlio__write_file_atomic(idx_path, text.data, text.len);
-    emlio_buf_release(&text);
+    int rc = emlio__write_file_atomic(idx_path, text, len);
+    emlio_free(text);
     return rc;
 }
 
@@ -475,6 +582,13 @@ emlio_tfrecord_path(const emlio_tfrecord_t *self)
 {
     assert(self);
     return self->path;
+}
+
+const void *
+emlio__tfrecord_table(const emlio_tfrecord_t *self, size_t *len)
+{
+    *len = self->n * sizeof(*self->locs);
+    return self->locs;
 }
 
 size_t
@@ -495,6 +609,7 @@ const emlio_tfrecord_loc_t *
 emlio_tfrecord_loc(const emlio_tfrecord_t *self, size_t i)
 {
     assert(self && i < self->n);
+    (void)s_table_ready(self); /* a bad table's records fail their CRC */
     return &self->locs[i];
 }
 
@@ -505,6 +620,8 @@ emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
     assert(self && data && len);
     if (i >= self->n)
         return EMLIO_ENOTFOUND;
+    if (s_table_ready(self) < 0)
+        return EMLIO_EFORMAT;
     const emlio_tfrecord_loc_t *loc = &self->locs[i];
     /* The index was checked when it was built, but the check is two
      * compares and keeps a corrupted entry from reading outside the map. */

@@ -27,6 +27,20 @@ int emlio__tfrecord_blank(emlio_tfrecord_t *self);
 void emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i,
                               bool data);
 
+/* Takes the record table from the dataset index (dsindex.h): table[0,
+ * len) holds `records` emlio_tfrecord_loc_t, borrowed from a mapping that
+ * outlives the handle, for a file of size bytes (checked again by open).
+ * The table is checked against crc when a record is first asked for; a
+ * mismatch rescans the mapping (same count) or refuses every record with
+ * EMLIO_EFORMAT. Needs no open file. Returns the record count,
+ * EMLIO_EFORMAT (a table of the wrong size) or -ESTALE (the mapped file
+ * has another size). */
+int emlio__tfrecord_adopt(emlio_tfrecord_t *self, const void *table, size_t len,
+                          uint64_t records, uint64_t size, uint32_t crc);
+
+/* The record table (what the dataset index stores): *len bytes. */
+const void *emlio__tfrecord_table(const emlio_tfrecord_t *self, size_t *len);
+
 /* The two parsers of untrusted bytes behind emlio_tfrecord_scan and
  * emlio_tfrecord_load_index, working on memory so they can be fuzzed without
  * files. base[0, size) is the shard (base may be NULL when size is 0); name

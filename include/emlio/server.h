@@ -139,6 +139,10 @@ typedef struct emlio_server_config {
      * and EMLIO_SERVER_MAX_COPY_BYTES_TOTAL (0 = the default). */
     uint64_t max_copy_bytes;
     uint64_t max_copy_bytes_total;
+    /* Where the dataset index (docs/protocol.md, "Dataset index") is kept
+     * when data_dir is not writable: a directory holding one index per
+     * data directory. NULL: data_dir/.emlio-index. Copied. */
+    const char *index_dir;
 } emlio_server_config_t;
 
 #define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)
