@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shard_cache.h"
 #include "shardset.h"
 
 /* Formats the registry may hold (format.c); a walk keeps one list each. */
@@ -138,43 +139,23 @@ s_fnv(uint64_t h, const void *data, size_t len)
     return h;
 }
 
-/* Opens the shard that the mapping will come from and takes a read lease on
- * it. A lease break is signalled to the holder; SIGURG is asked for because
- * its default action is to ignore it, so neither the daemon nor a program
- * embedding the library is killed by it (the watcher polls F_GETLEASE
- * instead of handling signals). Without a lease, the shard is read by
- * copying (see emlio__shard_read_copy). */
-static int
-s_lease_shard(emlio__shard_t *shard, const emlio__root_t *root,
-              const char *path, char *errbuf)
-{
-    struct stat st;
-    int fd = emlio__open_beneath(root, shard->name, 0, &st);
-    if (fd < 0)
-        return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
-                             emlio__open_why(fd));
-    shard->fd = fd;
-    shard->dev = st.st_dev;
-    shard->ino = st.st_ino;
-    shard->size = (uint64_t)st.st_size;
-    shard->leased = S_ISREG(st.st_mode) && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
-                    fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
-    atomic_init(&shard->users, 0);
-    atomic_init(&shard->changed, false);
-    atomic_init(&shard->logged, false);
-    return 0;
-}
-
-bool
+int
 emlio__shard_acquire(emlio__shard_t *shard)
 {
     /* Sequentially consistent on both sides: either the watcher sees this
-     * user, or this reader sees the change. */
+     * user, or this reader sees the change; either the cache's close sees
+     * this user, or this reader sees the shard closed (shard_cache.c). */
     atomic_fetch_add(&shard->users, 1);
-    if (!atomic_load(&shard->changed))
-        return true;
+    bool changed = atomic_load(&shard->changed);
+    if (!changed && (!shard->cache || atomic_load(&shard->is_open))) {
+        if (shard->cache && !atomic_load(&shard->ref))
+            atomic_store(&shard->ref, true);
+        return 0;
+    }
     atomic_fetch_sub(&shard->users, 1);
-    return false;
+    if (changed)
+        return -ESTALE;
+    return emlio__shard_cache_acquire(shard->cache, shard);
 }
 
 void
@@ -194,6 +175,8 @@ emlio__shard_mark_changed(emlio__shard_t *shard, const char *why,
                           emlio__shardset_log_fn *log, void *userdata)
 {
     atomic_store(&shard->changed, true);
+    if (shard->cache)
+        emlio__shard_cache_poke(shard->cache);
     if (atomic_exchange(&shard->logged, true) || !log)
         return;
     char msg[PATH_MAX + 256];
@@ -245,82 +228,6 @@ emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
         return EMLIO_EFORMAT; /* tree formats' reads are copies already */
     return shard->ops->read_copy(shard, i, buf_out, data, len, stored, log,
                                  userdata);
-}
-
-/* Gives back the lease of a changed shard once nothing reads its mapping;
- * after grace_ms, users that still hold frames get zero pages instead of
- * the file (their clients reject them by CRC) rather than a SIGBUS. */
-static void
-s_release_changed(emlio__shard_t *shard, uint64_t now, uint32_t grace_ms,
-                  emlio__shardset_log_fn *log, void *userdata)
-{
-    if (!shard->changed_ns)
-        shard->changed_ns = now;
-    if (atomic_load(&shard->users) != 0) {
-        if (now - shard->changed_ns < (uint64_t)grace_ms * 1000000ull)
-            return;
-        shard->ops->blank(shard->impl);
-        if (log) {
-            char msg[PATH_MAX + 128];
-            snprintf(msg, sizeof(msg),
-                     "shard '%s': %u frames still in flight after %u ms; "
-                     "their bytes were replaced by zeros",
-                     shard->name, atomic_load(&shard->users), grace_ms);
-            log(userdata, msg);
-        }
-    }
-    fcntl(shard->fd, F_SETLEASE, F_UNLCK);
-    close(shard->fd);
-    shard->fd = -1;
-    shard->released = true;
-}
-
-void
-emlio__shardset_watch(emlio__shardset_t *self, bool check_paths,
-                      uint32_t grace_ms, emlio__shardset_log_fn *log,
-                      void *userdata)
-{
-    uint64_t now = emlio__now_ns();
-    for (size_t i = 0; i < self->n; i++) {
-        emlio__shard_t *shard = &self->shards[i];
-        if (shard->released || shard->fd < 0)
-            continue;
-        bool changed = atomic_load(&shard->changed);
-        struct stat st;
-        if (!changed && shard->leased) {
-            if (fcntl(shard->fd, F_GETLEASE) != F_RDLCK)
-                emlio__shard_mark_changed(
-                    shard, "a writer opened it; lease given back", log,
-                    userdata);
-        } else if (!changed && fstat(shard->fd, &st) == 0 &&
-                   (uint64_t)st.st_size != shard->size) {
-            char why[96];
-            snprintf(why, sizeof(why),
-                     "its size went from %" PRIu64 " to %lld bytes",
-                     shard->size, (long long)st.st_size);
-            emlio__shard_mark_changed(shard, why, log, userdata);
-        }
-        if (shard->leased && atomic_load(&shard->changed)) {
-            s_release_changed(shard, now, grace_ms, log, userdata);
-            continue;
-        }
-        if (!check_paths || shard->replaced || atomic_load(&shard->changed))
-            continue;
-        const char *path = shard->ops->path(shard->impl);
-        bool gone = stat(path, &st) != 0;
-        if (gone || st.st_dev != shard->dev || st.st_ino != shard->ino) {
-            shard->replaced = true;
-            if (log) {
-                char msg[PATH_MAX + 200];
-                snprintf(msg, sizeof(msg),
-                         "shard '%s' was %s on disk; still serving the file "
-                         "opened at load (restart emliod to serve the new "
-                         "one)",
-                         shard->name, gone ? "removed" : "replaced");
-                log(userdata, msg);
-            }
-        }
-    }
 }
 
 /* Loads the DALI index cached beside a mapped shard (TFRecord .idx or tar
@@ -403,15 +310,24 @@ s_load_mapped(emlio__shardset_t *self, const char *dir, char **name,
     if (!shard->impl)
         return EMLIO_ENOMEM;
     ops->confine(shard->impl, &self->root, shard->name);
-    int rc = opts->lease ? s_lease_shard(shard, &self->root, path, errbuf) : 0;
+    if (!self->cache) { /* the tools: mapped for good */
+        self->mapped++;
+        int rc = ops->open(shard->impl);
+        if (rc < 0)
+            return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
+        return s_index_mapped(shard, opts, log, userdata, errbuf);
+    }
+    /* The daemon: opened (and leased) through the cache, indexed, and left
+     * to the cache, which closes it when the budget needs the room. */
+    shard->cache = self->cache;
+    int rc = emlio__shard_cache_first_open(self->cache, shard, path, errbuf);
     if (rc < 0)
         return rc;
     self->mapped++;
     self->leased += shard->leased;
-    rc = ops->open(shard->impl);
-    if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
-    return s_index_mapped(shard, opts, log, userdata, errbuf);
+    rc = s_index_mapped(shard, opts, log, userdata, errbuf);
+    emlio__shard_release(shard);
+    return rc;
 }
 
 /* Which formats --format asks for: want[k] for emlio__formats[k]. */
@@ -502,10 +418,19 @@ s_prune(emlio__shardset_t *self, const char *dir,
     for (size_t i = 0; i < self->n; i++) {
         emlio__shard_t *shard = &self->shards[i];
         before += emlio__shard_count(shard);
+        /* A tar's prune reads member headers: open it if the cache closed
+         * it since its load. */
+        bool use = shard->ops->prune && shard->cache;
+        int rc = use ? emlio__shard_acquire(shard) : 0;
+        if (rc < 0)
+            return emlio__seterr(errbuf, rc, "cannot open '%s/%s': %s", dir,
+                                 shard->name, emlio_strerror(rc));
         if (shard->ops->prune)
             dropped +=
                 shard->ops->prune(shard, opts->prune_field,
                                   dropped ? NULL : example, sizeof(example));
+        if (use)
+            emlio__shard_release(shard);
         after += emlio__shard_count(shard);
     }
     if (!dropped)
@@ -616,6 +541,20 @@ s_left_out(const char *dir, const emlio__names_t *found, const bool *want,
                  subdirs);
 }
 
+/* The daemon's shard cache, with its budget (see shard_cache.h). */
+static int
+s_cache_new(emlio__shardset_t *self, const emlio__shardset_opts_t *opts,
+            emlio__shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    size_t budget;
+    int rc = emlio__shard_cache_budget(opts->max_open_shards, &budget, errbuf);
+    if (rc < 0)
+        return rc;
+    return emlio__shard_cache_new(&self->cache, self, budget,
+                                  opts->grace_ms ? opts->grace_ms : 5000, log,
+                                  userdata, errbuf);
+}
+
 int
 emlio__shardset_load(emlio__shardset_t *self, const char *dir,
                      const emlio__shardset_opts_t *opts,
@@ -640,6 +579,11 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
     if (rc < 0)
         return emlio__seterr(errbuf, rc, "cannot open data directory '%s': %s",
                              dir, emlio_strerror(rc));
+    rc = opts->lease ? s_cache_new(self, opts, log, userdata, errbuf) : 0;
+    if (rc < 0) {
+        emlio__shardset_release(self);
+        return rc;
+    }
     emlio__names_t found[S_MAX_FORMATS];
     memset(found, 0, sizeof(found));
     s_skipped_t skipped = { 0 };
@@ -668,6 +612,8 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
     if (rc >= 0) {
         /* One order whatever the formats: by name, as the planner expects. */
         qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
+        if (self->cache)
+            emlio__shard_cache_arm(self->cache);
         if (opts->prune)
             rc = s_prune(self, dir, opts, log, userdata, errbuf);
         if (rc >= 0)
@@ -685,6 +631,8 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
 void
 emlio__shardset_release(emlio__shardset_t *self)
 {
+    /* First: gives the leases back and stops the watcher. */
+    emlio__shard_cache_destroy(&self->cache);
     for (size_t i = 0; i < self->n; i++) {
         emlio__shard_t *shard = &self->shards[i];
         emlio_free(shard->name);
@@ -722,6 +670,20 @@ void
 emlio__shard_advise(const emlio__shard_t *shard, size_t first, size_t n,
                     int advice)
 {
-    if (shard->ops->advise)
-        shard->ops->advise(shard->impl, first, n, advice);
+    if (!shard->ops->advise)
+        return;
+    /* Only a shard open now is advised (readahead never opens one), and
+     * only while a use keeps the cache from unmapping it meanwhile: a
+     * range unmapped and reused would get someone else's advice. */
+    emlio__shard_t *use = (emlio__shard_t *)shard;
+    if (use->cache) {
+        atomic_fetch_add(&use->users, 1);
+        if (!atomic_load(&use->is_open) || atomic_load(&use->changed)) {
+            atomic_fetch_sub(&use->users, 1);
+            return;
+        }
+    }
+    shard->ops->advise(shard->impl, first, n, advice);
+    if (use->cache)
+        atomic_fetch_sub(&use->users, 1);
 }
