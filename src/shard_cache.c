@@ -22,7 +22,7 @@
  * itself (SIGRTMIN already skips them) and the first few that programs
  * embedding the library tend to pick. Only the watcher thread receives
  * it, and it keeps it blocked. */
-#define S_SIGNAL() (SIGRTMIN + 6)
+#define S_SIGNAL()       (SIGRTMIN + 6)
 /* Open shards stat'ed per watcher tick (a path renamed over, an unleased
  * shard whose size changed): bounded, so idle CPU does not grow with the
  * number of shards. */
@@ -69,8 +69,8 @@ s_index(const emlio__shard_cache_t *self, const emlio__shard_t *shard)
     return (uint32_t)(shard - self->set->shards);
 }
 
-static void
-s_log(emlio__shard_cache_t *self, const char *fmt, ...) EMLIO_PRINTF(2, 3);
+static void s_log(emlio__shard_cache_t *self, const char *fmt, ...)
+    EMLIO_PRINTF(2, 3);
 
 static void
 s_log(emlio__shard_cache_t *self, const char *fmt, ...)
