@@ -44,8 +44,9 @@ struct emlio__shard_cache {
     size_t peak;
     uint64_t opens;
     uint64_t closes;
-    uint64_t err_ns; /* when an open failure was last logged */
-    uint32_t *by_fd; /* descriptor -> shard index (S_NONE) */
+    uint64_t copy_opens; /* opened for copying reads, the budget spent */
+    uint64_t err_ns;     /* when an open failure was last logged */
+    uint32_t *by_fd;     /* descriptor -> shard index (S_NONE) */
     size_t n_fd;
     uint32_t grace_ms;
     emlio__shardset_log_fn *log;
@@ -232,9 +233,10 @@ s_evict_one(emlio__shard_cache_t *self)
     return false;
 }
 
-/* Opens shard's file and takes its lease, signalled to the watcher. */
+/* Opens shard's file and (lease) takes its lease, signalled to the
+ * watcher. */
 static int
-s_open_leased(emlio__shard_cache_t *self, emlio__shard_t *shard,
+s_open_leased(emlio__shard_cache_t *self, emlio__shard_t *shard, bool lease,
               struct stat *st)
 {
     int fd = emlio__open_beneath(&self->set->root, shard->name, 0, st);
@@ -245,7 +247,7 @@ s_open_leased(emlio__shard_cache_t *self, emlio__shard_t *shard,
     struct f_owner_ex owner = { .type = F_OWNER_TID, .pid = self->tid };
     /* Lease first, identity after: once the lease is held, any writer
      * breaks it, and anything written before shows in the fstat below. */
-    shard->leased = S_ISREG(st->st_mode) && self->tid > 0 &&
+    shard->leased = lease && S_ISREG(st->st_mode) && self->tid > 0 &&
                     fcntl(fd, F_SETSIG, S_SIGNAL()) == 0 &&
                     fcntl(fd, F_SETOWN_EX, &owner) == 0 &&
                     fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
@@ -278,13 +280,20 @@ s_differs(const emlio__shard_t *shard, const struct stat *st, char *why,
 
 /* Opens, leases, checks and maps shard with the lock held; on success it
  * is open and listed. first: the load's open, which records the identity
- * instead of checking it. */
+ * instead of checking it. When the budget is spent and every open shard
+ * is in use (zero-copy frames of batches in flight pin their shards: a
+ * shuffled batch of 256 samples can pin 256 shards), the shard is opened
+ * for copying reads only (no lease, no mapping): its readers pread
+ * private copies, so it is idle again as soon as they are done and the
+ * next miss closes it. Mapped shards thus stay within the budget, and
+ * descriptors beyond it number at most the readers at work. */
 static int
 s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
        char *errbuf)
 {
     while (self->n_open >= self->budget && s_evict_one(self))
         ;
+    bool copy = !first && self->n_open >= self->budget;
     /* With every open shard in use the list grows past the budget. */
     if (self->n_open == self->cap) {
         size_t cap = self->cap ? self->cap * 2 : 16;
@@ -296,7 +305,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
     }
     struct stat st;
     const char *path = shard->ops->path(shard->impl);
-    int fd = s_open_leased(self, shard, &st);
+    int fd = s_open_leased(self, shard, !copy, &st);
     if (fd < 0 && (first || fd != -ENOENT))
         return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
                              emlio__open_why(fd));
@@ -316,7 +325,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
             (uint64_t)st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
     }
     int rc = s_note_fd(self, fd, s_index(self, shard));
-    if (rc == 0)
+    if (rc == 0 && !copy)
         rc = shard->ops->map_fd(shard->impl, fd, &st);
     if (rc < 0) {
         if ((size_t)fd < self->n_fd)
@@ -327,7 +336,8 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
     shard->fd = fd;
     s_slot_add(self, shard);
     self->opens++;
-    atomic_store(&shard->ref, true);
+    self->copy_opens += copy;
+    atomic_store(&shard->ref, !copy); /* copy-only: the first to go */
     atomic_store(&shard->is_open, true);
     return 0;
 }
@@ -641,6 +651,7 @@ emlio__shard_cache_stats(emlio__shard_cache_t *self,
     out->peak = self->peak;
     out->opens = self->opens;
     out->closes = self->closes;
+    out->copy_opens = self->copy_opens;
     pthread_mutex_unlock(&self->lock);
 }
 

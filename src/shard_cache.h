@@ -10,10 +10,13 @@
  * budget is spent, first closes the least recently used idle shard: CLOCK,
  * the second-chance approximation of LRU, so the read path sets one bit
  * and takes no lock). A shard in use (users > 0: a reader, or a zero-copy
- * frame ZeroMQ still holds) is never closed; when every open shard is in
- * use the budget is exceeded rather than making the reader wait (a wait
- * could deadlock on frames a slow client holds), and the watcher thread
- * closes the excess once those shards go idle. Every reopen checks that
+ * frame ZeroMQ still holds) is never closed. When every open shard is in
+ * use, the reader does not wait (a wait could deadlock on frames a slow
+ * client holds): the shard is opened for copying reads only (no lease, no
+ * mapping; pread into private copies), so it pins nothing and is closed
+ * at the next miss or by the watcher. Mappings thus never exceed the
+ * budget; descriptors exceed it by at most the readers at work. Every
+ * reopen checks that
  * the path still names the file seen at load (device, inode, size, mtime);
  * otherwise the shard is marked changed, refused and logged once.
  *
@@ -57,6 +60,7 @@ typedef struct emlio__shard_cache_stats {
     size_t peak; /* most shards open at once */
     uint64_t opens;
     uint64_t closes;
+    uint64_t copy_opens; /* of opens, for copying reads (budget spent) */
 } emlio__shard_cache_stats_t;
 
 /* The budget to use: asked when not 0, else derived from RLIMIT_NOFILE
