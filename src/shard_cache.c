@@ -404,7 +404,10 @@ s_release_changed(emlio__shard_cache_t *self, emlio__shard_t *shard,
         shard->released = true;
         return true;
     }
-    if (now - shard->changed_ns < (uint64_t)self->grace_ms * 1000000ull)
+    /* Copying readers use the descriptor only while they read (their
+     * frames are copies): they are waited for, never cut off. */
+    if (!shard->leased ||
+        now - shard->changed_ns < (uint64_t)self->grace_ms * 1000000ull)
         return false;
     shard->ops->blank(shard->impl);
     s_log(self,
