@@ -62,6 +62,16 @@ s_log_count(s_log_t *log)
     return n;
 }
 
+/* Whether the last line logged holds text (read under the lock). */
+static bool
+s_logged(s_log_t *log, const char *text)
+{
+    pthread_mutex_lock(&log->lock);
+    bool found = strstr(log->last, text) != NULL;
+    pthread_mutex_unlock(&log->lock);
+    return found;
+}
+
 /* Waits (10 s at most) until *flag is set by the watcher thread. */
 static bool
 s_wait_flag(const atomic_bool *flag)
@@ -80,6 +90,14 @@ s_wait_log(s_log_t *log, int n)
     while (s_log_count(log) < n && emlio__now_ns() < deadline)
         usleep(2000);
     return s_log_count(log) >= n;
+}
+
+static size_t
+s_open_now(emlio__shardset_t *set)
+{
+    emlio__shard_cache_stats_t st;
+    emlio__shard_cache_stats(set->cache, &st);
+    return st.open;
 }
 
 /* Loads dir as the daemon does: leases, data CRCs checked, at most
@@ -163,16 +181,16 @@ test_shardset_lease_makes_writers_wait(void **state)
     emlio__shard_release(shard);
     /* The watcher closes it once its last user is gone. */
     uint64_t deadline = emlio__now_ns() + 10000000000ull;
-    while (shard->fd >= 0 && emlio__now_ns() < deadline)
+    while (s_open_now(&set) && emlio__now_ns() < deadline)
         usleep(2000);
-    assert_int_equal(shard->fd, -1);
+    assert_int_equal(s_open_now(&set), 0);
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_size, 100);
     assert_int_equal(s_log_count(&log), 1); /* once, naming the file */
-    assert_non_null(strstr(log.last, "'a.tfrecord' changed on disk"));
+    assert_true(s_logged(&log, "'a.tfrecord' changed on disk"));
     emlio__shardset_release(&set);
     test_rmtree(dir);
 }
@@ -214,7 +232,7 @@ test_shardset_copying_reads_survive_a_shrink(void **state)
     assert_true(atomic_load(&shard->changed));
     assert_int_equal(emlio__shard_acquire(shard), -ESTALE);
     assert_int_equal(s_log_count(&log), 1);
-    assert_non_null(strstr(log.last, "'a.tfrecord' changed on disk"));
+    assert_true(s_logged(&log, "'a.tfrecord' changed on disk"));
     close(wfd);
     emlio__shardset_release(&set);
     test_rmtree(dir);
@@ -239,7 +257,7 @@ test_shardset_notices_a_replaced_shard(void **state)
     assert_int_equal(rename(tmp, path), 0);
     /* The watcher's slow sweep (once a second) stats the open shards. */
     assert_true(s_wait_log(&log, 1));
-    assert_non_null(strstr(log.last, "'a.tfrecord' was replaced"));
+    assert_true(s_logged(&log, "'a.tfrecord' was replaced"));
     /* The file we opened is intact and still served while it is open. */
     assert_false(atomic_load(&set.shards[0].changed));
     assert_int_equal(emlio__shard_acquire(&set.shards[0]), 0);
@@ -309,7 +327,7 @@ test_shardset_copying_reads_of_tar_members(void **state)
     assert_true(atomic_load(&shard->changed));
     assert_int_equal(emlio__shard_acquire(shard), -ESTALE);
     assert_int_equal(s_log_count(&log), 1);
-    assert_non_null(strstr(log.last, "'a.tar' changed on disk"));
+    assert_true(s_logged(&log, "'a.tar' changed on disk"));
     close(wfd);
     emlio__shardset_release(&set);
     test_rmtree(dir);
@@ -349,14 +367,6 @@ s_many_shards(char *dir, size_t len, int n)
         snprintf(path, sizeof(path), "%s/s%02d.tfrecord", dir, i);
         s_write_shard(path, 2);
     }
-}
-
-static size_t
-s_open_now(emlio__shardset_t *set)
-{
-    emlio__shard_cache_stats_t st;
-    emlio__shard_cache_stats(set->cache, &st);
-    return st.open;
 }
 
 /* Ten shards under a budget of three: never more than three open, every
@@ -461,8 +471,8 @@ test_shardset_cache_reopen_checks_the_file(void **state)
     assert_int_equal(rename(tmp, path), 0);
     assert_int_equal(emlio__shard_acquire(&set.shards[0]), -ESTALE);
     assert_true(atomic_load(&set.shards[0].changed));
-    assert_non_null(strstr(log.last, "'s00.tfrecord' changed on disk (the "
-                                     "path now names another file)"));
+    assert_true(s_logged(&log, "'s00.tfrecord' changed on disk (the "
+                               "path now names another file)"));
     /* s01: grown in place. */
     snprintf(path, sizeof(path), "%s/s01.tfrecord", dir);
     int fd = open(path, O_WRONLY | O_APPEND);
@@ -470,15 +480,15 @@ test_shardset_cache_reopen_checks_the_file(void **state)
     assert_int_equal(write(fd, "xx", 2), 2);
     close(fd);
     assert_int_equal(emlio__shard_acquire(&set.shards[1]), -ESTALE);
-    assert_non_null(strstr(log.last, "'s01.tfrecord' changed on disk (its "
-                                     "size went from"));
+    assert_true(s_logged(&log, "'s01.tfrecord' changed on disk (its "
+                               "size went from"));
     /* s02: rewritten in place, same size: the mtime tells. */
     snprintf(path, sizeof(path), "%s/s02.tfrecord", dir);
     struct timespec times[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
     assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
     assert_int_equal(emlio__shard_acquire(&set.shards[2]), -ESTALE);
-    assert_non_null(strstr(log.last, "'s02.tfrecord' changed on disk (it was "
-                                     "modified"));
+    assert_true(s_logged(&log, "'s02.tfrecord' changed on disk (it was "
+                               "modified"));
     assert_int_equal(emlio__shard_acquire(&set.shards[2]), -ESTALE);
     assert_int_equal(s_log_count(&log), 3); /* once each */
     /* s03, untouched, is still served. */
@@ -517,8 +527,8 @@ test_shardset_cache_reopened_shard_lease_breaks(void **state)
     assert_int_equal(waitpid(pid, &status, 0), pid); /* not stuck 45 s */
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_int_equal(emlio__shard_acquire(shard), -ESTALE);
-    assert_non_null(strstr(log.last, "'s00.tfrecord' changed on disk (a "
-                                     "writer opened it"));
+    assert_true(s_logged(&log, "'s00.tfrecord' changed on disk (a "
+                               "writer opened it"));
     assert_int_equal(emlio__shard_acquire(&set.shards[1]), 0);
     emlio__shard_release(&set.shards[1]);
     emlio__shardset_release(&set);
