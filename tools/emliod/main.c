@@ -217,10 +217,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "for placement by energy (model: 3.2)",
             .dmin = 0, .dmax = 1000),
         OPT("max-open-shards", 0, OPT_U32, &cfg->max_open_shards, "N",
-            "TFRecord/tar shards open at once; the least\n"
-            "recently used idle one is closed for another\n"
-            "(default: from the open-file limit)",
-            .min = 1),
+            "shards open at once (default: from ulimit -n)", .min = 1),
         OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
             "clients at once; a client's streams count once\n(1024)", .min = 1),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
