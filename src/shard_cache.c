@@ -36,6 +36,7 @@ struct emlio__shard_cache {
     pthread_mutex_t lock;
     emlio__shardset_t *set;
     size_t budget;
+    bool lease;      /* the daemon: descriptors, leases, the watcher thread */
     uint32_t *slots; /* indices of the open shards, n_open of them */
     size_t n_open;
     size_t cap;
@@ -102,13 +103,18 @@ s_read_number(const char *path)
 }
 
 int
-emlio__shard_cache_budget(size_t asked, size_t *budget, char *errbuf)
+emlio__shard_cache_budget(size_t asked, bool lease, size_t *budget,
+                          char *errbuf)
 {
     struct rlimit rl = { 0, 0 };
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         rl.rlim_cur = 1u << 20;
     uint64_t nofile = rl.rlim_cur;
     uint64_t maps = s_read_number("/proc/sys/vm/max_map_count");
+    if (!lease) { /* mappings only: no descriptor is kept */
+        *budget = asked ? asked : (size_t)(maps ? maps / 4 : 16384);
+        return 0;
+    }
     if (asked) {
         if (asked + EMLIO__SHARD_CACHE_RESERVE > nofile)
             return emlio__seterr(
@@ -293,7 +299,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
 {
     while (self->n_open >= self->budget && s_evict_one(self))
         ;
-    bool copy = !first && self->n_open >= self->budget;
+    bool copy = self->lease && !first && self->n_open >= self->budget;
     /* With every open shard in use the list grows past the budget. */
     if (self->n_open == self->cap) {
         size_t cap = self->cap ? self->cap * 2 : 16;
@@ -305,7 +311,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
     }
     struct stat st;
     const char *path = shard->ops->path(shard->impl);
-    int fd = s_open_leased(self, shard, !copy, &st);
+    int fd = s_open_leased(self, shard, self->lease && !copy, &st);
     if (fd < 0 && (first || fd != -ENOENT))
         return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
                              emlio__open_why(fd));
@@ -324,15 +330,17 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
         shard->mtime_ns =
             (uint64_t)st.st_mtim.tv_sec * 1000000000ull + st.st_mtim.tv_nsec;
     }
-    int rc = s_note_fd(self, fd, s_index(self, shard));
+    int rc = self->lease ? s_note_fd(self, fd, s_index(self, shard)) : 0;
     if (rc == 0 && !copy)
         rc = shard->ops->map_fd(shard->impl, fd, &st);
-    if (rc < 0) {
+    if (rc < 0 || !self->lease) { /* the tools keep the mapping only */
         if ((size_t)fd < self->n_fd)
             self->by_fd[fd] = S_NONE;
         close(fd);
-        return emlio__seterr(errbuf, rc, "%s", shard->ops->errmsg(shard->impl));
+        fd = -1;
     }
+    if (rc < 0)
+        return emlio__seterr(errbuf, rc, "%s", shard->ops->errmsg(shard->impl));
     shard->fd = fd;
     s_slot_add(self, shard);
     self->opens++;
@@ -586,7 +594,7 @@ s_start(emlio__shard_cache_t *self)
 
 int
 emlio__shard_cache_new(emlio__shard_cache_t **self_p, emlio__shardset_t *set,
-                       size_t budget, uint32_t grace_ms,
+                       size_t budget, bool lease, uint32_t grace_ms,
                        emlio__shardset_log_fn *log, void *userdata,
                        char *errbuf)
 {
@@ -601,6 +609,12 @@ emlio__shard_cache_new(emlio__shard_cache_t **self_p, emlio__shardset_t *set,
     self->log = log;
     self->userdata = userdata;
     self->sigfd = -1;
+    self->lease = lease;
+    self->wakefd = -1;
+    if (!lease) { /* the tools: nothing to watch */
+        *self_p = self;
+        return 0;
+    }
     self->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     int rc = self->wakefd < 0 ? -errno : s_start(self);
     if (rc < 0) {
@@ -628,7 +642,8 @@ emlio__shard_cache_arm(emlio__shard_cache_t *self)
         if (!shard->ops->mapped || !atomic_load(&shard->is_open))
             continue;
         s_slot_add(self, shard);
-        self->by_fd[shard->fd] = (uint32_t)i;
+        if (shard->fd >= 0)
+            self->by_fd[shard->fd] = (uint32_t)i;
     }
     atomic_store(&self->armed, true);
     pthread_mutex_unlock(&self->lock);

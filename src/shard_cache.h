@@ -63,21 +63,27 @@ typedef struct emlio__shard_cache_stats {
     uint64_t copy_opens; /* of opens, for copying reads (budget spent) */
 } emlio__shard_cache_stats_t;
 
-/* The budget to use: asked when not 0, else derived from RLIMIT_NOFILE
+/* The budget to use: asked when not 0, else, for a cache that leases (the
+ * daemon's), derived from RLIMIT_NOFILE
  * (the soft limit, less EMLIO__SHARD_CACHE_RESERVE and a quarter of the
  * limit for clients) and from vm.max_map_count (at most a quarter of it).
  * A limit too small for EMLIO__SHARD_CACHE_MIN_BUDGET shards, or an asked
  * budget that does not fit under it, is EMLIO_EINVAL with errbuf saying
  * what to raise. Returns 0. */
-int emlio__shard_cache_budget(size_t asked, size_t *budget, char *errbuf);
+int emlio__shard_cache_budget(size_t asked, bool lease, size_t *budget,
+                              char *errbuf);
 
 /* Creates the cache of set's mapped shards with room for budget of them
- * open at once, and starts its watcher thread (idle until armed). log
+ * open at once. lease (the daemon): open shards keep their descriptor and
+ * a read lease, and the watcher thread starts (idle until armed); without
+ * it (the tools) a shard keeps only its mapping, descriptors are closed
+ * at once, nothing is watched, and the budget only bounds the mappings
+ * (vm.max_map_count: a quarter of it by default). log
  * (with userdata) reports changed shards. grace_ms: how long frames of a
  * shard whose lease is being broken may keep its bytes before they are
  * replaced by zeros. Returns 0, EMLIO_ENOMEM or -errno (errbuf set). */
 int emlio__shard_cache_new(emlio__shard_cache_t **self_p,
-                           emlio__shardset_t *set, size_t budget,
+                           emlio__shardset_t *set, size_t budget, bool lease,
                            uint32_t grace_ms, emlio__shardset_log_fn *log,
                            void *userdata, char *errbuf);
 

@@ -310,15 +310,8 @@ s_load_mapped(emlio__shardset_t *self, const char *dir, char **name,
     if (!shard->impl)
         return EMLIO_ENOMEM;
     ops->confine(shard->impl, &self->root, shard->name);
-    if (!self->cache) { /* the tools: mapped for good */
-        self->mapped++;
-        int rc = ops->open(shard->impl);
-        if (rc < 0)
-            return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
-        return s_index_mapped(shard, opts, log, userdata, errbuf);
-    }
-    /* The daemon: opened (and leased) through the cache, indexed, and left
-     * to the cache, which closes it when the budget needs the room. */
+    /* Opened (and, for the daemon, leased) through the cache, indexed, and
+     * left to the cache, which closes it when the budget needs the room. */
     shard->cache = self->cache;
     int rc = emlio__shard_cache_first_open(self->cache, shard, path, errbuf);
     if (rc < 0)
@@ -547,10 +540,11 @@ s_cache_new(emlio__shardset_t *self, const emlio__shardset_opts_t *opts,
             emlio__shardset_log_fn *log, void *userdata, char *errbuf)
 {
     size_t budget;
-    int rc = emlio__shard_cache_budget(opts->max_open_shards, &budget, errbuf);
+    int rc = emlio__shard_cache_budget(opts->max_open_shards, opts->lease,
+                                       &budget, errbuf);
     if (rc < 0)
         return rc;
-    return emlio__shard_cache_new(&self->cache, self, budget,
+    return emlio__shard_cache_new(&self->cache, self, budget, opts->lease,
                                   opts->grace_ms ? opts->grace_ms : 5000, log,
                                   userdata, errbuf);
 }
@@ -579,7 +573,7 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
     if (rc < 0)
         return emlio__seterr(errbuf, rc, "cannot open data directory '%s': %s",
                              dir, emlio_strerror(rc));
-    rc = opts->lease ? s_cache_new(self, opts, log, userdata, errbuf) : 0;
+    rc = s_cache_new(self, opts, log, userdata, errbuf);
     if (rc < 0) {
         emlio__shardset_release(self);
         return rc;

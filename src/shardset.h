@@ -39,8 +39,8 @@ struct emlio__shard {
     /* The rest concerns mapped shards (ops->mapped); a shard of a tree
      * format (an ImageFolder class) has fd -1, is never leased and never
      * counts users. */
-    struct emlio__shard_cache *cache; /* the daemon's: opened on demand;
-                                         NULL: mapped for good (tools) */
+    struct emlio__shard_cache *cache; /* opens it on demand; NULL: mapped
+                                         for good (a single-file dataset) */
     int fd;        /* open read-only for the lease and copying reads; -1
                       while the cache has it closed */
     bool leased;   /* holds a read lease; otherwise copying reads */
@@ -88,13 +88,13 @@ struct emlio__shardset_opts {
     /* Set from another thread (a signal): the load stops between shards
      * (or ImageFolder classes) with -ECANCELED. NULL: never. */
     const atomic_bool *cancel;
-    /* Open and lease mapped shards (fd, leased; copying reads when no
-     * lease can be had) through a shard cache (shard_cache.h): at most
-     * max_open_shards open at once (0: derived from the open-file limit,
-     * see emlio__shard_cache_budget), opened again on demand, lease
-     * breaks received by the cache's watcher thread: the daemon. Without
-     * it shards are only mapped (fd -1) for good, as the short-lived
-     * tools want them. */
+    /* Mapped shards go through a shard cache (shard_cache.h): opened on
+     * demand, at most max_open_shards at once (0: the default of
+     * emlio__shard_cache_budget), the least recently used idle one closed
+     * for another. lease (the daemon): an open shard keeps its descriptor
+     * and a read lease (copying reads when none can be had), and the
+     * cache's thread receives lease breaks. Without it (the tools) an
+     * open shard is only mapped (fd -1). */
     bool lease;
     size_t max_open_shards;
     uint32_t grace_ms; /* see emlio__shard_cache_new; 0: 5000 */
@@ -108,7 +108,7 @@ struct emlio__shardset {
     uint64_t bytes;
     size_t mapped; /* TFRecord and tar shards */
     size_t leased; /* of those, shards holding a read lease */
-    struct emlio__shard_cache *cache; /* with opts->lease */
+    struct emlio__shard_cache *cache; /* of the mapped shards */
     char fingerprint[17];             /* 16 hex digits */
 };
 

@@ -5,6 +5,7 @@
  */
 #include "emlio_test.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -535,6 +536,47 @@ test_shardset_cache_reopened_shard_lease_breaks(void **state)
     test_rmtree(dir);
 }
 
+/* Counts this process's open descriptors. */
+static int
+s_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* The tools' load (no lease): shards keep only their mappings, at most the
+ * budget of them, and no descriptor; every record is still readable. */
+static void
+test_shardset_cache_tools_keep_no_descriptors(void **state)
+{
+    (void)state;
+    char dir[64];
+    char err[EMLIO_ERRMSG_LEN];
+    emlio__shardset_t set;
+    s_many_shards(dir, sizeof(dir), 8);
+    int before = s_fds();
+    emlio__shardset_opts_t opts = { .max_open_shards = 2 };
+    assert_int_equal(emlio__shardset_load(&set, dir, &opts, NULL, NULL, err),
+                     8);
+    assert_int_equal(s_fds(), before + 1); /* the data root only */
+    for (size_t i = 0; i < set.n; i++) {
+        assert_int_equal(emlio__shard_acquire(&set.shards[i]), 0);
+        assert_int_equal(set.shards[i].fd, -1);
+        assert_false(set.shards[i].leased);
+        assert_int_equal(emlio_tfrecord_verify(set.shards[i].impl, 1), 0);
+        emlio__shard_release(&set.shards[i]);
+        assert_true(s_open_now(&set) <= 2);
+    }
+    assert_int_equal(s_fds(), before + 1);
+    emlio__shardset_release(&set);
+    test_rmtree(dir);
+}
+
 /* A limit too small for any shard budget fails at load, saying what to
  * raise; so does a budget that does not fit under the limit. */
 static void
@@ -547,11 +589,11 @@ test_shardset_cache_budget_must_fit_the_limit(void **state)
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
     struct rlimit low = { 150, old.rlim_max };
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-    int rc = emlio__shard_cache_budget(0, &budget, err);
-    int rc_asked = emlio__shard_cache_budget(100, &budget, err);
+    int rc = emlio__shard_cache_budget(0, true, &budget, err);
+    int rc_asked = emlio__shard_cache_budget(100, true, &budget, err);
     struct rlimit mid = { 256, old.rlim_max };
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &mid), 0);
-    int rc_mid = emlio__shard_cache_budget(0, &budget, err);
+    int rc_mid = emlio__shard_cache_budget(0, true, &budget, err);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
     assert_int_equal(rc, EMLIO_EINVAL);
     assert_int_equal(rc_asked, EMLIO_EINVAL);
@@ -574,6 +616,7 @@ main(void)
         cmocka_unit_test(test_shardset_cache_never_closes_a_busy_shard),
         cmocka_unit_test(test_shardset_cache_reopen_checks_the_file),
         cmocka_unit_test(test_shardset_cache_reopened_shard_lease_breaks),
+        cmocka_unit_test(test_shardset_cache_tools_keep_no_descriptors),
         cmocka_unit_test(test_shardset_cache_budget_must_fit_the_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
