@@ -158,6 +158,17 @@ emlio__shard_acquire(emlio__shard_t *shard)
     return emlio__shard_cache_acquire(shard->cache, shard);
 }
 
+bool
+emlio__shard_try_use(emlio__shard_t *shard)
+{
+    atomic_fetch_add(&shard->users, 1);
+    if (!atomic_load(&shard->changed) &&
+        (!shard->cache || atomic_load(&shard->is_open)))
+        return true;
+    atomic_fetch_sub(&shard->users, 1);
+    return false;
+}
+
 void
 emlio__shard_hold(emlio__shard_t *shard)
 {
@@ -670,14 +681,8 @@ emlio__shard_advise(const emlio__shard_t *shard, size_t first, size_t n,
      * only while a use keeps the cache from unmapping it meanwhile: a
      * range unmapped and reused would get someone else's advice. */
     emlio__shard_t *use = (emlio__shard_t *)shard;
-    if (use->cache) {
-        atomic_fetch_add(&use->users, 1);
-        if (!atomic_load(&use->is_open) || atomic_load(&use->changed)) {
-            atomic_fetch_sub(&use->users, 1);
-            return;
-        }
-    }
+    if (!emlio__shard_try_use(use))
+        return;
     shard->ops->advise(shard->impl, first, n, advice);
-    if (use->cache)
-        atomic_fetch_sub(&use->users, 1);
+    emlio__shard_release(use);
 }

@@ -133,6 +133,11 @@ int emlio__shardset_load(emlio__shardset_t *self, const char *dir,
  * opened now (-EMFILE). */
 int emlio__shard_acquire(emlio__shard_t *shard);
 
+/* emlio__shard_acquire without opening: true and one more user when the
+ * shard is open now and unchanged (hints: readahead, prefetch), else
+ * false. */
+bool emlio__shard_try_use(emlio__shard_t *shard);
+
 /* One more use of a shard the caller already uses (acquired): a frame
  * pointing into the mapping, say. Ended by emlio__shard_release. */
 void emlio__shard_hold(emlio__shard_t *shard);
