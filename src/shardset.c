@@ -487,6 +487,21 @@ s_inventory(emlio__shardset_t *self, const char *dir, char *errbuf)
     return 0;
 }
 
+/* The daemon's shard cache, with its budget (see shard_cache.h). */
+static int
+s_cache_new(emlio__shardset_t *self, const emlio__shardset_opts_t *opts,
+            emlio__shardset_log_fn *log, void *userdata, char *errbuf)
+{
+    size_t budget;
+    int rc = emlio__shard_cache_budget(opts->max_open_shards, opts->lease,
+                                       &budget, errbuf);
+    if (rc < 0)
+        return rc;
+    return emlio__shard_cache_new(&self->cache, self, budget, opts->lease,
+                                  opts->grace_ms ? opts->grace_ms : 5000, log,
+                                  userdata, errbuf);
+}
+
 /* Loads the shard files found (one list per file format), or, when there
  * are none, the first wanted tree format. Returns the tree's shard count,
  * 0 or < 0. */
@@ -500,6 +515,10 @@ s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
     for (size_t k = 0; emlio__formats[k]; k++)
         files += found[k].n;
     int rc = files ? emlio__shardset_grow(self, files) : 0;
+    /* Only mapped shards need the cache (and its budget, and its thread):
+     * an ImageFolder tree never opens it. */
+    if (rc >= 0 && files)
+        rc = s_cache_new(self, opts, log, userdata, errbuf);
     for (size_t k = 0; emlio__formats[k] && rc >= 0; k++)
         for (size_t i = 0; i < found[k].n && rc >= 0; i++)
             rc = emlio__shardset_cancelled(opts)
@@ -545,21 +564,6 @@ s_left_out(const char *dir, const emlio__names_t *found, const bool *want,
                  subdirs);
 }
 
-/* The daemon's shard cache, with its budget (see shard_cache.h). */
-static int
-s_cache_new(emlio__shardset_t *self, const emlio__shardset_opts_t *opts,
-            emlio__shardset_log_fn *log, void *userdata, char *errbuf)
-{
-    size_t budget;
-    int rc = emlio__shard_cache_budget(opts->max_open_shards, opts->lease,
-                                       &budget, errbuf);
-    if (rc < 0)
-        return rc;
-    return emlio__shard_cache_new(&self->cache, self, budget, opts->lease,
-                                  opts->grace_ms ? opts->grace_ms : 5000, log,
-                                  userdata, errbuf);
-}
-
 int
 emlio__shardset_load(emlio__shardset_t *self, const char *dir,
                      const emlio__shardset_opts_t *opts,
@@ -584,11 +588,6 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
     if (rc < 0)
         return emlio__seterr(errbuf, rc, "cannot open data directory '%s': %s",
                              dir, emlio_strerror(rc));
-    rc = s_cache_new(self, opts, log, userdata, errbuf);
-    if (rc < 0) {
-        emlio__shardset_release(self);
-        return rc;
-    }
     emlio__names_t found[S_MAX_FORMATS];
     memset(found, 0, sizeof(found));
     s_skipped_t skipped = { 0 };
