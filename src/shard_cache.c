@@ -103,8 +103,8 @@ s_read_number(const char *path)
 }
 
 int
-emlio__shard_cache_budget(size_t asked, bool lease, size_t *budget,
-                          char *errbuf)
+emlio__shard_cache_budget(size_t asked, bool lease, size_t shards,
+                          size_t *budget, char *errbuf)
 {
     struct rlimit rl = { 0, 0 };
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
@@ -131,17 +131,19 @@ emlio__shard_cache_budget(size_t asked, bool lease, size_t *budget,
     uint64_t room = nofile > keep ? nofile - keep : 0;
     if (maps)
         room = EMLIO_MIN(room, maps / 4);
-    if (room < EMLIO__SHARD_CACHE_MIN_BUDGET)
+    uint64_t need = EMLIO_MAX(
+        EMLIO_MIN((uint64_t)shards, EMLIO__SHARD_CACHE_MIN_BUDGET), 1);
+    if (room < need) {
+        uint64_t least = EMLIO__SHARD_CACHE_RESERVE + need;
+        while (least < EMLIO__SHARD_CACHE_RESERVE + least / 4 + need)
+            least++;
         return emlio__seterr(
             errbuf, EMLIO_EINVAL,
             "the open-file limit of %" PRIu64 " leaves room for %" PRIu64
-            " open shards, fewer than the %d needed: raise it to at "
-            "least %" PRIu64 " (ulimit -n, LimitNOFILE=)",
-            nofile, room, EMLIO__SHARD_CACHE_MIN_BUDGET,
-            (uint64_t)((EMLIO__SHARD_CACHE_RESERVE +
-                        EMLIO__SHARD_CACHE_MIN_BUDGET) *
-                           4 / 3 +
-                       1));
+            " open shards, fewer than the %" PRIu64 " needed: raise it "
+            "to at least %" PRIu64 " (ulimit -n, LimitNOFILE=)",
+            nofile, room, need, least);
+    }
     *budget = (size_t)room;
     return 0;
 }
@@ -305,7 +307,8 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
         size_t cap = self->cap ? self->cap * 2 : 16;
         uint32_t *slots = emlio_reallocarray(self->slots, cap, sizeof(*slots));
         if (!slots)
-            return EMLIO_ENOMEM;
+            return emlio__seterr(errbuf, EMLIO_ENOMEM,
+                                 "out of memory opening '%s'", shard->name);
         self->slots = slots;
         self->cap = cap;
     }
@@ -339,6 +342,9 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
         close(fd);
         fd = -1;
     }
+    if (rc == EMLIO_ENOMEM)
+        return emlio__seterr(errbuf, rc, "out of memory opening '%s'",
+                             shard->name);
     if (rc < 0)
         return emlio__seterr(errbuf, rc, "%s", shard->ops->errmsg(shard->impl));
     shard->fd = fd;

@@ -45,12 +45,14 @@
 
 typedef struct emlio__shard_cache emlio__shard_cache_t;
 
-/* Descriptors the daemon keeps for everything but shards (ZeroMQ's
- * sockets, pipes and epoll sets, client connections, logs, index files)
- * when it derives the budget from the open-file limit. */
-#define EMLIO__SHARD_CACHE_RESERVE    128
-/* The smallest budget: a batch of a shuffled plan reads from several
- * shards at once; fewer open shards would reopen on almost every read. */
+/* Descriptors the daemon keeps for everything but shards and client
+ * connections (ZeroMQ's sockets, pipes and epoll sets, logs, index files,
+ * the data root: about 25 at start) when it derives the budget from the
+ * open-file limit; connections get a quarter of the limit on top. */
+#define EMLIO__SHARD_CACHE_RESERVE    64
+/* The smallest budget (or the shard count, when smaller): a batch of a
+ * shuffled plan reads from several shards at once; fewer open shards
+ * would reopen on almost every read. */
 #define EMLIO__SHARD_CACHE_MIN_BUDGET 8
 
 /* What the cache has done, for the start-up log and tests. */
@@ -67,11 +69,12 @@ typedef struct emlio__shard_cache_stats {
  * daemon's), derived from RLIMIT_NOFILE
  * (the soft limit, less EMLIO__SHARD_CACHE_RESERVE and a quarter of the
  * limit for clients) and from vm.max_map_count (at most a quarter of it).
- * A limit too small for EMLIO__SHARD_CACHE_MIN_BUDGET shards, or an asked
+ * A limit too small for EMLIO__SHARD_CACHE_MIN_BUDGET shards (or for all
+ * of the set's shards, when fewer), or an asked
  * budget that does not fit under it, is EMLIO_EINVAL with errbuf saying
  * what to raise. Returns 0. */
-int emlio__shard_cache_budget(size_t asked, bool lease, size_t *budget,
-                              char *errbuf);
+int emlio__shard_cache_budget(size_t asked, bool lease, size_t shards,
+                              size_t *budget, char *errbuf);
 
 /* Creates the cache of set's mapped shards with room for budget of them
  * open at once. lease (the daemon): open shards keep their descriptor and

@@ -489,12 +489,13 @@ s_inventory(emlio__shardset_t *self, const char *dir, char *errbuf)
 
 /* The daemon's shard cache, with its budget (see shard_cache.h). */
 static int
-s_cache_new(emlio__shardset_t *self, const emlio__shardset_opts_t *opts,
-            emlio__shardset_log_fn *log, void *userdata, char *errbuf)
+s_cache_new(emlio__shardset_t *self, size_t shards,
+            const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
+            void *userdata, char *errbuf)
 {
     size_t budget;
     int rc = emlio__shard_cache_budget(opts->max_open_shards, opts->lease,
-                                       &budget, errbuf);
+                                       shards, &budget, errbuf);
     if (rc < 0)
         return rc;
     return emlio__shard_cache_new(&self->cache, self, budget, opts->lease,
@@ -518,7 +519,7 @@ s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
     /* Only mapped shards need the cache (and its budget, and its thread):
      * an ImageFolder tree never opens it. */
     if (rc >= 0 && files)
-        rc = s_cache_new(self, opts, log, userdata, errbuf);
+        rc = s_cache_new(self, files, opts, log, userdata, errbuf);
     for (size_t k = 0; emlio__formats[k] && rc >= 0; k++)
         for (size_t i = 0; i < found[k].n && rc >= 0; i++)
             rc = emlio__shardset_cancelled(opts)

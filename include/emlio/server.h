@@ -144,11 +144,11 @@ typedef struct emlio_server_config {
      * recently used idle one is closed when this budget is spent; a shard
      * whose frames are still in flight is never closed, so the budget may
      * be exceeded while every open shard is in use. 0 (default): derived
-     * from RLIMIT_NOFILE (the soft limit less 128 and a quarter of it for
+     * from RLIMIT_NOFILE (the soft limit less 64 and a quarter of it for
      * sockets and clients, at most a quarter of vm.max_map_count).
      * emlio_server_load fails with EMLIO_EINVAL, saying what to raise,
-     * when the limit leaves room for fewer than 8 shards or this value
-     * does not fit under it. */
+     * when the limit leaves room for fewer than 8 shards (or all of
+     * them, when fewer) or this value plus 64 exceeds it. */
     uint32_t max_open_shards;
 } emlio_server_config_t;
 

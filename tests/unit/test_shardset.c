@@ -587,19 +587,29 @@ test_shardset_cache_budget_must_fit_the_limit(void **state)
     size_t budget = 0;
     struct rlimit old;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    struct rlimit low = { 150, old.rlim_max };
+    struct rlimit low = { 80, old.rlim_max };
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-    int rc = emlio__shard_cache_budget(0, true, &budget, err);
-    int rc_asked = emlio__shard_cache_budget(100, true, &budget, err);
-    struct rlimit mid = { 256, old.rlim_max };
+    int rc = emlio__shard_cache_budget(0, true, 1000, &budget, err);
+    char low_err[EMLIO_ERRMSG_LEN];
+    snprintf(low_err, sizeof(low_err), "%s", err);
+    int rc_asked = emlio__shard_cache_budget(100, true, 1000, &budget, err);
+    struct rlimit mid = { 96, old.rlim_max };
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &mid), 0);
-    int rc_mid = emlio__shard_cache_budget(0, true, &budget, err);
+    int rc_few = emlio__shard_cache_budget(0, true, 2, &budget, err);
+    size_t few = budget;
+    struct rlimit big = { 256, old.rlim_max };
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &big), 0);
+    int rc_big = emlio__shard_cache_budget(0, true, 1000, &budget, err);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
     assert_int_equal(rc, EMLIO_EINVAL);
+    assert_non_null(strstr(low_err, "open-file limit of 80 leaves room"));
+    assert_non_null(strstr(low_err, "raise it to at least 95"));
     assert_int_equal(rc_asked, EMLIO_EINVAL);
     assert_non_null(strstr(err, "--max-open-shards 100"));
-    assert_int_equal(rc_mid, 0);
-    assert_int_equal(budget, 256 - 128 - 64);
+    assert_int_equal(rc_few, 0); /* two shards fit where eight would */
+    assert_int_equal(few, 96 - 64 - 24);
+    assert_int_equal(rc_big, 0);
+    assert_int_equal(budget, 256 - 64 - 64);
 }
 
 int
