@@ -371,6 +371,21 @@ emlio__shard_cache_first_open(emlio__shard_cache_t *self, emlio__shard_t *shard,
     return rc;
 }
 
+void
+emlio__shard_cache_adopt(emlio__shard_cache_t *self, emlio__shard_t *shard,
+                         const struct stat *st)
+{
+    (void)self;
+    shard->slot = S_NONE;
+    shard->fd = -1;
+    shard->dev = st->st_dev;
+    shard->ino = st->st_ino;
+    shard->size = (uint64_t)st->st_size;
+    shard->mtime_ns =
+        (uint64_t)st->st_mtim.tv_sec * 1000000000ull + st->st_mtim.tv_nsec;
+    atomic_store(&shard->is_open, false);
+}
+
 int
 emlio__shard_cache_acquire(emlio__shard_cache_t *self, emlio__shard_t *shard)
 {

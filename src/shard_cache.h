@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "format.h"
 
@@ -102,6 +103,14 @@ void emlio__shard_cache_destroy(emlio__shard_cache_t **self_p);
 int emlio__shard_cache_first_open(emlio__shard_cache_t *self,
                                   emlio__shard_t *shard, const char *path,
                                   char *errbuf);
+
+/* For a load that does not open the shard (its index read elsewhere, e.g.
+ * a dataset-wide index): records st (an fstatat of the shard's file at
+ * load) as the identity every open must match, and leaves the shard
+ * closed, to be opened by its first reader. The format's handle must hold
+ * its index and size already. */
+void emlio__shard_cache_adopt(emlio__shard_cache_t *self, emlio__shard_t *shard,
+                              const struct stat *st);
 
 /* The slow path of emlio__shard_acquire: opens the shard if needed and
  * adds a user. Returns 0, -ESTALE (the shard changed on disk, now or

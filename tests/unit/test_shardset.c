@@ -464,7 +464,9 @@ test_shardset_cache_reopen_checks_the_file(void **state)
     s_log_t log = S_LOG_INIT;
     s_many_shards(dir, sizeof(dir), 4);
     assert_int_equal(s_load_budget(&set, dir, 1, s_log, &log, err), 4);
-    assert_false(atomic_load(&set.shards[0].is_open)); /* closed for s03 */
+    assert_int_equal(emlio__shard_acquire(&set.shards[3]), 0); /* the one */
+    emlio__shard_release(&set.shards[3]);
+    assert_false(atomic_load(&set.shards[0].is_open));
     /* s00: replaced by an identical copy (same bytes, another inode). */
     snprintf(path, sizeof(path), "%s/s00.tfrecord", dir);
     snprintf(tmp, sizeof(tmp), "%s/new.tmp", dir);
@@ -499,6 +501,39 @@ test_shardset_cache_reopen_checks_the_file(void **state)
     test_rmtree(dir);
 }
 
+/* A load that reads an index instead of the shard (emlio__shard_cache_adopt)
+ * leaves the shard closed with the identity it stat'ed: the first open
+ * checks it like any reopen. */
+static void
+test_shardset_cache_adopted_shard_is_checked_at_first_open(void **state)
+{
+    (void)state;
+    char dir[64];
+    char path[160];
+    char err[EMLIO_ERRMSG_LEN];
+    emlio__shardset_t set;
+    s_log_t log = S_LOG_INIT;
+    struct stat st;
+    s_many_shards(dir, sizeof(dir), 3);
+    assert_int_equal(s_load_budget(&set, dir, 1, s_log, &log, err), 3);
+    assert_int_equal(emlio__shard_acquire(&set.shards[2]), 0); /* the one */
+    emlio__shard_release(&set.shards[2]);
+    assert_false(atomic_load(&set.shards[0].is_open));
+    assert_false(atomic_load(&set.shards[1].is_open));
+    snprintf(path, sizeof(path), "%s/s01.tfrecord", dir);
+    assert_int_equal(stat(path, &st), 0);
+    emlio__shard_cache_adopt(set.cache, &set.shards[0], &st); /* wrong */
+    emlio__shard_cache_adopt(set.cache, &set.shards[1], &st); /* its own */
+    assert_int_equal(emlio__shard_acquire(&set.shards[0]), -ESTALE);
+    assert_true(s_logged(&log, "'s00.tfrecord' changed on disk (the path "
+                               "now names another file)"));
+    assert_int_equal(emlio__shard_acquire(&set.shards[1]), 0);
+    assert_int_equal(emlio_tfrecord_verify(set.shards[1].impl, 1), 0);
+    emlio__shard_release(&set.shards[1]);
+    emlio__shardset_release(&set);
+    test_rmtree(dir);
+}
+
 /* A shard the cache reopened (closed since load) gets its lease breaks
  * too: a writer's open is signalled, the idle shard closed, and the
  * writer goes on. */
@@ -513,6 +548,8 @@ test_shardset_cache_reopened_shard_lease_breaks(void **state)
     s_log_t log = S_LOG_INIT;
     s_many_shards(dir, sizeof(dir), 3);
     assert_int_equal(s_load_budget(&set, dir, 1, s_log, &log, err), 3);
+    assert_int_equal(emlio__shard_acquire(&set.shards[2]), 0); /* the one */
+    emlio__shard_release(&set.shards[2]);
     emlio__shard_t *shard = &set.shards[0];
     assert_false(atomic_load(&shard->is_open));
     assert_int_equal(emlio__shard_acquire(shard), 0); /* reopened */
@@ -626,6 +663,8 @@ main(void)
         cmocka_unit_test(test_shardset_cache_never_closes_a_busy_shard),
         cmocka_unit_test(test_shardset_cache_reopen_checks_the_file),
         cmocka_unit_test(test_shardset_cache_reopened_shard_lease_breaks),
+        cmocka_unit_test(
+            test_shardset_cache_adopted_shard_is_checked_at_first_open),
         cmocka_unit_test(test_shardset_cache_tools_keep_no_descriptors),
         cmocka_unit_test(test_shardset_cache_budget_must_fit_the_limit),
     };
