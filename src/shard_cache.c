@@ -376,6 +376,7 @@ emlio__shard_cache_adopt(emlio__shard_cache_t *self, emlio__shard_t *shard,
                          const struct stat *st)
 {
     (void)self;
+    assert(!atomic_load(&shard->is_open)); /* never opened, or closed */
     shard->slot = S_NONE;
     shard->fd = -1;
     shard->dev = st->st_dev;
