@@ -5,6 +5,7 @@
 # breaks watched by signal instead of polling.
 #
 #   bench/many_shards.sh [SHARDS [NOFILE [RECORDS]]]   (100000 1024 4)
+#   FETCH_ARGS="--window-shards 256" bench/many_shards.sh   (plan locality)
 #
 # Prints the daemon's descriptors after start, during and after the epoch,
 # its idle CPU (utime+stime from /proc/PID/stat over IDLE_S seconds, at
@@ -109,8 +110,9 @@ echo "start ${start_s} s, ${fds_start} descriptors, idle CPU ${idle_start}% of a
 
 peak=0
 (
+    # shellcheck disable=SC2086 # FETCH_ARGS: words on purpose
     "$B/bin/emlio" fetch --connect "$EP" --batch 256 --epochs 1 --verify \
-        --quiet --timeout-ms 300000 >"$OUT/f.out" 2>"$OUT/f.err"
+        --quiet --timeout-ms 300000 ${FETCH_ARGS:-} >"$OUT/f.out" 2>"$OUT/f.err"
     echo $? >"$OUT/f.rc"
 ) &
 FPID=$!
