@@ -63,8 +63,9 @@ emlio__open_why(int rc)
         return "not a regular file";
     case -EMFILE:
     case -ENFILE:
-        return "too many open files (each leased shard holds one "
-               "descriptor: raise the limit, ulimit -n or LimitNOFILE=)";
+        return "too many open files (each open shard holds one "
+               "descriptor: lower --max-open-shards, or raise the limit, "
+               "ulimit -n or LimitNOFILE=)";
     default:
         return emlio_strerror(rc);
     }

@@ -209,7 +209,15 @@ emlio_dataset_record(const emlio_dataset_t *self, size_t s, size_t r,
     if (r >= emlio__shard_count(shard))
         return EMLIO_ENOTFOUND;
     int64_t lab = -1;
-    int rc = shard->ops->record(shard, r, fn, userdata, &lab);
+    /* A mapped shard is mapped (again) for the read: the shard set keeps
+     * at most a budget of them mapped (shard_cache.h). */
+    emlio__shard_t *use = (emlio__shard_t *)shard;
+    int rc = shard->ops->mapped ? emlio__shard_acquire(use) : 0;
+    if (rc < 0)
+        return rc;
+    rc = shard->ops->record(shard, r, fn, userdata, &lab);
+    if (shard->ops->mapped)
+        emlio__shard_release(use);
     if (label)
         *label = lab;
     return rc;

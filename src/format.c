@@ -40,9 +40,10 @@ emlio__format_read(emlio__shard_t *shard, uint64_t record,
      * mapping may now lie past the end of the file; while it is read, this
      * read is one of its users. */
     bool mapped = shard->ops->mapped;
-    if (mapped && !emlio__shard_acquire(shard))
-        return -ESTALE;
-    int rc = shard->ops->read(shard, record, o, views, missing);
+    int rc = mapped ? emlio__shard_acquire(shard) : 0;
+    if (rc < 0)
+        return rc;
+    rc = shard->ops->read(shard, record, o, views, missing);
     if (mapped)
         emlio__shard_release(shard); /* the views hold their own uses */
     if (rc < 0 || !o->n_fields)

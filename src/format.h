@@ -99,6 +99,13 @@ typedef struct emlio__format_ops {
     void (*confine)(void *impl, const emlio__root_t *root, const char *rel);
     /* Opens (maps) the file. Returns 0 or < 0 (see errmsg). */
     int (*open)(void *impl);
+    /* Maps the file from fd, which the shard cache opened, leased and
+     * checked (st: its fstat); fd stays the caller's. The cache's way in,
+     * at load and at every reopen. Returns 0 or < 0 (see errmsg). */
+    int (*map_fd)(void *impl, int fd, const struct stat *st);
+    /* Drops the mapping but keeps the index and the size (count, size,
+     * offset, describe still answer): the cache's close. */
+    void (*unmap)(void *impl);
     /* Loads the index file idx; the record count or < 0 (-ENOENT: none). */
     int (*load_index)(void *impl, const char *idx);
     /* Scans the file for its records; the count or < 0. */

@@ -29,6 +29,18 @@ s_open(void *impl)
 }
 
 static int
+s_map_fd(void *impl, int fd, const struct stat *st)
+{
+    return emlio__tar_map_fd(impl, fd, st);
+}
+
+static void
+s_unmap(void *impl)
+{
+    emlio__tar_unmap(impl);
+}
+
+static int
 s_load_index(void *impl, const char *idx)
 {
     return emlio__tar_load_index(impl, idx);
@@ -293,6 +305,8 @@ const emlio__format_ops_t emlio__format_tar = {
     .create = s_create,
     .confine = s_confine,
     .open = s_open,
+    .map_fd = s_map_fd,
+    .unmap = s_unmap,
     .load_index = s_load_index,
     .scan = s_scan,
     .write_index = s_write_index,

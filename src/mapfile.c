@@ -20,24 +20,38 @@ emlio__map_file(const emlio__root_t *root, const char *rel, const char *path,
     if (fd < 0)
         return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
                              emlio__open_why(fd));
-    int rc = 0;
-    if ((uint64_t)st->st_size > SIZE_MAX) {
-        rc = emlio__seterr(errbuf, -EFBIG, "cannot map '%s': %s", path,
-                           emlio_strerror(-EFBIG));
-    } else if (st->st_size > 0) {
-        void *map =
-            mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            rc = -errno;
-            emlio__seterr(errbuf, rc, "cannot map '%s': %s", path,
-                          emlio_strerror(rc));
-        } else {
-            *base = map;
-            *size = (size_t)st->st_size;
-        }
-    }
+    int rc = emlio__map_fd(fd, st, path, base, size, errbuf);
     close(fd);
     return rc;
+}
+
+int
+emlio__map_fd(int fd, const struct stat *st, const char *path,
+              const uint8_t **base, size_t *size, char *errbuf)
+{
+    *base = NULL;
+    *size = 0;
+    if ((uint64_t)st->st_size > SIZE_MAX)
+        return emlio__seterr(errbuf, -EFBIG, "cannot map '%s': %s", path,
+                             emlio_strerror(-EFBIG));
+    if (st->st_size == 0)
+        return 0;
+    void *map = mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        int rc = -errno;
+        return emlio__seterr(errbuf, rc, "cannot map '%s': %s", path,
+                             emlio_strerror(rc));
+    }
+    *base = map;
+    *size = (size_t)st->st_size;
+    return 0;
+}
+
+void
+emlio__map_drop(const uint8_t *base, size_t size)
+{
+    if (base)
+        munmap((void *)base, size);
 }
 
 int

@@ -22,6 +22,17 @@ int emlio__map_file(const emlio__root_t *root, const char *rel,
                     const char *path, const uint8_t **base, size_t *size,
                     struct stat *st, char *errbuf);
 
+/* Maps the open regular file fd whole (MAP_PRIVATE; *base NULL for an
+ * empty file) at the size st gives, without closing fd: how the shard
+ * cache maps a shard it has opened, leased and checked itself (so the
+ * mapping is of that very inode). Returns 0 or < 0 with errbuf as
+ * emlio__map_file. */
+int emlio__map_fd(int fd, const struct stat *st, const char *path,
+                  const uint8_t **base, size_t *size, char *errbuf);
+
+/* Unmaps what emlio__map_file or emlio__map_fd mapped (NULL: nothing). */
+void emlio__map_drop(const uint8_t *base, size_t size);
+
 /* Replaces the pages of a mapping made by emlio__map_file with zeros, in
  * place (frames pointing into it stay valid, but read zeros instead of a
  * file that shrank: no SIGBUS). A NULL base is a no-op. 0 or -errno. */

@@ -8,12 +8,14 @@
 #include "emlio_internal.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "classes.h"
 #include "emlio/energy.h"
 #include "server_internal.h"
+#include "shard_cache.h"
 
 /* What a client is told of this host's power per busy core when the
  * configuration does not say: the energy model's (a labelled model). */
@@ -444,6 +446,29 @@ s_check_labels(emlio_server_t *self)
     return 0;
 }
 
+/* How many mapped shards are open now, against what budget and limit:
+ * what an operator checks first when reads fail with "too many open
+ * files". */
+static void
+s_log_budget(emlio_server_t *self)
+{
+    const emlio__shardset_t *set = &self->core->set;
+    if (!set->cache || !set->mapped)
+        return;
+    emlio__shard_cache_stats_t st;
+    emlio__shard_cache_stats(set->cache, &st);
+    struct rlimit lim = { 0, 0 };
+    (void)getrlimit(RLIMIT_NOFILE, &lim);
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "%zu mapped shards, at most %zu open at once (%s; open-file "
+              "limit %llu): %zu open now, the rest opened on demand; lease "
+              "breaks watched by signal",
+              set->mapped, st.budget,
+              self->cfg.max_open_shards ? "--max-open-shards"
+                                        : "derived from the limit",
+              (unsigned long long)lim.rlim_cur, st.open);
+}
+
 int
 emlio_server_load(emlio_server_t *self)
 {
@@ -461,6 +486,8 @@ emlio_server_load(emlio_server_t *self)
         .write_index = self->cfg.write_index,
         .index_dir = self->own.index_dir,
         .lease = true,
+        .max_open_shards = self->cfg.max_open_shards,
+        .grace_ms = EMLIO__SRV_LEASE_GRACE_MS,
         .follow_symlinks = self->cfg.follow_symlinks,
         .prune_field = self->own.field,
         .cancel = &self->interrupted,
@@ -517,6 +544,7 @@ emlio_server_load(emlio_server_t *self)
               " bytes from '%s' (dataset %s)",
               self->core->set.n, self->core->set.records, self->core->set.bytes,
               self->own.data_dir, self->core->set.fingerprint);
+    s_log_budget(self);
     return (int)self->core->set.n;
 }
 

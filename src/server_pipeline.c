@@ -272,10 +272,15 @@ s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
 {
     if (i >= get->n_items || get->items[i].shard >= self->core->set.n)
         return;
-    const emlio__shard_t *shard = &self->core->set.shards[get->items[i].shard];
-    if (shard->ops->prefetch && shard->leased &&
-        get->items[i].record < SIZE_MAX)
+    emlio__shard_t *shard = &self->core->set.shards[get->items[i].shard];
+    /* Only a shard the cache has open now, held meanwhile: a closed shard
+     * has no mapping worth fetching into the cache. */
+    if (!shard->ops->prefetch || get->items[i].record >= SIZE_MAX ||
+        !emlio__shard_try_use(shard))
+        return;
+    if (shard->leased) /* a copying shard's mapping is not read */
         shard->ops->prefetch(shard->impl, (size_t)get->items[i].record, data);
+    emlio__shard_release(shard);
 }
 
 static void

@@ -1,7 +1,8 @@
 /* server_request.c - the frontend thread, the only one that touches the
  * client socket: HELLO answered with WELCOME, GET admitted (credits,
  * readahead) and passed to a reader, finished replies forwarded to their
- * clients, the shard watch and the idle expiry run between polls.
+ * clients and the idle expiry run between polls (shards are watched by
+ * the shard cache's own thread: shard_cache.h).
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_internal.h"
@@ -409,20 +410,8 @@ emlio__srv_frontend_main(void *arg)
         { self->net.monitor, 0, ZMQ_POLLIN, 0 },
     };
     uint64_t last_expire = emlio__now_ns();
-    uint64_t last_watch = last_expire;
-    uint64_t last_paths = last_expire;
     while (!atomic_load(&self->thr.stopping)) {
         uint64_t now = emlio__now_ns();
-        if (now - last_watch >= EMLIO__SRV_POLL_MS * 1000000ull) {
-            /* Shards being changed on disk: refuse their samples and let
-             * the writer go on once no frame points into them. */
-            bool paths = now - last_paths > 1000000000ull;
-            emlio__shardset_watch(&self->core->set, paths,
-                                  EMLIO__SRV_LEASE_GRACE_MS,
-                                  emlio__srv_shardset_log, self);
-            last_paths = paths ? now : last_paths;
-            last_watch = now;
-        }
         if (now - last_expire > 1000000000ull) {
             emlio__srv_monitor_drain(self);
             emlio__srv_conns_expire(self, now);

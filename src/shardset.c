@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shard_cache.h"
 #include "shardset.h"
 
 /* Formats the registry may hold (format.c); a walk keeps one list each. */
@@ -143,39 +144,31 @@ s_fnv(uint64_t h, const void *data, size_t len)
     return h;
 }
 
-/* Opens the shard that the mapping will come from and takes a read lease on
- * it. A lease break is signalled to the holder; SIGURG is asked for because
- * its default action is to ignore it, so neither the daemon nor a program
- * embedding the library is killed by it (the watcher polls F_GETLEASE
- * instead of handling signals). Without a lease, the shard is read by
- * copying (see emlio__shard_read_copy). */
 int
-emlio__shard_lease(emlio__shard_t *shard, const emlio__root_t *root,
-                   const char *path, struct stat *st, char *errbuf)
-{
-    int fd = emlio__open_beneath(root, shard->name, 0, st);
-    if (fd < 0)
-        return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
-                             emlio__open_why(fd));
-    shard->fd = fd;
-    shard->dev = st->st_dev;
-    shard->ino = st->st_ino;
-    shard->size = (uint64_t)st->st_size;
-    shard->leased = S_ISREG(st->st_mode) && fcntl(fd, F_SETSIG, SIGURG) == 0 &&
-                    fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
-    atomic_init(&shard->users, 0);
-    atomic_init(&shard->changed, false);
-    atomic_init(&shard->logged, false);
-    return 0;
-}
-
-bool
 emlio__shard_acquire(emlio__shard_t *shard)
 {
     /* Sequentially consistent on both sides: either the watcher sees this
-     * user, or this reader sees the change. */
+     * user, or this reader sees the change; either the cache's close sees
+     * this user, or this reader sees the shard closed (shard_cache.c). */
     atomic_fetch_add(&shard->users, 1);
-    if (!atomic_load(&shard->changed))
+    bool changed = atomic_load(&shard->changed);
+    if (!changed && (!shard->cache || atomic_load(&shard->is_open))) {
+        if (shard->cache && !atomic_load(&shard->ref))
+            atomic_store(&shard->ref, true);
+        return 0;
+    }
+    atomic_fetch_sub(&shard->users, 1);
+    if (changed)
+        return -ESTALE;
+    return emlio__shard_cache_acquire(shard->cache, shard);
+}
+
+bool
+emlio__shard_try_use(emlio__shard_t *shard)
+{
+    atomic_fetch_add(&shard->users, 1);
+    if (!atomic_load(&shard->changed) &&
+        (!shard->cache || atomic_load(&shard->is_open)))
         return true;
     atomic_fetch_sub(&shard->users, 1);
     return false;
@@ -198,6 +191,8 @@ emlio__shard_mark_changed(emlio__shard_t *shard, const char *why,
                           emlio__shardset_log_fn *log, void *userdata)
 {
     atomic_store(&shard->changed, true);
+    if (shard->cache)
+        emlio__shard_cache_poke(shard->cache);
     if (atomic_exchange(&shard->logged, true) || !log)
         return;
     char msg[PATH_MAX + 256];
@@ -249,82 +244,6 @@ emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
         return EMLIO_EFORMAT; /* tree formats' reads are copies already */
     return shard->ops->read_copy(shard, i, buf_out, data, len, stored, log,
                                  userdata);
-}
-
-/* Gives back the lease of a changed shard once nothing reads its mapping;
- * after grace_ms, users that still hold frames get zero pages instead of
- * the file (their clients reject them by CRC) rather than a SIGBUS. */
-static void
-s_release_changed(emlio__shard_t *shard, uint64_t now, uint32_t grace_ms,
-                  emlio__shardset_log_fn *log, void *userdata)
-{
-    if (!shard->changed_ns)
-        shard->changed_ns = now;
-    if (atomic_load(&shard->users) != 0) {
-        if (now - shard->changed_ns < (uint64_t)grace_ms * 1000000ull)
-            return;
-        shard->ops->blank(shard->impl);
-        if (log) {
-            char msg[PATH_MAX + 128];
-            snprintf(msg, sizeof(msg),
-                     "shard '%s': %u frames still in flight after %u ms; "
-                     "their bytes were replaced by zeros",
-                     shard->name, atomic_load(&shard->users), grace_ms);
-            log(userdata, msg);
-        }
-    }
-    fcntl(shard->fd, F_SETLEASE, F_UNLCK);
-    close(shard->fd);
-    shard->fd = -1;
-    shard->released = true;
-}
-
-void
-emlio__shardset_watch(emlio__shardset_t *self, bool check_paths,
-                      uint32_t grace_ms, emlio__shardset_log_fn *log,
-                      void *userdata)
-{
-    uint64_t now = emlio__now_ns();
-    for (size_t i = 0; i < self->n; i++) {
-        emlio__shard_t *shard = &self->shards[i];
-        if (shard->released || shard->fd < 0)
-            continue;
-        bool changed = atomic_load(&shard->changed);
-        struct stat st;
-        if (!changed && shard->leased) {
-            if (fcntl(shard->fd, F_GETLEASE) != F_RDLCK)
-                emlio__shard_mark_changed(
-                    shard, "a writer opened it; lease given back", log,
-                    userdata);
-        } else if (!changed && fstat(shard->fd, &st) == 0 &&
-                   (uint64_t)st.st_size != shard->size) {
-            char why[96];
-            snprintf(why, sizeof(why),
-                     "its size went from %" PRIu64 " to %lld bytes",
-                     shard->size, (long long)st.st_size);
-            emlio__shard_mark_changed(shard, why, log, userdata);
-        }
-        if (shard->leased && atomic_load(&shard->changed)) {
-            s_release_changed(shard, now, grace_ms, log, userdata);
-            continue;
-        }
-        if (!check_paths || shard->replaced || atomic_load(&shard->changed))
-            continue;
-        const char *path = shard->ops->path(shard->impl);
-        bool gone = stat(path, &st) != 0;
-        if (gone || st.st_dev != shard->dev || st.st_ino != shard->ino) {
-            shard->replaced = true;
-            if (log) {
-                char msg[PATH_MAX + 200];
-                snprintf(msg, sizeof(msg),
-                         "shard '%s' was %s on disk; still serving the file "
-                         "opened at load (restart emliod to serve the new "
-                         "one)",
-                         shard->name, gone ? "removed" : "replaced");
-                log(userdata, msg);
-            }
-        }
-    }
 }
 
 int
@@ -492,6 +411,22 @@ s_inventory(emlio__shardset_t *self, const char *dir, char *errbuf)
     return 0;
 }
 
+/* The daemon's shard cache, with its budget (see shard_cache.h). */
+static int
+s_cache_new(emlio__shardset_t *self, size_t shards,
+            const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
+            void *userdata, char *errbuf)
+{
+    size_t budget;
+    int rc = emlio__shard_cache_budget(opts->max_open_shards, opts->lease,
+                                       shards, &budget, errbuf);
+    if (rc < 0)
+        return rc;
+    return emlio__shard_cache_new(&self->cache, self, budget, opts->lease,
+                                  opts->grace_ms ? opts->grace_ms : 5000, log,
+                                  userdata, errbuf);
+}
+
 /* Loads the shard files found (one list per file format; see
  * emlio__shardset_load_files), or, when there are none, the first wanted
  * tree format. Returns the tree's shard count, 0 or < 0. */
@@ -504,9 +439,14 @@ s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
     size_t files = 0;
     for (size_t k = 0; emlio__formats[k]; k++)
         files += found[k].n;
-    if (files)
-        return emlio__shardset_load_files(self, dir, root, found, opts, log,
-                                          userdata, errbuf);
+    /* Only mapped shards need the cache (and its budget, and its thread):
+     * an ImageFolder tree never opens it. */
+    if (files) {
+        int rc = s_cache_new(self, files, opts, log, userdata, errbuf);
+        return rc < 0 ? rc
+                      : emlio__shardset_load_files(self, dir, root, found, opts,
+                                                   log, userdata, errbuf);
+    }
     /* A tree is what is left when no shard files are found (or what was
      * asked for); files of other formats inside it are ignored then. */
     for (size_t k = 0; emlio__formats[k]; k++)
@@ -596,6 +536,8 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
     if (rc >= 0) {
         /* One order whatever the formats: by name, as the planner expects. */
         qsort(self->shards, self->n, sizeof(*self->shards), s_cmp_shards);
+        if (self->cache)
+            emlio__shard_cache_arm(self->cache);
         if (opts->prune)
             rc = s_prune(self, dir, opts, log, userdata, errbuf);
         if (rc >= 0)
@@ -613,6 +555,8 @@ emlio__shardset_load(emlio__shardset_t *self, const char *dir,
 void
 emlio__shardset_release(emlio__shardset_t *self)
 {
+    /* First: gives the leases back and stops the watcher. */
+    emlio__shard_cache_destroy(&self->cache);
     for (size_t i = 0; i < self->n; i++) {
         emlio__shard_t *shard = &self->shards[i];
         emlio_free(shard->name);
@@ -653,6 +597,14 @@ void
 emlio__shard_advise(const emlio__shard_t *shard, size_t first, size_t n,
                     int advice)
 {
-    if (shard->ops->advise)
-        shard->ops->advise(shard->impl, first, n, advice);
+    if (!shard->ops->advise)
+        return;
+    /* Only a shard open now is advised (readahead never opens one), and
+     * only while a use keeps the cache from unmapping it meanwhile: a
+     * range unmapped and reused would get someone else's advice. */
+    emlio__shard_t *use = (emlio__shard_t *)shard;
+    if (!emlio__shard_try_use(use))
+        return;
+    shard->ops->advise(shard->impl, first, n, advice);
+    emlio__shard_release(use);
 }

@@ -40,17 +40,24 @@ struct emlio__shard {
     /* The rest concerns mapped shards (ops->mapped); a shard of a tree
      * format (an ImageFolder class) has fd -1, is never leased and never
      * counts users. */
-    int fd;        /* open read-only for the lease and copying reads */
+    struct emlio__shard_cache *cache; /* opens it on demand; NULL: mapped
+                                         for good (a single-file dataset) */
+    int fd;        /* open read-only for the lease and copying reads; -1
+                      while the cache has it closed */
     bool leased;   /* holds a read lease; otherwise copying reads */
     bool released; /* changed: lease given back, mapping no longer read */
     bool replaced; /* logged that the path now names another file */
     uint64_t size; /* the size at load */
     dev_t dev;     /* the inode we opened, to notice a rename over it */
     ino_t ino;
+    uint64_t mtime_ns;   /* at load: a reopen must find the same file */
+    uint32_t slot;       /* in the cache's list of open shards */
     uint64_t changed_ns; /* when the change was seen (frontend only) */
     atomic_uint users;   /* readers and frames in flight in the mapping */
     atomic_bool changed; /* changed on disk: its samples are refused */
     atomic_bool logged;  /* the change has been logged */
+    atomic_bool is_open; /* cache: mapped and open; readers may start */
+    atomic_bool ref;     /* cache: used since the CLOCK hand passed */
 };
 
 /* Records of the shard. */
@@ -85,10 +92,16 @@ struct emlio__shardset_opts {
     /* Set from another thread (a signal): the load stops between shards
      * (or ImageFolder classes) with -ECANCELED. NULL: never. */
     const atomic_bool *cancel;
-    /* Open and lease every mapped shard (fd, leased; copying reads when no
-     * lease can be had): the daemon. Without it shards are only mapped
-     * (fd -1), as the short-lived tools want them. */
+    /* Mapped shards go through a shard cache (shard_cache.h): opened on
+     * demand, at most max_open_shards at once (0: the default of
+     * emlio__shard_cache_budget), the least recently used idle one closed
+     * for another. lease (the daemon): an open shard keeps its descriptor
+     * and a read lease (copying reads when none can be had), and the
+     * cache's thread receives lease breaks. Without it (the tools) an
+     * open shard is only mapped (fd -1). */
     bool lease;
+    size_t max_open_shards;
+    uint32_t grace_ms; /* see emlio__shard_cache_new; 0: 5000 */
 };
 
 struct emlio__shardset {
@@ -97,13 +110,14 @@ struct emlio__shardset {
     size_t n;
     uint64_t records;
     uint64_t bytes;
-    size_t mapped;          /* TFRecord and tar shards */
-    size_t leased;          /* of those, shards holding a read lease */
-    size_t indexed;         /* of those, tables served from the dataset index */
-    size_t rescanned;       /* of those, not found current in it at load */
-    emlio__dsindex_t index; /* mapped; TFRecord shards borrow tables */
+    size_t mapped;    /* TFRecord and tar shards */
+    size_t leased;    /* of those, leased at load (the cache leases on open) */
+    size_t indexed;   /* of those, tables served from the dataset index */
+    size_t rescanned; /* of those, not found current in it at load */
+    emlio__dsindex_t index;      /* mapped; TFRecord shards borrow tables */
     emlio__dsindex_t index_prev; /* replaced, still borrowed from */
-    char fingerprint[17];        /* 16 hex digits */
+    struct emlio__shard_cache *cache; /* of the mapped shards */
+    char fingerprint[17];             /* 16 hex digits */
 };
 
 /* Finds every shard file of a file format (*.tfrecord, *.tar) under dir
@@ -135,14 +149,17 @@ int emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
                                emlio__shardset_log_fn *log, void *userdata,
                                char *errbuf);
 
-/* Opens shard beneath root, fills *st and takes a read lease (fd, leased;
- * copying reads when none can be had). Returns 0 or < 0 with errbuf. */
-int emlio__shard_lease(emlio__shard_t *shard, const emlio__root_t *root,
-                       const char *path, struct stat *st, char *errbuf);
+/* Lets a mapped shard's data be read: 0 and one more user (the shard is
+ * open and mapped until the matching emlio__shard_release; the cache opens
+ * it if it was closed), -ESTALE when the shard changed on disk (then
+ * nothing may touch its mapping), or another -errno when it cannot be
+ * opened now (-EMFILE). */
+int emlio__shard_acquire(emlio__shard_t *shard);
 
-/* Lets a mapped shard's data be read: true and one more user, or false
- * when the shard changed on disk (then nothing may touch its mapping). */
-bool emlio__shard_acquire(emlio__shard_t *shard);
+/* emlio__shard_acquire without opening: true and one more user when the
+ * shard is open now and unchanged (hints: readahead, prefetch), else
+ * false. */
+bool emlio__shard_try_use(emlio__shard_t *shard);
 
 /* One more use of a shard the caller already uses (acquired): a frame
  * pointing into the mapping, say. Ended by emlio__shard_release. */
@@ -191,17 +208,6 @@ int emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
 int emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                            const uint8_t **data, size_t *len, uint32_t *stored,
                            emlio__shardset_log_fn *log, void *userdata);
-
-/* Looks for mapped shards that are being changed on disk: a lease break under
- * way, a file that shrank, or a path that now names another file (logged
- * once; the inode we opened is still intact, so it is still served). For a
- * leased shard whose lease is being broken, gives the lease back once its
- * last user is gone (or after grace_ms, replacing the still-used mapping
- * by zero pages, which clients then reject by CRC). Call it from one
- * thread, a few times a second. With check_paths, also stats every path. */
-void emlio__shardset_watch(emlio__shardset_t *self, bool check_paths,
-                           uint32_t grace_ms, emlio__shardset_log_fn *log,
-                           void *userdata);
 
 /* Unmaps and frees everything; leaves self empty. */
 void emlio__shardset_release(emlio__shardset_t *self);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shard_cache.h"
 #include "shardset.h"
 
 /* Threads that stat, map and (re)index shards. A cached start is a stat
@@ -35,6 +36,7 @@ typedef struct {
     struct stat *st;      /* each shard as it was loaded */
     bool *from_index;     /* whose records came from the dataset index */
     atomic_size_t next;   /* the next shard to take */
+    atomic_size_t leased; /* shards opened here that got a read lease */
     atomic_bool failed;
     size_t err_at; /* the first shard (in order) that failed */
     int rc;
@@ -149,8 +151,10 @@ s_prune_one(s_load_t *load, size_t i)
         load->from_index[i] = false;
 }
 
-/* Stats shard i (leasing it when asked), takes its records from the
- * dataset index or else from its .idx file or a scan, and maps it. */
+/* Stats shard i and takes its records from the dataset index, leaving the
+ * file closed for the shard cache to open at its first read; or else opens
+ * it through the cache (leased when the daemon asks), takes its records
+ * from its .idx file or a scan, and gives it back to the cache. */
 static int
 s_load_one(s_load_t *load, size_t i, char *errbuf)
 {
@@ -159,28 +163,25 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
     const emlio__format_ops_t *ops = shard->ops;
     const char *path = ops->path(shard->impl);
     struct stat *st = &load->st[i];
-    int rc = 0;
-    if (load->opts->lease) {
-        rc = emlio__shard_lease(shard, &set->root, path, st, errbuf);
-    } else if (fstatat(set->root.fd, shard->name, st,
-                       set->root.follow ? 0 : AT_SYMLINK_NOFOLLOW) != 0) {
-        rc = emlio__seterr(errbuf, -errno, "cannot stat '%s': %s", path,
-                           strerror(errno));
-    }
-    if (rc < 0)
-        return rc;
-    /* The index needs no open file; the mapping is made here only because
-     * every shard is still mapped for its life. */
+    /* The identity the index entry is checked against (and written with):
+     * taken before any open, so a file replaced in between is found stale
+     * at the next start rather than indexed under the wrong identity. */
+    if (fstatat(set->root.fd, shard->name, st,
+                set->root.follow ? 0 : AT_SYMLINK_NOFOLLOW) != 0)
+        return emlio__seterr(errbuf, -errno, "cannot stat '%s': %s", path,
+                             strerror(errno));
     load->from_index[i] = !load->opts->rescan && s_from_index(load, i);
-    rc = ops->open(shard->impl);
-    if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
     if (load->from_index[i]) {
+        emlio__shard_cache_adopt(set->cache, shard, st);
         if (load->opts->write_index)
             s_keep_sidecar(shard, load);
         s_prune_one(load, i);
         return 0;
     }
+    int rc = emlio__shard_cache_first_open(set->cache, shard, path, errbuf);
+    if (rc < 0)
+        return rc;
+    atomic_fetch_add(&load->leased, shard->leased);
     rc = s_index_mapped(shard, load, errbuf);
     /* The scan faulted in the whole mapping: drop this process's page
      * table entries (the page cache keeps the data), so a first start's
@@ -189,6 +190,7 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
         emlio__shard_advise(shard, 0, (size_t)rc, EMLIO_ADVISE_DONTNEED);
     if (rc >= 0)
         s_prune_one(load, i);
+    emlio__shard_release(shard);
     return rc < 0 ? rc : 0;
 }
 
@@ -335,6 +337,7 @@ s_add_shards(emlio__shardset_t *self, const char *dir, emlio__names_t *found)
             shard->name = found[k].v[j];
             shard->ops = ops;
             shard->fd = -1;
+            shard->cache = self->cache; /* opens and closes it from now on */
             found[k].v[j] = NULL;
             self->n++; /* counted now, so release frees it */
             shard->impl = ops->create(path);
@@ -394,6 +397,7 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
     }
     pthread_mutex_init(&load.lock, NULL);
     atomic_init(&load.next, load.first);
+    atomic_init(&load.leased, 0);
     char path[PATH_MAX];
     bool have_path =
         emlio__dsindex_path(dir, opts->index_dir, path, sizeof(path)) == 0;
@@ -403,9 +407,9 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
     rc = load.rc;
     for (size_t i = load.first; i < self->n; i++)
         self->rescanned += !load.from_index[i];
-    for (size_t i = load.first; i < self->n && rc == 0; i++) {
-        self->mapped++;
-        self->leased += self->shards[i].leased;
+    if (rc == 0) {
+        self->mapped += self->n - load.first;
+        self->leased += atomic_load(&load.leased);
     }
     if (rc == 0 && have_path && opts->write_index && s_index_stale(&load))
         s_write_index(&load, path, root);

@@ -553,6 +553,31 @@ emlio__tar_open(emlio__tar_t *self)
 }
 
 int
+emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st)
+{
+    assert(self && !self->base);
+    const uint8_t *base;
+    size_t size;
+    int rc = emlio__map_fd(fd, st, self->path, &base, &size, self->err);
+    if (rc < 0)
+        return rc;
+    self->base = base;
+    self->size = size;
+    self->mtime = st->st_mtim;
+    self->open = true;
+    return 0;
+}
+
+void
+emlio__tar_unmap(emlio__tar_t *self)
+{
+    assert(self);
+    emlio__map_drop(self->base, self->size);
+    self->base = NULL;
+    self->open = false;
+}
+
+int
 emlio__tar_scan(emlio__tar_t *self)
 {
     assert(self && self->open);

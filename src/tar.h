@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* Longest member path we accept (GNU long names and pax paths included). */
 #define EMLIO_TAR_MAX_NAME   4096
@@ -99,6 +100,12 @@ emlio__tar_t *emlio__tar_new(const char *path);
 void emlio__tar_destroy(emlio__tar_t **self_p);
 /* Maps the file read-only. Returns 0 or -errno (message in errmsg). */
 int emlio__tar_open(emlio__tar_t *self);
+/* Maps the file from fd (open on the handle's file, st its fstat) for a
+ * handle not mapped now; the fd stays the caller's (the shard cache). */
+int emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st);
+/* Unmaps the file, keeping its index and size (the shard cache's close);
+ * nothing may read the members' data until it is mapped again. */
+void emlio__tar_unmap(emlio__tar_t *self);
 /* Opens the shard (and the index beside it) beneath root from now on:
  * rel is the end of the handle's path relative to the root (see
  * emlio__tfrecord_confine). */

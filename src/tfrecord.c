@@ -450,6 +450,30 @@ emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
 }
 
 int
+emlio__tfrecord_map_fd(emlio_tfrecord_t *self, int fd, const struct stat *st)
+{
+    assert(self && !self->base);
+    const uint8_t *base;
+    size_t size;
+    int rc = emlio__map_fd(fd, st, self->path, &base, &size, self->err);
+    if (rc < 0)
+        return rc;
+    self->base = base;
+    self->size = size;
+    self->open = true;
+    return 0;
+}
+
+void
+emlio__tfrecord_unmap(emlio_tfrecord_t *self)
+{
+    assert(self);
+    emlio__map_drop(self->base, self->size);
+    self->base = NULL;
+    self->open = false;
+}
+
+int
 emlio__tfrecord_blank(emlio_tfrecord_t *self)
 {
     assert(self);

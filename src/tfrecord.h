@@ -4,6 +4,8 @@
 #ifndef EMLIO_TFRECORD_PRIV_H
 #define EMLIO_TFRECORD_PRIV_H
 
+#include <sys/stat.h>
+
 #include "beneath.h"
 #include "buf.h"
 #include "emlio/tfrecord.h"
@@ -14,6 +16,17 @@
  * Without this, files are opened as named (still only regular files). */
 void emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
                              const char *rel);
+
+/* Maps the file from fd (open read-only on the handle's file, st its
+ * fstat), for a handle not mapped now; the shard cache's open. The fd
+ * stays the caller's. Returns 0 or < 0 (message in errmsg). */
+int emlio__tfrecord_map_fd(emlio_tfrecord_t *self, int fd,
+                           const struct stat *st);
+
+/* Unmaps the file but keeps its index and size, so that count, loc and
+ * size still answer; record and verify must not be called until it is
+ * mapped again (emlio__tfrecord_map_fd). The shard cache's close. */
+void emlio__tfrecord_unmap(emlio_tfrecord_t *self);
 
 /* Replaces the file's mapping by zero pages of the same size, in place, so
  * pointers into it stay valid but no longer depend on the file (which may

@@ -143,6 +143,17 @@ typedef struct emlio_server_config {
      * when data_dir is not writable: a directory holding one index per
      * data directory. NULL: data_dir/.emlio-index. Copied. */
     const char *index_dir;
+    /* TFRecord and tar shards open at once (descriptor, read lease and
+     * mapping each). Shards are opened when first read and the least
+     * recently used idle one is closed when this budget is spent; a shard
+     * whose frames are still in flight is never closed, so the budget may
+     * be exceeded while every open shard is in use. 0 (default): derived
+     * from RLIMIT_NOFILE (the soft limit less 64 and a quarter of it for
+     * sockets and clients, at most a quarter of vm.max_map_count).
+     * emlio_server_load fails with EMLIO_EINVAL, saying what to raise,
+     * when the limit leaves room for fewer than 8 shards (or all of
+     * them, when fewer) or this value plus 64 exceeds it. */
+    uint32_t max_open_shards;
 } emlio_server_config_t;
 
 #define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)

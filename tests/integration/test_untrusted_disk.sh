@@ -175,6 +175,6 @@ fi
 out=$( (ulimit -n 64 && exec timeout 20 "$EMLIOD" --data "$T/many" \
     --bind 'tcp://127.0.0.1:*') 2>&1)
 check "above the hard limit: the error says what to raise" \
-    bash -c "echo \"\$1\" | grep -q 'too many open files.*LimitNOFILE'" _ "$out"
+    bash -c "echo \"\$1\" | grep -q 'open-file limit of 64 leaves room.*LimitNOFILE'" _ "$out"
 
 finish

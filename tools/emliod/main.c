@@ -137,6 +137,22 @@ s_parse_sndbuf(const char *arg, emlio_server_config_t *cfg)
     return -1;
 }
 
+/* What the parsed options imply: --version printed, units converted.
+ * Returns -1 to go on, else the exit status. */
+static int
+s_finish_args(s_opts_t *o)
+{
+    if (o->version) {
+        printf("emliod %s (libemlio %s)\n", EMLIO_VERSION_STRING,
+               emlio_version_string());
+        return 0;
+    }
+    if (o->have_idle_timeout)
+        o->cfg.idle_timeout_ms = o->idle_timeout_s * 1000;
+    o->cfg.core_mw = (uint32_t)(o->core_w * 1000 + 0.5);
+    return s_parse_sndbuf(o->sndbuf, &o->cfg);
+}
+
 /* Parses the config file (when --config names one) and then argv, so
  * the command line wins. Returns -1 to go on, else the exit status. */
 static int
@@ -218,6 +234,8 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "power of one busy core, told to clients\n"
             "for placement by energy (model: 3.2)",
             .dmin = 0, .dmax = 1000),
+        OPT("max-open-shards", 0, OPT_U32, &cfg->max_open_shards, "N",
+            "shards open at once (default: from ulimit -n)", .min = 1),
         OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
             "clients at once; a client's streams count once\n(1024)", .min = 1),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
@@ -249,17 +267,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         s_usage(stdout, tables);
         return 0;
     }
-    if (rc < 0)
-        return 2;
-    if (o->version) {
-        printf("emliod %s (libemlio %s)\n", EMLIO_VERSION_STRING,
-               emlio_version_string());
-        return 0;
-    }
-    if (o->have_idle_timeout)
-        cfg->idle_timeout_ms = o->idle_timeout_s * 1000;
-    cfg->core_mw = (uint32_t)(o->core_w * 1000 + 0.5);
-    return s_parse_sndbuf(o->sndbuf, cfg);
+    return rc < 0 ? 2 : s_finish_args(o);
 }
 
 /* Reads the CURVE secret key when one is configured. Returns 0, or the

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test_shards_on_demand.sh - 3,000 TFRecord shards served under ulimit -n
+# 256 (a budget of 128 open shards): a verified epoch with every sample
+# exactly once, descriptors within the limit; a limit too small for any
+# budget, or a --max-open-shards that does not fit under it, fails at start
+# with a message saying what to raise, never "listening" then failing every
+# read. The 100,000-shard run is bench/many_shards.sh.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
+
+out=$(IDLE_S=2 DATA="$T/many" B="$B" bench/many_shards.sh 3000 256 2>&1)
+echo "$out" | sed 's/^/  /'
+json=$(echo "$out" | tail -n 1)
+field() { echo "$json" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+check "3000 shards under ulimit -n 256: a verified epoch" \
+    test "$(field fetch_rc)" = 0 -a "$(field verified | cut -d' ' -f1-2)" = "True 12000"
+check "descriptors stay under the limit (peak $(field fds_peak))" \
+    test "$(field fds_peak)" -lt 256 -a "$(field fds_after)" -lt 256
+check "start-up names the shards and the open budget" \
+    grep -q "3000 mapped shards, at most 128 open at once" <<<"$out"
+
+# too_small NAME ULIMIT ARGS...: emliod must fail at start, not listen.
+too_small() {
+    local name=$1 limit=$2
+    shift 2
+    (
+        ulimit -n "$limit" || exit 99
+        exec "$EMLIOD" --data "$T/many" --bind 'tcp://127.0.0.1:*' "$@"
+    ) >"$T/$name.out" 2>"$T/$name.err"
+    local rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 99 ] && ! grep -q listening "$T/$name.out"
+}
+check "ulimit -n 80: emliod refuses to start" too_small low 80
+check "... saying what to raise" grep -q "open-file limit of 80 leaves room.*at least 95" "$T/low.err"
+check "--max-open-shards above the limit: refused at start" \
+    too_small big 256 --max-open-shards 200
+check "... naming the option" grep -q "max-open-shards 200 does not fit" "$T/big.err"
+finish
