@@ -79,6 +79,9 @@ typedef struct emlio__cdaemon {
                            UINT32_MAX when it does not hold the shard */
     uint64_t max_batch;
     uint64_t max_credit;
+    uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
+                               packed batches (v4) unless the daemon
+                               refused it (client_conn.c) */
 } emlio__cdaemon_t;
 
 /* The daemons, their streams, and what the path and the tuner see. */
