@@ -64,8 +64,8 @@ test_crc32c_incremental_equals_whole(void **state)
     }
 }
 
-/* The hardware path splits long inputs into interleaved blocks of 3 * 8192
- * and 3 * 256 bytes after aligning; lengths around those edges, at every
+/* The hardware path splits long inputs into interleaved blocks of 3 * 8192,
+ * 3 * 256 and 3 * 64 bytes after aligning; lengths around those edges, at every
  * alignment, are where a wrong shift constant would show. */
 static void
 test_crc32c_hw_matches_sw(void **state)
@@ -80,6 +80,10 @@ test_crc32c_hw_matches_sw(void **state)
                                     7,
                                     8,
                                     9,
+                                    191,
+                                    192,
+                                    193,
+                                    3 * 64 + 768 + 3,
                                     767,
                                     768,
                                     769,
