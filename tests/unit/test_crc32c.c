@@ -127,6 +127,13 @@ test_crc32c_combine(void **state)
         uint32_t b = emlio_crc32c(0, buf + cut, cap - cut);
         assert_int_equal(emlio_crc32c_combine(a, b, cap - cut), whole);
     }
+    /* Every short length: each bit of the length is one multiply of the
+     * hardware combine, the low ones by negative powers of x. */
+    for (size_t len = 0; len < 600; len++)
+        assert_int_equal(emlio_crc32c_combine(emlio_crc32c(0, buf, 7),
+                                              emlio_crc32c(0, buf + 7, len),
+                                              len),
+                         emlio_crc32c(0, buf, 7 + len));
     /* Three pieces, combined left to right. */
     uint32_t ab = emlio_crc32c_combine(emlio_crc32c(0, buf, 10),
                                        emlio_crc32c(0, buf + 10, 20), 20);
