@@ -531,6 +531,24 @@ emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
     return 0;
 }
 
+/* Receives the next frame of the message whose last frame so far is prev
+ * from stream `stream` of daemon d into b's frames: the frame, or NULL when
+ * prev was the last one or the receive failed (the caller says why). */
+zmq_msg_t *
+emlio__batch_recv_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
+                        emlio_batch_t *b, const zmq_msg_t *prev)
+{
+    zmq_msg_t *frame = &b->frames[b->n_frames];
+    zmq_msg_init(frame);
+    if (!zmq_msg_more((zmq_msg_t *)prev) ||
+        zmq_msg_recv(frame, self->conn.daemons[d].socks[stream], 0) < 0) {
+        zmq_msg_close(frame);
+        return NULL;
+    }
+    b->n_frames++;
+    return frame;
+}
+
 /* Finishes sample pos of b, whose frames are filed: its view, label and
  * CRC check (crc over its sample_len bytes when verifying), and the byte
  * counts. Returns 0 or EMLIO_ECORRUPT. */
@@ -578,18 +596,13 @@ s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
     uint32_t crc = 0;
     size_t sample_len = 0;
     for (size_t f = 0; f < nf; f++) {
-        zmq_msg_t *frame = &b->frames[b->n_frames];
-        zmq_msg_init(frame);
-        if (!zmq_msg_more(prev) ||
-            zmq_msg_recv(frame, daemon->socks[stream], 0) < 0) {
-            zmq_msg_close(frame);
+        zmq_msg_t *frame = emlio__batch_recv_frame(self, d, stream, b, prev);
+        if (!frame)
             return emlio__seterr(self->err, EMLIO_EPROTO,
                                  "daemon '%s' sent %zu sample frames where "
                                  "the header announced %zu",
                                  daemon->endpoint, j * nf + f,
                                  msg->n_samples * nf);
-        }
-        b->n_frames++;
         prev = frame;
         b->fdata[pos * nf + f] = zmq_msg_data(frame);
         b->flen[pos * nf + f] = zmq_msg_size(frame);
@@ -621,19 +634,14 @@ s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
         const emlio__wire_span_t *span = &msg->spans[j * nf + f];
         const uint8_t *data = packed + span->off;
         if (span->off == EMLIO_WIRE_PACK_OWN) {
-            zmq_msg_t *frame = &b->frames[b->n_frames];
-            zmq_msg_init(frame);
-            if (!zmq_msg_more(*prev) ||
-                zmq_msg_recv(frame, daemon->socks[stream], 0) < 0 ||
-                zmq_msg_size(frame) != span->len) {
-                zmq_msg_close(frame);
+            zmq_msg_t *frame =
+                emlio__batch_recv_frame(self, d, stream, b, *prev);
+            if (!frame || zmq_msg_size(frame) != span->len)
                 return emlio__seterr(self->err, EMLIO_EPROTO,
                                      "daemon '%s' sent a batch whose frames "
                                      "do not match its pack table (sample "
                                      "frame %zu)",
                                      daemon->endpoint, j * nf + f);
-            }
-            b->n_frames++;
             *prev = frame;
             data = zmq_msg_data(frame);
         }
@@ -664,17 +672,12 @@ s_file_packed(emlio_client_t *self, uint32_t d, uint32_t stream,
     const uint8_t *packed = NULL;
     size_t packed_len = 0;
     if (any) {
-        zmq_msg_t *frame = &b->frames[b->n_frames];
-        zmq_msg_init(frame);
-        if (!zmq_msg_more(header) ||
-            zmq_msg_recv(frame, daemon->socks[stream], 0) < 0) {
-            zmq_msg_close(frame);
+        zmq_msg_t *frame = emlio__batch_recv_frame(self, d, stream, b, header);
+        if (!frame)
             return emlio__seterr(self->err, EMLIO_EPROTO,
                                  "daemon '%s' sent a packed batch without "
                                  "its packed frame",
                                  daemon->endpoint);
-        }
-        b->n_frames++;
         prev = frame;
         packed = zmq_msg_data(frame);
         packed_len = zmq_msg_size(frame);
