@@ -1,8 +1,9 @@
-/* wire.h - the EMLIO wire protocol v1 and v2: encoding and decoding.
+/* wire.h - the EMLIO wire protocol v1 to v4: encoding and decoding.
  * SPDX-License-Identifier: MIT
  *
  * Every message's first frame is a msgpack map (the header); a BATCH is
- * followed by one raw frame per sample. docs/protocol.md is the normative
+ * followed by one raw frame per sample (v4: a packed frame of the small
+ * ones and a table, wire_pack.c checks it). docs/protocol.md is the normative
  * description; this module is its only implementation in the library.
  *
  * Encoding uses msgpack-c's packer. Decoding is a bounded, allocation-light
@@ -23,8 +24,9 @@
  * lists them, and a BATCH carries one frame per field per sample. v3 adds
  * transforms: a GET may ask the daemon to decode and augment its samples,
  * and the BATCH then carries one tensor frame (docs/protocol.md 5.6).
- * A client says v3 only when it wants transforms, so a client that does not
- * is served by old daemons exactly as before (EMLIO_WIRE_VERSION_PLAIN). */
+ * libemlio says v4 first; refused by an older daemon, it says v3 only when
+ * it wants transforms, so a client that does not is served by old daemons
+ * exactly as before (EMLIO_WIRE_VERSION_PLAIN). */
 #define EMLIO_WIRE_VERSION       4
 #define EMLIO_WIRE_VERSION_MIN   1
 #define EMLIO_WIRE_VERSION_PLAIN 2
