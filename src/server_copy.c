@@ -70,11 +70,26 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
     uint64_t total =
         job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
                 : 0;
+    uint64_t pack = 0;
+    uint32_t last = UINT32_MAX; /* the shard whose mean is in `mean` */
+    uint64_t mean = 0;
+    uint64_t per = self->own.n_fields ? self->own.n_fields : 1;
     for (size_t i = 0; i < get->n_items; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= set->n)
             continue;
         const emlio__shard_t *shard = &set->shards[item->shard];
+        if (job->packed && item->shard != last) {
+            size_t count = emlio__shard_count(shard);
+            mean = count ? emlio__shard_size(shard) / count : 0;
+            last = item->shard;
+        }
+        /* What the packed frame may take of this sample: twice its
+         * shard's mean record, when that is small enough to be packed
+         * (the reader packs no more than the charge; the rest goes as
+         * frames of their own). */
+        if (job->packed && mean <= per * EMLIO__SRV_PACK_MAX)
+            pack += EMLIO_MIN(2 * mean, per * EMLIO__SRV_PACK_MAX);
         if (shard->ops->mapped && shard->leased)
             continue;
         if (shard->ops->record_bytes &&
@@ -84,15 +99,12 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
     }
     job->pack_cap = 0;
     if (job->packed) {
-        /* Bounded by the sample count, so small GETs charge little, and
-         * by what the budget leaves: packing is an optimisation, never a
-         * reason to refuse or hold a GET longer. */
+        /* Bounded by the samples' sizes, so the charge stays near what
+         * the frame holds, and by what the budget leaves: packing is an
+         * optimisation, never a reason to refuse a GET. */
         uint64_t cap =
             EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
-        uint64_t per = self->own.n_fields ? self->own.n_fields : 1;
-        uint64_t pack =
-            EMLIO_MIN((uint64_t)EMLIO__SRV_PACK_CAP,
-                      (uint64_t)get->n_items * per * EMLIO__SRV_PACK_MAX);
+        pack = EMLIO_MIN(pack, (uint64_t)EMLIO__SRV_PACK_CAP);
         job->pack_cap = total < cap / 2 ? EMLIO_MIN(pack, cap / 2 - total) : 0;
         total += job->pack_cap;
     }
