@@ -632,8 +632,10 @@ s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
     size_t sample_len = 0;
     for (size_t f = 0; f < nf; f++) {
         const emlio__wire_span_t *span = &msg->spans[j * nf + f];
-        const uint8_t *data = packed + span->off;
-        if (span->off == EMLIO_WIRE_PACK_OWN) {
+        const uint8_t *data;
+        if (span->off != EMLIO_WIRE_PACK_OWN) {
+            data = packed + span->off; /* checked: inside the frame */
+        } else {
             zmq_msg_t *frame =
                 emlio__batch_recv_frame(self, d, stream, b, *prev);
             if (!frame || zmq_msg_size(frame) != span->len)
