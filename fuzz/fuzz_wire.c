@@ -27,6 +27,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sink ^= (uint8_t)msg.shards[i].name[j];
         for (size_t i = 0; i < msg.text_len; i++)
             sink ^= (uint8_t)msg.text[i];
+        /* A packed BATCH's table, against the frames a client might have
+         * received: a packed frame of the input's own size, and none. */
+        if (msg.packed) {
+            int own = emlio__wire_pack_check(msg.spans, msg.n_spans,
+                                             msg.n_spans, true, size, err);
+            /* Every span it accepts lies inside the frame. */
+            for (size_t i = 0; own >= 0 && i < msg.n_spans; i++)
+                if (msg.spans[i].off != EMLIO_WIRE_PACK_OWN)
+                    for (uint64_t j = 0; j < msg.spans[i].len; j++)
+                        sink ^= data[msg.spans[i].off + j];
+            (void)emlio__wire_pack_check(msg.spans, msg.n_spans, msg.n_samples,
+                                         false, 0, err);
+        }
         (void)sink;
         emlio__wire_msg_release(&msg);
     }

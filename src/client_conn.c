@@ -156,9 +156,9 @@ s_close_stream(emlio__cdaemon_t *daemon, uint32_t s)
 static int
 s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
 {
-    uint64_t version = emlio__client_xf_wants_server(&self->xf)
-                           ? EMLIO_WIRE_VERSION_XF
-                           : EMLIO_WIRE_VERSION_PLAIN;
+    uint64_t version = self->conn.daemons[d].hello_version;
+    if (!version)
+        version = EMLIO_WIRE_VERSION_PACK;
     if (emlio__wire_encode_hello_v(&self->scratch, version, self->name,
                                    self->conn.session, s, S_HELLO_ID(s)) < 0)
         return -ENOMEM;
@@ -389,6 +389,22 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             zmq_msg_close(frame);
             return emlio__seterr(self->err, rc, "daemon '%s' sent a %s",
                                  daemon->endpoint, why);
+        }
+        if (msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_EVERSION &&
+            !daemon->hello_version) {
+            /* A daemon before packed batches (v4): say the version it
+             * speaks, v3 to ask for transforms, else v2 (unpacked). */
+            emlio__wire_msg_release(msg);
+            zmq_msg_close(frame);
+            daemon->hello_version = emlio__client_xf_wants_server(&self->xf)
+                                        ? EMLIO_WIRE_VERSION_XF
+                                        : EMLIO_WIRE_VERSION_PLAIN;
+            sent =
+                s_send_hello(self, (uint32_t)(daemon - self->conn.daemons), 0);
+            if (sent < 0)
+                return emlio__seterr(self->err, sent, "cannot send to '%s': %s",
+                                     daemon->endpoint, zmq_strerror(-sent));
+            continue;
         }
         if (msg->type == EMLIO_MSG_ERROR) {
             int code = s_remote_code(msg->code);

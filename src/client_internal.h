@@ -79,6 +79,9 @@ typedef struct emlio__cdaemon {
                            UINT32_MAX when it does not hold the shard */
     uint64_t max_batch;
     uint64_t max_credit;
+    uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
+                               packed batches (v4) unless the daemon
+                               refused it (client_conn.c) */
 } emlio__cdaemon_t;
 
 /* The daemons, their streams, and what the path and the tuner see. */
@@ -280,6 +283,11 @@ int emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream);
 emlio_batch_t *emlio__window_take(emlio_client_t *self);
 void emlio__window_adapt(emlio_client_t *self, bool starved);
 void emlio__window_queue_ready(emlio_client_t *self, emlio_batch_t *b);
+/* Receives the next frame of a reply after prev into b's frames: the
+ * frame, or NULL when there is none (client_window.c). */
+zmq_msg_t *emlio__batch_recv_frame(emlio_client_t *self, uint32_t d,
+                                   uint32_t stream, emlio_batch_t *b,
+                                   const zmq_msg_t *prev);
 int emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
                       const emlio__part_t *part, const emlio__wire_msg_t *msg,
                       size_t j, uint32_t *next, uint32_t *pos);

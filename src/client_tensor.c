@@ -31,17 +31,12 @@ s_recv_tensor_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
                     zmq_msg_t *header, zmq_msg_t **out)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    zmq_msg_t *frame = &b->frames[b->n_frames];
-    zmq_msg_init(frame);
-    if (!zmq_msg_more(header) ||
-        zmq_msg_recv(frame, daemon->socks[stream], 0) < 0) {
-        zmq_msg_close(frame);
+    zmq_msg_t *frame = emlio__batch_recv_frame(self, d, stream, b, header);
+    if (!frame)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' announced a tensor frame for request "
                              "%" PRIu64 " and sent none",
                              daemon->endpoint, msg->id);
-    }
-    b->n_frames++;
     size_t want = msg->n_samples * s_out_bytes(self);
     if (zmq_msg_more(frame) || zmq_msg_size(frame) != want)
         return emlio__seterr(self->err, EMLIO_EPROTO,

@@ -531,6 +531,50 @@ emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
     return 0;
 }
 
+/* Receives the next frame of the message whose last frame so far is prev
+ * from stream `stream` of daemon d into b's frames: the frame, or NULL when
+ * prev was the last one or the receive failed (the caller says why). */
+zmq_msg_t *
+emlio__batch_recv_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
+                        emlio_batch_t *b, const zmq_msg_t *prev)
+{
+    zmq_msg_t *frame = &b->frames[b->n_frames];
+    zmq_msg_init(frame);
+    if (!zmq_msg_more((zmq_msg_t *)prev) ||
+        zmq_msg_recv(frame, self->conn.daemons[d].socks[stream], 0) < 0) {
+        zmq_msg_close(frame);
+        return NULL;
+    }
+    b->n_frames++;
+    return frame;
+}
+
+/* Finishes sample pos of b, whose frames are filed: its view, label and
+ * CRC check (crc over its sample_len bytes when verifying), and the byte
+ * counts. Returns 0 or EMLIO_ECORRUPT. */
+static int
+s_sample_done(emlio_client_t *self, uint32_t d, uint32_t stream,
+              emlio_batch_t *b, uint32_t pos, const emlio__wire_sample_t *ws,
+              uint32_t crc, size_t sample_len)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    size_t nf = self->inv.n_fields;
+    emlio_sample_t *s = &b->samples[pos];
+    s->data = b->fdata[pos * nf];
+    s->len = b->flen[pos * nf];
+    s->label = ws->label;
+    if (self->cfg.verify && crc != ws->crc)
+        return emlio__seterr(self->err, EMLIO_ECORRUPT,
+                             "sample %" PRIu64 " of shard '%s' from daemon "
+                             "'%s' failed its checksum",
+                             s->record, self->inv.shards[s->shard].name,
+                             daemon->endpoint);
+    b->bytes += sample_len;
+    daemon->rx_bytes[stream] += sample_len;
+    self->conn.total_bytes += sample_len;
+    return 0;
+}
+
 /* Files sample j of a reply to part (its wire entry ws): finds it among the
  * part's samples from *next on (the daemon may have left out records it
  * skipped as corrupt, never added or reordered any), receives its frames
@@ -552,18 +596,13 @@ s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
     uint32_t crc = 0;
     size_t sample_len = 0;
     for (size_t f = 0; f < nf; f++) {
-        zmq_msg_t *frame = &b->frames[b->n_frames];
-        zmq_msg_init(frame);
-        if (!zmq_msg_more(prev) ||
-            zmq_msg_recv(frame, daemon->socks[stream], 0) < 0) {
-            zmq_msg_close(frame);
+        zmq_msg_t *frame = emlio__batch_recv_frame(self, d, stream, b, prev);
+        if (!frame)
             return emlio__seterr(self->err, EMLIO_EPROTO,
                                  "daemon '%s' sent %zu sample frames where "
                                  "the header announced %zu",
                                  daemon->endpoint, j * nf + f,
                                  msg->n_samples * nf);
-        }
-        b->n_frames++;
         prev = frame;
         b->fdata[pos * nf + f] = zmq_msg_data(frame);
         b->flen[pos * nf + f] = zmq_msg_size(frame);
@@ -571,20 +610,94 @@ s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
             crc = emlio_crc32c(crc, zmq_msg_data(frame), zmq_msg_size(frame));
         sample_len += zmq_msg_size(frame);
     }
-    emlio_sample_t *s = &b->samples[pos];
-    s->data = b->fdata[pos * nf];
-    s->len = b->flen[pos * nf];
-    s->label = ws->label;
-    if (self->cfg.verify && crc != ws->crc)
-        return emlio__seterr(self->err, EMLIO_ECORRUPT,
-                             "sample %" PRIu64 " of shard '%s' from daemon "
-                             "'%s' failed its checksum",
-                             s->record, self->inv.shards[s->shard].name,
-                             daemon->endpoint);
-    b->bytes += sample_len;
-    daemon->rx_bytes[stream] += sample_len;
-    self->conn.total_bytes += sample_len;
-    return 0;
+    return s_sample_done(self, d, stream, b, pos, ws, crc, sample_len);
+}
+
+/* Files sample j of a packed reply (protocol v4) to part: its frames are
+ * spans of the packed frame or, per the offset table, frames of their own
+ * received after *prev; checks its CRC like s_file_sample. */
+static int
+s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
+                     emlio_batch_t *b, emlio__part_t *part,
+                     const emlio__wire_msg_t *msg, size_t j, uint32_t *next,
+                     const uint8_t *packed, zmq_msg_t **prev)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    uint32_t pos;
+    int rc = emlio__part_match(self, d, b, part, msg, j, next, &pos);
+    if (rc < 0)
+        return rc;
+    size_t nf = self->inv.n_fields;
+    uint32_t crc = 0;
+    size_t sample_len = 0;
+    for (size_t f = 0; f < nf; f++) {
+        const emlio__wire_span_t *span = &msg->spans[j * nf + f];
+        const uint8_t *data;
+        if (span->off != EMLIO_WIRE_PACK_OWN) {
+            data = packed + span->off; /* checked: inside the frame */
+        } else {
+            zmq_msg_t *frame =
+                emlio__batch_recv_frame(self, d, stream, b, *prev);
+            if (!frame || zmq_msg_size(frame) != span->len)
+                return emlio__seterr(self->err, EMLIO_EPROTO,
+                                     "daemon '%s' sent a batch whose frames "
+                                     "do not match its pack table (sample "
+                                     "frame %zu)",
+                                     daemon->endpoint, j * nf + f);
+            *prev = frame;
+            data = zmq_msg_data(frame);
+        }
+        b->fdata[pos * nf + f] = data;
+        b->flen[pos * nf + f] = (size_t)span->len;
+        if (self->cfg.verify)
+            crc = emlio_crc32c(crc, data, (size_t)span->len);
+        sample_len += (size_t)span->len;
+    }
+    return s_sample_done(self, d, stream, b, pos, &msg->samples[j], crc,
+                         sample_len);
+}
+
+/* Files the samples of a packed reply (protocol v4): receives the packed
+ * frame when the offset table puts any sample frame in it, checks the
+ * table against it (emlio__wire_pack_check), then files each sample.
+ * Returns 0 or < 0 (the caller gives the frames back). */
+static int
+s_file_packed(emlio_client_t *self, uint32_t d, uint32_t stream,
+              emlio_batch_t *b, emlio__part_t *part,
+              const emlio__wire_msg_t *msg, zmq_msg_t *header)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    bool any = false;
+    for (size_t i = 0; i < msg->n_spans && !any; i++)
+        any = msg->spans[i].off != EMLIO_WIRE_PACK_OWN;
+    zmq_msg_t *prev = header;
+    const uint8_t *packed = NULL;
+    size_t packed_len = 0;
+    if (any) {
+        zmq_msg_t *frame = emlio__batch_recv_frame(self, d, stream, b, header);
+        if (!frame)
+            return emlio__seterr(self->err, EMLIO_EPROTO,
+                                 "daemon '%s' sent a packed batch without "
+                                 "its packed frame",
+                                 daemon->endpoint);
+        prev = frame;
+        packed = zmq_msg_data(frame);
+        packed_len = zmq_msg_size(frame);
+    }
+    char why[EMLIO_ERRMSG_LEN];
+    int rc = emlio__wire_pack_check(msg->spans, msg->n_spans,
+                                    msg->n_samples * self->inv.n_fields, any,
+                                    packed_len, why);
+    if (rc < 0)
+        return emlio__seterr(self->err, EMLIO_EPROTO,
+                             "daemon '%s' sent a bad batch for request "
+                             "%" PRIu64 ": %s",
+                             daemon->endpoint, msg->id, why);
+    uint32_t next = 0;
+    for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
+        rc = s_file_packed_sample(self, d, stream, b, part, msg, j, &next,
+                                  packed, &prev);
+    return rc < 0 ? rc : 0;
 }
 
 /* Files the reply msg (its header frame: header) to part of batch b: every
@@ -612,6 +725,8 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
     int rc = 1;
     if (msg->has_shape || b->xf_server)
         rc = emlio__tensor_file_part(self, d, stream, b, part, msg, header);
+    else if (msg->packed)
+        rc = s_file_packed(self, d, stream, b, part, msg, header);
     else
         for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
             rc = s_file_sample(self, d, stream, b, part, msg, j, &next,

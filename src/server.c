@@ -70,6 +70,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     }
     atomic_init(&self->core->refs, 1);
     atomic_init(&self->core->batches_in_flight, 0);
+    emlio__srv_pack_pool_init(&self->core->pack_pool);
     self->core->drop_behind = cfg->drop_behind;
     self->own.data_dir = s_dup_or(cfg->data_dir, "");
     self->own.bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
@@ -137,6 +138,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     emlio_buf_init(&self->net.welcome);
     emlio_buf_init(&self->net.welcome2);
     emlio_buf_init(&self->net.welcome3);
+    emlio_buf_init(&self->net.welcome4);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
 }
@@ -182,6 +184,7 @@ emlio__srv_core_unref(emlio__srv_core_t **core_p)
     if (!core || atomic_fetch_sub(&core->refs, 1) != 1)
         return;
     emlio__shardset_release(&core->set);
+    emlio__srv_pack_pool_release(&core->pack_pool);
     emlio_free(core);
 }
 
@@ -253,6 +256,7 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->own.fields);
     emlio_buf_release(&self->net.welcome2);
     emlio_buf_release(&self->net.welcome3);
+    emlio_buf_release(&self->net.welcome4);
     emlio_free(self->own.name);
     emlio_free(self);
     *self_p = NULL;
@@ -293,8 +297,8 @@ s_encode_welcome(emlio_server_t *self)
         inv[i].bytes = emlio__shard_size(&set->shards[i]);
     }
     /* One encoding per protocol version: v1 without fields, v2 with them,
-     * v3 with the transform capabilities; the class names, the format and
-     * the copy budget (optional keys) in all. */
+     * v3 and v4 (packed batches) with the transform capabilities; the class
+     * names, the format and the copy budget (optional keys) in all. */
     uint64_t copy =
         EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
     emlio__wire_xf_caps_t caps = {
@@ -305,10 +309,12 @@ s_encode_welcome(emlio_server_t *self)
         s_format_name(set),
         copy
     };
-    emlio_buf_t *out[3] = { &self->net.welcome, &self->net.welcome2,
-                            &self->net.welcome3 };
+    emlio_buf_t *out[EMLIO_WIRE_VERSION] = { &self->net.welcome,
+                                             &self->net.welcome2,
+                                             &self->net.welcome3,
+                                             &self->net.welcome4 };
     int rc = 0;
-    for (uint64_t v = 1; v <= 3 && rc == 0; v++) {
+    for (uint64_t v = 1; v <= EMLIO_WIRE_VERSION && rc == 0; v++) {
         emlio_buf_clear(out[v - 1]);
         rc = emlio__wire_encode_welcome_xf(
             out[v - 1], v, self->own.name, set->fingerprint,

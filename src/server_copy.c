@@ -56,10 +56,11 @@ emlio__srv_copy_release(emlio__copy_charge_t *charge)
 }
 
 /* What reading the GET's samples can copy: records of shards that are
- * not zero-copy. Items out of range cost nothing (the reader refuses
- * them). */
+ * not zero-copy, and for a packed reply what its frame may hold (sets
+ * job->pack_cap, within the budget). Items out of range cost nothing (the
+ * reader refuses them). */
 static uint64_t
-s_estimate(const emlio_server_t *self, const emlio__job_t *job)
+s_estimate(const emlio_server_t *self, emlio__job_t *job)
 {
     const emlio__wire_msg_t *get = &job->msg;
     const emlio__shardset_t *set = &self->core->set;
@@ -69,11 +70,26 @@ s_estimate(const emlio_server_t *self, const emlio__job_t *job)
     uint64_t total =
         job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
                 : 0;
+    uint64_t pack = 0;
+    uint32_t last = UINT32_MAX; /* the shard whose mean is in `mean` */
+    uint64_t mean = 0;
+    uint64_t per = self->own.n_fields ? self->own.n_fields : 1;
     for (size_t i = 0; i < get->n_items; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= set->n)
             continue;
         const emlio__shard_t *shard = &set->shards[item->shard];
+        if (job->packed && item->shard != last) {
+            size_t count = emlio__shard_count(shard);
+            mean = count ? emlio__shard_size(shard) / count : 0;
+            last = item->shard;
+        }
+        /* What the packed frame may take of this sample: twice its
+         * shard's mean record, when that is small enough to be packed
+         * (the reader packs no more than the charge; the rest goes as
+         * frames of their own). */
+        if (job->packed && mean <= per * EMLIO__SRV_PACK_MAX)
+            pack += EMLIO_MIN(2 * mean, per * EMLIO__SRV_PACK_MAX);
         if (shard->ops->mapped && shard->leased)
             continue;
         if (shard->ops->record_bytes &&
@@ -81,7 +97,82 @@ s_estimate(const emlio_server_t *self, const emlio__job_t *job)
             total +=
                 shard->ops->record_bytes(shard->impl, (size_t)item->record);
     }
+    job->pack_cap = 0;
+    if (job->packed) {
+        /* Bounded by the samples' sizes, so the charge stays near what
+         * the frame holds, and by what the budget leaves: packing is an
+         * optimisation, never a reason to refuse a GET. */
+        uint64_t cap =
+            EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
+        pack = EMLIO_MIN(pack, (uint64_t)EMLIO__SRV_PACK_CAP);
+        job->pack_cap = total < cap / 2 ? EMLIO_MIN(pack, cap / 2 - total) : 0;
+        total += job->pack_cap;
+    }
     return total;
+}
+
+/* ---- the pool of packed frames' buffers ---- */
+
+void
+emlio__srv_pack_pool_init(emlio__pack_pool_t *pool)
+{
+    memset(pool, 0, sizeof(*pool));
+    pthread_mutex_init(&pool->lock, NULL);
+}
+
+void
+emlio__srv_pack_pool_release(emlio__pack_pool_t *pool)
+{
+    for (size_t c = 0; c < EMLIO__SRV_PACK_CLASSES; c++)
+        while (pool->free[c]) {
+            void *buf = pool->free[c];
+            memcpy(&pool->free[c], buf, sizeof(void *));
+            emlio_free(buf);
+        }
+    pthread_mutex_destroy(&pool->lock);
+}
+
+static size_t
+s_pack_class(size_t size)
+{
+    size_t c = 0;
+    while (c + 1 < EMLIO__SRV_PACK_CLASSES &&
+           ((size_t)1 << (EMLIO__SRV_PACK_MIN_SHIFT + c)) < size)
+        c++;
+    return c;
+}
+
+uint8_t *
+emlio__srv_pack_get(emlio__pack_pool_t *pool, size_t want, size_t *size)
+{
+    size_t c = s_pack_class(want);
+    *size = (size_t)1 << (EMLIO__SRV_PACK_MIN_SHIFT + c);
+    if (want > *size)
+        return NULL;
+    pthread_mutex_lock(&pool->lock);
+    void *buf = pool->free[c];
+    if (buf) {
+        memcpy(&pool->free[c], buf, sizeof(void *));
+        pool->n_free[c]--;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return buf ? buf : emlio_malloc(*size);
+}
+
+void
+emlio__srv_pack_put(emlio__pack_pool_t *pool, uint8_t *buf, size_t size)
+{
+    size_t c = s_pack_class(size);
+    pthread_mutex_lock(&pool->lock);
+    if ((pool->n_free[c] + 1) * size <= EMLIO__SRV_PACK_KEEP ||
+        pool->n_free[c] < 2) {
+        memcpy(buf, &pool->free[c], sizeof(void *));
+        pool->free[c] = buf;
+        pool->n_free[c]++;
+        buf = NULL;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    emlio_free(buf);
 }
 
 /* Whether a charge of bytes fits both accounts now. */

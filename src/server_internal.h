@@ -121,7 +121,38 @@ typedef struct emlio__job {
     uint64_t copy_want;
     emlio__copy_charge_t charge;
     emlio__copy_acct_t *waits_on;
+    /* A packed reply (protocol v4, server_copy.c): the reader copies
+     * sample frames of at most EMLIO__SRV_PACK_MAX bytes into one pooled
+     * buffer, at most pack_cap bytes (charged like a copy), and the
+     * serializer sends it as one frame with the offset table. */
+    bool packed;
+    uint64_t pack_cap;
+    uint8_t *pack;    /* from the core's pool; NULL = none yet */
+    size_t pack_size; /* its size (a pool class) */
+    size_t pack_len;  /* bytes used */
 } emlio__job_t;
+
+/* Sample frames up to this size are copied into a packed reply's one
+ * frame: below it a frame of its own costs more (a ZeroMQ message, its
+ * send and receive, an I/O-thread copy, a release) than copying the bytes
+ * while they are in cache; above it the frame stays zero-copy. */
+#define EMLIO__SRV_PACK_MAX       (16u << 10)
+/* The most bytes one packed frame holds; the rest go as frames of their
+ * own. Pool classes run from 4 KiB up to it by powers of two. */
+#define EMLIO__SRV_PACK_CAP       (4u << 20)
+#define EMLIO__SRV_PACK_MIN_SHIFT 12
+#define EMLIO__SRV_PACK_CLASSES   11
+/* Bytes of idle buffers the pool keeps per class. */
+#define EMLIO__SRV_PACK_KEEP      (16u << 20)
+
+/* Pre-touched buffers for packed frames: fresh memory costs a page fault
+ * per 4 KiB (~16 us on our VMs), far more than the copy it holds. Buffers
+ * come back from ZeroMQ's I/O threads, hence the lock. */
+typedef struct emlio__pack_pool {
+    pthread_mutex_t lock;
+    void *free[EMLIO__SRV_PACK_CLASSES]; /* singly linked through word 0 */
+    size_t n_free[EMLIO__SRV_PACK_CLASSES];
+} emlio__pack_pool_t;
 
 /* What zero-copy frames point into, and so what must outlive every frame
  * ZeroMQ holds: the shards and their mappings. The server holds one
@@ -135,6 +166,7 @@ typedef struct emlio__srv_core {
     atomic_uint_fast64_t batches_in_flight;
     /* Bytes of copied replies charged and not yet freed, daemon-wide. */
     atomic_uint_fast64_t copied;
+    emlio__pack_pool_t pack_pool; /* buffers of packed frames */
 } emlio__srv_core_t;
 
 /* One TCP (or IPC) connection of the ROUTER, known from the socket
@@ -202,6 +234,7 @@ typedef struct emlio__srv_net {
     emlio_buf_t welcome;  /* the WELCOME of protocol v1 clients */
     emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
     emlio_buf_t welcome3; /* ... v3: with the transform capabilities */
+    emlio_buf_t welcome4; /* ... v4: the same, and batches are packed */
     emlio__zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
@@ -321,6 +354,14 @@ emlio__copy_acct_t *emlio__srv_copy_acct_new(void);
 void emlio__srv_copy_acct_unref(emlio__copy_acct_t **acct_p);
 /* Gives a charge back (any thread); leaves it empty. */
 void emlio__srv_copy_release(emlio__copy_charge_t *charge);
+/* Packed frames' buffers: init/release with the core; get returns a buffer
+ * of at least want (<= EMLIO__SRV_PACK_CAP) bytes, its size in *size, or
+ * NULL; put takes one back (any thread). */
+void emlio__srv_pack_pool_init(emlio__pack_pool_t *pool);
+void emlio__srv_pack_pool_release(emlio__pack_pool_t *pool);
+uint8_t *emlio__srv_pack_get(emlio__pack_pool_t *pool, size_t want,
+                             size_t *size);
+void emlio__srv_pack_put(emlio__pack_pool_t *pool, uint8_t *buf, size_t size);
 /* Charges a GET that the peer may send (credit taken): 0 (charged, or
  * nothing to copy: send it on), 1 (parked until it fits: the frontend
  * owns it now), or EMLIO_ELIMIT / EMLIO_ENOMEM with text (refuse it). */

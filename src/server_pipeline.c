@@ -21,13 +21,15 @@ typedef struct emlio__srv_release emlio__srv_release_t;
 typedef struct s_owned {
     emlio__srv_release_t *rel;
     uint8_t *buf;
+    size_t size; /* a packed frame's pool buffer: its size; else 0 */
 } s_owned_t;
 
 struct emlio__srv_release {
     emlio__srv_core_t *core;
     atomic_uint left;
     emlio__copy_charge_t charge; /* given back with the last frame */
-    s_owned_t *owned;            /* n hints, after the items */
+    s_owned_t *owned;            /* n + 1 hints (the last: the packed
+                                    frame), after the items */
     size_t n;
     emlio__view_t items[]; /* only shard, record and held are used */
 };
@@ -79,6 +81,17 @@ s_owned_free(void *data, void *hint)
     (void)data;
     s_owned_t *owned = hint;
     emlio_free(owned->buf);
+    s_release_unref(owned->rel);
+}
+
+/* Gives a packed frame's buffer back to the pool, then counts the frame
+ * off its batch's token. */
+static void
+s_packed_free(void *data, void *hint)
+{
+    (void)data;
+    s_owned_t *owned = hint;
+    emlio__srv_pack_put(&owned->rel->core->pack_pool, owned->buf, owned->size);
     s_release_unref(owned->rel);
 }
 
@@ -283,6 +296,49 @@ s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
     emlio__shard_release(shard);
 }
 
+/* Copies the small sample frames of a packed job (protocol v4) into one
+ * pooled buffer, up to job->pack_cap bytes, right after reading them while
+ * they are in cache, and ends the views' holds on the shards: the batch
+ * then goes as one frame and a table instead of a ZeroMQ message per
+ * sample. Without a buffer the views stay frames of their own. */
+static void
+s_pack_job(emlio_server_t *self, emlio__job_t *job)
+{
+    size_t nf = job->n_views * job->per;
+    size_t want = 0;
+    for (size_t i = 0; i < nf; i++) {
+        size_t len = job->views[i].len;
+        if (len <= EMLIO__SRV_PACK_MAX && want + len <= job->pack_cap)
+            want += len;
+    }
+    if (want == 0)
+        return;
+    job->pack =
+        emlio__srv_pack_get(&self->core->pack_pool, want, &job->pack_size);
+    if (!job->pack)
+        return;
+    const emlio__view_t *advised = NULL;
+    for (size_t i = 0; i < nf; i++) {
+        emlio__view_t *v = &job->views[i];
+        if (v->len > EMLIO__SRV_PACK_MAX || job->pack_len + v->len > want)
+            continue;
+        memcpy(job->pack + job->pack_len, v->data, v->len);
+        emlio__shard_t *shard = &self->core->set.shards[v->shard];
+        /* Copied: with drop_behind not read again this epoch (once per
+         * sample, whose fields are consecutive views). */
+        if (v->held && self->core->drop_behind &&
+            (!advised || advised->shard != v->shard ||
+             advised->record != v->record))
+            emlio__shard_advise(shard, (size_t)v->record, 1,
+                                EMLIO_ADVISE_DONTNEED);
+        advised = v;
+        emlio__view_release(v, shard);
+        v->data = job->pack + job->pack_len;
+        v->packed = true;
+        job->pack_len += v->len;
+    }
+}
+
 static void
 s_read_job(emlio_server_t *self, emlio__job_t *job)
 {
@@ -335,31 +391,100 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
             return;
         job->n_views += rc == 0;
     }
+    if (job->packed && job->pack_cap)
+        s_pack_job(self, job);
+}
+
+/* The BATCH header of a job's views: the quadruples, and for a packed job
+ * (protocol v4) the offset table. Returns 0 or EMLIO_ENOMEM. */
+static int
+s_batch_header(emlio__job_t *job, size_t nf, emlio_buf_t *buf)
+{
+    size_t n = job->n_views;
+    emlio__wire_sample_t *samples = emlio_calloc(n ? n : 1, sizeof(*samples));
+    emlio__wire_span_t *spans =
+        job->packed ? emlio_calloc(nf ? nf : 1, sizeof(*spans)) : NULL;
+    int rc = EMLIO_ENOMEM;
+    if (samples && (spans || !job->packed)) {
+        for (size_t i = 0; i < n; i++) {
+            const emlio__view_t *v = &job->views[i * job->per];
+            samples[i] =
+                (emlio__wire_sample_t){ v->shard, v->record, v->label, v->crc };
+        }
+        for (size_t i = 0; spans && i < nf; i++) {
+            const emlio__view_t *v = &job->views[i];
+            spans[i].off = v->packed ? (uint64_t)(v->data - job->pack)
+                                     : EMLIO_WIRE_PACK_OWN;
+            spans[i].len = v->len;
+        }
+        rc = job->packed
+                 ? emlio__wire_encode_batch_packed(buf, job->msg.id, samples, n,
+                                                   spans, nf)
+                 : emlio__wire_encode_batch(buf, job->msg.id, samples, n);
+    }
+    emlio_free(spans);
+    emlio_free(samples);
+    return rc;
+}
+
+/* Moves the job's views into frames[] (the packed frame first, if any,
+ * then one zero-copy frame per view not packed), each holding a reference
+ * to rel. Returns the number of frames. Cannot fail. */
+static size_t
+s_batch_frames(emlio__job_t *job, emlio__srv_release_t *rel, size_t nf,
+               zmq_msg_t *frames, uint64_t *bytes)
+{
+    size_t k = 0;
+    if (job->pack_len) {
+        rel->owned[nf] = (s_owned_t){ rel, job->pack, job->pack_size };
+        (void)zmq_msg_init_data(&frames[k++], job->pack, job->pack_len,
+                                s_packed_free, &rel->owned[nf]);
+        job->pack = NULL; /* now the frame's */
+        *bytes += job->pack_len;
+    }
+    for (size_t i = 0; i < nf; i++) {
+        emlio__view_t *v = &job->views[i];
+        rel->items[i] = *v;
+        rel->items[i].owned = NULL;
+        if (v->packed)
+            continue;
+        /* Zero-copy: the frame points into the mapping or the copy.
+         * zmq_msg_init_data cannot fail for a non-NULL free function. */
+        assert(v->owned || v->held);
+        rel->owned[i] = (s_owned_t){ rel, v->owned, 0 };
+        if (v->owned)
+            (void)zmq_msg_init_data(&frames[k++], (void *)v->data, v->len,
+                                    s_owned_free, &rel->owned[i]);
+        else
+            (void)zmq_msg_init_data(&frames[k++], (void *)v->data, v->len,
+                                    s_frame_free, rel);
+        v->owned = NULL; /* now the frame's */
+        v->held = false; /* now the token's */
+        *bytes += v->len;
+    }
+    return k;
 }
 
 /* The serializer stage: turns the reader's views into the BATCH header and
- * one zero-copy frame per sample (or the ERROR), and hands the reply to
- * the frontend. Consumes job->identity. */
+ * its frames (one zero-copy frame per sample frame, or for a packed job
+ * one frame of the small ones and the table), or the ERROR, and hands the
+ * reply to the frontend. Consumes job->identity. */
 static void
 s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
 {
     const emlio__wire_msg_t *get = &job->msg;
     size_t n = job->n_views;
-    size_t per =
-        self->own.n_fields ? self->own.n_fields : 1; /* frames per sample */
-    size_t nf = n * per;
-    emlio__wire_sample_t *samples = NULL;
+    size_t nf = n * job->per;
     zmq_msg_t *frames = NULL;
     emlio__srv_release_t *rel = NULL;
     uint64_t bytes = 0;
     if (job->code == 0 && job->xf && emlio__srv_xf_serialize(self, done, job))
         return; /* a tensor batch, sent */
     if (job->code == 0) {
-        samples = emlio_calloc(n ? n : 1, sizeof(*samples));
-        frames = emlio_calloc(nf ? nf : 1, sizeof(*frames));
+        frames = emlio_calloc(nf + 1, sizeof(*frames));
         rel = emlio_malloc(sizeof(*rel) + nf * sizeof(rel->items[0]) +
-                           nf * sizeof(s_owned_t));
-        if (!samples || !frames || !rel) {
+                           (nf + 1) * sizeof(s_owned_t));
+        if (!frames || !rel) {
             job->code = EMLIO_ENOMEM;
             snprintf(job->text, sizeof(job->text), "out of memory");
         }
@@ -368,55 +493,36 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
      * and every view's hold moves into a frame exactly once. */
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
-    if (job->code == 0) {
-        for (size_t i = 0; i < n; i++) {
-            const emlio__view_t *v = &job->views[i * per];
-            samples[i] =
-                (emlio__wire_sample_t){ v->shard, v->record, v->label, v->crc };
-        }
-        if (emlio__wire_encode_batch(&buf, get->id, samples, n) < 0 ||
-            emlio__srv_header_msg(&header, &buf) < 0) {
-            job->code = EMLIO_ENOMEM;
-            snprintf(job->text, sizeof(job->text), "out of memory");
-        }
+    if (job->code == 0 && (s_batch_header(job, nf, &buf) < 0 ||
+                           emlio__srv_header_msg(&header, &buf) < 0)) {
+        job->code = EMLIO_ENOMEM;
+        snprintf(job->text, sizeof(job->text), "out of memory");
     }
     if (job->code == 0) {
         /* One reference per frame plus the sender's own: a mapped frame
-         * ends its use of the shard, a frame of a copy frees its copy, and
-         * the last one gives the job's copy charge back. */
+         * ends its use of the shard, a frame of a copy frees its copy, the
+         * packed frame goes back to the pool, and the last one gives the
+         * job's copy charge back. */
         rel->core = self->core;
         rel->n = nf;
         rel->owned = (s_owned_t *)(void *)(rel->items + nf);
         rel->charge = job->charge;
         job->charge = (emlio__copy_charge_t){ 0 };
-        atomic_init(&rel->left, (unsigned)nf + 1);
+        size_t frames_n = 0;
+        for (size_t i = 0; i < nf; i++)
+            frames_n += !job->views[i].packed;
+        frames_n += job->pack_len != 0;
+        atomic_init(&rel->left, (unsigned)frames_n + 1);
         atomic_fetch_add(&self->core->refs, 1);
         atomic_fetch_add(&self->core->batches_in_flight, 1);
-        for (size_t i = 0; i < nf; i++) {
-            emlio__view_t *v = &job->views[i];
-            rel->items[i] = *v;
-            rel->items[i].owned = NULL;
-            /* Zero-copy: the frame points into the mapping or the copy.
-             * zmq_msg_init_data cannot fail for a non-NULL free function. */
-            assert(v->owned || v->held);
-            rel->owned[i] = (s_owned_t){ rel, v->owned };
-            if (v->owned)
-                (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
-                                        s_owned_free, &rel->owned[i]);
-            else
-                (void)zmq_msg_init_data(&frames[i], (void *)v->data, v->len,
-                                        s_frame_free, rel);
-            v->owned = NULL; /* now the frame's */
-            v->held = false; /* now the token's */
-            bytes += v->len;
-        }
-        emlio__srv_send_parts(done, &job->identity, &header, frames, nf, 0);
+        size_t k = s_batch_frames(job, rel, nf, frames, &bytes);
+        assert(k == frames_n);
+        emlio__srv_send_parts(done, &job->identity, &header, frames, k, 0);
         s_release_unref(rel); /* the sender's reference */
         atomic_fetch_add(&self->count.requests, 1);
         atomic_fetch_add(&self->count.samples, n);
         atomic_fetch_add(&self->count.bytes, bytes);
         emlio_free(frames);
-        emlio_free(samples);
         return;
     }
     emlio_buf_release(&buf);
@@ -427,7 +533,6 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     emlio__srv_send_error(done, &job->identity, get->id, job->code, job->text,
                           0);
     emlio_free(frames);
-    emlio_free(samples);
 }
 
 void
@@ -440,6 +545,8 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
     for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
         emlio__srv_view_release(self, &job->views[i]);
     emlio_free(job->views);
+    if (job->pack) /* no batch took the packed buffer */
+        emlio__srv_pack_put(&self->core->pack_pool, job->pack, job->pack_size);
     /* A job that ends without a batch (an error, a tensor, a drop) gives
      * its copy charge back here; a batch's token took it over. */
     emlio__srv_copy_release(&job->charge);

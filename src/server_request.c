@@ -156,7 +156,9 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         }
         reply = &joined;
     } else {
-        if (hello->version >= 3)
+        if (hello->version >= EMLIO_WIRE_VERSION_PACK)
+            reply = &self->net.welcome4;
+        else if (hello->version >= 3)
             reply = &self->net.welcome3;
         else if (hello->version >= 2)
             reply = &self->net.welcome2;
@@ -315,6 +317,9 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     peer->outstanding++;
+    /* A v4 connection gets its raw samples packed (a tensor batch is one
+     * frame already). */
+    job->packed = peer->version >= EMLIO_WIRE_VERSION_PACK && !job->xf;
     char text[EMLIO_ERRMSG_LEN];
     rc = emlio__srv_copy_admit(self, job, peer, text, sizeof(text));
     if (rc < 0) {

@@ -672,7 +672,14 @@ emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i, bool data)
     }
     /* Prefetch instructions do not fault, so a bad entry is harmless. */
     const uint8_t *p = self->base + loc->offset;
-    __builtin_prefetch(p);
+    /* A record up to 8 KB is read whole (parsed, CRCed): fetch all its lines,
+     * since a shuffled read starts each record on a cold line and the
+     * CRC loop would otherwise wait for them one by one. */
+    size_t end = 12 + loc->len + 4;
+    if (end > 8192)
+        end = 64;
+    for (size_t off = 0; off < end; off += 64)
+        __builtin_prefetch(p + off);
     __builtin_prefetch(p + 12 + loc->len);
 }
 

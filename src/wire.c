@@ -253,6 +253,29 @@ emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
 }
 
 int
+emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
+                                const emlio__wire_sample_t *samples, size_t n,
+                                const emlio__wire_span_t *spans, size_t n_spans)
+{
+    msgpack_packer pk;
+    int failed = s_begin(out, &pk, 4, EMLIO_MSG_BATCH);
+    failed |= s_pack_key(&pk, "id");
+    failed |= msgpack_pack_uint64(&pk, id);
+    failed |= s_pack_samples(&pk, samples, n);
+    /* Flat [offset, length] pairs; offset -1: the span's own frame. */
+    failed |= s_pack_key(&pk, "pack");
+    failed |= msgpack_pack_array(&pk, 2 * n_spans);
+    for (size_t i = 0; i < n_spans; i++) {
+        if (spans[i].off == EMLIO_WIRE_PACK_OWN)
+            failed |= msgpack_pack_int64(&pk, -1);
+        else
+            failed |= msgpack_pack_uint64(&pk, spans[i].off);
+        failed |= msgpack_pack_uint64(&pk, spans[i].len);
+    }
+    return s_finish(failed);
+}
+
+int
 emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
                                 const emlio__wire_sample_t *samples, size_t n,
                                 const emlio__wire_tensor_t *t)
@@ -719,6 +742,35 @@ s_decode_samples(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
     return true;
 }
 
+/* The offset table of a packed BATCH: flat [offset, length] pairs, offset
+ * -1 for a span in its own frame (checked against the frames by
+ * emlio__wire_pack_check, which knows them). */
+static bool
+s_decode_pack(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n % 2)
+        return s_fail(r, "pack must be offset, length pairs");
+    if (n / 2 > (uint64_t)max_items * EMLIO_WIRE_MAX_FIELDS)
+        return s_fail(r, "too many sample frames in one batch");
+    msg->packed = true;
+    msg->spans = emlio_calloc(n ? n / 2 : 1, sizeof(*msg->spans));
+    if (!msg->spans)
+        return s_fail(r, "out of memory");
+    msg->n_spans = n / 2;
+    for (uint64_t i = 0; i < n / 2; i++) {
+        int64_t off;
+        if (!s_read_int(r, &off) || !s_read_uint(r, &msg->spans[i].len))
+            return false;
+        if (off < -1)
+            return s_fail(r, "negative offset in the pack table");
+        msg->spans[i].off = off < 0 ? EMLIO_WIRE_PACK_OWN : (uint64_t)off;
+    }
+    return true;
+}
+
 /* Which header keys each message type must carry. */
 enum {
     S_HAS_T = 1 << 0,
@@ -747,6 +799,7 @@ emlio__wire_msg_release(emlio__wire_msg_t *msg)
     emlio_free(msg->shards);
     emlio_free(msg->items);
     emlio_free(msg->samples);
+    emlio_free(msg->spans);
     emlio_free(msg->fields);
     emlio_free(msg->classes);
     memset(msg, 0, sizeof(*msg));
@@ -860,6 +913,8 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
         *seen |= S_HAS_ITEMS;
         return s_decode_items(r, msg, max_items);
     }
+    if (s_key_is(key, klen, "pack") && !msg->packed)
+        return s_decode_pack(r, msg, max_items);
     if (s_key_is(key, klen, "samples") && !msg->samples) {
         *seen |= S_HAS_SAMPLES;
         return s_decode_samples(r, msg, max_items);
@@ -896,6 +951,10 @@ emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
     }
     if ((seen & s_required[msg->type]) != s_required[msg->type]) {
         s_fail(&r, "a required field is missing");
+        goto fail;
+    }
+    if (msg->has_shape && msg->packed) {
+        s_fail(&r, "a tensor batch cannot be packed");
         goto fail;
     }
     if (msg->has_shape && msg->shape[0] != msg->n_samples) {

@@ -1,8 +1,9 @@
-/* wire.h - the EMLIO wire protocol v1 and v2: encoding and decoding.
+/* wire.h - the EMLIO wire protocol v1 to v4: encoding and decoding.
  * SPDX-License-Identifier: MIT
  *
  * Every message's first frame is a msgpack map (the header); a BATCH is
- * followed by one raw frame per sample. docs/protocol.md is the normative
+ * followed by one raw frame per sample (v4: a packed frame of the small
+ * ones and a table, wire_pack.c checks it). docs/protocol.md is the normative
  * description; this module is its only implementation in the library.
  *
  * Encoding uses msgpack-c's packer. Decoding is a bounded, allocation-light
@@ -23,14 +24,21 @@
  * lists them, and a BATCH carries one frame per field per sample. v3 adds
  * transforms: a GET may ask the daemon to decode and augment its samples,
  * and the BATCH then carries one tensor frame (docs/protocol.md 5.6).
- * A client says v3 only when it wants transforms, so a client that does not
- * is served by old daemons exactly as before (EMLIO_WIRE_VERSION_PLAIN). */
-#define EMLIO_WIRE_VERSION       3
+ * libemlio says v4 first; refused by an older daemon, it says v3 only when
+ * it wants transforms, so a client that does not is served by old daemons
+ * exactly as before (EMLIO_WIRE_VERSION_PLAIN). */
+#define EMLIO_WIRE_VERSION       4
 #define EMLIO_WIRE_VERSION_MIN   1
 #define EMLIO_WIRE_VERSION_PLAIN 2
 #define EMLIO_WIRE_VERSION_XF    3
-#define EMLIO_WIRE_MAX_SPEC      1024u /* bytes in a transform spec */
-#define EMLIO_WIRE_MAX_FIELDS    64u   /* fields per sample */
+/* v4 packs a BATCH: small sample frames travel in one frame, located by an
+ * offset table in the header ("pack", docs/protocol.md 5.4.1), instead of
+ * one ZeroMQ frame each. libemlio says v4 first and falls back to the
+ * version above when a daemon refuses it. */
+#define EMLIO_WIRE_VERSION_PACK  4
+#define EMLIO_WIRE_PACK_OWN      UINT64_MAX /* a span in its own frame */
+#define EMLIO_WIRE_MAX_SPEC      1024u      /* bytes in a transform spec */
+#define EMLIO_WIRE_MAX_FIELDS    64u        /* fields per sample */
 
 /* Hard ceilings that no configuration may exceed; daemons and clients apply
  * their own, lower, limits on top. */
@@ -67,6 +75,14 @@ typedef struct emlio__wire_item {
     uint32_t shard; /* index into the server's WELCOME inventory */
     uint64_t record;
 } emlio__wire_item_t;
+
+/* Where one sample frame of a packed BATCH (v4) lies: off bytes into the
+ * packed frame, len bytes long; off EMLIO_WIRE_PACK_OWN: in its own frame,
+ * the next one after the packed frame and the own frames before it. */
+typedef struct emlio__wire_span {
+    uint64_t off;
+    uint64_t len;
+} emlio__wire_span_t;
 
 typedef struct emlio__wire_sample {
     uint32_t shard;
@@ -105,6 +121,11 @@ typedef struct emlio__wire_msg {
     size_t n_items;
     emlio__wire_sample_t *samples; /* BATCH */
     size_t n_samples;
+    emlio__wire_span_t *spans; /* BATCH v4: the offset table ("pack"), one
+                                  span per sample frame; NULL = one frame
+                                  per sample frame (v1 to v3) */
+    size_t n_spans;
+    bool packed; /* BATCH: the header has a "pack" table (even empty) */
     emlio__wire_str_t *fields; /* WELCOME v2: field names (none = one
                                  unnamed field) */
     size_t n_fields;
@@ -212,6 +233,22 @@ int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                            const emlio__wire_item_t *items, size_t n);
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                              const emlio__wire_sample_t *samples, size_t n);
+/* BATCH at v4: with the offset table spans[0, n_spans) ("pack"), one span
+ * per sample frame, in frame order (sample-major, field-minor). */
+int emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
+                                    const emlio__wire_sample_t *samples,
+                                    size_t n, const emlio__wire_span_t *spans,
+                                    size_t n_spans);
+/* Checks a packed BATCH's offset table from the network against what the
+ * receiver expects: want spans (samples x fields), and a packed frame of
+ * packed_len bytes (has_packed: it came). Spans in the packed frame must lie
+ * inside it, in ascending order, and not overlap (gaps are allowed); the
+ * packed frame must come exactly when some span is in it. Returns the
+ * number of own frames that must follow, or EMLIO_EPROTO with errbuf
+ * (EMLIO_ERRMSG_LEN bytes) saying which span is wrong and why. */
+int emlio__wire_pack_check(const emlio__wire_span_t *spans, size_t n_spans,
+                           size_t want, bool has_packed, size_t packed_len,
+                           char *errbuf);
 /* GET with a transform (xf NULL or xf->spec NULL: a plain GET). */
 int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
                               const char *dataset,

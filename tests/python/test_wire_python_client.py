@@ -453,7 +453,7 @@ class WireTest(unittest.TestCase):
 
     def test_07_unsupported_version(self):
         s = self.stream()
-        s.hello(v=4)  # v1 to v3 are spoken (docs/protocol.md)
+        s.hello(v=5)  # v1 to v4 are spoken (docs/protocol.md)
         h = self.expect_error(s, EVERSION, 0)
         self.assertIn("not supported", h["msg"])
         s.hello(v=0)
@@ -578,6 +578,58 @@ class WireTest(unittest.TestCase):
               epoch=0)
         h = self.expect_error(s, -1009, 0x78)
         self.assertIn("rotate", h["msg"])
+        self.assert_still_serving()
+
+    def test_13_packed_v4(self):
+        """docs/protocol.md 5.4.1: on a v4 connection a BATCH is packed: the
+        `pack` table gives each sample frame's [offset, length] in the one
+        packed frame (or -1: a frame of its own, after it); spans ascend
+        and do not overlap; quadruples and CRCs are as in 5.4."""
+        s = self.stream()
+        s.hello(v=4)
+        w, frames = s.recv()
+        self.assertEqual((w["t"], w["v"], frames), (T_WELCOME, 4, []))
+        where = self.locate()
+        items = [(1, 3), (0, 2), (2, 0), (0, 2), (1, 36)]
+        s.get(0x4001, items, w["dataset"])
+        h, frames = s.recv()
+        self.assertEqual(h["t"], T_BATCH, h)
+        samples = decode_samples(h)
+        self.assertEqual([(a, b) for a, b, _, _ in samples], items)
+        table = h["pack"]
+        self.assertEqual(len(table), 2 * len(samples), "one pair per frame")
+        spans = [tuple(table[i:i + 2]) for i in range(0, len(table), 2)]
+        packed = any(off >= 0 for off, _ in spans)
+        # The 8 KB synthetic JPEGs are small enough to be packed.
+        self.assertTrue(packed, spans)
+        block, own = (frames[0], frames[1:]) if packed else (b"", frames)
+        end, k = 0, 0
+        for (shard, record, label, crc), (off, n) in zip(samples, spans):
+            if off < 0:
+                data = own[k]
+                k += 1
+                self.assertEqual(len(data), n)
+            else:
+                self.assertGreaterEqual(off, end, "ascending, disjoint")
+                self.assertLessEqual(off + n, len(block))
+                data, end = block[off:off + n], off + n
+            self.assertEqual(crc32c(data), crc)
+            want, cls = FX.source[where[(shard, record)]]
+            self.assertEqual(data, want, "bytes of %d/%d" % (shard, record))
+            self.assertEqual(label, cls)
+        self.assertEqual(k, len(own), "every own frame used")
+        # An empty GET: a packed BATCH with an empty table and no frames.
+        s.get(0x4002, [], w["dataset"])
+        h, frames = s.recv()
+        self.assertEqual((h["t"], h["samples"], h["pack"], frames),
+                         (T_BATCH, [], [], []))
+        # A v2 connection of the same daemon still gets a frame per sample.
+        s.hello(v=2)
+        s.recv()
+        s.get(0x4003, items[:2], w["dataset"])
+        h, frames = s.recv()
+        self.assertNotIn("pack", h)
+        self.check_batch(h, frames, items[:2])
         self.assert_still_serving()
 
     def test_99_daemon_alive(self):

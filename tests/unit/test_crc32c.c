@@ -64,8 +64,8 @@ test_crc32c_incremental_equals_whole(void **state)
     }
 }
 
-/* The hardware path splits long inputs into interleaved blocks of 3 * 8192
- * and 3 * 256 bytes after aligning; lengths around those edges, at every
+/* The hardware path splits long inputs into interleaved blocks of 3 * 8192,
+ * 3 * 256 and 3 * 64 bytes after aligning; lengths around those edges, at every
  * alignment, are where a wrong shift constant would show. */
 static void
 test_crc32c_hw_matches_sw(void **state)
@@ -80,6 +80,10 @@ test_crc32c_hw_matches_sw(void **state)
                                     7,
                                     8,
                                     9,
+                                    191,
+                                    192,
+                                    193,
+                                    3 * 64 + 768 + 3,
                                     767,
                                     768,
                                     769,
@@ -123,6 +127,13 @@ test_crc32c_combine(void **state)
         uint32_t b = emlio_crc32c(0, buf + cut, cap - cut);
         assert_int_equal(emlio_crc32c_combine(a, b, cap - cut), whole);
     }
+    /* Every short length: each bit of the length is one multiply of the
+     * hardware combine, the low ones by negative powers of x. */
+    for (size_t len = 0; len < 600; len++)
+        assert_int_equal(emlio_crc32c_combine(emlio_crc32c(0, buf, 7),
+                                              emlio_crc32c(0, buf + 7, len),
+                                              len),
+                         emlio_crc32c(0, buf, 7 + len));
     /* Three pieces, combined left to right. */
     uint32_t ab = emlio_crc32c_combine(emlio_crc32c(0, buf, 10),
                                        emlio_crc32c(0, buf + 10, 20), 20);

@@ -175,6 +175,151 @@ test_wire_hostile_lengths_rejected(void **state)
     assert_non_null(strstr(err, "nested too deeply"));
 }
 
+/* Protocol v4: a BATCH whose small sample frames travel in one packed
+ * frame, located by the "pack" offset table. */
+static void
+test_wire_packed_batch_round_trip(void **state)
+{
+    (void)state;
+    emlio__wire_sample_t s[3] = { { 1, 2, -1, 5 },
+                                  { 3, 4, 7, 6 },
+                                  { 0, 9, 2, 8 } };
+    /* Samples 0 and 2 packed (with an alignment gap), sample 1 its own
+     * frame. */
+    emlio__wire_span_t spans[3] = { { 0, 100 },
+                                    { EMLIO_WIRE_PACK_OWN, 1u << 20 },
+                                    { 104, 0 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 77, s, 3, spans, 3),
+                     0);
+    emlio__wire_msg_t msg;
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
+                     (int)buf.len);
+    assert_int_equal(msg.type, EMLIO_MSG_BATCH);
+    assert_true(msg.packed);
+    assert_int_equal(msg.n_samples, 3);
+    assert_int_equal(msg.n_spans, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_true(msg.spans[i].off == spans[i].off);
+        assert_true(msg.spans[i].len == spans[i].len);
+    }
+    /* One own frame follows a packed frame of 104 bytes. */
+    assert_int_equal(emlio__wire_pack_check(msg.spans, 3, 3, true, 104, err),
+                     1);
+    emlio__wire_msg_release(&msg);
+    /* Every span in its own frame: no packed frame at all. */
+    emlio__wire_span_t own[2] = { { EMLIO_WIRE_PACK_OWN, 3 },
+                                  { EMLIO_WIRE_PACK_OWN, 4 } };
+    assert_int_equal(emlio__wire_pack_check(own, 2, 2, false, 0, err), 2);
+    /* An empty batch has an empty table, and says so. */
+    assert_int_equal(
+        emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_true(msg.packed);
+    assert_int_equal(msg.n_spans, 0);
+    assert_int_equal(emlio__wire_pack_check(msg.spans, 0, 0, false, 0, err), 0);
+    emlio__wire_msg_release(&msg);
+    /* A plain BATCH is not packed. */
+    assert_int_equal(emlio__wire_encode_batch(&buf, 79, s, 1), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_false(msg.packed);
+    assert_null(msg.spans);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+}
+
+/* Offset tables from the network that do not fit their frames are
+ * refused, each with a message that says what is wrong. */
+static void
+test_wire_bad_pack_tables_rejected(void **state)
+{
+    (void)state;
+    char err[EMLIO_ERRMSG_LEN];
+    /* Count mismatch: 2 spans for 3 expected sample frames. */
+    emlio__wire_span_t two[2] = { { 0, 10 }, { 10, 10 } };
+    assert_int_equal(emlio__wire_pack_check(two, 2, 3, true, 20, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "lists 2 sample frames, the samples have 3"));
+    /* Out of range: past the end, an offset beyond it, a length that
+     * wraps, and a packed span without a packed frame. */
+    emlio__wire_span_t past[2] = { { 0, 10 }, { 10, 11 } };
+    assert_int_equal(emlio__wire_pack_check(past, 2, 2, true, 20, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "sample frame 1 (offset 10, 11 bytes) lies "
+                                "outside the packed frame (20 bytes)"));
+    emlio__wire_span_t far[1] = { { 21, 0 } };
+    assert_int_equal(emlio__wire_pack_check(far, 1, 1, true, 20, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "outside the packed frame"));
+    emlio__wire_span_t wrap[1] = { { 8, UINT64_MAX - 4 } };
+    assert_int_equal(emlio__wire_pack_check(wrap, 1, 1, true, 20, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "outside the packed frame"));
+    assert_int_equal(emlio__wire_pack_check(two, 2, 2, false, 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "outside the packed frame (0 bytes)"));
+    /* Overlapping, and out of order. */
+    emlio__wire_span_t overlap[2] = { { 0, 10 }, { 9, 5 } };
+    assert_int_equal(emlio__wire_pack_check(overlap, 2, 2, true, 20, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "sample frame 1 (offset 9) overlaps"));
+    emlio__wire_span_t back[3] = { { 10, 5 },
+                                   { EMLIO_WIRE_PACK_OWN, 1 },
+                                   { 0, 5 } };
+    assert_int_equal(emlio__wire_pack_check(back, 3, 3, true, 20, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "sample frame 2 (offset 0) overlaps"));
+    /* A packed frame that no span uses. */
+    emlio__wire_span_t own[1] = { { EMLIO_WIRE_PACK_OWN, 3 } };
+    assert_int_equal(emlio__wire_pack_check(own, 1, 1, true, 8, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "puts no sample frame in it"));
+    /* Malformed tables do not decode: an odd count, an offset below -1,
+     * a non-integer, a packed tensor batch, more spans than the limit. */
+    emlio__wire_msg_t msg;
+    /* {"t":4,"id":1,"samples":[],"pack":[0]} */
+    const uint8_t odd[] = { 0x84, 0xa1, 't', 0x04, 0xa2, 'i', 'd',  0x01,
+                            0xa7, 's',  'a', 'm',  'p',  'l', 'e',  's',
+                            0x90, 0xa4, 'p', 'a',  'c',  'k', 0x91, 0x00 };
+    assert_int_equal(emlio__wire_decode(&msg, odd, sizeof(odd), 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "offset, length pairs"));
+    uint8_t neg[sizeof(odd) + 1];
+    memcpy(neg, odd, sizeof(odd));
+    neg[sizeof(odd) - 2] = 0x92; /* [-2, 0] */
+    neg[sizeof(odd) - 1] = 0xfe;
+    neg[sizeof(odd)] = 0x00;
+    assert_int_equal(emlio__wire_decode(&msg, neg, sizeof(neg), 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "negative offset"));
+    neg[sizeof(odd) - 1] = 0xc0; /* [nil, 0] */
+    assert_int_equal(emlio__wire_decode(&msg, neg, sizeof(neg), 0, err),
+                     EMLIO_EPROTO);
+    emlio__wire_sample_t s[1] = { { 0, 0, 0, 0 } };
+    emlio__wire_tensor_t t = { 2, 2, 3, 0 };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t), 0);
+    /* Append "pack": [] to the tensor BATCH's map (fixmap count + 1). */
+    assert_true((buf.data[0] & 0xf0) == 0x80 && (buf.data[0] & 0x0f) < 15);
+    buf.data[0]++;
+    const uint8_t pack[] = { 0xa4, 'p', 'a', 'c', 'k', 0x90 };
+    assert_int_equal(emlio_buf_add(&buf, pack, sizeof(pack)), 0);
+    assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
+                     EMLIO_EPROTO);
+    assert_non_null(strstr(err, "tensor batch cannot be packed"));
+    emlio__wire_span_t spans[5] = { { 0, 0 } };
+    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 6, s, 1, spans, 5),
+                     0);
+    /* max_items 1: at most EMLIO_WIRE_MAX_FIELDS spans, so 5 still fit. */
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 1, err) > 0);
+    assert_int_equal(
+        emlio__wire_pack_check(msg.spans, msg.n_spans, 1, true, 0, err),
+        EMLIO_EPROTO);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+}
+
 static void
 test_wire_unknown_keys_skipped_and_fields_required(void **state)
 {
@@ -313,6 +458,8 @@ main(void)
         cmocka_unit_test(test_wire_hostile_lengths_rejected),
         cmocka_unit_test(test_wire_unknown_keys_skipped_and_fields_required),
         cmocka_unit_test(test_wire_v3_transform_round_trip),
+        cmocka_unit_test(test_wire_packed_batch_round_trip),
+        cmocka_unit_test(test_wire_bad_pack_tables_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""libemlio (`emlio fetch`) against fake daemons written from docs/protocol.md:
+
+- a daemon from before protocol v4 refuses libemlio's HELLO v4 with
+  EMLIO_EVERSION; libemlio says HELLO again at v2 and fetches every sample,
+  one frame each (section 15), checked with --verify;
+- a v4 daemon whose packed BATCH carries a bad offset table (overlapping
+  spans, a span past the packed frame, too few pairs): libemlio refuses it
+  with a message naming the table (section 5.4.1).
+
+Needs python3-zmq and python3-msgpack. Run from the repository root:
+    B=build /usr/bin/python3 tests/python/test_wire_fallback.py
+The last line is "N passed, N failed"; the exit status is non-zero on any
+failure.
+"""
+import os
+import subprocess
+import sys
+import threading
+import unittest
+
+import msgpack
+import zmq
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+T_HELLO, T_WELCOME, T_GET, T_BATCH, T_ERROR = 1, 2, 3, 4, 5
+EVERSION = -1007
+RECORDS = 300
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def sample(record):
+    """The bytes of record `record`: small and distinct (60-120 B)."""
+    return bytes((record * 7 + i) & 0xFF for i in range(60 + record % 61))
+
+
+class FakeDaemon(threading.Thread):
+    """A ROUTER that speaks versions 1 to `top`; `bad` names the offset table
+    fault of its packed batches (v4 only)."""
+
+    def __init__(self, top, bad=None):
+        super().__init__(daemon=True)
+        self.top, self.bad = top, bad
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.hellos = []
+        self.stop = False
+
+    def send(self, ident, header, frames=()):
+        self.sock.send_multipart([ident, msgpack.packb(header)] + list(frames))
+
+    def hello(self, ident, h):
+        v = h.get("v")
+        self.hellos.append(v)
+        if not 1 <= v <= self.top:
+            self.send(ident, {"t": T_ERROR, "id": 0, "code": EVERSION,
+                              "msg": "protocol version %d not supported (server "
+                                     "speaks 1 to %d)" % (v, self.top)})
+            return
+        w = {"t": T_WELCOME, "v": v, "name": "fake", "dataset": "00000000deadbeef",
+             "max_batch": 64, "max_credit": 16, "max_streams": 64,
+             "id": h.get("id", 0)}
+        if h.get("session") and h.get("stream", 0) > 0:
+            w.update(joined=True, shards=[])
+        else:
+            w["shards"] = [["a.tfrecord", RECORDS, 100000]]
+        self.send(ident, w)
+
+    def get(self, ident, h, packed):
+        items = h["items"]
+        recs = [items[i + 1] for i in range(0, len(items), 2)]
+        quads, data = [], [sample(r) for r in recs]
+        for r, d in zip(recs, data):
+            quads += [0, r, r % 3, crc32c(d)]
+        header = {"t": T_BATCH, "id": h["id"], "samples": quads}
+        if not packed:
+            self.send(ident, header, data)
+            return
+        table, off = [], 0
+        for d in data:
+            table += [off, len(d)]
+            off += len(d)
+        if self.bad == "overlap" and len(table) >= 4:
+            table[2] -= 1
+        elif self.bad == "range":
+            table[-1] += 1
+        elif self.bad == "count":
+            table = table[:-2]
+        header["pack"] = table
+        self.send(ident, header, [b"".join(data)])
+
+    def run(self):
+        versions = {}
+        while not self.stop:
+            if not self.sock.poll(50):
+                continue
+            ident, raw = self.sock.recv_multipart()[:2]
+            h = msgpack.unpackb(raw, raw=False)
+            if h["t"] == T_HELLO:
+                self.hello(ident, h)
+                if 1 <= h["v"] <= self.top:
+                    versions[ident] = h["v"]
+            elif h["t"] == T_GET:
+                self.get(ident, h, versions.get(ident, 1) >= 4)
+        self.sock.close()
+
+
+def fetch(port, *extra):
+    b = os.environ.get("B", "build")
+    exe = os.path.join(b if os.path.isabs(b) else os.path.join(ROOT, b), "bin", "emlio")
+    return subprocess.run([exe, "fetch", "--connect", "tcp://127.0.0.1:%d" % port,
+                           "--batch", "8", "--quiet", "--timeout-ms", "10000"] + list(extra),
+                          capture_output=True, text=True, timeout=60)
+
+
+class FallbackTest(unittest.TestCase):
+    def serve(self, top, bad=None):
+        d = FakeDaemon(top, bad)
+        d.start()
+        self.addCleanup(d.join)
+        self.addCleanup(setattr, d, "stop", True)
+        return d
+
+    def test_old_daemon_gets_v2_and_every_sample(self):
+        d = self.serve(3)
+        r = fetch(d.port, "--verify", "--epochs", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(d.hellos[:2], [4, 2], "HELLO v4, refused, then v2")
+        self.assertTrue(all(v in (4, 2) for v in d.hellos), d.hellos)
+        self.assertIn('"samples": %d' % (2 * RECORDS), r.stdout)
+
+    def test_v4_daemon_packed_batches_verified(self):
+        d = self.serve(4)
+        r = fetch(d.port, "--verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(d.hellos[0], 4)
+        self.assertNotIn(2, d.hellos)
+
+    def test_bad_pack_tables_refused(self):
+        for bad, words in (("overlap", "overlaps"), ("range", "outside the packed frame"),
+                           ("count", "pack table lists")):
+            with self.subTest(bad=bad):
+                d = self.serve(4, bad)
+                r = fetch(d.port)
+                self.assertNotEqual(r.returncode, 0, r.stdout)
+                self.assertIn("sent a bad batch", r.stderr)
+                self.assertIn(words, r.stderr)
+
+
+def main():
+    res = unittest.main(exit=False, verbosity=2).result
+    bad = len(res.failures) + len(res.errors)
+    print("%d passed, %d failed" % (res.testsRun - bad, bad))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
