@@ -538,12 +538,14 @@ emlio_server_load(emlio_server_t *self)
     }
     self->own.n_classes = (size_t)rc;
     const emlio__shardset_t *set = &self->core->set;
-    if (set->leased < set->mapped)
+    /* Shards served from the dataset index were not opened at all: the
+     * cache leases them when it opens them. */
+    if (set->leased < set->opened)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-                  "%zu of %zu mapped shards could not be leased (open for "
-                  "writing elsewhere, or no lease support): they are read by "
-                  "copying",
-                  set->mapped - set->leased, set->mapped);
+                  "%zu of the %zu shards opened at load could not be leased "
+                  "(open for writing elsewhere, or no lease support): they "
+                  "are read by copying while so",
+                  set->opened - set->leased, set->opened);
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64

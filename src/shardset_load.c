@@ -36,7 +36,8 @@ typedef struct {
     struct stat *st;      /* each shard as it was loaded */
     bool *from_index;     /* whose records came from the dataset index */
     atomic_size_t next;   /* the next shard to take */
-    atomic_size_t leased; /* shards opened here that got a read lease */
+    atomic_size_t opened; /* shards opened here (not from the index) */
+    atomic_size_t leased; /* of those, shards that got a read lease */
     atomic_bool failed;
     size_t err_at; /* the first shard (in order) that failed */
     int rc;
@@ -181,6 +182,7 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
     int rc = emlio__shard_cache_first_open(set->cache, shard, path, errbuf);
     if (rc < 0)
         return rc;
+    atomic_fetch_add(&load->opened, 1);
     atomic_fetch_add(&load->leased, shard->leased);
     rc = s_index_mapped(shard, load, errbuf);
     /* The scan faulted in the whole mapping: drop this process's page
@@ -397,6 +399,7 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
     }
     pthread_mutex_init(&load.lock, NULL);
     atomic_init(&load.next, load.first);
+    atomic_init(&load.opened, 0);
     atomic_init(&load.leased, 0);
     char path[PATH_MAX];
     bool have_path =
@@ -409,6 +412,7 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
         self->rescanned += !load.from_index[i];
     if (rc == 0) {
         self->mapped += self->n - load.first;
+        self->opened += atomic_load(&load.opened);
         self->leased += atomic_load(&load.leased);
     }
     if (rc == 0 && have_path && opts->write_index && s_index_stale(&load))
