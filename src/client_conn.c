@@ -13,6 +13,8 @@
 #define S_MAX_START_STREAMS  16
 
 static void s_sample_paths(emlio_client_t *self);
+static int s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s);
+static void s_close_stream(emlio__cdaemon_t *daemon, uint32_t s);
 
 /* Closes every stream and forgets the daemons and the merged inventory, so
  * that a failed connect leaves the client as new (connect may be retried). */
@@ -58,6 +60,9 @@ emlio__client_disconnect(emlio_client_t *self)
     self->conn.poll_daemon = NULL;
     self->conn.poll_stream = NULL;
     self->conn.n_poll = 0;
+    /* A retried connect may reach another path: plan anew. */
+    self->conn.rcvbuf_by_rtt = false;
+    emlio__netpath_plan_recv(&self->conn.limits, 0, &self->conn.rcvbuf);
 }
 
 /* ---- connecting -------------------------------------------------------- */
@@ -211,9 +216,9 @@ emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
         switch (event) {
         case ZMQ_EVENT_CONNECTED:
             daemon->fd[s] = (int)value; /* for TCP_INFO */
-            if (self->conn.rcvbuf.force_value)
-                emlio__netpath_force((int)value, false,
-                                     self->conn.rcvbuf.force_value);
+            /* A reconnected stream, or one opened before the plan knew
+             * the RTT, gets the buffer of the plan now (best effort). */
+            (void)emlio__netpath_apply_recv((int)value, &self->conn.rcvbuf);
             break;
         case ZMQ_EVENT_DISCONNECTED:
             daemon->fd[s] = -1;
@@ -313,6 +318,62 @@ s_remote_code(int64_t code)
 /* Failed CURVE handshakes in a row after which connect gives up. */
 #define S_CURVE_FAILS 3
 
+/* Plans the receive buffers from the first RTT sample, once, and sizes
+ * those of the streams already connected to match (netpath.h). */
+static void
+s_plan_rcvbuf(emlio_client_t *self)
+{
+    if (self->conn.rcvbuf_by_rtt || !self->conn.rtt_ns)
+        return;
+    self->conn.rcvbuf_by_rtt = true;
+    uint64_t rtt_us = EMLIO_MIN(self->conn.rtt_ns / 1000, UINT32_MAX);
+    emlio__netpath_plan_recv(&self->conn.limits, (uint32_t)rtt_us,
+                             &self->conn.rcvbuf);
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        for (uint32_t s = 0; s < self->conn.daemons[d].n_streams; s++)
+            if (self->conn.daemons[d].fd[s] >= 0)
+                (void)emlio__netpath_apply_recv(self->conn.daemons[d].fd[s],
+                                                &self->conn.rcvbuf);
+}
+
+/* Stream 0 of daemon d is connected: its TCP handshake gave the first RTT
+ * sample. Sizes the receive buffers from it and opens the streams the
+ * first epoch starts with now, each saying HELLO at once, so that their
+ * TCP and ZeroMQ handshakes and slow starts run beside stream 0's
+ * HELLO/WELCOME, not after it (two to three RTTs earlier). The window per
+ * stream is taken to be our receive buffer until WELCOME says the
+ * daemon's send buffer (s_init_tuning then opens more if that is
+ * smaller); a daemon that allows fewer streams refuses the rest
+ * (emlio__client_joined). A stream that cannot open is left to
+ * s_add_streams, which says why. */
+static void
+s_open_early(emlio_client_t *self, uint32_t d)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    s_sample_paths(self);
+    s_plan_rcvbuf(self);
+    uint32_t want =
+        self->cfg.streams
+            ? self->cfg.streams
+            : emlio__tuner_start_streams(
+                  EMLIO__CLIENT_START_RATE, self->conn.rcvbuf.effective,
+                  self->conn.rtt_ns, S_AUTO_START_STREAMS, S_MAX_START_STREAMS);
+    while (daemon->n_streams < want) {
+        uint32_t s = daemon->n_streams;
+        if (s_open_stream(self, daemon, d, s) != 0 ||
+            s_send_hello(self, d, s) < 0) {
+            s_close_stream(daemon, s);
+            break;
+        }
+    }
+    emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
+              "'%s' connected: RTT %.1f ms, receive buffer %" PRIu64
+              " KiB (%s); opened %u streams during the handshake",
+              daemon->endpoint, (double)self->conn.rtt_ns / 1e6,
+              self->conn.rcvbuf.effective >> 10, self->conn.rcvbuf.how,
+              daemon->n_streams);
+}
+
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
@@ -342,10 +403,12 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             while ((ready = zmq_poll(items, 2, left)) < 0 && errno == EINTR)
                 ;
         if (ready > 0 && (items[1].revents & ZMQ_POLLIN)) {
-            int rc = emlio__client_handle_events(
-                self, (uint32_t)(daemon - self->conn.daemons), 0);
+            uint32_t d = (uint32_t)(daemon - self->conn.daemons);
+            int rc = emlio__client_handle_events(self, d, 0);
             if (rc < 0)
                 return rc;
+            if (daemon->fd[0] >= 0 && daemon->n_streams == 1)
+                s_open_early(self, d);
             /* With CURVE, a daemon that closes every handshake (about one
              * per 100 ms reconnect) almost surely cannot decrypt ours: a
              * wrong server key. Say so now, not after the whole timeout. */
@@ -648,6 +711,8 @@ s_add_streams(emlio_client_t *self, uint32_t want)
 static void
 s_init_tuning(emlio_client_t *self)
 {
+    s_sample_paths(self); /* the RTT of the streams' TCP handshakes */
+    s_plan_rcvbuf(self);
     uint64_t rcv = self->conn.rcvbuf.effective;
     uint64_t snd = UINT64_MAX;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
@@ -656,24 +721,19 @@ s_init_tuning(emlio_client_t *self)
                      ? self->conn.daemons[d].sndbuf
                      : EMLIO_MAX(self->conn.limits.tcp_wmem_max, 4u << 20));
     self->conn.window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
-    uint32_t start =
-        self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
-    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
     uint64_t rtt =
         self->conn.rtt_ns ? self->conn.rtt_ns : self->win.min_latency_ns;
-    if (!self->cfg.streams && rtt && self->conn.window_bytes) {
-        /* 85%: what one stream really carries of window / RTT here. */
-        double per_stream =
-            0.85 * (double)self->conn.window_bytes * 1e9 / (double)rtt;
-        double need = EMLIO__CLIENT_START_RATE / per_stream;
-        if (need > start)
-            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
-        if (start > S_AUTO_START_STREAMS)
-            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
-                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
-                      "with %u streams per daemon",
-                      (double)rtt / 1e6, self->conn.window_bytes >> 10, start);
-    }
+    uint32_t start = self->cfg.streams
+                         ? self->cfg.streams
+                         : emlio__tuner_start_streams(EMLIO__CLIENT_START_RATE,
+                                                      self->conn.window_bytes,
+                                                      rtt, S_AUTO_START_STREAMS,
+                                                      S_MAX_START_STREAMS);
+    if (!self->cfg.streams && start > S_AUTO_START_STREAMS)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                  "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                  "with %u streams per daemon",
+                  (double)rtt / 1e6, self->conn.window_bytes >> 10, start);
     emlio__tuner_init(&self->conn.tuner, start, EMLIO__CLIENT_MAX_STREAMS,
                       self->cfg.streams != 0, emlio__now_ns());
 }

@@ -34,12 +34,15 @@
 
 #define EMLIO__CLIENT_MAX_DAEMONS 255 /* part numbers are 8 bits of an id */
 #define EMLIO__CLIENT_MAX_STREAMS EMLIO_WIRE_MAX_STREAMS
-/* The rate the first epoch is sized for, from the first RTT sample (the
- * HELLO's, over TCP_INFO), before anything was measured: the streams to
- * start with (client_conn.c) and the requests in flight (client_window.c).
- * About half of what this 2-core VM's loopback carries; the tuner and the
- * window grow from there while the consumer waits. */
-#define EMLIO__CLIENT_START_RATE  500e6 /* bytes/s: 4 Gb/s */
+/* The rate the first epoch is sized for, from the first RTT sample (stream
+ * 0's TCP handshake, over TCP_INFO), before anything was measured: the
+ * streams to start with (client_conn.c) and the requests in flight
+ * (client_window.c). About what this 2-core VM's loopback carries: at
+ * 100 ms with 32 MiB windows that is 4 streams, whose slow starts run side
+ * by side (2, at 500 MB/s, left the first epoch waiting for the tuner's
+ * next step); the tuner and the window grow from there while the consumer
+ * waits. */
+#define EMLIO__CLIENT_START_RATE  1e9 /* bytes/s: 8 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -93,6 +96,7 @@ typedef struct emlio__conn {
     emlio__netpath_limits_t limits;  /* this host's TCP buffer limits */
     emlio__netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
                                        sized */
+    bool rcvbuf_by_rtt;              /* rcvbuf planned from the first RTT */
     emlio__tuner_t tuner;
     uint64_t window_bytes; /* per-stream TCP window the path allows */
     uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */

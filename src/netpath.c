@@ -91,6 +91,41 @@ emlio__netpath_plan(const emlio__netpath_limits_t *limits, bool send,
     }
 }
 
+void
+emlio__netpath_plan_recv(const emlio__netpath_limits_t *limits, uint32_t rtt_us,
+                         emlio__netpath_bufplan_t *out)
+{
+    emlio__netpath_plan(limits, false, 0, out);
+    if (rtt_us < EMLIO_NETPATH_LONG_RTT_US)
+        return;
+    uint64_t explicit_max =
+        limits->rmem_max < (1u << 30) ? limits->rmem_max : (1u << 30);
+    if (limits->net_admin) {
+        uint64_t force = explicit_max > EMLIO_NETPATH_AUTO_FORCE
+                             ? explicit_max
+                             : EMLIO_NETPATH_AUTO_FORCE;
+        *out =
+            (emlio__netpath_bufplan_t){ explicit_max ? (int)explicit_max : -1,
+                                        (int)force, 2 * force, "forced" };
+        return;
+    }
+    if (explicit_max && 4 * 2 * explicit_max >= limits->tcp_rmem_max)
+        *out = (emlio__netpath_bufplan_t){ (int)explicit_max, 0,
+                                           2 * explicit_max, "explicit" };
+}
+
+int
+emlio__netpath_apply_recv(int fd, const emlio__netpath_bufplan_t *plan)
+{
+    if (plan->force_value)
+        return emlio__netpath_force(fd, false, plan->force_value);
+    if (plan->zmq_value >= 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &plan->zmq_value,
+                   sizeof(plan->zmq_value)) != 0)
+        return -errno;
+    return 0;
+}
+
 int
 emlio__netpath_force(int fd, bool send, int bytes)
 {
