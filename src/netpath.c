@@ -104,9 +104,11 @@ emlio__netpath_plan_recv(const emlio__netpath_limits_t *limits, uint32_t rtt_us,
         uint64_t force = explicit_max > EMLIO_NETPATH_AUTO_FORCE
                              ? explicit_max
                              : EMLIO_NETPATH_AUTO_FORCE;
+        /* Forced once connected only: an explicit buffer set before the
+         * SYN also fixes the window clamp and scale, so forcing it larger
+         * later would leave the window at 2 x rmem_max (seen: 8 MiB). */
         *out =
-            (emlio__netpath_bufplan_t){ explicit_max ? (int)explicit_max : -1,
-                                        (int)force, 2 * force, "forced" };
+            (emlio__netpath_bufplan_t){ -1, (int)force, 2 * force, "forced" };
         return;
     }
     if (explicit_max && 4 * 2 * explicit_max >= limits->tcp_rmem_max)

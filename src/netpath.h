@@ -55,9 +55,10 @@ void emlio__netpath_plan(const emlio__netpath_limits_t *limits, bool send,
  * tcp_rmem's default (128 KiB) and grows with what the application read in
  * the last RTT, so at 100 ms a stream sat at a 64-88 KiB window for ~0.7 s
  * while the sender had 21 MB queued (bench/run, docs/performance.md).
- * zmq_value is rmem_max, for streams not yet connected (set before the SYN,
- * which also sizes the first windows); with CAP_NET_ADMIN force_value lifts
- * it to the forced size once connected. Without CAP_NET_ADMIN, a fixed
+ * With CAP_NET_ADMIN, force_value, applied once connected (after the SYN,
+ * whose window clamp autotuning's maximum set); without, zmq_value =
+ * rmem_max, set before connecting (and on stream 0, connected before the
+ * RTT was known, once connected). Without CAP_NET_ADMIN, a fixed
  * buffer below a quarter of what autotuning reaches (rmem_max is 208 KiB
  * on many hosts) costs more per stream than it saves: autotuned then. */
 void emlio__netpath_plan_recv(const emlio__netpath_limits_t *limits,

@@ -183,7 +183,7 @@ test_tuner_start_streams(void **state)
 
 /* The receive buffer by RTT: autotuned on a short path or before the RTT
  * is known; on a long one fixed from the first byte: forced with
- * CAP_NET_ADMIN (rmem_max before the SYN), explicit without, unless
+ * CAP_NET_ADMIN (once connected, nothing before), explicit without, unless
  * rmem_max is too small to beat autotuning. */
 static void
 test_netpath_plan_recv(void **state)
@@ -208,7 +208,7 @@ test_netpath_plan_recv(void **state)
 
     emlio__netpath_plan_recv(&root, 100000, &p);
     assert_string_equal(p.how, "forced");
-    assert_int_equal(p.zmq_value, 4 * MIB);
+    assert_int_equal(p.zmq_value, -1);
     assert_int_equal(p.force_value, EMLIO_NETPATH_AUTO_FORCE);
     assert_int_equal(p.effective, 2 * EMLIO_NETPATH_AUTO_FORCE);
 
