@@ -888,8 +888,7 @@ emlio__client_joined(emlio_client_t *self, uint32_t d,
         if (!daemon->ready[s]) {
             daemon->ready[s] = true;
             emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
-                      "stream %" PRIu64 " of '%s' joined", s,
-                      daemon->endpoint);
+                      "stream %" PRIu64 " of '%s' joined", s, daemon->endpoint);
             if (self->current.n_batches && !self->cfg.inflight)
                 emlio__window_rebound(self); /* more streams, more credits */
         }

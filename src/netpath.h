@@ -55,12 +55,11 @@ void emlio__netpath_plan(const emlio__netpath_limits_t *limits, bool send,
  * tcp_rmem's default (128 KiB) and grows with what the application read in
  * the last RTT, so at 100 ms a stream sat at a 64-88 KiB window for ~0.7 s
  * while the sender had 21 MB queued (bench/run, docs/performance.md).
- * With CAP_NET_ADMIN, force_value, applied once connected (after the SYN,
- * whose window clamp autotuning's maximum set); without, zmq_value =
- * rmem_max, set before connecting (and on stream 0, connected before the
- * RTT was known, once connected). Without CAP_NET_ADMIN, a fixed
- * buffer below a quarter of what autotuning reaches (rmem_max is 208 KiB
- * on many hosts) costs more per stream than it saves: autotuned then. */
+ * That buffer is rmem_max, explicit (zmq_value: set before connecting,
+ * and on stream 0, connected before the RTT was known, once connected),
+ * unless it is below a quarter of what autotuning reaches (rmem_max is
+ * 208 KiB on many hosts): then forced once connected (force_value) with
+ * CAP_NET_ADMIN, else autotuned after all. */
 void emlio__netpath_plan_recv(const emlio__netpath_limits_t *limits,
                               uint32_t rtt_us, emlio__netpath_bufplan_t *out);
 

@@ -182,9 +182,9 @@ test_tuner_start_streams(void **state)
 }
 
 /* The receive buffer by RTT: autotuned on a short path or before the RTT
- * is known; on a long one fixed from the first byte: forced with
- * CAP_NET_ADMIN (once connected, nothing before), explicit without, unless
- * rmem_max is too small to beat autotuning. */
+ * is known; on a long one fixed from the first byte: rmem_max explicit
+ * (with or without CAP_NET_ADMIN); where rmem_max is too small to beat
+ * autotuning, forced with CAP_NET_ADMIN, else autotuned. */
 static void
 test_netpath_plan_recv(void **state)
 {
@@ -196,6 +196,8 @@ test_netpath_plan_recv(void **state)
     emlio__netpath_limits_t small = user;
     small.rmem_max = 208 * 1024;
     small.tcp_rmem_max = 6 * MIB;
+    emlio__netpath_limits_t small_root = small;
+    small_root.net_admin = true;
     emlio__netpath_bufplan_t p;
 
     emlio__netpath_plan_recv(&root, 0, &p);
@@ -207,19 +209,23 @@ test_netpath_plan_recv(void **state)
     assert_string_equal(p.how, "autotuned");
 
     emlio__netpath_plan_recv(&root, 100000, &p);
+    assert_string_equal(p.how, "explicit");
+    assert_int_equal(p.zmq_value, 4 * MIB);
+    assert_int_equal(p.force_value, 0);
+    assert_int_equal(p.effective, 8 * MIB);
+    emlio__netpath_plan_recv(&user, EMLIO_NETPATH_LONG_RTT_US, &p);
+    assert_string_equal(p.how, "explicit");
+    assert_int_equal(p.effective, 8 * MIB);
+
+    emlio__netpath_plan_recv(&small_root, 100000, &p);
     assert_string_equal(p.how, "forced");
     assert_int_equal(p.zmq_value, -1);
     assert_int_equal(p.force_value, EMLIO_NETPATH_AUTO_FORCE);
     assert_int_equal(p.effective, 2 * EMLIO_NETPATH_AUTO_FORCE);
 
-    emlio__netpath_plan_recv(&user, EMLIO_NETPATH_LONG_RTT_US, &p);
-    assert_string_equal(p.how, "explicit");
-    assert_int_equal(p.zmq_value, 4 * MIB);
-    assert_int_equal(p.force_value, 0);
-    assert_int_equal(p.effective, 8 * MIB);
-
     emlio__netpath_plan_recv(&small, 100000, &p);
     assert_string_equal(p.how, "autotuned");
+    assert_int_equal(p.zmq_value, -1);
     assert_int_equal(p.effective, 6 * MIB);
 }
 
