@@ -19,8 +19,10 @@
  *   client.c         public API and lifecycle: new, connect, begin_epoch,
  *                    next (the wait loop), destroy, accessors, stats
  *   client_conn.c    connections and streams (conn, inv): DEALER sockets,
- *                    their monitors, HELLO/WELCOME, the merged inventory,
- *                    TCP_INFO and the stream tuner's feed (emlio__client_tune)
+ *                    their monitors, HELLO/WELCOME, the merged inventory;
+ *                    client_tune.c its measurements: TCP_INFO, receive
+ *                    buffers by RTT, the stream tuner's feed
+ *                    (emlio__client_tune)
  *   client_epoch.c   the epoch (current, ahead): plans, generations,
  *                    taking over the epoch requested ahead, abandoning
  *   client_window.c  the window (win): batches in flight, receiving and
@@ -77,6 +79,7 @@ typedef struct emlio__cdaemon {
     uint64_t sndbuf;            /* its send buffer per connection; 0 =
                                    not said */
     uint64_t failed_handshakes; /* transient handshake failures seen */
+    uint32_t rehellos;          /* HELLOs said again after a version refusal */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -254,8 +257,13 @@ struct emlio_client {
 int emlio__client_dial(emlio_client_t *self, const char *endpoints);
 void emlio__client_disconnect(emlio_client_t *self);
 int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
-int emlio__client_joined(emlio_client_t *self, uint32_t d,
+int emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                          const emlio__wire_msg_t *msg);
+int emlio__client_add_streams(emlio_client_t *self, uint32_t want);
+
+/* client_tune.c */
+void emlio__client_sample_paths(emlio_client_t *self);
+void emlio__client_plan_rcvbuf(emlio_client_t *self);
 int emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns);
 
 /* client_epoch.c */
