@@ -44,7 +44,8 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
     if (self->cfg.streams > EMLIO__CLIENT_MAX_STREAMS)
         self->cfg.streams = EMLIO__CLIENT_MAX_STREAMS;
     emlio__netpath_limits(&self->conn.limits);
-    emlio__netpath_plan(&self->conn.limits, false, 0, &self->conn.rcvbuf);
+    /* Autotuned until the first RTT sample says how long the path is. */
+    emlio__netpath_plan_recv(&self->conn.limits, 0, &self->conn.rcvbuf);
     /* Never 0: that means "no session" on the wire. */
     while (!self->conn.session)
         if (getrandom(&self->conn.session, sizeof(self->conn.session), 0) !=

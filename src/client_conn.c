@@ -12,8 +12,6 @@
 #define S_AUTO_START_STREAMS 2
 #define S_MAX_START_STREAMS  16
 
-static void s_sample_paths(emlio_client_t *self);
-
 /* Closes every stream and forgets the daemons and the merged inventory, so
  * that a failed connect leaves the client as new (connect may be retried). */
 void
@@ -58,6 +56,9 @@ emlio__client_disconnect(emlio_client_t *self)
     self->conn.poll_daemon = NULL;
     self->conn.poll_stream = NULL;
     self->conn.n_poll = 0;
+    /* A retried connect may reach another path: plan anew. */
+    self->conn.rcvbuf_by_rtt = false;
+    emlio__netpath_plan_recv(&self->conn.limits, 0, &self->conn.rcvbuf);
 }
 
 /* ---- connecting -------------------------------------------------------- */
@@ -211,9 +212,9 @@ emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
         switch (event) {
         case ZMQ_EVENT_CONNECTED:
             daemon->fd[s] = (int)value; /* for TCP_INFO */
-            if (self->conn.rcvbuf.force_value)
-                emlio__netpath_force((int)value, false,
-                                     self->conn.rcvbuf.force_value);
+            /* A reconnected stream, or one opened before the plan knew
+             * the RTT, gets the buffer of the plan now (best effort). */
+            (void)emlio__netpath_apply_recv((int)value, &self->conn.rcvbuf);
             break;
         case ZMQ_EVENT_DISCONNECTED:
             daemon->fd[s] = -1;
@@ -313,6 +314,44 @@ s_remote_code(int64_t code)
 /* Failed CURVE handshakes in a row after which connect gives up. */
 #define S_CURVE_FAILS 3
 
+/* Stream 0 of daemon d is connected: its TCP handshake gave the first RTT
+ * sample. Sizes the receive buffers from it and opens the streams the
+ * first epoch starts with now, each saying HELLO at once, so that their
+ * TCP and ZeroMQ handshakes and slow starts run beside stream 0's
+ * HELLO/WELCOME, not after it (two to three RTTs earlier). The window per
+ * stream is taken to be our receive buffer until WELCOME says the
+ * daemon's send buffer (s_init_tuning then opens more if that is
+ * smaller); a daemon that allows fewer streams refuses the rest
+ * (emlio__client_joined). A stream that cannot open is left to
+ * emlio__client_add_streams, which says why. */
+static void
+s_open_early(emlio_client_t *self, uint32_t d)
+{
+    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    emlio__client_sample_paths(self);
+    emlio__client_plan_rcvbuf(self);
+    uint32_t want =
+        self->cfg.streams
+            ? self->cfg.streams
+            : emlio__tuner_start_streams(
+                  EMLIO__CLIENT_START_RATE, self->conn.rcvbuf.effective,
+                  self->conn.rtt_ns, S_AUTO_START_STREAMS, S_MAX_START_STREAMS);
+    while (daemon->n_streams < want) {
+        uint32_t s = daemon->n_streams;
+        if (s_open_stream(self, daemon, d, s) != 0 ||
+            s_send_hello(self, d, s) < 0) {
+            s_close_stream(daemon, s);
+            break;
+        }
+    }
+    emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
+              "'%s' connected: RTT %.1f ms, receive buffer %" PRIu64
+              " KiB (%s); opened %u streams during the handshake",
+              daemon->endpoint, (double)self->conn.rtt_ns / 1e6,
+              self->conn.rcvbuf.effective >> 10, self->conn.rcvbuf.how,
+              daemon->n_streams);
+}
+
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
@@ -320,6 +359,7 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     void *sock = daemon->socks[0];
     uint64_t t0 = emlio__now_ns();
+    bool early = false; /* the first epoch's streams are open */
     /* ZeroMQ retries a refused connect quietly until connect_timeout_ms;
      * a user who got the port wrong should hear it at once. */
     if (emlio__netpath_probe(daemon->endpoint, S_PROBE_MS) == -ECONNREFUSED)
@@ -342,10 +382,14 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             while ((ready = zmq_poll(items, 2, left)) < 0 && errno == EINTR)
                 ;
         if (ready > 0 && (items[1].revents & ZMQ_POLLIN)) {
-            int rc = emlio__client_handle_events(
-                self, (uint32_t)(daemon - self->conn.daemons), 0);
+            uint32_t d = (uint32_t)(daemon - self->conn.daemons);
+            int rc = emlio__client_handle_events(self, d, 0);
             if (rc < 0)
                 return rc;
+            if (!early && daemon->fd[0] >= 0) {
+                early = true;
+                s_open_early(self, d);
+            }
             /* With CURVE, a daemon that closes every handshake (about one
              * per 100 ms reconnect) almost surely cannot decrypt ours: a
              * wrong server key. Say so now, not after the whole timeout. */
@@ -627,8 +671,8 @@ s_rebuild_poll(emlio_client_t *self)
  * session limit). A new stream says HELLO to join our session and carries
  * GETs once the daemon answered (emlio__client_joined marks it ready); a
  * daemon without sessions takes GETs at once. */
-static int
-s_add_streams(emlio_client_t *self, uint32_t want)
+int
+emlio__client_add_streams(emlio_client_t *self, uint32_t want)
 {
     bool added = false;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
@@ -664,6 +708,9 @@ s_add_streams(emlio_client_t *self, uint32_t want)
 static void
 s_init_tuning(emlio_client_t *self)
 {
+    emlio__client_sample_paths(
+        self); /* the RTT of the streams' TCP handshakes */
+    emlio__client_plan_rcvbuf(self);
     uint64_t rcv = self->conn.rcvbuf.effective;
     uint64_t snd = UINT64_MAX;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
@@ -672,31 +719,26 @@ s_init_tuning(emlio_client_t *self)
                      ? self->conn.daemons[d].sndbuf
                      : EMLIO_MAX(self->conn.limits.tcp_wmem_max, 4u << 20));
     self->conn.window_bytes = EMLIO_MIN(snd, rcv ? rcv : snd);
-    uint32_t start =
-        self->cfg.streams ? self->cfg.streams : S_AUTO_START_STREAMS;
-    s_sample_paths(self); /* stream 0's RTT, from the HELLO's ACK */
     uint64_t rtt =
         self->conn.rtt_ns ? self->conn.rtt_ns : self->win.min_latency_ns;
-    if (!self->cfg.streams && rtt && self->conn.window_bytes) {
-        /* 85%: what one stream really carries of window / RTT here. */
-        double per_stream =
-            0.85 * (double)self->conn.window_bytes * 1e9 / (double)rtt;
-        double need = EMLIO__CLIENT_START_RATE / per_stream;
-        if (need > start)
-            start = (uint32_t)EMLIO_MIN(need + 0.999, S_MAX_START_STREAMS);
-        if (start > S_AUTO_START_STREAMS)
-            emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
-                      "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
-                      "with %u streams per daemon",
-                      (double)rtt / 1e6, self->conn.window_bytes >> 10, start);
-    }
+    uint32_t start = self->cfg.streams
+                         ? self->cfg.streams
+                         : emlio__tuner_start_streams(EMLIO__CLIENT_START_RATE,
+                                                      self->conn.window_bytes,
+                                                      rtt, S_AUTO_START_STREAMS,
+                                                      S_MAX_START_STREAMS);
+    if (!self->cfg.streams && start > S_AUTO_START_STREAMS)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                  "RTT %.1f ms with a %" PRIu64 " KiB window: starting "
+                  "with %u streams per daemon",
+                  (double)rtt / 1e6, self->conn.window_bytes >> 10, start);
     emlio__tuner_init(&self->conn.tuner, start, EMLIO__CLIENT_MAX_STREAMS,
                       self->cfg.streams != 0, emlio__now_ns());
 }
 
 /* Checks the CURVE keys, splits the comma-separated endpoint list and
  * opens stream 0 to each daemon (it says HELLO; the others join once we
- * know the daemon admits them into our session: s_add_streams). */
+ * know the daemon admits them into our session: emlio__client_add_streams). */
 static int
 s_open_daemons(emlio_client_t *self, const char *endpoints)
 {
@@ -814,7 +856,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     if (rc < 0)
         goto out;
     s_init_tuning(self);
-    rc = s_add_streams(self, self->conn.tuner.min_streams);
+    rc = emlio__client_add_streams(self, self->conn.tuner.min_streams);
     if (rc < 0)
         goto out;
     rc = (int)self->conn.n_daemons;
@@ -829,24 +871,38 @@ out:
     return rc;
 }
 
-/* The daemon's answer to a stream's HELLO (ids of generation 0): WELCOME
- * lets the stream carry GETs; ERROR (the session has all the streams the
- * daemon allows) caps the streams of that daemon where they are. */
+/* The daemon's answer to a stream's HELLO (ids of generation 0, or a
+ * version refusal with id 0 on `stream`, which received it): WELCOME lets
+ * the stream carry GETs; a version refusal has it say HELLO again; any
+ * other ERROR (the session has all the streams the daemon allows) caps the
+ * streams of that daemon where they are. */
 int
-emlio__client_joined(emlio_client_t *self, uint32_t d,
+emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                      const emlio__wire_msg_t *msg)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    uint64_t s = EMLIO__ID_BATCH(msg->id);
+    uint64_t s = msg->id ? EMLIO__ID_BATCH(msg->id) : stream;
     if (s >= daemon->n_streams)
         return 1; /* not ours: ignore */
     if (msg->type == EMLIO_MSG_WELCOME) {
         if (!daemon->ready[s]) {
             daemon->ready[s] = true;
+            emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
+                      "stream %" PRIu64 " of '%s' joined", s, daemon->endpoint);
             if (self->current.n_batches && !self->cfg.inflight)
                 emlio__window_rebound(self); /* more streams, more credits */
         }
         return 1;
+    }
+    /* A stream opened during the handshake said HELLO before stream 0
+     * learnt which protocol version the daemon speaks: say it again, in
+     * that version (a bounded number of times: a daemon that refuses the
+     * version stream 0 was welcomed in is not retried forever). */
+    if (msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_EVERSION &&
+        daemon->rehellos < EMLIO__CLIENT_MAX_STREAMS) {
+        daemon->rehellos++;
+        if (s_send_hello(self, d, (uint32_t)s) == 0)
+            return 1;
     }
     emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
               "daemon '%s' refused stream %" PRIu64
@@ -854,128 +910,4 @@ emlio__client_joined(emlio_client_t *self, uint32_t d,
               daemon->endpoint, s, (int)msg->text_len, msg->text, s);
     daemon->max_streams = (uint32_t)EMLIO_MAX(s, 1);
     return 1;
-}
-
-/* Samples the kernel's view of our streams: the path's RTT floor (lowest
- * min RTT) and its smoothed RTT now (the mean over streams). */
-static void
-s_sample_paths(emlio_client_t *self)
-{
-    uint64_t floor_us = UINT64_MAX, sum_us = 0, n = 0;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-        for (uint32_t s = 0; s < daemon->n_streams; s++) {
-            emlio__netpath_info_t info;
-            if (daemon->fd[s] < 0 ||
-                emlio__netpath_info(daemon->fd[s], &info) < 0 || !info.rtt_us)
-                continue;
-            uint32_t low = info.min_rtt_us ? info.min_rtt_us : info.rtt_us;
-            floor_us = EMLIO_MIN(floor_us, low);
-            sum_us += info.rtt_us;
-            n++;
-        }
-    }
-    if (n) {
-        self->conn.rtt_ns = floor_us * 1000;
-        self->conn.srtt_ns = sum_us * 1000 / n;
-    }
-}
-
-/* Logs once, when the windows limit the rate, what would lift it. */
-static void
-s_advise(emlio_client_t *self)
-{
-    if (self->conn.advised || self->conn.tuner.limit != EMLIO_LIMIT_WINDOW ||
-        !self->conn.rtt_ns)
-        return;
-    self->conn.advised = true;
-    double rtt_s = (double)self->conn.rtt_ns / 1e9;
-    double per_stream = (double)self->conn.window_bytes / rtt_s / 1e6;
-    /* A buffer covering this path's bandwidth-delay product at 1.25 GB/s
-     * (10 Gb/s) for one stream. */
-    double need_mib = 1.25e9 * rtt_s / (1 << 20);
-    emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
-              "the path is window-limited: RTT %.1f ms, window %" PRIu64
-              " KiB, so each stream carries at most ~%.0f MB/s; %s streams. "
-              "To carry more per stream, raise net.ipv4.tcp_wmem's maximum "
-              "on the daemon host ('%s') and net.ipv4.tcp_rmem's maximum on "
-              "this host to %.0f MiB (~1,250 MB/s per stream at this RTT), or "
-              "run emliod with CAP_NET_ADMIN (it then forces 32 MiB send "
-              "buffers); see docs/tuning.md",
-              rtt_s * 1e3, self->conn.window_bytes >> 10, per_stream,
-              self->conn.tuner.pinned ? "--streams pins the number of"
-                                      : "opening more",
-              self->conn.daemons[0].endpoint, need_mib);
-}
-
-/* One step of the stream tuner (tuner.h), at most once per tick: measures
- * the rate, the consumer's waiting and the path, and opens streams when
- * the windows, not the consumer or the daemons, hold the rate back.
- * waiting_ns is the wait in progress inside next(). */
-int
-emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
-{
-    uint64_t now = emlio__now_ns();
-    uint64_t tick = EMLIO_MAX(4 * self->conn.rtt_ns, EMLIO_TUNER_MIN_TICK_NS);
-    if (now - self->conn.tuner.last_tick_ns < tick)
-        return 0;
-    s_sample_paths(self);
-    uint64_t rtt = self->conn.rtt_ns;
-    uint32_t streams = UINT32_MAX;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        streams = EMLIO_MIN(streams, self->conn.daemons[d].n_streams);
-    uint64_t dt = now - self->conn.tuner.last_tick_ns;
-    /* Bytes asked for and not yet here, per stream: parts in flight times
-     * the mean part size. */
-    uint64_t part_bytes =
-        self->win.batch_bytes / EMLIO_MAX(self->conn.n_daemons, 1);
-    emlio__tuner_input_t in = {
-        .now_ns = now,
-        .bytes = self->conn.total_bytes,
-        .wait_ns = self->fig.total_wait_ns + self->fig.wait_ns + waiting_ns,
-        .streams = streams,
-        .window = self->conn.window_bytes,
-        .queued = self->win.outstanding_parts * part_bytes /
-                  EMLIO_MAX((uint64_t)streams * self->conn.n_daemons, 1),
-        .rtt_ns = rtt,
-        .srtt_ns = self->conn.srtt_ns,
-        .host_idle = -1,
-    };
-    uint64_t idle, total;
-    if (emlio__netpath_cpu_times(&idle, &total) == 0) {
-        if (self->conn.cpu_total && total > self->conn.cpu_total)
-            in.host_idle = (double)(idle - self->conn.cpu_idle) /
-                           (double)(total - self->conn.cpu_total);
-        self->conn.cpu_idle = idle;
-        self->conn.cpu_total = total;
-    }
-    uint32_t want = emlio__tuner_step(&self->conn.tuner, &in);
-    if (!want)
-        return 0;
-    emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
-              "tuner: %.1f MB/s, consumer waited %.0f%%, %u streams, %" PRIu64
-              " KiB asked per stream, window %" PRIu64
-              " KiB, RTT %.2f/%.2f ms: %s%s",
-              self->conn.tuner.rate / 1e6, 100 * self->conn.tuner.wait_share,
-              streams, in.queued >> 10, in.window >> 10, (double)rtt / 1e6,
-              (double)self->conn.srtt_ns / 1e6,
-              emlio_limit_name(self->conn.tuner.limit),
-              self->conn.tuner.settled ? " (settled)" : "");
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-        for (uint32_t s = 0; s < daemon->n_streams; s++) {
-            daemon->rx_rate[s] =
-                (double)(daemon->rx_bytes[s] - daemon->rx_bytes_tick[s]) * 1e9 /
-                (double)dt;
-            daemon->rx_bytes_tick[s] = daemon->rx_bytes[s];
-        }
-    }
-    s_advise(self);
-    if (want <= streams)
-        return 0;
-    emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
-              "%.0f MB/s over %u streams per daemon at RTT %.1f ms is "
-              "window-limited; opening %u",
-              self->conn.tuner.rate / 1e6, streams, (double)rtt / 1e6, want);
-    return s_add_streams(self, want);
 }

@@ -19,8 +19,10 @@
  *   client.c         public API and lifecycle: new, connect, begin_epoch,
  *                    next (the wait loop), destroy, accessors, stats
  *   client_conn.c    connections and streams (conn, inv): DEALER sockets,
- *                    their monitors, HELLO/WELCOME, the merged inventory,
- *                    TCP_INFO and the stream tuner's feed (emlio__client_tune)
+ *                    their monitors, HELLO/WELCOME, the merged inventory;
+ *                    client_tune.c its measurements: TCP_INFO, receive
+ *                    buffers by RTT, the stream tuner's feed
+ *                    (emlio__client_tune)
  *   client_epoch.c   the epoch (current, ahead): plans, generations,
  *                    taking over the epoch requested ahead, abandoning
  *   client_window.c  the window (win): batches in flight, receiving and
@@ -34,12 +36,15 @@
 
 #define EMLIO__CLIENT_MAX_DAEMONS 255 /* part numbers are 8 bits of an id */
 #define EMLIO__CLIENT_MAX_STREAMS EMLIO_WIRE_MAX_STREAMS
-/* The rate the first epoch is sized for, from the first RTT sample (the
- * HELLO's, over TCP_INFO), before anything was measured: the streams to
- * start with (client_conn.c) and the requests in flight (client_window.c).
- * About half of what this 2-core VM's loopback carries; the tuner and the
- * window grow from there while the consumer waits. */
-#define EMLIO__CLIENT_START_RATE  500e6 /* bytes/s: 4 Gb/s */
+/* The rate the first epoch is sized for, from the first RTT sample (stream
+ * 0's TCP handshake, over TCP_INFO), before anything was measured: the
+ * streams to start with (client_conn.c) and the requests in flight
+ * (client_window.c). About what this 2-core VM's loopback carries: at
+ * 100 ms with 32 MiB windows that is 4 streams, whose slow starts run side
+ * by side (2, at 500 MB/s, left the first epoch waiting for the tuner's
+ * next step); the tuner and the window grow from there while the consumer
+ * waits. */
+#define EMLIO__CLIENT_START_RATE  1e9 /* bytes/s: 8 Gb/s */
 /* Request ids: generation (24 bits) | batch index (32) | part (8). The
  * generation changes with every epoch so late replies to an abandoned epoch
  * are recognized and dropped. */
@@ -74,6 +79,7 @@ typedef struct emlio__cdaemon {
     uint64_t sndbuf;            /* its send buffer per connection; 0 =
                                    not said */
     uint64_t failed_handshakes; /* transient handshake failures seen */
+    uint32_t rehellos;          /* HELLOs said again after a version refusal */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -96,6 +102,7 @@ typedef struct emlio__conn {
     emlio__netpath_limits_t limits;  /* this host's TCP buffer limits */
     emlio__netpath_bufplan_t rcvbuf; /* how each stream's receive buffer is
                                        sized */
+    bool rcvbuf_by_rtt;              /* rcvbuf planned from the first RTT */
     emlio__tuner_t tuner;
     uint64_t window_bytes; /* per-stream TCP window the path allows */
     uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
@@ -253,8 +260,13 @@ struct emlio_client {
 int emlio__client_dial(emlio_client_t *self, const char *endpoints);
 void emlio__client_disconnect(emlio_client_t *self);
 int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
-int emlio__client_joined(emlio_client_t *self, uint32_t d,
+int emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                          const emlio__wire_msg_t *msg);
+int emlio__client_add_streams(emlio_client_t *self, uint32_t want);
+
+/* client_tune.c */
+void emlio__client_sample_paths(emlio_client_t *self);
+void emlio__client_plan_rcvbuf(emlio_client_t *self);
 int emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns);
 
 /* client_epoch.c */

@@ -46,6 +46,28 @@ typedef struct emlio__netpath_bufplan {
 void emlio__netpath_plan(const emlio__netpath_limits_t *limits, bool send,
                          int64_t want, emlio__netpath_bufplan_t *out);
 
+/* The RTT from which a path counts as long for the receive buffer. */
+#define EMLIO_NETPATH_LONG_RTT_US 2000
+
+/* The receive buffer for a path of RTT rtt_us (0: not known yet). On a
+ * short path, the plan of want = 0 (autotuned where that is largest). On a
+ * long one, a fixed buffer from the first byte: autotuning starts at
+ * tcp_rmem's default (128 KiB) and grows with what the application read in
+ * the last RTT, so at 100 ms a stream sat at a 64-88 KiB window for ~0.7 s
+ * while the sender had 21 MB queued (bench/run, docs/performance.md).
+ * That buffer is rmem_max, explicit (zmq_value: set before connecting,
+ * and on stream 0, connected before the RTT was known, once connected),
+ * unless it is below a quarter of what autotuning reaches (rmem_max is
+ * 208 KiB on many hosts): then forced once connected (force_value) with
+ * CAP_NET_ADMIN, else autotuned after all. */
+void emlio__netpath_plan_recv(const emlio__netpath_limits_t *limits,
+                              uint32_t rtt_us, emlio__netpath_bufplan_t *out);
+
+/* Sizes a connected fd's receive buffer as plan says (SO_RCVBUFFORCE with
+ * force_value, else SO_RCVBUF with an explicit zmq_value; nothing when
+ * autotuned). Returns 0 or -errno. */
+int emlio__netpath_apply_recv(int fd, const emlio__netpath_bufplan_t *plan);
+
 /* Applies SO_SNDBUFFORCE (send) or SO_RCVBUFFORCE to a connected TCP fd.
  * Returns 0 or -errno. */
 int emlio__netpath_force(int fd, bool send, int bytes);

@@ -34,6 +34,21 @@ emlio__tuner_init(emlio__tuner_t *t, uint32_t start, uint32_t max, bool pinned,
 }
 
 uint32_t
+emlio__tuner_start_streams(double rate, uint64_t window, uint64_t rtt_ns,
+                           uint32_t min, uint32_t max)
+{
+    if (max < min)
+        max = min;
+    if (!window || !rtt_ns || rate <= 0)
+        return min;
+    double per_stream = 0.85 * (double)window * 1e9 / (double)rtt_ns;
+    double need = rate / per_stream;
+    if (need <= min)
+        return min;
+    return need >= max ? max : (uint32_t)(need + 0.999);
+}
+
+uint32_t
 emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in)
 {
     /* A tick spans several RTTs, so that slow start and the window's

@@ -78,4 +78,13 @@ typedef struct emlio__tuner_input {
  * passed, or 0 when it is not time yet. */
 uint32_t emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in);
 
+/* The streams to start with, before anything was measured: as many as
+ * carry `rate` bytes/s when each carries 85% of window / RTT (what one
+ * stream really carries here), within [min, max]; min when the RTT or the
+ * window is not known. Each stream also slow-starts on its own, so more of
+ * them reach a bandwidth-delay product in fewer round trips. */
+uint32_t emlio__tuner_start_streams(double rate, uint64_t window,
+                                    uint64_t rtt_ns, uint32_t min,
+                                    uint32_t max);
+
 #endif /* EMLIO_TUNER_H */

@@ -5,6 +5,7 @@
  */
 #include "emlio_test.h"
 
+#include "netpath.h"
 #include "tuner.h"
 
 #define MS    1000000ull
@@ -152,6 +153,82 @@ test_tuner_pinned_and_unmeasured(void **state)
     assert_string_equal(emlio_limit_name(99), "unknown");
 }
 
+/* The streams a first epoch starts with: enough for the start rate at
+ * 85% of window / RTT each, within the bounds; the minimum where nothing
+ * is known or one stream would do. */
+static void
+test_tuner_start_streams(void **state)
+{
+    (void)state;
+    /* 100 ms, 32 MiB: ~285 MB/s a stream, 1 GB/s needs 4. */
+    assert_int_equal(emlio__tuner_start_streams(1e9, 32 * MIB, 100 * MS, 2, 16),
+                     4);
+    /* 30 ms, 32 MiB: one stream would carry ~950 MB/s: the minimum. */
+    assert_int_equal(emlio__tuner_start_streams(1e9, 32 * MIB, 30 * MS, 2, 16),
+                     2);
+    /* 100 ms, 8 MiB (explicit, without CAP_NET_ADMIN): 14.02, so 15. */
+    assert_int_equal(emlio__tuner_start_streams(1e9, 8 * MIB, 100 * MS, 2, 16),
+                     15);
+    /* 100 ms, 4 MiB: 28 wanted, capped. */
+    assert_int_equal(emlio__tuner_start_streams(1e9, 4 * MIB, 100 * MS, 2, 16),
+                     16);
+    /* Loopback, unknown RTT or window, a max below the min. */
+    assert_int_equal(emlio__tuner_start_streams(1e9, 32 * MIB, MS / 20, 2, 16),
+                     2);
+    assert_int_equal(emlio__tuner_start_streams(1e9, 32 * MIB, 0, 2, 16), 2);
+    assert_int_equal(emlio__tuner_start_streams(1e9, 0, 100 * MS, 2, 16), 2);
+    assert_int_equal(emlio__tuner_start_streams(1e9, 4 * MIB, 100 * MS, 3, 1),
+                     3);
+}
+
+/* The receive buffer by RTT: autotuned on a short path or before the RTT
+ * is known; on a long one fixed from the first byte: rmem_max explicit
+ * (with or without CAP_NET_ADMIN); where rmem_max is too small to beat
+ * autotuning, forced with CAP_NET_ADMIN, else autotuned. */
+static void
+test_netpath_plan_recv(void **state)
+{
+    (void)state;
+    emlio__netpath_limits_t root = { 4 * MIB, 32 * MIB, 4 * MIB, 4 * MIB,
+                                     true };
+    emlio__netpath_limits_t user = root;
+    user.net_admin = false;
+    emlio__netpath_limits_t small = user;
+    small.rmem_max = 208 * 1024;
+    small.tcp_rmem_max = 6 * MIB;
+    emlio__netpath_limits_t small_root = small;
+    small_root.net_admin = true;
+    emlio__netpath_bufplan_t p;
+
+    emlio__netpath_plan_recv(&root, 0, &p);
+    assert_string_equal(p.how, "autotuned");
+    assert_int_equal(p.zmq_value, -1);
+    assert_int_equal(p.force_value, 0);
+    assert_int_equal(p.effective, 32 * MIB);
+    emlio__netpath_plan_recv(&root, EMLIO_NETPATH_LONG_RTT_US - 1, &p);
+    assert_string_equal(p.how, "autotuned");
+
+    emlio__netpath_plan_recv(&root, 100000, &p);
+    assert_string_equal(p.how, "explicit");
+    assert_int_equal(p.zmq_value, 4 * MIB);
+    assert_int_equal(p.force_value, 0);
+    assert_int_equal(p.effective, 8 * MIB);
+    emlio__netpath_plan_recv(&user, EMLIO_NETPATH_LONG_RTT_US, &p);
+    assert_string_equal(p.how, "explicit");
+    assert_int_equal(p.effective, 8 * MIB);
+
+    emlio__netpath_plan_recv(&small_root, 100000, &p);
+    assert_string_equal(p.how, "forced");
+    assert_int_equal(p.zmq_value, -1);
+    assert_int_equal(p.force_value, EMLIO_NETPATH_AUTO_FORCE);
+    assert_int_equal(p.effective, 2 * EMLIO_NETPATH_AUTO_FORCE);
+
+    emlio__netpath_plan_recv(&small, 100000, &p);
+    assert_string_equal(p.how, "autotuned");
+    assert_int_equal(p.zmq_value, -1);
+    assert_int_equal(p.effective, 6 * MIB);
+}
+
 int
 main(void)
 {
@@ -161,6 +238,8 @@ main(void)
         cmocka_unit_test(test_tuner_stays_few_on_a_fast_path),
         cmocka_unit_test(test_tuner_leaves_a_slow_consumer_alone),
         cmocka_unit_test(test_tuner_pinned_and_unmeasured),
+        cmocka_unit_test(test_tuner_start_streams),
+        cmocka_unit_test(test_netpath_plan_recv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
