@@ -229,6 +229,12 @@ check "64 KiB flip: the sample, its shard and the cause are named" \
     grep -q "sample $rec of shard '$(basename "$victim")' from daemon '.*' does not match its CRC-32C: corrupt in the shard on disk or on the way" "$T/big.err"
 check "64 KiB flip: the sample is not delivered" \
     bash -c "! grep -q ' $(basename "$victim") $rec\$' '$T/big.ids'"
+# A GET with a transform decodes on the daemon, which checks first.
+"$EMLIO" fetch --connect "$EP" --batch 2 --transform 'random_resized_crop(64)' \
+    --decode-at server --quiet >/dev/null 2>"$T/bigxf.err"
+check "64 KiB flip, decoded by the daemon: the fetch fails" test $? -ne 0
+check "64 KiB flip, decoded by the daemon: it names the record and offset" \
+    grep -q "corrupt record $rec in shard '$(basename "$victim")' at offset" "$T/bigxf.err"
 kill "$DPID"
 start_daemon crcbigskip "$T/crc64/shards" --on-corrupt skip ||
     fail "skip daemon on 64 KiB samples starts"
