@@ -203,7 +203,8 @@ s_sample_crc(const emlio__read_opts_t *o, const uint8_t *rec, size_t rec_len,
 {
     size_t before = (size_t)(out->data - rec);
     size_t after = rec_len - before - out->len;
-    if (o->derive_crc_min && !out->owned && out->len >= o->derive_crc_min) {
+    if (o->verify && o->derive_crc_min && !out->owned &&
+        out->len >= o->derive_crc_min) {
         uint32_t head = emlio_crc32c(0, rec, before);
         uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
         out->crc = emlio_crc32c_middle(stored, head, tail, out->len, after);
