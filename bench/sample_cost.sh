@@ -12,7 +12,9 @@
 # the new build in turn: emliod on tcp://127.0.0.1:*, `emlio fetch --batch
 # 256 --verify`, daemon CPU from /proc, client CPU from time(1). Prints one
 # line per cell: samples/s, MB/s, client and daemon CPU-us per sample and
-# CPU-s per GB. Leaves no daemon behind.
+# CPU-s per GB. Leaves no daemon behind. CELLS="SIZE:EPOCHS ..." picks the
+# cells (default "512:10 4096:40 110000:20"), e.g. CELLS=110000:60 for the
+# per-byte cost alone.
 set -euo pipefail
 BASE=$1
 NEW=$2
@@ -74,13 +76,17 @@ EOF
     rm -rf "$tmp"
 }
 
-make_data 512 200000
-make_data 4096 14648
-make_data 110000 1000
+for cell in ${CELLS:-512:10 4096:40 110000:20}; do
+    case ${cell%%:*} in
+    512) make_data 512 200000 ;;
+    4096) make_data 4096 14648 ;;
+    110000) make_data 110000 1000 ;;
+    esac
+done
 for r in $(seq "$ROUNDS"); do
     echo "round $r"
     iperf_cell
-    for cell in 512:10 4096:40 110000:20; do
+    for cell in ${CELLS:-512:10 4096:40 110000:20}; do
         size=${cell%%:*}
         epochs=${cell##*:}
         for b in "$BASE" "$NEW"; do

@@ -111,8 +111,8 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
             emlio_crc32c(0, s->data, out) != msg->samples[j].crc)
             return emlio__seterr(self->err, EMLIO_ECORRUPT,
                                  "the tensor of sample %" PRIu64
-                                 " of shard '%s' from daemon '%s' failed its "
-                                 "checksum",
+                                 " of shard '%s' from daemon '%s' does not "
+                                 "match its CRC-32C: corrupt on the way",
                                  s->record, self->inv.shards[s->shard].name,
                                  daemon->endpoint);
     }

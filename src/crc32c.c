@@ -607,16 +607,72 @@ s_x2nmodp(uint64_t n, unsigned k)
     return p;
 }
 
+/* crc * x^(n * 2^k) mod P, with the carry-less multiply when the CPU has
+ * one (hw true) and the portable loop otherwise. */
+static uint32_t
+s_mulx(uint32_t crc, uint64_t n, unsigned k, bool hw)
+{
+#ifdef EMLIO_CRC32C_X86
+    if (hw)
+        return s_hw_x2nmul(crc, n, k);
+#endif
+    (void)hw;
+    return s_multmodp(s_x2nmodp(n, k), crc);
+}
+
+static bool
+s_have_clmul(void)
+{
+#ifdef EMLIO_CRC32C_X86
+    return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul");
+#else
+    return false;
+#endif
+}
+
 uint32_t
 emlio_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
 {
     /* Appending len_b bytes multiplies crc(A) by x^(8 len_b); the pre- and
      * post-inversions cancel out, as in zlib's crc32_combine. */
-#ifdef EMLIO_CRC32C_X86
-    if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul"))
-        return s_hw_x2nmul(crc_a, len_b, 3) ^ crc_b;
-#endif
-    return s_multmodp(s_x2nmodp(len_b, 3), crc_a) ^ crc_b;
+    return s_mulx(crc_a, len_b, 3, s_have_clmul()) ^ crc_b;
+}
+
+/* The multiplicative order of x modulo the CRC-32C polynomial: x^N = 1.
+ * The polynomial is (x + 1) times a primitive one of degree 31, hence
+ * 2^31 - 1 (the last entries of s_x2n_table and s_x2n33_table, which
+ * equal their first, say x^(2^31) = x). Dividing by x^n is multiplying by
+ * x^(N - n mod N). */
+#define S_ORDER_X ((UINT64_C(1) << 31) - 1)
+
+static uint32_t
+s_middle(uint32_t whole, uint32_t crc_head, uint32_t crc_tail, uint64_t mid_len,
+         uint64_t tail_len, bool hw)
+{
+    /* whole = (head * x^(8 mid_len) + mid) * x^(8 tail_len) + tail over
+     * GF(2) (the combine rule twice), so combine(head, mid) is
+     * (whole + tail) / x^(8 tail_len), and mid is that plus head shifted
+     * over mid_len bytes. x is invertible mod P (P has a constant term).
+     * The head's length drops out: crc(head) already accounts for it. */
+    uint64_t bits = (tail_len % S_ORDER_X) * 8 % S_ORDER_X;
+    uint64_t back = (S_ORDER_X - bits) % S_ORDER_X; /* x^back = x^-bits */
+    uint32_t head_mid = s_mulx(whole ^ crc_tail, back, 0, hw);
+    return head_mid ^ s_mulx(crc_head, mid_len, 3, hw);
+}
+
+uint32_t
+emlio_crc32c_middle(uint32_t whole, uint32_t crc_head, uint32_t crc_tail,
+                    uint64_t mid_len, uint64_t tail_len)
+{
+    return s_middle(whole, crc_head, crc_tail, mid_len, tail_len,
+                    s_have_clmul());
+}
+
+uint32_t
+emlio__crc32c_middle_sw(uint32_t whole, uint32_t crc_head, uint32_t crc_tail,
+                        uint64_t mid_len, uint64_t tail_len)
+{
+    return s_middle(whole, crc_head, crc_tail, mid_len, tail_len, false);
 }
 
 uint32_t

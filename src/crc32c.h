@@ -23,6 +23,22 @@ uint32_t emlio__crc32c_sw(uint32_t crc, const void *data, size_t len);
  * checked from the CRCs of its parts in one pass over the bytes. */
 uint32_t emlio_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
+/* The CRC that the middle part M of A||M||B must have for the whole to
+ * have CRC whole, given crc_head = crc(A), crc_tail = crc(B), mid_len = |M|
+ * and tail_len = |B| (|A| is not needed). All are the standard finished
+ * CRCs (0 for an empty part), as emlio_crc32c returns them. combine run
+ * backwards: the daemon sends a TFRecord sample's CRC derived from the
+ * record's stored CRC without reading the sample's bytes, and the client's
+ * check of the received bytes then checks them against the disk's CRC. */
+uint32_t emlio_crc32c_middle(uint32_t whole, uint32_t crc_head,
+                             uint32_t crc_tail, uint64_t mid_len,
+                             uint64_t tail_len);
+
+/* Same result with the portable multiply (tests compare both). */
+uint32_t emlio__crc32c_middle_sw(uint32_t whole, uint32_t crc_head,
+                                 uint32_t crc_tail, uint64_t mid_len,
+                                 uint64_t tail_len);
+
 /* TFRecord's masking: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
 uint32_t emlio_crc32c_mask(uint32_t crc);
 uint32_t emlio_crc32c_unmask(uint32_t masked);

@@ -75,6 +75,14 @@ typedef struct emlio__read_opts {
      * label -1 (the key was configured: a typo must not pass). */
     bool label_required;
     bool verify; /* TFRecord: check each record's CRC as it is read */
+    /* TFRecord, with verify: a sample served from the mapping and at least
+     * this long gets the CRC derived from its record's stored CRC and the
+     * CRCs of the bytes around it (emlio_crc32c_middle), its own bytes
+     * unread; the client's check of the bytes it receives then checks them
+     * against the disk's CRC, and the daemon no longer detects corruption
+     * inside such samples itself. 0: always computed from the bytes. Set
+     * only when the daemon does not act on corruption (see server.c). */
+    size_t derive_crc_min;
     emlio__shardset_log_fn *log; /* copying reads report changed shards */
     void *userdata;
 } emlio__read_opts_t;

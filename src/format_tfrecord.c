@@ -191,10 +191,41 @@ s_bytes(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
  * CRCing a sample's bytes a second time down to a few hundred bytes. */
 #define S_COMBINE_MIN 256
 
-/* One sample's bytes and CRC: the record's stored CRC is checked by
- * combining the CRCs of the parts before, inside and after the sample
- * bytes, so no byte of a large sample is read twice; a small one is read
- * twice (see S_COMBINE_MIN). */
+/* The sample's CRC in out->crc, and with verify the record's stored CRC
+ * checked: by combining the CRCs of the parts before, inside and after the
+ * sample bytes, so no byte of a large sample is read twice (a small one
+ * is, see S_COMBINE_MIN). A large sample served from the mapping with
+ * o->derive_crc_min set is not read at all: its CRC is what the stored CRC
+ * says it must be, and the client's check finds any difference. */
+static int
+s_sample_crc(const emlio__read_opts_t *o, const uint8_t *rec, size_t rec_len,
+             uint32_t stored, emlio__view_t *out)
+{
+    size_t before = (size_t)(out->data - rec);
+    size_t after = rec_len - before - out->len;
+    if (o->verify && o->derive_crc_min && !out->owned &&
+        out->len >= o->derive_crc_min) {
+        uint32_t head = emlio_crc32c(0, rec, before);
+        uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
+        out->crc = emlio_crc32c_middle(stored, head, tail, out->len, after);
+        return 0;
+    }
+    out->crc = emlio_crc32c(0, out->data, out->len);
+    if (!o->verify)
+        return 0;
+    uint32_t whole = out->crc;
+    if ((before || after) && out->len < S_COMBINE_MIN) {
+        whole = emlio_crc32c(0, rec, rec_len);
+    } else if (before || after) {
+        uint32_t head = emlio_crc32c(0, rec, before);
+        uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
+        whole = emlio_crc32c_combine(head, out->crc, out->len);
+        whole = emlio_crc32c_combine(whole, tail, after);
+    }
+    return whole == stored ? 0 : EMLIO_ECORRUPT;
+}
+
+/* One sample's bytes (the Example's image, or the whole record) and CRC. */
 static int
 s_read_one(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
            emlio__view_t *out, const char **missing)
@@ -229,23 +260,7 @@ s_read_one(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
             }
         }
     }
-    out->crc = emlio_crc32c(0, out->data, out->len);
-    if (o->verify) {
-        size_t before = (size_t)(out->data - rec);
-        size_t after = rec_len - before - out->len;
-        uint32_t whole = out->crc;
-        if ((before || after) && out->len < S_COMBINE_MIN) {
-            whole = emlio_crc32c(0, rec, rec_len);
-        } else if (before || after) {
-            uint32_t head = emlio_crc32c(0, rec, before);
-            uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
-            whole = emlio_crc32c_combine(head, out->crc, out->len);
-            whole = emlio_crc32c_combine(whole, tail, after);
-        }
-        if (whole != stored)
-            return EMLIO_ECORRUPT;
-    }
-    return 0;
+    return s_sample_crc(o, rec, rec_len, stored, out);
 }
 
 /* One Example feature as the frame of field f. */

@@ -516,6 +516,15 @@ emlio_server_load(emlio_server_t *self)
         .raw = self->cfg.raw,
         .label_required = self->own.label_key_set,
         .verify = self->cfg.verify,
+        /* Samples too large to pack (sent zero-copy from the mapping) get
+         * a CRC derived from the record's stored one, their bytes unread
+         * by the daemon, when nothing here acts on corruption: under
+         * `fail` the client's check of the bytes fails the fetch as the
+         * daemon's would (the daemon can no longer name the record as
+         * corrupt), under `skip` the daemon must see it to leave the
+         * sample out. Transforms decode here: s_read_job turns it off. */
+        .derive_crc_min =
+            self->cfg.verify && !skip ? EMLIO__SRV_PACK_MAX + 1 : 0,
         .log = emlio__srv_shardset_log,
         .userdata = self,
     };

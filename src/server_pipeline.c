@@ -363,6 +363,9 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
                  self->core->set.fingerprint);
         return;
     }
+    emlio__read_opts_t rd = self->rd;
+    if (job->xf) /* decoded here: the bytes are checked here first */
+        rd.derive_crc_min = 0;
     for (size_t i = 0; i < n; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         s_prefetch(self, get, i + S_PREFETCH_INDEX, false);
@@ -381,8 +384,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
             view[f].record = item->record;
         }
         const char *missing = self->own.field ? self->own.field : "(image)";
-        int rc =
-            emlio__format_read(shard, item->record, &self->rd, view, &missing);
+        int rc = emlio__format_read(shard, item->record, &rd, view, &missing);
         if (rc < 0)
             for (size_t f = 0; f < per; f++)
                 emlio__srv_view_release(self, &view[f]);

@@ -164,7 +164,11 @@ check "... that shows tcp://HOST:PORT" grep -q "expected tcp://HOST:PORT" "$T/e7
 check "plan --connect with a bad port names it" \
     grep -q "invalid port '70000' in endpoint 'tcp://h:70000'" "$T/e8"
 
-# A corrupt record is reported with shard and offset, never delivered.
+# A corrupt record is never delivered. Samples too large to pack (above
+# 16 KiB, as here) are sent with a CRC derived from the record's stored CRC,
+# their bytes unread by the daemon (format_tfrecord.c): the client's check
+# finds the flip and names the sample; smaller ones the daemon checks, and
+# names with their offset (below).
 mkdir -p "$T/bad"
 cp "$T"/shards/* "$T/bad/"
 victim=$(ls "$T"/bad/*.tfrecord | head -n 1)
@@ -178,8 +182,8 @@ PY
 start_daemon bad "$T/bad" || fail "daemon on corrupt copy starts"
 "$EMLIO" fetch --connect "$EP" --batch 16 --quiet >/dev/null 2>"$T/e6"
 check "corrupt record fails the fetch" test $? -ne 0
-check "corrupt record names shard and offset" \
-    grep -q "corrupt record .* in shard '$(basename "$victim")' at offset" "$T/e6"
+check "corrupt sample named with shard and cause" \
+    grep -q "sample [0-9]* of shard '$(basename "$victim")' from daemon '.*' does not match its CRC-32C: corrupt in the shard on disk or on the way" "$T/e6"
 
 kill "$DPID"
 # With --on-corrupt skip the record is left out, reported, never delivered.
@@ -191,6 +195,68 @@ check "skip mode: one record reported skipped" test "$(json_field "$T/skip.out" 
 check "skip mode: the skipped record is named" \
     grep -q "skipped corrupt record .* of shard '$(basename "$victim")'" "$T/skip.err"
 check "skip mode: 299 samples delivered" test "$(wc -l <"$T/skip.ids")" = 299
+kill "$DPID"
+
+# flip_record SHARD: flips one byte in the middle of the shard's largest
+# record (its image) and prints the record's index and size.
+flip_record() {
+    /usr/bin/python3 - "$1" <<'PY'
+import sys
+p = sys.argv[1]
+recs = [tuple(map(int, line.split())) for line in open(p + '.idx')]
+i = max(range(len(recs)), key=lambda k: recs[k][1])
+off, size = recs[i]
+b = bytearray(open(p, 'rb').read())
+b[off + size // 2] ^= 0x01
+open(p, 'wb').write(b)
+print(i, size)
+PY
+}
+
+# A >= 64 KiB image flipped on disk: the default daemon (--on-corrupt fail)
+# sends it with the CRC the disk says it must have; the fetch fails naming
+# the sample and the cause, and the sample is in no --ids line.
+check "64 KiB dataset builds" make_dataset "$T/crc64" 12 2 70000 4M
+victim=$(ls "$T"/crc64/shards/*.tfrecord | head -n 1)
+read -r rec size < <(flip_record "$victim")
+check "the flipped record holds a >= 64 KiB image ($size bytes)" \
+    test "$size" -ge $((64 * 1024 + 100))
+start_daemon crcbig "$T/crc64/shards" || fail "daemon on 64 KiB samples starts"
+"$EMLIO" fetch --connect "$EP" --batch 2 --ids "$T/big.ids" --quiet \
+    >/dev/null 2>"$T/big.err"
+check "64 KiB flip: the fetch fails" test $? -ne 0
+check "64 KiB flip: the sample, its shard and the cause are named" \
+    grep -q "sample $rec of shard '$(basename "$victim")' from daemon '.*' does not match its CRC-32C: corrupt in the shard on disk or on the way" "$T/big.err"
+check "64 KiB flip: the sample is not delivered" \
+    bash -c "! grep -q ' $(basename "$victim") $rec\$' '$T/big.ids'"
+# A GET with a transform decodes on the daemon, which checks first.
+"$EMLIO" fetch --connect "$EP" --batch 2 --transform 'random_resized_crop(64)' \
+    --decode-at server --quiet >/dev/null 2>"$T/bigxf.err"
+check "64 KiB flip, decoded by the daemon: the fetch fails" test $? -ne 0
+check "64 KiB flip, decoded by the daemon: it names the record and offset" \
+    grep -q "corrupt record $rec in shard '$(basename "$victim")' at offset" "$T/bigxf.err"
+kill "$DPID"
+start_daemon crcbigskip "$T/crc64/shards" --on-corrupt skip ||
+    fail "skip daemon on 64 KiB samples starts"
+"$EMLIO" fetch --connect "$EP" --batch 2 --verify --ids "$T/bigskip.ids" \
+    --quiet >"$T/bigskip.out" 2>"$T/bigskip.err"
+check "64 KiB flip, skip mode: fetch --verify succeeds" test $? -eq 0
+check "64 KiB flip, skip mode: the daemon skipped it" \
+    grep -q "skipped corrupt record $rec of shard '$(basename "$victim")'" "$T/bigskip.err"
+check "64 KiB flip, skip mode: 11 samples delivered" \
+    test "$(wc -l <"$T/bigskip.ids")" = 11
+kill "$DPID"
+
+# Samples small enough to pack are checked by the daemon, which names the
+# record and its offset.
+check "4 KB dataset builds" make_dataset "$T/crc4" 12 2 4000 4M
+victim=$(ls "$T"/crc4/shards/*.tfrecord | head -n 1)
+read -r rec size < <(flip_record "$victim")
+start_daemon crcsmall "$T/crc4/shards" || fail "daemon on 4 KB samples starts"
+"$EMLIO" fetch --connect "$EP" --batch 2 --quiet >/dev/null 2>"$T/crc4.err"
+check "4 KB flip: the fetch fails" test $? -ne 0
+check "4 KB flip: the daemon names the record and its offset" \
+    grep -q "corrupt record $rec in shard '$(basename "$victim")' at offset" "$T/crc4.err"
 
 # emliod says at info when a client comes and goes, with what it sent.
 MAIN_DPID=$DPID

@@ -144,6 +144,89 @@ test_crc32c_combine(void **state)
     free(buf);
 }
 
+/* Checks that the middle of buf[0, len) cut at h and len - t has the CRC
+ * emlio_crc32c_middle derives from the whole's, the head's and the
+ * tail's, on both multiply paths. */
+static void
+s_check_middle(const uint8_t *buf, size_t len, uint32_t whole, size_t h,
+               size_t t)
+{
+    size_t m = len - h - t;
+    uint32_t head = emlio_crc32c(0, buf, h);
+    uint32_t tail = emlio_crc32c(0, buf + h + m, t);
+    uint32_t mid = emlio_crc32c(0, buf + h, m);
+    assert_int_equal(emlio_crc32c_middle(whole, head, tail, m, t), mid);
+    assert_int_equal(emlio__crc32c_middle_sw(whole, head, tail, m, t), mid);
+}
+
+/* Every split of short buffers into head, middle and tail (each possibly
+ * empty). */
+static void
+test_crc32c_middle_all_splits(void **state)
+{
+    (void)state;
+    uint8_t buf[40];
+    for (size_t len = 0; len <= sizeof(buf); len++) {
+        s_fill(buf, len, 100 + len);
+        uint32_t whole = emlio_crc32c(0, buf, len);
+        for (size_t h = 0; h <= len; h++)
+            for (size_t t = 0; h + t <= len; t++)
+                s_check_middle(buf, len, whole, h, t);
+    }
+}
+
+/* Random splits of buffers up to 4 MiB, and the edges: empty head, tail,
+ * middle, or all three. */
+static void
+test_crc32c_middle_long(void **state)
+{
+    (void)state;
+    size_t cap = 4u << 20;
+    uint8_t *buf = malloc(cap);
+    assert_non_null(buf);
+    s_fill(buf, cap, 77);
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < 200; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        /* Lengths spread over the scales: up to 2^(6..22) bytes. */
+        size_t len = (size_t)(x % (cap >> (i % 17))) + 1;
+        size_t h = (size_t)((x >> 20) % (len + 1));
+        size_t t = (size_t)((x >> 40) % (len - h + 1));
+        uint32_t whole = emlio_crc32c(0, buf, len);
+        s_check_middle(buf, len, whole, h, t);
+        s_check_middle(buf, len, whole, 0, t);
+        s_check_middle(buf, len, whole, h, 0);
+        s_check_middle(buf, len, whole, h, len - h);
+        s_check_middle(buf, len, whole, 0, 0);
+    }
+    /* Tails longer than the order of x in bytes do not occur (records are
+     * below 2^31 bytes), but the exponent arithmetic must still hold: a
+     * tail of zero CRC and 2^31 - 1 bytes shifts by x^(8 (2^31 - 1)) = 1. */
+    uint32_t whole = emlio_crc32c(0, buf, 1000);
+    assert_int_equal(emlio_crc32c_middle(whole, 0, 0, 0, (1u << 31) - 1),
+                     whole);
+    assert_int_equal(emlio__crc32c_middle_sw(whole, 0, 0, 0, (1u << 31) - 1),
+                     whole);
+    free(buf);
+}
+
+/* A sample corrupted on disk: the derived CRC no longer matches the bytes. */
+static void
+test_crc32c_middle_detects_flip(void **state)
+{
+    (void)state;
+    uint8_t buf[5000];
+    s_fill(buf, sizeof(buf), 5);
+    uint32_t whole = emlio_crc32c(0, buf, sizeof(buf));
+    uint32_t head = emlio_crc32c(0, buf, 100);
+    uint32_t tail = emlio_crc32c(0, buf + 4900, 100);
+    uint32_t derived = emlio_crc32c_middle(whole, head, tail, 4800, 100);
+    buf[2500] ^= 0x10;
+    assert_int_not_equal(emlio_crc32c(0, buf + 100, 4800), derived);
+}
+
 static void
 test_crc32c_mask_roundtrip(void **state)
 {
@@ -182,6 +265,9 @@ main(void)
         cmocka_unit_test(test_crc32c_incremental_equals_whole),
         cmocka_unit_test(test_crc32c_hw_matches_sw),
         cmocka_unit_test(test_crc32c_combine),
+        cmocka_unit_test(test_crc32c_middle_all_splits),
+        cmocka_unit_test(test_crc32c_middle_long),
+        cmocka_unit_test(test_crc32c_middle_detects_flip),
         cmocka_unit_test(test_crc32c_mask_roundtrip),
         cmocka_unit_test(test_crc32c_tfrecord_masked_length),
     };

@@ -7,6 +7,7 @@
 
 #include <zmq.h>
 
+#include "crc32c.h"
 #include "wire.h"
 
 #define RECORDS 16
@@ -18,9 +19,9 @@ s_write_records(const char *dir, size_t bytes, const size_t *flips)
 {
     emlio_buf_t file = EMLIO_BUF_INIT;
     emlio_buf_t ex = EMLIO_BUF_INIT;
+    uint8_t *payload = malloc(bytes ? bytes : 1);
+    assert_non_null(payload);
     for (int r = 0; r < RECORDS; r++) {
-        uint8_t payload[8192];
-        assert_true(bytes <= sizeof(payload));
         memset(payload, r, bytes);
         emlio_buf_clear(&ex);
         assert_int_equal(emlio_example_build(&ex, "image/encoded", payload,
@@ -45,6 +46,7 @@ s_write_records(const char *dir, size_t bytes, const size_t *flips)
         assert_int_equal(emlio_tfrecord_write_index(tf, idx), 0);
         emlio_tfrecord_destroy(&tf);
     }
+    free(payload);
     emlio_buf_release(&file);
     emlio_buf_release(&ex);
 }
@@ -667,6 +669,95 @@ test_server_corrupt_records_of_any_size_are_refused(void **state)
     }
 }
 
+/* Receives a one-sample reply (protocol v1: header, then the sample's
+ * frame): its type; for a BATCH, *n its samples and *intact whether the
+ * frame's CRC-32C is the quadruple's crc. */
+static int
+s_recv_one(void *dealer, size_t *n, bool *intact)
+{
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    assert_true(zmq_msg_recv(&frame, dealer, 0) >= 0);
+    emlio__wire_msg_t msg;
+    char why[EMLIO_ERRMSG_LEN];
+    assert_true(emlio__wire_decode(&msg, zmq_msg_data(&frame),
+                                   zmq_msg_size(&frame), RECORDS, why) >= 0);
+    int type = (int)msg.type;
+    *n = type == EMLIO_MSG_BATCH ? msg.n_samples : 0;
+    uint32_t want = *n ? msg.samples[0].crc : 0;
+    emlio__wire_msg_release(&msg);
+    *intact = false;
+    if (*n) {
+        assert_true(zmq_msg_more(&frame));
+        zmq_msg_close(&frame);
+        zmq_msg_init(&frame);
+        assert_true(zmq_msg_recv(&frame, dealer, 0) >= 0);
+        *intact =
+            emlio_crc32c(0, zmq_msg_data(&frame), zmq_msg_size(&frame)) == want;
+    }
+    assert_false(zmq_msg_more(&frame));
+    zmq_msg_close(&frame);
+    return type;
+}
+
+/* Images too large to pack (served zero-copy) are sent, under --on-corrupt
+ * fail, with the CRC their record's stored CRC says they must have, their
+ * bytes unread by the daemon: an intact one's CRC is its bytes', a flipped
+ * byte in the image or after it (the label) makes the client's check fail.
+ * Under skip the daemon still checks them itself and leaves them out. */
+static void
+test_server_large_samples_carry_the_stored_crc(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 20000, 70000 };
+    for (size_t k = 0; k < 2 * EMLIO_ARRAY_SIZE(sizes); k++) {
+        bool skip = k % 2;
+        size_t bytes = sizes[k / 2];
+        char dir[64];
+        test_mkdtemp(dir, sizeof(dir));
+        size_t flips[RECORDS];
+        for (int r = 0; r < RECORDS; r++)
+            flips[r] = SIZE_MAX;
+        flips[3] = 40 + bytes / 2; /* inside the image */
+        flips[5] = SIZE_MAX - 1;   /* the last byte: the label */
+        s_write_records(dir, bytes, flips);
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_config_t cfg;
+        emlio_server_config_init(&cfg);
+        cfg.data_dir = dir;
+        cfg.on_corrupt = skip ? EMLIO_ON_CORRUPT_SKIP : EMLIO_ON_CORRUPT_FAIL;
+        emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+        assert_int_equal(emlio_server_load(srv), 1);
+        assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+        assert_int_equal(emlio_server_start(srv), 0);
+        void *zctx = zmq_ctx_new();
+        void *dealer = s_dealer_hello(zctx, srv, 0);
+        assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        for (uint32_t r = 0; r < RECORDS; r++) {
+            emlio__wire_item_t item = { 0, r };
+            assert_int_equal(emlio__wire_encode_get(&buf, r + 1,
+                                                    emlio_server_dataset(srv),
+                                                    &item, 1),
+                             0);
+            assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
+                             (int)buf.len);
+            size_t n;
+            bool intact;
+            bool bad = r == 3 || r == 5;
+            assert_int_equal(s_recv_one(dealer, &n, &intact), EMLIO_MSG_BATCH);
+            assert_int_equal(n, skip && bad ? 0 : 1);
+            if (n)
+                assert_int_equal(intact, !bad);
+        }
+        emlio_server_stats_t st;
+        emlio_server_stats(srv, &st);
+        assert_int_equal(st.corrupt_skipped, skip ? 2 : 0);
+        emlio_buf_release(&buf);
+        s_teardown(dealer, zctx, &srv, &ctx, dir);
+    }
+}
+
 int
 main(void)
 {
@@ -680,6 +771,7 @@ main(void)
         cmocka_unit_test(test_server_deleted_file_is_skipped_or_named),
         cmocka_unit_test(test_server_client_within_credits_is_never_closed),
         cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),
+        cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
