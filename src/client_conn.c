@@ -352,6 +352,26 @@ s_open_early(emlio_client_t *self, uint32_t d)
               daemon->n_streams);
 }
 
+/* The handshake's deadline passed: why, as far as the monitor tells. */
+static int
+s_no_answer(emlio_client_t *self, const emlio__cdaemon_t *daemon)
+{
+    if (daemon->failed_handshakes)
+        return emlio__seterr(
+            self->err, EMLIO_ETIMEDOUT,
+            "no answer from daemon '%s' within %d ms: %" PRIu64
+            " handshakes failed (%s)",
+            daemon->endpoint, self->cfg.connect_timeout_ms,
+            daemon->failed_handshakes,
+            self->cfg.curve_server_key
+                ? "wrong server key, or the daemon does not use CURVE?"
+                : "does the daemon require CURVE?");
+    return emlio__seterr(self->err, EMLIO_ETIMEDOUT,
+                         "no answer from daemon '%s' within %d ms: is emliod "
+                         "running there?",
+                         daemon->endpoint, self->cfg.connect_timeout_ms);
+}
+
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
@@ -404,22 +424,8 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
                     (double)(emlio__now_ns() - t0) / 1e9);
             continue;
         }
-        if (ready <= 0 && daemon->failed_handshakes)
-            return emlio__seterr(
-                self->err, EMLIO_ETIMEDOUT,
-                "no answer from daemon '%s' within %d ms: %" PRIu64
-                " handshakes failed (%s)",
-                daemon->endpoint, self->cfg.connect_timeout_ms,
-                daemon->failed_handshakes,
-                self->cfg.curve_server_key
-                    ? "wrong server key, or the daemon does not use CURVE?"
-                    : "does the daemon require CURVE?");
         if (ready <= 0)
-            return emlio__seterr(
-                self->err, EMLIO_ETIMEDOUT,
-                "no answer from daemon '%s' within %d ms: is emliod "
-                "running there?",
-                daemon->endpoint, self->cfg.connect_timeout_ms);
+            return s_no_answer(self, daemon);
         int n = s_recv_multipart(sock, frame, 1, ZMQ_DONTWAIT);
         if (n == -EAGAIN)
             continue;
