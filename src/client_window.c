@@ -268,7 +268,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         self->win.items[i].shard = daemon->local_id[s->shard];
         self->win.items[i].record = s->record;
     }
-    emlio__wire_xf_t xf = { NULL, self->cfg.seed, b->epoch };
+    emlio__wire_xf_t xf = { NULL, self->cfg.seed, b->epoch, !self->cfg.verify };
     if (b->xf_server)
         xf.spec = emlio_transform_spec(self->xf.transform);
     if (emlio__wire_encode_get_xf(

@@ -364,7 +364,10 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
         return;
     }
     emlio__read_opts_t rd = self->rd;
-    if (job->xf) /* decoded here: the bytes are checked here first */
+    /* A derived CRC leaves the stored checksum to the client's check: not
+     * when the bytes are decoded here (checked before decoding) or when
+     * the client does not check at all. */
+    if (job->xf || get->unchecked)
         rd.derive_crc_min = 0;
     for (size_t i = 0; i < n; i++) {
         const emlio__wire_item_t *item = &get->items[i];

@@ -111,8 +111,8 @@ struct emlio__shardset {
     uint64_t records;
     uint64_t bytes;
     size_t mapped;    /* TFRecord and tar shards */
-    size_t opened; /* of those, opened at load (the rest: from the index) */
-    size_t leased; /* of those opened, leased (the cache leases on open) */
+    size_t opened;    /* of those, opened at load (the rest: from the index) */
+    size_t leased;    /* of those opened, leased (the cache leases on open) */
     size_t indexed;   /* of those, tables served from the dataset index */
     size_t rescanned; /* of those, not found current in it at load */
     emlio__dsindex_t index;      /* mapped; TFRecord shards borrow tables */

@@ -138,6 +138,7 @@ typedef struct emlio__wire_msg {
     size_t xf_spec_len;
     uint64_t xf_seed;  /* GET: the RNG seed of the transform */
     uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
+    bool unchecked;    /* GET: the client does not check sample CRCs */
     bool has_shape;    /* BATCH: a tensor batch (one frame) */
     uint64_t shape[4]; /* BATCH: samples, height, width, channels */
     uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
@@ -153,6 +154,11 @@ typedef struct emlio__wire_xf {
     const char *spec; /* canonical transform spec (emlio/transform.h) */
     uint64_t seed;
     uint64_t epoch;
+    /* The client does not check the samples' CRC-32C (`emlio fetch
+     * --no-crc`): sent as "unchecked", so that the daemon checks stored
+     * checksums itself instead of leaving large samples to the client's
+     * check (docs/protocol.md 5.3). */
+    bool unchecked;
 } emlio__wire_xf_t;
 
 /* The tensor block of a BATCH that answers a GET with a transform: one

@@ -235,6 +235,16 @@ check "64 KiB flip: the sample is not delivered" \
 check "64 KiB flip, decoded by the daemon: the fetch fails" test $? -ne 0
 check "64 KiB flip, decoded by the daemon: it names the record and offset" \
     grep -q "corrupt record $rec in shard '$(basename "$victim")' at offset" "$T/bigxf.err"
+# A client that does not check CRCs says so (GET "unchecked"): the daemon
+# then checks the stored checksum itself, so --no-crc never lets disk
+# corruption through unseen.
+"$EMLIO" fetch --connect "$EP" --batch 2 --no-crc --ids "$T/bignocrc.ids" \
+    --quiet >/dev/null 2>"$T/bignocrc.err"
+check "64 KiB flip, --no-crc: the fetch fails" test $? -ne 0
+check "64 KiB flip, --no-crc: the daemon names the record and offset" \
+    grep -q "corrupt record $rec in shard '$(basename "$victim")' at offset" "$T/bignocrc.err"
+check "64 KiB flip, --no-crc: the sample is not delivered" \
+    bash -c "! grep -q ' $(basename "$victim") $rec\$' '$T/bignocrc.ids'"
 kill "$DPID"
 start_daemon crcbigskip "$T/crc64/shards" --on-corrupt skip ||
     fail "skip daemon on 64 KiB samples starts"

@@ -361,7 +361,8 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     emlio__wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
-    emlio__wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7 };
+    emlio__wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7,
+                            false };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -378,6 +379,18 @@ test_wire_v3_transform_round_trip(void **state)
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_null(msg.xf_spec);
+    assert_false(msg.unchecked); /* not sent unless asked */
+    emlio__wire_msg_release(&msg);
+
+    /* A client that does not check CRCs says so, with or without a
+     * transform; the items still decode after the extra key. */
+    emlio__wire_xf_t plain = { NULL, 0, 0, true };
+    assert_int_equal(emlio__wire_encode_get_xf(&buf, 6, "ff", items, 2, &plain),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_null(msg.xf_spec);
+    assert_true(msg.unchecked);
+    assert_int_equal(msg.n_items, 2);
     emlio__wire_msg_release(&msg);
 
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
