@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -129,6 +130,14 @@ emlio__srv_conn_find(emlio_server_t *self, int fd)
     return NULL;
 }
 
+/* The inode of the socket on fd (sockfs numbers every socket), 0 if none. */
+static ino_t
+s_fd_ino(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
 /* Registers (or, for a reused descriptor, renews) the connection on fd. */
 emlio__conn_t *
 emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now)
@@ -147,9 +156,16 @@ emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now)
         conn = &self->adm.conns[self->adm.n_conns++];
     }
     conn->fd = fd;
+    conn->ino = s_fd_ino(fd);
     conn->last_seen_ns = now;
     conn->closing = false;
     return conn;
+}
+
+bool
+emlio__srv_conn_same(const emlio__conn_t *conn)
+{
+    return s_fd_ino(conn->fd) == conn->ino;
 }
 
 /* The connection on fd is gone: its slot and credits are freed now, not
@@ -198,6 +214,12 @@ s_conn_shutdown(emlio_server_t *self, emlio__conn_t *conn, int level,
 {
     if (conn->closing)
         return;
+    if (!emlio__srv_conn_same(conn)) {
+        /* A record whose events were lost: the descriptor is another
+         * connection's now, which must not be shut down for it. */
+        (void)emlio__srv_conn_add(self, conn->fd, emlio__now_ns());
+        return;
+    }
     conn->closing = true;
     if (!s_fd_is_ours(self, conn->fd))
         return;

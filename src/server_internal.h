@@ -173,6 +173,10 @@ typedef struct emlio__srv_core {
  * monitor by its file descriptor. */
 typedef struct emlio__conn {
     int fd;
+    /* The socket's inode when registered: the monitor's events can be
+     * lost (its queue overflows while accepts fail by the thousand), so a
+     * descriptor number alone may by now name another connection. */
+    ino_t ino;
     uint64_t last_seen_ns;
     bool closing; /* shut down by us; waiting for ZeroMQ to notice */
 } emlio__conn_t;
@@ -321,6 +325,8 @@ void emlio__srv_shardset_log(void *userdata, const char *msg);
 size_t emlio__srv_session_streams(const emlio_server_t *self, uint64_t session);
 emlio__conn_t *emlio__srv_conn_find(emlio_server_t *self, int fd);
 emlio__conn_t *emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now);
+/* Whether conn's descriptor still holds the socket it was registered with. */
+bool emlio__srv_conn_same(const emlio__conn_t *conn);
 void emlio__srv_monitor_drain(emlio_server_t *self);
 void emlio__srv_conns_expire(emlio_server_t *self, uint64_t now);
 void emlio__srv_peers_expire(emlio_server_t *self, uint64_t now);

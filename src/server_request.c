@@ -190,7 +190,9 @@ s_request_source(emlio_server_t *self, emlio__job_t *job)
         emlio__srv_monitor_drain(self);
         conn = emlio__srv_conn_find(self, self->adm.cur_fd);
     }
-    if (!conn)
+    /* A connection we shut down cannot send any more; a request on its
+     * descriptor comes from a new connection whose events were lost. */
+    if (!conn || (conn->closing && !emlio__srv_conn_same(conn)))
         conn = emlio__srv_conn_add(self, self->adm.cur_fd, emlio__now_ns());
     else
         conn->last_seen_ns = emlio__now_ns();
