@@ -6,6 +6,7 @@
 #include "emlio_internal.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -353,6 +354,37 @@ emlio__srv_peers_expire(emlio_server_t *self, uint64_t now)
     }
 }
 
+/* Whether the peer on fd has closed its end (our socket in CLOSE_WAIT),
+ * or fd is another socket by now. */
+static bool
+s_fd_hung_up(const emlio__conn_t *conn)
+{
+    struct tcp_info info;
+    socklen_t len = sizeof(info);
+    if (!emlio__srv_conn_same(conn))
+        return true;
+    return getsockopt(conn->fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+           (info.tcpi_state == TCP_CLOSE_WAIT || info.tcpi_state == TCP_CLOSE);
+}
+
+/* Forgets the peers whose connection the client has closed although
+ * ZeroMQ's I/O thread has not reported it yet: a client that closes and
+ * connects again at once (a short fetch in a loop) must find its slot
+ * free, however busy the machine. Only when the slots are full. */
+static void
+s_peers_hung_up(emlio_server_t *self)
+{
+    for (size_t i = 0; i < self->adm.n_peers;) {
+        const emlio__peer_t *peer = &self->adm.peers[i];
+        const emlio__conn_t *conn =
+            peer->fd >= 0 ? emlio__srv_conn_find(self, peer->fd) : NULL;
+        if (conn && s_fd_hung_up(conn))
+            s_peer_remove(self, i);
+        else
+            i++;
+    }
+}
+
 /* The bookkeeping of one client connection (a ZeroMQ routing id). With add,
  * an unknown connection is registered, as part of `session` when that
  * session is known (a client's extra stream: admitted with it, up to
@@ -377,6 +409,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     if (!streams && self->adm.n_clients >= self->cfg.max_clients) {
         emlio__srv_monitor_drain(
             self); /* connections that closed free their slot */
+        s_peers_hung_up(self);
         emlio__srv_peers_expire(self, now);
         if (self->adm.n_clients >= self->cfg.max_clients)
             return NULL;
