@@ -356,9 +356,29 @@ emlio__tfrecord_adopt(emlio_tfrecord_t *self, const void *table, size_t len,
     return (int)records;
 }
 
-/* The first check of a borrowed table: its CRC, and when that fails a
- * rescan of the mapping into the heap (same record count, else every
- * record is refused as EMLIO_EFORMAT). One thread checks; others wait. */
+/* Whether a table describes records in file order that do not overlap
+ * and lie inside size bytes: a forged table with a valid CRC must not
+ * serve one record's bytes as another's (both would pass their CRC). */
+static bool
+s_table_sane(const emlio_tfrecord_loc_t *locs, size_t n, uint64_t size)
+{
+    uint64_t end = 0;
+    for (size_t i = 0; i < n; i++) {
+        const emlio_tfrecord_loc_t *loc = &locs[i];
+        if (loc->offset < end || loc->offset > size ||
+            loc->len > EMLIO_TFRECORD_MAX_RECORD ||
+            loc->len + EMLIO_TFRECORD_OVERHEAD > size - loc->offset)
+            return false;
+        end = loc->offset + loc->len + EMLIO_TFRECORD_OVERHEAD;
+    }
+    return true;
+}
+
+/* The first check of a borrowed table: its CRC and its order, and when
+ * either fails a rescan of the mapping into the heap (same record count,
+ * else every record is refused as EMLIO_EFORMAT); with the shard not
+ * mapped, the check waits for the next use. One thread checks; others
+ * wait. */
 static int
 s_table_check(emlio_tfrecord_t *self)
 {
@@ -371,7 +391,14 @@ s_table_check(emlio_tfrecord_t *self)
     }
     state = S_TABLE_OK;
     if (emlio_crc32c(0, self->locs, self->n * sizeof(*self->locs)) !=
-        self->table_crc) {
+            self->table_crc ||
+        !s_table_sane(self->locs, self->n, self->size)) {
+        if (!self->base) {
+            /* Not mapped now (the shard cache has it closed): nothing to
+             * rescan; checked again at the next use, which maps it. */
+            atomic_store(&self->table_state, S_TABLE_UNCHECKED);
+            return EMLIO_EFORMAT;
+        }
         emlio_tfrecord_loc_t *locs = NULL;
         size_t n = 0;
         char err[EMLIO_ERRMSG_LEN];
