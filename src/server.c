@@ -473,6 +473,14 @@ s_log_budget(emlio_server_t *self)
               self->cfg.max_open_shards ? "--max-open-shards"
                                         : "derived from the limit",
               (unsigned long long)lim.rlim_cur, st.open);
+    /* What the limit leaves once the shards have their budget and the
+     * daemon its own descriptors (ZeroMQ's, logs, the index): for
+     * connections. */
+    uint64_t used = st.budget + EMLIO__SHARD_CACHE_RESERVE / 2;
+    self->adm.max_conns =
+        lim.rlim_cur > used + 8 && lim.rlim_cur != RLIM_INFINITY
+            ? (size_t)(lim.rlim_cur - used)
+            : 0;
 }
 
 int

@@ -5,6 +5,7 @@
  */
 #include "emlio_internal.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
@@ -216,9 +217,14 @@ s_conn_shutdown(emlio_server_t *self, emlio__conn_t *conn, int level,
     if (conn->closing)
         return;
     if (!emlio__srv_conn_same(conn)) {
-        /* A record whose events were lost: the descriptor is another
-         * connection's now, which must not be shut down for it. */
-        (void)emlio__srv_conn_add(self, conn->fd, emlio__now_ns());
+        /* A record whose events were lost: the descriptor is closed (the
+         * record is forgotten) or another connection's now, which must
+         * not be shut down for it. */
+        int fd = conn->fd;
+        if (fcntl(fd, F_GETFD) < 0)
+            s_conn_closed(self, fd);
+        else
+            (void)emlio__srv_conn_add(self, fd, emlio__now_ns());
         return;
     }
     conn->closing = true;
@@ -282,6 +288,24 @@ s_accept_failed(emlio_server_t *self, int err, uint64_t now)
                                   "out of file descriptors");
 }
 
+/* A new connection on fd: registered; beyond max_conns the idlest silent
+ * connection, or else this one, is closed (see adm.max_conns). */
+static void
+s_conn_accepted(emlio_server_t *self, int fd, uint64_t now)
+{
+    emlio__conn_t *conn = emlio__srv_conn_add(self, fd, now);
+    if (!conn || !self->adm.max_conns ||
+        self->adm.n_conns <= self->adm.max_conns)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why),
+             "%zu connections, the most the descriptor limit leaves beside "
+             "the shards' budget",
+             self->adm.max_conns);
+    if (!s_conn_evict_idlest(self, now, 1000000000ull, EMLIO_LOG_WARN, why))
+        s_conn_shutdown(self, conn, EMLIO_LOG_WARN, why);
+}
+
 /* Handles every connection event the monitor has queued. */
 void
 emlio__srv_monitor_drain(emlio_server_t *self)
@@ -315,7 +339,7 @@ emlio__srv_monitor_drain(emlio_server_t *self)
                           strerror(-rc));
         }
         if (event == ZMQ_EVENT_ACCEPTED)
-            emlio__srv_conn_add(self, (int)value, now);
+            s_conn_accepted(self, (int)value, now);
         else if (event == ZMQ_EVENT_DISCONNECTED)
             s_conn_closed(self, (int)value);
         else if (event == ZMQ_EVENT_ACCEPT_FAILED)

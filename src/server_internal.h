@@ -269,6 +269,10 @@ typedef struct emlio__srv_admit {
     uint64_t err_log_ns; /* rate limit of refused-request lines */
     uint64_t err_log_n;
     uint64_t err_log_quiet;
+    /* Connections at once that leave the shard cache its descriptors
+     * (0: no cap): beyond it the idlest silent connection, or else the
+     * new one, is closed, so idle sockets cannot starve shard opens. */
+    size_t max_conns;
     uint64_t fd_log_ns;     /* last "out of file descriptors" line */
     uint64_t accept_failed; /* accepts refused since that line */
     uint64_t client_log_ns; /* start of the client log's current window */

@@ -36,4 +36,35 @@ check "... saying what to raise" grep -q "open-file limit of 80 leaves room.*at 
 check "--max-open-shards above the limit: refused at start" \
     too_small big 256 --max-open-shards 200
 check "... naming the option" grep -q "max-open-shards 200 does not fit" "$T/big.err"
+
+# Idle connections must not take the descriptors the shards' budget
+# needs: 250 silent TCP connections under ulimit -n 256, then a verified
+# epoch. The daemon closes the idlest beyond what the limit leaves beside
+# the budget (before, every shard open failed: "Too many open files").
+(
+    ulimit -n 256 || exit 99
+    exec "$EMLIOD" --data "$T/many" --bind 'tcp://127.0.0.1:*'
+) >"$T/idle.out" 2>"$T/idle.err" &
+DPID=$!
+for _ in $(seq 100); do grep -q listening "$T/idle.out" && break; sleep 0.1; done
+EP=$(sed -n 's/^emliod: listening on //p' "$T/idle.out")
+/usr/bin/python3 - "${EP##*:}" <<'PY' &
+import socket, sys, time
+socks = []
+for _ in range(250):
+    try:
+        socks.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2))
+    except OSError:
+        break
+time.sleep(30)
+PY
+HOLDER=$!
+sleep 2
+"$EMLIO" fetch --connect "$EP" --batch 64 --verify --quiet --timeout-ms 20000 \
+    >"$T/idle.json" 2>"$T/idlefetch.err"
+check "250 idle connections: a verified epoch still" test $? -eq 0
+check "... the daemon said why it closed connections" \
+    grep -q "the most the descriptor limit leaves beside the shards' budget" "$T/idle.err"
+kill "$HOLDER" "$DPID" 2>/dev/null
+wait 2>/dev/null
 finish
