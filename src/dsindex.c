@@ -132,11 +132,16 @@ emlio__dsindex_parse(emlio__dsindex_t *self, const uint8_t *map, size_t size,
     if (memcmp(h.magic, S_MAGIC, 8) != 0)
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
                              "'%s' is not a dataset index (bad magic)", path);
-    if (h.version != EMLIO__DSINDEX_VERSION || h.entry_len != 80)
+    if (h.version != EMLIO__DSINDEX_VERSION)
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
                              "dataset index '%s' has version %u; this build "
                              "reads version %u",
                              path, h.version, EMLIO__DSINDEX_VERSION);
+    if (h.entry_len != 80)
+        return emlio__seterr(errbuf, EMLIO_EFORMAT,
+                             "dataset index '%s' has %u-byte entries; version "
+                             "%u has 80",
+                             path, h.entry_len, EMLIO__DSINDEX_VERSION);
     if (h.file_size != self->size)
         return emlio__seterr(errbuf, EMLIO_EFORMAT,
                              "dataset index '%s' is truncated: %zu of "
