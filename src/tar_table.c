@@ -156,12 +156,18 @@ emlio__tar_table_ok(const emlio__tar_index_t *idx, uint64_t size)
     for (size_t i = 0; i < idx->n_samples; i++)
         if (idx->first[i + 1] < idx->first[i])
             return false;
+    /* Members in file order, each after the previous one's data and a
+     * header: a table that lists one member's bytes as another's (with a
+     * valid CRC: whoever can write the index) is refused, since tar has no
+     * data CRC to catch it when served. */
+    uint64_t end = 0;
     for (size_t m = 0; m < idx->n_members; m++) {
         const emlio__tar_member_t *mem = &idx->members[m];
-        if (mem->field >= idx->n_fields || mem->offset < 512 ||
+        if (mem->field >= idx->n_fields || mem->offset < end + 512 ||
             mem->offset % 512 || mem->offset > size ||
             mem->len > size - mem->offset)
             return false;
+        end = mem->offset + ((mem->len + 511) & ~(uint64_t)511);
     }
     return true;
 }

@@ -100,6 +100,12 @@ test_tar_groups_samples_as_webdataset(void **state)
     int rc = emlio__tar_scan_mem(tar.data, tar.len, "t.tar", &idx, err);
     assert_int_equal(rc, 3);
     assert_int_equal(idx.n_members, 4);
+    assert_true(emlio__tar_table_ok(&idx, tar.len));
+    /* A member listed over another's bytes (a forged table) is refused. */
+    emlio__tar_member_t kept = idx.members[1];
+    idx.members[1] = idx.members[0];
+    assert_false(emlio__tar_table_ok(&idx, tar.len));
+    idx.members[1] = kept;
     assert_string_equal(idx.names[0], "dir/a.b.JPG");
     assert_string_equal(idx.names[3], "some/prefix/c.jpg");
     size_t len;
