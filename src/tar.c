@@ -809,8 +809,10 @@ int
 emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
                 size_t *member)
 {
-    if (i < self->idx.n_samples)
-        emlio__tar_ready(self);
+    /* A table that failed its check and could not be rebuilt (the shard
+     * read by copying, not mapped) serves nothing until it is. */
+    if (i < self->idx.n_samples && emlio__tar_ready(self) < 0)
+        return EMLIO_EFORMAT;
     return s_find(self, i, field, member);
 }
 

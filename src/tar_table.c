@@ -252,13 +252,20 @@ emlio__tar_ready(const emlio__tar_t *cself)
     state = S_TABLE_UNCHECKED;
     if (!atomic_compare_exchange_strong(&self->table_state, &state,
                                         S_TABLE_CHECKING)) {
-        while (atomic_load(&self->table_state) != S_TABLE_OK)
+        while ((state = atomic_load(&self->table_state)) == S_TABLE_CHECKING)
             sched_yield();
-        return 0;
+        return state == S_TABLE_OK ? 0 : EMLIO_EFORMAT;
     }
     if (emlio_crc32c(0, self->table, self->table_len) != self->table_crc ||
-        !emlio__tar_table_ok(&self->idx, self->size))
+        !emlio__tar_table_ok(&self->idx, self->size)) {
+        if (!self->base) {
+            /* Closed by the shard cache: nothing to rebuild from now (a
+             * size estimate asked); the read that maps it checks again. */
+            atomic_store(&self->table_state, S_TABLE_UNCHECKED);
+            return EMLIO_EFORMAT;
+        }
         s_table_replace(self);
+    }
     atomic_store(&self->table_state, S_TABLE_OK);
     return 0;
 }
