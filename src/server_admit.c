@@ -333,8 +333,12 @@ emlio__srv_monitor_drain(emlio_server_t *self)
         if (event == ZMQ_EVENT_ACCEPTED && self->adm.sndbuf.force_value) {
             int rc = emlio__netpath_force((int)value, true,
                                           self->adm.sndbuf.force_value);
+            /* EBADF: the connection is gone already (a client's probe
+             * connects and closes at once), nothing to warn about. */
             if (rc < 0)
-                emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                emlio_log(self->ctx,
+                          rc == -EBADF ? EMLIO_LOG_DEBUG : EMLIO_LOG_WARN,
+                          "server",
                           "cannot force the send buffer of a connection: %s",
                           strerror(-rc));
         }
