@@ -302,8 +302,19 @@ s_conn_accepted(emlio_server_t *self, int fd, uint64_t now)
              "%zu connections, the most the descriptor limit leaves beside "
              "the shards' budget",
              self->adm.max_conns);
-    if (!s_conn_evict_idlest(self, now, 1000000000ull, EMLIO_LOG_WARN, why))
-        s_conn_shutdown(self, conn, EMLIO_LOG_WARN, why);
+    /* One warning per EMLIO__SRV_FD_LOG_MS with a count: a flood of
+     * connections must not flood the log too. */
+    self->adm.conns_closed++;
+    if (now - self->adm.conns_log_ns >= EMLIO__SRV_FD_LOG_MS * 1000000ull) {
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+                  "closing connections beyond %s (%" PRIu64
+                  " since the last such line)",
+                  why, self->adm.conns_closed);
+        self->adm.conns_log_ns = now;
+        self->adm.conns_closed = 0;
+    }
+    if (!s_conn_evict_idlest(self, now, 1000000000ull, EMLIO_LOG_DEBUG, why))
+        s_conn_shutdown(self, conn, EMLIO_LOG_DEBUG, why);
 }
 
 /* Handles every connection event the monitor has queued. */

@@ -273,6 +273,8 @@ typedef struct emlio__srv_admit {
      * (0: no cap): beyond it the idlest silent connection, or else the
      * new one, is closed, so idle sockets cannot starve shard opens. */
     size_t max_conns;
+    uint64_t conns_log_ns;  /* last "closing connections beyond" line */
+    uint64_t conns_closed;  /* closed for max_conns since that line */
     uint64_t fd_log_ns;     /* last "out of file descriptors" line */
     uint64_t accept_failed; /* accepts refused since that line */
     uint64_t client_log_ns; /* start of the client log's current window */
