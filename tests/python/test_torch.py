@@ -131,6 +131,15 @@ class TorchDatasetTest(DatasetCase):
             if os.path.exists(store):
                 os.unlink(store)
 
+    # fork() of a process whose ZeroMQ I/O threads are running leaves
+    # AddressSanitizer's allocator locked in the child when a thread held it
+    # at that instant (gdb: both workers' ZeroMQ threads blocked in
+    # SizeClassAllocator64::GetFromAllocator, about 1 run in 8 under `make
+    # check`); glibc's malloc is made fork-safe by its own atfork handlers,
+    # and `make test` runs this test unsanitized.
+    @unittest.skipIf(os.environ.get("EMLIO_SANITIZED"),
+                     "fork with live ZeroMQ threads deadlocks ASan's "
+                     "allocator in the child; run by make test")
     def test_two_workers_split_the_epoch(self):
         ds = self.EmlioDataset(self.endpoint, 8, seed=2, rank=0,
                                world_size=1)
