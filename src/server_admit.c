@@ -317,22 +317,6 @@ s_conn_accepted(emlio_server_t *self, int fd, uint64_t now)
         s_conn_shutdown(self, conn, EMLIO_LOG_DEBUG, why);
 }
 
-/* Whether fd holds a live connection of ours now: then a DISCONNECTED
- * event read for it is an earlier socket's whose number was reused (a
- * client's connect probe closes at once, and its stream 0 often gets the
- * same number before the event is read); acting on it would forget a
- * client that is talking. libzmq closes a socket right after it reports
- * it disconnected, so the socket that was meant is gone by now. */
-static bool
-s_fd_live(const emlio_server_t *self, int fd)
-{
-    struct tcp_info info;
-    socklen_t len = sizeof(info);
-    return fcntl(fd, F_GETFD) >= 0 && s_fd_is_ours(self, fd) &&
-           getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
-           info.tcpi_state == TCP_ESTABLISHED;
-}
-
 /* Handles every connection event the monitor has queued. */
 void
 emlio__srv_monitor_drain(emlio_server_t *self)
@@ -371,8 +355,7 @@ emlio__srv_monitor_drain(emlio_server_t *self)
         }
         if (event == ZMQ_EVENT_ACCEPTED)
             s_conn_accepted(self, (int)value, now);
-        else if (event == ZMQ_EVENT_DISCONNECTED &&
-                 !s_fd_live(self, (int)value))
+        else if (event == ZMQ_EVENT_DISCONNECTED)
             s_conn_closed(self, (int)value);
         else if (event == ZMQ_EVENT_ACCEPT_FAILED)
             s_accept_failed(self, (int)value, now);
