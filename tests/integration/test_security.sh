@@ -30,7 +30,12 @@ check "unauthorized client is told why" grep -q "refused this client" "$T/intrud
 check "unauthorized client received no data" test ! -s "$T/intruder.ids"
 "$EMLIO" fetch --connect "$EP" --batch 8 --quiet >/dev/null 2>"$T/plain.err"
 check "plaintext client fails against a curve daemon" test $? -ne 0
-check "plaintext client is told to use curve" grep -q "requires CURVE" "$T/plain.err"
+# Told by the mechanism-mismatch event ("the daemon requires CURVE"), or,
+# when only handshake failures without detail arrive before the deadline
+# (seen once under ASan), by the timeout's hint ("does the daemon require
+# CURVE?"): either way the user learns to give the daemon's key.
+check "plaintext client is told to use curve" \
+    grep -Eq "requires CURVE|does the daemon require CURVE" "$T/plain.err"
 "$EMLIO" fetch --connect "$EP" --batch 8 --server-key "$K/client.key" \
     --client-key "$K/client.key_secret" --connect-timeout-ms 1500 --quiet \
     >/dev/null 2>"$T/wrongkey.err"
