@@ -452,11 +452,12 @@ s_check_labels(emlio_server_t *self)
     return 0;
 }
 
-/* How many mapped shards are open now, against what budget and limit:
- * what an operator checks first when reads fail with "too many open
- * files". */
+/* The descriptors of the shards and of the connections: logs how many
+ * mapped shards are open now, against what budget and limit (what an
+ * operator checks first when reads fail with "too many open files"), and
+ * caps connections at what that budget leaves (adm.max_conns). */
 static void
-s_log_budget(emlio_server_t *self)
+s_descriptor_budget(emlio_server_t *self)
 {
     const emlio__shardset_t *set = &self->core->set;
     if (!set->cache || !set->mapped)
@@ -569,7 +570,7 @@ emlio_server_load(emlio_server_t *self)
               " bytes from '%s' (dataset %s)",
               self->core->set.n, self->core->set.records, self->core->set.bytes,
               self->own.data_dir, self->core->set.fingerprint);
-    s_log_budget(self);
+    s_descriptor_budget(self);
     return (int)self->core->set.n;
 }
 

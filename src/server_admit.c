@@ -262,6 +262,17 @@ s_conn_evict_idlest(emlio_server_t *self, uint64_t now, uint64_t min_idle_ns,
     return true;
 }
 
+/* Whether a rate-limited line is due (one per EMLIO__SRV_FD_LOG_MS,
+ * counted from *last_ns, which it then moves to now). */
+static bool
+s_log_due(uint64_t *last_ns, uint64_t now)
+{
+    if (now - *last_ns < EMLIO__SRV_FD_LOG_MS * 1000000ull)
+        return false;
+    *last_ns = now;
+    return true;
+}
+
 /* An accept failed. Out of file descriptors, libzmq retries at once and
  * spins until one is free: say so (rate-limited) and free one, the idlest
  * connection, so that clients that do talk can get in. */
@@ -271,7 +282,7 @@ s_accept_failed(emlio_server_t *self, int err, uint64_t now)
     self->adm.accept_failed++;
     bool no_fds =
         err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
-    if (now - self->adm.fd_log_ns >= EMLIO__SRV_FD_LOG_MS * 1000000ull) {
+    if (s_log_due(&self->adm.fd_log_ns, now)) {
         struct rlimit lim = { 0, 0 };
         (void)getrlimit(RLIMIT_NOFILE, &lim);
         emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
@@ -280,7 +291,6 @@ s_accept_failed(emlio_server_t *self, int err, uint64_t now)
                   strerror(err), self->adm.accept_failed,
                   (unsigned long long)lim.rlim_cur, self->adm.n_conns,
                   no_fds ? "; closing the idlest connections" : "");
-        self->adm.fd_log_ns = now;
         self->adm.accept_failed = 0;
     }
     if (no_fds)
@@ -302,15 +312,14 @@ s_conn_accepted(emlio_server_t *self, int fd, uint64_t now)
              "%zu connections, the most the descriptor limit leaves beside "
              "the shards' budget",
              self->adm.max_conns);
-    /* One warning per EMLIO__SRV_FD_LOG_MS with a count: a flood of
-     * connections must not flood the log too. */
+    /* One warning per interval with a count: a flood of connections
+     * must not flood the log too. */
     self->adm.conns_closed++;
-    if (now - self->adm.conns_log_ns >= EMLIO__SRV_FD_LOG_MS * 1000000ull) {
+    if (s_log_due(&self->adm.conns_log_ns, now)) {
         emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
                   "closing connections beyond %s (%" PRIu64
                   " since the last such line)",
                   why, self->adm.conns_closed);
-        self->adm.conns_log_ns = now;
         self->adm.conns_closed = 0;
     }
     if (!s_conn_evict_idlest(self, now, 1000000000ull, EMLIO_LOG_DEBUG, why))
