@@ -4,6 +4,7 @@
  */
 #include "emlio_internal.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -369,6 +370,44 @@ s_emit(int fd, s_header_t *h, const emlio__dsindex_entry_t *entries,
     return rc;
 }
 
+/* Temporary files of earlier writes of path that a crash (kill -9, power
+ * loss) left behind: "<path>.tmpXXXXXX" untouched for S_STALE_TEMP_S,
+ * removed so they do not pile up beside the data (a cut 100M-sample index
+ * is gigabytes). A younger one may be another daemon's write in progress,
+ * and is left alone. Best effort. */
+#define S_STALE_TEMP_S 60
+
+static void
+s_remove_stale_temps(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[PATH_MAX] = ".";
+    if (slash) {
+        size_t dlen = slash == path ? 1 : (size_t)(slash - path);
+        if (dlen >= sizeof(dir))
+            return;
+        memcpy(dir, path, dlen);
+        dir[dlen] = '\0';
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t blen = strlen(base);
+    time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        if (strncmp(e->d_name, base, blen) != 0 ||
+            strncmp(e->d_name + blen, ".tmp", 4) != 0 ||
+            strlen(e->d_name) != blen + 10 ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || now - st.st_mtime < S_STALE_TEMP_S)
+            continue;
+        (void)unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 int
 emlio__dsindex_write(const char *path, const struct stat *root,
                      emlio__dsindex_item_t *items, size_t n)
@@ -385,6 +424,7 @@ emlio__dsindex_write(const char *path, const struct stat *root,
     }
     s_header_t h;
     s_layout(root, items, n, &h, entries);
+    s_remove_stale_temps(path);
     int fd = mkostemp(tmp, O_CLOEXEC);
     int rc = fd < 0 ? -errno : 0;
     if (rc == 0 && fchmod(fd, 0644) < 0)

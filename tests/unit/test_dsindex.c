@@ -347,6 +347,32 @@ test_dsindex_forged_table_with_valid_crc(void **state)
     test_rmtree(dir);
 }
 
+/* A write cut by a crash leaves "<index>.tmpXXXXXX"; the next write
+ * removes such leftovers once they are a minute old, and leaves a younger
+ * one (another daemon's write in progress) alone. */
+static void
+test_dsindex_crashed_write_leftovers_removed(void **state)
+{
+    (void)state;
+    char dir[64], stale[PATH_MAX], young[PATH_MAX];
+    s_make(dir, sizeof(dir), SMALL, 50);
+    snprintf(stale, sizeof(stale), "%s/%s.tmpAbC123", dir, EMLIO__DSINDEX_NAME);
+    snprintf(young, sizeof(young), "%s/%s.tmpXyZ789", dir, EMLIO__DSINDEX_NAME);
+    for (int k = 0; k < 2; k++) {
+        int fd = open(k ? young : stale, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "cut", 3), 3);
+        close(fd);
+    }
+    struct timespec old[2] = { { time(NULL) - 3600, 0 },
+                               { time(NULL) - 3600, 0 } };
+    assert_int_equal(utimensat(AT_FDCWD, stale, old, 0), 0);
+    assert_int_equal(s_load_count(dir, NULL, NULL), SMALL); /* writes it */
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(young, F_OK), 0);
+    test_rmtree(dir);
+}
+
 /* Data that cannot take the index: the load works and says so; with an
  * index directory the index lives there, one per data directory. */
 static void
@@ -502,6 +528,7 @@ main(void)
         cmocka_unit_test(test_dsindex_broken_index_is_rebuilt),
         cmocka_unit_test(test_dsindex_corrupt_table_is_caught_when_read),
         cmocka_unit_test(test_dsindex_forged_table_with_valid_crc),
+        cmocka_unit_test(test_dsindex_crashed_write_leftovers_removed),
         cmocka_unit_test(test_dsindex_unwritable_and_index_dir),
         cmocka_unit_test(test_dsindex_tar_shards),
     };
