@@ -268,13 +268,6 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         self->win.items[i].shard = daemon->local_id[s->shard];
         self->win.items[i].record = s->record;
     }
-    emlio__wire_xf_t xf = { NULL, self->cfg.seed, b->epoch, !self->cfg.verify };
-    if (b->xf_server)
-        xf.spec = emlio_transform_spec(self->xf.transform);
-    if (emlio__wire_encode_get_xf(
-            &self->scratch, EMLIO__ID(b->gen, b->index, p), daemon->dataset,
-            self->win.items, part->n, &xf) < 0)
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     if (sock == UINT32_MAX) {
         /* The least-loaded stream that may carry GETs: replies come back
          * out of order, so round robin alone could push one connection
@@ -285,6 +278,14 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
     }
+    emlio__wire_xf_t xf = { NULL, self->cfg.seed, b->epoch, !self->cfg.verify,
+                            daemon->sock_outstanding[sock] > 1 };
+    if (b->xf_server)
+        xf.spec = emlio_transform_spec(self->xf.transform);
+    if (emlio__wire_encode_get_xf(
+            &self->scratch, EMLIO__ID(b->gen, b->index, p), daemon->dataset,
+            self->win.items, part->n, &xf) < 0)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     while (zmq_send(daemon->socks[sock], self->scratch.data, self->scratch.len,
                     0) < 0) {
         if (errno != EINTR)

@@ -6,8 +6,10 @@
 #include "emlio_internal.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -481,6 +483,8 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->fd = self->adm.cur_fd;
     peer->session = session;
     peer->stalled = false;
+    peer->pipelined = false;
+    peer->coalescing = false; /* ZeroMQ set TCP_NODELAY */
     peer->bytes = 0;
     peer->since_ns = now;
     s_peer_addr(peer->fd, peer->addr, sizeof(peer->addr));
@@ -517,4 +521,45 @@ emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer)
              "(%" PRIu32 " outstanding, send queue full)",
              peer->outstanding);
     s_conn_shutdown(self, conn, EMLIO_LOG_WARN, why);
+}
+
+/* Segment sizes on a connection that carries a pipeline of replies.
+ * ZeroMQ sets TCP_NODELAY, so every write whose end does not fill a
+ * segment is pushed at once as a short one when the window has room: a
+ * 110 KB sample is written as its frame header with the first 8 KiB and
+ * then the rest, and the segments of a 30 ms path averaged 44 KB instead
+ * of the 64 KB that a TUN/loopback MTU allows (iperf3 sends 63 KB). Each
+ * segment costs both ends' TCP and every hop per packet, so that was 13%
+ * of the rate of a CPU-bound path (docs/performance.md). While more
+ * replies to this connection are on their way, Nagle is on: a short tail
+ * waits to be filled by the next reply's bytes (Linux holds at most one
+ * short segment per round trip). Before the last reply of a pipeline is
+ * queued, TCP_NODELAY goes back on, which also pushes what waits: a
+ * client with one request in flight never waits a round trip for a tail.
+ * Only transitions cost a system call (and one ioctl per reply). */
+void
+emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
+{
+    if (!self->cfg.coalesce || !peer || peer->fd < 0)
+        return;
+    emlio__conn_t *conn = emlio__srv_conn_find(self, peer->fd);
+    if (!conn || conn->closing)
+        return;
+    /* Called before this reply is queued. More to come after it: the
+     * client keeps other GETs in flight on this connection (its last GET
+     * said "pipelined": it asks again as replies arrive), requests not
+     * answered yet, or bytes of earlier replies the socket has not sent
+     * yet (ZeroMQ's own queue is not visible, but it drains into this
+     * one), which this reply's bytes will follow. */
+    int unsent = 0;
+    bool want = peer->pipelined || peer->outstanding > 1 ||
+                (ioctl(peer->fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0);
+    if (want == peer->coalescing || !emlio__srv_conn_same(conn))
+        return;
+    int nodelay = !want;
+    /* Fails on an IPC socket (EOPNOTSUPP): nothing to coalesce there, and
+     * the next transition tries again at the same cost. */
+    if (setsockopt(peer->fd, IPPROTO_TCP, TCP_NODELAY, &nodelay,
+                   sizeof(nodelay)) == 0)
+        peer->coalescing = want;
 }

@@ -197,6 +197,8 @@ typedef struct emlio__peer {
     char addr[64];     /* where it connects from, for the log */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
+    bool pipelined;           /* its last GET said other GETs are in flight */
+    bool coalescing; /* Nagle on for its connection: more replies follow */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -341,6 +343,9 @@ emlio__peer_t *emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id,
 emlio__peer_t *emlio__srv_peer_find(emlio_server_t *self, const uint8_t *id,
                                     size_t len, bool add);
 void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
+/* Before a reply to peer is queued: Nagle on its TCP connection while
+ * more replies follow it, TCP_NODELAY when it is the last (cfg.coalesce). */
+void emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer);
 
 /* ---- server_request.c: the frontend thread ---- */
 void *emlio__srv_frontend_main(void *arg);

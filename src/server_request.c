@@ -319,6 +319,7 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     peer->outstanding++;
+    peer->pipelined = job->msg.pipelined;
     /* A v4 connection gets its raw samples packed (a tensor batch is one
      * frame already). */
     job->packed = peer->version >= EMLIO_WIRE_VERSION_PACK && !job->xf;
@@ -371,6 +372,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
                                                zmq_msg_size(&identity), false);
     bool lost = false;
     int more = 1;
+    emlio__srv_peer_coalesce(self, peer);
     if (zmq_msg_send(&identity, self->net.router, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
         0) {
         /* EHOSTUNREACH: the client went away; a reconnecting client asks

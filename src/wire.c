@@ -201,8 +201,9 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
     msgpack_packer pk;
     bool with_xf = xf && xf->spec;
     bool unchecked = xf && xf->unchecked;
-    int failed =
-        s_begin(out, &pk, (with_xf ? 7 : 4) + unchecked, EMLIO_MSG_GET);
+    bool pipelined = xf && xf->pipelined;
+    int failed = s_begin(out, &pk, (with_xf ? 7 : 4) + unchecked + pipelined,
+                         EMLIO_MSG_GET);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_key(&pk, "dataset");
@@ -217,6 +218,10 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
     }
     if (unchecked) {
         failed |= s_pack_key(&pk, "unchecked");
+        failed |= msgpack_pack_true(&pk);
+    }
+    if (pipelined) {
+        failed |= s_pack_key(&pk, "pipelined");
         failed |= msgpack_pack_true(&pk);
     }
     /* A flat [shard, record, shard, record, ...] array: half the framing of
@@ -892,6 +897,8 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
         return s_read_bool(r, &msg->joined);
     if (s_key_is(key, klen, "unchecked"))
         return s_read_bool(r, &msg->unchecked);
+    if (s_key_is(key, klen, "pipelined"))
+        return s_read_bool(r, &msg->pipelined);
     if (s_key_is(key, klen, "code")) {
         *seen |= S_HAS_CODE;
         return s_read_int(r, &msg->code);

@@ -139,6 +139,8 @@ typedef struct emlio__wire_msg {
     uint64_t xf_seed;  /* GET: the RNG seed of the transform */
     uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
     bool unchecked;    /* GET: the client does not check sample CRCs */
+    bool pipelined;    /* GET: the client has other GETs in flight on this
+                          connection (their replies may share segments) */
     bool has_shape;    /* BATCH: a tensor batch (one frame) */
     uint64_t shape[4]; /* BATCH: samples, height, width, channels */
     uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
@@ -159,6 +161,10 @@ typedef struct emlio__wire_xf {
      * checksums itself instead of leaving large samples to the client's
      * check (docs/protocol.md 5.3). */
     bool unchecked;
+    /* Other GETs of this client are in flight on the same connection: sent
+     * as "pipelined", so that the daemon lets the replies' TCP segments be
+     * filled (Nagle) rather than pushed short (docs/protocol.md 5.3). */
+    bool pipelined;
 } emlio__wire_xf_t;
 
 /* The tensor block of a BATCH that answers a GET with a transform: one

@@ -154,6 +154,15 @@ typedef struct emlio_server_config {
      * when the limit leaves room for fewer than 8 shards (or all of
      * them, when fewer) or this value plus 64 exceeds it. */
     uint32_t max_open_shards;
+    /* Full TCP segments for a pipeline of replies (default true): while a
+     * client keeps GETs in flight on a connection (docs/protocol.md 5.3,
+     * "pipelined"), Nagle lets a reply's short last segment wait to be
+     * filled by the next reply: fewer packets, less CPU per byte at both
+     * ends and on every hop. A reply that nothing follows is pushed at
+     * once (TCP_NODELAY), so a lone request never waits a round trip.
+     * false: TCP_NODELAY always, as ZeroMQ sets it. Appended last (the
+     * struct's layout is ABI). */
+    bool coalesce;
 } emlio_server_config_t;
 
 #define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)

@@ -5,6 +5,10 @@
  */
 #include "emlio_test.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include "crc32c.h"
@@ -758,6 +762,115 @@ test_server_large_samples_carry_the_stored_crc(void **state)
     }
 }
 
+/* The daemon's end of the one TCP connection to srv: the descriptor of this
+ * process bound to the server's port with a peer (the listener has none,
+ * the client's end has the port as its peer's). */
+static int
+s_daemon_end(emlio_server_t *srv)
+{
+    const char *ep = emlio_server_endpoint(srv);
+    const char *colon = strrchr(ep, ':');
+    assert_non_null(colon);
+    int port = atoi(colon + 1);
+    for (int fd = 3; fd < 4096; fd++) {
+        struct sockaddr_in me, peer;
+        socklen_t len = sizeof(me);
+        if (getsockname(fd, (struct sockaddr *)&me, &len) != 0 ||
+            me.sin_family != AF_INET || ntohs(me.sin_port) != port)
+            continue;
+        len = sizeof(peer);
+        if (getpeername(fd, (struct sockaddr *)&peer, &len) == 0)
+            return fd;
+    }
+    fail_msg("no connection to %s found", ep);
+    return -1;
+}
+
+static int
+s_nodelay(int fd)
+{
+    int v = -1;
+    socklen_t len = sizeof(v);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+    return v;
+}
+
+/* n GETs of all records, each saying "pipelined" or not; waits for the
+ * replies. */
+static void
+s_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
+       bool pipelined)
+{
+    emlio__wire_item_t items[RECORDS];
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ 0, r };
+    emlio__wire_xf_t xf = { NULL, 0, 0, false, pipelined };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(emlio__wire_encode_get_xf(&buf, first_id + i,
+                                                   emlio_server_dataset(srv),
+                                                   items, RECORDS, &xf),
+                         0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    }
+    emlio_buf_release(&buf);
+    for (int i = 0; i < n; i++) {
+        emlio__wire_msg_t msg;
+        zmq_msg_t header;
+        assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&header);
+    }
+}
+
+/* Replies to a client that keeps GETs in flight travel with Nagle on (full
+ * segments, docs/protocol.md 5.3); the reply to a lone GET is pushed at
+ * once (TCP_NODELAY back on), and --no-coalesce never turns Nagle on. */
+static void
+test_server_coalesces_only_pipelined_replies(void **state)
+{
+    (void)state;
+    char dir[64];
+    test_mkdtemp(dir, sizeof(dir));
+    s_write_records(dir, 100000, NULL); /* samples above a segment */
+    for (int coalesce = 1; coalesce >= 0; coalesce--) {
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_config_t cfg;
+        emlio_server_config_init(&cfg);
+        assert_true(cfg.coalesce); /* the default */
+        cfg.data_dir = dir;
+        cfg.coalesce = coalesce;
+        emlio_server_t *srv = s_start_cfg(ctx, &cfg);
+        void *zctx = zmq_ctx_new();
+        void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+        assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+        emlio_buf_release(&buf);
+        emlio__wire_msg_t msg;
+        zmq_msg_t header;
+        assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&header);
+        int fd = s_daemon_end(srv);
+        assert_int_equal(s_nodelay(fd), 1); /* as ZeroMQ set it */
+
+        s_gets(dealer, srv, 1, 4, true);
+        assert_int_equal(s_nodelay(fd), coalesce ? 0 : 1);
+        s_gets(dealer, srv, 10, 1, false);
+        assert_int_equal(s_nodelay(fd), 1);
+        s_gets(dealer, srv, 20, 3, true);
+        assert_int_equal(s_nodelay(fd), coalesce ? 0 : 1);
+
+        zmq_close(dealer);
+        zmq_ctx_term(zctx);
+        emlio_server_destroy(&srv);
+        emlio_ctx_destroy(&ctx);
+    }
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -772,6 +885,7 @@ main(void)
         cmocka_unit_test(test_server_client_within_credits_is_never_closed),
         cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
+        cmocka_unit_test(test_server_coalesces_only_pipelined_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -362,7 +362,7 @@ test_wire_v3_transform_round_trip(void **state)
     char err[EMLIO_ERRMSG_LEN];
     emlio__wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
     emlio__wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7,
-                            false };
+                            false, false };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -380,17 +380,32 @@ test_wire_v3_transform_round_trip(void **state)
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_null(msg.xf_spec);
     assert_false(msg.unchecked); /* not sent unless asked */
+    assert_false(msg.pipelined);
     emlio__wire_msg_release(&msg);
 
     /* A client that does not check CRCs says so, with or without a
      * transform; the items still decode after the extra key. */
-    emlio__wire_xf_t plain = { NULL, 0, 0, true };
+    emlio__wire_xf_t plain = { NULL, 0, 0, true, false };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 6, "ff", items, 2, &plain),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_null(msg.xf_spec);
     assert_true(msg.unchecked);
+    assert_false(msg.pipelined);
     assert_int_equal(msg.n_items, 2);
+    emlio__wire_msg_release(&msg);
+
+    /* A client with other GETs in flight on the connection says so, beside
+     * a transform and "unchecked"; the items still decode. */
+    emlio__wire_xf_t piped = { "horizontal_flip", 1, 2, true, true };
+    assert_int_equal(emlio__wire_encode_get_xf(&buf, 7, "ff", items, 2, &piped),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_true(msg.pipelined);
+    assert_true(msg.unchecked);
+    assert_int_equal(msg.xf_epoch, 2);
+    assert_int_equal(msg.n_items, 2);
+    assert_int_equal(msg.items[1].record, 3);
     emlio__wire_msg_release(&msg);
 
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };

@@ -244,6 +244,9 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         OPT("sndbuf", 0, OPT_STR, &o->sndbuf, "auto|kernel|BYTES",
             "send buffer of each connection; auto (default):\n"
             "as large as the host allows (docs/tuning.md)"),
+        OPT("no-coalesce", 0, OPT_UNSET, &cfg->coalesce, NULL,
+            "TCP_NODELAY always (default: Nagle while\n"
+            "more replies to a connection are queued)"),
         OPT("metrics", 0, OPT_STR, &o->metrics_addr, "HOST:PORT",
             "serve Prometheus metrics at\n"
             "http://HOST:PORT/metrics (port 0: any)"),
