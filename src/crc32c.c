@@ -6,6 +6,7 @@
 #include "crc32c.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#    include <immintrin.h>
 #    include <nmmintrin.h>
 #    include <wmmintrin.h>
 #    define EMLIO_CRC32C_X86 1
@@ -537,6 +538,106 @@ s_hw_x2nmul(uint32_t p, uint64_t n, unsigned k)
     return p;
 }
 
+/* Long buffers on CPUs with 512-bit carry-less multiplies (Ice Lake and
+ * later, Zen 4): four 64-byte accumulators fold 256 bytes per step. The
+ * crc32 chains above run at ~29 GB/s from cache but ~13 GB/s from DRAM,
+ * which is where a client's batch is by the time it is checked (received
+ * by a ZeroMQ I/O thread, megabytes earlier); folding reads at ~3x that.
+ *
+ * A 16-byte lane A, whose first 8 bytes H are the high-degree half of the
+ * reflected polynomial and the last 8 L the low, moves D bytes forward as
+ * H * x^(8D+63) + L * x^(8D-1) mod P: the extra x of a reflected carry-less
+ * product is taken out of the exponents. Each constant pair is
+ * {x^(8D+63), x^(8D-1)} mod P, bit-reflected into the high half of a
+ * 64-bit word (generated and checked against the bitwise CRC by a script;
+ * test_crc32c compares every length and alignment with the table CRC). The
+ * last 16-byte remainder goes through the crc32 instruction, which
+ * finishes the reduction; the tail after it takes the three-way path. */
+
+#    define PF       2048
+#    define FOLD_MIN 512 /* below this the three chains are faster */
+#    define K(d) \
+        S_K_##d##_L, S_K_##d##_H /* set_epi64 lists high qwords first */
+#    define S_K_256_H 0xe9a5d8be00000000ull
+#    define S_K_256_L 0x1426a81500000000ull
+#    define S_K_192_H 0x7ccbbbf200000000ull
+#    define S_K_192_L 0x31c9460800000000ull
+#    define S_K_128_H 0x6577b24500000000ull
+#    define S_K_128_L 0x7417153f00000000ull
+#    define S_K_64_H  0x1c19243b00000000ull
+#    define S_K_64_L  0x75bba45b00000000ull
+#    define S_K_48_H  0xa46ef4aa00000000ull
+#    define S_K_48_L  0x6051243f00000000ull
+#    define S_K_32_H  0x33ccbbbc00000000ull
+#    define S_K_32_L  0xa2158b3400000000ull
+#    define S_K_16_H  0x3743f7bd00000000ull
+#    define S_K_16_L  0x3171d43000000000ull
+
+#    define S_FOLD_TARGET "avx512f,vpclmulqdq,sse4.2,pclmul"
+
+/* Every lane of x moved forward by the distance k's lanes encode. */
+__attribute__((target(S_FOLD_TARGET))) static inline __m512i
+s_fold512(__m512i x, __m512i k)
+{
+    return _mm512_xor_si512(_mm512_clmulepi64_epi128(x, k, 0x00),
+                            _mm512_clmulepi64_epi128(x, k, 0x11));
+}
+
+__attribute__((target(S_FOLD_TARGET))) static uint32_t
+s_hw_raw_fold(uint32_t crc, const uint8_t *p, size_t len)
+{
+    /* The raw CRC enters as the first four bytes' xor (a reflected CRC of
+     * a message from state s is that of the message with s xored in). */
+    __m512i x0 =
+        _mm512_xor_si512(_mm512_loadu_si512(p),
+                         _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)crc)));
+    __m512i x1 = _mm512_loadu_si512(p + 64);
+    __m512i x2 = _mm512_loadu_si512(p + 128);
+    __m512i x3 = _mm512_loadu_si512(p + 192);
+    p += 256;
+    len -= 256;
+    const __m512i k256 = _mm512_set_epi64(K(256), K(256), K(256), K(256));
+    while (len >= 256) {
+        _mm_prefetch((const char *)p + PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + PF + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + PF + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + PF + 192, _MM_HINT_T0);
+        /* a ^ b ^ c in one instruction (truth table 0x96). */
+        x0 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x0, k256, 0),
+                                       _mm512_clmulepi64_epi128(x0, k256, 17),
+                                       _mm512_loadu_si512(p), 0x96);
+        x1 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x1, k256, 0),
+                                       _mm512_clmulepi64_epi128(x1, k256, 17),
+                                       _mm512_loadu_si512(p + 64), 0x96);
+        x2 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x2, k256, 0),
+                                       _mm512_clmulepi64_epi128(x2, k256, 17),
+                                       _mm512_loadu_si512(p + 128), 0x96);
+        x3 = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x3, k256, 0),
+                                       _mm512_clmulepi64_epi128(x3, k256, 17),
+                                       _mm512_loadu_si512(p + 192), 0x96);
+        p += 256;
+        len -= 256;
+    }
+    /* Four accumulators into the last, 192, 128 and 64 bytes back. */
+    x3 = _mm512_ternarylogic_epi64(
+        x3, s_fold512(x0, _mm512_set_epi64(K(192), K(192), K(192), K(192))),
+        s_fold512(x1, _mm512_set_epi64(K(128), K(128), K(128), K(128))), 0x96);
+    x3 = _mm512_xor_si512(
+        x3, s_fold512(x2, _mm512_set_epi64(K(64), K(64), K(64), K(64))));
+    /* Its four lanes into the last one, 48, 32 and 16 bytes back (the
+     * last lane's constants are unused). */
+    __m512i y = s_fold512(x3, _mm512_set_epi64(0, 0, K(16), K(32), K(48)));
+    __m128i r = _mm_xor_si128(_mm512_extracti32x4_epi32(x3, 3),
+                              _mm512_extracti32x4_epi32(y, 0));
+    r = _mm_xor_si128(r, _mm512_extracti32x4_epi32(y, 1));
+    r = _mm_xor_si128(r, _mm512_extracti32x4_epi32(y, 2));
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(r));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(r, 1));
+    return s_hw_raw_3way((uint32_t)c, p, len);
+}
+
+#    undef K
+
 /* For the rare CPU with SSE4.2 but no pclmulqdq (first-generation Nehalem):
  * one chain of crc32 instructions, still several times the table speed. */
 __attribute__((target("sse4.2"))) static uint32_t
@@ -567,6 +668,9 @@ emlio_crc32c(uint32_t crc, const void *data, size_t len)
      * so checking per call costs a load and a test and needs no mutable
      * dispatch pointer of our own. */
     if (__builtin_cpu_supports("sse4.2")) {
+        if (len >= FOLD_MIN && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("vpclmulqdq"))
+            return ~s_hw_raw_fold(~crc, data, len);
         if (__builtin_cpu_supports("pclmul"))
             return ~s_hw_raw_3way(~crc, data, len);
         return ~s_hw_raw_1way(~crc, data, len);
