@@ -540,9 +540,11 @@ s_hw_x2nmul(uint32_t p, uint64_t n, unsigned k)
 
 /* Long buffers on CPUs with 512-bit carry-less multiplies (Ice Lake and
  * later, Zen 4): four 64-byte accumulators fold 256 bytes per step. The
- * crc32 chains above run at ~29 GB/s from cache but ~13 GB/s from DRAM,
- * which is where a client's batch is by the time it is checked (received
- * by a ZeroMQ I/O thread, megabytes earlier); folding reads at ~3x that.
+ * crc32 chains above run at ~29 GB/s from L2 and ~13.7 GB/s from DRAM;
+ * folding at 59-94 and ~15.5 (this VM). A client's batch is mostly out of
+ * cache by the time it is checked (received by a ZeroMQ I/O thread,
+ * megabytes earlier): its check at 30 ms fell from 7.4% to 5.1% of the
+ * VM's CPU, and 110 KB samples over loopback cost 2-4% less CPU per GB.
  *
  * A 16-byte lane A, whose first 8 bytes H are the high-degree half of the
  * reflected polynomial and the last 8 L the low, moves D bytes forward as
@@ -554,8 +556,12 @@ s_hw_x2nmul(uint32_t p, uint64_t n, unsigned k)
  * last 16-byte remainder goes through the crc32 instruction, which
  * finishes the reduction; the tail after it takes the three-way path. */
 
-#    define PF       2048
-#    define FOLD_MIN 512 /* below this the three chains are faster */
+#    define PF       2048 /* prefetch distance: 94 against 59 GB/s in L2 */
+/* Not below 8 KiB: the daemon checks ~700-byte samples one call each, and
+ * folding those (while scalar work runs between calls) cost 15% of its rate
+ * at 512 B (1.33M against 1.57M samples/s, bench/sample_cost.sh): the
+ * 512-bit units' wake-up and the constants' setup are paid per call. */
+#    define FOLD_MIN 8192
 #    define K(d) \
         S_K_##d##_L, S_K_##d##_H /* set_epi64 lists high qwords first */
 #    define S_K_256_H 0xe9a5d8be00000000ull

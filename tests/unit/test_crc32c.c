@@ -68,8 +68,8 @@ test_crc32c_incremental_equals_whole(void **state)
  * 3 * 256 and 3 * 64 bytes after aligning; lengths around those edges, at every
  * alignment, are where a wrong shift constant would show. On CPUs with
  * 512-bit carry-less multiplies (this project's VMs have them) inputs of
- * 512 bytes and more are folded 256 bytes at a time, then the last 64 and
- * 16, and the tail goes the three-way path: the edges around 512, 256 * k
+ * 8 KiB and more are folded 256 bytes at a time, then the last 64 and 16,
+ * and the tail goes the three-way path: the edges around 8 KiB, 256 * k
  * and 256 * k + 16 pin those constants. */
 static void
 test_crc32c_hw_matches_sw(void **state)
@@ -96,14 +96,14 @@ test_crc32c_hw_matches_sw(void **state)
                                     3 * 8192 + 1,
                                     3 * 8192 + 768 + 7,
                                     2 * 3 * 8192 + 5,
-                                    511,
-                                    512,
-                                    513,
-                                    527,
-                                    528,
-                                    1023,
-                                    1024,
-                                    1024 + 255,
+                                    8191,
+                                    8192,
+                                    8193,
+                                    8192 + 15,
+                                    8192 + 16,
+                                    8192 + 63,
+                                    8192 + 64,
+                                    8192 + 255,
                                     256 * 97,
                                     256 * 97 + 16,
                                     256 * 97 + 63,
