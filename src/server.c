@@ -33,7 +33,7 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->serializers = 1;
     cfg->queue_depth = 64;
     cfg->readahead = true;
-    cfg->coalesce = true;
+    cfg->coalesce = EMLIO_COALESCE_AUTO;
     cfg->max_batch = 4096;
     cfg->max_credit = 256;
     cfg->max_copy_bytes = EMLIO_SERVER_MAX_COPY_BYTES;

@@ -199,6 +199,8 @@ typedef struct emlio__peer {
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
     bool pipelined;           /* its last GET said other GETs are in flight */
     bool coalescing; /* Nagle on for its connection: more replies follow */
+    bool path_known; /* long_path was measured (TCP_INFO, once) */
+    bool long_path;  /* RTT >= EMLIO_COALESCE_MIN_RTT_US: worth coalescing */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -344,7 +346,8 @@ emlio__peer_t *emlio__srv_peer_find(emlio_server_t *self, const uint8_t *id,
                                     size_t len, bool add);
 void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
 /* Before a reply to peer is queued: Nagle on its TCP connection while
- * more replies follow it, TCP_NODELAY when it is the last (cfg.coalesce). */
+ * more replies follow it, TCP_NODELAY when it is the last (cfg.coalesce,
+ * emlio_coalesce_t). */
 void emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer);
 
 /* ---- server_request.c: the frontend thread ---- */

@@ -101,6 +101,13 @@ static const opt_choice_t s_corrupt_modes[] = {
     { NULL, 0 },
 };
 
+static const opt_choice_t s_coalesce_modes[] = {
+    { "auto", EMLIO_COALESCE_AUTO },
+    { "always", EMLIO_COALESCE_ALWAYS },
+    { "never", EMLIO_COALESCE_NEVER },
+    { NULL, 0 },
+};
+
 static const opt_choice_t s_level_names[] = {
     { "error", EMLIO_LOG_ERROR },
     { "warn", EMLIO_LOG_WARN },
@@ -244,9 +251,11 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         OPT("sndbuf", 0, OPT_STR, &o->sndbuf, "auto|kernel|BYTES",
             "send buffer of each connection; auto (default):\n"
             "as large as the host allows (docs/tuning.md)"),
-        OPT("no-coalesce", 0, OPT_UNSET, &cfg->coalesce, NULL,
-            "TCP_NODELAY always (default: Nagle while\n"
-            "more replies to a connection are queued)"),
+        OPT("coalesce", 0, OPT_CHOICE, &cfg->coalesce, "WHEN",
+            "full TCP segments while a client keeps\n"
+            "requests in flight: auto (default: paths\n"
+            "of 1 ms RTT or more), always or never",
+            .choices = s_coalesce_modes),
         OPT("metrics", 0, OPT_STR, &o->metrics_addr, "HOST:PORT",
             "serve Prometheus metrics at\n"
             "http://HOST:PORT/metrics (port 0: any)"),
