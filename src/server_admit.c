@@ -485,8 +485,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->stalled = false;
     peer->pipelined = false;
     peer->coalescing = false; /* ZeroMQ set TCP_NODELAY */
-    peer->path_known = false;
-    peer->long_path = false;
+    peer->no_coalesce = false;
     peer->bytes = 0;
     peer->since_ns = now;
     s_peer_addr(peer->fd, peer->addr, sizeof(peer->addr));
@@ -544,10 +543,8 @@ emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer)
 void
 emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
 {
-    if (self->cfg.coalesce == EMLIO_COALESCE_NEVER || !peer || peer->fd < 0)
-        return;
-    emlio__conn_t *conn = emlio__srv_conn_find(self, peer->fd);
-    if (!conn || conn->closing)
+    if (self->cfg.coalesce == EMLIO_COALESCE_NEVER || !peer || peer->fd < 0 ||
+        peer->no_coalesce)
         return;
     /* Called before this reply is queued. More to come after it: the
      * client keeps other GETs in flight on this connection (its last GET
@@ -558,26 +555,27 @@ emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
     int unsent = 0;
     bool want = peer->pipelined || peer->outstanding > 1 ||
                 (ioctl(peer->fd, SIOCOUTQNSD, &unsent) == 0 && unsent > 0);
-    if (want == peer->coalescing || !emlio__srv_conn_same(conn))
+    if (want == peer->coalescing)
+        return;
+    emlio__conn_t *conn = emlio__srv_conn_find(self, peer->fd);
+    if (!conn || conn->closing || !emlio__srv_conn_same(conn))
         return;
     if (want && self->cfg.coalesce == EMLIO_COALESCE_AUTO) {
-        /* The path's RTT, once (it is known from the handshake): over
-         * loopback or a LAN the tails leave full anyway or cost nothing. */
-        if (!peer->path_known) {
-            emlio__netpath_info_t info;
-            peer->path_known = true;
-            peer->long_path =
-                emlio__netpath_info(peer->fd, &info) == 0 &&
-                (info.min_rtt_us ? info.min_rtt_us : info.rtt_us) >=
-                    EMLIO_COALESCE_MIN_RTT_US;
-        }
-        if (!peer->long_path)
+        /* The path's RTT, read once (the handshake gave it): over loopback
+         * or a LAN the tails leave full anyway or cost nothing. */
+        emlio__netpath_info_t info;
+        if (emlio__netpath_info(peer->fd, &info) != 0 ||
+            (info.min_rtt_us ? info.min_rtt_us : info.rtt_us) <
+                EMLIO_COALESCE_MIN_RTT_US) {
+            peer->no_coalesce = true;
             return;
+        }
     }
     int nodelay = !want;
-    /* Fails on an IPC socket (EOPNOTSUPP): nothing to coalesce there, and
-     * the next transition tries again at the same cost. */
+    /* Fails on an IPC socket (EOPNOTSUPP): nothing to coalesce there. */
     if (setsockopt(peer->fd, IPPROTO_TCP, TCP_NODELAY, &nodelay,
                    sizeof(nodelay)) == 0)
         peer->coalescing = want;
+    else
+        peer->no_coalesce = true;
 }

@@ -198,9 +198,8 @@ typedef struct emlio__peer {
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
     bool pipelined;           /* its last GET said other GETs are in flight */
-    bool coalescing; /* Nagle on for its connection: more replies follow */
-    bool path_known; /* long_path was measured (TCP_INFO, once) */
-    bool long_path;  /* RTT >= EMLIO_COALESCE_MIN_RTT_US: worth coalescing */
+    bool coalescing;  /* Nagle on for its connection: more replies follow */
+    bool no_coalesce; /* never: a short path (auto mode) or not TCP */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
