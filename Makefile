@@ -86,7 +86,7 @@ MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
 all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
      $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
      $(B)/bench/delayline $(B)/bench/transform_bench $(B)/bench/folder_tree \
-     $(B)/bench/start_scale
+     $(B)/bench/start_scale $(B)/bench/crc_speed
 
 $(VERSION_H): VERSION
 	@mkdir -p $(dir $@)
@@ -160,6 +160,13 @@ $(B)/bench/start_scale: bench/start_scale.c $(LIB_REAL) $(B)/bin/emliod | $(LIB_
 	@mkdir -p $(dir $@)
 	$(CC) $(TOOL_CFLAGS) -o $@ $< $(LDFLAGS_ALL) -L$(B)/lib -lemlio \
 	    -Wl,-rpath,'$$ORIGIN/../lib'
+
+# CRC-32C speed per sample size, cached and from memory (the function is
+# internal, so it links the static library): built, never installed.
+$(B)/bench/crc_speed: bench/crc_speed.c $(B)/libemlio.a
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -Isrc -Iinclude -I$(B)/include -o $@ $< \
+	    $(B)/libemlio.a
 
 # A benchmark tool, not part of the product: built, never installed.
 $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o

@@ -14,7 +14,10 @@
 # line per cell: samples/s, MB/s, client and daemon CPU-us per sample and
 # CPU-s per GB. Leaves no daemon behind. CELLS="SIZE:EPOCHS ..." picks the
 # cells (default "512:10 4096:40 110000:20"), e.g. CELLS=110000:60 for the
-# per-byte cost alone.
+# per-byte cost alone. BATCH (default 256) sets the batch size, EMLIOD_ARGS
+# extra daemon options for both builds (e.g. "--coalesce always"), and
+# NEW_ARGS extra daemon options for the new build alone (an A/B of one
+# option: BASE_BUILD and NEW_BUILD the same tree).
 set -euo pipefail
 BASE=$1
 NEW=$2
@@ -49,15 +52,18 @@ EOF
     rm -rf "$tmp"
 }
 
-emlio_cell() { # BUILD DATA EPOCHS
+emlio_cell() { # BUILD DATA EPOCHS ROLE (base or new)
     local tmp dp ep t0 t1
     tmp=$(mktemp -d)
-    "$1/bin/emliod" --data "$2" --bind 'tcp://127.0.0.1:*' >"$tmp/d" 2>&1 &
+    local extra=${EMLIOD_ARGS:-}
+    [ "$4" = new ] && extra="$extra ${NEW_ARGS:-}"
+    # shellcheck disable=SC2086 # word splitting of the option lists is meant
+    "$1/bin/emliod" --data "$2" --bind 'tcp://127.0.0.1:*' $extra >"$tmp/d" 2>&1 &
     dp=$!
     for _ in $(seq 100); do grep -q listening "$tmp/d" && break; sleep 0.1; done
     ep=$(sed -n 's/.*listening on \(tcp:[^ ]*\).*/\1/p' "$tmp/d" | head -1)
     t0=$(awk '{print $14 + $15}' /proc/$dp/stat)
-    /usr/bin/time -f "%U %S" -o "$tmp/t" "$1/bin/emlio" fetch --connect "$ep" --batch 256 \
+    /usr/bin/time -f "%U %S" -o "$tmp/t" "$1/bin/emlio" fetch --connect "$ep" --batch "${BATCH:-256}" \
         --epochs "$3" --verify --quiet >"$tmp/j"
     t1=$(awk '{print $14 + $15}' /proc/$dp/stat)
     kill $dp
@@ -89,9 +95,9 @@ for r in $(seq "$ROUNDS"); do
     for cell in ${CELLS:-512:10 4096:40 110000:20}; do
         size=${cell%%:*}
         epochs=${cell##*:}
-        for b in "$BASE" "$NEW"; do
-            printf "%-6s %-24s " "$size" "$b"
-            emlio_cell "$b" "$DATA/d$size" "$epochs"
-        done
+        printf "%-6s %-24s " "$size" "$BASE"
+        emlio_cell "$BASE" "$DATA/d$size" "$epochs" base
+        printf "%-6s %-24s " "$size" "$NEW${NEW_ARGS:+ $NEW_ARGS}"
+        emlio_cell "$NEW" "$DATA/d$size" "$epochs" new
     done
 done

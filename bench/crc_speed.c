@@ -1,0 +1,67 @@
+/* crc_speed.c - CRC-32C speed of this build (emlio_crc32c), per sample
+ * size, from cache and from memory (issue 18; docs/performance.md).
+ *
+ * usage: crc_speed [MIB]
+ * For each sample size, checksums samples laid end to end in about 1 MiB
+ * (stays in L2) and in MIB MiB (default 1024: from DRAM),
+ * five passes each, and prints GB/s. The checksum of each pass is printed
+ * too, so that two builds can be compared for equal results.
+ * SPDX-License-Identifier: MIT
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crc32c.h"
+
+static double
+s_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* GB/s over passes of buffer total, sample by sample. */
+static double
+s_rate(const uint8_t *buf, size_t total, size_t sample, uint32_t *sum)
+{
+    size_t n = total / sample;
+    double t0 = s_now();
+    for (int pass = 0; pass < 5; pass++)
+        for (size_t i = 0; i < n; i++)
+            *sum ^= emlio_crc32c(0, buf + i * sample, sample);
+    return 5.0 * (double)(n * sample) / (s_now() - t0) / 1e9;
+}
+
+int
+main(int argc, char **argv)
+{
+    size_t big = (size_t)(argc > 1 ? atol(argv[1]) : 1024) << 20;
+    static const size_t sizes[] = { 512, 4096, 8192, 32768, 110000, 3500000 };
+    uint8_t *buf = malloc(big);
+    if (!buf) {
+        fprintf(stderr, "crc_speed: cannot allocate %zu MiB\n", big >> 20);
+        return 1;
+    }
+    for (size_t i = 0; i < big; i++)
+        buf[i] = (uint8_t)(i * 2654435761u >> 13);
+    printf("%10s %14s %14s %10s\n", "sample B", "cached GB/s", "memory GB/s",
+           "checksum");
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        uint32_t sum = 0;
+        /* About 1 MiB of samples (at least one): stays in L2. */
+        size_t hot = (1u << 20) / sizes[k] * sizes[k];
+        if (hot < sizes[k])
+            hot = sizes[k];
+        double cached = s_rate(buf, hot, sizes[k], &sum);
+        double cold = s_rate(buf, big, sizes[k], &sum);
+        printf("%10zu %14.1f %14.1f %10x\n", sizes[k], cached, cold,
+               (unsigned)sum);
+    }
+    free(buf);
+    return 0;
+}
