@@ -197,7 +197,6 @@ typedef struct emlio__peer {
     char addr[64];     /* where it connects from, for the log */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
-    bool pipelined;           /* its last GET said other GETs are in flight */
     bool coalescing;  /* Nagle on for its connection: more replies follow */
     bool no_coalesce; /* never: a short path (auto mode) or not TCP */
 } emlio__peer_t;
