@@ -483,6 +483,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->stalled = false;
     peer->coalescing = false; /* ZeroMQ set TCP_NODELAY */
     peer->no_coalesce = false;
+    peer->long_path = false;
     peer->bytes = 0;
     peer->since_ns = now;
     s_peer_addr(peer->fd, peer->addr, sizeof(peer->addr));
@@ -557,7 +558,7 @@ emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
     emlio__conn_t *conn = emlio__srv_conn_find(self, peer->fd);
     if (!conn || conn->closing || !emlio__srv_conn_same(conn))
         return;
-    if (want && self->cfg.coalesce == EMLIO_COALESCE_AUTO) {
+    if (want && self->cfg.coalesce == EMLIO_COALESCE_AUTO && !peer->long_path) {
         /* The path's RTT, read once (the handshake gave it): over loopback
          * or a LAN the tails leave full anyway or cost nothing. */
         emlio__netpath_info_t info;
@@ -567,6 +568,7 @@ emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
             peer->no_coalesce = true;
             return;
         }
+        peer->long_path = true;
     }
     int nodelay = !want;
     /* Fails on an IPC socket (EOPNOTSUPP): nothing to coalesce there. */

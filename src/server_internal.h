@@ -199,6 +199,7 @@ typedef struct emlio__peer {
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
     bool coalescing;  /* Nagle on for its connection: more replies follow */
     bool no_coalesce; /* never: a short path (auto mode) or not TCP */
+    bool long_path;   /* auto mode: its RTT was read and is long enough */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
