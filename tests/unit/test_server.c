@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "crc32c.h"
+#include "server_internal.h"
 #include "wire.h"
 
 #define RECORDS 16
@@ -881,6 +882,83 @@ test_server_pushes_the_last_reply_of_a_pipeline(void **state)
     test_rmtree(dir);
 }
 
+/* A connected loopback TCP socket (the daemon's end); *other is the
+ * client's end and *lfd the listener. */
+static int
+s_tcp_pair(int *other, int *lfd)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    *lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*lfd >= 0);
+    assert_int_equal(bind(*lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(*lfd, 1), 0);
+    assert_int_equal(getsockname(*lfd, (struct sockaddr *)&a, &len), 0);
+    *other = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(*other, (struct sockaddr *)&a, sizeof(a)), 0);
+    int fd = accept(*lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+/* The decision alone, on a server record with one connection: Nagle while
+ * more than one GET is unanswered, TCP_NODELAY for the last reply; nothing
+ * done when the descriptor now names another socket (its inode changed),
+ * over loopback in "auto", or on a Unix socket (IPC). */
+static void
+test_server_coalesce_decision(void **state)
+{
+    (void)state;
+    int client, lfd;
+    int fd = s_tcp_pair(&client, &lfd);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    emlio_server_t *srv = calloc(1, sizeof(*srv));
+    assert_non_null(srv);
+    emlio__conn_t conn = { .fd = fd, .ino = st.st_ino };
+    srv->adm.conns = &conn;
+    srv->adm.n_conns = 1;
+    srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
+    emlio__peer_t peer = { .fd = fd, .outstanding = 3 };
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 0);
+    peer.outstanding = 2;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 0);
+    peer.outstanding = 1;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 1);
+    assert_false(peer.coalescing);
+
+    conn.ino = st.st_ino + 1; /* the number reused by another socket */
+    peer.outstanding = 2;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 1);
+    conn.ino = st.st_ino;
+
+    srv->cfg.coalesce = EMLIO_COALESCE_AUTO; /* loopback: below 1 ms */
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 1);
+    assert_true(peer.no_coalesce);
+
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(fstat(sv[0], &st), 0);
+    conn = (emlio__conn_t){ .fd = sv[0], .ino = st.st_ino };
+    peer = (emlio__peer_t){ .fd = sv[0], .outstanding = 2 };
+    srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_true(peer.no_coalesce);
+    assert_false(peer.coalescing);
+    close(sv[0]);
+    close(sv[1]);
+    free(srv);
+    close(fd);
+    close(client);
+    close(lfd);
+}
+
 int
 main(void)
 {
@@ -896,6 +974,7 @@ main(void)
         cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
         cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
+        cmocka_unit_test(test_server_coalesce_decision),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
