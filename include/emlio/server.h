@@ -176,6 +176,8 @@ typedef enum emlio_coalesce {
     EMLIO_COALESCE_NEVER = 2,  /* TCP_NODELAY always, as ZeroMQ sets it */
 } emlio_coalesce_t;
 
+/* EMLIO_COALESCE_AUTO's threshold: the connection's smallest RTT seen
+ * (TCP_INFO), read once, at the first reply that would turn Nagle on. */
 #define EMLIO_COALESCE_MIN_RTT_US 1000
 
 #define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)
