@@ -479,6 +479,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->outstanding = 0;
     peer->last_seen_ns = now;
     peer->fd = self->adm.cur_fd;
+    peer->ino = peer->fd >= 0 ? s_fd_ino(peer->fd) : 0;
     peer->session = session;
     peer->stalled = false;
     peer->coalescing = false; /* ZeroMQ set TCP_NODELAY */
@@ -555,9 +556,13 @@ emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
     bool want = peer->outstanding > 1;
     if (want == peer->coalescing)
         return;
-    emlio__conn_t *conn = emlio__srv_conn_find(self, peer->fd);
-    if (!conn || conn->closing || !emlio__srv_conn_same(conn))
+    /* Its own socket still: once the connection closed, its number may
+     * name another client's (the connection record, which the monitor's
+     * events keep, may already be that one's when events were lost). */
+    if (s_fd_ino(peer->fd) != peer->ino) {
+        peer->no_coalesce = true;
         return;
+    }
     if (want && self->cfg.coalesce == EMLIO_COALESCE_AUTO && !peer->long_path) {
         /* The path's RTT, read once (the handshake gave it): over loopback
          * or a LAN the tails leave full anyway or cost nothing. */

@@ -188,6 +188,7 @@ typedef struct emlio__peer {
     uint32_t outstanding;
     uint64_t last_seen_ns;
     int fd;            /* its connection (ZMQ_SRCFD), -1 when unknown */
+    ino_t ino;         /* that socket's inode: fd may name another by now */
     uint64_t session;  /* the client session it joined by HELLO; 0 = none
                           (a v1 client: each connection is a client) */
     bool stalled;      /* a reply could not be queued: it does not read */

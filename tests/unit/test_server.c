@@ -904,7 +904,8 @@ s_tcp_pair(int *other, int *lfd)
 
 /* The decision alone, on a server record with one connection: Nagle while
  * more than one GET is unanswered, TCP_NODELAY for the last reply; nothing
- * done when the descriptor now names another socket (its inode changed),
+ * done for a peer whose descriptor now names another client's socket (even
+ * when the connection record, after lost monitor events, is that one's),
  * over loopback in "auto", or on a Unix socket (IPC). */
 static void
 test_server_coalesce_decision(void **state)
@@ -920,7 +921,7 @@ test_server_coalesce_decision(void **state)
     srv->adm.conns = &conn;
     srv->adm.n_conns = 1;
     srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
-    emlio__peer_t peer = { .fd = fd, .outstanding = 3 };
+    emlio__peer_t peer = { .fd = fd, .ino = st.st_ino, .outstanding = 3 };
     emlio__srv_peer_coalesce(srv, &peer);
     assert_int_equal(s_nodelay(fd), 0);
     peer.outstanding = 2;
@@ -931,11 +932,12 @@ test_server_coalesce_decision(void **state)
     assert_int_equal(s_nodelay(fd), 1);
     assert_false(peer.coalescing);
 
-    conn.ino = st.st_ino + 1; /* the number reused by another socket */
+    /* A stale peer: the number is another client's socket now. */
+    peer.ino = st.st_ino + 1;
     peer.outstanding = 2;
     emlio__srv_peer_coalesce(srv, &peer);
     assert_int_equal(s_nodelay(fd), 1);
-    conn.ino = st.st_ino;
+    peer = (emlio__peer_t){ .fd = fd, .ino = st.st_ino, .outstanding = 2 };
 
     srv->cfg.coalesce = EMLIO_COALESCE_AUTO; /* loopback: below 1 ms */
     emlio__srv_peer_coalesce(srv, &peer);
@@ -946,7 +948,7 @@ test_server_coalesce_decision(void **state)
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     assert_int_equal(fstat(sv[0], &st), 0);
     conn = (emlio__conn_t){ .fd = sv[0], .ino = st.st_ino };
-    peer = (emlio__peer_t){ .fd = sv[0], .outstanding = 2 };
+    peer = (emlio__peer_t){ .fd = sv[0], .ino = st.st_ino, .outstanding = 2 };
     srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
     emlio__srv_peer_coalesce(srv, &peer);
     assert_true(peer.no_coalesce);
