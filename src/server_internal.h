@@ -188,6 +188,7 @@ typedef struct emlio__peer {
     uint32_t outstanding;
     uint64_t last_seen_ns;
     int fd;            /* its connection (ZMQ_SRCFD), -1 when unknown */
+    ino_t ino;         /* that socket's inode: fd may name another by now */
     uint64_t session;  /* the client session it joined by HELLO; 0 = none
                           (a v1 client: each connection is a client) */
     bool stalled;      /* a reply could not be queued: it does not read */
@@ -197,9 +198,9 @@ typedef struct emlio__peer {
     char addr[64];     /* where it connects from, for the log */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
-    bool pipelined;           /* its last GET said other GETs are in flight */
     bool coalescing;  /* Nagle on for its connection: more replies follow */
     bool no_coalesce; /* never: a short path (auto mode) or not TCP */
+    bool long_path;   /* auto mode: its RTT was read and is long enough */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from

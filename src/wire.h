@@ -162,8 +162,8 @@ typedef struct emlio__wire_xf {
      * check (docs/protocol.md 5.3). */
     bool unchecked;
     /* Other GETs of this client are in flight on the same connection: sent
-     * as "pipelined", so that the daemon lets the replies' TCP segments be
-     * filled (Nagle) rather than pushed short (docs/protocol.md 5.3). */
+     * as "pipelined", a hint emliod does not act on (docs/protocol.md 5.3:
+     * a tail held for the next GET waited a round trip). */
     bool pipelined;
 } emlio__wire_xf_t;
 

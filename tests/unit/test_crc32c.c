@@ -127,6 +127,47 @@ test_crc32c_hw_matches_sw(void **state)
     free(buf);
 }
 
+/* Every length of the folded path's first kilobyte (8 KiB + 0..1024: each
+ * tail after the 256-byte steps, 0..255, reached four times) at four
+ * alignments, from a zero and a running CRC, and with all bytes 0xff (every
+ * carry-less product's bits set); then one bit flipped at every 61st
+ * position of a folded buffer, which each constant's lane must see. */
+static void
+test_crc32c_fold_sweep(void **state)
+{
+    (void)state;
+    size_t cap = 8192 + 1024 + 64;
+    uint8_t *buf = malloc(cap);
+    uint8_t *ones = malloc(cap);
+    assert_non_null(buf);
+    assert_non_null(ones);
+    s_fill(buf, cap, 8192);
+    memset(ones, 0xff, cap);
+    static const size_t aligns[] = { 0, 1, 8, 63 };
+    for (size_t len = 8192 - 16; len <= 8192 + 1024; len++)
+        for (size_t a = 0; a < EMLIO_ARRAY_SIZE(aligns); a++) {
+            const uint8_t *p = buf + aligns[a];
+            uint32_t run = (uint32_t)(len * 2654435761u);
+            assert_int_equal(emlio_crc32c(0, p, len),
+                             emlio__crc32c_sw(0, p, len));
+            assert_int_equal(emlio_crc32c(run, p, len),
+                             emlio__crc32c_sw(run, p, len));
+            assert_int_equal(emlio_crc32c(run, ones + aligns[a], len),
+                             emlio__crc32c_sw(run, ones + aligns[a], len));
+        }
+    size_t len = 8192 + 512 + 17;
+    uint32_t clean = emlio_crc32c(0, buf, len);
+    for (size_t i = 0; i < len * 8; i += 61) {
+        buf[i / 8] ^= (uint8_t)(1u << (i % 8));
+        uint32_t flipped = emlio_crc32c(0, buf, len);
+        assert_int_not_equal(flipped, clean);
+        assert_int_equal(flipped, emlio__crc32c_sw(0, buf, len));
+        buf[i / 8] ^= (uint8_t)(1u << (i % 8));
+    }
+    free(ones);
+    free(buf);
+}
+
 static void
 test_crc32c_combine(void **state)
 {
@@ -280,6 +321,7 @@ main(void)
         cmocka_unit_test(test_crc32c_rfc3720_vectors),
         cmocka_unit_test(test_crc32c_incremental_equals_whole),
         cmocka_unit_test(test_crc32c_hw_matches_sw),
+        cmocka_unit_test(test_crc32c_fold_sweep),
         cmocka_unit_test(test_crc32c_combine),
         cmocka_unit_test(test_crc32c_middle_all_splits),
         cmocka_unit_test(test_crc32c_middle_long),

@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "crc32c.h"
+#include "server_internal.h"
 #include "wire.h"
 
 #define RECORDS 16
@@ -823,12 +824,14 @@ s_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
     }
 }
 
-/* Replies to a client that keeps GETs in flight travel with Nagle on (full
- * segments, docs/protocol.md 5.3); the reply to a lone GET is pushed at
- * once (TCP_NODELAY back on). "never" never turns Nagle on, and neither
- * does the default "auto" over loopback (an RTT far below 1 ms). */
+/* Replies travel with Nagle on (full segments) only while more GETs of the
+ * connection are unanswered: the last reply of a pipeline is pushed at once
+ * (TCP_NODELAY back on), even when its GET said "pipelined" (docs/protocol.md
+ * 5.3), because a tail held for the client's next GET waits a round trip.
+ * "never" never turns Nagle on, and neither does the default "auto" over
+ * loopback (an RTT far below 1 ms). */
 static void
-test_server_coalesces_only_pipelined_replies(void **state)
+test_server_pushes_the_last_reply_of_a_pipeline(void **state)
 {
     (void)state;
     char dir[64];
@@ -837,7 +840,6 @@ test_server_coalesces_only_pipelined_replies(void **state)
     static const int modes[] = { EMLIO_COALESCE_ALWAYS, EMLIO_COALESCE_NEVER,
                                  EMLIO_COALESCE_AUTO };
     for (size_t m = 0; m < EMLIO_ARRAY_SIZE(modes); m++) {
-        bool coalesce = modes[m] == EMLIO_COALESCE_ALWAYS;
         emlio_ctx_t *ctx = emlio_ctx_new();
         emlio_server_config_t cfg;
         emlio_server_config_init(&cfg);
@@ -860,12 +862,17 @@ test_server_coalesces_only_pipelined_replies(void **state)
         int fd = s_daemon_end(srv);
         assert_int_equal(s_nodelay(fd), 1); /* as ZeroMQ set it */
 
+        /* Whatever happened between them, the last reply found no other
+         * GET unanswered. */
         s_gets(dealer, srv, 1, 4, true);
-        assert_int_equal(s_nodelay(fd), coalesce ? 0 : 1);
+        assert_int_equal(s_nodelay(fd), 1);
         s_gets(dealer, srv, 10, 1, false);
         assert_int_equal(s_nodelay(fd), 1);
-        s_gets(dealer, srv, 20, 3, true);
-        assert_int_equal(s_nodelay(fd), coalesce ? 0 : 1);
+        /* The second of two GETs, whose first was answered already. */
+        s_gets(dealer, srv, 20, 1, true);
+        assert_int_equal(s_nodelay(fd), 1);
+        s_gets(dealer, srv, 30, 3, true);
+        assert_int_equal(s_nodelay(fd), 1);
 
         zmq_close(dealer);
         zmq_ctx_term(zctx);
@@ -873,6 +880,85 @@ test_server_coalesces_only_pipelined_replies(void **state)
         emlio_ctx_destroy(&ctx);
     }
     test_rmtree(dir);
+}
+
+/* A connected loopback TCP socket (the daemon's end); *other is the
+ * client's end and *lfd the listener. */
+static int
+s_tcp_pair(int *other, int *lfd)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    *lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*lfd >= 0);
+    assert_int_equal(bind(*lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(*lfd, 1), 0);
+    assert_int_equal(getsockname(*lfd, (struct sockaddr *)&a, &len), 0);
+    *other = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(*other, (struct sockaddr *)&a, sizeof(a)), 0);
+    int fd = accept(*lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+/* The decision alone, on a server record with one connection: Nagle while
+ * more than one GET is unanswered, TCP_NODELAY for the last reply; nothing
+ * done for a peer whose descriptor now names another client's socket (even
+ * when the connection record, after lost monitor events, is that one's),
+ * over loopback in "auto", or on a Unix socket (IPC). */
+static void
+test_server_coalesce_decision(void **state)
+{
+    (void)state;
+    int client, lfd;
+    int fd = s_tcp_pair(&client, &lfd);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    emlio_server_t *srv = calloc(1, sizeof(*srv));
+    assert_non_null(srv);
+    emlio__conn_t conn = { .fd = fd, .ino = st.st_ino };
+    srv->adm.conns = &conn;
+    srv->adm.n_conns = 1;
+    srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
+    emlio__peer_t peer = { .fd = fd, .ino = st.st_ino, .outstanding = 3 };
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 0);
+    peer.outstanding = 2;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 0);
+    peer.outstanding = 1;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 1);
+    assert_false(peer.coalescing);
+
+    /* A stale peer: the number is another client's socket now. */
+    peer.ino = st.st_ino + 1;
+    peer.outstanding = 2;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 1);
+    peer = (emlio__peer_t){ .fd = fd, .ino = st.st_ino, .outstanding = 2 };
+
+    srv->cfg.coalesce = EMLIO_COALESCE_AUTO; /* loopback: below 1 ms */
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_int_equal(s_nodelay(fd), 1);
+    assert_true(peer.no_coalesce);
+
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(fstat(sv[0], &st), 0);
+    conn = (emlio__conn_t){ .fd = sv[0], .ino = st.st_ino };
+    peer = (emlio__peer_t){ .fd = sv[0], .ino = st.st_ino, .outstanding = 2 };
+    srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_true(peer.no_coalesce);
+    assert_false(peer.coalescing);
+    close(sv[0]);
+    close(sv[1]);
+    free(srv);
+    close(fd);
+    close(client);
+    close(lfd);
 }
 
 int
@@ -889,7 +975,8 @@ main(void)
         cmocka_unit_test(test_server_client_within_credits_is_never_closed),
         cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
-        cmocka_unit_test(test_server_coalesces_only_pipelined_replies),
+        cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
+        cmocka_unit_test(test_server_coalesce_decision),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
