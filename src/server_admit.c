@@ -484,7 +484,6 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->stalled = false;
     peer->coalescing = false; /* ZeroMQ set TCP_NODELAY */
     peer->no_coalesce = false;
-    peer->long_path = false;
     peer->bytes = 0;
     peer->since_ns = now;
     s_peer_addr(peer->fd, peer->addr, sizeof(peer->addr));
@@ -527,34 +526,21 @@ emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer)
  * ZeroMQ sets TCP_NODELAY, so every write whose end does not fill a
  * segment is pushed at once as a short one when the window has room: a
  * 110 KB sample is written as its frame header with the first 8 KiB and
- * then the rest, and the segments of a 30 ms path averaged 44 KB instead
- * of the 64 KB that a TUN/loopback MTU allows (iperf3 sends 63 KB). Each
- * segment costs both ends' TCP and every hop per packet, so that was 13%
- * of the rate of a CPU-bound path (docs/performance.md). While more
- * replies to this connection are on their way, Nagle is on: a short tail
- * waits to be filled by the next reply's bytes (Linux holds at most one
- * short segment per round trip). Before the last reply of a pipeline is
- * queued, TCP_NODELAY goes back on, which also pushes what waits: a
- * reply that nothing follows yet never waits a round trip for its tail.
- * Only transitions cost a system call. By
- * default only on paths of EMLIO_COALESCE_MIN_RTT_US or more: over loopback
- * it measured 2-5% slower for 512 B-4 KB samples (emlio/server.h). */
+ * then the rest, and the segments of a 30 ms path averaged 40-44 KB
+ * instead of the 64 KB that a TUN/loopback MTU allows (iperf3 sends
+ * 63 KB). Each segment costs both ends' TCP and every hop per packet: 6-13%
+ * of the rate of a CPU-bound path (docs/performance.md). So once a client
+ * pipelines (two of its GETs unanswered at once) on a path that qualifies,
+ * its replies are sent with Nagle on from their first frame to their last,
+ * and pushed at the end (server_request.c, s_send_framed): short writes
+ * inside a reply wait for the next write of the same reply, never for an
+ * ACK, and no reply's tail waits a round trip, not even the last of a
+ * burst. Decided once per connection; nothing per reply here. */
 void
 emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
 {
     if (self->cfg.coalesce == EMLIO_COALESCE_NEVER || !peer || peer->fd < 0 ||
-        peer->no_coalesce)
-        return;
-    /* Called before this reply is queued. More to come after it only while
-     * requests of this connection are not answered yet. Not for a GET's
-     * "pipelined" (the client's next GET comes only as replies arrive),
-     * nor for bytes of earlier replies still unsent (the kernel appends
-     * this reply's to them either way): with Nagle on, the last reply's
-     * tail waited a round trip for the ACK of an earlier short segment
-     * (at 30 ms, the second of two GETs took 61 against 31 ms, and
-     * emlio fetch -b 1 ran at 195 against 409 samples/s). */
-    bool want = peer->outstanding > 1;
-    if (want == peer->coalescing)
+        peer->no_coalesce || peer->coalescing || peer->outstanding < 2)
         return;
     /* Its own socket still: once the connection closed, its number may
      * name another client's (the connection record, which the monitor's
@@ -563,9 +549,9 @@ emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
         peer->no_coalesce = true;
         return;
     }
-    if (want && self->cfg.coalesce == EMLIO_COALESCE_AUTO && !peer->long_path) {
-        /* The path's RTT, read once (the handshake gave it): over loopback
-         * or a LAN the tails leave full anyway or cost nothing. */
+    if (self->cfg.coalesce == EMLIO_COALESCE_AUTO) {
+        /* The path's RTT (the handshake gave it): over loopback or a LAN
+         * the tails leave full anyway or cost nothing. */
         emlio__netpath_info_t info;
         if (emlio__netpath_info(peer->fd, &info) != 0 ||
             (info.min_rtt_us ? info.min_rtt_us : info.rtt_us) <
@@ -573,13 +559,12 @@ emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer)
             peer->no_coalesce = true;
             return;
         }
-        peer->long_path = true;
     }
-    int nodelay = !want;
-    /* Fails on an IPC socket (EOPNOTSUPP): nothing to coalesce there. */
-    if (setsockopt(peer->fd, IPPROTO_TCP, TCP_NODELAY, &nodelay,
-                   sizeof(nodelay)) == 0)
-        peer->coalescing = want;
+    /* A TCP socket (an IPC one has no TCP_NODELAY: nothing to coalesce). */
+    int nodelay;
+    socklen_t len = sizeof(nodelay);
+    if (getsockopt(peer->fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len) == 0)
+        peer->coalescing = true;
     else
         peer->no_coalesce = true;
 }

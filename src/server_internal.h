@@ -198,9 +198,10 @@ typedef struct emlio__peer {
     char addr[64];     /* where it connects from, for the log */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
-    bool coalescing;  /* Nagle on for its connection: more replies follow */
-    bool no_coalesce; /* never: a short path (auto mode) or not TCP */
-    bool long_path;   /* auto mode: its RTT was read and is long enough */
+    bool coalescing;  /* its replies are sent with Nagle on, and their ends
+                         pushed (server_request.c) */
+    bool no_coalesce; /* never: a short path (auto mode), not TCP, or its
+                         descriptor names another socket by now */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -345,9 +346,10 @@ emlio__peer_t *emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id,
 emlio__peer_t *emlio__srv_peer_find(emlio_server_t *self, const uint8_t *id,
                                     size_t len, bool add);
 void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
-/* Before a reply to peer is queued: Nagle on its TCP connection while
- * more replies follow it, TCP_NODELAY when it is the last (cfg.coalesce,
- * emlio_coalesce_t). */
+/* Before a reply to peer is queued: decides, once, whether its replies
+ * travel with Nagle on (it pipelines on a path that qualifies:
+ * cfg.coalesce, emlio_coalesce_t); server_request.c then toggles it per
+ * reply from ZeroMQ's I/O thread. */
 void emlio__srv_peer_coalesce(emlio_server_t *self, emlio__peer_t *peer);
 
 /* ---- server_request.c: the frontend thread ---- */

@@ -7,6 +7,10 @@
  */
 #include "emlio_internal.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <zmq.h>
 
 #include "server_internal.h"
@@ -357,6 +361,68 @@ emlio__srv_send_work(emlio_server_t *self, void *work, emlio__job_t *job)
     return 0;
 }
 
+/* A reply's frames as ZeroMQ's I/O thread writes them, on a connection
+ * that coalesces (emlio__srv_peer_coalesce): its first and last frames are
+ * wrapped, and the wrapper's free callback, which the I/O thread runs when
+ * it moves past the frame, sets TCP_NODELAY: off after the first (the rest
+ * of the reply fills whole segments), on after the last, which sends what
+ * waits and lets the last bytes leave at once even where they are written
+ * just after the callback (frames under 8 KiB are copied into ZeroMQ's
+ * write buffer and written after it moves on). Both toggles run on the
+ * thread that writes, in the order it writes: the frontend, running ahead,
+ * could not time them. */
+typedef struct emlio__nagle_frame {
+    zmq_msg_t frame; /* the frame itself, closed by the callback */
+    int fd;
+    ino_t ino;   /* the connection's socket: fd may name another by now */
+    int nodelay; /* the TCP_NODELAY value once the frame is written */
+} emlio__nagle_frame_t;
+
+static void
+s_nagle_frame_free(void *data, void *hint)
+{
+    (void)data;
+    emlio__nagle_frame_t *w = hint;
+    struct stat st;
+    if (fstat(w->fd, &st) == 0 && st.st_ino == w->ino)
+        (void)setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &w->nodelay,
+                         sizeof(w->nodelay));
+    zmq_msg_close(&w->frame);
+    emlio_free(w);
+}
+
+/* Sends one frame of a reply to peer (flags as zmq_msg_send); on a
+ * coalescing connection the first (nodelay 0) or last (nodelay 1) frame is
+ * wrapped as above, others (nodelay -1) go as they are. The frame is the
+ * caller's to close on failure, as with zmq_msg_send. */
+static int
+s_send_framed(emlio_server_t *self, emlio__peer_t *peer, zmq_msg_t *part,
+              int flags, int nodelay)
+{
+    size_t len = zmq_msg_size(part);
+    emlio__nagle_frame_t *w = nodelay >= 0 && peer && peer->coalescing && len
+                                  ? emlio_malloc(sizeof(*w))
+                                  : NULL;
+    if (!w) /* out of memory: this reply's segments stay as they come */
+        return zmq_msg_send(part, self->net.router, flags);
+    zmq_msg_init(&w->frame);
+    zmq_msg_move(&w->frame, part);
+    w->fd = peer->fd;
+    w->ino = peer->ino;
+    w->nodelay = nodelay;
+    zmq_msg_t wrapped;
+    if (zmq_msg_init_data(&wrapped, zmq_msg_data(&w->frame), len,
+                          s_nagle_frame_free, w) != 0) {
+        zmq_msg_move(part, &w->frame);
+        emlio_free(w);
+        return zmq_msg_send(part, self->net.router, flags);
+    }
+    int rc = zmq_msg_send(&wrapped, self->net.router, flags);
+    if (rc < 0)
+        zmq_msg_close(&wrapped); /* the callback closes the frame */
+    return rc;
+}
+
 /* Forwards one finished reply from a worker to its client. */
 static void
 s_frontend_reply(emlio_server_t *self, void *done)
@@ -370,6 +436,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
     emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(&identity),
                                                zmq_msg_size(&identity), false);
     bool lost = false;
+    bool first = true;
     int more = 1;
     emlio__srv_peer_coalesce(self, peer);
     if (zmq_msg_send(&identity, self->net.router, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
@@ -398,8 +465,15 @@ s_frontend_reply(emlio_server_t *self, void *done)
         more = zmq_msg_more(&part);
         if (!lost && peer)
             peer->bytes += zmq_msg_size(&part);
-        if (lost || zmq_msg_send(&part, self->net.router,
-                                 (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT) < 0) {
+        int rc = -1;
+        if (!lost)
+            rc = s_send_framed(self, peer, &part,
+                               (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT,
+                               !more   ? 1
+                               : first ? 0
+                                       : -1);
+        first = false;
+        if (rc < 0) {
             lost = true;
             zmq_msg_close(&part);
         }

@@ -155,12 +155,12 @@ typedef struct emlio_server_config {
      * them, when fewer) or this value plus 64 exceeds it. */
     uint32_t max_open_shards;
     /* Full TCP segments for a pipeline of replies (emlio_coalesce_t;
-     * default EMLIO_COALESCE_AUTO). While more of a connection's GETs are
-     * unanswered, Nagle lets a reply's short last segment wait to
-     * be filled by the next reply: fewer packets, less CPU per byte at
-     * both ends and on every hop. A reply that nothing follows yet is
-     * pushed at once (TCP_NODELAY), so the last reply of a pipeline never
-     * waits a round trip. Appended last (the struct's layout is ABI). */
+     * default EMLIO_COALESCE_AUTO). Once a client keeps GETs in flight,
+     * each reply to it is written with Nagle on, so that its short writes
+     * fill whole segments (fewer packets, less CPU per byte at both ends
+     * and on every hop), and its end is pushed once written (TCP_NODELAY),
+     * so no reply's tail waits a round trip for an ACK. Appended last (the
+     * struct's layout is ABI). */
     int coalesce;
 } emlio_server_config_t;
 
@@ -177,7 +177,7 @@ typedef enum emlio_coalesce {
 } emlio_coalesce_t;
 
 /* EMLIO_COALESCE_AUTO's threshold: the connection's smallest RTT seen
- * (TCP_INFO), read once, at the first reply that would turn Nagle on. */
+ * (TCP_INFO), read once, when the client first has two GETs unanswered. */
 #define EMLIO_COALESCE_MIN_RTT_US 1000
 
 #define EMLIO_SERVER_MAX_COPY_BYTES       ((uint64_t)256 << 20)

@@ -824,12 +824,39 @@ s_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
     }
 }
 
-/* Replies travel with Nagle on (full segments) only while more GETs of the
- * connection are unanswered: the last reply of a pipeline is pushed at once
- * (TCP_NODELAY back on), even when its GET said "pipelined" (docs/protocol.md
- * 5.3), because a tail held for the client's next GET waits a round trip.
- * "never" never turns Nagle on, and neither does the default "auto" over
- * loopback (an RTT far below 1 ms). */
+/* A DEALER connected to srv that said HELLO and got WELCOME; rcvbuf > 0:
+ * that receive buffer and a high-water mark of one message (a client that
+ * falls behind quickly). */
+static void *
+s_dealer_welcomed(void *zctx, emlio_server_t *srv, int rcvbuf)
+{
+    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+    assert_non_null(dealer);
+    if (rcvbuf > 0) {
+        int one = 1;
+        assert_int_equal(
+            zmq_setsockopt(dealer, ZMQ_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+        assert_int_equal(zmq_setsockopt(dealer, ZMQ_RCVHWM, &one, sizeof(one)),
+                         0);
+    }
+    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    emlio_buf_release(&buf);
+    emlio__wire_msg_t msg;
+    zmq_msg_t header;
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    return dealer;
+}
+
+/* Whatever the mode and whatever the GETs say ("pipelined", docs/protocol.md
+ * 5.3), once a reply has been written the connection is back at
+ * TCP_NODELAY: its end was pushed, and nothing waits for an ACK (a tail
+ * held for the client's next GET, which comes only as replies arrive,
+ * would wait a round trip). */
 static void
 test_server_pushes_the_last_reply_of_a_pipeline(void **state)
 {
@@ -848,17 +875,7 @@ test_server_pushes_the_last_reply_of_a_pipeline(void **state)
         cfg.coalesce = modes[m];
         emlio_server_t *srv = s_start_cfg(ctx, &cfg);
         void *zctx = zmq_ctx_new();
-        void *dealer = zmq_socket(zctx, ZMQ_DEALER);
-        assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
-        emlio_buf_t buf = EMLIO_BUF_INIT;
-        assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
-        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
-        emlio_buf_release(&buf);
-        emlio__wire_msg_t msg;
-        zmq_msg_t header;
-        assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
-        emlio__wire_msg_release(&msg);
-        zmq_msg_close(&header);
+        void *dealer = s_dealer_welcomed(zctx, srv, 0);
         int fd = s_daemon_end(srv);
         assert_int_equal(s_nodelay(fd), 1); /* as ZeroMQ set it */
 
@@ -902,11 +919,12 @@ s_tcp_pair(int *other, int *lfd)
     return fd;
 }
 
-/* The decision alone, on a server record with one connection: Nagle while
- * more than one GET is unanswered, TCP_NODELAY for the last reply; nothing
- * done for a peer whose descriptor now names another client's socket (even
- * when the connection record, after lost monitor events, is that one's),
- * over loopback in "auto", or on a Unix socket (IPC). */
+/* The decision alone, on a server record with one connection: a peer
+ * coalesces once two of its GETs are unanswered, and stays so; never when
+ * its descriptor now names another client's socket (even when the
+ * connection record, after lost monitor events, is that one's), over
+ * loopback in "auto", or on a Unix socket (IPC). The decision itself
+ * touches no socket option: the reply's frames do (next test). */
 static void
 test_server_coalesce_decision(void **state)
 {
@@ -921,28 +939,33 @@ test_server_coalesce_decision(void **state)
     srv->adm.conns = &conn;
     srv->adm.n_conns = 1;
     srv->cfg.coalesce = EMLIO_COALESCE_ALWAYS;
-    emlio__peer_t peer = { .fd = fd, .ino = st.st_ino, .outstanding = 3 };
+    emlio__peer_t peer = { .fd = fd, .ino = st.st_ino, .outstanding = 1 };
     emlio__srv_peer_coalesce(srv, &peer);
-    assert_int_equal(s_nodelay(fd), 0);
+    assert_false(peer.coalescing); /* a lone request: not yet */
     peer.outstanding = 2;
     emlio__srv_peer_coalesce(srv, &peer);
-    assert_int_equal(s_nodelay(fd), 0);
-    peer.outstanding = 1;
+    assert_true(peer.coalescing);
+    assert_int_equal(s_nodelay(fd), 0); /* untouched: the kernel's default */
+    peer.outstanding = 0;
     emlio__srv_peer_coalesce(srv, &peer);
-    assert_int_equal(s_nodelay(fd), 1);
-    assert_false(peer.coalescing);
+    assert_true(peer.coalescing); /* for good */
 
     /* A stale peer: the number is another client's socket now. */
-    peer.ino = st.st_ino + 1;
-    peer.outstanding = 2;
+    peer = (emlio__peer_t){ .fd = fd, .ino = st.st_ino + 1, .outstanding = 2 };
     emlio__srv_peer_coalesce(srv, &peer);
-    assert_int_equal(s_nodelay(fd), 1);
-    peer = (emlio__peer_t){ .fd = fd, .ino = st.st_ino, .outstanding = 2 };
+    assert_false(peer.coalescing);
+    assert_true(peer.no_coalesce);
 
     srv->cfg.coalesce = EMLIO_COALESCE_AUTO; /* loopback: below 1 ms */
+    peer = (emlio__peer_t){ .fd = fd, .ino = st.st_ino, .outstanding = 2 };
     emlio__srv_peer_coalesce(srv, &peer);
-    assert_int_equal(s_nodelay(fd), 1);
+    assert_false(peer.coalescing);
     assert_true(peer.no_coalesce);
+
+    srv->cfg.coalesce = EMLIO_COALESCE_NEVER;
+    peer = (emlio__peer_t){ .fd = fd, .ino = st.st_ino, .outstanding = 2 };
+    emlio__srv_peer_coalesce(srv, &peer);
+    assert_false(peer.coalescing);
 
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -961,6 +984,76 @@ test_server_coalesce_decision(void **state)
     close(lfd);
 }
 
+/* Nagle is on while a coalescing connection's reply is being written and
+ * off again once its last frame is: a client that stops reading holds a
+ * 1.6 MB reply in the middle (64 KiB buffers), where TCP_NODELAY reads 0
+ * under "always" and 1 under "never"; once the client reads it all, 1. */
+static void
+test_server_nagle_spans_a_reply(void **state)
+{
+    (void)state;
+    char dir[64];
+    test_mkdtemp(dir, sizeof(dir));
+    s_write_records(dir, 100000, NULL);
+    for (int always = 1; always >= 0; always--) {
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_config_t cfg;
+        emlio_server_config_init(&cfg);
+        cfg.data_dir = dir;
+        cfg.sndbuf = 65536;
+        cfg.coalesce = always ? EMLIO_COALESCE_ALWAYS : EMLIO_COALESCE_NEVER;
+        emlio_server_t *srv = s_start_cfg(ctx, &cfg);
+        void *zctx = zmq_ctx_new();
+        void *dealer = s_dealer_welcomed(zctx, srv, 65536);
+        int fd = s_daemon_end(srv);
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        emlio__wire_msg_t msg;
+        zmq_msg_t header;
+        /* Two GETs at once (the second makes the peer a pipeliner), each
+         * of all records: 1.6 MB that the buffers cannot hold. */
+        emlio__wire_item_t items[RECORDS];
+        for (uint32_t r = 0; r < RECORDS; r++)
+            items[r] = (emlio__wire_item_t){ 0, r };
+        emlio__wire_xf_t xf = { NULL, 0, 0, false, true };
+        for (uint64_t id = 1; id <= 2; id++) {
+            assert_int_equal(
+                emlio__wire_encode_get_xf(&buf, id, emlio_server_dataset(srv),
+                                          items, RECORDS, &xf),
+                0);
+            assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
+                             (int)buf.len);
+        }
+        emlio_buf_release(&buf);
+        /* Up to 5 s for the I/O thread to be stuck in a reply. */
+        int seen = -1;
+        for (int i = 0; i < 500; i++) {
+            seen = s_nodelay(fd);
+            if (seen == !always)
+                break;
+            usleep(10000);
+        }
+        assert_int_equal(seen, !always);
+        if (!always) {
+            usleep(300000); /* and it stays on, while stuck */
+            assert_int_equal(s_nodelay(fd), 1);
+        }
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+            emlio__wire_msg_release(&msg);
+            zmq_msg_close(&header);
+        }
+        /* The last frame's callback runs once the I/O thread moves on. */
+        for (int i = 0; i < 500 && s_nodelay(fd) != 1; i++)
+            usleep(10000);
+        assert_int_equal(s_nodelay(fd), 1);
+        zmq_close(dealer);
+        zmq_ctx_term(zctx);
+        emlio_server_destroy(&srv);
+        emlio_ctx_destroy(&ctx);
+    }
+    test_rmtree(dir);
+}
+
 int
 main(void)
 {
@@ -977,6 +1070,7 @@ main(void)
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
         cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
         cmocka_unit_test(test_server_coalesce_decision),
+        cmocka_unit_test(test_server_nagle_spans_a_reply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
