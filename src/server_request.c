@@ -323,6 +323,7 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     peer->outstanding++;
+    emlio__srv_peer_coalesce(self, peer); /* a second GET unanswered */
     /* A v4 connection gets its raw samples packed (a tensor batch is one
      * frame already). */
     job->packed = peer->version >= EMLIO_WIRE_VERSION_PACK && !job->xf;
