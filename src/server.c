@@ -491,6 +491,18 @@ emlio_server_load(emlio_server_t *self)
     assert(self);
     if (self->loaded)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already loaded");
+    if (self->cfg.coalesce < EMLIO_COALESCE_AUTO ||
+        self->cfg.coalesce > EMLIO_COALESCE_NEVER)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "bad coalesce mode %d (EMLIO_COALESCE_AUTO, "
+                             "_ALWAYS or _NEVER)",
+                             self->cfg.coalesce);
+    if (self->cfg.on_corrupt != EMLIO_ON_CORRUPT_FAIL &&
+        self->cfg.on_corrupt != EMLIO_ON_CORRUPT_SKIP)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "bad on_corrupt mode %d (EMLIO_ON_CORRUPT_FAIL "
+                             "or _SKIP)",
+                             self->cfg.on_corrupt);
     /* With --on-corrupt skip a record whose data is corrupt must not stop
      * the daemon from starting: the scan checks the framing only; the data
      * CRC is checked on every read, and each skipped record is logged. */

@@ -370,6 +370,9 @@ void *emlio__srv_serializer_main(void *arg);
 void emlio__srv_view_release(emlio_server_t *self, emlio__view_t *view);
 void emlio__srv_skip(emlio_server_t *self, const char *msg);
 int emlio__srv_header_msg(zmq_msg_t *msg, emlio_buf_t *header);
+/* The one frame of an ERROR reply, in header; 0 or EMLIO_ENOMEM. */
+int emlio__srv_error_msg(zmq_msg_t *header, uint64_t id, int code,
+                         const char *text);
 
 /* ---- server_copy.c: the copy budget (frontend thread, but release) ---- */
 emlio__copy_acct_t *emlio__srv_copy_acct_new(void);

@@ -149,14 +149,23 @@ emlio__srv_send_parts(void *sock, zmq_msg_t *identity, zmq_msg_t *header,
 }
 
 int
+emlio__srv_error_msg(zmq_msg_t *header, uint64_t id, int code, const char *text)
+{
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    if (emlio__wire_encode_error(&buf, id, code, text) < 0 ||
+        emlio__srv_header_msg(header, &buf) < 0) {
+        emlio_buf_release(&buf);
+        return EMLIO_ENOMEM;
+    }
+    return 0;
+}
+
+int
 emlio__srv_send_error(void *sock, zmq_msg_t *identity, uint64_t id, int code,
                       const char *text, int flags)
 {
-    emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
-    if (emlio__wire_encode_error(&buf, id, code, text) < 0 ||
-        emlio__srv_header_msg(&header, &buf) < 0) {
-        emlio_buf_release(&buf);
+    if (emlio__srv_error_msg(&header, id, code, text) < 0) {
         zmq_msg_close(identity);
         return EMLIO_ENOMEM;
     }

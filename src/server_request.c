@@ -15,6 +15,35 @@
 
 #include "server_internal.h"
 
+static int s_send_framed(emlio_server_t *self, emlio__peer_t *peer,
+                         zmq_msg_t *part, int flags, int nodelay);
+
+/* An error reply to a peer whose replies are framed for coalescing: its one
+ * frame is the last, so that its end is pushed like a batch's (else it could
+ * wait for an ACK behind Nagle). Returns 0 or -errno. */
+static int
+s_send_error_framed(emlio_server_t *self, emlio__peer_t *peer,
+                    zmq_msg_t *identity, uint64_t id, int code,
+                    const char *text)
+{
+    zmq_msg_t header;
+    if (emlio__srv_error_msg(&header, id, code, text) < 0) {
+        zmq_msg_close(identity);
+        return EMLIO_ENOMEM;
+    }
+    int rc = 0;
+    if (zmq_msg_send(identity, self->net.router, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
+        0) {
+        rc = -errno;
+        zmq_msg_close(identity);
+        zmq_msg_close(&header);
+    } else if (s_send_framed(self, peer, &header, ZMQ_DONTWAIT, 1) < 0) {
+        rc = -errno;
+        zmq_msg_close(&header);
+    }
+    return rc;
+}
+
 static void
 s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
                        int code, const char *text)
@@ -37,9 +66,11 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
         self->adm.err_log_quiet++;
     emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(identity),
                                                zmq_msg_size(identity), false);
-    if (emlio__srv_send_error(self->net.router, identity, id, code, text,
-                              ZMQ_DONTWAIT) == -EAGAIN &&
-        peer)
+    int rc = peer && peer->coalescing
+                 ? s_send_error_framed(self, peer, identity, id, code, text)
+                 : emlio__srv_send_error(self->net.router, identity, id, code,
+                                         text, ZMQ_DONTWAIT);
+    if (rc == -EAGAIN && peer)
         emlio__srv_peer_flooding(self, peer);
 }
 

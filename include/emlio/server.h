@@ -159,7 +159,8 @@ typedef struct emlio_server_config {
      * each reply to it is written with Nagle on, so that its short writes
      * fill whole segments (fewer packets, less CPU per byte at both ends
      * and on every hop), and its end is pushed once written (TCP_NODELAY),
-     * so no reply's tail waits a round trip for an ACK. Appended last (the
+     * so no reply's tail waits a round trip for an ACK. A value outside the
+     * enum fails emlio_server_load with EMLIO_EINVAL. Appended last (the
      * struct's layout is ABI). */
     int coalesce;
 } emlio_server_config_t;

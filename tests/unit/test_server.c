@@ -119,6 +119,18 @@ test_server_misuse_and_errors_say_why(void **state)
     assert_int_equal(emlio_server_load(srv), EMLIO_ENOTFOUND);
     assert_non_null(strstr(emlio_server_errmsg(srv), "empty"));
     emlio_server_destroy(&srv);
+    /* Modes outside their enums are refused, naming the field. */
+    cfg.coalesce = 7;
+    srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_server_errmsg(srv), "coalesce mode 7"));
+    emlio_server_destroy(&srv);
+    cfg.coalesce = EMLIO_COALESCE_AUTO;
+    cfg.on_corrupt = 5;
+    srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_server_errmsg(srv), "on_corrupt mode 5"));
+    emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
     test_rmtree(dir);
 }
