@@ -431,8 +431,10 @@ static int
 s_send_framed(emlio_server_t *self, emlio__peer_t *peer, zmq_msg_t *part,
               int flags, int nodelay)
 {
+    /* Empty frames too (an empty last sample): with a free function,
+     * ZeroMQ keeps even a zero-length frame as data it calls back for. */
     size_t len = zmq_msg_size(part);
-    emlio__nagle_frame_t *w = nodelay >= 0 && peer && peer->coalescing && len
+    emlio__nagle_frame_t *w = nodelay >= 0 && peer && peer->coalescing
                                   ? emlio_malloc(sizeof(*w))
                                   : NULL;
     if (!w) /* out of memory: this reply's segments stay as they come */
