@@ -830,6 +830,7 @@ emlio_server_start(emlio_server_t *self)
     snprintf(self->net.inproc_done, sizeof(self->net.inproc_done),
              "inproc://emlio-done-%p-%" PRIu64, (void *)self, emlio__now_ns());
     atomic_store(&self->thr.stopping, false);
+    atomic_store(&self->thr.frontend_stopped, false);
     uint32_t n = self->cfg.workers + self->cfg.serializers;
     if (!self->thr.workers)
         self->thr.workers = emlio_calloc(n, sizeof(*self->thr.workers));
@@ -883,6 +884,7 @@ emlio_server_stop(emlio_server_t *self)
      * reader has drained its inproc queue; readers next, so that nothing
      * is pushed after the serializers' queue closes. */
     pthread_join(self->thr.frontend, NULL);
+    atomic_store(&self->thr.frontend_stopped, true);
     uint32_t readers =
         EMLIO_MIN(self->thr.n_workers_started, self->cfg.workers);
     for (uint32_t i = 0; i < readers; i++)

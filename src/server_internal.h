@@ -258,6 +258,7 @@ typedef struct emlio__srv_threads {
     uint32_t n_workers_started;
     bool frontend_started;
     atomic_bool stopping;
+    atomic_bool frontend_stopped; /* joined: it sends readers no more jobs */
 } emlio__srv_threads_t;
 
 /* Admission: frontend-thread state (server_admit.c, server_request.c). */
