@@ -62,7 +62,12 @@ HOLDER=$!
 sleep 2
 "$EMLIO" fetch --connect "$EP" --batch 64 --verify --quiet --timeout-ms 20000 \
     >"$T/idle.json" 2>"$T/idlefetch.err"
-check "250 idle connections: a verified epoch still" test $? -eq 0
+FRC=$?
+check "250 idle connections: a verified epoch still" test $FRC -eq 0
+if [ $FRC -ne 0 ]; then # what the client and the daemon said, for the log
+    tail -5 "$T/idlefetch.err" | sed 's/^/  fetch: /'
+    tail -8 "$T/idle.err" | sed 's/^/  emliod: /'
+fi
 check "... the daemon said why it closed connections" \
     grep -q "the most the descriptor limit leaves beside the shards' budget" "$T/idle.err"
 kill "$HOLDER" "$DPID" 2>/dev/null
