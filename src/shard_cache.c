@@ -13,6 +13,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shard_cache.h"
@@ -31,6 +32,8 @@
 /* How often the watcher looks again at changed shards still in use. */
 #define S_BUSY_TICK_MS   20
 #define S_NONE           UINT32_MAX
+/* How long an open waits for descriptors when the process has none left. */
+#define S_FD_WAIT_MS     1000
 
 struct emlio__shard_cache {
     pthread_mutex_t lock;
@@ -248,8 +251,19 @@ s_open_leased(emlio__shard_cache_t *self, emlio__shard_t *shard, bool lease,
               struct stat *st)
 {
     int fd = emlio__open_beneath(&self->set->root, shard->name, 0, st);
-    if ((fd == -EMFILE || fd == -ENFILE) && s_evict_one(self))
+    /* Out of descriptors: an idle shard gives one back; else the
+     * connections that took them (a storm of idle ones under a low ulimit
+     * -n) are being closed by the frontend's connection cap, so wait for
+     * that a little (at most S_FD_WAIT_MS, lock held: every other open
+     * would fail now too) rather than fail the client's read. */
+    for (int i = 0; (fd == -EMFILE || fd == -ENFILE) && i < S_FD_WAIT_MS / 20;
+         i++) {
+        if (!s_evict_one(self)) {
+            struct timespec ts = { 0, 20 * 1000000 };
+            nanosleep(&ts, NULL);
+        }
         fd = emlio__open_beneath(&self->set->root, shard->name, 0, st);
+    }
     if (fd < 0)
         return fd;
     struct f_owner_ex owner = { .type = F_OWNER_TID, .pid = self->tid };
