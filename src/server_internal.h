@@ -347,7 +347,7 @@ emlio__peer_t *emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id,
 emlio__peer_t *emlio__srv_peer_find(emlio_server_t *self, const uint8_t *id,
                                     size_t len, bool add);
 void emlio__srv_peer_flooding(emlio_server_t *self, emlio__peer_t *peer);
-/* When a GET of peer arrives and before a reply to it is queued: decides,
+/* When a GET of peer arrives (its outstanding count just grew): decides,
  * once, whether its replies travel with Nagle on (it pipelines on a path
  * that qualifies: cfg.coalesce, emlio_coalesce_t); server_request.c then
  * toggles it per reply from ZeroMQ's I/O thread. */

@@ -354,7 +354,9 @@ s_frontend_request(emlio_server_t *self, void *work)
         goto drop_header;
     }
     peer->outstanding++;
-    emlio__srv_peer_coalesce(self, peer); /* a second GET unanswered */
+    /* The only place the count grows, so a peer that ever has two GETs
+     * unanswered is seen here. */
+    emlio__srv_peer_coalesce(self, peer);
     /* A v4 connection gets its raw samples packed (a tensor batch is one
      * frame already). */
     job->packed = peer->version >= EMLIO_WIRE_VERSION_PACK && !job->xf;
@@ -472,7 +474,6 @@ s_frontend_reply(emlio_server_t *self, void *done)
     bool lost = false;
     bool first = true;
     int more = 1;
-    emlio__srv_peer_coalesce(self, peer);
     if (zmq_msg_send(&identity, self->net.router, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
         0) {
         /* EHOSTUNREACH: the client went away; a reconnecting client asks
