@@ -154,7 +154,7 @@ typedef struct emlio__epoch {
 
 /* ---- the window (client_window.c) --------------------------------------- */
 
-/* The samples of one batch that one daemon serves. */
+/* Samples of one batch that one daemon serves in one GET (a part). */
 typedef struct emlio__part {
     uint32_t daemon;
     uint32_t n;
@@ -182,6 +182,7 @@ struct emlio_batch {
     size_t *flen;
     emlio__part_t *parts;
     uint32_t n_parts;
+    uint32_t cap_parts;
     uint32_t parts_done;
     bool ready; /* may be handed over (see emlio__batch_ready) */
     /* Transforms (client_tensor.c). */
@@ -209,9 +210,15 @@ typedef struct emlio__window {
     uint64_t adapt_ns;       /* when the window was last resized */
     uint64_t adapt_batches;  /* batches delivered at that time */
     uint64_t batch_bytes;    /* mean bytes of one batch in this dataset */
-    double grow_rate;        /* batches/s when a starving consumer last grew
-                                the window; 0 = not since the last rebound */
-    bool grown_out;          /* that growth did not pay off: stop growing */
+    /* A daemon's share of a batch goes out as GETs of at most part_samples
+     * samples (about cfg.request_bytes each): at most parts_max GETs of
+     * one batch to one daemon, each taking one of its credits. */
+    uint32_t part_samples;
+    uint32_t parts_max;
+    uint64_t part_bytes; /* mean bytes of one part */
+    double grow_rate;    /* batches/s when a starving consumer last grew
+                            the window; 0 = not since the last rebound */
+    bool grown_out;      /* that growth did not pay off: stop growing */
     size_t outstanding_parts;
     uint64_t refused_since_ns; /* first of the refusals for credit since the
                                   last part filed; 0 = none */
@@ -279,8 +286,6 @@ emlio_batch_t *emlio__batch_get(emlio_client_t *self, size_t n);
 void emlio__batch_put(emlio_client_t *self, emlio_batch_t *b);
 void emlio__batch_free(emlio_batch_t *b);
 int emlio__batch_ready(emlio_client_t *self, emlio_batch_t *b);
-void emlio__window_init(emlio_client_t *self);
-void emlio__window_rebound(emlio_client_t *self);
 int emlio__window_begin(emlio_client_t *self, uint64_t now);
 int emlio__window_adopt(emlio_client_t *self);
 void emlio__window_drop(emlio_client_t *self, uint32_t keep);
@@ -288,12 +293,10 @@ bool emlio__window_is_delivered(const emlio_client_t *self, size_t i);
 int emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
                           size_t index);
 int emlio__window_fill(emlio_client_t *self);
-bool emlio__window_has_credit(const emlio_client_t *self);
 int emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
                          uint64_t before_ns);
 int emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream);
 emlio_batch_t *emlio__window_take(emlio_client_t *self);
-void emlio__window_adapt(emlio_client_t *self, bool starved);
 void emlio__window_queue_ready(emlio_client_t *self, emlio_batch_t *b);
 /* Receives the next frame of a reply after prev into b's frames: the
  * frame, or NULL when there is none (client_window.c). */
@@ -303,6 +306,16 @@ zmq_msg_t *emlio__batch_recv_frame(emlio_client_t *self, uint32_t d,
 int emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
                       const emlio__part_t *part, const emlio__wire_msg_t *msg,
                       size_t j, uint32_t *next, uint32_t *pos);
+
+/* client_budget.c: the window's bounds, a batch's parts, streams' credits */
+void emlio__window_init(emlio_client_t *self);
+void emlio__window_rebound(emlio_client_t *self);
+void emlio__window_adapt(emlio_client_t *self, bool starved);
+bool emlio__window_has_credit(const emlio_client_t *self);
+uint32_t emlio__window_free_stream(const emlio_client_t *self,
+                                   const emlio__cdaemon_t *daemon);
+void emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
+                              const emlio_plan_sample_t *plan, size_t n);
 
 /* client_tensor.c */
 bool emlio__tensor_active(const emlio_client_t *self);

@@ -95,9 +95,11 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
         streams = EMLIO_MIN(streams, self->conn.daemons[d].n_streams);
     uint64_t dt = now - self->conn.tuner.last_tick_ns;
     /* Bytes asked for and not yet here, per stream: parts in flight times
-     * the mean part size. */
+     * the mean part size (a daemon's share of a batch, or less where that
+     * share is asked for in several parts). */
     uint64_t part_bytes =
-        self->win.batch_bytes / EMLIO_MAX(self->conn.n_daemons, 1);
+        EMLIO_MIN(self->win.batch_bytes / EMLIO_MAX(self->conn.n_daemons, 1),
+                  self->win.part_bytes ? self->win.part_bytes : UINT64_MAX);
     emlio__tuner_input_t in = {
         .now_ns = now,
         .bytes = self->conn.total_bytes,

@@ -6,12 +6,6 @@
 
 #include "crc32c.h"
 
-/* The auto-sized window never exceeds this many bytes in flight. */
-#define S_MAX_INFLIGHT_BYTES (512ull << 20)
-/* Rate growth that justifies growing the window further while the
- * consumer starves (emlio__window_adapt). */
-#define S_WINDOW_MIN_GAIN    0.05
-
 void
 emlio__batch_free(emlio_batch_t *b)
 {
@@ -46,12 +40,23 @@ emlio__batch_get(emlio_client_t *self, size_t n)
         b->fdata = emlio_calloc(b->cap * nf, sizeof(*b->fdata));
         b->flen = emlio_calloc(b->cap * nf, sizeof(*b->flen));
         b->positions = emlio_calloc(b->cap, sizeof(*b->positions));
-        b->parts = emlio_calloc(self->conn.n_daemons, sizeof(*b->parts));
-        if (!b->samples || !b->frames || !b->positions || !b->parts ||
-            !b->fdata || !b->flen) {
+        if (!b->samples || !b->frames || !b->positions || !b->fdata ||
+            !b->flen) {
             emlio__batch_free(b);
             return NULL;
         }
+    }
+    /* Each daemon's share in at most parts_max parts (window_init keeps
+     * the sum within the 8 bits of a request id's part number). */
+    uint32_t parts = self->conn.n_daemons + EMLIO_MAX(self->win.parts_max, 1);
+    if (b->cap_parts < parts) {
+        emlio__part_t *p = emlio_reallocarray(b->parts, parts, sizeof(*p));
+        if (!p) {
+            emlio__batch_free(b);
+            return NULL;
+        }
+        b->parts = p;
+        b->cap_parts = parts;
     }
     b->owner = self;
     b->n = n;
@@ -117,77 +122,6 @@ emlio__window_is_delivered(const emlio_client_t *self, size_t i)
     return self->win.delivered[i / 8] & (1u << (i % 8));
 }
 
-/* The most batches worth having in flight over `streams` streams: a
- * stream has at most one TCP window on the wire per RTT, so requests
- * beyond two windows per stream only wait in the daemon's queues (and cost
- * us memory: fresh pages are dear); UINT64_MAX when the window or the
- * batch size is not known. */
-static uint64_t
-s_per_path(const emlio_client_t *self, uint64_t streams)
-{
-    if (!self->conn.window_bytes || !self->win.batch_bytes)
-        return UINT64_MAX;
-    return 2 * self->conn.window_bytes * streams / self->win.batch_bytes +
-           2 * streams;
-}
-
-/* Sizes the window bounds from the daemons' credits and a memory cap. */
-void
-emlio__window_init(emlio_client_t *self)
-{
-    /* Every batch may need a part from any daemon, so the daemon with the
-     * fewest credits bounds the window. */
-    uint64_t credits = UINT64_MAX;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        uint32_t ready = 0;
-        for (uint32_t k = 0; k < self->conn.daemons[d].n_streams; k++)
-            ready += self->conn.daemons[d].ready[k];
-        credits = EMLIO_MIN(credits, self->conn.daemons[d].max_credit * ready);
-    }
-    uint64_t records = 0;
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < self->inv.n_shards; i++) {
-        records += self->inv.shards[i].records;
-        bytes += self->inv.shards[i].bytes;
-    }
-    uint64_t batch_bytes = records ? bytes / records * self->cfg.batch_size : 1;
-    self->win.batch_bytes = batch_bytes;
-    uint64_t by_memory = S_MAX_INFLIGHT_BYTES / EMLIO_MAX(batch_bytes, 1);
-    uint64_t max = EMLIO_MIN(credits, EMLIO_MAX(by_memory, 2));
-    self->win.max = (uint32_t)EMLIO_MIN(EMLIO_MAX(max, 1), 65536);
-    if (self->cfg.inflight) {
-        self->win.limit = EMLIO_MIN(self->cfg.inflight, self->win.max);
-    } else {
-        /* Start at twice the bandwidth-delay product of the rate the
-         * first epoch is sized for, from the first RTT sample: growing from
-         * a few batches would take many round trips on a long path (no
-         * serial warm-up), while on a short one this is a few batches.
-         * Then grow while the consumer starves (emlio__window_adapt). */
-        uint64_t streams =
-            (uint64_t)self->conn.tuner.min_streams * self->conn.n_daemons;
-        uint64_t start = EMLIO_MAX(4, 2 * streams);
-        uint64_t bdp = (uint64_t)(2 * EMLIO__CLIENT_START_RATE *
-                                  (double)self->conn.rtt_ns / 1e9) /
-                       EMLIO_MAX(batch_bytes, 1);
-        start = EMLIO_MAX(start, EMLIO_MIN(bdp, s_per_path(self, streams)));
-        self->win.limit = (uint32_t)EMLIO_MIN(start, self->win.max);
-    }
-}
-
-/* The auto-sized window keeps what it grew to, within the bounds of now
- * (streams, and so credits, may have been added). */
-void
-emlio__window_rebound(emlio_client_t *self)
-{
-    uint32_t window = self->win.limit;
-    emlio__window_init(self);
-    /* Streams were added, or a new epoch begins: growth may pay again. */
-    self->win.grow_rate = 0;
-    self->win.grown_out = false;
-    self->win.limit =
-        EMLIO_MIN(EMLIO_MAX(window, self->win.limit), self->win.max);
-}
-
 /* A new current epoch (begin_epoch): nothing of it handed over yet, the
  * window sized for what the daemons allow now. */
 int
@@ -218,44 +152,6 @@ emlio__window_begin(emlio_client_t *self, uint64_t now)
     return 0;
 }
 
-/* The least-loaded stream of daemon that may carry a GET now: joined, up,
- * and below the daemon's credits per connection; UINT32_MAX when none. A
- * stream that lost its connection gets nothing new: GETs queued on it
- * while it is down would reach the daemon after reconnecting together
- * with their resends (emlio__window_resend), two credits for one. */
-static uint32_t
-s_free_stream(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
-{
-    /* Nor more than two TCP windows of batches (s_per_path): more would
-     * only queue behind one stream's slow start while the streams opened
-     * with it are still joining. */
-    uint64_t cap = EMLIO_MIN(daemon->max_credit, s_per_path(self, 1));
-    uint32_t best = UINT32_MAX;
-    for (uint32_t k = 0; k < daemon->n_streams; k++) {
-        if (!daemon->ready[k] || daemon->down[k] ||
-            daemon->sock_outstanding[k] >= cap)
-            continue;
-        if (best == UINT32_MAX ||
-            daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
-            best = k;
-    }
-    return best;
-}
-
-/* Whether every daemon has a stream with a credit left, so that a batch,
- * whichever daemons hold its samples, can be requested now without any
- * connection going past the credits its daemon grants (WELCOME
- * max_credit). The window's bounds are sized from the same credits
- * (emlio__window_init); this holds even while streams are down. */
-bool
-emlio__window_has_credit(const emlio_client_t *self)
-{
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        if (s_free_stream(self, &self->conn.daemons[d]) == UINT32_MAX)
-            return false;
-    return true;
-}
-
 /* Sends (or sends again) the GET of part p of batch b on stream sock, or on
  * the daemon's least-loaded stream when sock is UINT32_MAX. */
 static int
@@ -273,7 +169,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
          * out of order, so round robin alone could push one connection
          * past its credits. The caller checked that one has a credit
          * left (emlio__window_has_credit). */
-        sock = s_free_stream(self, daemon);
+        sock = emlio__window_free_stream(self, daemon);
         assert(sock != UINT32_MAX);
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
@@ -321,7 +217,8 @@ emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
 }
 
 /* Sends the GETs of batch `index` of epoch ep (the current one or the one
- * ahead), one per daemon that holds its samples. */
+ * ahead): each daemon's share of its samples in parts
+ * (emlio__window_make_parts). */
 int
 emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
                       size_t index)
@@ -335,18 +232,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
     b->index = index;
     b->gen = ep->gen;
     b->xf_server = emlio__client_xf_at_server(&self->xf, index);
-    /* Group the samples by daemon, keeping plan order within each part. */
-    uint32_t counts[EMLIO__CLIENT_MAX_DAEMONS] = { 0 };
-    int part_of[EMLIO__CLIENT_MAX_DAEMONS];
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        part_of[d] = -1;
     for (size_t i = 0; i < n; i++) {
-        uint32_t d = plan[i].daemon;
-        if (part_of[d] < 0) {
-            part_of[d] = (int)b->n_parts;
-            b->parts[b->n_parts++] = (emlio__part_t){ .daemon = d };
-        }
-        counts[part_of[d]]++;
         b->samples[i] =
             (emlio_sample_t){ NULL,          SIZE_MAX,       -1,
                               plan[i].shard, plan[i].record, plan[i].pad };
@@ -355,15 +241,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
             b->flen[i * self->inv.n_fields + f] = 0;
         }
     }
-    uint32_t offset = 0;
-    for (uint32_t p = 0; p < b->n_parts; p++) {
-        b->parts[p].positions = b->positions + offset;
-        offset += counts[p];
-    }
-    for (size_t i = 0; i < n; i++) {
-        emlio__part_t *part = &b->parts[part_of[plan[i].daemon]];
-        part->positions[part->n++] = (uint32_t)i;
-    }
+    emlio__window_make_parts(self, b, plan, n);
     self->win.slots[self->win.n_slots++] = b;
     for (uint32_t p = 0; p < b->n_parts; p++) {
         int rc = s_send_part(self, b, p, UINT32_MAX);
@@ -874,50 +752,6 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     return rc;
-}
-
-/* Grows the auto-sized window while the consumer starves with the window
- * full, toward about twice the bandwidth-delay product measured as
- * (batches delivered per second) x (fastest request round trip). */
-void
-emlio__window_adapt(emlio_client_t *self, bool starved)
-{
-    if (self->cfg.inflight)
-        return;
-    uint64_t now = emlio__now_ns();
-    uint64_t dt = now - self->win.adapt_ns;
-    if (dt < 50000000ull)
-        return;
-    uint32_t streams = 0;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        for (uint32_t k = 0; k < self->conn.daemons[d].n_streams; k++)
-            streams += self->conn.daemons[d].ready[k];
-    uint64_t batches = self->win.n_delivered - self->win.adapt_batches;
-    double rate = (double)batches * 1e9 / (double)dt;
-    double bdp = rate * (double)self->win.min_latency_ns / 1e9;
-    uint32_t target = (uint32_t)(2 * bdp) + streams;
-    /* Growing blindly while the consumer starves took the window to its
-     * bounds on a CPU-bound loopback (hundreds of batches of fresh pages
-     * for nothing); grow only while the last growth paid off. */
-    if (starved && self->win.grow_rate > 0 &&
-        rate < self->win.grow_rate * (1 + S_WINDOW_MIN_GAIN))
-        self->win.grown_out = true;
-    if (starved && !self->win.grown_out) {
-        target = EMLIO_MAX(target, self->win.limit + self->win.limit / 2 + 1);
-        self->win.grow_rate = rate;
-    } else if (target < self->win.limit / 2)
-        target = self->win.limit; /* shrink lazily: no flapping */
-    else
-        target = EMLIO_MAX(target, self->win.limit);
-    /* A stream has at most one TCP window on the wire per RTT: requests
-     * beyond two windows per stream only wait in the daemon's queues (and
-     * cost us memory: fresh pages are dear), so a starving consumer on a
-     * window-limited path is helped by streams (emlio__client_tune), not by
-     * more batches in flight. */
-    target = (uint32_t)EMLIO_MIN((uint64_t)target, s_per_path(self, streams));
-    self->win.limit = EMLIO_MIN(EMLIO_MAX(target, 2u), self->win.max);
-    self->win.adapt_ns = now;
-    self->win.adapt_batches = self->win.n_delivered;
 }
 
 emlio_batch_t *

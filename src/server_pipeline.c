@@ -531,11 +531,13 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
         atomic_fetch_add(&self->core->batches_in_flight, 1);
         size_t k = s_batch_frames(job, rel, nf, frames, &bytes);
         assert(k == frames_n);
-        emlio__srv_send_parts(done, &job->identity, &header, frames, k, 0);
-        s_release_unref(rel); /* the sender's reference */
+        /* Counted before the send, so that a client that has its reply
+         * finds it in the daemon's figures. */
         atomic_fetch_add(&self->count.requests, 1);
         atomic_fetch_add(&self->count.samples, n);
         atomic_fetch_add(&self->count.bytes, bytes);
+        emlio__srv_send_parts(done, &job->identity, &header, frames, k, 0);
+        s_release_unref(rel); /* the sender's reference */
         emlio_free(frames);
         return;
     }

@@ -170,10 +170,11 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
     (void)zmq_msg_init_data(&frame, job->xf_job.block, n * out, s_block_free,
                             NULL);
     job->xf_job.block = NULL;
-    emlio__srv_send_parts(done, &job->identity, &header, &frame, 1, 0);
+    /* Counted before the send, as plain batches are (server_pipeline.c). */
     atomic_fetch_add(&self->count.requests, 1);
     atomic_fetch_add(&self->count.samples, n);
     atomic_fetch_add(&self->count.bytes, n * out);
+    emlio__srv_send_parts(done, &job->identity, &header, &frame, 1, 0);
     return true;
 }
 

@@ -88,4 +88,18 @@ test_tar_member(emlio_buf_t *tar, const char *name, size_t len, char c)
     }
 }
 
+/* A daemon of cfg, loaded (with `shards` shards), bound to a loopback port
+ * chosen at run time and started. */
+static inline emlio_server_t *
+test_server_up(emlio_ctx_t *ctx, const emlio_server_config_t *cfg,
+               int shards)
+{
+    emlio_server_t *srv = emlio_server_new(ctx, cfg);
+    assert_non_null(srv);
+    assert_int_equal(emlio_server_load(srv), shards);
+    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(emlio_server_start(srv), 0);
+    return srv;
+}
+
 #endif /* EMLIO_TEST_H */

@@ -59,10 +59,7 @@ s_setup(void **state)
     emlio_server_config_t cfg;
     emlio_server_config_init(&cfg);
     cfg.data_dir = f->dir;
-    f->srv = emlio_server_new(f->ctx, &cfg);
-    assert_int_equal(emlio_server_load(f->srv), SHARDS);
-    assert_int_equal(emlio_server_bind(f->srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_start(f->srv), 0);
+    f->srv = test_server_up(f->ctx, &cfg, SHARDS);
     *state = f;
     return 0;
 }
@@ -239,6 +236,67 @@ test_client_in_order_follows_the_plan(void **state)
     emlio_client_destroy(&c);
 }
 
+/* Drains epoch 0 from a daemon of its own (granting max_credit) with a
+ * client (batch 7, shuffle none, in order, GETs of request_bytes); checks
+ * every batch in plan order, sample by sample, and returns the GETs the
+ * daemon answered. */
+static uint64_t
+s_parts_epoch(fixture_t *f, uint32_t max_credit, uint64_t request_bytes)
+{
+    emlio_server_config_t scfg;
+    emlio_server_config_init(&scfg);
+    scfg.data_dir = f->dir;
+    scfg.max_credit = max_credit;
+    emlio_server_t *srv = test_server_up(f->ctx, &scfg, SHARDS);
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 7;
+    cfg.in_order = true;
+    cfg.shuffle = EMLIO_SHUFFLE_NONE;
+    cfg.request_bytes = request_bytes;
+    cfg.end_epoch = 1; /* nothing of epoch 1 requested ahead */
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    int batches = emlio_client_begin_epoch(c, 0);
+    assert_int_equal(batches, (SHARDS * RECORDS + 6) / 7);
+    emlio_batch_t *b;
+    uint64_t expect = 0;
+    int rc;
+    while ((rc = emlio_client_next(c, &b)) == 1) {
+        assert_int_equal(emlio_batch_index(b), expect);
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        assert_int_equal(n, EMLIO_MIN(7, SHARDS * RECORDS - expect * 7));
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(s[i].record, (expect * 7 + i) % RECORDS);
+            s_check_sample(c, &s[i]);
+        }
+        emlio_batch_release(&b);
+        expect++;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(expect, (uint64_t)batches);
+    emlio_client_destroy(&c);
+    emlio_server_stats_t st;
+    emlio_server_stats(srv, &st);
+    emlio_server_destroy(&srv);
+    return st.requests;
+}
+
+/* A daemon's share of a batch goes out as GETs of about request_bytes
+ * (here one sample each, or the whole batch), never more GETs of one batch
+ * than the daemon's credits allow (max_credit 2: two parts of 4 + 3), and
+ * the batch comes back whole, in plan order, whatever the split. */
+static void
+test_client_parts_reassemble_in_plan_order(void **state)
+{
+    fixture_t *f = *state;
+    /* 60 samples in batches of 7: 8 full ones and one of 4. */
+    assert_int_equal(s_parts_epoch(f, 256, 1), SHARDS * RECORDS);
+    assert_int_equal(s_parts_epoch(f, 256, UINT64_MAX), 9);
+    assert_int_equal(s_parts_epoch(f, 2, 1), 8 * 2 + 1);
+}
+
 static void
 test_client_resume_state_delivers_the_rest(void **state)
 {
@@ -382,6 +440,7 @@ main(void)
         cmocka_unit_test(test_client_epoch_delivers_every_sample_once),
         cmocka_unit_test(test_client_epochs_overlap_exactly_once),
         cmocka_unit_test(test_client_in_order_follows_the_plan),
+        cmocka_unit_test(test_client_parts_reassemble_in_plan_order),
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
         cmocka_unit_test(test_client_connect_can_be_retried),

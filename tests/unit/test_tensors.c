@@ -58,11 +58,7 @@ s_server_mw(fixture_t *f, uint32_t threads, int on_corrupt, uint32_t core_mw)
     cfg.transform_threads = threads;
     cfg.on_corrupt = on_corrupt;
     cfg.core_mw = core_mw;
-    emlio_server_t *srv = emlio_server_new(f->ctx, &cfg);
-    assert_int_equal(emlio_server_load(srv), CLASSES);
-    assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(emlio_server_start(srv), 0);
-    return srv;
+    return test_server_up(f->ctx, &cfg, CLASSES);
 }
 
 static emlio_server_t *

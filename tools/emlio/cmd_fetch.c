@@ -281,6 +281,9 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             .max = 64),
         OPT("inflight", 0, OPT_U32, &cfg->inflight, "K",
             "batches in flight (default: auto, BDP)"),
+        OPT("request-bytes", 0, OPT_SIZE, &cfg->request_bytes, "N",
+            "ask for a batch in GETs of about N bytes\n"
+            "each (default 2M; 1T: one per daemon)"),
         OPT("in-order", 0, OPT_FLAG, &cfg->in_order, NULL,
             "deliver in plan order"),
         OPT("no-crc", 0, OPT_UNSET, &cfg->verify, NULL,

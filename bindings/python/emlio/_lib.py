@@ -83,7 +83,8 @@ class ClientConfig(ctypes.Structure):
         ("decode_at", ctypes.c_int32),
         ("transform_threads", ctypes.c_uint32),
         ("max_pixels", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("request_bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 3),
     ]
 
 

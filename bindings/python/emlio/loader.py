@@ -550,6 +550,11 @@ class Loader:
         batches in flight (0 = auto, from the measured bandwidth-delay
         product). Either way the next epoch's first batches are requested
         while the current one's last arrive (none past ``epochs``).
+    request_bytes : int
+        Bytes one request asks for: each daemon's share of a batch is asked
+        for in parts of about this size, spread over the streams and put
+        back together here (0, the default: 2 MiB). Large batches then
+        arrive sooner on long paths and are checked while in cache.
     drop_last : bool
         Drop the remainder instead of delivering a short last batch.
     verify : bool
@@ -610,7 +615,8 @@ class Loader:
 
     def __init__(self, endpoints, batch_size, epochs=None, shuffle=True,
                  seed=0, rank=None, world_size=None, in_order=False,
-                 state=None, streams=0, inflight=0, drop_last=False,
+                 state=None, streams=0, inflight=0, request_bytes=0,
+                 drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
                  window_shards=0, log_level=None, name=None, fields=None,
                  server_key=None, client_key=None, wait_warning_s=5.0,
