@@ -91,8 +91,7 @@ test_tar_member(emlio_buf_t *tar, const char *name, size_t len, char c)
 /* A daemon of cfg, loaded (with `shards` shards), bound to a loopback port
  * chosen at run time and started. */
 static inline emlio_server_t *
-test_server_up(emlio_ctx_t *ctx, const emlio_server_config_t *cfg,
-               int shards)
+test_server_up(emlio_ctx_t *ctx, const emlio_server_config_t *cfg, int shards)
 {
     emlio_server_t *srv = emlio_server_new(ctx, cfg);
     assert_non_null(srv);
