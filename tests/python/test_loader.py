@@ -77,6 +77,17 @@ class LoaderTest(DatasetCase):
             self.assertEqual(item[3], _read(path), "sample %d" % i)
             self.assertEqual(item[4], label, "sample %d" % i)
 
+    def test_batches_asked_for_in_parts_come_back_whole(self):
+        # request_bytes=1: every sample its own GET, spread over the
+        # streams; each batch still arrives whole, in plan order.
+        with emlio.Loader(self.endpoint, 25, shuffle=False, in_order=True,
+                          request_bytes=1) as loader:
+            got = self.collect(loader)
+        self.assertEqual(len(got), len(self.files))
+        for i, ((path, label), item) in enumerate(zip(self.files, got)):
+            self.assertEqual(item[3], _read(path), "sample %d" % i)
+            self.assertEqual(item[4], label, "sample %d" % i)
+
     def test_two_ranks_split_the_dataset(self):
         per_rank = []
         counts = []

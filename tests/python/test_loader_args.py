@@ -45,13 +45,14 @@ class ArgumentTest(unittest.TestCase):
         self.value_error("seed", seed=2 ** 70)
         self.value_error("window_shards", window_shards=2 ** 32)
         self.value_error("inflight", inflight=2 ** 32)
+        self.value_error("request_bytes", request_bytes=2 ** 64)
         self.value_error("streams", streams=65)
         self.value_error("timeout_ms", timeout_ms=2 ** 31)
         self.value_error("epochs", epochs=2 ** 64)
 
     def test_negatives_raise(self):
         for name in ("batch_size", "seed", "streams", "inflight",
-                     "window_shards", "timeout_ms", "connect_timeout_ms",
+                     "request_bytes", "window_shards", "timeout_ms", "connect_timeout_ms",
                      "epochs"):
             with self.subTest(name=name):
                 kw = {name: -1}
