@@ -360,6 +360,11 @@ s_next(emlio_client_t *self, emlio_batch_t **batch_out)
                                  self->conn.daemons[0].endpoint);
         }
         int left = (int)((limit - (now - last_progress)) / 1000000) + 1;
+        /* Parts held back while streams join are sent when they have
+         * joined, or when the wait for them ends (client_budget.c). */
+        int join_ms = emlio__window_join_wait_ms(self, now);
+        if (join_ms >= 0 && join_ms < left)
+            left = join_ms;
         rc = zmq_poll(self->conn.poll, (int)s_poll_items(self), left);
         if (rc < 0) {
             if (errno == EINTR) {

@@ -112,19 +112,61 @@ emlio__window_rebound(emlio_client_t *self)
         EMLIO_MIN(EMLIO_MAX(window, self->win.limit), self->win.max);
 }
 
+/* When the wait for streams just opened to daemon to join its session
+ * (connect to WELCOME: a few round trips) ends; 0 when none is joining.
+ * Until then a batch's parts wait for them rather than all queue on the
+ * streams already joined: at 100 ms a batch of 1024 x 110 KB sent on
+ * stream 0 alone took 1.5-1.9 s to arrive, one TCP window per round trip,
+ * against 0.7 s spread over the streams (docs/performance.md). Bounded,
+ * so a stream that never joins delays nothing for long. */
+static uint64_t
+s_join_deadline(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
+{
+    bool joining = false;
+    for (uint32_t k = 0; k < daemon->n_streams && !joining; k++)
+        joining = !daemon->ready[k] && !daemon->down[k];
+    if (!joining || !daemon->opened_ns)
+        return 0;
+    /* TCP's handshake, ZeroMQ's (ZMTP greetings, and CURVE's when on),
+     * then HELLO and WELCOME: three or four round trips. */
+    uint64_t wait =
+        EMLIO_MIN(4 * self->conn.rtt_ns + 50000000ull, 1000000000ull);
+    return daemon->opened_ns + wait;
+}
+
+int
+emlio__window_join_wait_ms(const emlio_client_t *self, uint64_t now)
+{
+    uint64_t first = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        uint64_t t = s_join_deadline(self, &self->conn.daemons[d]);
+        if (t > now && (!first || t < first))
+            first = t;
+    }
+    return first ? (int)((first - now) / 1000000) + 1 : -1;
+}
+
 /* The most GETs one stream of daemon may have outstanding: its credits,
  * and no more than two TCP windows of batches (s_per_path), each of up to
  * parts_max parts: more would only queue behind one stream's slow start
  * while the streams opened with it are still joining. Never below one
- * batch's parts (s_split_parts keeps parts_max within the credits). */
+ * batch's parts (s_split_parts keeps parts_max within the credits), except
+ * while streams join: then two TCP windows of parts, so that a batch too
+ * big for the joined streams waits for the others (s_join_deadline). */
 static uint64_t
-s_stream_cap(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
+s_stream_cap(const emlio_client_t *self, const emlio__cdaemon_t *daemon,
+             uint64_t now)
 {
     uint64_t parts = EMLIO_MAX(self->win.parts_max, 1);
     uint64_t path = s_per_path(self, 1);
     if (path <= UINT64_MAX / parts)
         path *= parts;
-    return EMLIO_MIN(daemon->max_credit, path);
+    uint64_t cap = EMLIO_MIN(daemon->max_credit, path);
+    if (self->conn.window_bytes && now < s_join_deadline(self, daemon))
+        cap = EMLIO_MIN(cap, 2 * self->conn.window_bytes /
+                                     EMLIO_MAX(self->win.part_bytes, 1) +
+                                 1);
+    return cap;
 }
 
 /* The least-loaded stream of daemon that may carry a GET now: joined, up,
@@ -136,7 +178,7 @@ uint32_t
 emlio__window_free_stream(const emlio_client_t *self,
                           const emlio__cdaemon_t *daemon)
 {
-    uint64_t cap = s_stream_cap(self, daemon);
+    uint64_t cap = s_stream_cap(self, daemon, emlio__now_ns());
     uint32_t best = UINT32_MAX;
     for (uint32_t k = 0; k < daemon->n_streams; k++) {
         if (!daemon->ready[k] || daemon->down[k] ||
@@ -158,9 +200,10 @@ emlio__window_free_stream(const emlio_client_t *self,
 bool
 emlio__window_has_credit(const emlio_client_t *self)
 {
+    uint64_t now = emlio__now_ns();
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         const emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-        uint64_t cap = s_stream_cap(self, daemon);
+        uint64_t cap = s_stream_cap(self, daemon, now);
         uint64_t left = 0;
         for (uint32_t k = 0; k < daemon->n_streams; k++)
             if (daemon->ready[k] && !daemon->down[k] &&

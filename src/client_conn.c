@@ -343,6 +343,7 @@ s_open_early(emlio_client_t *self, uint32_t d)
             s_close_stream(daemon, s);
             break;
         }
+        daemon->opened_ns = emlio__now_ns();
     }
     emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
               "'%s' connected: RTT %.1f ms, receive buffer %" PRIu64
@@ -702,6 +703,7 @@ emlio__client_add_streams(emlio_client_t *self, uint32_t want)
             }
             if (!daemon->max_streams)
                 daemon->ready[s] = true;
+            daemon->opened_ns = emlio__now_ns();
             added = true;
         }
     }

@@ -80,6 +80,9 @@ typedef struct emlio__cdaemon {
                                    not said */
     uint64_t failed_handshakes; /* transient handshake failures seen */
     uint32_t rehellos;          /* HELLOs said again after a version refusal */
+    uint64_t opened_ns; /* when streams were last opened to it: a batch's
+                           parts wait a round trip for them to join
+                           (client_budget.c) */
     char dataset[64];
     uint32_t *local_id; /* global shard -> this daemon's shard id, or
                            UINT32_MAX when it does not hold the shard */
@@ -316,6 +319,9 @@ uint32_t emlio__window_free_stream(const emlio_client_t *self,
                                    const emlio__cdaemon_t *daemon);
 void emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
                               const emlio_plan_sample_t *plan, size_t n);
+/* Milliseconds until a wait for streams to join ends (the longest the
+ * client may sleep before asking for more), or -1 when none is going on. */
+int emlio__window_join_wait_ms(const emlio_client_t *self, uint64_t now);
 
 /* client_tensor.c */
 bool emlio__tensor_active(const emlio_client_t *self);
