@@ -417,6 +417,12 @@ zmq_msg_t *
 emlio__batch_recv_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
                         emlio_batch_t *b, const zmq_msg_t *prev)
 {
+    /* b->frames holds cap x n_fields frames: what a batch's parts need at
+     * most (a sample's fields each in a frame of its own, or several
+     * samples in one packed frame); a daemon that sends more gets no room. */
+    size_t nf = self->inv.n_fields ? self->inv.n_fields : 1;
+    if (b->n_frames >= b->cap * nf)
+        return NULL;
     zmq_msg_t *frame = &b->frames[b->n_frames];
     zmq_msg_init(frame);
     if (!zmq_msg_more((zmq_msg_t *)prev) ||
@@ -595,7 +601,9 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     size_t frames0 = b->n_frames;
     uint64_t bytes0 = b->bytes;
-    if (msg->n_samples > b->cap - b->n_frames)
+    /* Samples, not frames: with several fields, or own frames beside a
+     * packed one, a batch's earlier parts hold more frames than samples. */
+    if (msg->n_samples > part->n)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' answered request %" PRIu64
                              " with %zu samples, more than asked",
