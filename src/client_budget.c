@@ -43,14 +43,15 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     uint64_t want =
         self->cfg.request_bytes ? self->cfg.request_bytes : S_PART_BYTES;
     uint64_t per = mean_bytes ? EMLIO_MAX(want / mean_bytes, 1) : n;
-    uint64_t parts = (n + per - 1) / per;
+    /* Not (n + per - 1) / per: per may be near UINT64_MAX
+     * (request_bytes UINT64_MAX, one GET per daemon). */
+    uint64_t parts = n / per + (n % per != 0);
     uint64_t cap = 256 - EMLIO_MIN(self->conn.n_daemons, 255);
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         cap = EMLIO_MIN(cap, self->conn.daemons[d].max_credit);
     parts = EMLIO_MAX(EMLIO_MIN(parts, cap), 1);
     self->win.part_samples = (uint32_t)((n + parts - 1) / parts);
     self->win.parts_max = (uint32_t)parts;
-    self->win.part_bytes = EMLIO_MAX(mean_bytes * self->win.part_samples, 1);
 }
 
 /* Sizes the window bounds from the daemons' credits and a memory cap. */
