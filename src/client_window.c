@@ -106,6 +106,8 @@ emlio__window_drop(emlio_client_t *self, uint32_t keep)
                 (*out)--;
             if (self->win.outstanding_parts)
                 self->win.outstanding_parts--;
+            self->win.outstanding_samples -=
+                EMLIO_MIN(self->win.outstanding_samples, part->n);
         }
         /* A batch in the decode pool comes back through it, and is put
          * back then (emlio__tensor_collect). */
@@ -248,6 +250,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
         if (rc < 0)
             return rc;
         self->win.outstanding_parts++;
+        self->win.outstanding_samples += b->parts[p].n;
     }
     return 0;
 }
@@ -627,6 +630,7 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
         part->done = true;
         daemon->sock_outstanding[part->sock]--;
         self->win.outstanding_parts--;
+        self->win.outstanding_samples -= part->n;
         rc = 1;
         /* A batch of the epoch requested ahead, complete, waits in its slot
          * until begin_epoch takes that epoch (emlio__window_adopt). */
