@@ -285,8 +285,9 @@ s_parts_epoch(fixture_t *f, uint32_t max_credit, uint64_t request_bytes)
 
 /* A daemon's share of a batch goes out as GETs of about request_bytes
  * (here one sample each, or the whole batch), never more GETs of one batch
- * than the daemon's credits allow (max_credit 2: two parts of 4 + 3), and
- * the batch comes back whole, in plan order, whatever the split. */
+ * than half the daemon's credits (max_credit 4: two parts of 4 + 3, so a
+ * stream holds two batches; max_credit 2 and 3: one GET), and the batch
+ * comes back whole, in plan order, whatever the split. */
 static void
 test_client_parts_reassemble_in_plan_order(void **state)
 {
@@ -294,7 +295,9 @@ test_client_parts_reassemble_in_plan_order(void **state)
     /* 60 samples in batches of 7: 8 full ones and one of 4. */
     assert_int_equal(s_parts_epoch(f, 256, 1), SHARDS * RECORDS);
     assert_int_equal(s_parts_epoch(f, 256, UINT64_MAX), 9);
-    assert_int_equal(s_parts_epoch(f, 2, 1), 8 * 2 + 1);
+    assert_int_equal(s_parts_epoch(f, 4, 1), 8 * 2 + 1);
+    assert_int_equal(s_parts_epoch(f, 3, 1), 9);
+    assert_int_equal(s_parts_epoch(f, 2, 1), 9);
 }
 
 /* Samples of two fields (a --fields daemon: a frame per field), the jpg
