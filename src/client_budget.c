@@ -33,9 +33,12 @@ s_per_path(const emlio_client_t *self, uint64_t streams)
 
 /* How a daemon's share of a batch is split into GETs, from the mean
  * sample size: parts of about cfg.request_bytes, at most parts_max of them
- * per daemon. parts_max stays within every daemon's credits per
- * connection, so one stream can always carry a whole batch's parts, and
- * n_daemons + parts_max within the 256 part numbers of a request id. */
+ * per daemon. parts_max stays within half of every daemon's credits per
+ * connection (at least one part), so one stream can always carry two
+ * batches' parts: with all its credits per batch, a batch was requested
+ * only once the one before it was all in, one batch per round trip
+ * (max-credit 2, one stream, 5 ms: half the rate of one GET per batch).
+ * And n_daemons + parts_max within the 256 part numbers of a request id. */
 static void
 s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
 {
@@ -43,14 +46,15 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     uint64_t want =
         self->cfg.request_bytes ? self->cfg.request_bytes : S_PART_BYTES;
     uint64_t per = mean_bytes ? EMLIO_MAX(want / mean_bytes, 1) : n;
-    uint64_t parts = (n + per - 1) / per;
+    /* Not (n + per - 1) / per: per may be near UINT64_MAX
+     * (request_bytes UINT64_MAX, one GET per daemon). */
+    uint64_t parts = n / per + (n % per != 0);
     uint64_t cap = 256 - EMLIO_MIN(self->conn.n_daemons, 255);
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        cap = EMLIO_MIN(cap, self->conn.daemons[d].max_credit);
+        cap = EMLIO_MIN(cap, self->conn.daemons[d].max_credit / 2);
     parts = EMLIO_MAX(EMLIO_MIN(parts, cap), 1);
     self->win.part_samples = (uint32_t)((n + parts - 1) / parts);
     self->win.parts_max = (uint32_t)parts;
-    self->win.part_bytes = EMLIO_MAX(mean_bytes * self->win.part_samples, 1);
 }
 
 /* Sizes the window bounds from the daemons' credits and a memory cap. */

@@ -218,14 +218,15 @@ typedef struct emlio__window {
      * one batch to one daemon, each taking one of its credits. */
     uint32_t part_samples;
     uint32_t parts_max;
-    uint64_t part_bytes; /* mean bytes of one part */
-    double grow_rate;    /* batches/s when a starving consumer last grew
-                            the window; 0 = not since the last rebound */
-    bool grown_out;      /* that growth did not pay off: stop growing */
+    double grow_rate; /* batches/s when a starving consumer last grew
+                         the window; 0 = not since the last rebound */
+    bool grown_out;   /* that growth did not pay off: stop growing */
     size_t outstanding_parts;
-    uint64_t refused_since_ns; /* first of the refusals for credit since the
-                                  last part filed; 0 = none */
-    emlio__wire_item_t *items; /* one GET's [shard, record] pairs */
+    size_t outstanding_samples; /* in those parts: what the tuner's
+                                   queued bytes are counted from */
+    uint64_t refused_since_ns;  /* first of the refusals for credit since the
+                                   last part filed; 0 = none */
+    emlio__wire_item_t *items;  /* one GET's [shard, record] pairs */
     /* Hand-over of the current epoch (saved by the resume state). */
     size_t next_deliver; /* in_order: the batch due next */
     uint8_t *delivered;  /* bitmap over the epoch's batches */

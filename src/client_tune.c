@@ -94,19 +94,20 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         streams = EMLIO_MIN(streams, self->conn.daemons[d].n_streams);
     uint64_t dt = now - self->conn.tuner.last_tick_ns;
-    /* Bytes asked for and not yet here, per stream: parts in flight times
-     * the mean part size (a daemon's share of a batch, or less where that
-     * share is asked for in several parts). */
-    uint64_t part_bytes =
-        EMLIO_MIN(self->win.batch_bytes / EMLIO_MAX(self->conn.n_daemons, 1),
-                  self->win.part_bytes ? self->win.part_bytes : UINT64_MAX);
+    /* Bytes asked for and not yet here, per stream: samples in flight
+     * times the mean sample size. Parts times a mean part size would
+     * overcount: a daemon's share of a batch is cut into near-equal parts,
+     * often smaller than part_samples (a share of 20 at 19 per part goes
+     * as 10 + 10). */
+    uint64_t sample_bytes =
+        self->win.batch_bytes / EMLIO_MAX(self->cfg.batch_size, 1);
     emlio__tuner_input_t in = {
         .now_ns = now,
         .bytes = self->conn.total_bytes,
         .wait_ns = self->fig.total_wait_ns + self->fig.wait_ns + waiting_ns,
         .streams = streams,
         .window = self->conn.window_bytes,
-        .queued = self->win.outstanding_parts * part_bytes /
+        .queued = self->win.outstanding_samples * sample_bytes /
                   EMLIO_MAX((uint64_t)streams * self->conn.n_daemons, 1),
         .rtt_ns = rtt,
         .srtt_ns = self->conn.srtt_ns,

@@ -106,6 +106,8 @@ emlio__window_drop(emlio_client_t *self, uint32_t keep)
                 (*out)--;
             if (self->win.outstanding_parts)
                 self->win.outstanding_parts--;
+            self->win.outstanding_samples -=
+                EMLIO_MIN(self->win.outstanding_samples, part->n);
         }
         /* A batch in the decode pool comes back through it, and is put
          * back then (emlio__tensor_collect). */
@@ -248,6 +250,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
         if (rc < 0)
             return rc;
         self->win.outstanding_parts++;
+        self->win.outstanding_samples += b->parts[p].n;
     }
     return 0;
 }
@@ -417,6 +420,12 @@ zmq_msg_t *
 emlio__batch_recv_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
                         emlio_batch_t *b, const zmq_msg_t *prev)
 {
+    /* b->frames holds cap x n_fields frames: what a batch's parts need at
+     * most (a sample's fields each in a frame of its own, or several
+     * samples in one packed frame); a daemon that sends more gets no room. */
+    size_t nf = self->inv.n_fields ? self->inv.n_fields : 1;
+    if (b->n_frames >= b->cap * nf)
+        return NULL;
     zmq_msg_t *frame = &b->frames[b->n_frames];
     zmq_msg_init(frame);
     if (!zmq_msg_more((zmq_msg_t *)prev) ||
@@ -595,7 +604,9 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     size_t frames0 = b->n_frames;
     uint64_t bytes0 = b->bytes;
-    if (msg->n_samples > b->cap - b->n_frames)
+    /* Samples, not frames: with several fields, or own frames beside a
+     * packed one, a batch's earlier parts hold more frames than samples. */
+    if (msg->n_samples > part->n)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' answered request %" PRIu64
                              " with %zu samples, more than asked",
@@ -619,6 +630,7 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
         part->done = true;
         daemon->sock_outstanding[part->sock]--;
         self->win.outstanding_parts--;
+        self->win.outstanding_samples -= part->n;
         rc = 1;
         /* A batch of the epoch requested ahead, complete, waits in its slot
          * until begin_epoch takes that epoch (emlio__window_adopt). */

@@ -49,6 +49,7 @@ class ArgumentTest(unittest.TestCase):
         self.value_error("streams", streams=65)
         self.value_error("timeout_ms", timeout_ms=2 ** 31)
         self.value_error("epochs", epochs=2 ** 64)
+        self.value_error("request_bytes", request_bytes=2 ** 64)
 
     def test_negatives_raise(self):
         for name in ("batch_size", "seed", "streams", "inflight",
@@ -62,6 +63,14 @@ class ArgumentTest(unittest.TestCase):
         self.value_error("rank", rank=2, world_size=2)
         self.value_error("batch_size", batch_size=0)
         self.value_error("wait_warning_s", wait_warning_s=-1)
+
+    def test_positional_order_is_kept(self):
+        # Arguments added later go last: drop_last is still the 12th (it
+        # was shifted to the 13th when request_bytes came in before it).
+        with self.assertRaises(TypeError) as cm:
+            emlio.Loader(NOWHERE, 8, None, True, 0, None, None, False, None,
+                         0, 0, None, connect_timeout_ms=200)
+        self.assertIn("drop_last", str(cm.exception))
 
     def test_wrong_types_raise_type_error(self):
         self.type_error("batch_size", batch_size="32")

@@ -285,8 +285,9 @@ s_parts_epoch(fixture_t *f, uint32_t max_credit, uint64_t request_bytes)
 
 /* A daemon's share of a batch goes out as GETs of about request_bytes
  * (here one sample each, or the whole batch), never more GETs of one batch
- * than the daemon's credits allow (max_credit 2: two parts of 4 + 3), and
- * the batch comes back whole, in plan order, whatever the split. */
+ * than half the daemon's credits (max_credit 4: two parts of 4 + 3, so a
+ * stream holds two batches; max_credit 2 and 3: one GET), and the batch
+ * comes back whole, in plan order, whatever the split. */
 static void
 test_client_parts_reassemble_in_plan_order(void **state)
 {
@@ -294,7 +295,71 @@ test_client_parts_reassemble_in_plan_order(void **state)
     /* 60 samples in batches of 7: 8 full ones and one of 4. */
     assert_int_equal(s_parts_epoch(f, 256, 1), SHARDS * RECORDS);
     assert_int_equal(s_parts_epoch(f, 256, UINT64_MAX), 9);
-    assert_int_equal(s_parts_epoch(f, 2, 1), 8 * 2 + 1);
+    assert_int_equal(s_parts_epoch(f, 4, 1), 8 * 2 + 1);
+    assert_int_equal(s_parts_epoch(f, 3, 1), 9);
+    assert_int_equal(s_parts_epoch(f, 2, 1), 9);
+}
+
+/* Samples of two fields (a --fields daemon: a frame per field), the jpg
+ * too large to be packed: a batch asked for in parts holds more frames
+ * than samples once its first parts are in, and its last part must still
+ * be filed (it was refused as "more samples than asked"). */
+static void
+test_client_parts_of_multi_field_samples(void **state)
+{
+    fixture_t *f = *state;
+
+    enum { N = 12, JPG = 20000 };
+
+    char dir[64], path[128];
+    test_mkdtemp(dir, sizeof(dir));
+    emlio_buf_t tar = EMLIO_BUF_INIT;
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "k%02d.jpg", i);
+        test_tar_member(&tar, name, JPG, (char)('a' + i));
+        snprintf(name, sizeof(name), "k%02d.cls", i);
+        test_tar_member(&tar, name, 1, (char)('0' + i % 4));
+    }
+    snprintf(path, sizeof(path), "%s/a.tar", dir);
+    test_write_file(path, tar.data, tar.len);
+    emlio_buf_release(&tar);
+    emlio_server_config_t scfg;
+    emlio_server_config_init(&scfg);
+    scfg.data_dir = dir;
+    scfg.fields = "jpg,cls";
+    emlio_server_t *srv = test_server_up(f->ctx, &scfg, 1);
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = N; /* one batch, in parts of 3 samples */
+    cfg.shuffle = EMLIO_SHUFFLE_NONE;
+    cfg.request_bytes = 3 * (JPG + 2048); /* a member is ~21.5 KB of tar */
+    cfg.end_epoch = 1;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    assert_int_equal(emlio_client_begin_epoch(c, 0), 1);
+    emlio_batch_t *b;
+    assert_int_equal(emlio_client_next(c, &b), 1);
+    size_t n;
+    const emlio_sample_t *s = emlio_batch_samples(b, &n);
+    assert_int_equal(n, N);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *data;
+        size_t len;
+        assert_int_equal(emlio_batch_field(b, i, 0, &data, &len), 0);
+        assert_int_equal(len, JPG);
+        assert_int_equal(data[0], 'a' + s[i].record);
+        assert_int_equal(emlio_batch_field(b, i, 1, &data, &len), 0);
+        assert_int_equal(len, 1);
+    }
+    emlio_batch_release(&b);
+    assert_int_equal(emlio_client_next(c, &b), 0);
+    emlio_client_destroy(&c);
+    emlio_server_stats_t st;
+    emlio_server_stats(srv, &st);
+    assert_int_equal(st.requests, 4); /* the batch went in 4 parts */
+    emlio_server_destroy(&srv);
+    test_rmtree(dir);
 }
 
 static void
@@ -441,6 +506,7 @@ main(void)
         cmocka_unit_test(test_client_epochs_overlap_exactly_once),
         cmocka_unit_test(test_client_in_order_follows_the_plan),
         cmocka_unit_test(test_client_parts_reassemble_in_plan_order),
+        cmocka_unit_test(test_client_parts_of_multi_field_samples),
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
         cmocka_unit_test(test_client_connect_can_be_retried),

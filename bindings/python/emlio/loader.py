@@ -615,13 +615,12 @@ class Loader:
 
     def __init__(self, endpoints, batch_size, epochs=None, shuffle=True,
                  seed=0, rank=None, world_size=None, in_order=False,
-                 state=None, streams=0, inflight=0, request_bytes=0,
-                 drop_last=False,
+                 state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
                  window_shards=0, log_level=None, name=None, fields=None,
                  server_key=None, client_key=None, wait_warning_s=5.0,
                  transform=None, decode_at="auto", transform_threads=0,
-                 max_pixels=0):
+                 max_pixels=0, request_bytes=0):
         self._client = None
         self._ctx = None
         self._live = {}
