@@ -55,6 +55,7 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     parts = EMLIO_MAX(EMLIO_MIN(parts, cap), 1);
     self->win.part_samples = (uint32_t)((n + parts - 1) / parts);
     self->win.parts_max = (uint32_t)parts;
+    self->win.part_bytes = EMLIO_MAX(mean_bytes * self->win.part_samples, 1);
 }
 
 /* Sizes the window bounds from the daemons' credits and a memory cap. */

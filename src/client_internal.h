@@ -218,9 +218,10 @@ typedef struct emlio__window {
      * one batch to one daemon, each taking one of its credits. */
     uint32_t part_samples;
     uint32_t parts_max;
-    double grow_rate; /* batches/s when a starving consumer last grew
-                         the window; 0 = not since the last rebound */
-    bool grown_out;   /* that growth did not pay off: stop growing */
+    uint64_t part_bytes; /* bytes of a full part at the mean sample size */
+    double grow_rate;    /* batches/s when a starving consumer last grew
+                            the window; 0 = not since the last rebound */
+    bool grown_out;      /* that growth did not pay off: stop growing */
     size_t outstanding_parts;
     size_t outstanding_samples; /* in those parts: what the tuner's
                                    queued bytes are counted from */
