@@ -245,14 +245,9 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     if (!self->inv.n_shards)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "connect before starting an epoch");
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        if (self->cfg.batch_size > self->conn.daemons[d].max_batch)
-            return emlio__seterr(self->err, EMLIO_ELIMIT,
-                                 "batch size %" PRIu32 " exceeds daemon '%s' "
-                                 "limit of %" PRIu64,
-                                 self->cfg.batch_size,
-                                 self->conn.daemons[d].endpoint,
-                                 self->conn.daemons[d].max_batch);
+    int rc = emlio__window_check_batch(self);
+    if (rc < 0)
+        return rc;
     emlio__client_xf_begin_epoch(&self->xf, s_path_rate(self),
                                  s_consumer_rate(self));
     return emlio__epoch_begin(self, epoch);

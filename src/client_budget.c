@@ -46,6 +46,14 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     uint64_t want =
         self->cfg.request_bytes ? self->cfg.request_bytes : S_PART_BYTES;
     uint64_t per = mean_bytes ? EMLIO_MAX(want / mean_bytes, 1) : n;
+    /* Within every daemon's samples per GET: a batch larger than that is
+     * asked for in parts too. */
+    uint64_t get_max = UINT32_MAX;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        if (self->conn.daemons[d].max_batch)
+            get_max = EMLIO_MIN(get_max, self->conn.daemons[d].max_batch);
+    self->win.get_max = (uint32_t)get_max;
+    per = EMLIO_MAX(EMLIO_MIN(per, get_max), 1);
     /* Not (n + per - 1) / per: per may be near UINT64_MAX
      * (request_bytes UINT64_MAX, one GET per daemon). */
     uint64_t parts = n / per + (n % per != 0);
@@ -58,17 +66,48 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     self->win.part_bytes = EMLIO_MAX(mean_bytes * self->win.part_samples, 1);
 }
 
+/* The dataset's mean sample size in bytes (0 when it has no records), and
+ * its records in *records. */
+static uint64_t
+s_mean_bytes(const emlio_client_t *self, uint64_t *records)
+{
+    uint64_t bytes = 0;
+    *records = 0;
+    for (size_t i = 0; i < self->inv.n_shards; i++) {
+        *records += self->inv.shards[i].records;
+        bytes += self->inv.shards[i].bytes;
+    }
+    return *records ? bytes / *records : 0;
+}
+
+int
+emlio__window_check_batch(emlio_client_t *self)
+{
+    uint64_t records;
+    s_split_parts(self, s_mean_bytes(self, &records));
+    if (self->win.part_samples <= self->win.get_max)
+        return 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        if (self->win.part_samples > self->conn.daemons[d].max_batch)
+            return emlio__seterr(
+                self->err, EMLIO_ELIMIT,
+                "batch size %" PRIu32 " needs GETs of %" PRIu32
+                " samples (at most %" PRIu32 " GETs a batch, half the "
+                "daemons' credits), above daemon '%s' limit of %" PRIu64
+                " samples per GET",
+                self->cfg.batch_size, self->win.part_samples,
+                self->win.parts_max, self->conn.daemons[d].endpoint,
+                self->conn.daemons[d].max_batch);
+    return 0;
+}
+
 /* Sizes the window bounds from the daemons' credits and a memory cap. */
 void
 emlio__window_init(emlio_client_t *self)
 {
-    uint64_t records = 0;
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < self->inv.n_shards; i++) {
-        records += self->inv.shards[i].records;
-        bytes += self->inv.shards[i].bytes;
-    }
-    s_split_parts(self, records ? bytes / records : 0);
+    uint64_t records;
+    uint64_t mean = s_mean_bytes(self, &records);
+    s_split_parts(self, mean);
     /* Every batch may need parts_max parts from any daemon, so the daemon
      * with the fewest credits bounds the window. */
     uint64_t credits = UINT64_MAX;
@@ -79,7 +118,7 @@ emlio__window_init(emlio_client_t *self)
         credits = EMLIO_MIN(credits, self->conn.daemons[d].max_credit * ready);
     }
     credits /= self->win.parts_max;
-    uint64_t batch_bytes = records ? bytes / records * self->cfg.batch_size : 1;
+    uint64_t batch_bytes = records ? mean * self->cfg.batch_size : 1;
     self->win.batch_bytes = batch_bytes;
     uint64_t by_memory = S_MAX_INFLIGHT_BYTES / EMLIO_MAX(batch_bytes, 1);
     uint64_t max = EMLIO_MIN(credits, EMLIO_MAX(by_memory, 2));
@@ -238,7 +277,7 @@ emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
     uint32_t parts_max = EMLIO_MAX(self->win.parts_max, 1);
     uint32_t per = EMLIO_MAX(self->win.part_samples,
                              (uint32_t)((n + parts_max - 1) / parts_max));
-    if (b->xf_server || !per)
+    if ((b->xf_server && n <= self->win.get_max) || !per)
         per = (uint32_t)EMLIO_MAX(n, 1);
     uint32_t offset = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {

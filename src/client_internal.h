@@ -218,6 +218,8 @@ typedef struct emlio__window {
      * one batch to one daemon, each taking one of its credits. */
     uint32_t part_samples;
     uint32_t parts_max;
+    uint32_t get_max;    /* the most samples every daemon takes in one GET
+                            (WELCOME max_batch): parts never exceed it */
     uint64_t part_bytes; /* bytes of a full part at the mean sample size */
     double grow_rate;    /* batches/s when a starving consumer last grew
                             the window; 0 = not since the last rebound */
@@ -321,6 +323,10 @@ uint32_t emlio__window_free_stream(const emlio_client_t *self,
                                    const emlio__cdaemon_t *daemon);
 void emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
                               const emlio_plan_sample_t *plan, size_t n);
+/* 0 when a batch of cfg.batch_size can be asked for in parts within every
+ * daemon's limits (samples per GET, credits), else EMLIO_ELIMIT with the
+ * reason. Sizes the parts as emlio__window_init does. */
+int emlio__window_check_batch(emlio_client_t *self);
 /* Milliseconds until a wait for streams to join ends (the longest the
  * client may sleep before asking for more), or -1 when none is going on. */
 int emlio__window_join_wait_ms(const emlio_client_t *self, uint64_t now);

@@ -51,7 +51,10 @@ typedef struct emlio_client emlio_client_t;
 typedef struct emlio_batch emlio_batch_t;
 
 typedef struct emlio_client_config {
-    uint32_t batch_size;    /* samples per batch; default 32 */
+    uint32_t batch_size;    /* samples per batch; default 32. May exceed
+                               the daemons' samples per GET (WELCOME
+                               max_batch): the batch is then asked for in
+                               parts within it (see request_bytes) */
     uint32_t world;         /* ranks in the job; default 1 */
     uint32_t rank;          /* this rank; default 0 */
     uint64_t seed;          /* shuffle seed shared by all ranks; default 0 */

@@ -241,12 +241,14 @@ test_client_in_order_follows_the_plan(void **state)
  * every batch in plan order, sample by sample, and returns the GETs the
  * daemon answered. */
 static uint64_t
-s_parts_epoch(fixture_t *f, uint32_t max_credit, uint64_t request_bytes)
+s_parts_epoch(fixture_t *f, uint32_t max_credit, uint32_t max_batch,
+              uint64_t request_bytes)
 {
     emlio_server_config_t scfg;
     emlio_server_config_init(&scfg);
     scfg.data_dir = f->dir;
     scfg.max_credit = max_credit;
+    scfg.max_batch = max_batch;
     emlio_server_t *srv = test_server_up(f->ctx, &scfg, SHARDS);
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
@@ -293,11 +295,57 @@ test_client_parts_reassemble_in_plan_order(void **state)
 {
     fixture_t *f = *state;
     /* 60 samples in batches of 7: 8 full ones and one of 4. */
-    assert_int_equal(s_parts_epoch(f, 256, 1), SHARDS * RECORDS);
-    assert_int_equal(s_parts_epoch(f, 256, UINT64_MAX), 9);
-    assert_int_equal(s_parts_epoch(f, 4, 1), 8 * 2 + 1);
-    assert_int_equal(s_parts_epoch(f, 3, 1), 9);
-    assert_int_equal(s_parts_epoch(f, 2, 1), 9);
+    assert_int_equal(s_parts_epoch(f, 256, 4096, 1), SHARDS * RECORDS);
+    assert_int_equal(s_parts_epoch(f, 256, 4096, UINT64_MAX), 9);
+    assert_int_equal(s_parts_epoch(f, 4, 4096, 1), 8 * 2 + 1);
+    assert_int_equal(s_parts_epoch(f, 3, 4096, 1), 9);
+    assert_int_equal(s_parts_epoch(f, 2, 4096, 1), 9);
+    /* A batch above the daemon's samples per GET goes in parts within it
+     * (3 + 2 + 2; the last batch of 4 as 2 + 2): it used to be refused. */
+    assert_int_equal(s_parts_epoch(f, 256, 3, UINT64_MAX), 8 * 3 + 2);
+}
+
+/* A batch that even in parts cannot stay within a daemon's samples per GET
+ * (max_batch 1, at most 2 GETs a batch with 4 credits) is refused when
+ * the epoch begins, naming the daemon and its limit. */
+static void
+test_client_batch_beyond_the_daemons_limits_is_refused(void **state)
+{
+    fixture_t *f = *state;
+    emlio_server_config_t scfg;
+    emlio_server_config_init(&scfg);
+    scfg.data_dir = f->dir;
+    scfg.max_credit = 4;
+    scfg.max_batch = 1;
+    emlio_server_t *srv = test_server_up(f->ctx, &scfg, SHARDS);
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 7;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    assert_int_equal(emlio_client_begin_epoch(c, 0), EMLIO_ELIMIT);
+    assert_non_null(strstr(emlio_client_errmsg(c), emlio_server_endpoint(srv)));
+    assert_non_null(strstr(emlio_client_errmsg(c), "limit of 1"));
+    /* Batches of 2 fit: two GETs of one sample each. */
+    emlio_client_destroy(&c);
+    cfg.batch_size = 2;
+    cfg.end_epoch = 1;
+    c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    assert_int_equal(emlio_client_begin_epoch(c, 0), SHARDS * RECORDS / 2);
+    emlio_batch_t *b;
+    int rc, samples = 0;
+    while ((rc = emlio_client_next(c, &b)) == 1) {
+        size_t n;
+        emlio_batch_samples(b, &n);
+        assert_int_equal(n, 2);
+        samples += (int)n;
+        emlio_batch_release(&b);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(samples, SHARDS * RECORDS);
+    emlio_client_destroy(&c);
+    emlio_server_destroy(&srv);
 }
 
 /* Samples of two fields (a --fields daemon: a frame per field), the jpg
@@ -506,6 +554,8 @@ main(void)
         cmocka_unit_test(test_client_epochs_overlap_exactly_once),
         cmocka_unit_test(test_client_in_order_follows_the_plan),
         cmocka_unit_test(test_client_parts_reassemble_in_plan_order),
+        cmocka_unit_test(
+            test_client_batch_beyond_the_daemons_limits_is_refused),
         cmocka_unit_test(test_client_parts_of_multi_field_samples),
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
