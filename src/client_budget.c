@@ -61,9 +61,18 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         cap = EMLIO_MIN(cap, self->conn.daemons[d].max_credit / 2);
     parts = EMLIO_MAX(EMLIO_MIN(parts, cap), 1);
-    self->win.part_samples = (uint32_t)((n + parts - 1) / parts);
+    uint32_t samples = (uint32_t)((n + parts - 1) / parts);
+    /* Said once per change (window_init runs again as streams join), for
+     * whoever tunes request_bytes. */
+    if (samples != self->win.part_samples || parts != self->win.parts_max)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                  "a batch of %" PRIu64 " goes in up to %" PRIu64
+                  " GETs per daemon of at most %" PRIu32 " samples (~%" PRIu64
+                  " KiB each)",
+                  n, parts, samples, mean_bytes * samples >> 10);
+    self->win.part_samples = samples;
     self->win.parts_max = (uint32_t)parts;
-    self->win.part_bytes = EMLIO_MAX(mean_bytes * self->win.part_samples, 1);
+    self->win.part_bytes = EMLIO_MAX(mean_bytes * samples, 1);
 }
 
 /* The dataset's mean sample size in bytes (0 when it has no records), and
