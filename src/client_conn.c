@@ -879,6 +879,35 @@ out:
     return rc;
 }
 
+/* A WELCOME's limits (requests per connection, samples per request) may
+ * differ from what the first one said: a daemon restarted with other
+ * settings says HELLO's answer again on every stream that reconnects. The
+ * window and the parts are sized from them (client_budget.c), so they are
+ * sized again; GETs already sent past a smaller limit are refused and
+ * asked again as credits free (s_ask_again). */
+static void
+s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
+              const emlio__wire_msg_t *msg)
+{
+    /* The short WELCOME of a session's further streams carries no limits
+     * (nor do old daemons'): what we have stands. */
+    if (!msg->max_credit && !msg->max_batch)
+        return;
+    uint64_t credit = msg->max_credit ? msg->max_credit : 16;
+    uint64_t batch = msg->max_batch ? msg->max_batch : 4096;
+    if (credit == daemon->max_credit && batch == daemon->max_batch)
+        return;
+    emlio_log(
+        self->ctx, EMLIO_LOG_INFO, "client",
+        "daemon '%s' now grants %" PRIu64 " requests per stream (was %" PRIu64
+        ") and %" PRIu64 " samples per request (was %" PRIu64 ")",
+        daemon->endpoint, credit, daemon->max_credit, batch, daemon->max_batch);
+    daemon->max_credit = credit;
+    daemon->max_batch = batch;
+    if (self->current.n_batches)
+        emlio__window_rebound(self);
+}
+
 /* The daemon's answer to a stream's HELLO (ids of generation 0, or a
  * version refusal with id 0 on `stream`, which received it): WELCOME lets
  * the stream carry GETs; a version refusal has it say HELLO again; any
@@ -893,6 +922,7 @@ emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
     if (s >= daemon->n_streams)
         return 1; /* not ours: ignore */
     if (msg->type == EMLIO_MSG_WELCOME) {
+        s_take_limits(self, daemon, msg);
         if (!daemon->ready[s]) {
             daemon->ready[s] = true;
             emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",

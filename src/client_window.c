@@ -738,10 +738,12 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
     rc = 1;
     emlio_batch_t *b = NULL;
     emlio__part_t *part = NULL;
-    /* HELLO answers: by id; a version refusal (id 0) on a stream still
-     * waiting for one is its HELLO's too (emlio__client_joined). */
+    /* HELLO answers: by id (stream 0's is 0: its WELCOME after a
+     * reconnect); a version refusal (id 0) on a stream still waiting for
+     * one is its HELLO's too (emlio__client_joined). */
     if ((EMLIO__ID_GEN(msg.id) == 0 && msg.id != 0 &&
          (msg.type == EMLIO_MSG_WELCOME || msg.type == EMLIO_MSG_ERROR)) ||
+        (msg.id == 0 && msg.type == EMLIO_MSG_WELCOME) ||
         (msg.id == 0 && msg.type == EMLIO_MSG_ERROR &&
          msg.code == EMLIO_EVERSION && !daemon->ready[stream])) {
         rc = emlio__client_joined(self, d, stream, &msg);

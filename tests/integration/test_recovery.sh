@@ -67,6 +67,36 @@ sort "$T/k1.ids" | awk '{print $2, $3}' >"$T/k1.sorted"
 check "every sample exactly once across the restart" cmp -s "$T/k1.sorted" "$T/all"
 check "fetch --verify agreed" test "$(json_field "$T/k1.out" verified)" = True
 
+# --- the daemon restarted with fewer credits: the client learns them ---
+# (from the WELCOME of its reconnected stream 0, and sizes its parts and
+# window again; it used to keep the first daemon's 256 per stream). One
+# stream: a session's further streams get the short WELCOME, without limits.
+port=$(free_port)
+"$EMLIOD" --data "$T/shards" --bind "tcp://127.0.0.1:$port" --log-level warn \
+    >"$T/d3.out" 2>"$T/d3.err" &
+DPID=$!
+PIDS+=("$DPID")
+check "relay starts (credits)" start_relay "$port"
+EMLIO_LOG_LEVEL=info "$EMLIO" fetch --connect "tcp://$RELAY" --batch 8 \
+    --inflight 2 --streams 1 --request-bytes 1 --verify --ids "$T/k3.ids" \
+    --timeout-ms 30000 --quiet >"$T/k3.out" 2>"$T/k3.err" &
+fpid=$!
+check "fetch in parts is under way" wait_lines "$T/k3.ids" 40
+kill -9 "$DPID"
+wait "$DPID" 2>/dev/null
+before=$(wc -l <"$T/k3.ids")
+"$EMLIOD" --data "$T/shards" --bind "tcp://127.0.0.1:$port" --log-level warn \
+    --max-credit 2 >"$T/d4.out" 2>"$T/d4.err" &
+PIDS+=($!)
+wait $fpid
+check "fetch survives a restart with fewer credits" test $? -eq 0
+check "it was killed mid-epoch ($before of 240 delivered)" test "$before" -lt 240
+check "the client took the new credits" \
+    grep -q "now grants 2 requests per stream (was 256)" "$T/k3.err"
+sort "$T/k3.ids" | awk '{print $2, $3}' >"$T/k3.sorted"
+check "every sample exactly once across that restart" \
+    cmp -s "$T/k3.sorted" "$T/all"
+
 # --- client killed with SIGKILL mid-epoch, restarted from its state ---
 "$EMLIO" fetch --connect "tcp://$RELAY" --batch 2 --inflight 2 --streams 1 \
     --state "$T/state" --ids "$T/k2.ids" --quiet >"$T/k2.out" 2>"$T/k2.err" &
