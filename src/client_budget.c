@@ -49,17 +49,18 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
     /* Within every daemon's samples per GET: a batch larger than that is
      * asked for in parts too. */
     uint64_t get_max = UINT32_MAX;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        if (self->conn.daemons[d].max_batch)
-            get_max = EMLIO_MIN(get_max, self->conn.daemons[d].max_batch);
+    uint64_t cap = 256 - EMLIO_MIN(self->conn.n_daemons, 255);
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        const emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        if (daemon->max_batch)
+            get_max = EMLIO_MIN(get_max, daemon->max_batch);
+        cap = EMLIO_MIN(cap, daemon->max_credit / 2);
+    }
     self->win.get_max = (uint32_t)get_max;
     per = EMLIO_MAX(EMLIO_MIN(per, get_max), 1);
     /* Not (n + per - 1) / per: per may be near UINT64_MAX
      * (request_bytes UINT64_MAX, one GET per daemon). */
     uint64_t parts = n / per + (n % per != 0);
-    uint64_t cap = 256 - EMLIO_MIN(self->conn.n_daemons, 255);
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        cap = EMLIO_MIN(cap, self->conn.daemons[d].max_credit / 2);
     parts = EMLIO_MAX(EMLIO_MIN(parts, cap), 1);
     uint32_t samples = (uint32_t)((n + parts - 1) / parts);
     /* Said once per change (window_init runs again as streams join), for
@@ -72,7 +73,6 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
                   n, parts, samples, mean_bytes * samples >> 10);
     self->win.part_samples = samples;
     self->win.parts_max = (uint32_t)parts;
-    self->win.part_bytes = EMLIO_MAX(mean_bytes * samples, 1);
 }
 
 /* The dataset's mean sample size in bytes (0 when it has no records), and
@@ -215,10 +215,13 @@ s_stream_cap(const emlio_client_t *self, const emlio__cdaemon_t *daemon,
     if (path <= UINT64_MAX / parts)
         path *= parts;
     uint64_t cap = EMLIO_MIN(daemon->max_credit, path);
-    if (self->conn.window_bytes && now < s_join_deadline(self, daemon))
-        cap = EMLIO_MIN(cap, 2 * self->conn.window_bytes /
-                                     EMLIO_MAX(self->win.part_bytes, 1) +
-                                 1);
+    if (self->conn.window_bytes && now < s_join_deadline(self, daemon)) {
+        uint64_t part_bytes = self->win.batch_bytes /
+                              EMLIO_MAX(self->cfg.batch_size, 1) *
+                              self->win.part_samples;
+        cap = EMLIO_MIN(
+            cap, 2 * self->conn.window_bytes / EMLIO_MAX(part_bytes, 1) + 1);
+    }
     return cap;
 }
 
@@ -229,9 +232,9 @@ s_stream_cap(const emlio_client_t *self, const emlio__cdaemon_t *daemon,
  * with their resends (emlio__window_resend), two credits for one. */
 uint32_t
 emlio__window_free_stream(const emlio_client_t *self,
-                          const emlio__cdaemon_t *daemon)
+                          const emlio__cdaemon_t *daemon, uint64_t now)
 {
-    uint64_t cap = s_stream_cap(self, daemon, emlio__now_ns());
+    uint64_t cap = s_stream_cap(self, daemon, now);
     uint32_t best = UINT32_MAX;
     for (uint32_t k = 0; k < daemon->n_streams; k++) {
         if (!daemon->ready[k] || daemon->down[k] ||

@@ -147,6 +147,11 @@ s_close_stream(emlio__cdaemon_t *daemon, uint32_t s)
         daemon->n_streams = s;
 }
 
+/* What a WELCOME without limits is taken to grant (docs/protocol.md:
+ * conservative values). */
+#define S_ASSUMED_MAX_BATCH  4096
+#define S_ASSUMED_MAX_CREDIT 16
+
 /* The id a HELLO on stream s carries: generation 0, which no GET uses. */
 #define S_HELLO_ID(s) EMLIO__ID(0, s, 0)
 
@@ -829,8 +834,10 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
             daemon->dataset, sizeof(daemon->dataset), "%.*s",
             (int)EMLIO_MIN(msgs[d].dataset_len, sizeof(daemon->dataset) - 1),
             msgs[d].dataset);
-        daemon->max_batch = msgs[d].max_batch ? msgs[d].max_batch : 4096;
-        daemon->max_credit = msgs[d].max_credit ? msgs[d].max_credit : 16;
+        daemon->max_batch =
+            msgs[d].max_batch ? msgs[d].max_batch : S_ASSUMED_MAX_BATCH;
+        daemon->max_credit =
+            msgs[d].max_credit ? msgs[d].max_credit : S_ASSUMED_MAX_CREDIT;
         daemon->max_streams =
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
@@ -893,8 +900,8 @@ s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
      * (nor do old daemons'): what we have stands. */
     if (!msg->max_credit && !msg->max_batch)
         return;
-    uint64_t credit = msg->max_credit ? msg->max_credit : 16;
-    uint64_t batch = msg->max_batch ? msg->max_batch : 4096;
+    uint64_t credit = msg->max_credit ? msg->max_credit : S_ASSUMED_MAX_CREDIT;
+    uint64_t batch = msg->max_batch ? msg->max_batch : S_ASSUMED_MAX_BATCH;
     if (credit == daemon->max_credit && batch == daemon->max_batch)
         return;
     emlio_log(

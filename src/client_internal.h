@@ -218,12 +218,11 @@ typedef struct emlio__window {
      * one batch to one daemon, each taking one of its credits. */
     uint32_t part_samples;
     uint32_t parts_max;
-    uint32_t get_max;    /* the most samples every daemon takes in one GET
-                            (WELCOME max_batch): parts never exceed it */
-    uint64_t part_bytes; /* bytes of a full part at the mean sample size */
-    double grow_rate;    /* batches/s when a starving consumer last grew
-                            the window; 0 = not since the last rebound */
-    bool grown_out;      /* that growth did not pay off: stop growing */
+    uint32_t get_max; /* the most samples every daemon takes in one GET
+                         (WELCOME max_batch): parts never exceed it */
+    double grow_rate; /* batches/s when a starving consumer last grew
+                         the window; 0 = not since the last rebound */
+    bool grown_out;   /* that growth did not pay off: stop growing */
     size_t outstanding_parts;
     size_t outstanding_samples; /* in those parts: what the tuner's
                                    queued bytes are counted from */
@@ -320,7 +319,8 @@ void emlio__window_rebound(emlio_client_t *self);
 void emlio__window_adapt(emlio_client_t *self, bool starved);
 bool emlio__window_has_credit(const emlio_client_t *self);
 uint32_t emlio__window_free_stream(const emlio_client_t *self,
-                                   const emlio__cdaemon_t *daemon);
+                                   const emlio__cdaemon_t *daemon,
+                                   uint64_t now);
 void emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
                               const emlio_plan_sample_t *plan, size_t n);
 /* 0 when a batch of cfg.batch_size can be asked for in parts within every

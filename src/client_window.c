@@ -155,9 +155,11 @@ emlio__window_begin(emlio_client_t *self, uint64_t now)
 }
 
 /* Sends (or sends again) the GET of part p of batch b on stream sock, or on
- * the daemon's least-loaded stream when sock is UINT32_MAX. */
+ * the daemon's least-loaded stream when sock is UINT32_MAX; now: the time
+ * it goes out (one clock reading for all parts of a batch). */
 static int
-s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
+s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock,
+            uint64_t now)
 {
     emlio__part_t *part = &b->parts[p];
     emlio__cdaemon_t *daemon = &self->conn.daemons[part->daemon];
@@ -171,7 +173,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
          * out of order, so round robin alone could push one connection
          * past its credits. The caller checked that one has a credit
          * left (emlio__window_has_credit). */
-        sock = emlio__window_free_stream(self, daemon);
+        sock = emlio__window_free_stream(self, daemon, now);
         assert(sock != UINT32_MAX);
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
@@ -191,7 +193,7 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock)
                                  "cannot send to daemon '%s': %s",
                                  daemon->endpoint, zmq_strerror(errno));
     }
-    part->sent_ns = emlio__now_ns();
+    part->sent_ns = now;
     return 0;
 }
 
@@ -202,6 +204,7 @@ int
 emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
                      uint64_t before_ns)
 {
+    uint64_t now = emlio__now_ns();
     for (size_t i = 0; i < self->win.n_slots; i++) {
         emlio_batch_t *b = self->win.slots[i];
         for (uint32_t p = 0; p < b->n_parts; p++) {
@@ -209,7 +212,7 @@ emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
             if (part->done || part->daemon != d || part->sock != sock ||
                 part->sent_ns >= before_ns)
                 continue;
-            int rc = s_send_part(self, b, p, sock);
+            int rc = s_send_part(self, b, p, sock, now);
             if (rc < 0)
                 return rc;
             self->fig.retries++;
@@ -245,8 +248,9 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
     }
     emlio__window_make_parts(self, b, plan, n);
     self->win.slots[self->win.n_slots++] = b;
+    uint64_t now = emlio__now_ns();
     for (uint32_t p = 0; p < b->n_parts; p++) {
-        int rc = s_send_part(self, b, p, UINT32_MAX);
+        int rc = s_send_part(self, b, p, UINT32_MAX, now);
         if (rc < 0)
             return rc;
         self->win.outstanding_parts++;
@@ -703,7 +707,7 @@ s_ask_again(emlio_client_t *self, uint32_t d, emlio_batch_t *b,
             self->err, EMLIO_ELIMIT, "daemon '%s' failed a request: %.*s",
             self->conn.daemons[d].endpoint, (int)msg->text_len, msg->text);
     self->fig.retries++;
-    int rc = s_send_part(self, b, (uint32_t)(part - b->parts), part->sock);
+    int rc = s_send_part(self, b, (uint32_t)(part - b->parts), part->sock, now);
     return rc < 0 ? rc : 1;
 }
 

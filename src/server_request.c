@@ -18,13 +18,13 @@
 static int s_send_framed(emlio_server_t *self, emlio__peer_t *peer,
                          zmq_msg_t *part, int flags, int nodelay);
 
-/* An error reply to a peer whose replies are framed for coalescing: its one
- * frame is the last, so that its end is pushed like a batch's (else it could
- * wait for an ACK behind Nagle). Returns 0 or -errno. */
+/* The frontend's error reply to peer (NULL: not known): framed like a
+ * batch's last frame (s_send_framed), so that on a coalescing connection its
+ * end is pushed rather than held for an ACK behind Nagle; as it is on any
+ * other. Returns 0 or -errno. */
 static int
-s_send_error_framed(emlio_server_t *self, emlio__peer_t *peer,
-                    zmq_msg_t *identity, uint64_t id, int code,
-                    const char *text)
+s_send_error_reply(emlio_server_t *self, emlio__peer_t *peer,
+                   zmq_msg_t *identity, uint64_t id, int code, const char *text)
 {
     zmq_msg_t header;
     if (emlio__srv_error_msg(&header, id, code, text) < 0) {
@@ -66,10 +66,7 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
         self->adm.err_log_quiet++;
     emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(identity),
                                                zmq_msg_size(identity), false);
-    int rc = peer && peer->coalescing
-                 ? s_send_error_framed(self, peer, identity, id, code, text)
-                 : emlio__srv_send_error(self->net.router, identity, id, code,
-                                         text, ZMQ_DONTWAIT);
+    int rc = s_send_error_reply(self, peer, identity, id, code, text);
     if (rc == -EAGAIN && peer)
         emlio__srv_peer_flooding(self, peer);
 }

@@ -808,11 +808,11 @@ s_nodelay(int fd)
     return v;
 }
 
-/* n GETs of all records, each saying "pipelined" or not; waits for the
- * replies. */
+/* Sends n GETs of all records (ids first_id on), each saying "pipelined"
+ * or not. */
 static void
-s_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
-       bool pipelined)
+s_send_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
+            bool pipelined)
 {
     emlio__wire_item_t items[RECORDS];
     for (uint32_t r = 0; r < RECORDS; r++)
@@ -827,41 +827,16 @@ s_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
         assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     }
     emlio_buf_release(&buf);
-    for (int i = 0; i < n; i++) {
-        emlio__wire_msg_t msg;
-        zmq_msg_t header;
-        assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
-        emlio__wire_msg_release(&msg);
-        zmq_msg_close(&header);
-    }
 }
 
-/* A DEALER connected to srv that said HELLO and got WELCOME; rcvbuf > 0:
- * that receive buffer and a high-water mark of one message (a client that
- * falls behind quickly). */
-static void *
-s_dealer_welcomed(void *zctx, emlio_server_t *srv, int rcvbuf)
+/* s_send_gets, then waits for the n replies. */
+static void
+s_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
+       bool pipelined)
 {
-    void *dealer = zmq_socket(zctx, ZMQ_DEALER);
-    assert_non_null(dealer);
-    if (rcvbuf > 0) {
-        int one = 1;
-        assert_int_equal(
-            zmq_setsockopt(dealer, ZMQ_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
-        assert_int_equal(zmq_setsockopt(dealer, ZMQ_RCVHWM, &one, sizeof(one)),
-                         0);
-    }
-    assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
-    emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
-    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
-    emlio_buf_release(&buf);
-    emlio__wire_msg_t msg;
-    zmq_msg_t header;
-    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
-    emlio__wire_msg_release(&msg);
-    zmq_msg_close(&header);
-    return dealer;
+    s_send_gets(dealer, srv, first_id, n, pipelined);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_BATCH);
 }
 
 /* Whatever the mode and whatever the GETs say ("pipelined", docs/protocol.md
@@ -887,7 +862,8 @@ test_server_pushes_the_last_reply_of_a_pipeline(void **state)
         cfg.coalesce = modes[m];
         emlio_server_t *srv = s_start_cfg(ctx, &cfg);
         void *zctx = zmq_ctx_new();
-        void *dealer = s_dealer_welcomed(zctx, srv, 0);
+        void *dealer = s_dealer_hello(zctx, srv, 0);
+        assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
         int fd = s_daemon_end(srv);
         assert_int_equal(s_nodelay(fd), 1); /* as ZeroMQ set it */
 
@@ -1016,26 +992,12 @@ test_server_nagle_spans_a_reply(void **state)
         cfg.coalesce = always ? EMLIO_COALESCE_ALWAYS : EMLIO_COALESCE_NEVER;
         emlio_server_t *srv = s_start_cfg(ctx, &cfg);
         void *zctx = zmq_ctx_new();
-        void *dealer = s_dealer_welcomed(zctx, srv, 65536);
+        void *dealer = s_dealer_hello(zctx, srv, 65536);
+        assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
         int fd = s_daemon_end(srv);
-        emlio_buf_t buf = EMLIO_BUF_INIT;
-        emlio__wire_msg_t msg;
-        zmq_msg_t header;
         /* Two GETs at once (the second makes the peer a pipeliner), each
          * of all records: 1.6 MB that the buffers cannot hold. */
-        emlio__wire_item_t items[RECORDS];
-        for (uint32_t r = 0; r < RECORDS; r++)
-            items[r] = (emlio__wire_item_t){ 0, r };
-        emlio__wire_xf_t xf = { NULL, 0, 0, false, true };
-        for (uint64_t id = 1; id <= 2; id++) {
-            assert_int_equal(
-                emlio__wire_encode_get_xf(&buf, id, emlio_server_dataset(srv),
-                                          items, RECORDS, &xf),
-                0);
-            assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
-                             (int)buf.len);
-        }
-        emlio_buf_release(&buf);
+        s_send_gets(dealer, srv, 1, 2, true);
         /* Up to 5 s for the I/O thread to be stuck in a reply. */
         int seen = -1;
         for (int i = 0; i < 500; i++) {
@@ -1049,11 +1011,8 @@ test_server_nagle_spans_a_reply(void **state)
             usleep(300000); /* and it stays on, while stuck */
             assert_int_equal(s_nodelay(fd), 1);
         }
-        for (int i = 0; i < 2; i++) {
-            assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
-            emlio__wire_msg_release(&msg);
-            zmq_msg_close(&header);
-        }
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_BATCH);
         /* The last frame's callback runs once the I/O thread moves on. */
         for (int i = 0; i < 500 && s_nodelay(fd) != 1; i++)
             usleep(10000);
