@@ -34,6 +34,7 @@ emlio_server_config_init(emlio_server_config_t *cfg)
     cfg->queue_depth = 64;
     cfg->readahead = true;
     cfg->coalesce = EMLIO_COALESCE_AUTO;
+    cfg->pack = EMLIO_PACK_AUTO;
     cfg->max_batch = 4096;
     cfg->max_credit = 256;
     cfg->max_copy_bytes = EMLIO_SERVER_MAX_COPY_BYTES;
@@ -497,6 +498,11 @@ emlio_server_load(emlio_server_t *self)
                              "bad coalesce mode %d (EMLIO_COALESCE_AUTO, "
                              "_ALWAYS or _NEVER)",
                              self->cfg.coalesce);
+    if (self->cfg.pack < EMLIO_PACK_AUTO || self->cfg.pack > EMLIO_PACK_SMALL)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "bad pack mode %d (EMLIO_PACK_AUTO, _LARGE or "
+                             "_SMALL)",
+                             self->cfg.pack);
     if (self->cfg.on_corrupt != EMLIO_ON_CORRUPT_FAIL &&
         self->cfg.on_corrupt != EMLIO_ON_CORRUPT_SKIP)
         return emlio__seterr(self->err, EMLIO_EINVAL,
@@ -538,15 +544,15 @@ emlio_server_load(emlio_server_t *self)
         .raw = self->cfg.raw,
         .label_required = self->own.label_key_set,
         .verify = self->cfg.verify,
-        /* Samples too large to pack (sent zero-copy from the mapping) get
-         * a CRC derived from the record's stored one, their bytes unread
-         * by the daemon, when nothing here acts on corruption: under
+        /* Samples above 16 KiB (sent zero-copy from the mapping, or
+         * packed by a copy the client's check covers) get a CRC derived
+         * from the record's stored one, their bytes unread by the daemon,
+         * when nothing here acts on corruption: under
          * `fail` the client's check of the bytes fails the fetch as the
          * daemon's would (the daemon can no longer name the record as
          * corrupt), under `skip` the daemon must see it to leave the
          * sample out. Transforms decode here: s_read_job turns it off. */
-        .derive_crc_min =
-            self->cfg.verify && !skip ? EMLIO__SRV_PACK_MAX + 1 : 0,
+        .derive_crc_min = self->cfg.verify && !skip ? EMLIO__SRV_DERIVE_MIN : 0,
         .log = emlio__srv_shardset_log,
         .userdata = self,
     };
@@ -922,6 +928,7 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->clients = atomic_load(&self->count.clients);
     out->active_clients = atomic_load(&self->count.active_clients);
     out->active_streams = atomic_load(&self->count.active_streams);
+    out->packed_bytes = atomic_load(&self->count.packed_bytes);
     out->auth_refused = emlio__zap_refused(self->net.zap);
 }
 

@@ -88,8 +88,8 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
          * shard's mean record, when that is small enough to be packed
          * (the reader packs no more than the charge; the rest goes as
          * frames of their own). */
-        if (job->packed && mean <= per * EMLIO__SRV_PACK_MAX)
-            pack += EMLIO_MIN(2 * mean, per * EMLIO__SRV_PACK_MAX);
+        if (job->packed && mean <= per * job->pack_max)
+            pack += EMLIO_MIN(2 * mean, per * job->pack_max);
         if (shard->ops->mapped && shard->leased)
             continue;
         if (shard->ops->record_bytes &&

@@ -122,21 +122,22 @@ typedef struct emlio__job {
     emlio__copy_charge_t charge;
     emlio__copy_acct_t *waits_on;
     /* A packed reply (protocol v4, server_copy.c): the reader copies
-     * sample frames of at most EMLIO__SRV_PACK_MAX bytes into one pooled
-     * buffer, at most pack_cap bytes (charged like a copy), and the
-     * serializer sends it as one frame with the offset table. */
+     * sample frames of at most pack_max bytes (the peer's, set when packed)
+     * into one pooled buffer, at most pack_cap bytes (charged like a copy),
+     * and the serializer sends it as one frame with the offset table. */
     bool packed;
+    uint32_t pack_max;
     uint64_t pack_cap;
     uint8_t *pack;    /* from the core's pool; NULL = none yet */
     size_t pack_size; /* its size (a pool class) */
     size_t pack_len;  /* bytes used */
 } emlio__job_t;
 
-/* Sample frames up to this size are copied into a packed reply's one
- * frame: below it a frame of its own costs more (a ZeroMQ message, its
- * send and receive, an I/O-thread copy, a release) than copying the bytes
- * while they are in cache; above it the frame stays zero-copy. */
-#define EMLIO__SRV_PACK_MAX       (16u << 10)
+/* Samples above this size that are served zero-copy from a leased mapping
+ * or copied into a packed frame get a CRC derived from the stored one,
+ * their bytes unread by the daemon (docs/protocol.md 9); smaller ones are
+ * copied while in cache and checked there. */
+#define EMLIO__SRV_DERIVE_MIN     (EMLIO_SERVER_PACK_SMALL + 1)
 /* The most bytes one packed frame holds; the rest go as frames of their
  * own. Pool classes run from 4 KiB up to it by powers of two. */
 #define EMLIO__SRV_PACK_CAP       (4u << 20)
@@ -198,10 +199,12 @@ typedef struct emlio__peer {
     char addr[64];     /* where it connects from, for the log */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
     uint8_t version;          /* protocol version of its HELLO; 0: none yet */
-    bool coalescing;  /* its replies are sent with Nagle on, and their ends
-                         pushed (server_request.c) */
-    bool no_coalesce; /* never: a short path (auto mode), not TCP, or its
-                         descriptor names another socket by now */
+    bool coalescing;   /* its replies are sent with Nagle on, and their ends
+                          pushed (server_request.c) */
+    bool no_coalesce;  /* never: a short path (auto mode), not TCP, or its
+                          descriptor names another socket by now */
+    uint32_t pack_max; /* the largest frame packed for it (cfg.pack and
+                          where it connects from, s_peer_pack_max) */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -308,6 +311,7 @@ typedef struct emlio__srv_counters {
     atomic_uint_fast64_t clients;
     atomic_uint_fast64_t active_clients;
     atomic_uint_fast64_t active_streams;
+    atomic_uint_fast64_t packed_bytes;
     atomic_uint_fast64_t copy_waits; /* GETs that waited for the budget */
 } emlio__srv_counters_t;
 

@@ -317,7 +317,7 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     size_t want = 0;
     for (size_t i = 0; i < nf; i++) {
         size_t len = job->views[i].len;
-        if (len <= EMLIO__SRV_PACK_MAX && want + len <= job->pack_cap)
+        if (len <= job->pack_max && want + len <= job->pack_cap)
             want += len;
     }
     if (want == 0)
@@ -329,7 +329,7 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     const emlio__view_t *advised = NULL;
     for (size_t i = 0; i < nf; i++) {
         emlio__view_t *v = &job->views[i];
-        if (v->len > EMLIO__SRV_PACK_MAX || job->pack_len + v->len > want)
+        if (v->len > job->pack_max || job->pack_len + v->len > want)
             continue;
         memcpy(job->pack + job->pack_len, v->data, v->len);
         emlio__shard_t *shard = &self->core->set.shards[v->shard];
@@ -536,6 +536,7 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
         atomic_fetch_add(&self->count.requests, 1);
         atomic_fetch_add(&self->count.samples, n);
         atomic_fetch_add(&self->count.bytes, bytes);
+        atomic_fetch_add(&self->count.packed_bytes, job->pack_len);
         emlio__srv_send_parts(done, &job->identity, &header, frames, k, 0);
         s_release_unref(rel); /* the sender's reference */
         emlio_free(frames);

@@ -357,6 +357,7 @@ s_frontend_request(emlio_server_t *self, void *work)
     /* A v4 connection gets its raw samples packed (a tensor batch is one
      * frame already). */
     job->packed = peer->version >= EMLIO_WIRE_VERSION_PACK && !job->xf;
+    job->pack_max = job->packed ? peer->pack_max : 0;
     char text[EMLIO_ERRMSG_LEN];
     rc = emlio__srv_copy_admit(self, job, peer, text, sizeof(text));
     if (rc < 0) {

@@ -163,6 +163,17 @@ typedef struct emlio_server_config {
      * enum fails emlio_server_load with EMLIO_EINVAL. Appended last (the
      * struct's layout is ABI). */
     int coalesce;
+    /* Which sample frames a protocol 4 client gets in its reply's one
+     * packed frame (emlio_pack_t; default EMLIO_PACK_AUTO;
+     * docs/protocol.md 5.4.1). Frames of at most EMLIO_SERVER_PACK_SMALL
+     * bytes always are: a ZeroMQ message of their own costs both ends more
+     * than the copy. Frames of up to EMLIO_SERVER_PACK_LARGE bytes
+     * (ImageNet's JPEGs) cost the receiver a message, two reads and a
+     * wake-up each, and the path an ACK, where packed they cost this
+     * daemon one copy from the mapping (~0.2 CPU-s/GB); larger frames
+     * always go zero-copy. A value outside the enum fails
+     * emlio_server_load with EMLIO_EINVAL. Appended last (ABI). */
+    int pack;
 } emlio_server_config_t;
 
 /* When replies' segments are coalesced (emlio_server_config_t.coalesce). */
@@ -176,6 +187,21 @@ typedef enum emlio_coalesce {
     EMLIO_COALESCE_ALWAYS = 1, /* on every TCP connection */
     EMLIO_COALESCE_NEVER = 2,  /* TCP_NODELAY always, as ZeroMQ sets it */
 } emlio_coalesce_t;
+
+/* Which frames are packed (emlio_server_config_t.pack). */
+typedef enum emlio_pack {
+    /* Frames of up to EMLIO_SERVER_PACK_LARGE bytes on connections that
+     * cross a network, EMLIO_SERVER_PACK_SMALL within this host (loopback,
+     * IPC), where client and daemon share the CPUs and the copy costs more
+     * than the client saves (docs/performance.md, "Packing large
+     * frames"). */
+    EMLIO_PACK_AUTO = 0,
+    EMLIO_PACK_LARGE = 1, /* up to EMLIO_SERVER_PACK_LARGE on every one */
+    EMLIO_PACK_SMALL = 2, /* up to EMLIO_SERVER_PACK_SMALL on every one */
+} emlio_pack_t;
+
+#define EMLIO_SERVER_PACK_SMALL ((uint32_t)16 << 10)
+#define EMLIO_SERVER_PACK_LARGE ((uint32_t)256 << 10)
 
 /* EMLIO_COALESCE_AUTO's threshold: the connection's smallest RTT seen
  * (TCP_INFO), read once, when the client first has two GETs unanswered. */
@@ -242,6 +268,8 @@ typedef struct emlio_server_stats {
                                  count once) */
     uint64_t auth_refused;    /* CURVE handshakes refused */
     uint64_t active_streams;  /* client connections known now */
+    uint64_t packed_bytes;    /* of bytes, those sent inside packed frames
+                                 (emlio_server_config_t.pack) */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

@@ -59,7 +59,7 @@ check "every family has HELP and TYPE" \
     test "$(grep -c '^# HELP ' "$T/scrape.txt")" = \
     "$(grep -c '^# TYPE ' "$T/scrape.txt")"
 for m in emlio_process_cpu_seconds_total emlio_process_resident_memory_bytes \
-    emlio_uptime_seconds emlio_corrupt_skipped_total; do
+    emlio_uptime_seconds emlio_corrupt_skipped_total emlio_packed_bytes_total; do
     check "$m is exported" test -n "$(metric "$T/scrape.txt" "$m")"
 done
 if command -v promtool >/dev/null; then

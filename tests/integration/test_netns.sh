@@ -43,7 +43,7 @@ for h in s1 s2 c1 c2; do
     i=$((i + 1))
 done
 
-check "dataset builds" make_dataset "$T" 160 2 4000 100K
+check "dataset builds" make_dataset "$T" 160 2 40000 1M
 mkdir -p "$T/n1" "$T/n2" "$T/keys/auth"
 mapfile -t shards < <(ls "$T"/shards/*.tfrecord)
 for i in "${!shards[@]}"; do
@@ -85,6 +85,31 @@ for e in 0 1; do
     check "epoch $e: every sample once across hosts ($(wc -l <"$T/e$e"))" \
         test "$(sort -u "$T/e$e" | wc -l)" = 160 -a "$(wc -l <"$T/e$e")" = 160
 done
+# Samples of ~40 KB crossed a network: the daemons packed them (--pack
+# auto), where only those of 16 KiB or less used to be.
+stop_packed() { # stop_packed HOST: stops its daemon; "BYTES PACKED" it sent
+    local p
+    p=$(ip netns pids "$(ns $1)")
+    kill -TERM $p
+    for _ in $(seq 1 100); do
+        kill -0 $p 2>/dev/null || break
+        sleep 0.05
+    done
+    sed -n 's/.* \([0-9]*\) bytes (\([0-9]*\) packed).*/\1 \2/p' "$T/$1.err"
+}
+read -r sent packed <<<"$(stop_packed s2)"
+check "over the network most bytes went packed ($packed of $sent)" \
+    test -n "$sent" -a "${packed:-0}" -ge $((sent / 2)) -a "$sent" -gt 0
+# A client on the daemon's own host gets them as frames of their own.
+read -r sent packed <<<"$(stop_packed s1)"
+EP1=$(start_in s1 "$T/n1" 10.213.0.1)
+ip netns exec "$(ns s1)" "$EMLIO" fetch --connect "$EP1" --batch 8 --verify --quiet \
+    --server-key "$T/keys/server.key" --client-key "$T/keys/client.key_secret" \
+    >/dev/null 2>"$T/local.err"
+check "a client on the daemon's host fetches" test $? -eq 0
+read -r sent packed <<<"$(stop_packed s1)"
+check "on the daemon's own host large samples go unpacked ($packed of $sent)" \
+    test -n "$sent" -a "$sent" -gt 0 -a "${packed:-0}" -lt $((sent / 2))
 ip netns exec "$(ns c1)" "$EMLIO" fetch --connect "tcp://10.213.0.1:1" --batch 8 \
     --connect-timeout-ms 500 --quiet >/dev/null 2>"$T/closed.err"
 check "a closed port on another host fails cleanly" test $? -ne 0

@@ -126,6 +126,12 @@ test_server_misuse_and_errors_say_why(void **state)
     assert_non_null(strstr(emlio_server_errmsg(srv), "coalesce mode 7"));
     emlio_server_destroy(&srv);
     cfg.coalesce = EMLIO_COALESCE_AUTO;
+    cfg.pack = -1;
+    srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_server_errmsg(srv), "pack mode -1"));
+    emlio_server_destroy(&srv);
+    cfg.pack = EMLIO_PACK_AUTO;
     cfg.on_corrupt = 5;
     srv = emlio_server_new(ctx, &cfg);
     assert_int_equal(emlio_server_load(srv), EMLIO_EINVAL);
@@ -775,6 +781,110 @@ test_server_large_samples_carry_the_stored_crc(void **state)
     }
 }
 
+/* Which frames a protocol 4 client gets packed (cfg.pack): 70 KB images go
+ * as frames of their own under auto over loopback (client and daemon share
+ * the host) and under small, packed into the one frame under large; in
+ * every mode each sample's CRC is the one its stored CRC says, so the
+ * client's check catches a flipped byte in the daemon's copy as well. */
+static void
+test_server_pack_mode_decides_large_frames(void **state)
+{
+    (void)state;
+    static const int modes[] = { EMLIO_PACK_AUTO, EMLIO_PACK_LARGE,
+                                 EMLIO_PACK_SMALL };
+    char dir[64];
+    test_mkdtemp(dir, sizeof(dir));
+    size_t flips[RECORDS];
+    for (int r = 0; r < RECORDS; r++)
+        flips[r] = SIZE_MAX;
+    flips[3] = 40 + 35000; /* inside record 3's image */
+    s_write_records(dir, 70000, flips);
+    for (size_t m = 0; m < EMLIO_ARRAY_SIZE(modes); m++) {
+        emlio_ctx_t *ctx = emlio_ctx_new();
+        emlio_server_config_t cfg;
+        emlio_server_config_init(&cfg);
+        assert_int_equal(cfg.pack, EMLIO_PACK_AUTO); /* default */
+        cfg.data_dir = dir;
+        cfg.pack = modes[m];
+        emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+        assert_int_equal(emlio_server_load(srv), 1);
+        assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
+        assert_int_equal(emlio_server_start(srv), 0);
+        void *zctx = zmq_ctx_new();
+        void *dealer = zmq_socket(zctx, ZMQ_DEALER);
+        int timeout = 5000, zero = 0;
+        assert_int_equal(
+            zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+        assert_int_equal(
+            zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)), 0);
+        assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+        emlio_buf_t buf = EMLIO_BUF_INIT;
+        assert_int_equal(emlio__wire_encode_hello_v(&buf, 4, "test", 77, 0, 0),
+                         0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+        assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
+        emlio__wire_item_t items[RECORDS];
+        for (uint32_t r = 0; r < RECORDS; r++)
+            items[r] = (emlio__wire_item_t){ 0, r };
+        assert_int_equal(emlio__wire_encode_get(&buf, 1,
+                                                emlio_server_dataset(srv),
+                                                items, RECORDS),
+                         0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+        emlio_buf_release(&buf);
+
+        zmq_msg_t head, packed, own;
+        zmq_msg_init(&head);
+        zmq_msg_init(&packed);
+        assert_true(zmq_msg_recv(&head, dealer, 0) >= 0);
+        emlio__wire_msg_t msg;
+        char why[EMLIO_ERRMSG_LEN];
+        assert_true(emlio__wire_decode(&msg, zmq_msg_data(&head),
+                                       zmq_msg_size(&head), RECORDS, why) >= 0);
+        assert_int_equal(msg.type, EMLIO_MSG_BATCH);
+        assert_int_equal(msg.n_samples, RECORDS);
+        assert_int_equal(msg.n_spans, RECORDS);
+        bool large = modes[m] == EMLIO_PACK_LARGE;
+        if (large) {
+            assert_true(zmq_msg_recv(&packed, dealer, 0) >= 0);
+            assert_int_equal(emlio__wire_pack_check(msg.spans, msg.n_spans,
+                                                    RECORDS, true,
+                                                    zmq_msg_size(&packed), why),
+                             0);
+        }
+        for (size_t j = 0; j < RECORDS; j++) {
+            const emlio__wire_span_t *span = &msg.spans[j];
+            assert_int_equal(span->len, 70000);
+            assert_int_equal(span->off == EMLIO_WIRE_PACK_OWN, !large);
+            uint32_t crc;
+            if (large) {
+                crc = emlio_crc32c(
+                    0, (const uint8_t *)zmq_msg_data(&packed) + span->off,
+                    (size_t)span->len);
+            } else {
+                zmq_msg_init(&own);
+                assert_true(zmq_msg_recv(&own, dealer, 0) >= 0);
+                assert_int_equal(zmq_msg_size(&own), 70000);
+                crc = emlio_crc32c(0, zmq_msg_data(&own), zmq_msg_size(&own));
+                zmq_msg_close(&own);
+            }
+            assert_int_equal(crc == msg.samples[j].crc, j != 3);
+        }
+        emlio__wire_msg_release(&msg);
+        zmq_msg_close(&packed);
+        zmq_msg_close(&head);
+        emlio_server_stats_t st;
+        emlio_server_stats(srv, &st);
+        assert_int_equal(st.bytes, RECORDS * 70000);
+        assert_int_equal(st.packed_bytes, large ? RECORDS * 70000 : 0);
+        zmq_close(dealer);
+        zmq_ctx_term(zctx);
+        emlio_server_destroy(&srv);
+        emlio_ctx_destroy(&ctx);
+    }
+    test_rmtree(dir);
+}
+
 /* The daemon's end of the one TCP connection to srv: the descriptor of this
  * process bound to the server's port with a peer (the listener has none,
  * the client's end has the port as its peer's). */
@@ -1040,6 +1150,7 @@ main(void)
         cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
         cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
+        cmocka_unit_test(test_server_pack_mode_decides_large_frames),
         cmocka_unit_test(test_server_coalesce_decision),
         cmocka_unit_test(test_server_nagle_spans_a_reply),
     };

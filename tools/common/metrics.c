@@ -943,6 +943,10 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
         rc = s_family_u64(out, "emlio_sent_bytes_total", "counter",
                           "Sample bytes sent", s.st.bytes);
     if (rc == 0)
+        rc = s_family_u64(out, "emlio_packed_bytes_total", "counter",
+                          "Sample bytes sent inside packed frames (--pack)",
+                          s.st.packed_bytes);
+    if (rc == 0)
         rc = s_family_u64(out, "emlio_corrupt_skipped_total", "counter",
                           "Corrupt records left out (--on-corrupt skip)",
                           s.st.corrupt_skipped);
@@ -1022,6 +1026,7 @@ tool_metrics_point(tool_metrics_t *self, emlio_buf_t *out)
     tool_influx_int(&p, "samples", s_i64(s.st.samples));
     tool_influx_int(&p, "bytes", s_i64(s.st.bytes));
     tool_influx_int(&p, "corrupt_skipped", s_i64(s.st.corrupt_skipped));
+    tool_influx_int(&p, "packed_bytes", s_i64(s.st.packed_bytes));
     tool_influx_int(&p, "clients", s_i64(s.st.clients));
     tool_influx_float(&p, "cpu_s", s.cpu_s);
     tool_influx_int(&p, "rss_bytes", s_i64(s.rss));

@@ -108,6 +108,13 @@ static const opt_choice_t s_coalesce_modes[] = {
     { NULL, 0 },
 };
 
+static const opt_choice_t s_pack_modes[] = {
+    { "auto", EMLIO_PACK_AUTO },
+    { "large", EMLIO_PACK_LARGE },
+    { "small", EMLIO_PACK_SMALL },
+    { NULL, 0 },
+};
+
 static const opt_choice_t s_level_names[] = {
     { "error", EMLIO_LOG_ERROR },
     { "warn", EMLIO_LOG_WARN },
@@ -256,6 +263,9 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "requests in flight: auto (default: paths\n"
             "of 1 ms RTT or more), always or never",
             .choices = s_coalesce_modes),
+        OPT("pack", 0, OPT_CHOICE, &cfg->pack, "WHICH",
+            "frames packed: auto (default), large, small",
+            .choices = s_pack_modes),
         OPT("metrics", 0, OPT_STR, &o->metrics_addr, "HOST:PORT",
             "serve Prometheus metrics at\n"
             "http://HOST:PORT/metrics (port 0: any)"),
@@ -410,10 +420,10 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, s_signals_t *sigs)
         emlio_server_stats(srv, &st);
         fprintf(stderr,
                 "emliod: %s, stopping: %" PRIu64 " requests, %" PRIu64
-                " samples, %" PRIu64 " bytes, %" PRIu64 " errors, %" PRIu64
-                " refused\n",
-                strsignal(sig), st.requests, st.samples, st.bytes, st.errors,
-                st.auth_refused);
+                " samples, %" PRIu64 " bytes (%" PRIu64 " packed), %" PRIu64
+                " errors, %" PRIu64 " refused\n",
+                strsignal(sig), st.requests, st.samples, st.bytes,
+                st.packed_bytes, st.errors, st.auth_refused);
     }
     tool_metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
