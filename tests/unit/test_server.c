@@ -546,9 +546,9 @@ test_server_deleted_file_is_skipped_or_named(void **state)
 
 /* A DEALER on zctx that reads at most one reply ahead (RCVHWM 1), with a
  * receive buffer of rcvbuf bytes (0: the kernel's) and a 5 s receive
- * timeout, connected to srv, that said HELLO. */
+ * timeout, connected to srv, that said HELLO (version 0: a plain v1 one). */
 static void *
-s_dealer_hello(void *zctx, emlio_server_t *srv, int rcvbuf)
+s_dealer_hello_v(void *zctx, emlio_server_t *srv, int rcvbuf, int version)
 {
     void *dealer = zmq_socket(zctx, ZMQ_DEALER);
     int one = 1;
@@ -564,10 +564,20 @@ s_dealer_hello(void *zctx, emlio_server_t *srv, int rcvbuf)
             zmq_setsockopt(dealer, ZMQ_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
     assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    /* A plain v1 HELLO, or one at version with a session. */
+    assert_int_equal(version ? emlio__wire_encode_hello_v(
+                                   &buf, (uint64_t)version, "test", 77, 0, 0)
+                             : emlio__wire_encode_hello(&buf, "test", 0, 0, 0),
+                     0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio_buf_release(&buf);
     return dealer;
+}
+
+static void *
+s_dealer_hello(void *zctx, emlio_server_t *srv, int rcvbuf)
+{
+    return s_dealer_hello_v(zctx, srv, rcvbuf, 0);
 }
 
 /* Receives one whole reply on dealer (header and frames); the header's
@@ -806,22 +816,10 @@ test_server_pack_mode_decides_large_frames(void **state)
         assert_int_equal(cfg.pack, EMLIO_PACK_AUTO); /* default */
         cfg.data_dir = dir;
         cfg.pack = modes[m];
-        emlio_server_t *srv = emlio_server_new(ctx, &cfg);
-        assert_int_equal(emlio_server_load(srv), 1);
-        assert_int_equal(emlio_server_bind(srv, "tcp://127.0.0.1:*"), 0);
-        assert_int_equal(emlio_server_start(srv), 0);
+        emlio_server_t *srv = s_start_cfg(ctx, &cfg);
         void *zctx = zmq_ctx_new();
-        void *dealer = zmq_socket(zctx, ZMQ_DEALER);
-        int timeout = 5000, zero = 0;
-        assert_int_equal(
-            zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &timeout, sizeof(timeout)), 0);
-        assert_int_equal(
-            zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof(zero)), 0);
-        assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
+        void *dealer = s_dealer_hello_v(zctx, srv, 0, 4);
         emlio_buf_t buf = EMLIO_BUF_INIT;
-        assert_int_equal(emlio__wire_encode_hello_v(&buf, 4, "test", 77, 0, 0),
-                         0);
-        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
         assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
         emlio__wire_item_t items[RECORDS];
         for (uint32_t r = 0; r < RECORDS; r++)
