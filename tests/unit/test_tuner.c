@@ -80,6 +80,21 @@ test_tuner_grows_on_a_window_limited_path(void **state)
     assert_true(t.rate > 0.9 * p.link);
 }
 
+/* The same window-limited path with this host's CPUs saturated: streams
+ * cost CPU per byte (ACKs, wake-ups) and cannot add rate that the CPUs
+ * have not got; at 30 ms on the 2-vCPU VM 20 streams carried no more than
+ * 5 and held 4x the memory (docs/performance.md, "Packing large frames").
+ * The CPUs are named and no stream is opened. */
+static void
+test_tuner_opens_no_streams_on_busy_cpus(void **state)
+{
+    (void)state;
+    emlio__tuner_t t;
+    s_path_t p = { 30 * MS, 4 * MIB, 1.2e9, 2e9, 0.03 };
+    assert_int_equal(s_simulate(&t, &p, 10, START), START);
+    assert_int_equal(t.limit, EMLIO_LIMIT_CPU);
+}
+
 /* 100 ms: ~36 MB/s a stream; more streams than at 30 ms. */
 static void
 test_tuner_grows_further_at_100ms(void **state)
@@ -234,6 +249,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tuner_grows_on_a_window_limited_path),
+        cmocka_unit_test(test_tuner_opens_no_streams_on_busy_cpus),
         cmocka_unit_test(test_tuner_grows_further_at_100ms),
         cmocka_unit_test(test_tuner_stays_few_on_a_fast_path),
         cmocka_unit_test(test_tuner_leaves_a_slow_consumer_alone),
