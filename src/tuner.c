@@ -66,25 +66,30 @@ emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in)
     t->last_wait_ns = in->wait_ns;
 
     /* What limits: the consumer when it hardly waits; this host's CPUs
-     * when they are all busy, before the windows: a stream costs CPU per
-     * byte (its ACKs and wake-ups), so on busy CPUs more of them add no
-     * rate (30 ms, 2 vCPUs: 20 streams carried what 5 did, with 4x the
-     * batches in flight); the windows when the
-     * streams run near window / RTT each with enough asked of them to fill
-     * their windows (else the batches in flight, not the streams, are
-     * short: the client's window grows for that);
-     * the path when its queues grow (smoothed RTT above 1.5 x the floor
-     * + 5 ms: on loopback a busy CPU alone delays ACKs by a few ms);
-     * else the daemons. Without an RTT (not TCP) windows never limit. */
+     * when they are all busy, unless the streams run full: a stream costs
+     * CPU per byte (its ACKs and wake-ups), so on busy CPUs more of them
+     * add rate only where each is held to its window (30 ms, 2 vCPUs: 20
+     * streams carried what 10 did, with twice the batches in flight); the
+     * windows when the streams run near window / RTT each with enough asked
+     * of them to fill their windows (else the batches in flight, not the
+     * streams, are short: the client's window grows for that); the path
+     * when its queues grow (smoothed RTT above 1.5 x the floor + 5 ms: on
+     * loopback a busy CPU alone delays ACKs by a few ms); else the daemons.
+     * Without an RTT (not TCP) windows never limit. */
     double per_stream =
         in->rtt_ns ? (double)in->window * 1e9 / (double)in->rtt_ns : 0;
-    bool window_bound =
-        per_stream > 0 &&
-        t->rate >= EMLIO_TUNER_WINDOW_SHARE * per_stream * in->streams &&
+    bool asked =
         (double)in->queued >= EMLIO_TUNER_WINDOW_SHARE * (double)in->window;
+    bool window_bound =
+        per_stream > 0 && asked &&
+        t->rate >= EMLIO_TUNER_WINDOW_SHARE * per_stream * in->streams;
+    bool window_full =
+        per_stream > 0 && asked &&
+        t->rate >= EMLIO_TUNER_WINDOW_FULL * per_stream * in->streams;
+    bool cpu_busy = in->host_idle >= 0 && in->host_idle < EMLIO_TUNER_CPU_IDLE;
     if (t->wait_share < EMLIO_TUNER_MIN_WAIT)
         t->limit = EMLIO_LIMIT_CONSUMER;
-    else if (in->host_idle >= 0 && in->host_idle < EMLIO_TUNER_CPU_IDLE)
+    else if (cpu_busy && !window_full)
         t->limit = EMLIO_LIMIT_CPU;
     else if (window_bound)
         t->limit = EMLIO_LIMIT_WINDOW;

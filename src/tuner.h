@@ -31,6 +31,7 @@
 #include "emlio.h"
 
 #define EMLIO_TUNER_WINDOW_SHARE 0.5  /* of streams x window / RTT */
+#define EMLIO_TUNER_WINDOW_FULL  0.75 /* the same, held to their windows */
 #define EMLIO_TUNER_MIN_WAIT     0.05 /* consumer blocked share of a tick */
 #define EMLIO_TUNER_MIN_GAIN     0.10 /* rate growth that justifies a step */
 #define EMLIO_TUNER_MIN_TICK_NS  200000000ull

@@ -309,8 +309,9 @@ enum emlio_limit {
     EMLIO_LIMIT_DAEMON = 4,   /* the daemons (their CPU or disk) */
     EMLIO_LIMIT_CPU = 5       /* this host's CPUs: all busy (under 10%
                                  idle), so receiving is starved; named
-                                 before the windows, and no stream is
-                                 opened then (streams cost CPU per byte) */
+                                 before the windows unless the streams
+                                 run full (3/4 of window / RTT), and no
+                                 stream is opened then */
 };
 
 /* "consumer", "window", "network", "daemon", "cpu" or "unknown". */
