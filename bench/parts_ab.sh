@@ -26,7 +26,7 @@ dpin=() cpin=()
 if [ "${PIN:-0}" = 1 ]; then dpin=(taskset -c 0); cpin=(taskset -c 1); fi
 
 cleanup() {
-    if [ -n "$dl" ]; then kill "$dl" 2>/dev/null; wait "$dl" 2>/dev/null || true; fi
+    if [ -n "$dl" ]; then kill "$dl" 2>/dev/null || true; wait "$dl" 2>/dev/null || true; fi
     if [ -n "$made_ns" ]; then ip netns del "$NS" 2>/dev/null || true; fi
 }
 trap cleanup EXIT

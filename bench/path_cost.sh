@@ -25,7 +25,7 @@ PY=/usr/bin/python3
 NS=emlio-cost NEAR=10.77.40.1 FAR=10.77.40.2 DEV=emcost-near
 dl= made_ns= prefix=()
 cleanup() {
-    if [ -n "$dl" ]; then kill "$dl" 2>/dev/null; wait "$dl" 2>/dev/null || true; fi
+    if [ -n "$dl" ]; then kill "$dl" 2>/dev/null || true; wait "$dl" 2>/dev/null || true; fi
     if [ -n "$made_ns" ]; then ip netns del "$NS" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
