@@ -546,7 +546,7 @@ emlio_server_load(emlio_server_t *self)
         .verify = self->cfg.verify,
         /* Samples above 16 KiB (sent zero-copy from the mapping, or
          * packed by a copy the client's check covers) get a CRC derived
-         * from the record's stored one, their bytes unread by the daemon,
+         * from the record's stored one, with no CRC pass over their bytes,
          * when nothing here acts on corruption: under
          * `fail` the client's check of the bytes fails the fetch as the
          * daemon's would (the daemon can no longer name the record as

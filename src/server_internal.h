@@ -135,7 +135,7 @@ typedef struct emlio__job {
 
 /* Samples above this size that are served zero-copy from a leased mapping
  * or copied into a packed frame get a CRC derived from the stored one,
- * their bytes unread by the daemon (docs/protocol.md 9); smaller ones are
+ * with no CRC pass over their bytes (docs/protocol.md 9); smaller ones are
  * copied while in cache and checked there. */
 #define EMLIO__SRV_DERIVE_MIN     (EMLIO_SERVER_PACK_SMALL + 1)
 /* The most bytes one packed frame holds; the rest go as frames of their
