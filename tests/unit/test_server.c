@@ -883,6 +883,55 @@ test_server_pack_mode_decides_large_frames(void **state)
     test_rmtree(dir);
 }
 
+/* Packing is an optimisation: a packed GET that the copy budget cannot
+ * take now packs what fits (nothing, at worst) and goes at once, its other
+ * frames zero-copy from the mapping, rather than wait for earlier replies
+ * to free the budget (256 KiB frames made every GET of a connection under
+ * a budget of a few batches wait for one). */
+static void
+test_server_packing_never_waits_for_the_budget(void **state)
+{
+    (void)state;
+    char dir[64], text[EMLIO_ERRMSG_LEN];
+    test_mkdtemp(dir, sizeof(dir));
+    s_write_records(dir, 70000, NULL);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.pack = EMLIO_PACK_LARGE;
+    cfg.max_copy_bytes = (1u << 20) + 200000;
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), 1);
+    emlio__wire_item_t items[RECORDS];
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ 0, r };
+    emlio__peer_t peer = { .copy = emlio__srv_copy_acct_new() };
+    assert_non_null(peer.copy);
+    emlio__job_t jobs[4];
+    uint64_t half = cfg.max_copy_bytes / 2;
+    uint64_t want[4] = { half, half, cfg.max_copy_bytes - 2 * half, 0 };
+    for (int k = 0; k < 4; k++) {
+        jobs[k] = (emlio__job_t){ .packed = true,
+                                  .pack_max = EMLIO_SERVER_PACK_LARGE };
+        jobs[k].msg.items = items;
+        jobs[k].msg.n_items = RECORDS;
+        /* Admitted at once (0), none parked to wait (1). */
+        assert_int_equal(
+            emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)), 0);
+        assert_int_equal(jobs[k].pack_cap, want[k]);
+        assert_int_equal(jobs[k].charge.bytes, want[k]);
+    }
+    assert_int_equal(srv->adm.n_pending, 0);
+    for (int k = 0; k < 4; k++)
+        emlio__srv_copy_release(&jobs[k].charge);
+    assert_int_equal(atomic_load(&peer.copy->bytes), 0);
+    emlio__srv_copy_acct_unref(&peer.copy);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    test_rmtree(dir);
+}
+
 /* The daemon's end of the one TCP connection to srv: the descriptor of this
  * process bound to the server's port with a peer (the listener has none,
  * the client's end has the port as its peer's). */
@@ -1149,6 +1198,7 @@ main(void)
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
         cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
         cmocka_unit_test(test_server_pack_mode_decides_large_frames),
+        cmocka_unit_test(test_server_packing_never_waits_for_the_budget),
         cmocka_unit_test(test_server_coalesce_decision),
         cmocka_unit_test(test_server_nagle_spans_a_reply),
     };
