@@ -197,17 +197,12 @@ s_fits(const emlio_server_t *self, const emlio__copy_acct_t *conn,
     return bytes <= s_room(self, conn);
 }
 
-/* A packed job that does not fit the budget now packs only what fits
- * (nothing, at worst): packing is an optimisation, and a GET whose frames
- * could go zero-copy from the mapping must not wait for copies to drain
- * (with 256 KiB frames packed, a connection under --max-copy-bytes of a
- * few batches waited for every reply's release, up to a 100 ms poll each). */
+/* Packs only what `room` bytes of budget leave after the job's copies
+ * proper (nothing, at worst). */
 static void
-s_shrink_pack(const emlio_server_t *self, emlio__job_t *job,
-              const emlio__copy_acct_t *conn)
+s_shrink_pack(emlio__job_t *job, uint64_t room)
 {
     uint64_t rest = job->copy_want - job->pack_cap; /* the copies proper */
-    uint64_t room = s_room(self, conn);
     job->pack_cap = room > rest ? EMLIO_MIN(job->pack_cap, room - rest) : 0;
     job->copy_want = rest + job->pack_cap;
 }
@@ -242,8 +237,15 @@ emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
                  job->copy_want, cap);
         return EMLIO_ELIMIT;
     }
-    if (job->pack_cap && !s_fits(self, peer->copy, job->copy_want)) {
-        s_shrink_pack(self, job, peer->copy);
+    /* Packing is an optimisation: a GET whose frames could go zero-copy
+     * never waits for the budget to pack them (with 256 KiB frames packed,
+     * a connection under --max-copy-bytes of a few batches waited for
+     * every reply's release, up to a 100 ms poll each), it packs what fits
+     * now; and it takes none of the budget that parked GETs, which need
+     * their copies, wait for. */
+    if (job->pack_cap &&
+        (self->adm.n_pending || !s_fits(self, peer->copy, job->copy_want))) {
+        s_shrink_pack(job, self->adm.n_pending ? 0 : s_room(self, peer->copy));
         if (job->copy_want == 0)
             return 0;
     }

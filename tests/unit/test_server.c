@@ -932,6 +932,77 @@ test_server_packing_never_waits_for_the_budget(void **state)
     test_rmtree(dir);
 }
 
+/* A job of the RECORDS records of shard `shard`, packed as for a client
+ * on another host. */
+static emlio__job_t
+s_packed_job(emlio__wire_item_t *items, uint32_t shard)
+{
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ shard, r };
+    emlio__job_t job = { .packed = true, .pack_max = EMLIO_SERVER_PACK_LARGE };
+    job.msg.items = items;
+    job.msg.n_items = RECORDS;
+    return job;
+}
+
+/* Packing takes none of the budget that a parked GET waits for: shard 1,
+ * open for writing here, cannot be leased, so its GETs copy their records
+ * and the third waits; a GET of the leased shard 0 then goes without
+ * packing instead of taking the budget that the first's release freed
+ * (under steady packed traffic the parked GET would never fit). */
+static void
+test_server_packing_leaves_the_budget_to_parked_gets(void **state)
+{
+    (void)state;
+    char dir[64], other[64], from[128], path[128], text[EMLIO_ERRMSG_LEN];
+    test_mkdtemp(dir, sizeof(dir));
+    test_mkdtemp(other, sizeof(other));
+    s_write_records(dir, 70000, NULL);
+    s_write_records(other, 70000, NULL);
+    snprintf(from, sizeof(from), "%s/part-0.tfrecord", other);
+    snprintf(path, sizeof(path), "%s/part-1.tfrecord", dir);
+    assert_int_equal(rename(from, path), 0);
+    test_rmtree(other);
+    int writer = open(path, O_WRONLY);
+    assert_true(writer >= 0);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.max_copy_bytes = 3000000;
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), 2);
+    emlio__peer_t peer = { .copy = emlio__srv_copy_acct_new() };
+    emlio__wire_item_t items[4][RECORDS];
+    emlio__job_t jobs[4];
+    for (int k = 0; k < 3; k++) { /* shard 1: copies, charged 1.5 MB */
+        jobs[k] = s_packed_job(items[k], 1);
+        assert_int_equal(
+            emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)),
+            k == 2);
+    }
+    assert_int_equal(jobs[0].charge.bytes, cfg.max_copy_bytes / 2);
+    assert_int_equal(srv->adm.n_pending, 1);
+    assert_int_equal(jobs[2].pack_cap, 0);
+    emlio__srv_copy_release(&jobs[0].charge);
+    jobs[3] = s_packed_job(items[3], 0);
+    assert_int_equal(
+        emlio__srv_copy_admit(srv, &jobs[3], &peer, text, sizeof(text)), 0);
+    assert_int_equal(jobs[3].pack_cap, 0);
+    assert_int_equal(jobs[3].charge.bytes, 0);
+    /* What the release freed is still there for the parked GET. */
+    assert_true(atomic_load(&peer.copy->bytes) + jobs[2].copy_want <=
+                cfg.max_copy_bytes);
+    srv->adm.n_pending = 0; /* never started: nothing sends it */
+    emlio__srv_copy_acct_unref(&jobs[2].waits_on);
+    emlio__srv_copy_release(&jobs[1].charge);
+    emlio__srv_copy_acct_unref(&peer.copy);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    close(writer);
+    test_rmtree(dir);
+}
+
 /* The daemon's end of the one TCP connection to srv: the descriptor of this
  * process bound to the server's port with a peer (the listener has none,
  * the client's end has the port as its peer's). */
@@ -1199,6 +1270,7 @@ main(void)
         cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
         cmocka_unit_test(test_server_pack_mode_decides_large_frames),
         cmocka_unit_test(test_server_packing_never_waits_for_the_budget),
+        cmocka_unit_test(test_server_packing_leaves_the_budget_to_parked_gets),
         cmocka_unit_test(test_server_coalesce_decision),
         cmocka_unit_test(test_server_nagle_spans_a_reply),
     };
