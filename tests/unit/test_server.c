@@ -993,7 +993,8 @@ test_server_packing_leaves_the_budget_to_parked_gets(void **state)
     /* What the release freed is still there for the parked GET. */
     assert_true(atomic_load(&peer.copy->bytes) + jobs[2].copy_want <=
                 cfg.max_copy_bytes);
-    srv->adm.n_pending = 0; /* never started: nothing sends it */
+    srv->adm.n_pending = 0;            /* never started: nothing sends it */
+    emlio__srv_copy_pending_drop(srv); /* frees the list */
     emlio__srv_copy_acct_unref(&jobs[2].waits_on);
     emlio__srv_copy_release(&jobs[1].charge);
     emlio__srv_copy_acct_unref(&peer.copy);
