@@ -106,6 +106,7 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
         .bytes = self->conn.total_bytes,
         .wait_ns = self->fig.total_wait_ns + self->fig.wait_ns + waiting_ns,
         .streams = streams,
+        .daemons = self->conn.n_daemons,
         .window = self->conn.window_bytes,
         .queued = self->win.outstanding_samples * sample_bytes /
                   EMLIO_MAX((uint64_t)streams * self->conn.n_daemons, 1),

@@ -175,15 +175,36 @@ emlio__srv_pack_put(emlio__pack_pool_t *pool, uint8_t *buf, size_t size)
     emlio_free(buf);
 }
 
+/* What both accounts can still take now. */
+static uint64_t
+s_room(const emlio_server_t *self, const emlio__copy_acct_t *conn)
+{
+    uint64_t mine = conn ? atomic_load(&conn->bytes) : 0;
+    uint64_t all = atomic_load(&self->core->copied);
+    uint64_t room_conn =
+        mine < self->cfg.max_copy_bytes ? self->cfg.max_copy_bytes - mine : 0;
+    uint64_t room_all = all < self->cfg.max_copy_bytes_total
+                            ? self->cfg.max_copy_bytes_total - all
+                            : 0;
+    return EMLIO_MIN(room_conn, room_all);
+}
+
 /* Whether a charge of bytes fits both accounts now. */
 static bool
 s_fits(const emlio_server_t *self, const emlio__copy_acct_t *conn,
        uint64_t bytes)
 {
-    uint64_t mine = conn ? atomic_load(&conn->bytes) : 0;
-    uint64_t all = atomic_load(&self->core->copied);
-    return mine + bytes <= self->cfg.max_copy_bytes &&
-           all + bytes <= self->cfg.max_copy_bytes_total;
+    return bytes <= s_room(self, conn);
+}
+
+/* Packs only what `room` bytes of budget leave after the job's copies
+ * proper (nothing, at worst). */
+static void
+s_shrink_pack(emlio__job_t *job, uint64_t room)
+{
+    uint64_t rest = job->copy_want - job->pack_cap; /* the copies proper */
+    job->pack_cap = room > rest ? EMLIO_MIN(job->pack_cap, room - rest) : 0;
+    job->copy_want = rest + job->pack_cap;
 }
 
 static void
@@ -215,6 +236,18 @@ emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
                  "connection (--max-copy-bytes); ask for fewer samples",
                  job->copy_want, cap);
         return EMLIO_ELIMIT;
+    }
+    /* Packing is an optimisation: a GET whose frames could go zero-copy
+     * never waits for the budget to pack them (with 256 KiB frames packed,
+     * a connection under --max-copy-bytes of a few batches waited for
+     * every reply's release, up to a 100 ms poll each), it packs what fits
+     * now; and it takes none of the budget that parked GETs, which need
+     * their copies, wait for. */
+    if (job->pack_cap &&
+        (self->adm.n_pending || !s_fits(self, peer->copy, job->copy_want))) {
+        s_shrink_pack(job, self->adm.n_pending ? 0 : s_room(self, peer->copy));
+        if (job->copy_want == 0)
+            return 0;
     }
     if (!s_fits(self, peer->copy, job->copy_want)) {
         emlio__job_t **pending = self->adm.pending;

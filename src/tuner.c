@@ -78,14 +78,17 @@ emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in)
      * Without an RTT (not TCP) windows never limit. */
     double per_stream =
         in->rtt_ns ? (double)in->window * 1e9 / (double)in->rtt_ns : 0;
+    /* The rate is all daemons' together: it is carried by streams per
+     * daemon times the daemons. */
+    double carried = (double)in->streams * (in->daemons ? in->daemons : 1);
     bool asked =
         (double)in->queued >= EMLIO_TUNER_WINDOW_SHARE * (double)in->window;
     bool window_bound =
         per_stream > 0 && asked &&
-        t->rate >= EMLIO_TUNER_WINDOW_SHARE * per_stream * in->streams;
+        t->rate >= EMLIO_TUNER_WINDOW_SHARE * per_stream * carried;
     bool window_full =
         per_stream > 0 && asked &&
-        t->rate >= EMLIO_TUNER_WINDOW_FULL * per_stream * in->streams;
+        t->rate >= EMLIO_TUNER_WINDOW_FULL * per_stream * carried;
     bool cpu_busy = in->host_idle >= 0 && in->host_idle < EMLIO_TUNER_CPU_IDLE;
     if (t->wait_share < EMLIO_TUNER_MIN_WAIT)
         t->limit = EMLIO_LIMIT_CONSUMER;

@@ -67,6 +67,8 @@ typedef struct emlio__tuner_input {
     uint64_t bytes;   /* sample bytes received so far (running total) */
     uint64_t wait_ns; /* time the consumer was blocked (running total) */
     uint32_t streams; /* open per daemon */
+    uint32_t daemons; /* the daemons they go to, whose streams all carry
+                         `bytes` (0: one) */
     uint64_t window;  /* per-stream TCP window the path allows, bytes */
     uint64_t queued;  /* bytes requested and not yet received, per stream */
     uint64_t rtt_ns;  /* the path's RTT floor (min RTT); 0 = unknown */

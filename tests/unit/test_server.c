@@ -883,6 +883,127 @@ test_server_pack_mode_decides_large_frames(void **state)
     test_rmtree(dir);
 }
 
+/* Packing is an optimisation: a packed GET that the copy budget cannot
+ * take now packs what fits (nothing, at worst) and goes at once, its other
+ * frames zero-copy from the mapping, rather than wait for earlier replies
+ * to free the budget (256 KiB frames made every GET of a connection under
+ * a budget of a few batches wait for one). */
+static void
+test_server_packing_never_waits_for_the_budget(void **state)
+{
+    (void)state;
+    char dir[64], text[EMLIO_ERRMSG_LEN];
+    test_mkdtemp(dir, sizeof(dir));
+    s_write_records(dir, 70000, NULL);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.pack = EMLIO_PACK_LARGE;
+    cfg.max_copy_bytes = (1u << 20) + 200000;
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), 1);
+    emlio__wire_item_t items[RECORDS];
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ 0, r };
+    emlio__peer_t peer = { .copy = emlio__srv_copy_acct_new() };
+    assert_non_null(peer.copy);
+    emlio__job_t jobs[4];
+    uint64_t half = cfg.max_copy_bytes / 2;
+    uint64_t want[4] = { half, half, cfg.max_copy_bytes - 2 * half, 0 };
+    for (int k = 0; k < 4; k++) {
+        jobs[k] = (emlio__job_t){ .packed = true,
+                                  .pack_max = EMLIO_SERVER_PACK_LARGE };
+        jobs[k].msg.items = items;
+        jobs[k].msg.n_items = RECORDS;
+        /* Admitted at once (0), none parked to wait (1). */
+        assert_int_equal(
+            emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)), 0);
+        assert_int_equal(jobs[k].pack_cap, want[k]);
+        assert_int_equal(jobs[k].charge.bytes, want[k]);
+    }
+    assert_int_equal(srv->adm.n_pending, 0);
+    for (int k = 0; k < 4; k++)
+        emlio__srv_copy_release(&jobs[k].charge);
+    assert_int_equal(atomic_load(&peer.copy->bytes), 0);
+    emlio__srv_copy_acct_unref(&peer.copy);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    test_rmtree(dir);
+}
+
+/* A job of the RECORDS records of shard `shard`, packed as for a client
+ * on another host. */
+static emlio__job_t
+s_packed_job(emlio__wire_item_t *items, uint32_t shard)
+{
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ shard, r };
+    emlio__job_t job = { .packed = true, .pack_max = EMLIO_SERVER_PACK_LARGE };
+    job.msg.items = items;
+    job.msg.n_items = RECORDS;
+    return job;
+}
+
+/* Packing takes none of the budget that a parked GET waits for: shard 1,
+ * open for writing here, cannot be leased, so its GETs copy their records
+ * and the third waits; a GET of the leased shard 0 then goes without
+ * packing instead of taking the budget that the first's release freed
+ * (under steady packed traffic the parked GET would never fit). */
+static void
+test_server_packing_leaves_the_budget_to_parked_gets(void **state)
+{
+    (void)state;
+    char dir[64], other[64], from[128], path[128], text[EMLIO_ERRMSG_LEN];
+    test_mkdtemp(dir, sizeof(dir));
+    test_mkdtemp(other, sizeof(other));
+    s_write_records(dir, 70000, NULL);
+    s_write_records(other, 70000, NULL);
+    snprintf(from, sizeof(from), "%s/part-0.tfrecord", other);
+    snprintf(path, sizeof(path), "%s/part-1.tfrecord", dir);
+    assert_int_equal(rename(from, path), 0);
+    test_rmtree(other);
+    int writer = open(path, O_WRONLY);
+    assert_true(writer >= 0);
+    emlio_ctx_t *ctx = emlio_ctx_new();
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    cfg.data_dir = dir;
+    cfg.max_copy_bytes = 3000000;
+    emlio_server_t *srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), 2);
+    emlio__peer_t peer = { .copy = emlio__srv_copy_acct_new() };
+    emlio__wire_item_t items[4][RECORDS];
+    emlio__job_t jobs[4];
+    for (int k = 0; k < 3; k++) { /* shard 1: copies, charged 1.5 MB */
+        jobs[k] = s_packed_job(items[k], 1);
+        assert_int_equal(
+            emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)),
+            k == 2);
+    }
+    assert_int_equal(jobs[0].charge.bytes, cfg.max_copy_bytes / 2);
+    assert_int_equal(srv->adm.n_pending, 1);
+    assert_int_equal(jobs[2].pack_cap, 0);
+    emlio__srv_copy_release(&jobs[0].charge);
+    jobs[3] = s_packed_job(items[3], 0);
+    assert_int_equal(
+        emlio__srv_copy_admit(srv, &jobs[3], &peer, text, sizeof(text)), 0);
+    assert_int_equal(jobs[3].pack_cap, 0);
+    assert_int_equal(jobs[3].charge.bytes, 0);
+    /* What the release freed is still there for the parked GET. */
+    assert_true(atomic_load(&peer.copy->bytes) + jobs[2].copy_want <=
+                cfg.max_copy_bytes);
+    srv->adm.n_pending = 0;            /* never started: nothing sends it */
+    emlio__srv_copy_pending_drop(srv); /* frees the list */
+    emlio__srv_copy_acct_unref(&jobs[2].waits_on);
+    emlio__srv_copy_release(&jobs[1].charge);
+    emlio__srv_copy_acct_unref(&peer.copy);
+    emlio_server_destroy(&srv);
+    emlio_ctx_destroy(&ctx);
+    close(writer);
+    test_rmtree(dir);
+}
+
 /* The daemon's end of the one TCP connection to srv: the descriptor of this
  * process bound to the server's port with a peer (the listener has none,
  * the client's end has the port as its peer's). */
@@ -914,6 +1035,18 @@ s_nodelay(int fd)
     socklen_t len = sizeof(v);
     assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
     return v;
+}
+
+/* TCP_NODELAY on fd once the daemon has let go of the last reply: the
+ * reply's last frame sets it when ZeroMQ frees that frame, in an I/O
+ * thread, which may be after the client has read the bytes; so this waits
+ * (at most 10 s) for a 1 rather than reading it once. */
+static int
+s_nodelay_settled(int fd)
+{
+    for (int i = 0; i < 10000 && s_nodelay(fd) != 1; i++)
+        usleep(1000);
+    return s_nodelay(fd);
 }
 
 /* Sends n GETs of all records (ids first_id on), each saying "pipelined"
@@ -978,14 +1111,14 @@ test_server_pushes_the_last_reply_of_a_pipeline(void **state)
         /* Whatever happened between them, the last reply found no other
          * GET unanswered. */
         s_gets(dealer, srv, 1, 4, true);
-        assert_int_equal(s_nodelay(fd), 1);
+        assert_int_equal(s_nodelay_settled(fd), 1);
         s_gets(dealer, srv, 10, 1, false);
-        assert_int_equal(s_nodelay(fd), 1);
+        assert_int_equal(s_nodelay_settled(fd), 1);
         /* The second of two GETs, whose first was answered already. */
         s_gets(dealer, srv, 20, 1, true);
-        assert_int_equal(s_nodelay(fd), 1);
+        assert_int_equal(s_nodelay_settled(fd), 1);
         s_gets(dealer, srv, 30, 3, true);
-        assert_int_equal(s_nodelay(fd), 1);
+        assert_int_equal(s_nodelay_settled(fd), 1);
 
         zmq_close(dealer);
         zmq_ctx_term(zctx);
@@ -1166,6 +1299,8 @@ main(void)
         cmocka_unit_test(test_server_large_samples_carry_the_stored_crc),
         cmocka_unit_test(test_server_pushes_the_last_reply_of_a_pipeline),
         cmocka_unit_test(test_server_pack_mode_decides_large_frames),
+        cmocka_unit_test(test_server_packing_never_waits_for_the_budget),
+        cmocka_unit_test(test_server_packing_leaves_the_budget_to_parked_gets),
         cmocka_unit_test(test_server_coalesce_decision),
         cmocka_unit_test(test_server_nagle_spans_a_reply),
     };

@@ -99,6 +99,44 @@ test_tuner_busy_cpus_open_streams_only_while_full(void **state)
     assert_int_equal(s_simulate(&t, &p, 10, START), 32);
 }
 
+/* Two daemons, 16 streams each, at 40% of window / RTT each: 32 streams
+ * carry the rate, so they neither run full (busy CPUs: no more streams)
+ * nor count as window-bound (idle CPUs: the daemons); counted as 16 they
+ * looked full, and busy CPUs opened streams past what the rule allows. */
+static void
+test_tuner_counts_every_daemons_streams(void **state)
+{
+    (void)state;
+    emlio__tuner_t t;
+    double per_stream = (double)(4 * MIB) * 1e9 / (double)(30 * MS);
+    emlio__tuner_input_t in = {
+        .now_ns = 1000 * MS,
+        .bytes = (uint64_t)(0.4 * per_stream * 32),
+        .wait_ns = 500 * MS,
+        .streams = 16,
+        .daemons = 2,
+        .window = 4 * MIB,
+        .queued = 8 * MIB,
+        .rtt_ns = 30 * MS,
+        .srtt_ns = 31 * MS,
+        .host_idle = 0.03,
+    };
+    emlio__tuner_init(&t, 16, 64, false, 0);
+    assert_int_equal(emlio__tuner_step(&t, &in), 16);
+    assert_int_equal(t.limit, EMLIO_LIMIT_CPU);
+    in.host_idle = 0.5;
+    emlio__tuner_init(&t, 16, 64, false, 0);
+    assert_int_equal(emlio__tuner_step(&t, &in), 16);
+    assert_int_equal(t.limit, EMLIO_LIMIT_DAEMON);
+    /* One daemon's 16 streams at 80% run full: they grow. */
+    in.daemons = 0;
+    in.bytes *= 2;
+    in.host_idle = 0.03;
+    emlio__tuner_init(&t, 16, 64, false, 0);
+    assert_int_equal(emlio__tuner_step(&t, &in), 32);
+    assert_int_equal(t.limit, EMLIO_LIMIT_WINDOW);
+}
+
 /* 100 ms: ~36 MB/s a stream; more streams than at 30 ms. */
 static void
 test_tuner_grows_further_at_100ms(void **state)
@@ -254,6 +292,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tuner_grows_on_a_window_limited_path),
         cmocka_unit_test(test_tuner_busy_cpus_open_streams_only_while_full),
+        cmocka_unit_test(test_tuner_counts_every_daemons_streams),
         cmocka_unit_test(test_tuner_grows_further_at_100ms),
         cmocka_unit_test(test_tuner_stays_few_on_a_fast_path),
         cmocka_unit_test(test_tuner_leaves_a_slow_consumer_alone),
