@@ -84,7 +84,9 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
     int hb_ivl = 2000;
     int hb_ttl = 10000;
     int reconnect_max = 2000;
+    int ipv6 = emlio__netpath_ipv6_endpoint(daemon->endpoint);
     if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_IPV6, &ipv6, sizeof(ipv6)) != 0 ||
         zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof(zero)) != 0 ||
         zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
         zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl)) != 0 ||

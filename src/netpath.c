@@ -215,6 +215,12 @@ s_split_tcp(const char *endpoint, char *host, size_t hlen, char *port,
     return true;
 }
 
+bool
+emlio__netpath_ipv6_endpoint(const char *endpoint)
+{
+    return !strncmp(endpoint, "tcp://[", 7);
+}
+
 int
 emlio__netpath_probe(const char *endpoint, int timeout_ms)
 {

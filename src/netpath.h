@@ -101,4 +101,11 @@ int emlio__netpath_info(int fd, emlio__netpath_info_t *out);
  * caller's own connect decides). */
 int emlio__netpath_probe(const char *endpoint, int timeout_ms);
 
+/* Whether endpoint names an IPv6 address (tcp://[ADDR]:PORT): ZeroMQ then
+ * needs ZMQ_IPV6 on the socket, or binding and connecting fail with "No
+ * such device". Only for such literals: with ZMQ_IPV6 on, a host name
+ * may resolve to an IPv6 address that nothing listens on (localhost to
+ * ::1 while the daemon has 127.0.0.1), where ZeroMQ retries forever. */
+bool emlio__netpath_ipv6_endpoint(const char *endpoint);
+
 #endif /* EMLIO_NETPATH_H */

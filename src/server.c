@@ -714,6 +714,9 @@ emlio_server_bind(emlio_server_t *self, const char *endpoint)
                                     "ZMQ_HEARTBEAT_TIMEOUT", e)) < 0 ||
         (rc = emlio__srv_setopt_int(router, ZMQ_HANDSHAKE_IVL, 10000,
                                     "ZMQ_HANDSHAKE_IVL", e)) < 0 ||
+        (rc = emlio__srv_setopt_int(router, ZMQ_IPV6,
+                                    emlio__netpath_ipv6_endpoint(endpoint),
+                                    "ZMQ_IPV6", e)) < 0 ||
         (rc = s_setup_sndbuf(self, router)) < 0) {
         zmq_close(router);
         return rc;

@@ -41,12 +41,13 @@ make_dataset() {
 }
 
 # start_daemon NAME DATA_DIR [ARGS...]: starts emliod on a free loopback
-# port and waits (bounded) for its "listening on" line. Sets EP and DPID.
+# port (BIND, if set, instead of tcp://127.0.0.1:*) and waits (bounded) for
+# its "listening on" line. Sets EP and DPID.
 start_daemon() {
     local name=$1 data=$2
     shift 2
     : >"$T/$name.out" # exists before the background shell opens it
-    "$EMLIOD" --data "$data" --bind 'tcp://127.0.0.1:*' --log-level warn "$@" \
+    "$EMLIOD" --data "$data" --bind "${BIND:-tcp://127.0.0.1:*}" --log-level warn "$@" \
         >"$T/$name.out" 2>"$T/$name.err" &
     DPID=$!
     PIDS+=("$DPID")

@@ -282,6 +282,24 @@ check "... and its departure with bytes and rate" \
     grep -qE "client from 127.0.0.1:[0-9]+ left after .* MB sent, .* MB/s" \
     "$T/info.err"
 
+# IPv6: an endpoint in brackets needs ZMQ_IPV6 on both ends (without it
+# binding failed with "No such device").
+if ip -6 addr show dev lo 2>/dev/null | grep -q 'inet6 ::1/128'; then
+    MAIN_DPID=$DPID
+    BIND='tcp://[::1]:*'
+    check "a daemon binds tcp://[::1]:*" start_daemon v6 "$T/shards"
+    unset BIND
+    check "... and says so" grep -q '^tcp://\[::1\]:[0-9]*$' <<<"$EP"
+    "$EMLIO" fetch --connect "$EP" --batch 16 --epochs 2 --verify --quiet \
+        >/dev/null 2>"$T/v6.err"
+    check "... and serves a verified fetch over IPv6" test $? -eq 0
+    kill -TERM "$DPID"
+    wait "$DPID"
+    DPID=$MAIN_DPID
+else
+    skip "IPv6 fetch: no ::1 on the loopback device here"
+fi
+
 # A port nothing listens on is reported as refused, not after the
 # (here long) connect timeout as "no answer".
 closed=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
