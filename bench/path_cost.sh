@@ -44,7 +44,7 @@ else
     NEAR=127.0.0.1 DEV=none
 fi
 
-cpu_of() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+cpu_of() { if [ -n "${1:-}" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 dev_counts() { awk -v d="$DEV:" '$1 == d {print $2, $3, $10, $11; f = 1} END {if (!f) print 0, 0, 0, 0}' /proc/net/dev; }
 
 run_case() { # KIND ARGS...
