@@ -17,7 +17,8 @@
 #   CASE: "emlio [fetch args]" or "iperf3 [client args]", e.g.
 #   "emlio --batch 32" "emlio --streams 10" "iperf3 -P 32"; EMLIOD_ARGS
 #   adds emliod arguments ("--pack small"). Each round runs every case.
-# EPOCHS (13) sets the fetch's length, SECS (7) iperf3's.
+# EPOCHS (13) sets the fetch's length, SECS (7) iperf3's; DL_RT (10) the
+# delay line's SCHED_FIFO priority (0: normal scheduling).
 set -euo pipefail
 B=$1 DATA=$2 RTT=$3 ROUNDS=$4
 shift 4
@@ -33,7 +34,11 @@ if [ "$RTT" != 0 ]; then
     ip netns add "$NS" || { echo "path_cost: netns $NS exists (another run?)" >&2; exit 1; }
     made_ns=1 prefix=(ip netns exec "$NS")
     out=$(mktemp)
-    "$B/bench/delayline" --netns "$NS" --delay-ms "$($PY -c "print($RTT / 2)")" \
+    # Real-time, as bench/run runs it (--delayline-rt 10): on two busy
+    # vCPUs a delay line that waits for the scheduler adds its own latency.
+    rt=()
+    if [ "${DL_RT:-10}" != 0 ] && command -v chrt >/dev/null; then rt=(chrt -f "${DL_RT:-10}"); fi
+    "${rt[@]}" "$B/bench/delayline" --netns "$NS" --delay-ms "$($PY -c "print($RTT / 2)")" \
         --near-dev $DEV --far-dev emcost-far --near-addr $NEAR --far-addr $FAR \
         >"$out" 2>/dev/null &
     dl=$!
