@@ -21,26 +21,13 @@ set -euo pipefail
 B=$1 DATA=$2 RTT=$3 BATCHES=$4 ROUNDS=${5:-3}
 PY=/usr/bin/python3
 NS=emlio-parts NEAR=10.77.30.1 FAR=10.77.30.2
-host=127.0.0.1 prefix=() dl= made_ns=
+host=127.0.0.1 prefix=()
 dpin=() cpin=()
 if [ "${PIN:-0}" = 1 ]; then dpin=(taskset -c 0); cpin=(taskset -c 1); fi
 
-cleanup() {
-    if [ -n "$dl" ]; then kill "$dl" 2>/dev/null || true; wait "$dl" 2>/dev/null || true; fi
-    if [ -n "$made_ns" ]; then ip netns del "$NS" 2>/dev/null || true; fi
-}
-trap cleanup EXIT
+. "$(dirname "$0")/delayline_ns.sh"
 if [ "$RTT" != 0 ]; then
-    ip netns add "$NS" || { echo "parts_ab: netns $NS exists (another run?)" >&2; exit 1; }
-    made_ns=1
-    out=$(mktemp)
-    "$B/bench/delayline" --netns "$NS" --delay-ms "$($PY -c "print($RTT / 2)")" \
-        --near-dev emparts-near --far-dev emparts-far --near-addr $NEAR \
-        --far-addr $FAR >"$out" 2>/dev/null &
-    dl=$!
-    for _ in $(seq 50); do grep -q ready "$out" && break; sleep 0.1; done
-    grep -q ready "$out" || { echo "parts_ab: the delay line did not start" >&2; exit 1; }
-    rm -f "$out"
+    dl_start parts_ab "$B" "$NS" emparts "$NEAR" "$FAR" "$RTT"
     host=$NEAR prefix=(ip netns exec "$NS")
 fi
 epochs=${EPOCHS:-$([ "$RTT" = 0 ] && echo 40 || echo 4)}

@@ -24,27 +24,14 @@ B=$1 DATA=$2 RTT=$3 ROUNDS=$4
 shift 4
 PY=/usr/bin/python3
 NS=emlio-cost NEAR=10.77.40.1 FAR=10.77.40.2 DEV=emcost-near
-dl= made_ns= prefix=()
-cleanup() {
-    if [ -n "$dl" ]; then kill "$dl" 2>/dev/null || true; wait "$dl" 2>/dev/null || true; fi
-    if [ -n "$made_ns" ]; then ip netns del "$NS" 2>/dev/null || true; fi
-}
-trap cleanup EXIT
+prefix=()
+. "$(dirname "$0")/delayline_ns.sh"
 if [ "$RTT" != 0 ]; then
-    ip netns add "$NS" || { echo "path_cost: netns $NS exists (another run?)" >&2; exit 1; }
-    made_ns=1 prefix=(ip netns exec "$NS")
-    out=$(mktemp)
     # Real-time, as bench/run runs it (--delayline-rt 10): on two busy
     # vCPUs a delay line that waits for the scheduler adds its own latency.
-    rt=()
-    if [ "${DL_RT:-10}" != 0 ] && command -v chrt >/dev/null; then rt=(chrt -f "${DL_RT:-10}"); fi
-    "${rt[@]}" "$B/bench/delayline" --netns "$NS" --delay-ms "$($PY -c "print($RTT / 2)")" \
-        --near-dev $DEV --far-dev emcost-far --near-addr $NEAR --far-addr $FAR \
-        >"$out" 2>/dev/null &
-    dl=$!
-    for _ in $(seq 50); do grep -q ready "$out" && break; sleep 0.1; done
-    grep -q ready "$out" || { echo "path_cost: the delay line did not start" >&2; exit 1; }
-    rm -f "$out"
+    DL_RT=${DL_RT:-10}
+    dl_start path_cost "$B" "$NS" emcost "$NEAR" "$FAR" "$RTT"
+    prefix=(ip netns exec "$NS")
 else
     NEAR=127.0.0.1 DEV=none
 fi
@@ -67,7 +54,7 @@ run_case() { # KIND ARGS...
         sleep 0.5
     fi
     local net0 net1 stat0 stat1 dl0 dl1 sv0 sv1 cs0 cs1 t0 t1
-    net0=$(dev_counts) stat0=$(head -1 /proc/stat) dl0=$(cpu_of $dl) sv0=$(cpu_of $sp)
+    net0=$(dev_counts) stat0=$(head -1 /proc/stat) dl0=$(cpu_of "$DL_PID") sv0=$(cpu_of $sp)
     cs0=$(awk '/^ctxt/ {print $2}' /proc/stat) t0=$(date +%s.%N)
     if [ "$kind" = emlio ]; then
         "${prefix[@]}" /usr/bin/time -f "%U %S" -o "$tmp/t" "$B/bin/emlio" fetch \
@@ -79,7 +66,7 @@ run_case() { # KIND ARGS...
             echo "path_cost: iperf3 failed ($*)" >&2
     fi
     t1=$(date +%s.%N) net1=$(dev_counts) stat1=$(head -1 /proc/stat)
-    dl1=$(cpu_of $dl) sv1=$(cpu_of $sp) cs1=$(awk '/^ctxt/ {print $2}' /proc/stat)
+    dl1=$(cpu_of "$DL_PID") sv1=$(cpu_of $sp) cs1=$(awk '/^ctxt/ {print $2}' /proc/stat)
     kill $sp
     wait $sp 2>/dev/null || true
     $PY - "$tmp" "$kind $*" "$net0" "$net1" "$stat0" "$stat1" "$dl0" "$dl1" \

@@ -67,55 +67,50 @@ s_client_log(emlio_server_t *self, const char *fmt, ...)
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server", "%s", msg);
 }
 
-/* "IP:PORT" of the far end of fd, or "unknown". */
+/* "IP:PORT" of the far end (peer; NULL: unknown), or "unknown". */
 static void
-s_peer_addr(int fd, char *out, size_t len)
+s_peer_addr(const struct sockaddr_storage *peer, char *out, size_t len)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
     char host[INET6_ADDRSTRLEN] = "unknown";
     int port = 0;
-    if (fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-            inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-            port = ntohs(in->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-            port = ntohs(in6->sin6_port);
-        }
+    if (peer && peer->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (peer && peer->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
     }
     snprintf(out, len, "%s:%d", host, port);
 }
 
-/* Whether the connection on fd stays within this host: a Unix socket, a
- * loopback address, or a peer at this socket's own address (the kernel
- * routes that through loopback too). -1 (unknown, or inproc) counts as
- * local. */
+/* Whether the connection on fd, whose far end is peer (NULL: unknown),
+ * stays within this host: a Unix socket, a loopback address, or a peer at
+ * this socket's own address (the kernel routes that through loopback
+ * too). Unknown (inproc, or no descriptor) counts as local. */
 static bool
-s_fd_local(int fd)
+s_fd_local(int fd, const struct sockaddr_storage *peer)
 {
-    struct sockaddr_storage me, peer;
-    socklen_t ml = sizeof(me), pl = sizeof(peer);
-    if (fd < 0 || getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
-        getpeername(fd, (struct sockaddr *)&peer, &pl) != 0)
+    struct sockaddr_storage me;
+    socklen_t ml = sizeof(me);
+    if (!peer || getsockname(fd, (struct sockaddr *)&me, &ml) != 0)
         return true;
-    if (peer.ss_family == AF_INET && me.ss_family == AF_INET) {
-        const struct sockaddr_in *p = (const struct sockaddr_in *)&peer;
+    if (peer->ss_family == AF_INET && me.ss_family == AF_INET) {
+        const struct sockaddr_in *p = (const struct sockaddr_in *)peer;
         const struct sockaddr_in *m = (const struct sockaddr_in *)&me;
         return (ntohl(p->sin_addr.s_addr) >> 24) == 127 ||
                p->sin_addr.s_addr == m->sin_addr.s_addr;
     }
-    if (peer.ss_family == AF_INET6 && me.ss_family == AF_INET6) {
+    if (peer->ss_family == AF_INET6 && me.ss_family == AF_INET6) {
         const struct in6_addr *p =
-            &((const struct sockaddr_in6 *)&peer)->sin6_addr;
+            &((const struct sockaddr_in6 *)peer)->sin6_addr;
         const struct in6_addr *m =
             &((const struct sockaddr_in6 *)&me)->sin6_addr;
         return IN6_IS_ADDR_LOOPBACK(p) || !memcmp(p, m, sizeof(*p)) ||
                (IN6_IS_ADDR_V4MAPPED(p) && p->s6_addr[12] == 127);
     }
-    return peer.ss_family == AF_UNIX;
+    return peer->ss_family == AF_UNIX;
 }
 
 /* The largest sample frame packed for a connection (cfg.pack): over a
@@ -125,10 +120,11 @@ s_fd_local(int fd)
  * and daemon share the CPUs, the daemon's copy from the mapping costs more
  * than that (docs/performance.md, "Packing large frames"). */
 static uint32_t
-s_peer_pack_max(const emlio_server_t *self, int fd)
+s_peer_pack_max(const emlio_server_t *self, int fd,
+                const struct sockaddr_storage *peer)
 {
     if (self->cfg.pack == EMLIO_PACK_LARGE ||
-        (self->cfg.pack == EMLIO_PACK_AUTO && !s_fd_local(fd)))
+        (self->cfg.pack == EMLIO_PACK_AUTO && !s_fd_local(fd, peer)))
         return EMLIO_SERVER_PACK_LARGE;
     return EMLIO_SERVER_PACK_SMALL;
 }
@@ -530,8 +526,13 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->no_coalesce = false;
     peer->bytes = 0;
     peer->since_ns = now;
-    s_peer_addr(peer->fd, peer->addr, sizeof(peer->addr));
-    peer->pack_max = s_peer_pack_max(self, peer->fd);
+    /* Where it connects from, asked once: for the log and for packing. */
+    struct sockaddr_storage far;
+    socklen_t far_len = sizeof(far);
+    bool known = peer->fd >= 0 &&
+                 getpeername(peer->fd, (struct sockaddr *)&far, &far_len) == 0;
+    s_peer_addr(known ? &far : NULL, peer->addr, sizeof(peer->addr));
+    peer->pack_max = s_peer_pack_max(self, peer->fd, known ? &far : NULL);
     if (!streams)
         s_client_log(self, "client connected from %s%s", peer->addr,
                      session ? "" : " (no session: a protocol 1 client)");

@@ -81,14 +81,14 @@ emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in)
     /* The rate is all daemons' together: it is carried by streams per
      * daemon times the daemons. */
     double carried = (double)in->streams * (in->daemons ? in->daemons : 1);
-    bool asked =
+    double capacity = per_stream * carried; /* bytes/s at full windows */
+    bool measured =
+        per_stream > 0 &&
         (double)in->queued >= EMLIO_TUNER_WINDOW_SHARE * (double)in->window;
     bool window_bound =
-        per_stream > 0 && asked &&
-        t->rate >= EMLIO_TUNER_WINDOW_SHARE * per_stream * carried;
+        measured && t->rate >= EMLIO_TUNER_WINDOW_SHARE * capacity;
     bool window_full =
-        per_stream > 0 && asked &&
-        t->rate >= EMLIO_TUNER_WINDOW_FULL * per_stream * carried;
+        measured && t->rate >= EMLIO_TUNER_WINDOW_FULL * capacity;
     bool cpu_busy = in->host_idle >= 0 && in->host_idle < EMLIO_TUNER_CPU_IDLE;
     if (t->wait_share < EMLIO_TUNER_MIN_WAIT)
         t->limit = EMLIO_LIMIT_CONSUMER;

@@ -791,6 +791,40 @@ test_server_large_samples_carry_the_stored_crc(void **state)
     }
 }
 
+/* Sends n GETs of all records (ids first_id on), each saying "pipelined"
+ * or not. */
+static void
+s_send_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
+            bool pipelined)
+{
+    emlio__wire_item_t items[RECORDS];
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ 0, r };
+    emlio__wire_xf_t xf = { NULL, 0, 0, false, pipelined };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(emlio__wire_encode_get_xf(&buf, first_id + i,
+                                                   emlio_server_dataset(srv),
+                                                   items, RECORDS, &xf),
+                         0);
+        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    }
+    emlio_buf_release(&buf);
+}
+
+/* A job of the RECORDS records of shard `shard`, packed as for a client
+ * on another host. */
+static emlio__job_t
+s_packed_job(emlio__wire_item_t *items, uint32_t shard)
+{
+    for (uint32_t r = 0; r < RECORDS; r++)
+        items[r] = (emlio__wire_item_t){ shard, r };
+    emlio__job_t job = { .packed = true, .pack_max = EMLIO_SERVER_PACK_LARGE };
+    job.msg.items = items;
+    job.msg.n_items = RECORDS;
+    return job;
+}
+
 /* Which frames a protocol 4 client gets packed (cfg.pack): 70 KB images go
  * as frames of their own under auto over loopback (client and daemon share
  * the host) and under small, packed into the one frame under large; in
@@ -819,17 +853,8 @@ test_server_pack_mode_decides_large_frames(void **state)
         emlio_server_t *srv = s_start_cfg(ctx, &cfg);
         void *zctx = zmq_ctx_new();
         void *dealer = s_dealer_hello_v(zctx, srv, 0, 4);
-        emlio_buf_t buf = EMLIO_BUF_INIT;
         assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
-        emlio__wire_item_t items[RECORDS];
-        for (uint32_t r = 0; r < RECORDS; r++)
-            items[r] = (emlio__wire_item_t){ 0, r };
-        assert_int_equal(emlio__wire_encode_get(&buf, 1,
-                                                emlio_server_dataset(srv),
-                                                items, RECORDS),
-                         0);
-        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
-        emlio_buf_release(&buf);
+        s_send_gets(dealer, srv, 1, 1, false);
 
         zmq_msg_t head, packed, own;
         zmq_msg_init(&head);
@@ -904,18 +929,13 @@ test_server_packing_never_waits_for_the_budget(void **state)
     emlio_server_t *srv = emlio_server_new(ctx, &cfg);
     assert_int_equal(emlio_server_load(srv), 1);
     emlio__wire_item_t items[RECORDS];
-    for (uint32_t r = 0; r < RECORDS; r++)
-        items[r] = (emlio__wire_item_t){ 0, r };
     emlio__peer_t peer = { .copy = emlio__srv_copy_acct_new() };
     assert_non_null(peer.copy);
     emlio__job_t jobs[4];
     uint64_t half = cfg.max_copy_bytes / 2;
     uint64_t want[4] = { half, half, cfg.max_copy_bytes - 2 * half, 0 };
     for (int k = 0; k < 4; k++) {
-        jobs[k] = (emlio__job_t){ .packed = true,
-                                  .pack_max = EMLIO_SERVER_PACK_LARGE };
-        jobs[k].msg.items = items;
-        jobs[k].msg.n_items = RECORDS;
+        jobs[k] = s_packed_job(items, 0);
         /* Admitted at once (0), none parked to wait (1). */
         assert_int_equal(
             emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)), 0);
@@ -930,19 +950,6 @@ test_server_packing_never_waits_for_the_budget(void **state)
     emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
     test_rmtree(dir);
-}
-
-/* A job of the RECORDS records of shard `shard`, packed as for a client
- * on another host. */
-static emlio__job_t
-s_packed_job(emlio__wire_item_t *items, uint32_t shard)
-{
-    for (uint32_t r = 0; r < RECORDS; r++)
-        items[r] = (emlio__wire_item_t){ shard, r };
-    emlio__job_t job = { .packed = true, .pack_max = EMLIO_SERVER_PACK_LARGE };
-    job.msg.items = items;
-    job.msg.n_items = RECORDS;
-    return job;
 }
 
 /* Packing takes none of the budget that a parked GET waits for: shard 1,
@@ -1047,27 +1054,6 @@ s_nodelay_settled(int fd)
     for (int i = 0; i < 10000 && s_nodelay(fd) != 1; i++)
         usleep(1000);
     return s_nodelay(fd);
-}
-
-/* Sends n GETs of all records (ids first_id on), each saying "pipelined"
- * or not. */
-static void
-s_send_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
-            bool pipelined)
-{
-    emlio__wire_item_t items[RECORDS];
-    for (uint32_t r = 0; r < RECORDS; r++)
-        items[r] = (emlio__wire_item_t){ 0, r };
-    emlio__wire_xf_t xf = { NULL, 0, 0, false, pipelined };
-    emlio_buf_t buf = EMLIO_BUF_INIT;
-    for (int i = 0; i < n; i++) {
-        assert_int_equal(emlio__wire_encode_get_xf(&buf, first_id + i,
-                                                   emlio_server_dataset(srv),
-                                                   items, RECORDS, &xf),
-                         0);
-        assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
-    }
-    emlio_buf_release(&buf);
 }
 
 /* s_send_gets, then waits for the n replies. */
