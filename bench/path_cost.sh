@@ -57,7 +57,8 @@ run_case() { # KIND ARGS...
     net0=$(dev_counts) stat0=$(head -1 /proc/stat) dl0=$(cpu_of "$DL_PID") sv0=$(cpu_of $sp)
     cs0=$(awk '/^ctxt/ {print $2}' /proc/stat) t0=$(date +%s.%N)
     if [ "$kind" = emlio ]; then
-        "${prefix[@]}" /usr/bin/time -f "%U %S" -o "$tmp/t" "$B/bin/emlio" fetch \
+        # shellcheck disable=SC2086
+        "${prefix[@]}" env ${CLIENT_ENV:-} /usr/bin/time -f "%U %S" -o "$tmp/t" "$B/bin/emlio" fetch \
             --connect "tcp://$NEAR:$port" --epochs "${EPOCHS:-13}" --quiet "$@" \
             >"$tmp/j" 2>/dev/null || echo "path_cost: fetch failed ($*)" >&2
     else

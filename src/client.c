@@ -457,6 +457,7 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
         out->streams = 0;
     out->limit = self->conn.tuner.limit;
     out->window = self->conn.window_bytes;
+    out->io_threads = self->conn.n_daemons ? self->conn.lanes.used : 0;
 }
 
 size_t
@@ -478,6 +479,7 @@ emlio_client_streams(const emlio_client_t *self, emlio_stream_stats_t *out,
                 .daemon = d,
                 .stream = s,
                 .ready = daemon->ready[s],
+                .io_thread = daemon->lane[s],
                 .mb_per_s = daemon->rx_rate[s] / 1e6,
                 .rtt_ms = rtt,
                 .bytes = daemon->rx_bytes[s],

@@ -85,7 +85,12 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
     int hb_ttl = 10000;
     int reconnect_max = 2000;
     int ipv6 = emlio__netpath_ipv6_endpoint(daemon->endpoint);
-    if (zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+    /* Its I/O thread is fixed when it connects (iolanes.h). */
+    uint64_t affinity;
+    daemon->lane[s] =
+        (uint8_t)emlio__iolanes_place(&self->conn.lanes, &affinity);
+    if (zmq_setsockopt(sock, ZMQ_AFFINITY, &affinity, sizeof(affinity)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
         zmq_setsockopt(sock, ZMQ_IPV6, &ipv6, sizeof(ipv6)) != 0 ||
         zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof(zero)) != 0 ||
         zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
@@ -134,9 +139,10 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
 
 /* Closes the last stream s of a daemon (one that failed to open). */
 static void
-s_close_stream(emlio__cdaemon_t *daemon, uint32_t s)
+s_close_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t s)
 {
     if (daemon->socks[s]) {
+        emlio__iolanes_remove(&self->conn.lanes, daemon->lane[s]);
         zmq_socket_monitor(daemon->socks[s], NULL, 0);
         zmq_close(daemon->socks[s]);
     }
@@ -347,7 +353,7 @@ s_open_early(emlio_client_t *self, uint32_t d)
         uint32_t s = daemon->n_streams;
         if (s_open_stream(self, daemon, d, s) != 0 ||
             s_send_hello(self, d, s) < 0) {
-            s_close_stream(daemon, s);
+            s_close_stream(self, daemon, s);
             break;
         }
         daemon->opened_ns = emlio__now_ns();
@@ -701,7 +707,7 @@ emlio__client_add_streams(emlio_client_t *self, uint32_t want)
             if (rc < 0) {
                 /* Out of descriptors, say: the streams we have carry on;
                  * this daemon gets no more. */
-                s_close_stream(daemon, s);
+                s_close_stream(self, daemon, s);
                 daemon->max_streams = EMLIO_MAX(s, 1);
                 emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
                           "cannot open stream %u to '%s': %s; staying at %u", s,
@@ -779,6 +785,12 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
     self->conn.daemons = emlio_calloc(count, sizeof(*self->conn.daemons));
     if (!self->conn.daemons)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    /* Streams the caller fixed cannot be added to later, so they spread
+     * over every I/O thread at once; tuned ones start on one. */
+    int io_threads = zmq_ctx_get(emlio__ctx_zmq(self->ctx), ZMQ_IO_THREADS);
+    emlio__iolanes_init(
+        &self->conn.lanes, io_threads > 0 ? (uint32_t)io_threads : 1,
+        emlio__ctx_io_prefix(self->ctx), self->cfg.streams != 0);
     const char *p = endpoints;
     for (size_t i = 0; i < count; i++) {
         const char *end = strchr(p, ',');

@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "client_xf.h"
+#include "iolanes.h"
 #include "netpath.h"
 #include "tuner.h"
 #include "wire.h"
@@ -73,6 +74,7 @@ typedef struct emlio__cdaemon {
     bool ready[EMLIO__CLIENT_MAX_STREAMS]; /* may carry GETs: joined the
                                               session */
     int fd[EMLIO__CLIENT_MAX_STREAMS]; /* its TCP socket (TCP_INFO), or -1 */
+    uint8_t lane[EMLIO__CLIENT_MAX_STREAMS]; /* its I/O thread (iolanes.h) */
     uint64_t rx_bytes[EMLIO__CLIENT_MAX_STREAMS]; /* sample bytes received */
     uint64_t rx_bytes_tick[EMLIO__CLIENT_MAX_STREAMS];
     double rx_rate[EMLIO__CLIENT_MAX_STREAMS]; /* bytes/s, last tuner tick */
@@ -109,11 +111,12 @@ typedef struct emlio__conn {
                                        sized */
     bool rcvbuf_by_rtt;              /* rcvbuf planned from the first RTT */
     emlio__tuner_t tuner;
-    uint64_t window_bytes; /* per-stream TCP window the path allows */
-    uint64_t rtt_ns;       /* RTT floor over our streams (TCP_INFO) */
-    uint64_t srtt_ns;      /* smoothed RTT now */
-    uint64_t total_bytes;  /* sample bytes received, all epochs */
-    uint64_t cpu_idle;     /* host CPU jiffies at the last tuner tick */
+    emlio__iolanes_t lanes; /* which I/O threads the streams use */
+    uint64_t window_bytes;  /* per-stream TCP window the path allows */
+    uint64_t rtt_ns;        /* RTT floor over our streams (TCP_INFO) */
+    uint64_t srtt_ns;       /* smoothed RTT now */
+    uint64_t total_bytes;   /* sample bytes received, all epochs */
+    uint64_t cpu_idle;      /* host CPU jiffies at the last tuner tick */
     uint64_t cpu_total;
     bool advised; /* the window advice was logged */
 } emlio__conn_t;

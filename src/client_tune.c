@@ -77,6 +77,24 @@ s_advise(emlio_client_t *self)
               self->conn.daemons[0].endpoint, need_mib);
 }
 
+/* Takes one more I/O thread when those in use run full (iolanes.h), and
+ * opens as many streams again per daemon for it, so that it carries as
+ * much as each lane before it; streams is the fewest any daemon has. */
+static int
+s_spread_lanes(emlio_client_t *self, uint32_t streams, uint64_t now)
+{
+    uint32_t before = self->conn.lanes.used;
+    if (!emlio__iolanes_sample(&self->conn.lanes, now))
+        return 0;
+    uint32_t want = streams + (streams + before - 1) / before;
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+              "I/O threads ran up to %.0f%% of a CPU: spreading over %u of "
+              "%u, %u streams per daemon",
+              100 * self->conn.lanes.busiest, self->conn.lanes.used,
+              self->conn.lanes.threads, want);
+    return emlio__client_add_streams(self, want);
+}
+
 /* One step of the stream tuner (tuner.h), at most once per tick: measures
  * the rate, the consumer's waiting and the path, and opens streams when
  * the windows, not the consumer or the daemons, hold the rate back.
@@ -94,6 +112,9 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         streams = EMLIO_MIN(streams, self->conn.daemons[d].n_streams);
     uint64_t dt = now - self->conn.tuner.last_tick_ns;
+    int rc = s_spread_lanes(self, streams, now);
+    if (rc < 0)
+        return rc;
     /* Bytes asked for and not yet here, per stream: samples in flight
      * times the mean sample size. Parts times a mean part size would
      * overcount: a daemon's share of a batch is cut into near-equal parts,

@@ -13,6 +13,7 @@ struct emlio_ctx {
     emlio_log_fn *log_fn;
     void *log_userdata;
     int log_level; /* -1 when no sink is installed */
+    int io_prefix; /* its I/O threads' name prefix, 1..9999 */
 };
 
 emlio_ctx_t *
@@ -26,11 +27,21 @@ emlio_ctx_new(void)
         emlio_free(self);
         return NULL;
     }
-    /* Two I/O threads let several TCP streams be encoded and decoded in
-     * parallel; on the 2-core machines we target more would only contend. */
-    zmq_ctx_set(self->zmq, ZMQ_IO_THREADS, 2);
+    zmq_ctx_set(self->zmq, ZMQ_IO_THREADS, EMLIO__CTX_IO_THREADS);
+    /* A number of its own in the I/O threads' names ("<n>/ZMQbg/IO/<i>",
+     * 15 characters at most), so that a client can find and measure its
+     * own threads among other contexts' (iolanes.h). */
+    static atomic_uint next_prefix;
+    self->io_prefix = (int)(atomic_fetch_add(&next_prefix, 1) % 9999) + 1;
+    zmq_ctx_set(self->zmq, ZMQ_THREAD_NAME_PREFIX, self->io_prefix);
     self->log_level = -1;
     return self;
+}
+
+int
+emlio__ctx_io_prefix(const emlio_ctx_t *ctx)
+{
+    return ctx->io_prefix;
 }
 
 void

@@ -80,6 +80,15 @@ void emlio__zmq_drain(void *sock);
 /* The ZeroMQ context owned by ctx (a void * so zmq.h stays out of here). */
 void *emlio__ctx_zmq(const emlio_ctx_t *ctx);
 
+/* The ZeroMQ I/O threads of every library context. Two let a daemon
+ * encode and send over several streams in parallel; a client starts on
+ * one and takes the second when the first runs full (iolanes.h). On the
+ * 2-core machines we target more would only contend. */
+#define EMLIO__CTX_IO_THREADS 2
+
+/* The number in ctx's I/O thread names, "<n>/ZMQbg/IO/<i>" (iolanes.h). */
+int emlio__ctx_io_prefix(const emlio_ctx_t *ctx);
+
 /* Monotonic clock in nanoseconds and seconds. */
 uint64_t emlio__now_ns(void);
 

@@ -294,7 +294,12 @@ typedef struct emlio_client_stats {
     uint64_t window;      /* per-stream TCP window the path allows: the
                              daemons' send buffer or our receive buffer,
                              whichever is smaller; bytes */
-    uint64_t reserved[4]; /* room for later figures; zero */
+    uint32_t io_threads;  /* ZeroMQ I/O threads the streams use: one to
+                             start with, one more each time those run
+                             3/4 of a CPU (docs/tuning.md); all of them
+                             when the streams are fixed */
+    uint32_t reserved32;  /* zero */
+    uint64_t reserved[3]; /* room for later figures; zero */
 } emlio_client_stats_t;
 
 /* What limits a client's rate (emlio_client_stats_t.limit). */
@@ -345,13 +350,15 @@ EMLIO_EXPORT void emlio_client_xf_stats(const emlio_client_t *self,
 
 /* One TCP stream of a client. */
 typedef struct emlio_stream_stats {
-    uint32_t daemon; /* index for emlio_client_daemon_endpoint */
-    uint32_t stream; /* stream number at that daemon */
-    bool ready;      /* carries requests (joined the daemon's session) */
-    double mb_per_s; /* sample bytes over the last tuner tick */
-    double rtt_ms;   /* smoothed RTT (TCP_INFO); 0 = not measured */
-    uint64_t bytes;  /* sample bytes received on it */
-    uint64_t reserved[2];
+    uint32_t daemon;    /* index for emlio_client_daemon_endpoint */
+    uint32_t stream;    /* stream number at that daemon */
+    bool ready;         /* carries requests (joined the daemon's session) */
+    double mb_per_s;    /* sample bytes over the last tuner tick */
+    double rtt_ms;      /* smoothed RTT (TCP_INFO); 0 = not measured */
+    uint64_t bytes;     /* sample bytes received on it */
+    uint32_t io_thread; /* the ZeroMQ I/O thread carrying it, from 0 */
+    uint32_t reserved32;
+    uint64_t reserved[1];
 } emlio_stream_stats_t;
 
 /* Fills out[0..max) with the client's streams, daemon by daemon; returns

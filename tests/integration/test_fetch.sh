@@ -88,6 +88,14 @@ assert j["bytes"] == sum(s["bytes"] for s in j["shard_list"]) > 0
     --quiet >"$T/f7.out" 2>&1
 check "batch 7, 4 streams, window 3 verifies" test $? -eq 0
 check "batch 7: 43 batches" test "$(json_field "$T/f7.out" batches)" = 43
+# Fixed streams spread over both ZeroMQ I/O threads at once; tuned ones
+# start on one and take the second only when it runs full (iolanes.h).
+check "4 fixed streams use 2 I/O threads" \
+    test "$(json_field "$T/f7.out" io_threads)" = 2
+check "tuned streams use 1 or 2 I/O threads" /usr/bin/python3 -c "
+import json, sys
+d = json.loads(open('$T/fetch.out').read().splitlines()[-1])
+sys.exit(d['io_threads'] not in (1, 2))"
 
 # Credits are per connection: a client with more requests in flight than
 # one stream may hold spreads them so no stream exceeds the daemon's limit.

@@ -565,6 +565,44 @@ test_client_connect_can_be_retried(void **state)
     emlio_client_destroy(&c);
 }
 
+/* Tuned streams start on one ZeroMQ I/O thread (iolanes.h: the tuner
+ * takes another only when it runs full); streams the caller fixed spread
+ * over all of them at once. */
+static void
+test_client_streams_start_on_one_io_thread(void **state)
+{
+    fixture_t *f = *state;
+    for (uint32_t fixed = 0; fixed <= 3; fixed += 3) {
+        emlio_client_config_t cfg;
+        emlio_client_config_init(&cfg);
+        cfg.batch_size = 4;
+        cfg.streams = fixed;
+        emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+        assert_non_null(c);
+        assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
+                         1);
+        emlio_client_stats_t st;
+        emlio_client_stats(c, &st);
+        emlio_stream_stats_t ss[8];
+        size_t n = emlio_client_streams(c, ss, 8);
+        assert_true(n >= 1 && n <= 8);
+        if (!fixed) {
+            assert_int_equal(st.io_threads, 1);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(ss[i].io_thread, 0);
+        } else {
+            assert_int_equal(st.io_threads, 2);
+            assert_int_equal(n, fixed);
+            assert_int_equal(ss[0].io_thread, 0);
+            assert_int_equal(ss[1].io_thread, 1);
+            assert_int_equal(ss[2].io_thread, 0);
+        }
+        int batches = emlio_client_begin_epoch(c, 0);
+        assert_int_equal(s_drain_epoch(c, 0, false), batches);
+        emlio_client_destroy(&c);
+    }
+}
+
 int
 main(void)
 {
@@ -579,6 +617,7 @@ main(void)
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
         cmocka_unit_test(test_client_connect_can_be_retried),
+        cmocka_unit_test(test_client_streams_start_on_one_io_thread),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

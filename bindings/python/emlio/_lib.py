@@ -145,7 +145,9 @@ class ClientStats(ctypes.Structure):
         ("streams", ctypes.c_uint32),
         ("limit", ctypes.c_int32),
         ("window", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 4),
+        ("io_threads", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 3),
     ]
 
 
@@ -159,7 +161,9 @@ class StreamStats(ctypes.Structure):
         ("mb_per_s", ctypes.c_double),
         ("rtt_ms", ctypes.c_double),
         ("bytes", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("io_thread", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 1),
     ]
 
 

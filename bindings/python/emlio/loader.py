@@ -972,21 +972,21 @@ class Loader:
         """Figures of the current (or just finished) epoch: epoch, batches,
         samples, bytes, seconds, wait_s, first_batch_s, inflight, retries,
         skipped, and the network path: rtt_ms, mb_per_s, streams, window
-        (bytes one stream may have in flight) and limit (what limits the
-        rate: "consumer", "window", "network", "daemon", "cpu" or
-        "unknown")."""
+        (bytes one stream may have in flight), io_threads (ZeroMQ I/O
+        threads the streams use) and limit (what limits the rate:
+        "consumer", "window", "network", "daemon", "cpu" or "unknown")."""
         self._require_open()
         st = _lib.ClientStats()
         _C.emlio_client_stats(self._client, ctypes.byref(st))
         out = {f: getattr(st, f) for f, _ in _lib.ClientStats._fields_
-               if f != "reserved"}
+               if not f.startswith("reserved")}
         out["limit"] = _C.emlio_limit_name(st.limit).decode()
         return out
 
     def path_stats(self):
         """The client's TCP streams, one dict each: daemon (endpoint),
         stream, ready, mb_per_s (over the tuner's last tick), rtt_ms
-        (TCP_INFO), bytes."""
+        (TCP_INFO), bytes, io_thread (the ZeroMQ I/O thread carrying it)."""
         self._require_open()
         n = _C.emlio_client_streams(self._client, None, 0)
         arr = (_lib.StreamStats * max(n, 1))()
@@ -995,7 +995,8 @@ class Loader:
                     self._client, s.daemon).decode(),
                  "stream": s.stream, "ready": bool(s.ready),
                  "mb_per_s": s.mb_per_s, "rtt_ms": s.rtt_ms,
-                 "bytes": s.bytes} for s in arr[:n]]
+                 "bytes": s.bytes, "io_thread": s.io_thread}
+                for s in arr[:n]]
 
     def transform_stats(self):
         """Where the transforms run and why (a Loader with ``transform=``;
