@@ -166,7 +166,7 @@ $(B)/bench/start_scale: bench/start_scale.c $(LIB_REAL) $(B)/bin/emliod | $(LIB_
 $(B)/bench/crc_speed: bench/crc_speed.c $(B)/libemlio.a
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -Isrc -Iinclude -I$(B)/include -o $@ $< \
-	    $(B)/libemlio.a
+	    $(B)/libemlio.a -lpthread
 
 # A benchmark tool, not part of the product: built, never installed.
 $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool_util.o

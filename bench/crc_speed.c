@@ -6,14 +6,23 @@
  * (stays in L2) and in MIB MiB (default 1024: from DRAM), and prints
  * GB/s. The checksum of each pass is printed
  * too, so that two builds can be compared for equal results.
+ * Then, for 2 MiB frames (a packed part), the rate over bytes this thread
+ * just wrote and over bytes a thread pinned to another CPU just wrote:
+ * what a client's check costs when ZeroMQ's I/O thread received the frame
+ * on the same core, or on another (docs/performance.md, "I/O threads").
  * SPDX-License-Identifier: MIT
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "crc32c.h"
 
@@ -44,6 +53,86 @@ s_rate(const uint8_t *buf, size_t total, size_t sample, uint32_t *sum)
     return (double)passes * (double)(n * sample) / (s_now() - t0) / 1e9;
 }
 
+/* ---- frames written by this thread or another --------------------------- */
+
+#define FRAME   (2u << 20)
+#define FRAMES  8   /* rotated, so that no frame stays cached by accident */
+#define HANDOFF 400 /* frames per measurement */
+
+static uint8_t *s_frames[FRAMES];
+static atomic_uint s_turn; /* 2k: writer's turn for frame k; 2k+1: ours */
+
+static void
+s_pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+static void *
+s_writer(void *arg)
+{
+    s_pin(*(int *)arg);
+    for (unsigned k = 0; k < HANDOFF; k++) {
+        while (atomic_load(&s_turn) != 2 * k)
+            ;
+        memset(s_frames[k % FRAMES], (int)k, FRAME);
+        atomic_store(&s_turn, 2 * k + 1);
+    }
+    return NULL;
+}
+
+/* GB/s of the CRC over frames just written by this thread (other = false)
+ * or by a thread on CPU 1 while this one runs on CPU 0. */
+static double
+s_handoff_rate(bool other, uint32_t *sum)
+{
+    double spent = 0;
+    s_pin(0);
+    if (!other) {
+        for (unsigned k = 0; k < HANDOFF; k++) {
+            memset(s_frames[k % FRAMES], (int)k, FRAME);
+            double t0 = s_now();
+            *sum ^= emlio_crc32c(0, s_frames[k % FRAMES], FRAME);
+            spent += s_now() - t0;
+        }
+        return HANDOFF * (double)FRAME / spent / 1e9;
+    }
+    int cpu = 1;
+    pthread_t t;
+    atomic_store(&s_turn, 0);
+    if (pthread_create(&t, NULL, s_writer, &cpu) != 0)
+        return 0;
+    for (unsigned k = 0; k < HANDOFF; k++) {
+        while (atomic_load(&s_turn) != 2 * k + 1)
+            ;
+        double t0 = s_now();
+        *sum ^= emlio_crc32c(0, s_frames[k % FRAMES], FRAME);
+        spent += s_now() - t0;
+        atomic_store(&s_turn, 2 * k + 2);
+    }
+    pthread_join(t, NULL);
+    return HANDOFF * (double)FRAME / spent / 1e9;
+}
+
+static void
+s_handoff_report(void)
+{
+    for (int i = 0; i < FRAMES; i++)
+        if (!(s_frames[i] = malloc(FRAME)))
+            return;
+    uint32_t sum = 0;
+    double same = s_handoff_rate(false, &sum);
+    printf("2 MiB frames just written by this thread: %.1f GB/s\n", same);
+    if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
+        printf("2 MiB frames just written on another CPU: %.1f GB/s\n",
+               s_handoff_rate(true, &sum));
+    for (int i = 0; i < FRAMES; i++)
+        free(s_frames[i]);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -70,5 +159,6 @@ main(int argc, char **argv)
                (unsigned)sum);
     }
     free(buf);
+    s_handoff_report();
     return 0;
 }
