@@ -118,6 +118,7 @@ done
 kill -INT $FPID 2>/dev/null
 wait $FPID
 check "fetch --metrics serves while it runs" grep -q '^emlio_client_streams ' "$T/scrape.txt"
+check "metrics give the I/O threads in use (1 or 2)" awk '$1 == "emlio_client_io_threads" { found = 1; ok = $2 == 1 || $2 == 2 } END { exit !(found && ok) }' "$T/scrape.txt"
 # At least the configured 50 ms; how much more depends on the load.
 check "metrics give the RTT (>= 0.04 s)" awk '$1 == "emlio_client_rtt_seconds" { found = 1; ok = $2 >= 0.04 } END { exit !(found && ok) }' "$T/scrape.txt"
 check "metrics give a rate per stream" grep -q '^emlio_client_stream_rate_bytes_per_second{daemon="tcp://' "$T/scrape.txt"

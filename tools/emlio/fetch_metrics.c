@@ -128,6 +128,9 @@ s_render(void *userdata, emlio_buf_t *out)
                   st->rtt_ms / 1e3);
     rc |= s_gauge(out, "emlio_client_streams", "TCP streams per daemon in use.",
                   (double)st->streams);
+    rc |=
+        s_gauge(out, "emlio_client_io_threads",
+                "ZeroMQ I/O threads the streams use.", (double)st->io_threads);
     rc |= s_gauge(out, "emlio_client_window_bytes",
                   "Bytes one stream may have in flight (the smaller of the "
                   "daemons' send buffer and our receive buffer).",
