@@ -12,9 +12,44 @@ struct emlio_ctx {
     void *zmq;
     emlio_log_fn *log_fn;
     void *log_userdata;
-    int log_level; /* -1 when no sink is installed */
-    int io_prefix; /* its I/O threads' name prefix, 1..9999 */
+    int log_level;        /* -1 when no sink is installed */
+    int io_prefix;        /* its I/O threads' name prefix, 1..S_PREFIXES */
+    bool io_prefix_owned; /* no live context shares it (s_take_prefix) */
 };
+
+/* The I/O thread name prefixes of the live contexts, one bit each: a
+ * process that keeps one context while it creates and destroys thousands
+ * more must not hand the kept one's number out again, or its clients would
+ * measure another context's threads. Atomic bits rather than a lock, so a
+ * fork while another thread creates a context leaves nothing held. */
+#define S_PREFIXES 9999 /* "9999/ZMQbg/IO/1" fills a thread name */
+static _Atomic uint64_t s_prefix_used[(S_PREFIXES + 63) / 64];
+static atomic_uint s_prefix_next;
+
+/* A free prefix, marked used (*owned); where all S_PREFIXES are live, the
+ * next in turn, shared (not owned: destroying this context frees none). */
+static int
+s_take_prefix(bool *owned)
+{
+    unsigned start = atomic_fetch_add(&s_prefix_next, 1) % S_PREFIXES;
+    for (unsigned k = 0; k < S_PREFIXES; k++) {
+        unsigned i = (start + k) % S_PREFIXES;
+        uint64_t bit = (uint64_t)1 << (i % 64);
+        if (!(atomic_fetch_or(&s_prefix_used[i / 64], bit) & bit)) {
+            *owned = true;
+            return (int)i + 1;
+        }
+    }
+    *owned = false;
+    return (int)start + 1;
+}
+
+static void
+s_give_prefix(int prefix)
+{
+    unsigned i = (unsigned)prefix - 1;
+    atomic_fetch_and(&s_prefix_used[i / 64], ~((uint64_t)1 << (i % 64)));
+}
 
 emlio_ctx_t *
 emlio_ctx_new(void)
@@ -31,8 +66,7 @@ emlio_ctx_new(void)
     /* A number of its own in the I/O threads' names ("<n>/ZMQbg/IO/<i>",
      * 15 characters at most), so that a client can find and measure its
      * own threads among other contexts' (iolanes.h). */
-    static atomic_uint next_prefix;
-    self->io_prefix = (int)(atomic_fetch_add(&next_prefix, 1) % 9999) + 1;
+    self->io_prefix = s_take_prefix(&self->io_prefix_owned);
     zmq_ctx_set(self->zmq, ZMQ_THREAD_NAME_PREFIX, self->io_prefix);
     self->log_level = -1;
     return self;
@@ -52,6 +86,9 @@ emlio_ctx_destroy(emlio_ctx_t **self_p)
     emlio_ctx_t *self = *self_p;
     while (zmq_ctx_term(self->zmq) != 0 && errno == EINTR)
         ;
+    /* Its I/O threads are gone: the number may name another's. */
+    if (self->io_prefix_owned)
+        s_give_prefix(self->io_prefix);
     emlio_free(self);
     *self_p = NULL;
 }

@@ -183,6 +183,26 @@ test_iolanes_measure_the_contexts_own_threads(void **state)
     emlio_ctx_destroy(&b);
 }
 
+/* A context's I/O thread prefix is its own while it lives: however many
+ * contexts come and go meanwhile (the numbers wrap at 9999), none created
+ * later gets it, so a client never measures another context's threads. */
+static void
+test_iolanes_prefix_not_reused_while_the_context_lives(void **state)
+{
+    (void)state;
+    emlio_ctx_t *kept = emlio_ctx_new();
+    assert_non_null(kept);
+    int mine = emlio__ctx_io_prefix(kept);
+    assert_true(mine >= 1 && mine <= 9999);
+    for (int i = 0; i < 10000; i++) {
+        emlio_ctx_t *c = emlio_ctx_new();
+        assert_non_null(c);
+        assert_int_not_equal(emlio__ctx_io_prefix(c), mine);
+        emlio_ctx_destroy(&c);
+    }
+    emlio_ctx_destroy(&kept);
+}
+
 int
 main(void)
 {
@@ -190,6 +210,8 @@ main(void)
         cmocka_unit_test(test_iolanes_start_on_one_and_spread_when_full),
         cmocka_unit_test(test_iolanes_ignore_what_was_not_measured),
         cmocka_unit_test(test_iolanes_measure_the_contexts_own_threads),
+        cmocka_unit_test(
+            test_iolanes_prefix_not_reused_while_the_context_lives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
