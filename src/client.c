@@ -457,7 +457,8 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
         out->streams = 0;
     out->limit = self->conn.tuner.limit;
     out->window = self->conn.window_bytes;
-    out->io_threads = self->conn.n_daemons ? self->conn.lanes.used : 0;
+    out->io_threads =
+        self->conn.n_daemons ? emlio__iolanes_carrying(&self->conn.lanes) : 0;
 }
 
 size_t

@@ -45,6 +45,15 @@ emlio__iolanes_remove(emlio__iolanes_t *self, uint32_t lane)
         self->streams[lane]--;
 }
 
+uint32_t
+emlio__iolanes_carrying(const emlio__iolanes_t *self)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < self->threads; i++)
+        n += self->streams[i] != 0;
+    return n;
+}
+
 bool
 emlio__iolanes_step(emlio__iolanes_t *self, uint64_t now_ns,
                     const uint64_t *run_ns)

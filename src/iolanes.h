@@ -64,6 +64,11 @@ uint32_t emlio__iolanes_place(emlio__iolanes_t *self, uint64_t *mask);
 /* A stream on lane was closed. */
 void emlio__iolanes_remove(emlio__iolanes_t *self, uint32_t lane);
 
+/* Lanes that carry a stream now: what the client reports as its I/O
+ * threads (fewer than `used` where there are fewer streams than lanes, or
+ * a daemon took no more streams for a new lane). */
+uint32_t emlio__iolanes_carrying(const emlio__iolanes_t *self);
+
 /* Pure step: given each lane's thread run time now (run_ns[lane], 0 = not
  * known; EMLIO_IOLANES_MAX entries) at now_ns, measures the busiest used lane
  * and takes one more lane when it ran EMLIO_IOLANE_FULL of a CPU or more.

@@ -294,10 +294,11 @@ typedef struct emlio_client_stats {
     uint64_t window;      /* per-stream TCP window the path allows: the
                              daemons' send buffer or our receive buffer,
                              whichever is smaller; bytes */
-    uint32_t io_threads;  /* ZeroMQ I/O threads the streams use: one to
-                             start with, one more each time those run
+    uint32_t io_threads;  /* ZeroMQ I/O threads that carry streams: one
+                             to start with, one more each time those run
                              3/4 of a CPU (docs/tuning.md); all of them
-                             when the streams are fixed */
+                             (up to one per stream) when the streams are
+                             fixed */
     uint32_t reserved32;  /* zero */
     uint64_t reserved[3]; /* room for later figures; zero */
 } emlio_client_stats_t;

@@ -601,6 +601,19 @@ test_client_streams_start_on_one_io_thread(void **state)
         assert_int_equal(s_drain_epoch(c, 0, false), batches);
         emlio_client_destroy(&c);
     }
+    /* One fixed stream is on one thread, whatever lanes it may use: the
+     * figure counts the threads that carry streams. */
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 4;
+    cfg.streams = 1;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    emlio_client_stats_t st;
+    emlio_client_stats(c, &st);
+    assert_int_equal(st.io_threads, 1);
+    emlio_client_destroy(&c);
 }
 
 int
