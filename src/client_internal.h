@@ -281,6 +281,7 @@ int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
 int emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                          const emlio__wire_msg_t *msg);
 int emlio__client_add_streams(emlio_client_t *self, uint32_t want);
+int emlio__client_add_lane_streams(emlio_client_t *self, uint32_t before);
 
 /* client_tune.c */
 void emlio__client_sample_paths(emlio_client_t *self);

@@ -78,21 +78,22 @@ s_advise(emlio_client_t *self)
 }
 
 /* Takes one more I/O thread when those in use run full (iolanes.h), and
- * opens as many streams again per daemon for it, so that it carries as
- * much as each lane before it; streams is the fewest any daemon has. */
+ * has each daemon open as many streams again for it, so that it carries
+ * as much as each lane before it. Once every lane is in use (at once
+ * where the streams are fixed) there is nothing to measure for. */
 static int
-s_spread_lanes(emlio_client_t *self, uint32_t streams, uint64_t now)
+s_spread_lanes(emlio_client_t *self, uint64_t now)
 {
     uint32_t before = self->conn.lanes.used;
-    if (!emlio__iolanes_sample(&self->conn.lanes, now))
+    if (before >= self->conn.lanes.threads ||
+        !emlio__iolanes_sample(&self->conn.lanes, now))
         return 0;
-    uint32_t want = streams + (streams + before - 1) / before;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
               "I/O threads ran up to %.0f%% of a CPU: spreading over %u of "
-              "%u, %u streams per daemon",
+              "%u",
               100 * self->conn.lanes.busiest, self->conn.lanes.used,
-              self->conn.lanes.threads, want);
-    return emlio__client_add_streams(self, want);
+              self->conn.lanes.threads);
+    return emlio__client_add_lane_streams(self, before);
 }
 
 /* One step of the stream tuner (tuner.h), at most once per tick: measures
@@ -112,7 +113,7 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         streams = EMLIO_MIN(streams, self->conn.daemons[d].n_streams);
     uint64_t dt = now - self->conn.tuner.last_tick_ns;
-    int rc = s_spread_lanes(self, streams, now);
+    int rc = s_spread_lanes(self, now);
     if (rc < 0)
         return rc;
     /* Bytes asked for and not yet here, per stream: samples in flight

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "client_internal.h"
 #include "crc32c.h"
 #include "emlio/example.h"
 #include "tfrecord.h"
@@ -596,6 +597,11 @@ test_client_streams_start_on_one_io_thread(void **state)
             assert_int_equal(ss[0].io_thread, 0);
             assert_int_equal(ss[1].io_thread, 1);
             assert_int_equal(ss[2].io_thread, 0);
+            /* Every lane is in use: a tuner tick has nothing to measure
+             * the I/O threads for, and reads nothing of /proc. */
+            c->conn.tuner.last_tick_ns = 0;
+            assert_int_equal(emlio__client_tune(c, 0), 0);
+            assert_int_equal(c->conn.lanes.tick_ns, 0);
         }
         int batches = emlio_client_begin_epoch(c, 0);
         assert_int_equal(s_drain_epoch(c, 0, false), batches);
@@ -616,6 +622,52 @@ test_client_streams_start_on_one_io_thread(void **state)
     emlio_client_destroy(&c);
 }
 
+/* A lane taken (iolanes.h) gets a share of every daemon's streams, each
+ * counted by its own: a daemon that took fewer streams (it refused more,
+ * or descriptors ran out) does not keep the others off the new lane. */
+static void
+test_client_new_lane_takes_each_daemons_share(void **state)
+{
+    fixture_t *f = *state;
+    emlio_server_config_t scfg;
+    emlio_server_config_init(&scfg);
+    scfg.data_dir = f->dir;
+    emlio_server_t *srv2 = test_server_up(f->ctx, &scfg, SHARDS);
+    char eps[256];
+    snprintf(eps, sizeof(eps), "%s,%s", emlio_server_endpoint(f->srv),
+             emlio_server_endpoint(srv2));
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 4;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, eps), 2);
+    assert_int_equal(c->conn.n_daemons, 2);
+    assert_int_equal(c->conn.lanes.used, 1);
+    /* Daemon 1 stays where it is; daemon 0 has 4 streams. */
+    emlio__cdaemon_t *d0 = &c->conn.daemons[0], *d1 = &c->conn.daemons[1];
+    uint32_t n1 = d1->n_streams;
+    assert_true(n1 >= 1 && n1 < 4);
+    d1->max_streams = n1;
+    assert_int_equal(emlio__client_add_streams(c, 4), 0);
+    assert_int_equal(d0->n_streams, 4);
+    assert_int_equal(d1->n_streams, n1);
+
+    c->conn.lanes.used = 2; /* as emlio__iolanes_step takes one */
+    assert_int_equal(emlio__client_add_lane_streams(c, 1), 0);
+    assert_int_equal(d0->n_streams, 8);
+    assert_int_equal(d1->n_streams, n1);
+    for (uint32_t s = 4; s < 8; s++)
+        assert_int_equal(d0->lane[s], 1);
+    emlio_client_stats_t st;
+    emlio_client_stats(c, &st);
+    assert_int_equal(st.io_threads, 2);
+    int batches = emlio_client_begin_epoch(c, 0);
+    assert_int_equal(s_drain_epoch(c, 0, false), batches);
+    emlio_client_destroy(&c);
+    emlio_server_destroy(&srv2);
+}
+
 int
 main(void)
 {
@@ -631,6 +683,7 @@ main(void)
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
         cmocka_unit_test(test_client_connect_can_be_retried),
         cmocka_unit_test(test_client_streams_start_on_one_io_thread),
+        cmocka_unit_test(test_client_new_lane_takes_each_daemons_share),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
