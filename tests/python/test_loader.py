@@ -244,15 +244,23 @@ class LoaderTest(DatasetCase):
             self.assertIn(st["limit"], ("consumer", "window", "network",
                                         "daemon", "cpu", "unknown"))
             self.assertNotIn("reserved", st)
+            self.assertNotIn("reserved32", st)
+            # Tuned streams start on one I/O thread (iolanes.h).
+            self.assertEqual(st["io_threads"], 1)
             streams = loader.path_stats()
             self.assertEqual(len(streams), 2)
             self.assertEqual(streams[0]["daemon"], self.endpoint)
             self.assertTrue(all(s["ready"] for s in streams))
+            self.assertEqual({s["io_thread"] for s in streams}, {0})
             total = sum(len(_read(path)) for path, _ in self.files)
             self.assertEqual(sum(s["bytes"] for s in streams), 3 * total)
         with emlio.Loader(self.endpoint, 32, streams=3) as loader:
             list(loader)
             self.assertEqual(len(loader.path_stats()), 3)
+            # Fixed streams spread over both I/O threads at once.
+            self.assertEqual(loader.epoch_stats()["io_threads"], 2)
+            self.assertEqual([s["io_thread"] for s in loader.path_stats()],
+                             [0, 1, 0])
 
     def test_shuffle_differs_between_epochs_and_seeds(self):
         def order(seed, epoch):
