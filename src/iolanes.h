@@ -23,8 +23,9 @@
  *
  * Measuring: ZeroMQ names its I/O threads "<prefix>/ZMQbg/IO/<n>"; the
  * library context sets a number of its own as the prefix
- * (emlio__ctx_io_prefix), so that the threads of other contexts in the
- * process (another client's, pyzmq's) are never counted. A thread's run
+ * (emlio__ctx_io_prefix: no two live contexts share one), so that the
+ * threads of other contexts in the process (another client's, pyzmq's)
+ * are never counted. A thread's run
  * time comes from /proc/self/task/<tid>/schedstat (nanoseconds), or its
  * stat's utime + stime where schedstat is missing.
  */
