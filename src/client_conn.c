@@ -687,66 +687,50 @@ s_rebuild_poll(emlio_client_t *self)
     return 0;
 }
 
-/* Opens streams on daemon d until it has `want` (within its session
- * limit). Returns whether it opened any. */
-static bool
-s_add_daemon_streams(emlio_client_t *self, uint32_t d, uint32_t want)
-{
-    bool added = false;
-    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    uint32_t limit =
-        daemon->max_streams ? daemon->max_streams : EMLIO__CLIENT_MAX_STREAMS;
-    while (daemon->n_streams < EMLIO_MIN(want, limit)) {
-        uint32_t s = daemon->n_streams;
-        int rc = s_open_stream(self, daemon, d, s) != 0 ? -errno : 0;
-        if (rc == 0 && daemon->max_streams)
-            rc = s_send_hello(self, d, s);
-        if (rc < 0) {
-            /* Out of descriptors, say: the streams we have carry on;
-             * this daemon gets no more. */
-            s_close_stream(self, daemon, s);
-            daemon->max_streams = EMLIO_MAX(s, 1);
-            emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
-                      "cannot open stream %u to '%s': %s; staying at %u", s,
-                      daemon->endpoint, zmq_strerror(-rc), s);
-            break;
-        }
-        if (!daemon->max_streams)
-            daemon->ready[s] = true;
-        daemon->opened_ns = emlio__now_ns();
-        added = true;
-    }
-    return added;
-}
-
-/* Opens streams on every daemon until each has `want` (within its
+/* Opens streams on every daemon d until it has want[d] (within its
  * session limit). A new stream says HELLO to join our session and carries
  * GETs once the daemon answered (emlio__client_joined marks it ready); a
  * daemon without sessions takes GETs at once. */
 int
-emlio__client_add_streams(emlio_client_t *self, uint32_t want)
+emlio__client_add_streams_each(emlio_client_t *self, const uint32_t *want)
 {
     bool added = false;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        added |= s_add_daemon_streams(self, d, want);
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        uint32_t limit = daemon->max_streams ? daemon->max_streams
+                                             : EMLIO__CLIENT_MAX_STREAMS;
+        while (daemon->n_streams < EMLIO_MIN(want[d], limit)) {
+            uint32_t s = daemon->n_streams;
+            int rc = s_open_stream(self, daemon, d, s) != 0 ? -errno : 0;
+            if (rc == 0 && daemon->max_streams)
+                rc = s_send_hello(self, d, s);
+            if (rc < 0) {
+                /* Out of descriptors, say: the streams we have carry on;
+                 * this daemon gets no more. */
+                s_close_stream(self, daemon, s);
+                daemon->max_streams = EMLIO_MAX(s, 1);
+                emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                          "cannot open stream %u to '%s': %s; staying at %u", s,
+                          daemon->endpoint, zmq_strerror(-rc), s);
+                break;
+            }
+            if (!daemon->max_streams)
+                daemon->ready[s] = true;
+            daemon->opened_ns = emlio__now_ns();
+            added = true;
+        }
+    }
     return added || !self->conn.poll ? s_rebuild_poll(self) : 0;
 }
 
-/* A lane was just taken (iolanes.h), `before` were in use: each daemon
- * opens a share of its own streams again for it, so that the new lane
- * carries as much of every daemon as each lane before it. Per daemon, not
- * from the fewest any daemon has: one that took few streams (it refused
- * more, or descriptors ran out) must not keep the others off the lane. */
+/* The same number of streams on every daemon. */
 int
-emlio__client_add_lane_streams(emlio_client_t *self, uint32_t before)
+emlio__client_add_streams(emlio_client_t *self, uint32_t want)
 {
-    bool added = false;
-    before = EMLIO_MAX(before, 1);
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        uint32_t n = self->conn.daemons[d].n_streams;
-        added |= s_add_daemon_streams(self, d, n + (n + before - 1) / before);
-    }
-    return added ? s_rebuild_poll(self) : 0;
+    uint32_t each[EMLIO__CLIENT_MAX_DAEMONS];
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        each[d] = want;
+    return emlio__client_add_streams_each(self, each);
 }
 
 /* The per-stream window the path allows: the smaller of the daemons' send

@@ -281,9 +281,10 @@ int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
 int emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                          const emlio__wire_msg_t *msg);
 int emlio__client_add_streams(emlio_client_t *self, uint32_t want);
-int emlio__client_add_lane_streams(emlio_client_t *self, uint32_t before);
+int emlio__client_add_streams_each(emlio_client_t *self, const uint32_t *want);
 
 /* client_tune.c */
+int emlio__client_add_lane_streams(emlio_client_t *self, uint32_t before);
 void emlio__client_sample_paths(emlio_client_t *self);
 void emlio__client_plan_rcvbuf(emlio_client_t *self);
 int emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns);

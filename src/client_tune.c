@@ -77,6 +77,23 @@ s_advise(emlio_client_t *self)
               self->conn.daemons[0].endpoint, need_mib);
 }
 
+/* A lane was just taken (iolanes.h), `before` were in use: each daemon
+ * opens a share of its own streams again for it, so that the new lane
+ * carries as much of every daemon as each lane before it. Per daemon, not
+ * from the fewest any daemon has: one that took few streams (it refused
+ * more, or descriptors ran out) must not keep the others off the lane. */
+int
+emlio__client_add_lane_streams(emlio_client_t *self, uint32_t before)
+{
+    uint32_t want[EMLIO__CLIENT_MAX_DAEMONS];
+    before = EMLIO_MAX(before, 1);
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        uint32_t n = self->conn.daemons[d].n_streams;
+        want[d] = n + (n + before - 1) / before;
+    }
+    return emlio__client_add_streams_each(self, want);
+}
+
 /* Takes one more I/O thread when those in use run full (iolanes.h), and
  * has each daemon open as many streams again for it, so that it carries
  * as much as each lane before it. Once every lane is in use (at once
