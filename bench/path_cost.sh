@@ -18,7 +18,8 @@
 #   "emlio --batch 32" "emlio --streams 10" "iperf3 -P 32"; EMLIOD_ARGS
 #   adds emliod arguments ("--pack small"). Each round runs every case.
 # EPOCHS (13) sets the fetch's length, SECS (7) iperf3's; DL_RT (10) the
-# delay line's SCHED_FIFO priority (0: normal scheduling).
+# delay line's SCHED_FIFO priority (0: normal scheduling); CLIENT_ENV
+# ("VAR=value ...", split on blanks) the environment of each emlio fetch.
 set -euo pipefail
 B=$1 DATA=$2 RTT=$3 ROUNDS=$4
 shift 4
