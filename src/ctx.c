@@ -23,7 +23,7 @@ struct emlio_ctx {
  * measure another context's threads. Atomic bits rather than a lock, so a
  * fork while another thread creates a context leaves nothing held. */
 #define S_PREFIXES 9999 /* "9999/ZMQbg/IO/1" fills a thread name */
-static _Atomic uint64_t s_prefix_used[(S_PREFIXES + 63) / 64];
+static atomic_uint s_prefix_used[(S_PREFIXES + 31) / 32]; /* lock-free */
 static atomic_uint s_prefix_next;
 
 /* A free prefix, marked used (*owned); where all S_PREFIXES are live, the
@@ -34,8 +34,8 @@ s_take_prefix(bool *owned)
     unsigned start = atomic_fetch_add(&s_prefix_next, 1) % S_PREFIXES;
     for (unsigned k = 0; k < S_PREFIXES; k++) {
         unsigned i = (start + k) % S_PREFIXES;
-        uint64_t bit = (uint64_t)1 << (i % 64);
-        if (!(atomic_fetch_or(&s_prefix_used[i / 64], bit) & bit)) {
+        unsigned bit = 1u << (i % 32);
+        if (!(atomic_fetch_or(&s_prefix_used[i / 32], bit) & bit)) {
             *owned = true;
             return (int)i + 1;
         }
@@ -48,7 +48,7 @@ static void
 s_give_prefix(int prefix)
 {
     unsigned i = (unsigned)prefix - 1;
-    atomic_fetch_and(&s_prefix_used[i / 64], ~((uint64_t)1 << (i % 64)));
+    atomic_fetch_and(&s_prefix_used[i / 32], ~(1u << (i % 32)));
 }
 
 emlio_ctx_t *
