@@ -105,11 +105,17 @@ s_spread_lanes(emlio_client_t *self, uint64_t now)
     if (before >= self->conn.lanes.threads ||
         !emlio__iolanes_sample(&self->conn.lanes, now))
         return 0;
-    emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
-              "I/O threads ran up to %.0f%% of a CPU: spreading over %u of "
-              "%u",
-              100 * self->conn.lanes.busiest, self->conn.lanes.used,
-              self->conn.lanes.threads);
+    if (self->conn.lanes.busiest < 0)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                  "cannot find this context's I/O threads in "
+                  "/proc/self/task to measure them: spreading over all %u",
+                  self->conn.lanes.threads);
+    else
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
+                  "I/O threads ran up to %.0f%% of a CPU: spreading over %u "
+                  "of %u",
+                  100 * self->conn.lanes.busiest, self->conn.lanes.used,
+                  self->conn.lanes.threads);
     return emlio__client_add_lane_streams(self, before);
 }
 

@@ -67,7 +67,14 @@ emlio_ctx_new(void)
      * 15 characters at most), so that a client can find and measure its
      * own threads among other contexts' (iolanes.h). */
     self->io_prefix = s_take_prefix(&self->io_prefix_owned);
-    zmq_ctx_set(self->zmq, ZMQ_THREAD_NAME_PREFIX, self->io_prefix);
+    if (zmq_ctx_set(self->zmq, ZMQ_THREAD_NAME_PREFIX, self->io_prefix) != 0) {
+        /* A libzmq without the option: the threads cannot be told from
+         * other contexts', so clients use them all (iolanes.h). */
+        if (self->io_prefix_owned)
+            s_give_prefix(self->io_prefix);
+        self->io_prefix = 0;
+        self->io_prefix_owned = false;
+    }
     self->log_level = -1;
     return self;
 }

@@ -86,7 +86,8 @@ void *emlio__ctx_zmq(const emlio_ctx_t *ctx);
  * 2-core machines we target more would only contend. */
 #define EMLIO__CTX_IO_THREADS 2
 
-/* The number in ctx's I/O thread names, "<n>/ZMQbg/IO/<i>" (iolanes.h). */
+/* The number in ctx's I/O thread names, "<n>/ZMQbg/IO/<i>" (iolanes.h); 0
+ * where libzmq could not name them. */
 int emlio__ctx_io_prefix(const emlio_ctx_t *ctx);
 
 /* Monotonic clock in nanoseconds and seconds. */

@@ -22,7 +22,7 @@ emlio__iolanes_init(emlio__iolanes_t *self, uint32_t threads, int prefix,
     if (threads > EMLIO_IOLANES_MAX)
         threads = EMLIO_IOLANES_MAX;
     self->threads = threads;
-    self->used = spread ? threads : 1;
+    self->used = spread || prefix <= 0 ? threads : 1;
     self->prefix = prefix;
 }
 
@@ -170,7 +170,14 @@ emlio__iolanes_sample(emlio__iolanes_t *self, uint64_t now_ns)
             self->tid[i] = 0; /* gone: look again next time */
         any |= run[i] != 0;
     }
-    if (!any)
-        return false;
+    if (!any) {
+        if (++self->unmeasured < EMLIO_IOLANES_GIVE_UP ||
+            self->used >= self->threads)
+            return false;
+        self->used = self->threads;
+        self->busiest = -1;
+        return true;
+    }
+    self->unmeasured = 0;
     return emlio__iolanes_step(self, now_ns, run);
 }

@@ -49,12 +49,21 @@ typedef struct emlio__iolanes {
     int tid[EMLIO_IOLANES_MAX];         /* each lane's thread; 0 = not found */
     uint64_t run_ns[EMLIO_IOLANES_MAX]; /* its run time at the last tick */
     uint64_t tick_ns;                   /* when that was; 0 = never */
-    double busiest; /* the busiest used lane's share of a CPU last tick */
+    double busiest;      /* the busiest used lane's share of a CPU last tick;
+                            -1 when the lanes could not be measured */
+    uint32_t unmeasured; /* samples in a row that found no thread */
 } emlio__iolanes_t;
 
+/* Samples in a row that may find none of the context's I/O threads (no
+ * /proc, a libzmq that does not name its threads) before the client stops
+ * measuring and spreads over every lane, as it did before it measured:
+ * a client that cannot see its threads must not stay on one for good. */
+#define EMLIO_IOLANES_GIVE_UP 5
+
 /* threads: the context's I/O threads (ZMQ_IO_THREADS); prefix: its
- * thread name prefix; spread: use every lane from the start (the caller
- * fixed the streams). */
+ * thread name prefix (0: none, the threads cannot be told apart, so every
+ * lane is used from the start); spread: use every lane from the start
+ * (the caller fixed the streams). */
 void emlio__iolanes_init(emlio__iolanes_t *self, uint32_t threads, int prefix,
                          bool spread);
 
@@ -78,8 +87,10 @@ bool emlio__iolanes_step(emlio__iolanes_t *self, uint64_t now_ns,
                          const uint64_t *run_ns);
 
 /* Reads the lanes' thread run times (finding the threads the first time)
- * and steps: emlio__iolanes_step with what /proc says. Returns false, and
- * takes no lane, where the threads cannot be found or read. */
+ * and steps: emlio__iolanes_step with what /proc says. Where no thread can
+ * be found or read, takes no lane, until EMLIO_IOLANES_GIVE_UP samples in a
+ * row found none: then takes every lane at once (busiest -1) and returns
+ * true. */
 bool emlio__iolanes_sample(emlio__iolanes_t *self, uint64_t now_ns);
 
 #endif

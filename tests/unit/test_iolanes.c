@@ -104,6 +104,32 @@ test_iolanes_ignore_what_was_not_measured(void **state)
     assert_int_equal(l.threads, EMLIO_IOLANES_MAX);
 }
 
+/* A client that cannot find its I/O threads (no /proc, a libzmq that does
+ * not name them) spreads over every lane after EMLIO_IOLANES_GIVE_UP
+ * samples that found none, instead of staying on one for good; without a
+ * prefix it uses every lane from the start. */
+static void
+test_iolanes_spread_when_the_threads_cannot_be_found(void **state)
+{
+    (void)state;
+    emlio__iolanes_t l;
+    /* No thread of this process is named "9998/ZMQbg/IO/...": no context
+     * with that prefix lives here. */
+    emlio__iolanes_init(&l, 2, 9998, false);
+    uint64_t now = 1000 * MS;
+    for (int i = 1; i < EMLIO_IOLANES_GIVE_UP; i++) {
+        assert_false(emlio__iolanes_sample(&l, now += 200 * MS));
+        assert_int_equal(l.used, 1);
+    }
+    assert_true(emlio__iolanes_sample(&l, now += 200 * MS));
+    assert_int_equal(l.used, 2);
+    assert_true(l.busiest < 0);
+    assert_false(emlio__iolanes_sample(&l, now += 200 * MS)); /* all used */
+
+    emlio__iolanes_init(&l, 2, 0, false);
+    assert_int_equal(l.used, 2);
+}
+
 /* Traffic for the I/O threads of one context: a PUSH and a PULL over TCP
  * loopback, both on I/O thread 0 (ZMQ_AFFINITY 1), `n` messages of 1 MiB
  * (a count, not a time: on a host too busy to run the thread, a time
@@ -230,6 +256,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_iolanes_start_on_one_and_spread_when_full),
         cmocka_unit_test(test_iolanes_ignore_what_was_not_measured),
+        cmocka_unit_test(test_iolanes_spread_when_the_threads_cannot_be_found),
         cmocka_unit_test(test_iolanes_measure_the_contexts_own_threads),
         cmocka_unit_test(
             test_iolanes_prefix_not_reused_while_the_context_lives),
