@@ -72,4 +72,33 @@ check "... the daemon said why it closed connections" \
     grep -q "the most the descriptor limit leaves beside the shards' budget" "$T/idle.err"
 kill "$HOLDER" "$DPID" 2>/dev/null
 wait 2>/dev/null
+
+# Shards the daemon has not opened yet are costed as copies when a GET is
+# admitted (only opening one tells whether it gets a read lease): a GET of
+# 8 x 100 KB samples of one closed shard under --max-copy-bytes 600K was
+# refused as "would copy 644808 bytes", though its shard, once open, is
+# leased and nothing is copied. The daemon now opens such shards before it
+# refuses, and admits the GET when they are leased.
+if [ "$(id -u)" != 0 ]; then
+    skip "not root: no read leases (CAP_LEASE), so closed shards copy"
+else
+    make_dataset "$T/closed" 200 2 100000 1M
+    # The first start writes the dataset index; the second loads the
+    # shards from it and opens them only when read (shards written in the
+    # index's own second would be opened at load to be checked again).
+    touch -d '-10 seconds' "$T"/closed/shards/*.tfrecord
+    start_daemon closed0 "$T/closed/shards"
+    kill "$DPID" 2>/dev/null
+    wait 2>/dev/null
+    start_daemon closed "$T/closed/shards" --max-copy-bytes 600K --max-open-shards 16
+    "$EMLIO" fetch --connect "$EP" --batch 8 --shuffle none --epochs 2 --verify \
+        --quiet >"$T/closed.json" 2>"$T/closed.fetch.err"
+    rc=$?
+    samples=$([ $rc -eq 0 ] && json_field "$T/closed.json" samples)
+    check "GETs of closed, leasable shards under a tight copy budget are served" \
+        test $rc -eq 0 -a "$samples" = 400
+    grep -q "would copy" "$T/closed.fetch.err" && tail -2 "$T/closed.fetch.err" | sed 's/^/  fetch: /'
+    kill "$DPID" 2>/dev/null
+    wait 2>/dev/null
+fi
 finish
