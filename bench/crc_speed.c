@@ -87,10 +87,10 @@ s_writer(void *arg)
 /* GB/s of the CRC over frames just written by this thread (other = false)
  * or by a thread on CPU 1 while this one runs on CPU 0. */
 static double
-s_handoff_rate(bool other, uint32_t *sum)
+s_handoff_rate(bool other, const int cpus[2], uint32_t *sum)
 {
     double spent = 0;
-    s_pin(0);
+    s_pin(cpus[0]);
     if (!other) {
         for (unsigned k = 0; k < HANDOFF; k++) {
             memset(s_frames[k % FRAMES], (int)k, FRAME);
@@ -100,7 +100,7 @@ s_handoff_rate(bool other, uint32_t *sum)
         }
         return HANDOFF * (double)FRAME / spent / 1e9;
     }
-    int cpu = 1;
+    int cpu = cpus[1];
     pthread_t t;
     atomic_store(&s_turn, 0);
     if (pthread_create(&t, NULL, s_writer, &cpu) != 0)
@@ -120,15 +120,27 @@ s_handoff_rate(bool other, uint32_t *sum)
 static void
 s_handoff_report(void)
 {
+    /* The first two CPUs this process may run on (a container may allow
+     * others than 0 and 1). */
+    cpu_set_t allowed;
+    int cpus[2] = { -1, -1 }, n = 0;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+        return;
+    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+        if (CPU_ISSET(c, &allowed))
+            cpus[n++] = c;
+    bool ok = n > 0;
     for (int i = 0; i < FRAMES; i++)
-        if (!(s_frames[i] = malloc(FRAME)))
-            return;
+        ok &= (s_frames[i] = malloc(FRAME)) != NULL;
     uint32_t sum = 0;
-    double same = s_handoff_rate(false, &sum);
-    printf("2 MiB frames just written by this thread: %.1f GB/s\n", same);
-    if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
-        printf("2 MiB frames just written on another CPU: %.1f GB/s\n",
-               s_handoff_rate(true, &sum));
+    if (ok) {
+        printf("2 MiB frames just written by this thread: %.1f GB/s\n",
+               s_handoff_rate(false, cpus, &sum));
+        if (n == 2)
+            printf("2 MiB frames just written on another CPU (%d, read on "
+                   "%d): %.1f GB/s\n",
+                   cpus[1], cpus[0], s_handoff_rate(true, cpus, &sum));
+    }
     for (int i = 0; i < FRAMES; i++)
         free(s_frames[i]);
 }
