@@ -76,9 +76,12 @@ emlio__iolanes_step(emlio__iolanes_t *self, uint64_t now_ns,
     if (first)
         return false;
     self->busiest = busiest;
-    if (busiest < EMLIO_IOLANE_FULL || self->used >= self->threads)
+    self->full_ticks = busiest >= EMLIO_IOLANE_FULL ? self->full_ticks + 1 : 0;
+    if (self->full_ticks < EMLIO_IOLANE_FULL_TICKS ||
+        self->used >= self->threads)
         return false;
     self->used++;
+    self->full_ticks = 0;
     return true;
 }
 

@@ -13,13 +13,14 @@
  * over loopback here one carried 2.1 GB/s against two threads' 2.4.
  *
  * So a client starts on one lane and measures it: when the thread of a
- * lane in use ran at least EMLIO_IOLANE_FULL of a CPU over a tick, the
- * next lane is taken, and the client opens as many streams again for it
- * (the window sends each GET to the stream with the fewest outstanding, so
- * the new streams take their share at once). Streams never move between
- * lanes: ZeroMQ binds a connection to its I/O thread when it is made
- * (ZMQ_AFFINITY). A caller who fixed the number of streams gets them
- * spread over every lane from the start, since none can be added later.
+ * lane in use ran at least EMLIO_IOLANE_FULL of a CPU over
+ * EMLIO_IOLANE_FULL_TICKS ticks in a row, the next lane is taken, and the
+ * client opens as many streams again for it (the window sends each GET to the
+ * stream with the fewest outstanding, so the new streams take their share at
+ * once). Streams never move between lanes: ZeroMQ binds a connection to its I/O
+ * thread when it is made (ZMQ_AFFINITY). A caller who fixed the number of
+ * streams gets them spread over every lane from the start, since none can be
+ * added later.
  *
  * Measuring: ZeroMQ names its I/O threads "<prefix>/ZMQbg/IO/<n>"; the
  * library context sets a number of its own as the prefix
@@ -35,10 +36,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Lanes a client can use; and the share of a CPU a lane's thread must run
- * in a tick for the client to take one more. */
-#define EMLIO_IOLANES_MAX 8
-#define EMLIO_IOLANE_FULL 0.75
+/* Lanes a client can use; the share of a CPU a lane's thread must run in
+ * a tick, and in how many ticks in a row, for the client to take one more.
+ * Two ticks: a burst (a slow start's first flight at 100 ms) once took a
+ * second thread, doubling 32 streams to 64 for less MB/s and 100 MiB more
+ * RSS; over loopback a thread runs full in every tick. */
+#define EMLIO_IOLANES_MAX       8
+#define EMLIO_IOLANE_FULL       0.75
+#define EMLIO_IOLANE_FULL_TICKS 2
 
 typedef struct emlio__iolanes {
     uint32_t threads; /* the context's I/O threads: lanes there are */
@@ -52,6 +57,7 @@ typedef struct emlio__iolanes {
     double busiest;      /* the busiest used lane's share of a CPU last tick;
                             -1 when the lanes could not be measured */
     uint32_t unmeasured; /* samples in a row that found no thread */
+    uint32_t full_ticks; /* ticks in a row a used lane ran full */
 } emlio__iolanes_t;
 
 /* Samples in a row that may find none of the context's I/O threads (no
@@ -81,7 +87,8 @@ uint32_t emlio__iolanes_carrying(const emlio__iolanes_t *self);
 
 /* Pure step: given each lane's thread run time now (run_ns[lane], 0 = not
  * known; EMLIO_IOLANES_MAX entries) at now_ns, measures the busiest used lane
- * and takes one more lane when it ran EMLIO_IOLANE_FULL of a CPU or more.
+ * and takes one more lane when it ran EMLIO_IOLANE_FULL of a CPU or more
+ * in EMLIO_IOLANE_FULL_TICKS ticks in a row.
  * Returns true when it took one; the first call only records. */
 bool emlio__iolanes_step(emlio__iolanes_t *self, uint64_t now_ns,
                          const uint64_t *run_ns);

@@ -29,7 +29,8 @@ s_place(emlio__iolanes_t *l, int n, int *on0, int *on1)
     }
 }
 
-/* Tuned streams start on one lane; a full lane brings the next in, and new
+/* Tuned streams start on one lane; a lane full in two ticks in a row (not
+ * one: a burst) brings the next in, and new
  * streams then fill the emptier lane first; never more lanes than there
  * are threads. */
 static void
@@ -50,8 +51,15 @@ test_iolanes_start_on_one_and_spread_when_full(void **state)
     assert_false(emlio__iolanes_step(&l, 10100 * MS, run));
     assert_true(l.busiest > 0.69 && l.busiest < 0.71);
     assert_int_equal(l.used, 1);
-    run[0] += 80 * MS; /* 80%: full */
-    assert_true(emlio__iolanes_step(&l, 10200 * MS, run));
+    run[0] += 80 * MS; /* 80%: full, once: a burst */
+    assert_false(emlio__iolanes_step(&l, 10200 * MS, run));
+    run[0] += 50 * MS; /* and over */
+    assert_false(emlio__iolanes_step(&l, 10300 * MS, run));
+    run[0] += 80 * MS; /* full in two ticks in a row */
+    assert_false(emlio__iolanes_step(&l, 10400 * MS, run));
+    assert_int_equal(l.used, 1);
+    run[0] += 90 * MS;
+    assert_true(emlio__iolanes_step(&l, 10500 * MS, run));
     assert_int_equal(l.used, 2);
     s_place(&l, 4, &on0, &on1);
     assert_int_equal(on1, 4); /* the new lane catches up first */
@@ -59,9 +67,11 @@ test_iolanes_start_on_one_and_spread_when_full(void **state)
     assert_int_equal(on0, 1);
     assert_int_equal(on1, 1);
     /* Both full: there is no third thread to take. */
-    run[0] += 100 * MS;
-    run[1] = 5000 * MS;
-    assert_false(emlio__iolanes_step(&l, 10300 * MS, run));
+    for (uint64_t t = 10600; t <= 10800; t += 100) {
+        run[0] += 100 * MS;
+        run[1] += 100 * MS;
+        assert_false(emlio__iolanes_step(&l, t * MS, run));
+    }
     assert_int_equal(l.used, 2);
     /* A closed stream frees its place. */
     emlio__iolanes_remove(&l, 1);
