@@ -796,11 +796,17 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
     if (!self->conn.daemons)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     /* Streams the caller fixed cannot be added to later, so they spread
-     * over every I/O thread at once; tuned ones start on one. */
+     * over every I/O thread at once; so do those of daemons on this host
+     * (one thread ran full over loopback); others start on one. The
+     * caller may fix the threads too. */
     int io_threads = zmq_ctx_get(emlio__ctx_zmq(self->ctx), ZMQ_IO_THREADS);
-    emlio__iolanes_init(
-        &self->conn.lanes, io_threads > 0 ? (uint32_t)io_threads : 1,
-        emlio__ctx_io_prefix(self->ctx), self->cfg.streams != 0);
+    uint32_t threads = io_threads > 0 ? (uint32_t)io_threads : 1;
+    if (self->cfg.io_threads)
+        threads = EMLIO_MIN(threads, self->cfg.io_threads);
+    emlio__iolanes_init(&self->conn.lanes, threads,
+                        emlio__ctx_io_prefix(self->ctx),
+                        self->cfg.streams || self->cfg.io_threads ||
+                            emlio__netpath_local_endpoints(endpoints));
     const char *p = endpoints;
     for (size_t i = 0; i < count; i++) {
         const char *end = strchr(p, ',');

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "netpath.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/tcp.h> /* glibc's struct tcp_info lacks min_rtt, bytes_* */
@@ -219,6 +220,42 @@ bool
 emlio__netpath_ipv6_endpoint(const char *endpoint)
 {
     return !strncmp(endpoint, "tcp://[", 7);
+}
+
+bool
+emlio__netpath_local_endpoint(const char *endpoint)
+{
+    if (!strncmp(endpoint, "ipc://", 6) || !strncmp(endpoint, "inproc://", 9))
+        return true;
+    char host[256], port[16];
+    if (!s_split_tcp(endpoint, host, sizeof(host), port, sizeof(port)))
+        return false;
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (inet_pton(AF_INET, host, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &v6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&v6);
+    return !strcmp(host, "localhost");
+}
+
+bool
+emlio__netpath_local_endpoints(const char *list)
+{
+    char one[512];
+    for (const char *p = list;;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 0 || n >= sizeof(one))
+            return false;
+        memcpy(one, p, n);
+        one[n] = '\0';
+        if (!emlio__netpath_local_endpoint(one))
+            return false;
+        if (!end)
+            return true;
+        p = end + 1;
+    }
 }
 
 int

@@ -112,9 +112,17 @@ typedef struct emlio_client_config {
      * UINT64_MAX = one GET per daemon per batch. Parts never make a batch
      * look different to the caller. */
     uint64_t request_bytes;
+    /* ZeroMQ I/O threads of the library context the streams use (at most
+     * the context's two). 0 (default): daemons on this host (loopback,
+     * ipc) and fixed streams use them all at once; others start on one
+     * and take the next when it runs 3/4 of a CPU in two tuner ticks in a
+     * row (one thread reads more per wake-up, so the kernel ACKs less:
+     * docs/tuning.md). N: N from the start, never more. */
+    uint32_t io_threads;
+    uint32_t reserved32; /* zero */
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
-    uint64_t reserved[3];
+    uint64_t reserved[2];
 } emlio_client_config_t;
 
 /* Where a client's transforms run (emlio_client_config_t.decode_at). */

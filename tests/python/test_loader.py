@@ -245,13 +245,13 @@ class LoaderTest(DatasetCase):
                                         "daemon", "cpu", "unknown"))
             self.assertNotIn("reserved", st)
             self.assertNotIn("reserved32", st)
-            # Tuned streams start on one I/O thread (iolanes.h).
-            self.assertEqual(st["io_threads"], 1)
+            # A daemon on this host: both I/O threads at once (iolanes.h).
+            self.assertEqual(st["io_threads"], 2)
             streams = loader.path_stats()
             self.assertEqual(len(streams), 2)
             self.assertEqual(streams[0]["daemon"], self.endpoint)
             self.assertTrue(all(s["ready"] for s in streams))
-            self.assertEqual({s["io_thread"] for s in streams}, {0})
+            self.assertEqual([s["io_thread"] for s in streams], [0, 1])
             total = sum(len(_read(path)) for path, _ in self.files)
             self.assertEqual(sum(s["bytes"] for s in streams), 3 * total)
         with emlio.Loader(self.endpoint, 32, streams=3) as loader:
@@ -261,6 +261,13 @@ class LoaderTest(DatasetCase):
             self.assertEqual(loader.epoch_stats()["io_threads"], 2)
             self.assertEqual([s["io_thread"] for s in loader.path_stats()],
                              [0, 1, 0])
+        with emlio.Loader(self.endpoint, 32, io_threads=1) as loader:
+            list(loader)
+            self.assertEqual(loader.epoch_stats()["io_threads"], 1)
+            self.assertEqual({s["io_thread"] for s in loader.path_stats()},
+                             {0})
+        with self.assertRaises(ValueError):
+            emlio.Loader(self.endpoint, 32, io_threads=3)
 
     def test_shuffle_differs_between_epochs_and_seeds(self):
         def order(seed, epoch):

@@ -566,18 +566,26 @@ test_client_connect_can_be_retried(void **state)
     emlio_client_destroy(&c);
 }
 
-/* Tuned streams start on one ZeroMQ I/O thread (iolanes.h: the tuner
- * takes another only when it runs full); streams the caller fixed spread
- * over all of them at once. */
+/* Which ZeroMQ I/O threads a client's streams use (iolanes.h): with
+ * cfg.io_threads = 1 all on one, and the tuner never takes another; with
+ * the default, a daemon on this host (these tests' loopback) or fixed
+ * streams use both at once (a daemon elsewhere starts on one: that logic
+ * is test_iolanes'). */
 static void
-test_client_streams_start_on_one_io_thread(void **state)
+test_client_io_threads_by_config_and_locality(void **state)
 {
     fixture_t *f = *state;
-    for (uint32_t fixed = 0; fixed <= 3; fixed += 3) {
+
+    static const struct {
+        uint32_t io_threads, streams;
+    } cases[] = { { 1, 0 }, { 0, 0 }, { 0, 3 } };
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         emlio_client_config_t cfg;
         emlio_client_config_init(&cfg);
         cfg.batch_size = 4;
-        cfg.streams = fixed;
+        cfg.io_threads = cases[k].io_threads;
+        cfg.streams = cases[k].streams;
         emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
         assert_non_null(c);
         assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
@@ -586,23 +594,23 @@ test_client_streams_start_on_one_io_thread(void **state)
         emlio_client_stats(c, &st);
         emlio_stream_stats_t ss[8];
         size_t n = emlio_client_streams(c, ss, 8);
-        assert_true(n >= 1 && n <= 8);
-        if (!fixed) {
+        assert_true(n >= 2 && n <= 8);
+        if (cases[k].io_threads == 1) {
             assert_int_equal(st.io_threads, 1);
             for (size_t i = 0; i < n; i++)
                 assert_int_equal(ss[i].io_thread, 0);
         } else {
             assert_int_equal(st.io_threads, 2);
-            assert_int_equal(n, fixed);
-            assert_int_equal(ss[0].io_thread, 0);
-            assert_int_equal(ss[1].io_thread, 1);
-            assert_int_equal(ss[2].io_thread, 0);
-            /* Every lane is in use: a tuner tick has nothing to measure
-             * the I/O threads for, and reads nothing of /proc. */
-            c->conn.tuner.last_tick_ns = 0;
-            assert_int_equal(emlio__client_tune(c, 0), 0);
-            assert_int_equal(c->conn.lanes.tick_ns, 0);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(ss[i].io_thread, i % 2);
         }
+        if (cases[k].streams)
+            assert_int_equal(n, cases[k].streams);
+        /* No lane left to take: a tuner tick has nothing to measure the
+         * I/O threads for, and reads nothing of /proc. */
+        c->conn.tuner.last_tick_ns = 0;
+        assert_int_equal(emlio__client_tune(c, 0), 0);
+        assert_int_equal(c->conn.lanes.tick_ns, 0);
         int batches = emlio_client_begin_epoch(c, 0);
         assert_int_equal(s_drain_epoch(c, 0, false), batches);
         emlio_client_destroy(&c);
@@ -639,6 +647,7 @@ test_client_new_lane_takes_each_daemons_share(void **state)
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
     cfg.batch_size = 4;
+    cfg.io_threads = 1; /* loopback would use both at once */
     emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
     assert_non_null(c);
     assert_int_equal(emlio_client_connect(c, eps), 2);
@@ -653,7 +662,7 @@ test_client_new_lane_takes_each_daemons_share(void **state)
     assert_int_equal(d0->n_streams, 4);
     assert_int_equal(d1->n_streams, n1);
 
-    c->conn.lanes.used = 2; /* as emlio__iolanes_step takes one */
+    c->conn.lanes.threads = c->conn.lanes.used = 2; /* as a step takes one */
     assert_int_equal(emlio__client_add_lane_streams(c, 1), 0);
     assert_int_equal(d0->n_streams, 8);
     assert_int_equal(d1->n_streams, n1);
@@ -682,7 +691,7 @@ main(void)
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
         cmocka_unit_test(test_client_connect_can_be_retried),
-        cmocka_unit_test(test_client_streams_start_on_one_io_thread),
+        cmocka_unit_test(test_client_io_threads_by_config_and_locality),
         cmocka_unit_test(test_client_new_lane_takes_each_daemons_share),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);

@@ -286,6 +286,30 @@ test_netpath_plan_recv(void **state)
     assert_int_equal(p.effective, 6 * MIB);
 }
 
+/* Daemons on this host, by endpoint: their clients use every I/O thread at
+ * once (iolanes.h); any other address starts on one. */
+static void
+test_netpath_local_endpoints(void **state)
+{
+    (void)state;
+    assert_true(emlio__netpath_local_endpoint("tcp://127.0.0.1:5555"));
+    assert_true(emlio__netpath_local_endpoint("tcp://127.8.9.1:5555"));
+    assert_true(emlio__netpath_local_endpoint("tcp://[::1]:5555"));
+    assert_true(emlio__netpath_local_endpoint("tcp://localhost:5555"));
+    assert_true(emlio__netpath_local_endpoint("ipc:///tmp/emliod.sock"));
+    assert_false(emlio__netpath_local_endpoint("tcp://10.77.10.1:5555"));
+    assert_false(emlio__netpath_local_endpoint("tcp://[2001:db8::1]:5555"));
+    assert_false(emlio__netpath_local_endpoint("tcp://storage1:5555"));
+    assert_false(emlio__netpath_local_endpoint("tcp://128.0.0.1:5555"));
+    assert_false(emlio__netpath_local_endpoint("tcp://127.0.0.1"));
+    assert_true(emlio__netpath_local_endpoints(
+        "tcp://127.0.0.1:1,ipc:///tmp/a,tcp://[::1]:2"));
+    assert_false(
+        emlio__netpath_local_endpoints("tcp://127.0.0.1:1,tcp://10.0.0.2:2"));
+    assert_false(emlio__netpath_local_endpoints("tcp://127.0.0.1:1,"));
+    assert_false(emlio__netpath_local_endpoints(""));
+}
+
 int
 main(void)
 {
@@ -299,6 +323,7 @@ main(void)
         cmocka_unit_test(test_tuner_pinned_and_unmeasured),
         cmocka_unit_test(test_tuner_start_streams),
         cmocka_unit_test(test_netpath_plan_recv),
+        cmocka_unit_test(test_netpath_local_endpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -284,6 +284,10 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("request-bytes", 0, OPT_SIZE, &cfg->request_bytes, "N",
             "ask for a batch in GETs of about N bytes\n"
             "each (default 2M; 1T: one per daemon)"),
+        OPT("io-threads", 0, OPT_U32, &cfg->io_threads, "N",
+            "ZeroMQ I/O threads the streams use (default:\n"
+            "one, two when it runs full; all on loopback)",
+            .min = 1, .max = 2),
         OPT("in-order", 0, OPT_FLAG, &cfg->in_order, NULL,
             "deliver in plan order"),
         OPT("no-crc", 0, OPT_UNSET, &cfg->verify, NULL,

@@ -167,6 +167,7 @@ LOADER_ARGS = (
     Arg("streams", "int", 0, 64, field="streams"),
     Arg("inflight", "int", 0, U32_MAX, field="inflight"),
     Arg("request_bytes", "int", 0, U64_MAX, field="request_bytes"),
+    Arg("io_threads", "int", 0, 2, field="io_threads"),
     Arg("drop_last", "bool", field="drop_last"),
     Arg("verify", "bool", field="verify"),
     Arg("timeout_ms", "int", 1, INT_MAX, field="timeout_ms"),

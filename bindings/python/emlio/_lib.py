@@ -84,7 +84,9 @@ class ClientConfig(ctypes.Structure):
         ("transform_threads", ctypes.c_uint32),
         ("max_pixels", ctypes.c_uint64),
         ("request_bytes", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 3),
+        ("io_threads", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 

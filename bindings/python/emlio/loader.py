@@ -555,6 +555,10 @@ class Loader:
         for in parts of about this size, spread over the streams and put
         back together here (0, the default: 2 MiB). Large batches then
         arrive sooner on long paths and are checked while in cache.
+    io_threads : int
+        ZeroMQ I/O threads the streams use, 1 or 2 (0, the default: one for
+        daemons on other hosts, two once it runs 3/4 of a CPU; both at once
+        for a daemon on this host or fixed ``streams``).
     drop_last : bool
         Drop the remainder instead of delivering a short last batch.
     verify : bool
@@ -620,7 +624,7 @@ class Loader:
                  window_shards=0, log_level=None, name=None, fields=None,
                  server_key=None, client_key=None, wait_warning_s=5.0,
                  transform=None, decode_at="auto", transform_threads=0,
-                 max_pixels=0, request_bytes=0):
+                 max_pixels=0, request_bytes=0, io_threads=0):
         self._client = None
         self._ctx = None
         self._live = {}
