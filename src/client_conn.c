@@ -245,8 +245,13 @@ emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
                           s, daemon->endpoint);
                 /* A restarted daemon knows nothing of our session: say
                  * HELLO again first (ZeroMQ keeps the order), so the
-                 * stream counts as ours, not as another client. */
-                if (daemon->max_streams)
+                 * stream counts as ours, not as another client. Before
+                 * WELCOME (max_batch still 0) always: a HELLO the lost
+                 * connection carried went with it (a daemon out of
+                 * descriptors closes fresh connections too), and the
+                 * handshake would wait for its answer until it timed
+                 * out. */
+                if (daemon->max_streams || !daemon->max_batch)
                     s_send_hello(self, d, s);
                 rc = emlio__window_resend(self, d, s, emlio__now_ns());
                 if (rc < 0)

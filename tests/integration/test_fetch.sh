@@ -308,6 +308,26 @@ else
     skip "IPv6 fetch: no ::1 on the loopback device here"
 fi
 
+# A connection lost with the HELLO unanswered (a daemon out of descriptors
+# closes fresh connections too): the client says HELLO again when it has
+# reconnected, instead of waiting for the answer until its connect timeout
+# (before: "no answer from daemon ... within 10000 ms").
+MAIN_DPID=$DPID
+start_daemon relayed "$T/shards" || fail "daemon behind the relay starts"
+RELAYED=$DPID
+DPID=$MAIN_DPID
+/usr/bin/python3 tests/integration/zmtp_drop_first.py "${EP##*:}" >"$T/relay.port" &
+RELAY=$!
+for _ in $(seq 50); do [ -s "$T/relay.port" ] && break; sleep 0.1; done
+"$EMLIO" fetch --connect "tcp://127.0.0.1:$(cat "$T/relay.port")" --batch 16 \
+    --verify --quiet --connect-timeout-ms 10000 >/dev/null 2>"$T/relay.err"
+rc=$?
+check "HELLO lost with its connection: said again, a verified fetch" test $rc -eq 0
+[ $rc -eq 0 ] || tail -3 "$T/relay.err" | sed "s/^/  fetch: /"
+check "... after the client saw the connection lost" grep -q "lost connection 0" "$T/relay.err"
+kill "$RELAY" "$RELAYED" 2>/dev/null
+wait "$RELAY" "$RELAYED" 2>/dev/null
+
 # A port nothing listens on is reported as refused, not after the
 # (here long) connect timeout as "no answer".
 closed=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
