@@ -28,6 +28,14 @@ def read_frame(sock):
     return flags[0], flags + size_bytes + body
 
 
+def shut(*socks):
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def pump(src, dst):
     try:
         while True:
@@ -37,11 +45,7 @@ def pump(src, dst):
             dst.sendall(data)
     except OSError:
         pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+    shut(src, dst)
 
 
 def main():
@@ -80,11 +84,7 @@ def main():
             # Shut both down and let the pump finish before closing: a
             # descriptor closed under its recv() could be the next
             # connection's, and the pump would steal its bytes.
-            for s in (client, upstream):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut(client, upstream)
             if not first:
                 back.join()
             client.close()
