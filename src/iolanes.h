@@ -18,9 +18,11 @@
  * client opens as many streams again for it (the window sends each GET to the
  * stream with the fewest outstanding, so the new streams take their share at
  * once). Streams never move between lanes: ZeroMQ binds a connection to its I/O
- * thread when it is made (ZMQ_AFFINITY). A caller who fixed the number of
- * streams gets them spread over every lane from the start, since none can be
- * added later.
+ * thread when it is made (ZMQ_AFFINITY). Every lane is used from the start
+ * where waiting to measure would only cost: streams the caller fixed (none
+ * can be added later), daemons on this host (loopback, ipc: one thread ran
+ * full there, and growing later cost 5-10% of loopback MB/s), and a caller
+ * who fixed the threads (cfg.io_threads, at most that many).
  *
  * Measuring: ZeroMQ names its I/O threads "<prefix>/ZMQbg/IO/<n>"; the
  * library context sets a number of its own as the prefix
@@ -38,9 +40,9 @@
 
 /* Lanes a client can use; the share of a CPU a lane's thread must run in
  * a tick, and in how many ticks in a row, for the client to take one more.
- * Two ticks: a burst (a slow start's first flight at 100 ms) once took a
- * second thread, doubling 32 streams to 64 for less MB/s and 100 MiB more
- * RSS; over loopback a thread runs full in every tick. */
+ * Two ticks: a burst (one busy tick at 100 ms in a bench/run cell) once
+ * took a second thread, doubling 32 streams to 64 for no more MB/s and
+ * ~100 MiB more RSS; over loopback a thread runs full in every tick. */
 #define EMLIO_IOLANES_MAX       8
 #define EMLIO_IOLANE_FULL       0.75
 #define EMLIO_IOLANE_FULL_TICKS 2
