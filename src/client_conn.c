@@ -800,19 +800,8 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
     self->conn.daemons = emlio_calloc(count, sizeof(*self->conn.daemons));
     if (!self->conn.daemons)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    /* Streams the caller fixed cannot be added to later, so they spread
-     * over every I/O thread at once; so do those of daemons on this host
-     * (one thread ran full over loopback); others start on one. The
-     * caller may fix the threads too. */
-    int io_threads = zmq_ctx_get(emlio__ctx_zmq(self->ctx), ZMQ_IO_THREADS);
-    uint32_t threads = io_threads > 0 ? (uint32_t)io_threads : 1;
-    if (self->cfg.io_threads)
-        threads = EMLIO_MIN(threads, self->cfg.io_threads);
-    emlio__iolanes_init(&self->conn.lanes, threads,
-                        emlio__ctx_io_prefix(self->ctx),
-                        self->cfg.streams || self->cfg.io_threads ||
-                            emlio__netpath_local_endpoints(endpoints));
     const char *p = endpoints;
+    bool local = true; /* every daemon on this host */
     for (size_t i = 0; i < count; i++) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -825,12 +814,17 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
-        if (s_open_stream(self, daemon, self->conn.n_daemons - 1, 0) != 0)
+        local &= emlio__netpath_local_endpoint(daemon->endpoint);
+        p = end ? end + 1 : p + len;
+    }
+    emlio__client_init_lanes(self, local);
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        if (s_open_stream(self, daemon, d, 0) != 0)
             return emlio__seterr(self->err, -errno,
                                  "cannot connect to '%s': %s", daemon->endpoint,
                                  zmq_strerror(errno));
         daemon->ready[0] = true;
-        p = end ? end + 1 : p + len;
     }
     return 0;
 }

@@ -284,6 +284,7 @@ int emlio__client_add_streams(emlio_client_t *self, uint32_t want);
 int emlio__client_add_streams_each(emlio_client_t *self, const uint32_t *want);
 
 /* client_tune.c */
+void emlio__client_init_lanes(emlio_client_t *self, bool local);
 int emlio__client_add_lane_streams(emlio_client_t *self, uint32_t before);
 void emlio__client_sample_paths(emlio_client_t *self);
 void emlio__client_plan_rcvbuf(emlio_client_t *self);

@@ -77,6 +77,23 @@ s_advise(emlio_client_t *self)
               self->conn.daemons[0].endpoint, need_mib);
 }
 
+/* Which I/O threads the streams start on (iolanes.h), before the first
+ * opens. Streams the caller fixed cannot be added to later, so they spread
+ * over every thread at once; so do those of daemons all on this host
+ * (local: one thread ran full over loopback); others start on one. The
+ * caller may fix the threads too. */
+void
+emlio__client_init_lanes(emlio_client_t *self, bool local)
+{
+    int io_threads = zmq_ctx_get(emlio__ctx_zmq(self->ctx), ZMQ_IO_THREADS);
+    uint32_t threads = io_threads > 0 ? (uint32_t)io_threads : 1;
+    if (self->cfg.io_threads)
+        threads = EMLIO_MIN(threads, self->cfg.io_threads);
+    emlio__iolanes_init(&self->conn.lanes, threads,
+                        emlio__ctx_io_prefix(self->ctx),
+                        self->cfg.streams || self->cfg.io_threads || local);
+}
+
 /* A lane was just taken (iolanes.h), `before` were in use: each daemon
  * opens a share of its own streams again for it, so that the new lane
  * carries as much of every daemon as each lane before it. Per daemon, not

@@ -88,16 +88,15 @@ emlio__iolanes_step(emlio__iolanes_t *self, uint64_t now_ns,
 /* ---- reading /proc ------------------------------------------------------ */
 
 /* Finds the context's I/O threads among this process's tasks by name:
- * "<prefix>/ZMQbg/IO/<n>". Returns how many were found. */
-static uint32_t
+ * "<prefix>/ZMQbg/IO/<n>"; those not found keep tid 0. */
+static void
 s_find_threads(emlio__iolanes_t *self)
 {
     DIR *dir = opendir("/proc/self/task");
     if (!dir)
-        return 0;
+        return;
     char want[32];
     int want_len = snprintf(want, sizeof(want), "%d/ZMQbg/IO/", self->prefix);
-    uint32_t found = 0;
     struct dirent *e;
     while ((e = readdir(dir)) != NULL) {
         int tid = atoi(e->d_name);
@@ -119,10 +118,8 @@ s_find_threads(emlio__iolanes_t *self)
             self->tid[lane])
             continue;
         self->tid[lane] = tid;
-        found++;
     }
     closedir(dir);
-    return found;
 }
 
 /* A thread's run time in nanoseconds; 0 when it cannot be read (gone). */
@@ -165,7 +162,7 @@ emlio__iolanes_sample(emlio__iolanes_t *self, uint64_t now_ns)
     for (uint32_t i = 0; i < self->used; i++)
         missing |= self->tid[i] == 0;
     if (missing)
-        (void)s_find_threads(self);
+        s_find_threads(self);
     uint64_t run[EMLIO_IOLANES_MAX] = { 0 };
     bool any = false;
     for (uint32_t i = 0; i < self->threads; i++) {

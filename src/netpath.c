@@ -223,6 +223,18 @@ emlio__netpath_ipv6_endpoint(const char *endpoint)
 }
 
 bool
+emlio__netpath_loopback(int family, const void *addr)
+{
+    if (family == AF_INET)
+        return (ntohl(((const struct in_addr *)addr)->s_addr) >> 24) == 127;
+    if (family != AF_INET6)
+        return false;
+    const struct in6_addr *a = addr;
+    return IN6_IS_ADDR_LOOPBACK(a) ||
+           (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+bool
 emlio__netpath_local_endpoint(const char *endpoint)
 {
     if (!strncmp(endpoint, "ipc://", 6) || !strncmp(endpoint, "inproc://", 9))
@@ -233,29 +245,10 @@ emlio__netpath_local_endpoint(const char *endpoint)
     struct in_addr v4;
     struct in6_addr v6;
     if (inet_pton(AF_INET, host, &v4) == 1)
-        return (ntohl(v4.s_addr) >> 24) == 127;
+        return emlio__netpath_loopback(AF_INET, &v4);
     if (inet_pton(AF_INET6, host, &v6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&v6);
+        return emlio__netpath_loopback(AF_INET6, &v6);
     return !strcmp(host, "localhost");
-}
-
-bool
-emlio__netpath_local_endpoints(const char *list)
-{
-    char one[512];
-    for (const char *p = list;;) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n == 0 || n >= sizeof(one))
-            return false;
-        memcpy(one, p, n);
-        one[n] = '\0';
-        if (!emlio__netpath_local_endpoint(one))
-            return false;
-        if (!end)
-            return true;
-        p = end + 1;
-    }
 }
 
 int

@@ -108,13 +108,13 @@ int emlio__netpath_probe(const char *endpoint, int timeout_ms);
  * ::1 while the daemon has 127.0.0.1), where ZeroMQ retries forever. */
 bool emlio__netpath_ipv6_endpoint(const char *endpoint);
 
-/* Whether endpoint names this host by its loopback (127.0.0.0/8, ::1,
- * localhost) or is ipc:// or inproc://. By name only: a daemon reached at
- * one of this host's other addresses counts as remote. */
-bool emlio__netpath_local_endpoint(const char *endpoint);
+/* Whether addr (a struct in_addr for AF_INET, in6_addr for AF_INET6) is
+ * a loopback address: 127.0.0.0/8, ::1, or ::ffff:127.x. */
+bool emlio__netpath_loopback(int family, const void *addr);
 
-/* emlio__netpath_local_endpoint of every endpoint of a comma-separated
- * list (false for an empty one). */
-bool emlio__netpath_local_endpoints(const char *list);
+/* Whether endpoint names this host by its loopback (emlio__netpath_loopback,
+ * or localhost) or is ipc:// or inproc://. By name only: a daemon reached
+ * at one of this host's other addresses counts as remote. */
+bool emlio__netpath_local_endpoint(const char *endpoint);
 
 #endif /* EMLIO_NETPATH_H */

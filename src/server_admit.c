@@ -97,18 +97,17 @@ s_fd_local(int fd, const struct sockaddr_storage *peer)
     if (!peer || getsockname(fd, (struct sockaddr *)&me, &ml) != 0)
         return true;
     if (peer->ss_family == AF_INET && me.ss_family == AF_INET) {
-        const struct sockaddr_in *p = (const struct sockaddr_in *)peer;
-        const struct sockaddr_in *m = (const struct sockaddr_in *)&me;
-        return (ntohl(p->sin_addr.s_addr) >> 24) == 127 ||
-               p->sin_addr.s_addr == m->sin_addr.s_addr;
+        const struct in_addr *p = &((const struct sockaddr_in *)peer)->sin_addr;
+        const struct in_addr *m = &((const struct sockaddr_in *)&me)->sin_addr;
+        return emlio__netpath_loopback(AF_INET, p) || p->s_addr == m->s_addr;
     }
     if (peer->ss_family == AF_INET6 && me.ss_family == AF_INET6) {
         const struct in6_addr *p =
             &((const struct sockaddr_in6 *)peer)->sin6_addr;
         const struct in6_addr *m =
             &((const struct sockaddr_in6 *)&me)->sin6_addr;
-        return IN6_IS_ADDR_LOOPBACK(p) || !memcmp(p, m, sizeof(*p)) ||
-               (IN6_IS_ADDR_V4MAPPED(p) && p->s6_addr[12] == 127);
+        return emlio__netpath_loopback(AF_INET6, p) ||
+               !memcmp(p, m, sizeof(*p));
     }
     return peer->ss_family == AF_UNIX;
 }

@@ -90,7 +90,7 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
          * frames of their own). */
         if (job->packed && mean <= per * job->pack_max)
             pack += EMLIO_MIN(2 * mean, per * job->pack_max);
-        if (shard->ops->mapped && shard->leased)
+        if (emlio__shard_zero_copy(shard))
             continue;
         if (shard->ops->record_bytes &&
             item->record < emlio__shard_count(shard))
@@ -220,47 +220,6 @@ s_charge(emlio_server_t *self, emlio__job_t *job, emlio__copy_acct_t *conn)
     atomic_fetch_add(&self->core->copied, job->copy_want);
 }
 
-/* Whether the GET's closed mapped shards hold read leases once open, and
- * then what the GET would copy (*want). s_estimate costs a closed shard's
- * records as copies, since only opening it tells whether it gets a lease
- * (the shard cache closes shards over its budget, --max-open-shards), so
- * a GET of such shards larger than the budget would be refused although it
- * copies nothing. Called only before refusing: the frontend opens files
- * only where it would otherwise refuse. Every shard is held open while the
- * GET is estimated again (a GET may span more shards than the cache keeps
- * open), then released; one the cache closes before the reader comes is
- * reopened by the reader (a lease that failed then would make it copy that
- * GET's records uncharged: one GET, bounded by --max-batch). At most
- * S_ADMIT_OPENS shards are opened for one GET, so that a client sending
- * GETs it knows will be refused cannot hold the frontend in file opens. */
-#define S_ADMIT_OPENS 64
-
-static bool
-s_estimate_opened(emlio_server_t *self, emlio__job_t *job, uint64_t *want)
-{
-    const emlio__wire_msg_t *get = &job->msg;
-    emlio__shardset_t *set = &self->core->set;
-    emlio__shard_t *held[S_ADMIT_OPENS];
-    size_t n = 0;
-    bool leased = false;
-    for (size_t i = 0; i < get->n_items && n < S_ADMIT_OPENS; i++) {
-        uint32_t k = get->items[i].shard;
-        if (k >= set->n)
-            continue;
-        emlio__shard_t *shard = &set->shards[k];
-        if (!shard->ops->mapped || shard->leased ||
-            emlio__shard_acquire(shard) != 0)
-            continue;
-        held[n++] = shard;
-        leased |= shard->leased;
-    }
-    if (leased)
-        *want = s_estimate(self, job);
-    while (n)
-        emlio__shard_release(held[--n]);
-    return leased;
-}
-
 int
 emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
                       emlio__peer_t *peer, char *text, size_t len)
@@ -270,9 +229,6 @@ emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
         return 0;
     uint64_t cap =
         EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
-    if (job->copy_want > cap && s_estimate_opened(self, job, &job->copy_want) &&
-        !job->copy_want)
-        return 0;
     if (job->copy_want > cap) {
         snprintf(text, len,
                  "request would copy %" PRIu64 " bytes into memory, more "

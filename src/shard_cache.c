@@ -39,8 +39,9 @@ struct emlio__shard_cache {
     pthread_mutex_t lock;
     emlio__shardset_t *set;
     size_t budget;
-    bool lease;      /* the daemon: descriptors, leases, the watcher thread */
-    uint32_t *slots; /* indices of the open shards, n_open of them */
+    bool lease; /* the daemon: descriptors, leases, the watcher thread */
+    atomic_bool leases_work; /* the last lease asked for was granted */
+    uint32_t *slots;         /* indices of the open shards, n_open of them */
     size_t n_open;
     size_t cap;
     size_t hand;  /* the CLOCK hand, an index into slots */
@@ -273,6 +274,8 @@ s_open_leased(emlio__shard_cache_t *self, emlio__shard_t *shard, bool lease,
                     fcntl(fd, F_SETSIG, S_SIGNAL()) == 0 &&
                     fcntl(fd, F_SETOWN_EX, &owner) == 0 &&
                     fcntl(fd, F_SETLEASE, F_RDLCK) == 0;
+    if (lease)
+        atomic_store(&self->leases_work, shard->leased);
     if (fstat(fd, st) != 0) {
         int rc = -errno;
         close(fd);
@@ -739,4 +742,10 @@ emlio__shard_cache_destroy(emlio__shard_cache_t **self_p)
     emlio_free(self->by_fd);
     emlio_free(self);
     *self_p = NULL;
+}
+
+bool
+emlio__shard_cache_leases_work(const emlio__shard_cache_t *self)
+{
+    return atomic_load(&self->leases_work);
 }

@@ -95,6 +95,11 @@ int emlio__shard_cache_new(emlio__shard_cache_t **self_p,
  * stops the watcher. Accepts NULL; sets *self_p NULL. */
 void emlio__shard_cache_destroy(emlio__shard_cache_t **self_p);
 
+/* Whether the last read lease the cache asked for was granted: what a
+ * closed shard can expect when it is opened (emlio__shard_zero_copy).
+ * False until a lease was asked for. Safe from any thread. */
+bool emlio__shard_cache_leases_work(const emlio__shard_cache_t *self);
+
 /* The first open of shard at load: opens it beneath the set's root, takes
  * the lease (before mapping, so no writer can shrink it unseen), records
  * the identity later reopens must match, and maps it. On success the

@@ -164,6 +164,16 @@ emlio__shard_acquire(emlio__shard_t *shard)
 }
 
 bool
+emlio__shard_zero_copy(const emlio__shard_t *shard)
+{
+    if (!shard->ops->mapped)
+        return false;
+    if (!shard->cache || atomic_load(&shard->is_open))
+        return shard->leased;
+    return emlio__shard_cache_leases_work(shard->cache);
+}
+
+bool
 emlio__shard_try_use(emlio__shard_t *shard)
 {
     atomic_fetch_add(&shard->users, 1);

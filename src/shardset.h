@@ -166,6 +166,14 @@ bool emlio__shard_try_use(emlio__shard_t *shard);
  * pointing into the mapping, say. Ended by emlio__shard_release. */
 void emlio__shard_hold(emlio__shard_t *shard);
 
+/* Whether reading shard's records will send them zero-copy from its
+ * mapping: a mapped shard that holds a read lease or, while the cache has
+ * it closed, one the cache's last lease suggests it will get when opened
+ * (emlio__shard_cache_leases_work; a closed shard's own flag is stale or,
+ * never opened, unset). A guess for closed shards: a lease refused on
+ * opening makes the reader copy. Safe from any thread. */
+bool emlio__shard_zero_copy(const emlio__shard_t *shard);
+
 /* Ends one use begun by emlio__shard_acquire or emlio__shard_hold. */
 void emlio__shard_release(emlio__shard_t *shard);
 

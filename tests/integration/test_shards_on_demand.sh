@@ -77,8 +77,8 @@ wait 2>/dev/null
 # admitted (only opening one tells whether it gets a read lease): a GET of
 # 8 x 100 KB samples of one closed shard under --max-copy-bytes 600K was
 # refused as "would copy 644808 bytes", though its shard, once open, is
-# leased and nothing is copied. The daemon now opens such shards before it
-# refuses, and admits the GET when they are leased.
+# leased and nothing is copied. A closed shard is now charged as the shard
+# cache's last lease went (granted here, as root).
 if [ "$(id -u)" != 0 ]; then
     skip "not root: no read leases (CAP_LEASE), so closed shards copy"
 else
