@@ -32,6 +32,13 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 MSGPACK_PC := $(shell $(PKG_CONFIG) --exists msgpack-c && echo msgpack-c || echo msgpack)
 DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libzmq $(MSGPACK_PC) 2>/dev/null)
 DEP_LIBS := $(shell $(PKG_CONFIG) --libs libzmq $(MSGPACK_PC) 2>/dev/null) -ljpeg -lpng -lpthread -lm
+# io_uring for cold reads (src/store/ioengine.c) when liburing is there;
+# without it the engine reads with pread.
+URING_OK := $(shell $(PKG_CONFIG) --exists liburing && echo 1)
+ifeq ($(URING_OK),1)
+DEP_CFLAGS += -DEMLIO_HAVE_URING $(shell $(PKG_CONFIG) --cflags liburing)
+DEP_LIBS += $(shell $(PKG_CONFIG) --libs liburing)
+endif
 JPEG_LIBS := $(shell $(PKG_CONFIG) --libs libturbojpeg 2>/dev/null || echo -lturbojpeg)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -48,9 +55,13 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
+# Subsystems live in folders (src/store/, ...); each folder's face headers
+# are on the include path of the library, its tests and fuzzers.
+SUBSYS_DIRS := $(sort $(dir $(wildcard src/*/*.c)))
+SUBSYS_INC := $(patsubst %/,-I%,$(SUBSYS_DIRS))
 BASE_CFLAGS := -std=c11 $(OPT) $(WARN) $(SAN) -Iinclude -I$(B)/include
 # The library: private headers, ZeroMQ and msgpack, only exports marked.
-CFLAGS_ALL := $(BASE_CFLAGS) -fPIC -fvisibility=hidden -Isrc $(DEP_CFLAGS) \
+CFLAGS_ALL := $(BASE_CFLAGS) -fPIC -fvisibility=hidden -Isrc $(SUBSYS_INC) $(DEP_CFLAGS) \
               $(CFLAGS)
 # The programs see the installed headers only (no src/, no zmq.h).
 TOOL_CFLAGS := $(BASE_CFLAGS) -Itools/common $(CFLAGS)
@@ -60,7 +71,7 @@ LDFLAGS_ALL := $(SAN) $(LDFLAGS)
 TOOL_LIBS := -L$(B)/lib -lemlio -Wl,-rpath,'$$ORIGIN/../lib'
 
 VERSION_H := $(B)/include/emlio/version.h
-LIB_SRC := $(sort $(wildcard src/*.c))
+LIB_SRC := $(sort $(wildcard src/*.c src/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB_REAL := $(B)/lib/libemlio.so.$(VERSION)
 LIB_LINKS := $(B)/lib/$(SONAME) $(B)/lib/libemlio.so $(B)/libemlio.so
@@ -181,7 +192,7 @@ $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool
 # add their include paths to every --cflags. Debian's libzmq.pc lists a
 # bare "libprotokit.a", which no link can find, so only flags are kept.
 PC_LIBS_PRIVATE := $(strip $(filter -%,$(shell $(PKG_CONFIG) --static --libs \
-                   libzmq $(MSGPACK_PC) 2>/dev/null)) -lpthread -lm)
+                   libzmq $(MSGPACK_PC) 2>/dev/null)) $(if $(URING_OK),-luring) -lpthread -lm)
 # A library outside the linker's default directories is found at run time
 # through RUNPATH, so programs built with `pkg-config --libs` run without
 # LD_LIBRARY_PATH (docs/install.md).
@@ -287,7 +298,7 @@ check:
 
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude \
-               -I$(B)/include -Isrc -Itools/common $(DEP_CFLAGS)
+               -I$(B)/include -Isrc $(SUBSYS_INC) -Itools/common $(DEP_CFLAGS)
 FUZZ_LIB_SRC := $(LIB_SRC) $(COMMON_SRC)
 $(B)/fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB_SRC) | $(VERSION_H)
 	@mkdir -p $(dir $@)

@@ -5,7 +5,8 @@
 set -euo pipefail
 
 build_pkgs=(make gcc pkg-config libzmq3-dev libmsgpack-dev libcmocka-dev
-    libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev clang clang-format
+    libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev liburing-dev clang
+    clang-format
     python3)
 test_pkgs=(libjpeg-turbo-progs python3 python3-numpy python3-zmq
     python3-msgpack python3-torch python3-torchvision python3-pil iperf3 iproute2

@@ -144,6 +144,11 @@ typedef struct emlio__format_ops {
     int (*read_copy)(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                      const uint8_t **data, size_t *len, uint32_t *stored,
                      emlio__shardset_log_fn *log, void *userdata);
+    /* The byte range read_copy reads for record i (offset and length in
+     * the file), so a reader can stage the reads of a whole request at
+     * once (ioengine.h). 0, or < 0 for a record out of range; may be NULL
+     * (the format's copying reads are then made one at a time). */
+    int (*extent)(const void *impl, size_t i, uint64_t *offset, size_t *len);
 
     /* ---- loading (tree formats) ---- */
     /* Reads dir (whose stat is root) as a tree and appends its shards to

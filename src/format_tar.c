@@ -174,7 +174,7 @@ static int
 s_member_view(emlio__shard_t *shard, size_t m, const emlio__read_opts_t *o,
               emlio__view_t *view)
 {
-    if (shard->leased) {
+    if (emlio__shard_maps(shard)) {
         emlio__view_map(view, shard, emlio__tar_data(shard->impl, m),
                         (size_t)emlio__tar_index(shard->impl)->members[m].len);
         return 0;
@@ -213,7 +213,7 @@ s_label(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
     *label = -1;
     if (emlio__tar_find(shard->impl, (size_t)record, o->label_field, &m) < 0)
         return 0;
-    if (shard->leased) {
+    if (emlio__shard_maps(shard)) {
         const emlio__tar_member_t *mem =
             &emlio__tar_index(shard->impl)->members[m];
         return s_parse(emlio__tar_data(shard->impl, m), (size_t)mem->len, o,

@@ -160,6 +160,20 @@ s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
     return 0;
 }
 
+/* The range s_read_copy reads: the record with its framing. */
+static int
+s_extent(const void *impl, size_t i, uint64_t *offset, size_t *len)
+{
+    if (i >= emlio_tfrecord_count(impl))
+        return EMLIO_ENOTFOUND;
+    const emlio_tfrecord_loc_t *loc = emlio_tfrecord_loc(impl, i);
+    if (loc->len > EMLIO_TFRECORD_MAX_RECORD)
+        return EMLIO_EFORMAT;
+    *offset = loc->offset;
+    *len = (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD;
+    return 0;
+}
+
 /* Example keys are only known per record. */
 static int
 s_has_field(const emlio__shard_t *shard, const char *field)
@@ -177,7 +191,7 @@ s_bytes(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
         uint8_t **copy, const uint8_t **rec, size_t *rec_len, uint32_t *stored)
 {
     *copy = NULL;
-    if (shard->leased)
+    if (emlio__shard_maps(shard))
         return emlio_tfrecord_record(shard->impl, (size_t)record, rec, rec_len,
                                      stored);
     return emlio__shard_read_copy(shard, (size_t)record, copy, rec, rec_len,
@@ -388,6 +402,7 @@ const emlio__format_ops_t emlio__format_tfrecord = {
     .path = s_path,
     .blank = s_blank,
     .read_copy = s_read_copy,
+    .extent = s_extent,
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,

@@ -14,6 +14,7 @@
 
 #include "classes.h"
 #include "emlio/energy.h"
+#include "ioengine.h"
 #include "server_internal.h"
 #include "shard_cache.h"
 
@@ -454,6 +455,62 @@ s_check_labels(emlio_server_t *self)
     return 0;
 }
 
+/* --io: whether mapped shards are served from their mappings or read with
+ * exact-size reads (ioengine.h), decided once the dataset's size is known
+ * and logged with the reason. */
+static int
+s_choose_io(emlio_server_t *self)
+{
+    int asked = emlio__io_mode_parse(self->cfg.io);
+    if (asked < 0)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "unknown io mode '%s' (auto, map or read)",
+                             self->cfg.io);
+    emlio__shardset_t *set = &self->core->set;
+    const char *bound = "MemTotal";
+    uint64_t limit = emlio__io_memory_limit(&bound);
+    emlio__io_mode_t mode =
+        emlio__io_choose((emlio__io_mode_t)asked, set->bytes, limit);
+    self->core->io_read = mode == EMLIO__IO_READ && set->mapped > 0;
+    int fd = -1;
+    for (size_t i = 0; i < set->n; i++) {
+        set->shards[i].read_io = self->core->io_read && set->shards[i].ops->mapped;
+        atomic_init(&set->shards[i].advised_fd, -1);
+        if (fd < 0 && set->shards[i].fd >= 0)
+            fd = set->shards[i].fd;
+    }
+    self->core->io_depth =
+        self->cfg.io_depth ? self->cfg.io_depth : emlio__io_device_depth(fd);
+    if (!self->core->io_read) {
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: map (%s; dataset %" PRIu64 " MiB, %s %" PRIu64
+                  " MiB): records are zero-copy frames of the page cache",
+                  asked == EMLIO__IO_AUTO ? "auto" : "asked", set->bytes >> 20,
+                  bound, limit >> 20);
+        return 0;
+    }
+    emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
+    const char *kind = emlio__ioengine_kind(eng);
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "io: read (%s; dataset %" PRIu64 " MiB, %s %" PRIu64
+              " MiB): exact-size reads through %s, %u in flight per reader, "
+              "readahead off",
+              asked == EMLIO__IO_AUTO ? "auto" : "asked", set->bytes >> 20,
+              bound, limit >> 20, kind, self->core->io_depth);
+    if (strcmp(kind, "io_uring") != 0)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: io_uring %s: reads go through pread",
+                  getenv("EMLIO_IO_URING") ? "disabled by EMLIO_IO_URING=0"
+#ifdef EMLIO_HAVE_URING
+                                           : "refused by the kernel (sysctl "
+                                             "or seccomp)"
+#else
+                                           : "not built in (no liburing)"
+#endif
+        );
+    return 0;
+}
+
 /* The descriptors of the shards and of the connections: logs how many
  * mapped shards are open now, against what budget and limit (what an
  * operator checks first when reads fail with "too many open files"), and
@@ -583,6 +640,11 @@ emlio_server_load(emlio_server_t *self)
                   "(open for writing elsewhere, or no lease support): they "
                   "are read by copying while so",
                   set->opened - set->leased, set->opened);
+    rc = s_choose_io(self);
+    if (rc < 0) {
+        emlio__shardset_release(&self->core->set);
+        return rc;
+    }
     self->loaded = true;
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "loaded %zu shards, %" PRIu64 " records, %" PRIu64

@@ -162,6 +162,10 @@ typedef struct emlio__pack_pool {
 typedef struct emlio__srv_core {
     atomic_uint refs;
     bool drop_behind;
+    /* ioengine.h: mapped shards are read with exact-size reads (every
+     * shard's read_io set), io_depth reads in flight per reader. */
+    bool io_read;
+    unsigned io_depth;
     emlio__shardset_t set;
     /* Sent batches whose frames ZeroMQ still holds. */
     atomic_uint_fast64_t batches_in_flight;

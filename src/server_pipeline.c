@@ -10,6 +10,7 @@
 
 #include <zmq.h>
 
+#include "ioengine.h"
 #include "server_internal.h"
 
 /* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
@@ -300,7 +301,7 @@ s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
     if (!shard->ops->prefetch || get->items[i].record >= SIZE_MAX ||
         !emlio__shard_try_use(shard))
         return;
-    if (shard->leased) /* a copying shard's mapping is not read */
+    if (emlio__shard_maps(shard)) /* a copying shard's mapping is not read */
         shard->ops->prefetch(shard->impl, (size_t)get->items[i].record, data);
     emlio__shard_release(shard);
 }
@@ -348,6 +349,44 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     }
 }
 
+/* --io read: the records of the whole request go to the device at once,
+ * in request order (io_uring keeps them all in flight), into buffers the
+ * format's copying reads then take (ioengine.h). What is not staged here
+ * (a format without extents, a shard that will not open) is read one by
+ * one as before; what is staged but not taken is freed at the next job. */
+static void
+s_stage_reads(emlio_server_t *self, const emlio__wire_msg_t *get)
+{
+    emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
+    if (!eng || !self->core->io_read)
+        return;
+    emlio__io_req_t *reqs = emlio_calloc(get->n_items ? get->n_items : 1,
+                                         sizeof(*reqs));
+    if (!reqs)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; i < get->n_items; i++) {
+        const emlio__wire_item_t *item = &get->items[i];
+        if (item->shard >= self->core->set.n)
+            continue;
+        emlio__shard_t *shard = &self->core->set.shards[item->shard];
+        if (!shard->read_io || !shard->ops->extent ||
+            item->record >= SIZE_MAX || emlio__shard_acquire(shard) < 0)
+            continue;
+        emlio__io_req_t *r = &reqs[n];
+        if (shard->fd >= 0 &&
+            shard->ops->extent(shard->impl, (size_t)item->record, &r->offset,
+                               &r->len) == 0) {
+            r->owner = shard;
+            r->fd = shard->fd;
+            n++;
+        }
+        emlio__shard_release(shard);
+    }
+    emlio__ioengine_stage(eng, reqs, n);
+    emlio_free(reqs);
+}
+
 static void
 s_read_job(emlio_server_t *self, emlio__job_t *job)
 {
@@ -378,6 +417,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
      * the client does not check at all. */
     if (job->xf || get->unchecked)
         rd.derive_crc_min = 0;
+    s_stage_reads(self, get);
     for (size_t i = 0; i < n; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         s_prefetch(self, get, i + S_PREFETCH_INDEX, false);

@@ -117,7 +117,9 @@ s_readahead(emlio_server_t *self, const emlio__wire_msg_t *get)
             continue;
         const emlio__shard_t *shard = &self->core->set.shards[item->shard];
         size_t count = emlio__shard_count(shard);
-        if (item->record >= count)
+        /* A shard read with exact reads gets none: a chunk of readahead
+         * per record is what read a cold dataset 16-64 times over. */
+        if (item->record >= count || shard->read_io)
             continue;
         size_t per = 1;
         uint32_t *stamp = s_ra_chunk(self, item->shard, item->record, &per);

@@ -11,6 +11,7 @@
 
 #include "shard_cache.h"
 #include "shardset.h"
+#include "ioengine.h"
 
 /* Formats the registry may hold (format.c); a walk keeps one list each. */
 #define S_MAX_FORMATS 8
@@ -169,7 +170,7 @@ emlio__shard_zero_copy(const emlio__shard_t *shard)
     if (!shard->ops->mapped)
         return false;
     if (!shard->cache || atomic_load(&shard->is_open))
-        return shard->leased;
+        return emlio__shard_maps(shard);
     return emlio__shard_cache_leases_work(shard->cache);
 }
 
@@ -213,11 +214,40 @@ emlio__shard_mark_changed(emlio__shard_t *shard, const char *why,
     log(userdata, msg);
 }
 
+/* A read of a read_io shard: the buffer its reader staged for exactly this
+ * range (ioengine.h), or 1 when none was staged (the caller preads). The
+ * first read of each descriptor turns its readahead off: a random record
+ * must not pull in the records around it. */
+static int
+s_engine_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
+               uint8_t **buf_out, emlio__shardset_log_fn *log, void *userdata)
+{
+    int fd = shard->fd;
+    if (atomic_exchange(&shard->advised_fd, fd) != fd)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    emlio__ioengine_t *eng = emlio__ioengine_thread(0);
+    if (!eng)
+        return 1;
+    int rc = emlio__ioengine_take(eng, shard, fd, offset, want, buf_out);
+    if (rc == 1)
+        return 0;
+    if (rc == -ESTALE)
+        emlio__shard_mark_changed(shard, "it became shorter", log, userdata);
+    else if (rc < 0)
+        return -EIO;
+    return rc < 0 ? rc : 1;
+}
+
 int
 emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
                    uint8_t **buf_out, emlio__shardset_log_fn *log,
                    void *userdata)
 {
+    if (shard->read_io) {
+        int rc = s_engine_pread(shard, offset, want, buf_out, log, userdata);
+        if (rc != 1)
+            return rc;
+    }
     uint8_t *buf = emlio_malloc(want ? want : 1);
     if (!buf)
         return EMLIO_ENOMEM;

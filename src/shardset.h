@@ -45,6 +45,10 @@ struct emlio__shard {
     int fd;        /* open read-only for the lease and copying reads; -1
                       while the cache has it closed */
     bool leased;   /* holds a read lease; otherwise copying reads */
+    /* --io read (ioengine.h): records are read with exact-size reads, not
+     * served from the mapping, even when leased. Set before serving. */
+    bool read_io;
+    atomic_int advised_fd; /* the fd told POSIX_FADV_RANDOM (read_io) */
     bool released; /* changed: lease given back, mapping no longer read */
     bool replaced; /* logged that the path now names another file */
     uint64_t size; /* the size at load */
@@ -59,6 +63,14 @@ struct emlio__shard {
     atomic_bool is_open; /* cache: mapped and open; readers may start */
     atomic_bool ref;     /* cache: used since the CLOCK hand passed */
 };
+
+/* Whether record bytes are taken from the shard's mapping (zero-copy):
+ * leased, and not read through the I/O engine (read_io). */
+static inline bool
+emlio__shard_maps(const emlio__shard_t *shard)
+{
+    return shard->leased && !shard->read_io;
+}
 
 /* Records of the shard. */
 size_t emlio__shard_count(const emlio__shard_t *shard);

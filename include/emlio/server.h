@@ -68,6 +68,16 @@ typedef struct emlio_server_config {
                                  as it arrives; default true */
     bool drop_behind;         /* madvise DONTNEED a batch's pages once sent
                                  (datasets larger than memory); default false */
+    const char *io;           /* how TFRecord and tar shards are read:
+                                 "map" (zero-copy from the page cache),
+                                 "read" (exact-size reads, io_uring where
+                                 allowed, for datasets larger than memory)
+                                 or "auto" (NULL, the default: "read" when
+                                 the dataset is over 3/4 of the memory the
+                                 daemon may use, cgroup limit included) */
+    uint32_t io_depth;        /* reads in flight per reader with "read";
+                                 0: the device's queue/nr_requests, capped
+                                 to 128 */
     uint32_t max_batch;       /* samples one GET may ask for; default 4096 */
     uint32_t max_credit;      /* GETs one connection (client stream) may
                                  have outstanding; default 256 */

@@ -193,6 +193,14 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "no madvise WILLNEED as requests arrive"),
         OPT("drop-behind", 0, OPT_FLAG, &cfg->drop_behind, NULL,
             "madvise DONTNEED pages once sent"),
+        OPT("io", 0, OPT_STR, &cfg->io, "MODE",
+            "auto (default), map (zero-copy from the\n"
+            "page cache) or read (exact reads, io_uring;\n"
+            "auto: when the data exceeds 3/4 of memory)"),
+        OPT("io-depth", 0, OPT_U32, &cfg->io_depth, "N",
+            "reads in flight per reader with --io read\n"
+            "(default: the device's nr_requests, <= 128)",
+            .min = 1),
         OPT("max-batch", 0, OPT_U32, &cfg->max_batch, "N",
             "samples per request (default 4096)", .min = 1),
         OPT("max-credit", 0, OPT_U32, &cfg->max_credit, "N",
