@@ -474,7 +474,8 @@ s_choose_io(emlio_server_t *self)
     self->core->io_read = mode == EMLIO__IO_READ && set->mapped > 0;
     int fd = -1;
     for (size_t i = 0; i < set->n; i++) {
-        set->shards[i].read_io = self->core->io_read && set->shards[i].ops->mapped;
+        set->shards[i].read_io =
+            self->core->io_read && set->shards[i].ops->mapped;
         atomic_init(&set->shards[i].advised_fd, -1);
         if (fd < 0 && set->shards[i].fd >= 0)
             fd = set->shards[i].fd;

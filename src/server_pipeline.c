@@ -360,8 +360,8 @@ s_stage_reads(emlio_server_t *self, const emlio__wire_msg_t *get)
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
     if (!eng || !self->core->io_read)
         return;
-    emlio__io_req_t *reqs = emlio_calloc(get->n_items ? get->n_items : 1,
-                                         sizeof(*reqs));
+    emlio__io_req_t *reqs =
+        emlio_calloc(get->n_items ? get->n_items : 1, sizeof(*reqs));
     if (!reqs)
         return;
     size_t n = 0;

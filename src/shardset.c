@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ioengine.h"
 #include "shard_cache.h"
 #include "shardset.h"
-#include "ioengine.h"
 
 /* Formats the registry may hold (format.c); a walk keeps one list each. */
 #define S_MAX_FORMATS 8

@@ -42,9 +42,9 @@ struct emlio__shard {
      * counts users. */
     struct emlio__shard_cache *cache; /* opens it on demand; NULL: mapped
                                          for good (a single-file dataset) */
-    int fd;        /* open read-only for the lease and copying reads; -1
-                      while the cache has it closed */
-    bool leased;   /* holds a read lease; otherwise copying reads */
+    int fd;      /* open read-only for the lease and copying reads; -1
+                    while the cache has it closed */
+    bool leased; /* holds a read lease; otherwise copying reads */
     /* --io read (ioengine.h): records are read with exact-size reads, not
      * served from the mapping, even when leased. Set before serving. */
     bool read_io;

@@ -20,7 +20,7 @@
 #include "emlio_internal.h"
 
 #ifdef EMLIO_HAVE_URING
-#include <liburing.h>
+#    include <liburing.h>
 #endif
 
 #define S_DEFAULT_DEPTH 32u
@@ -64,8 +64,9 @@ emlio__io_mode_parse(const char *text)
 const char *
 emlio__io_mode_name(emlio__io_mode_t mode)
 {
-    return mode == EMLIO__IO_MAP ? "map" : mode == EMLIO__IO_READ ? "read"
-                                                                  : "auto";
+    return mode == EMLIO__IO_MAP    ? "map"
+           : mode == EMLIO__IO_READ ? "read"
+                                    : "auto";
 }
 
 /* The first number in a small file, or 0 (also for "max"). */
@@ -167,8 +168,8 @@ emlio__io_device_depth(int fd)
     uint64_t n = s_read_u64(path);
     if (!n) {
         snprintf(path, sizeof(path),
-                 "/sys/dev/block/%u:%u/../queue/nr_requests",
-                 major(st.st_dev), minor(st.st_dev));
+                 "/sys/dev/block/%u:%u/../queue/nr_requests", major(st.st_dev),
+                 minor(st.st_dev));
         n = s_read_u64(path);
     }
     if (!n)
@@ -238,7 +239,8 @@ emlio__ioengine_thread(unsigned depth)
         return NULL;
     eng->depth = depth ? depth : S_DEFAULT_DEPTH;
 #ifdef EMLIO_HAVE_URING
-    if (s_uring_allowed() && io_uring_queue_init(eng->depth, &eng->ring, 0) == 0)
+    if (s_uring_allowed() &&
+        io_uring_queue_init(eng->depth, &eng->ring, 0) == 0)
         eng->uring = true;
 #endif
     if (pthread_setspecific(s_key, eng) != 0) {
@@ -274,8 +276,7 @@ s_uring_queue(emlio__ioengine_t *eng, size_t i)
         return false;
     s_staged_t *s = &eng->staged[i];
     io_uring_prep_read(sqe, s->req.fd, s->buf + s->got,
-                       (unsigned)(s->req.len - s->got),
-                       s->req.offset + s->got);
+                       (unsigned)(s->req.len - s->got), s->req.offset + s->got);
     io_uring_sqe_set_data64(sqe, i);
     return true;
 }
@@ -342,7 +343,7 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
     }
     for (size_t i = 0; i < n; i++) {
         s_staged_t *s = &eng->staged[eng->n];
-        *s = (s_staged_t){.req = reqs[i]};
+        *s = (s_staged_t){ .req = reqs[i] };
         s->buf = emlio_malloc(reqs[i].len ? reqs[i].len : 1);
         if (!s->buf)
             break;
@@ -355,8 +356,7 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
     atomic_fetch_add_explicit(&s_count.bytes, bytes, memory_order_relaxed);
 #ifdef EMLIO_HAVE_URING
     if (eng->uring && s_uring_run(eng) == 0) {
-        atomic_fetch_add_explicit(&s_count.uring, eng->n,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&s_count.uring, eng->n, memory_order_relaxed);
         goto done;
     }
 #endif
@@ -374,8 +374,7 @@ done:
 #endif
     for (size_t i = 0; i < eng->n; i++)
         if (eng->staged[i].rc < 0)
-            atomic_fetch_add_explicit(&s_count.errors, 1,
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&s_count.errors, 1, memory_order_relaxed);
 }
 
 int
@@ -385,8 +384,8 @@ emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
     for (size_t k = 0; k < eng->n; k++) {
         size_t i = (eng->next_take + k) % eng->n;
         s_staged_t *s = &eng->staged[i];
-        if (s->taken || s->req.owner != owner || s->req.fd != fd || s->req.offset != offset ||
-            s->req.len != len)
+        if (s->taken || s->req.owner != owner || s->req.fd != fd ||
+            s->req.offset != offset || s->req.len != len)
             continue;
         s->taken = true;
         eng->next_take = i + 1;

@@ -90,12 +90,13 @@ int emlio__io_pread_full(int fd, uint64_t offset, size_t len, uint8_t *buf);
 
 /* Counters of every engine in the process since start (relaxed atomics). */
 typedef struct emlio__io_counters {
-    uint64_t reads;      /* requests staged */
-    uint64_t bytes;      /* bytes they asked for */
-    uint64_t taken;      /* staged buffers handed to readers */
-    uint64_t uring;      /* of the reads, through io_uring */
-    uint64_t errors;     /* reads that failed or came short */
+    uint64_t reads;  /* requests staged */
+    uint64_t bytes;  /* bytes they asked for */
+    uint64_t taken;  /* staged buffers handed to readers */
+    uint64_t uring;  /* of the reads, through io_uring */
+    uint64_t errors; /* reads that failed or came short */
 } emlio__io_counters_t;
+
 void emlio__io_counters(emlio__io_counters_t *out);
 
 /* This process's bytes read from the block layer (/proc/self/io

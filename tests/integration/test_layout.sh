@@ -2,9 +2,8 @@
 # test_layout.sh - the shape of the programs: `emlio` keeps only user
 # commands (the RTT relay is the benchmark program emlio-relay), every
 # command and emliod share one option parser (same syntax, same messages),
-# the programs include no private library header, no function in tools/,
-# src/ or bench/ is longer than 120 lines, and no file in src/ is longer
-# than about 1,000.
+# the programs include no private library header, the subsystem folders'
+# include walls hold (long functions and files are only warned about).
 # Run from the repo root with B=<build dir>.
 set -u
 . tests/integration/lib.sh
@@ -85,21 +84,10 @@ done
 check "every .c in tools/ and bench/relay starts with the prelude tool_util.h${first:+ (not:$first)}" \
     test -z "$first"
 
-# Function length: from a definition's opening brace in column 0 to its
-# closing brace in column 0.
-long=$(for f in tools/*/*.c; do
-    awk -v f="$f" '
-        /^[a-z_][a-z_0-9]*\(/ { name = $0; sub(/\(.*/, "", name) }
-        /^\{/ { start = NR }
-        /^\}/ && start { if (NR - start + 1 > 120) print f ":" name ":" NR - start + 1; start = 0 }
-    ' "$f"
-done)
-check "no function in tools/ is longer than 120 lines${long:+ ($long)}" \
-    test -z "$long"
-
-# The library and the benchmarks (issue 20): the same rule, and no file
-# in src/ over ~1,000 lines.
-long=$(for f in src/*.c bench/*.c bench/relay/*.c; do
+# Length is a reviewer's warning, not a wall (issue 31: files were cut to a
+# line count rather than along concerns): functions over 120 lines and
+# files in src/ over ~1,000 are listed, never failed.
+long=$(for f in tools/*/*.c src/*.c src/*/*.c bench/*.c bench/relay/*.c; do
     awk -v f="$f" '
         /^[a-z_][a-z_0-9]*\(/ { name = $0; sub(/\(.*/, "", name) }
         /^\{/ { start = NR }
@@ -107,8 +95,23 @@ long=$(for f in src/*.c bench/*.c bench/relay/*.c; do
         END { if (f ~ /^src\// && NR > 1000) print f ":" NR " lines" }
     ' "$f"
 done)
-check "no function in src/ or bench/ over 120 lines, no file in src/ over 1000${long:+ ($long)}" \
-    test -z "$long"
+[ -z "$long" ] || echo "warn - long functions or files (not a failure): $long"
+
+# The walls between subsystems are include rules (issue 31): the store
+# (src/store/: how shard bytes reach memory) knows no network, server or
+# client header, so the I/O engine can be used by any reader of shards.
+bad=""
+for f in src/*/*.[ch]; do
+    case "$f" in src/store/*) ;; *) continue ;; esac
+    for inc in $(sed -nE 's/^#\s*include "([^"]+)".*/\1/p' "$f"); do
+        case "$inc" in
+        server*.h | client*.h | wire.h | netpath.h | iolanes.h | tuner.h | security.h | zmq.h)
+            bad+=" $f:$inc" ;;
+        esac
+    done
+done
+check "src/store includes no server, client or network header${bad:+ (not:$bad)}" \
+    test -z "$bad"
 # Prefixes (issue 20): private types are spelled emlio__X_t / emlio__X_fn,
 # as libuv keeps uv__ for its internals; a type used in src/ with the
 # installed prefix must be one the public headers declare.

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# test_cold_io.sh - emliod --io read (src/store/ioengine.c): exact-size
+# reads through io_uring and, with EMLIO_IO_URING=0, through the pread
+# fallback; both deliver what the mapping delivers, verified, for TFRecord
+# and tar; a bad mode and a shard cut short under the daemon are errors.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/integration/lib.sh
+
+check "dataset builds" make_dataset "$T" 240 3 20000 1M
+"$EMLIO" pack "$T/img" "$T/tar" --to tar --shard-bytes 1M --quiet >/dev/null
+check "tar dataset builds" test "$(ls "$T"/tar/*.tar | wc -l)" -ge 3
+
+# fetch_ids NAME: two verified epochs of the daemon at $EP, ids to $T/NAME.
+fetch_ids() {
+    "$EMLIO" fetch --connect "$EP" --batch 16 --epochs 2 --seed 3 --verify \
+        --ids "$T/$1.ids" --quiet >"$T/$1.out" 2>"$T/$1.err"
+}
+
+for fmt in shards tar; do
+    start_daemon "map_$fmt" "$T/$fmt" --io map || fail "$fmt: map daemon starts"
+    fetch_ids "map_$fmt"
+    check "$fmt: --io map fetch verifies" test "$(json_field "$T/map_$fmt.out" verified)" = True
+    for engine in io_uring pread; do
+        env_set=()
+        [ $engine = pread ] && env_set=(env EMLIO_IO_URING=0)
+        name="${engine}_$fmt"
+        : >"$T/$name.out"
+        "${env_set[@]}" "$EMLIOD" --data "$T/$fmt" --bind "tcp://127.0.0.1:*" \
+            --io read >"$T/$name.dout" 2>"$T/$name.derr" &
+        DPID=$!
+        PIDS+=("$DPID")
+        EP=""
+        for _ in $(seq 1 200); do
+            EP=$(sed -n 's/^emliod: listening on //p' "$T/$name.dout")
+            [ -n "$EP" ] && break
+            sleep 0.05
+        done
+        check "$name: daemon starts" test -n "$EP"
+        if [ $engine = pread ]; then
+            check "$name: the log says reads go through pread, and why" \
+                grep -q "io: io_uring disabled by EMLIO_IO_URING=0: reads go through pread" "$T/$name.derr"
+        elif grep -q "exact-size reads through io_uring" "$T/$name.derr"; then
+            ok "$name: the log names io_uring"
+        else
+            skip "$name: io_uring not available here ($(grep -o 'io: io_uring.*' "$T/$name.derr"))"
+        fi
+        check "$name: the log names read mode" grep -q "io: read (asked" "$T/$name.derr"
+        fetch_ids "$name"
+        check "$name: fetch verifies" test "$(json_field "$T/$name.out" verified)" = True
+        sort "$T/map_$fmt.ids" >"$T/map_$fmt.sorted"
+        sort "$T/$name.ids" >"$T/$name.sorted"
+        check "$name: the same samples per epoch as --io map" \
+            cmp -s "$T/map_$fmt.sorted" "$T/$name.sorted"
+        kill "$DPID"
+        wait "$DPID" 2>/dev/null
+    done
+done
+
+"$EMLIOD" --data "$T/shards" --bind "tcp://127.0.0.1:*" --io bogus \
+    >/dev/null 2>"$T/bogus.err"
+rc=$?
+check "--io bogus fails" test $rc -ne 0
+check "--io bogus is named" grep -q "unknown io mode 'bogus'" "$T/bogus.err"
+
+# A shard cut short under a daemon reading it with exact reads: refused
+# with the shard named, never served short; the daemon keeps serving.
+cp -r "$T/shards" "$T/cut"
+start_daemon cut "$T/cut" --io read || fail "cut: daemon starts"
+victim=$(ls "$T"/cut/*.tfrecord | head -1)
+# A blocking open for writing: it waits until the daemon gives its lease up.
+/usr/bin/python3 -c "open('$victim', 'r+b').truncate(100)"
+check "cut shard: truncated" test "$(stat -c %s "$victim")" = 100
+"$EMLIO" fetch --connect "$EP" --batch 16 --epochs 1 --verify --quiet \
+    >"$T/cut.out" 2>"$T/cut.ferr"
+rc=$?
+check "cut shard: fetch fails" test $rc -ne 0
+check "cut shard: the error names the shard" grep -q "$(basename "$victim")" "$T/cut.ferr"
+check "cut shard: the daemon is still running" kill -0 "$DPID"
+finish
