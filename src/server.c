@@ -996,6 +996,13 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->active_streams = atomic_load(&self->count.active_streams);
     out->packed_bytes = atomic_load(&self->count.packed_bytes);
     out->auth_refused = emlio__zap_refused(self->net.zap);
+    emlio__io_counters_t io;
+    emlio__io_counters(&io);
+    out->disk_read_bytes = emlio__io_device_read_bytes();
+    out->io_reads = io.reads;
+    out->io_read_bytes = io.bytes;
+    out->io_errors = io.errors;
+    out->io_read = self->core->io_read;
 }
 
 size_t

@@ -280,6 +280,16 @@ typedef struct emlio_server_stats {
     uint64_t active_streams;  /* client connections known now */
     uint64_t packed_bytes;    /* of bytes, those sent inside packed frames
                                  (emlio_server_config_t.pack) */
+    /* The device, as the daemon's process sees it (issue 30): bytes this
+     * process caused the block layer to read (/proc/self/io read_bytes:
+     * page-cache misses through mappings and reads; 0 where unknown), and
+     * with io "read" the exact-size reads staged and their bytes. Device
+     * bytes over sent bytes is the read amplification. */
+    uint64_t disk_read_bytes;
+    uint64_t io_reads;
+    uint64_t io_read_bytes;
+    uint64_t io_errors; /* staged reads that failed or came short */
+    bool io_read;       /* the io mode in force is "read" */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

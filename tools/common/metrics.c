@@ -947,6 +947,29 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
                           "Sample bytes sent inside packed frames (--pack)",
                           s.st.packed_bytes);
     if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_disk_read_bytes_total", "counter",
+                          "Bytes emliod caused the block layer to read "
+                          "(/proc/self/io read_bytes)",
+                          s.st.disk_read_bytes);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_reads_total", "counter",
+                          "Exact-size record reads staged (--io read)",
+                          s.st.io_reads);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_read_bytes_total", "counter",
+                          "Bytes of the exact-size record reads (--io read)",
+                          s.st.io_read_bytes);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_errors_total", "counter",
+                          "Exact-size reads that failed or came short",
+                          s.st.io_errors);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_read_mode", "gauge",
+                          "1 when records are read with exact-size reads "
+                          "(--io read or auto for a dataset larger than "
+                          "memory), 0 when served from the mappings",
+                          s.st.io_read);
+    if (rc == 0)
         rc = s_family_u64(out, "emlio_corrupt_skipped_total", "counter",
                           "Corrupt records left out (--on-corrupt skip)",
                           s.st.corrupt_skipped);
