@@ -482,33 +482,26 @@ s_choose_io(emlio_server_t *self)
     }
     self->core->io_depth =
         self->cfg.io_depth ? self->cfg.io_depth : emlio__io_device_depth(fd);
+    char why[160];
+    snprintf(why, sizeof(why),
+             "%s; dataset %" PRIu64 " MiB, %s %" PRIu64 " MiB",
+             asked == EMLIO__IO_AUTO ? "auto" : "asked", set->bytes >> 20,
+             bound, limit >> 20);
     if (!self->core->io_read) {
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-                  "io: map (%s; dataset %" PRIu64 " MiB, %s %" PRIu64
-                  " MiB): records are zero-copy frames of the page cache",
-                  asked == EMLIO__IO_AUTO ? "auto" : "asked", set->bytes >> 20,
-                  bound, limit >> 20);
+                  "io: map (%s): records are zero-copy frames of the page "
+                  "cache",
+                  why);
         return 0;
     }
-    emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
-    const char *kind = emlio__ioengine_kind(eng);
+    const char *refusal = emlio__io_uring_refusal();
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-              "io: read (%s; dataset %" PRIu64 " MiB, %s %" PRIu64
-              " MiB): exact-size reads through %s, %u in flight per reader, "
-              "readahead off",
-              asked == EMLIO__IO_AUTO ? "auto" : "asked", set->bytes >> 20,
-              bound, limit >> 20, kind, self->core->io_depth);
-    if (strcmp(kind, "io_uring") != 0)
+              "io: read (%s): exact-size reads through %s, %u in flight per "
+              "reader, readahead off",
+              why, refusal ? "pread" : "io_uring", self->core->io_depth);
+    if (refusal)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-                  "io: io_uring %s: reads go through pread",
-                  getenv("EMLIO_IO_URING") ? "disabled by EMLIO_IO_URING=0"
-#ifdef EMLIO_HAVE_URING
-                                           : "refused by the kernel (sysctl "
-                                             "or seccomp)"
-#else
-                                           : "not built in (no liburing)"
-#endif
-        );
+                  "io: io_uring %s: reads go through pread", refusal);
     return 0;
 }
 

@@ -357,8 +357,10 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
 static void
 s_stage_reads(emlio_server_t *self, const emlio__wire_msg_t *get)
 {
+    if (!self->core->io_read)
+        return;
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
-    if (!eng || !self->core->io_read)
+    if (!eng)
         return;
     emlio__io_req_t *reqs =
         emlio_calloc(get->n_items ? get->n_items : 1, sizeof(*reqs));

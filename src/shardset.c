@@ -214,28 +214,15 @@ emlio__shard_mark_changed(emlio__shard_t *shard, const char *why,
     log(userdata, msg);
 }
 
-/* A read of a read_io shard: the buffer its reader staged for exactly this
- * range (ioengine.h), or 1 when none was staged (the caller preads). The
- * first read of each descriptor turns its readahead off: a random record
- * must not pull in the records around it. */
+/* A read's result as the shard's callers see it: a file that ended early
+ * changed under us (marked, -ESTALE); any other failure is -EIO. */
 static int
-s_engine_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
-               uint8_t **buf_out, emlio__shardset_log_fn *log, void *userdata)
+s_read_verdict(emlio__shard_t *shard, int rc, emlio__shardset_log_fn *log,
+               void *userdata)
 {
-    int fd = shard->fd;
-    if (atomic_exchange(&shard->advised_fd, fd) != fd)
-        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-    emlio__ioengine_t *eng = emlio__ioengine_thread(0);
-    if (!eng)
-        return 1;
-    int rc = emlio__ioengine_take(eng, shard, fd, offset, want, buf_out);
-    if (rc == 1)
-        return 0;
     if (rc == -ESTALE)
         emlio__shard_mark_changed(shard, "it became shorter", log, userdata);
-    else if (rc < 0)
-        return -EIO;
-    return rc < 0 ? rc : 1;
+    return rc == -ESTALE ? rc : -EIO;
 }
 
 int
@@ -243,31 +230,28 @@ emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
                    uint8_t **buf_out, emlio__shardset_log_fn *log,
                    void *userdata)
 {
+    int fd = shard->fd;
     if (shard->read_io) {
-        int rc = s_engine_pread(shard, offset, want, buf_out, log, userdata);
-        if (rc != 1)
-            return rc;
+        /* Readahead off once per descriptor: a random record must not
+         * pull in the records around it. Then the buffer the reader
+         * staged for exactly this range (ioengine.h), if any. */
+        if (atomic_load(&shard->advised_fd) != fd &&
+            atomic_exchange(&shard->advised_fd, fd) != fd)
+            (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+        int rc = emlio__ioengine_take(emlio__ioengine_thread(0), shard, fd,
+                                      offset, want, buf_out);
+        if (rc == 1)
+            return 0;
+        if (rc < 0)
+            return s_read_verdict(shard, rc, log, userdata);
     }
     uint8_t *buf = emlio_malloc(want ? want : 1);
     if (!buf)
         return EMLIO_ENOMEM;
-    size_t got = 0;
-    while (got < want) {
-        ssize_t n =
-            pread(shard->fd, buf + got, want - got, (off_t)(offset + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            emlio_free(buf);
-            return -EIO;
-        }
-        if (n == 0) {
-            emlio_free(buf);
-            emlio__shard_mark_changed(shard, "it became shorter", log,
-                                      userdata);
-            return -ESTALE;
-        }
-        got += (size_t)n;
+    int rc = emlio__io_pread_full(fd, offset, want, buf);
+    if (rc < 0) {
+        emlio_free(buf);
+        return s_read_verdict(shard, rc, log, userdata);
     }
     *buf_out = buf;
     return 0;

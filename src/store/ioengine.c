@@ -46,7 +46,7 @@ struct emlio__ioengine {
 };
 
 static struct {
-    atomic_uint_fast64_t reads, bytes, taken, uring, errors;
+    atomic_uint_fast64_t reads, bytes, taken, errors;
 } s_count;
 
 int
@@ -59,14 +59,6 @@ emlio__io_mode_parse(const char *text)
     if (!strcmp(text, "read"))
         return EMLIO__IO_READ;
     return -1;
-}
-
-const char *
-emlio__io_mode_name(emlio__io_mode_t mode)
-{
-    return mode == EMLIO__IO_MAP    ? "map"
-           : mode == EMLIO__IO_READ ? "read"
-                                    : "auto";
 }
 
 /* The first number in a small file, or 0 (also for "max"). */
@@ -83,19 +75,22 @@ s_read_u64(const char *path)
     return (uint64_t)v;
 }
 
+/* The number after `key` on its line of a "Key: N" file (/proc/meminfo,
+ * /proc/self/io), or 0. */
 static uint64_t
-s_mem_total(void)
+s_read_field(const char *path, const char *key)
 {
-    FILE *f = fopen("/proc/meminfo", "re");
+    FILE *f = fopen(path, "re");
     if (!f)
         return 0;
     char line[256];
-    unsigned long long kb = 0;
+    size_t klen = strlen(key);
+    unsigned long long v = 0;
     while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+        if (!strncmp(line, key, klen) && sscanf(line + klen, " %llu", &v) == 1)
             break;
     fclose(f);
-    return (uint64_t)kb * 1024;
+    return (uint64_t)v;
 }
 
 /* The limit of this process's memory cgroup: v2 ("0::/path") memory.max,
@@ -134,7 +129,8 @@ s_cgroup_limit(void)
 uint64_t
 emlio__io_memory_limit(const char **why)
 {
-    uint64_t total = s_mem_total(), cg = s_cgroup_limit();
+    uint64_t total = s_read_field("/proc/meminfo", "MemTotal:") * 1024;
+    uint64_t cg = s_cgroup_limit();
     if (cg && (!total || cg < total)) {
         if (why)
             *why = "memory cgroup limit";
@@ -204,6 +200,22 @@ s_uring_allowed(void)
 {
     const char *e = getenv("EMLIO_IO_URING");
     return !(e && !strcmp(e, "0"));
+}
+
+const char *
+emlio__io_uring_refusal(void)
+{
+    if (!s_uring_allowed())
+        return "disabled by EMLIO_IO_URING=0";
+#ifdef EMLIO_HAVE_URING
+    struct io_uring ring;
+    if (io_uring_queue_init(1, &ring, 0) != 0)
+        return "refused by the kernel (sysctl or seccomp)";
+    io_uring_queue_exit(&ring);
+    return NULL;
+#else
+    return "not built in (no liburing)";
+#endif
 }
 
 static void
@@ -341,25 +353,23 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
         eng->staged = grown;
         eng->cap = n;
     }
+    uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
         s_staged_t *s = &eng->staged[eng->n];
         *s = (s_staged_t){ .req = reqs[i] };
         s->buf = emlio_malloc(reqs[i].len ? reqs[i].len : 1);
         if (!s->buf)
             break;
+        bytes += reqs[i].len;
         eng->n++;
     }
     atomic_fetch_add_explicit(&s_count.reads, eng->n, memory_order_relaxed);
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < eng->n; i++)
-        bytes += eng->staged[i].req.len;
     atomic_fetch_add_explicit(&s_count.bytes, bytes, memory_order_relaxed);
 #ifdef EMLIO_HAVE_URING
-    if (eng->uring && s_uring_run(eng) == 0) {
-        atomic_fetch_add_explicit(&s_count.uring, eng->n, memory_order_relaxed);
-        goto done;
-    }
+    if (eng->uring)
+        (void)s_uring_run(eng); /* a ring that fails leaves the rest below */
 #endif
+    /* pread what the ring did not finish (everything, without a ring). */
     for (size_t i = 0; i < eng->n; i++) {
         s_staged_t *s = &eng->staged[i];
         if (s->rc == 0 && s->got < s->req.len) {
@@ -369,9 +379,6 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
                 s->got = s->req.len;
         }
     }
-#ifdef EMLIO_HAVE_URING
-done:
-#endif
     for (size_t i = 0; i < eng->n; i++)
         if (eng->staged[i].rc < 0)
             atomic_fetch_add_explicit(&s_count.errors, 1, memory_order_relaxed);
@@ -381,6 +388,8 @@ int
 emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
                      uint64_t offset, size_t len, uint8_t **buf)
 {
+    if (!eng)
+        return 0;
     for (size_t k = 0; k < eng->n; k++) {
         size_t i = (eng->next_take + k) % eng->n;
         s_staged_t *s = &eng->staged[i];
@@ -406,21 +415,11 @@ emlio__io_counters(emlio__io_counters_t *out)
     out->reads = atomic_load_explicit(&s_count.reads, memory_order_relaxed);
     out->bytes = atomic_load_explicit(&s_count.bytes, memory_order_relaxed);
     out->taken = atomic_load_explicit(&s_count.taken, memory_order_relaxed);
-    out->uring = atomic_load_explicit(&s_count.uring, memory_order_relaxed);
     out->errors = atomic_load_explicit(&s_count.errors, memory_order_relaxed);
 }
 
 uint64_t
 emlio__io_device_read_bytes(void)
 {
-    FILE *f = fopen("/proc/self/io", "re");
-    if (!f)
-        return 0;
-    char line[128];
-    unsigned long long v = 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "read_bytes: %llu", &v) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)v;
+    return s_read_field("/proc/self/io", "read_bytes:");
 }

@@ -39,7 +39,6 @@ typedef enum emlio__io_mode {
 
 /* Parses "auto", "map" or "read"; -1 for anything else. */
 int emlio__io_mode_parse(const char *text);
-const char *emlio__io_mode_name(emlio__io_mode_t mode);
 
 /* The memory this process may fill with page cache: the lowest of the
  * machine's MemTotal and the memory cgroup's limit (v2 memory.max or v1
@@ -68,6 +67,10 @@ typedef struct emlio__ioengine emlio__ioengine_t;
 /* The calling thread's engine (made on first use with `depth` entries, 0:
  * 32; freed when the thread exits). NULL only when out of memory. */
 emlio__ioengine_t *emlio__ioengine_thread(unsigned depth);
+/* Why engines read with pread ("disabled by EMLIO_IO_URING=0", "refused by
+ * the kernel ...", "not built in ..."), or NULL when they use io_uring:
+ * a probe that keeps no ring, for the daemon's start-up log. */
+const char *emlio__io_uring_refusal(void);
 /* "io_uring" or "pread". */
 const char *emlio__ioengine_kind(const emlio__ioengine_t *eng);
 
@@ -76,8 +79,9 @@ const char *emlio__ioengine_kind(const emlio__ioengine_t *eng);
  * A request that fails keeps its error for emlio__ioengine_take. */
 void emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
                            size_t n);
-/* The staged buffer of exactly (fd, offset, len), handed to the caller
- * (emlio_free it): 1 with *buf set, 0 when nothing staged matches, or the
+/* The staged buffer of exactly (owner, fd, offset, len), handed to the
+ * caller (emlio_free it): 1 with *buf set, 0 when nothing staged matches
+ * (or eng is NULL), or the
  * staged read's error: -EIO, or -ESTALE when the file ended before len. */
 int emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
                          uint64_t offset, size_t len, uint8_t **buf);
@@ -93,7 +97,6 @@ typedef struct emlio__io_counters {
     uint64_t reads;  /* requests staged */
     uint64_t bytes;  /* bytes they asked for */
     uint64_t taken;  /* staged buffers handed to readers */
-    uint64_t uring;  /* of the reads, through io_uring */
     uint64_t errors; /* reads that failed or came short */
 } emlio__io_counters_t;
 

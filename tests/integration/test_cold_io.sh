@@ -22,30 +22,21 @@ for fmt in shards tar; do
     fetch_ids "map_$fmt"
     check "$fmt: --io map fetch verifies" test "$(json_field "$T/map_$fmt.out" verified)" = True
     for engine in io_uring pread; do
-        env_set=()
-        [ $engine = pread ] && env_set=(env EMLIO_IO_URING=0)
         name="${engine}_$fmt"
-        : >"$T/$name.out"
-        "${env_set[@]}" "$EMLIOD" --data "$T/$fmt" --bind "tcp://127.0.0.1:*" \
-            --io read >"$T/$name.dout" 2>"$T/$name.derr" &
-        DPID=$!
-        PIDS+=("$DPID")
-        EP=""
-        for _ in $(seq 1 200); do
-            EP=$(sed -n 's/^emliod: listening on //p' "$T/$name.dout")
-            [ -n "$EP" ] && break
-            sleep 0.05
-        done
+        no_uring=""
+        [ $engine = pread ] && no_uring=0
+        EMLIO_IO_URING=$no_uring start_daemon "$name" "$T/$fmt" --io read \
+            --log-level info
         check "$name: daemon starts" test -n "$EP"
         if [ $engine = pread ]; then
             check "$name: the log says reads go through pread, and why" \
-                grep -q "io: io_uring disabled by EMLIO_IO_URING=0: reads go through pread" "$T/$name.derr"
-        elif grep -q "exact-size reads through io_uring" "$T/$name.derr"; then
+                grep -q "io: io_uring disabled by EMLIO_IO_URING=0: reads go through pread" "$T/$name.err"
+        elif grep -q "exact-size reads through io_uring" "$T/$name.err"; then
             ok "$name: the log names io_uring"
         else
-            skip "$name: io_uring not available here ($(grep -o 'io: io_uring.*' "$T/$name.derr"))"
+            skip "$name: io_uring not available here ($(grep -o 'io: io_uring.*' "$T/$name.err"))"
         fi
-        check "$name: the log names read mode" grep -q "io: read (asked" "$T/$name.derr"
+        check "$name: the log names read mode" grep -q "io: read (asked" "$T/$name.err"
         fetch_ids "$name"
         check "$name: fetch verifies" test "$(json_field "$T/$name.out" verified)" = True
         sort "$T/map_$fmt.ids" >"$T/map_$fmt.sorted"

@@ -17,9 +17,9 @@
 
 /* A temporary file of S_FILE_LEN bytes, byte i = (i * 7 + i / 251) & 255. */
 static int
-s_make_file(char *path)
+s_make_file(char *path, size_t size)
 {
-    snprintf(path, 64, "/tmp/emlio-ioengine.XXXXXX");
+    snprintf(path, size, "/tmp/emlio-ioengine.XXXXXX");
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     uint8_t *buf = malloc(S_FILE_LEN);
@@ -48,7 +48,7 @@ static void
 s_exercise(const char *want_kind)
 {
     char path[64];
-    int fd = s_make_file(path);
+    int fd = s_make_file(path, sizeof(path));
     emlio__ioengine_t *eng = emlio__ioengine_thread(8);
     assert_non_null(eng);
     assert_string_equal(emlio__ioengine_kind(eng), want_kind);
