@@ -45,6 +45,15 @@ emlio_malloc(size_t len)
 }
 
 void *
+emlio__aligned_alloc(size_t align, size_t len)
+{
+    if (s_fail())
+        return NULL;
+    void *p = NULL;
+    return posix_memalign(&p, align, len ? len : 1) == 0 ? p : NULL;
+}
+
+void *
 emlio_calloc(size_t n, size_t size)
 {
     if (s_fail())

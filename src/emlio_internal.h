@@ -40,6 +40,8 @@
 /* Every allocation goes through these so sizes are overflow-checked in one
  * place. They return NULL on failure; callers turn that into EMLIO_ENOMEM. */
 void *emlio_malloc(size_t len);
+/* posix_memalign under the same fault injection; freed with emlio_free. */
+void *emlio__aligned_alloc(size_t align, size_t len);
 void *emlio_calloc(size_t n, size_t size);
 void *emlio_realloc(void *ptr, size_t len);
 /* realloc(ptr, n * size), failing instead of overflowing. */

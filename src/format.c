@@ -6,6 +6,7 @@
 
 #include "crc32c.h"
 #include "format.h"
+#include "iobuf.h"
 #include "shardset.h"
 
 /* Adding a format: its adapter file, and its line here (with its extern).
@@ -69,7 +70,7 @@ emlio__view_map(emlio__view_t *view, emlio__shard_t *shard, const uint8_t *data,
 int
 emlio__view_copy(emlio__view_t *view, const void *data, size_t len)
 {
-    view->owned = emlio_malloc(len ? len : 1);
+    view->owned = emlio__iobuf_alloc(len);
     if (!view->owned)
         return EMLIO_ENOMEM;
     memcpy(view->owned, data, len);
@@ -92,7 +93,7 @@ emlio__view_release(emlio__view_t *view, emlio__shard_t *shard)
 {
     if (view->held)
         emlio__shard_release(shard);
-    emlio_free(view->owned);
+    emlio__iobuf_free(view->owned);
     view->held = false;
     view->owned = NULL;
 }

@@ -144,10 +144,12 @@ typedef struct emlio__format_ops {
     int (*read_copy)(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                      const uint8_t **data, size_t *len, uint32_t *stored,
                      emlio__shardset_log_fn *log, void *userdata);
-    /* The byte range read_copy reads for record i (offset and length in
-     * the file), so a reader can stage the reads of a whole request at
-     * once (ioengine.h). 0, or < 0 for a record out of range; may be NULL
-     * (the format's copying reads are then made one at a time). */
+    /* The byte range (offset and length in the file) that the copying
+     * reads of sample i fall in: TFRecord, the record read_copy reads; tar,
+     * every member of the sample with its header, which read_copy's reads
+     * of its members take their parts of. A reader stages them for a
+     * whole request at once (ioengine.h). 0, or < 0 for a sample out of
+     * range; may be NULL (the copying reads are then made one at a time). */
     int (*extent)(const void *impl, size_t i, uint64_t *offset, size_t *len);
 
     /* ---- loading (tree formats) ---- */

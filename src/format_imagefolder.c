@@ -15,6 +15,7 @@
 #include "crc32c.h"
 #include "format.h"
 #include "imagefolder.h"
+#include "iobuf.h"
 #include "shardset.h"
 
 /* Defined at the end; the tree loader stamps it on the shards it makes. */
@@ -132,7 +133,7 @@ s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
         }
     }
     rc = fn(userdata, ext, data, len);
-    emlio_free(data);
+    emlio__iobuf_free(data);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 
 #include "crc32c.h"
 #include "format.h"
+#include "iobuf.h"
 #include "shardset.h"
 #include "tar.h"
 
@@ -141,19 +142,46 @@ s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
     if (m->offset < 512 || m->len > SIZE_MAX - 512)
         return EMLIO_EFORMAT;
     uint8_t *buf;
+    const uint8_t *head;
     int rc = emlio__shard_pread(shard, m->offset - 512, (size_t)m->len + 512,
-                                &buf, log, userdata);
+                                &buf, &head, log, userdata);
     if (rc < 0)
         return rc;
-    if (!emlio__tar_header_ok(buf, m->len)) {
-        emlio_free(buf);
+    if (!emlio__tar_header_ok(head, m->len)) {
+        emlio__iobuf_free(buf);
         emlio__shard_mark_changed(shard, "a member's header no longer matches",
                                   log, userdata);
         return -ESTALE;
     }
     *buf_out = buf;
-    *data = buf + 512;
+    *data = head + 512;
     *len = (size_t)m->len;
+    return 0;
+}
+
+/* Sample i's members with their headers: one range, since a sample's
+ * members are consecutive in the archive. */
+static int
+s_extent(const void *impl, size_t i, uint64_t *offset, size_t *len)
+{
+    const emlio__tar_index_t *idx = emlio__tar_index(impl);
+    if (i >= idx->n_samples || idx->first[i] >= idx->first[i + 1] ||
+        idx->first[i + 1] > idx->n_members)
+        return EMLIO_ENOTFOUND;
+    const emlio__tar_member_t *m = &idx->members[idx->first[i]];
+    if (m->offset < 512)
+        return EMLIO_EFORMAT;
+    uint64_t from = m->offset - 512, to = from;
+    for (uint32_t k = idx->first[i]; k < idx->first[i + 1]; k++) {
+        const emlio__tar_member_t *mk = &idx->members[k];
+        if (mk->offset < from + 512 || mk->len > UINT64_MAX - mk->offset)
+            return EMLIO_EFORMAT;
+        to = EMLIO_MAX(to, mk->offset + mk->len);
+    }
+    if (to - from > SIZE_MAX)
+        return EMLIO_EFORMAT;
+    *offset = from;
+    *len = (size_t)(to - from);
     return 0;
 }
 
@@ -228,7 +256,7 @@ s_label(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
     if (rc < 0)
         return rc;
     rc = s_parse(data, len, o, label, missing);
-    emlio_free(copy);
+    emlio__iobuf_free(copy);
     return rc;
 }
 
@@ -316,6 +344,7 @@ const emlio__format_ops_t emlio__format_tar = {
     .path = s_path,
     .blank = s_blank,
     .read_copy = s_read_copy,
+    .extent = s_extent,
     .destroy = s_destroy,
     .count = s_count,
     .size = s_size,

@@ -8,6 +8,7 @@
 #include "crc32c.h"
 #include "emlio/example.h"
 #include "format.h"
+#include "iobuf.h"
 #include "shardset.h"
 #include "tfrecord.h"
 #include "wire.h"
@@ -145,16 +146,17 @@ s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
     if (loc->len > EMLIO_TFRECORD_MAX_RECORD)
         return EMLIO_EFORMAT;
     uint8_t *buf;
+    const uint8_t *rec;
     int rc = emlio__shard_pread(shard, loc->offset,
                                 (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD,
-                                &buf, log, userdata);
+                                &buf, &rec, log, userdata);
     if (rc < 0)
         return rc;
     uint32_t masked =
-        (uint32_t)buf[12 + loc->len] | (uint32_t)buf[13 + loc->len] << 8 |
-        (uint32_t)buf[14 + loc->len] << 16 | (uint32_t)buf[15 + loc->len] << 24;
+        (uint32_t)rec[12 + loc->len] | (uint32_t)rec[13 + loc->len] << 8 |
+        (uint32_t)rec[14 + loc->len] << 16 | (uint32_t)rec[15 + loc->len] << 24;
     *buf_out = buf;
-    *data = buf + 12;
+    *data = rec + 12;
     *len = (size_t)loc->len;
     *stored = emlio_crc32c_unmask(masked);
     return 0;
@@ -337,7 +339,7 @@ s_read_fields(emlio__shard_t *shard, uint64_t record,
             rc = EMLIO__FORMAT_EMISSING;
         }
     }
-    emlio_free(copy);
+    emlio__iobuf_free(copy);
     return rc;
 }
 

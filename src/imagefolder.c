@@ -12,6 +12,7 @@
 
 #include "beneath.h"
 #include "imagefolder_list.h"
+#include "iobuf.h"
 
 /* A file or directory found by a walk, before packing. */
 typedef struct {
@@ -420,7 +421,7 @@ emlio__folder_errmsg(const emlio__folder_t *self)
 static int
 s_read_whole(int fd, size_t want, uint8_t **data)
 {
-    uint8_t *buf = emlio_malloc(want + 1);
+    uint8_t *buf = emlio__iobuf_alloc(want + 1);
     if (!buf)
         return EMLIO_ENOMEM;
     size_t got = 0;
@@ -440,7 +441,7 @@ s_read_whole(int fd, size_t want, uint8_t **data)
     if (rc == 0 && got != want)
         rc = EMLIO_EFORMAT;
     if (rc < 0) {
-        emlio_free(buf);
+        emlio__iobuf_free(buf);
         return rc;
     }
     *data = buf;

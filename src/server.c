@@ -14,6 +14,7 @@
 
 #include "classes.h"
 #include "emlio/energy.h"
+#include "iobuf.h"
 #include "ioengine.h"
 #include "server_internal.h"
 #include "shard_cache.h"
@@ -476,12 +477,16 @@ s_choose_io(emlio_server_t *self)
     for (size_t i = 0; i < set->n; i++) {
         set->shards[i].read_io =
             self->core->io_read && set->shards[i].ops->mapped;
-        atomic_init(&set->shards[i].advised_fd, -1);
+        atomic_init(&set->shards[i].io_fd, -1);
         if (fd < 0 && set->shards[i].fd >= 0)
             fd = set->shards[i].fd;
     }
     self->core->io_depth =
         self->cfg.io_depth ? self->cfg.io_depth : emlio__io_device_depth(fd);
+    uint64_t ahead = self->cfg.read_ahead_bytes ? self->cfg.read_ahead_bytes
+                                                : EMLIO_SERVER_READ_AHEAD_BYTES;
+    uint32_t readers = self->cfg.workers ? self->cfg.workers : 1;
+    self->core->read_ahead = ahead / readers;
     char why[160];
     snprintf(why, sizeof(why),
              "%s; dataset %" PRIu64 " MiB, %s %" PRIu64 " MiB",
@@ -494,11 +499,40 @@ s_choose_io(emlio_server_t *self)
                   why);
         return 0;
     }
+    uint64_t need = EMLIO_SERVER_IO_MIN_MEMORY(ahead);
+    if (limit && limit < need)
+        return emlio__seterr(
+            self->err, EMLIO_ELIMIT,
+            "io read: the %s of %" PRIu64 " MiB is below the %" PRIu64
+            " MiB the I/O engine needs (twice --read-ahead-bytes %" PRIu64
+            " MiB, and 32 MiB of buffers): raise the limit or lower "
+            "--read-ahead-bytes",
+            bound, limit >> 20, need >> 20, ahead >> 20);
+    /* Idle buffers kept: enough for what the readers stage ahead. */
+    emlio__iobuf_set_idle_limit(
+        (size_t)EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE));
     const char *refusal = emlio__io_uring_refusal();
+    /* Direct I/O is decided per descriptor; the first open shard's says
+     * what the file system allows (and makes it ready). */
+    unsigned align = 0;
+    for (size_t i = 0; i < set->n && !align; i++)
+        if (set->shards[i].read_io && set->shards[i].fd >= 0) {
+            align = emlio__shard_io_align(&set->shards[i]);
+            break;
+        }
+    char direct[96];
+    if (align)
+        snprintf(direct, sizeof(direct),
+                 "past the page cache (O_DIRECT, %u-byte blocks)", align);
+    else
+        snprintf(direct, sizeof(direct), "through the page cache (%s)",
+                 emlio__io_direct_refusal() ? emlio__io_direct_refusal()
+                                            : "no direct I/O here");
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-              "io: read (%s): exact-size reads through %s, %u in flight per "
-              "reader, readahead off",
-              why, refusal ? "pread" : "io_uring", self->core->io_depth);
+              "io: read (%s): exact-size reads %s through %s, %u in flight "
+              "per reader, %" PRIu64 " MiB read ahead, readahead off",
+              why, direct, refusal ? "pread" : "io_uring", self->core->io_depth,
+              ahead >> 20);
     if (refusal)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                   "io: io_uring %s: reads go through pread", refusal);
@@ -995,6 +1029,8 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->io_reads = io.reads;
     out->io_read_bytes = io.bytes;
     out->io_errors = io.errors;
+    out->io_ahead_bytes = io.ahead;
+    out->io_direct_reads = io.direct;
     out->io_read = self->core->io_read;
 }
 

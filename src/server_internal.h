@@ -131,6 +131,11 @@ typedef struct emlio__job {
     uint8_t *pack;    /* from the core's pool; NULL = none yet */
     size_t pack_size; /* its size (a pool class) */
     size_t pack_len;  /* bytes used */
+    /* --io read (server_pipeline.c): the shards of the reads staged for
+     * this job, each used (acquired) until the job's staged reads are
+     * taken or released, so no descriptor closes under a read. */
+    emlio__shard_t **io_holds;
+    size_t n_io_holds;
 } emlio__job_t;
 
 /* Samples above this size that are served zero-copy from a leased mapping
@@ -166,6 +171,7 @@ typedef struct emlio__srv_core {
      * shard's read_io set), io_depth reads in flight per reader. */
     bool io_read;
     unsigned io_depth;
+    uint64_t read_ahead; /* bytes each reader may hold staged ahead */
     emlio__shardset_t set;
     /* Sent batches whose frames ZeroMQ still holds. */
     atomic_uint_fast64_t batches_in_flight;

@@ -10,6 +10,7 @@
 
 #include <zmq.h>
 
+#include "iobuf.h"
 #include "ioengine.h"
 #include "server_internal.h"
 
@@ -81,7 +82,7 @@ s_owned_free(void *data, void *hint)
 {
     (void)data;
     s_owned_t *owned = hint;
-    emlio_free(owned->buf);
+    emlio__iobuf_free(owned->buf);
     s_release_unref(owned->rel);
 }
 
@@ -349,25 +350,25 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     }
 }
 
-/* --io read: the records of the whole request go to the device at once,
- * in request order (io_uring keeps them all in flight), into buffers the
- * format's copying reads then take (ioengine.h). What is not staged here
- * (a format without extents, a shard that will not open) is read one by
- * one as before; what is staged but not taken is freed at the next job. */
+/* --io read: the records of a job's request go to the device at once, in
+ * request order (io_uring keeps them in flight), into buffers the
+ * format's copying reads then take (ioengine.h). Each staged record's
+ * shard stays used until s_unstage, so its descriptor cannot close and
+ * be reused under the read. What is not staged (a format without
+ * extents, a shard that will not open) is read one by one as before. */
 static void
-s_stage_reads(emlio_server_t *self, const emlio__wire_msg_t *get)
+s_stage_reads(emlio_server_t *self, emlio__job_t *job)
 {
-    if (!self->core->io_read)
+    const emlio__wire_msg_t *get = &job->msg;
+    if (!self->core->io_read || !get->n_items)
         return;
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
     if (!eng)
         return;
-    emlio__io_req_t *reqs =
-        emlio_calloc(get->n_items ? get->n_items : 1, sizeof(*reqs));
-    if (!reqs)
-        return;
+    emlio__io_req_t *reqs = emlio_calloc(get->n_items, sizeof(*reqs));
+    job->io_holds = emlio_calloc(get->n_items, sizeof(*job->io_holds));
     size_t n = 0;
-    for (size_t i = 0; i < get->n_items; i++) {
+    for (size_t i = 0; reqs && job->io_holds && i < get->n_items; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= self->core->set.n)
             continue;
@@ -381,12 +382,30 @@ s_stage_reads(emlio_server_t *self, const emlio__wire_msg_t *get)
                                &r->len) == 0) {
             r->owner = shard;
             r->fd = shard->fd;
-            n++;
+            r->align = emlio__shard_io_align(shard);
+            job->io_holds[n++] = shard;
+        } else {
+            emlio__shard_release(shard);
         }
-        emlio__shard_release(shard);
     }
-    emlio__ioengine_stage(eng, reqs, n);
+    size_t staged = emlio__ioengine_stage(eng, job, reqs, n);
+    job->n_io_holds = n;
+    (void)staged; /* the rest are read one by one when taken */
     emlio_free(reqs);
+}
+
+/* Frees what was staged for job and not taken, then ends its holds. */
+static void
+s_unstage(emlio_server_t *self, emlio__job_t *job)
+{
+    if (!job->io_holds)
+        return;
+    emlio__ioengine_release(emlio__ioengine_thread(self->core->io_depth), job);
+    for (size_t i = 0; i < job->n_io_holds; i++)
+        emlio__shard_release(job->io_holds[i]);
+    emlio_free(job->io_holds);
+    job->io_holds = NULL;
+    job->n_io_holds = 0;
 }
 
 static void
@@ -419,7 +438,6 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
      * the client does not check at all. */
     if (job->xf || get->unchecked)
         rd.derive_crc_min = 0;
-    s_stage_reads(self, get);
     for (size_t i = 0; i < n; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         s_prefetch(self, get, i + S_PREFETCH_INDEX, false);
@@ -642,6 +660,45 @@ s_read_done(emlio_server_t *self, emlio__job_t *job)
         emlio__srv_job_drop(self, job);
 }
 
+/* --io read: jobs a reader has taken off its queue ahead of the one it
+ * serves, their reads already with the device, oldest first. */
+#define S_AHEAD_MAX 16
+
+typedef struct s_ahead {
+    emlio__job_t *jobs[S_AHEAD_MAX];
+    size_t n;
+} s_ahead_t;
+
+static emlio__job_t *
+s_ahead_pop(s_ahead_t *ahead)
+{
+    if (!ahead->n)
+        return NULL;
+    emlio__job_t *job = ahead->jobs[0];
+    memmove(ahead->jobs, ahead->jobs + 1, --ahead->n * sizeof(*ahead->jobs));
+    return job;
+}
+
+/* Takes the jobs already queued for this reader, and stages their reads,
+ * while what it holds staged is under its share of --read-ahead-bytes:
+ * the device then reads the next requests while this one is checked and
+ * sent, in the order they will be served. Never waits for a job. */
+static void
+s_read_ahead(emlio_server_t *self, void *work, s_ahead_t *ahead)
+{
+    if (!self->core->io_read)
+        return;
+    emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
+    while (ahead->n < S_AHEAD_MAX &&
+           emlio__ioengine_pending(eng) < self->core->read_ahead) {
+        emlio__job_t *job;
+        if (zmq_recv(work, &job, sizeof(job), ZMQ_DONTWAIT) != (int)sizeof(job))
+            return;
+        s_stage_reads(self, job);
+        ahead->jobs[ahead->n++] = job;
+    }
+}
+
 /* A reader thread: jobs from the frontend (over inproc), views into the
  * serializers' bounded queue. Blocking on a full queue is the daemon's
  * backpressure. */
@@ -659,13 +716,23 @@ emlio__srv_reader_main(void *arg)
                   "a reader thread cannot start: %s", zmq_strerror(errno));
         goto out;
     }
+    s_ahead_t ahead = { 0 };
     while (!atomic_load(&self->thr.stopping)) {
-        emlio__job_t *job;
-        int n = zmq_recv(work, &job, sizeof(job), 0);
-        if (n != (int)sizeof(job))
-            continue; /* timeout or EINTR: look at the stop flag again */
+        emlio__job_t *job = s_ahead_pop(&ahead);
+        if (!job) {
+            int n = zmq_recv(work, &job, sizeof(job), 0);
+            if (n != (int)sizeof(job))
+                continue; /* timeout or EINTR: look at the stop flag again */
+            s_stage_reads(self, job);
+        }
+        s_read_ahead(self, work, &ahead);
         s_read_job(self, job);
+        s_unstage(self, job);
         s_read_done(self, job);
+    }
+    for (emlio__job_t *job; (job = s_ahead_pop(&ahead));) {
+        s_unstage(self, job);
+        emlio__srv_job_drop(self, job);
     }
     /* Free the jobs still queued for us, and those the frontend sends
      * until it has stopped: we may see the stop before its last send, and

@@ -206,6 +206,7 @@ s_drop(emlio__shard_cache_t *self, emlio__shard_t *shard, bool unmap)
             self->by_fd[shard->fd] = S_NONE;
         close(shard->fd);
         shard->fd = -1;
+        atomic_store(&shard->io_fd, -1); /* a new descriptor is made ready */
     }
     if (shard->slot != S_NONE)
         s_slot_remove(self, shard);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "iobuf.h"
 #include "ioengine.h"
 #include "shard_cache.h"
 #include "shardset.h"
@@ -225,36 +226,40 @@ s_read_verdict(emlio__shard_t *shard, int rc, emlio__shardset_log_fn *log,
     return rc == -ESTALE ? rc : -EIO;
 }
 
-int
-emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
-                   uint8_t **buf_out, emlio__shardset_log_fn *log,
-                   void *userdata)
+unsigned
+emlio__shard_io_align(emlio__shard_t *shard)
 {
     int fd = shard->fd;
-    if (shard->read_io) {
-        /* Readahead off once per descriptor: a random record must not
-         * pull in the records around it. Then the buffer the reader
-         * staged for exactly this range (ioengine.h), if any. */
-        if (atomic_load(&shard->advised_fd) != fd &&
-            atomic_exchange(&shard->advised_fd, fd) != fd)
-            (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-        int rc = emlio__ioengine_take(emlio__ioengine_thread(0), shard, fd,
-                                      offset, want, buf_out);
-        if (rc == 1)
-            return 0;
-        if (rc < 0)
-            return s_read_verdict(shard, rc, log, userdata);
-    }
-    uint8_t *buf = emlio_malloc(want ? want : 1);
-    if (!buf)
-        return EMLIO_ENOMEM;
-    int rc = emlio__io_pread_full(fd, offset, want, buf);
-    if (rc < 0) {
-        emlio_free(buf);
-        return s_read_verdict(shard, rc, log, userdata);
-    }
-    *buf_out = buf;
-    return 0;
+    if (!shard->read_io || fd < 0)
+        return 0;
+    if (atomic_load(&shard->io_fd) == fd)
+        return atomic_load(&shard->io_align);
+    /* Once per descriptor (two readers may both do it: it is the same
+     * answer): readahead off, so a random record pulls in nothing around
+     * it, and past the page cache where the file system allows. */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    unsigned align = emlio__io_direct(fd);
+    atomic_store(&shard->io_align, align);
+    atomic_store(&shard->io_fd, fd);
+    return align;
+}
+
+int
+emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
+                   uint8_t **buf_out, const uint8_t **data,
+                   emlio__shardset_log_fn *log, void *userdata)
+{
+    int fd = shard->fd;
+    unsigned align = emlio__shard_io_align(shard);
+    int rc = 0;
+    if (shard->read_io)
+        rc = emlio__ioengine_take(emlio__ioengine_thread(0), shard, fd, offset,
+                                  want, buf_out, data);
+    if (rc == 0)
+        rc = emlio__io_read(fd, offset, want, align, buf_out, data);
+    if (rc == EMLIO_ENOMEM)
+        return rc;
+    return rc < 0 ? s_read_verdict(shard, rc, log, userdata) : 0;
 }
 
 int

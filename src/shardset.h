@@ -48,7 +48,12 @@ struct emlio__shard {
     /* --io read (ioengine.h): records are read with exact-size reads, not
      * served from the mapping, even when leased. Set before serving. */
     bool read_io;
-    atomic_int advised_fd; /* the fd told POSIX_FADV_RANDOM (read_io) */
+    /* read_io: the descriptor made ready for it (POSIX_FADV_RANDOM, and
+     * O_DIRECT where the file system has it; -1 none yet: the cache
+     * resets it when it closes the shard), and the alignment its direct
+     * reads need (0: buffered). See emlio__shard_io_align. */
+    atomic_int io_fd;
+    atomic_uint io_align;
     bool released; /* changed: lease given back, mapping no longer read */
     bool replaced; /* logged that the path now names another file */
     uint64_t size; /* the size at load */
@@ -205,13 +210,21 @@ emlio__shardset_cancelled(const emlio__shardset_opts_t *opts)
  * format's load_tree. Returns 0 or EMLIO_ENOMEM. */
 int emlio__shardset_grow(emlio__shardset_t *self, size_t more);
 
-/* Reads bytes [offset, offset + want) of a mapped shard's file into a fresh
- * buffer (*buf_out, the caller's to free). A short read means the file
- * shrank under us: the shard is marked changed and the answer is -ESTALE;
- * else 0, -EIO or EMLIO_ENOMEM. For a format's read_copy. */
+/* Reads bytes [offset, offset + want) of a mapped shard's file into a
+ * fresh buffer (*buf_out, the caller's to free with emlio__iobuf_free),
+ * *data pointing at offset's byte in it: the buffer a reader staged for
+ * exactly this range with read_io (ioengine.h), else one read now. A
+ * short read means the file shrank under us: the shard is marked changed
+ * and the answer is -ESTALE; else 0, -EIO or EMLIO_ENOMEM. For a
+ * format's read_copy. */
 int emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
-                       uint8_t **buf_out, emlio__shardset_log_fn *log,
-                       void *userdata);
+                       uint8_t **buf_out, const uint8_t **data,
+                       emlio__shardset_log_fn *log, void *userdata);
+
+/* read_io: makes the shard's open descriptor ready for exact reads once
+ * (readahead off, O_DIRECT where it works) and returns the alignment its
+ * reads need (0: buffered). The caller has the shard acquired. */
+unsigned emlio__shard_io_align(emlio__shard_t *shard);
 
 /* A copying read (mapped shards without a lease) with pread into a fresh
  * buffer, by format (ops->read_copy):

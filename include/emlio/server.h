@@ -49,48 +49,52 @@ enum emlio_on_corrupt {
 };
 
 typedef struct emlio_server_config {
-    const char *data_dir;     /* borrowed; shards are found recursively */
-    const char *bytes_key;    /* Example feature sent as the sample's bytes;
-                                 default "image/encoded" */
-    const char *label_key;    /* int64 feature sent as the label; default
-                                 "image/class/label" */
-    bool raw;                 /* send whole records, do not parse Examples */
-    bool verify;              /* check each record's data CRC when reading;
-                                 default true */
-    bool write_index;         /* write missing .idx files at load; default
-                                 true (failures to write are only logged) */
-    uint32_t workers;         /* reader threads (find, verify); default 2 */
-    uint32_t serializers;     /* serializer threads (frames, headers);
-                                 default 1 */
-    uint32_t queue_depth;     /* jobs between readers and serializers
-                                 (backpressure); default 64 */
-    bool readahead;           /* madvise WILLNEED the records of each request
-                                 as it arrives; default true */
-    bool drop_behind;         /* madvise DONTNEED a batch's pages once sent
-                                 (datasets larger than memory); default false */
-    const char *io;           /* how TFRecord and tar shards are read:
-                                 "map" (zero-copy from the page cache),
-                                 "read" (exact-size reads, io_uring where
-                                 allowed, for datasets larger than memory)
-                                 or "auto" (NULL, the default: "read" when
-                                 the dataset is over 3/4 of the memory the
-                                 daemon may use, cgroup limit included) */
-    uint32_t io_depth;        /* reads in flight per reader with "read";
-                                 0: the device's queue/nr_requests, capped
-                                 to 128 */
-    uint32_t max_batch;       /* samples one GET may ask for; default 4096 */
-    uint32_t max_credit;      /* GETs one connection (client stream) may
-                                 have outstanding; default 256 */
-    int on_corrupt;           /* enum emlio_on_corrupt; default FAIL */
-    const char *name;         /* server name in WELCOME; default
-                                 "emliod/<version>" */
-    uint32_t max_clients;     /* clients known at once; a client's streams
-                                 (joined to its session by HELLO) count
-                                 once; more are refused with EMLIO_ELIMIT;
-                                 default 1024 */
-    uint32_t idle_timeout_ms; /* a connection with nothing outstanding
-                                 and silent this long is forgotten;
-                                 default 300000 */
+    const char *data_dir;      /* borrowed; shards are found recursively */
+    const char *bytes_key;     /* Example feature sent as the sample's bytes;
+                                  default "image/encoded" */
+    const char *label_key;     /* int64 feature sent as the label; default
+                                  "image/class/label" */
+    bool raw;                  /* send whole records, do not parse Examples */
+    bool verify;               /* check each record's data CRC when reading;
+                                  default true */
+    bool write_index;          /* write missing .idx files at load; default
+                                  true (failures to write are only logged) */
+    uint32_t workers;          /* reader threads (find, verify); default 2 */
+    uint32_t serializers;      /* serializer threads (frames, headers);
+                                  default 1 */
+    uint32_t queue_depth;      /* jobs between readers and serializers
+                                  (backpressure); default 64 */
+    bool readahead;            /* madvise WILLNEED the records of each request
+                                  as it arrives; default true */
+    bool drop_behind;          /* madvise DONTNEED a batch's pages once sent
+                                  (datasets larger than memory); default false */
+    const char *io;            /* how TFRecord and tar shards are read:
+                                  "map" (zero-copy from the page cache),
+                                  "read" (exact-size reads, io_uring where
+                                  allowed, for datasets larger than memory)
+                                  or "auto" (NULL, the default: "read" when
+                                  the dataset is over 3/4 of the memory the
+                                  daemon may use, cgroup limit included) */
+    uint32_t io_depth;         /* reads in flight per reader with "read";
+                                  0: the device's queue/nr_requests, capped
+                                  to 128 */
+    uint64_t read_ahead_bytes; /* with "read": bytes the readers may hold
+                                  read for GETs queued behind the one they
+                                  serve (daemon-wide, split among them);
+                                  0: EMLIO_SERVER_READ_AHEAD_BYTES */
+    uint32_t max_batch;        /* samples one GET may ask for; default 4096 */
+    uint32_t max_credit;       /* GETs one connection (client stream) may
+                                  have outstanding; default 256 */
+    int on_corrupt;            /* enum emlio_on_corrupt; default FAIL */
+    const char *name;          /* server name in WELCOME; default
+                                  "emliod/<version>" */
+    uint32_t max_clients;      /* clients known at once; a client's streams
+                                  (joined to its session by HELLO) count
+                                  once; more are refused with EMLIO_ELIMIT;
+                                  default 1024 */
+    uint32_t idle_timeout_ms;  /* a connection with nothing outstanding
+                                  and silent this long is forgotten;
+                                  default 300000 */
     /* CURVE: this daemon's secret key (40 Z85 characters; NULL = plaintext)
      * and a directory of authorized client public keys (NULL = any client
      * with CURVE, i.e. encryption without client authentication). Only one
@@ -210,6 +214,16 @@ typedef enum emlio_pack {
     EMLIO_PACK_SMALL = 2, /* up to EMLIO_SERVER_PACK_SMALL on every one */
 } emlio_pack_t;
 
+/* Default of read_ahead_bytes: four GETs of 64 ImageNet-sized samples per
+ * reader and then some, and still a small part of any memory cgroup that
+ * a storage daemon runs in. */
+#define EMLIO_SERVER_READ_AHEAD_BYTES ((uint64_t)64 << 20)
+/* Least memory (cgroup limit or MemTotal) the daemon needs with "read":
+ * room for the read-ahead twice (staged, then waiting to be sent) and for
+ * the pool of buffers behind it. */
+#define EMLIO_SERVER_IO_MIN_MEMORY(read_ahead) \
+    (2 * (read_ahead) + ((uint64_t)32 << 20))
+
 #define EMLIO_SERVER_PACK_SMALL ((uint32_t)16 << 10)
 #define EMLIO_SERVER_PACK_LARGE ((uint32_t)256 << 10)
 
@@ -288,8 +302,11 @@ typedef struct emlio_server_stats {
     uint64_t disk_read_bytes;
     uint64_t io_reads;
     uint64_t io_read_bytes;
-    uint64_t io_errors; /* staged reads that failed or came short */
-    bool io_read;       /* the io mode in force is "read" */
+    uint64_t io_errors;       /* staged reads that failed or came short */
+    uint64_t io_ahead_bytes;  /* of io_read_bytes, read ahead for
+                                 requests queued behind the one served */
+    uint64_t io_direct_reads; /* of io_reads, past the page cache */
+    bool io_read;             /* the io mode in force is "read" */
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "emlio_internal.h"
+#include "iobuf.h"
 
 #ifdef EMLIO_HAVE_URING
 #    include <liburing.h>
@@ -25,28 +26,49 @@
 
 #define S_DEFAULT_DEPTH 32u
 
+/* Where a staged read is: waiting for room in the ring (or, without a
+ * ring, for its take), with the kernel, finished, or handed out/freed. */
+enum { S_QUEUED, S_INFLIGHT, S_DONE, S_GONE };
+
+/* The bytes a request reads: [at, at + span) of its file, of which the
+ * caller's begin skew bytes in; done once need = skew + len arrived. */
+typedef struct s_span {
+    uint64_t at;
+    size_t span, skew, need;
+} s_span_t;
+
 /* One staged read and its result. */
 typedef struct s_staged {
     emlio__io_req_t req;
+    s_span_t sp;
+    const void *tag; /* whose reads (a job): released together */
     uint8_t *buf;
-    size_t got;
-    int rc;     /* 0 done, < 0 failed */
-    bool taken; /* handed out (or dropped) */
+    size_t got; /* bytes of the span read so far */
+    int rc;     /* 0, or < 0 failed */
+    int state;
 } s_staged_t;
 
+/* Staged reads in the order staged: staged[i] has sequence number
+ * base + i (the ring's user data), so entries can leave the front while
+ * later ones are with the kernel. */
 struct emlio__ioengine {
     unsigned depth;
     bool uring;
+    bool broken; /* the ring failed: no more submissions */
 #ifdef EMLIO_HAVE_URING
     struct io_uring ring;
 #endif
     s_staged_t *staged;
     size_t n, cap;
-    size_t next_take; /* readers take in order: where to look first */
+    uint64_t base;
+    size_t next_take;   /* readers take in order: where to look first */
+    size_t next_submit; /* first entry that may still be S_QUEUED */
+    unsigned inflight;
+    size_t pending; /* bytes staged, not taken or released */
 };
 
 static struct {
-    atomic_uint_fast64_t reads, bytes, taken, errors;
+    atomic_uint_fast64_t reads, bytes, taken, errors, ahead, direct;
 } s_count;
 
 int
@@ -173,21 +195,142 @@ emlio__io_device_depth(int fd)
     return (unsigned)EMLIO_MAX(4, EMLIO_MIN(n, 128));
 }
 
-int
-emlio__io_pread_full(int fd, uint64_t offset, size_t len, uint8_t *buf)
+static s_span_t
+s_span_of(uint64_t offset, size_t len, unsigned align)
 {
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = pread(fd, buf + got, len - got, (off_t)(offset + got));
+    if (!align)
+        return (s_span_t){ .at = offset, .span = len, .need = len };
+    uint64_t a = align;
+    uint64_t at = offset / a * a;
+    uint64_t end = (offset + len + a - 1) / a * a;
+    return (s_span_t){ .at = at,
+                       .span = (size_t)(end - at),
+                       .skew = (size_t)(offset - at),
+                       .need = (size_t)(offset - at) + len };
+}
+
+/* Whether a read that has brought got bytes of sp is over: all it needs
+ * is there (an aligned read may end short of the span at the file's
+ * end), or the file ended before (-ESTALE). 0: read on. */
+static int
+s_span_check(const s_span_t *sp, size_t got, unsigned align, ssize_t last)
+{
+    if (got >= sp->need)
+        return 1;
+    if (last == 0 || (align && got % align))
+        return -ESTALE; /* a direct read comes short only at the end */
+    return 0;
+}
+
+/* Reads what is left of sp into buf by pread, from got on. */
+static int
+s_pread_span(int fd, const s_span_t *sp, unsigned align, uint8_t *buf,
+             size_t got)
+{
+    for (;;) {
+        ssize_t r = pread(fd, buf + got, sp->span - got, (off_t)(sp->at + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
             return -errno;
-        if (r == 0)
-            return -ESTALE;
         got += (size_t)r;
+        int done = s_span_check(sp, got, align, r);
+        if (done)
+            return done < 0 ? done : 0;
     }
+}
+
+int
+emlio__io_pread_full(int fd, uint64_t offset, size_t len, uint8_t *buf)
+{
+    if (!len)
+        return 0;
+    s_span_t sp = s_span_of(offset, len, 0);
+    return s_pread_span(fd, &sp, 0, buf, 0);
+}
+
+/* A buffer for a span: direct reads want a whole, aligned one. */
+static uint8_t *
+s_span_buf(const s_span_t *sp, unsigned align)
+{
+    return emlio__iobuf_alloc(align ? EMLIO_MAX(sp->span, EMLIO__IOBUF_ALIGN)
+                                    : sp->span);
+}
+
+int
+emlio__io_read(int fd, uint64_t offset, size_t len, unsigned align,
+               uint8_t **buf, const uint8_t **data)
+{
+    s_span_t sp = s_span_of(offset, len, align);
+    uint8_t *b = s_span_buf(&sp, align);
+    if (!b)
+        return EMLIO_ENOMEM;
+    int rc = len ? s_pread_span(fd, &sp, align, b, 0) : 0;
+    if (rc < 0) {
+        emlio__iobuf_free(b);
+        return rc;
+    }
+    *buf = b;
+    *data = b + sp.skew;
     return 0;
+}
+
+const char *
+emlio__io_direct_refusal(void)
+{
+    const char *e = getenv("EMLIO_IO_DIRECT");
+    return e && !strcmp(e, "0") ? "disabled by EMLIO_IO_DIRECT=0" : NULL;
+}
+
+/* The logical block size of the device holding fd, or 4096. */
+static unsigned
+s_block_size(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return 4096;
+    char path[128];
+    snprintf(path, sizeof(path),
+             "/sys/dev/block/%u:%u/queue/logical_block_size", major(st.st_dev),
+             minor(st.st_dev));
+    uint64_t n = s_read_u64(path);
+    if (!n) {
+        snprintf(path, sizeof(path),
+                 "/sys/dev/block/%u:%u/../queue/logical_block_size",
+                 major(st.st_dev), minor(st.st_dev));
+        n = s_read_u64(path);
+    }
+    /* A power of two the buffers' alignment covers, else the safe one. */
+    if (n < 512 || n > EMLIO__IOBUF_ALIGN || (n & (n - 1)))
+        return 4096;
+    return (unsigned)n;
+}
+
+unsigned
+emlio__io_direct(int fd)
+{
+    if (fd < 0 || emlio__io_direct_refusal())
+        return 0;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return 0;
+    if (!(fl & O_DIRECT) && fcntl(fd, F_SETFL, fl | O_DIRECT) < 0)
+        return 0; /* tmpfs and others refuse it here */
+    unsigned align = s_block_size(fd);
+    /* Some file systems take the flag and fail the reads: try one. */
+    uint8_t *probe = emlio__iobuf_alloc(EMLIO__IOBUF_ALIGN);
+    ssize_t r = -1;
+    if (probe) {
+        do
+            r = pread(fd, probe, align, 0);
+        while (r < 0 && errno == EINTR);
+    }
+    emlio__iobuf_free(probe);
+    if (r < 0) {
+        (void)fcntl(fd, F_SETFL, fl & ~O_DIRECT);
+        return 0;
+    }
+    return align;
 }
 
 /* ---- the per-thread engine ---------------------------------------- */
@@ -268,143 +411,275 @@ emlio__ioengine_kind(const emlio__ioengine_t *eng)
     return eng && eng->uring ? "io_uring" : "pread";
 }
 
+/* Finishes entry s by pread (no ring, or a broken one). */
+static void
+s_pread_entry(s_staged_t *s)
+{
+    s->rc = s_pread_span(s->req.fd, &s->sp, s->req.align, s->buf, s->got);
+    if (s->rc == 0)
+        s->got = s->sp.need;
+    else
+        atomic_fetch_add_explicit(&s_count.errors, 1, memory_order_relaxed);
+    s->state = S_DONE;
+}
+
+#ifdef EMLIO_HAVE_URING
+/* Hands queued entries to the kernel in staging order, depth in flight. */
+static void
+s_pump(emlio__ioengine_t *eng)
+{
+    bool queued = false;
+    while (!eng->broken && eng->inflight < eng->depth &&
+           eng->next_submit < eng->n) {
+        s_staged_t *s = &eng->staged[eng->next_submit];
+        if (s->state != S_QUEUED) {
+            eng->next_submit++;
+            continue;
+        }
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&eng->ring);
+        if (!sqe)
+            break;
+        io_uring_prep_read(sqe, s->req.fd, s->buf + s->got,
+                           (unsigned)(s->sp.span - s->got), s->sp.at + s->got);
+        io_uring_sqe_set_data64(sqe, eng->base + eng->next_submit);
+        s->state = S_INFLIGHT;
+        eng->inflight++;
+        eng->next_submit++;
+        queued = true;
+    }
+    if (queued && io_uring_submit(&eng->ring) < 0)
+        eng->broken = true; /* what it holds stays in flight: never freed */
+}
+
+/* One completion into its entry: a short read goes back in the queue for
+ * the rest, a read of 0 bytes means the file ended. */
+static void
+s_complete(emlio__ioengine_t *eng, const struct io_uring_cqe *cqe)
+{
+    uint64_t seq = io_uring_cqe_get_data64(cqe);
+    eng->inflight--;
+    if (seq < eng->base || seq - eng->base >= eng->n)
+        return; /* cannot happen: entries in flight never leave */
+    size_t i = (size_t)(seq - eng->base);
+    s_staged_t *s = &eng->staged[i];
+    int done = 0;
+    if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
+        /* again, below */
+    } else if (cqe->res < 0) {
+        s->rc = cqe->res;
+    } else {
+        s->got += (size_t)cqe->res;
+        done = s_span_check(&s->sp, s->got, s->req.align, cqe->res);
+        if (done < 0)
+            s->rc = done;
+    }
+    if (s->rc == 0 && !done) {
+        s->state = S_QUEUED;
+        if (i < eng->next_submit)
+            eng->next_submit = i;
+        return;
+    }
+    if (s->rc < 0)
+        atomic_fetch_add_explicit(&s_count.errors, 1, memory_order_relaxed);
+    s->state = S_DONE;
+}
+
+/* Waits for at least one completion and takes every one there is. */
+static void
+s_reap(emlio__ioengine_t *eng)
+{
+    struct io_uring_cqe *cqe;
+    int rc;
+    do
+        rc = io_uring_wait_cqe(&eng->ring, &cqe);
+    while (rc == -EINTR);
+    if (rc < 0) {
+        eng->broken = true;
+        return;
+    }
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&eng->ring, head, cqe)
+    {
+        seen++;
+        s_complete(eng, cqe);
+    }
+    io_uring_cq_advance(&eng->ring, seen);
+}
+#endif
+
+/* Brings entry s to S_DONE: waits for the ring, or reads it now. */
+static void
+s_finish(emlio__ioengine_t *eng, s_staged_t *s)
+{
+#ifdef EMLIO_HAVE_URING
+    size_t i = (size_t)(s - eng->staged);
+    while (eng->uring && !eng->broken && eng->staged[i].state != S_DONE) {
+        s_pump(eng);
+        if (eng->staged[i].state == S_INFLIGHT ||
+            (eng->inflight && eng->staged[i].state == S_QUEUED))
+            s_reap(eng);
+        else if (eng->staged[i].state == S_QUEUED)
+            break; /* the ring has no room and nothing to wait for */
+    }
+    s = &eng->staged[i];
+    if (s->state == S_INFLIGHT) { /* a broken ring still owns the buffer */
+        s->buf = NULL;
+        s->rc = -EIO;
+        s->state = S_DONE;
+        atomic_fetch_add_explicit(&s_count.errors, 1, memory_order_relaxed);
+        return;
+    }
+#else
+    (void)eng;
+#endif
+    if (s->state == S_QUEUED)
+        s_pread_entry(s);
+}
+
+/* Lets go of entry s: its buffer freed, its bytes off the read-ahead. */
+static void
+s_forget(emlio__ioengine_t *eng, s_staged_t *s)
+{
+    if (s->state == S_GONE)
+        return;
+    if (s->state != S_DONE)
+        s_finish(eng, s); /* never free what the kernel writes into */
+    emlio__iobuf_free(s->buf);
+    s->buf = NULL;
+    s->state = S_GONE;
+    eng->pending -= s->req.len;
+}
+
+/* Drops the finished entries at the front, so the table holds only what
+ * is staged ahead. */
+static void
+s_compact(emlio__ioengine_t *eng)
+{
+    size_t k = 0;
+    while (k < eng->n && eng->staged[k].state == S_GONE)
+        k++;
+    if (!k)
+        return;
+    memmove(eng->staged, eng->staged + k, (eng->n - k) * sizeof(*eng->staged));
+    eng->n -= k;
+    eng->base += k;
+    eng->next_take = eng->next_take > k ? eng->next_take - k : 0;
+    eng->next_submit = eng->next_submit > k ? eng->next_submit - k : 0;
+}
+
+void
+emlio__ioengine_release(emlio__ioengine_t *eng, const void *tag)
+{
+    for (size_t i = 0; i < eng->n; i++)
+        if (eng->staged[i].tag == tag)
+            s_forget(eng, &eng->staged[i]);
+    s_compact(eng);
+}
+
 void
 emlio__ioengine_drop(emlio__ioengine_t *eng)
 {
     for (size_t i = 0; i < eng->n; i++)
-        if (!eng->staged[i].taken)
-            emlio_free(eng->staged[i].buf);
-    eng->n = 0;
-    eng->next_take = 0;
+        s_forget(eng, &eng->staged[i]);
+    s_compact(eng);
 }
 
-#ifdef EMLIO_HAVE_URING
-/* Queues what is left of staged read i. */
-static bool
-s_uring_queue(emlio__ioengine_t *eng, size_t i)
+size_t
+emlio__ioengine_pending(const emlio__ioengine_t *eng)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&eng->ring);
-    if (!sqe)
-        return false;
-    s_staged_t *s = &eng->staged[i];
-    io_uring_prep_read(sqe, s->req.fd, s->buf + s->got,
-                       (unsigned)(s->req.len - s->got), s->req.offset + s->got);
-    io_uring_sqe_set_data64(sqe, i);
-    return true;
+    return eng ? eng->pending : 0;
 }
 
-/* Runs every staged read through the ring, depth in flight; a short read
- * goes back in for the rest, a read of 0 bytes means the file ended. */
-static int
-s_uring_run(emlio__ioengine_t *eng)
+size_t
+emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
+                      const emlio__io_req_t *reqs, size_t n)
 {
-    size_t next = 0, inflight = 0;
-    while (next < eng->n || inflight) {
-        while (next < eng->n && inflight < eng->depth) {
-            if (eng->staged[next].rc < 0 ||
-                eng->staged[next].got == eng->staged[next].req.len) {
-                next++;
-                continue;
-            }
-            if (!s_uring_queue(eng, next))
-                break;
-            next++, inflight++;
-        }
-        if (!inflight)
-            break;
-        int rc = io_uring_submit_and_wait(&eng->ring, 1);
-        if (rc < 0 && rc != -EINTR)
-            return rc;
-        struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
-        io_uring_for_each_cqe(&eng->ring, head, cqe)
-        {
-            seen++;
-            inflight--;
-            s_staged_t *s = &eng->staged[io_uring_cqe_get_data64(cqe)];
-            if (cqe->res == -EINTR || cqe->res == -EAGAIN) {
-                /* again, below */
-            } else if (cqe->res < 0) {
-                s->rc = cqe->res;
-            } else if (cqe->res == 0) {
-                s->rc = -ESTALE;
-            } else {
-                s->got += (size_t)cqe->res;
-            }
-            if (s->rc == 0 && s->got < s->req.len &&
-                s_uring_queue(eng, (size_t)(s - eng->staged)))
-                inflight++;
-        }
-        io_uring_cq_advance(&eng->ring, seen);
-    }
-    return 0;
-}
-#endif
-
-void
-emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
-                      size_t n)
-{
-    emlio__ioengine_drop(eng);
-    if (n > eng->cap) {
-        s_staged_t *grown = emlio_realloc(eng->staged, n * sizeof(*grown));
+    if (n > eng->cap - eng->n) {
+        size_t cap = EMLIO_MAX(eng->n + n, eng->cap * 2);
+        s_staged_t *grown =
+            emlio_reallocarray(eng->staged, cap, sizeof(*grown));
         if (!grown)
-            return; /* nothing staged: readers pread one by one */
+            return 0; /* nothing staged: readers pread one by one */
         eng->staged = grown;
-        eng->cap = n;
+        eng->cap = cap;
     }
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        s_staged_t *s = &eng->staged[eng->n];
-        *s = (s_staged_t){ .req = reqs[i] };
-        s->buf = emlio_malloc(reqs[i].len ? reqs[i].len : 1);
-        if (!s->buf)
+    size_t queued = 0;
+    uint64_t bytes = 0, direct = 0;
+    bool behind = eng->pending > 0;
+    for (; queued < n; queued++) {
+        s_span_t sp = s_span_of(reqs[queued].offset, reqs[queued].len,
+                                reqs[queued].align);
+        uint8_t *buf = s_span_buf(&sp, reqs[queued].align);
+        if (!buf)
             break;
-        bytes += reqs[i].len;
-        eng->n++;
+        eng->staged[eng->n++] = (s_staged_t){ .req = reqs[queued],
+                                              .sp = sp,
+                                              .tag = tag,
+                                              .buf = buf,
+                                              .state = S_QUEUED };
+        bytes += reqs[queued].len;
+        direct += reqs[queued].align != 0;
     }
-    atomic_fetch_add_explicit(&s_count.reads, eng->n, memory_order_relaxed);
+    eng->pending += bytes;
+    atomic_fetch_add_explicit(&s_count.reads, queued, memory_order_relaxed);
     atomic_fetch_add_explicit(&s_count.bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s_count.direct, direct, memory_order_relaxed);
+    if (behind)
+        atomic_fetch_add_explicit(&s_count.ahead, bytes, memory_order_relaxed);
 #ifdef EMLIO_HAVE_URING
     if (eng->uring)
-        (void)s_uring_run(eng); /* a ring that fails leaves the rest below */
+        s_pump(eng); /* without a ring, each is read when taken */
 #endif
-    /* pread what the ring did not finish (everything, without a ring). */
-    for (size_t i = 0; i < eng->n; i++) {
-        s_staged_t *s = &eng->staged[i];
-        if (s->rc == 0 && s->got < s->req.len) {
-            s->rc = emlio__io_pread_full(s->req.fd, s->req.offset + s->got,
-                                         s->req.len - s->got, s->buf + s->got);
-            if (s->rc == 0)
-                s->got = s->req.len;
-        }
-    }
-    for (size_t i = 0; i < eng->n; i++)
-        if (eng->staged[i].rc < 0)
-            atomic_fetch_add_explicit(&s_count.errors, 1, memory_order_relaxed);
+    return queued;
+}
+
+/* A part of a finished staged read (a tar member of a staged sample),
+ * copied out: the read stays for the sample's other parts until its job
+ * releases it. */
+static int
+s_take_part(const s_staged_t *s, uint64_t offset, size_t len, uint8_t **buf,
+            const uint8_t **data)
+{
+    if (s->rc < 0)
+        return s->rc;
+    uint8_t *part = emlio__iobuf_alloc(len);
+    if (!part)
+        return 0; /* read it on its own */
+    memcpy(part, s->buf + s->sp.skew + (offset - s->req.offset), len);
+    *buf = part;
+    *data = part;
+    atomic_fetch_add_explicit(&s_count.taken, 1, memory_order_relaxed);
+    return 1;
 }
 
 int
 emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
-                     uint64_t offset, size_t len, uint8_t **buf)
+                     uint64_t offset, size_t len, uint8_t **buf,
+                     const uint8_t **data)
 {
     if (!eng)
         return 0;
     for (size_t k = 0; k < eng->n; k++) {
         size_t i = (eng->next_take + k) % eng->n;
         s_staged_t *s = &eng->staged[i];
-        if (s->taken || s->req.owner != owner || s->req.fd != fd ||
-            s->req.offset != offset || s->req.len != len)
+        if (s->state == S_GONE || s->req.owner != owner || s->req.fd != fd ||
+            offset < s->req.offset || len > s->req.len ||
+            offset - s->req.offset > s->req.len - len)
             continue;
-        s->taken = true;
+        s_finish(eng, s);
+        s = &eng->staged[i];
+        if (s->req.offset != offset || s->req.len != len)
+            return s_take_part(s, offset, len, buf, data);
         eng->next_take = i + 1;
-        if (s->rc < 0) {
-            emlio_free(s->buf);
-            return s->rc;
+        int rc = s->rc;
+        if (rc == 0) {
+            *buf = s->buf;
+            *data = s->buf + s->sp.skew;
+            s->buf = NULL; /* the caller's now */
+            atomic_fetch_add_explicit(&s_count.taken, 1, memory_order_relaxed);
         }
-        *buf = s->buf;
-        atomic_fetch_add_explicit(&s_count.taken, 1, memory_order_relaxed);
-        return 1;
+        s_forget(eng, s);
+        return rc < 0 ? rc : 1;
     }
     return 0;
 }
@@ -416,6 +691,8 @@ emlio__io_counters(emlio__io_counters_t *out)
     out->bytes = atomic_load_explicit(&s_count.bytes, memory_order_relaxed);
     out->taken = atomic_load_explicit(&s_count.taken, memory_order_relaxed);
     out->errors = atomic_load_explicit(&s_count.errors, memory_order_relaxed);
+    out->ahead = atomic_load_explicit(&s_count.ahead, memory_order_relaxed);
+    out->direct = atomic_load_explicit(&s_count.direct, memory_order_relaxed);
 }
 
 uint64_t

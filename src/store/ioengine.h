@@ -7,15 +7,18 @@
  * readahead around it, and under memory pressure those pages are evicted
  * before they are sent, so every byte was read from the device 16-64 times
  * (issue 30). In "read" mode a mapped shard's records are read instead with
- * exact-size reads into private buffers, readahead off (POSIX_FADV_RANDOM),
- * and a reader submits all the records of one GET at once so the device
- * sees a queue of them, not one read per thread:
+ * exact-size reads into pooled buffers (iobuf.h), readahead off
+ * (POSIX_FADV_RANDOM), and a reader submits all the records of its GET,
+ * and of the GETs queued behind it up to --read-ahead-bytes, at once, so
+ * the device sees a queue of them in the order they will be sent, not one
+ * read per thread:
  *
  *   reader (server_pipeline.c)                         this module
- *     emlio__ioengine_stage(reqs of one GET) ----> io_uring (or pread)
+ *     emlio__ioengine_stage(GET, and the next) ----> io_uring (or pread)
  *     format read op -> emlio__shard_pread ----> emlio__ioengine_take()
- *                                                  (the staged buffer, or
- *                                                   a plain pread)
+ *                                                  (the staged buffer,
+ *                                                   or a plain pread)
+ *     emlio__ioengine_release(GET)       (what it staged and did not take)
  *
  * An engine belongs to one thread (a ring is not shared); emlio__ioengine_
  * thread() gives the calling thread its own, made on first use. io_uring is
@@ -54,13 +57,36 @@ emlio__io_mode_t emlio__io_choose(emlio__io_mode_t asked, uint64_t bytes,
  * queue/nr_requests in sysfs, capped to [4, 128]; 32 when unknown. */
 unsigned emlio__io_device_depth(int fd);
 
-/* One read: len bytes of fd at offset. */
+/* One read: len bytes of fd at offset. With align (fd opened O_DIRECT,
+ * see emlio__io_direct) the device reads the aligned blocks around them
+ * straight into the buffer, past the page cache, and the bytes asked for
+ * start `offset % align` into it. */
 typedef struct emlio__io_req {
     const void *owner; /* whose read (a shard): a reused fd never matches */
     int fd;
     uint64_t offset;
     size_t len;
+    unsigned align; /* 0: buffered, exact */
 } emlio__io_req_t;
+
+/* Makes fd read past the page cache (O_DIRECT) if its file system lets
+ * it: returns the alignment its reads need (the device's logical block
+ * size, 4096 when unknown), or 0 when fd stays buffered (no direct I/O
+ * there, or EMLIO_IO_DIRECT=0 in the environment). A dataset larger than
+ * memory gains nothing from the page cache but the cost of filling and
+ * reclaiming it: a copy of every byte and the memory cgroup's reclaim,
+ * which held buffered random reads here to ~60% of what the device
+ * delivers (issue 30). */
+unsigned emlio__io_direct(int fd);
+/* Why reads stay buffered with EMLIO_IO_DIRECT=0, else NULL. */
+const char *emlio__io_direct_refusal(void);
+
+/* One read now, not staged: len bytes of fd at offset (aligned as
+ * emlio__io_req_t says) into a fresh buffer *buf (emlio__iobuf_free it),
+ * *data pointing at offset's byte. 0, -ESTALE when the file is shorter,
+ * EMLIO_ENOMEM, or another -errno. */
+int emlio__io_read(int fd, uint64_t offset, size_t len, unsigned align,
+                   uint8_t **buf, const uint8_t **data);
 
 typedef struct emlio__ioengine emlio__ioengine_t;
 
@@ -74,19 +100,35 @@ const char *emlio__io_uring_refusal(void);
 /* "io_uring" or "pread". */
 const char *emlio__ioengine_kind(const emlio__ioengine_t *eng);
 
-/* Reads every request into its own buffer, depth at a time, and keeps the
- * results until taken or the next stage (which frees what was not taken).
- * A request that fails keeps its error for emlio__ioengine_take. */
-void emlio__ioengine_stage(emlio__ioengine_t *eng, const emlio__io_req_t *reqs,
-                           size_t n);
-/* The staged buffer of exactly (owner, fd, offset, len), handed to the
- * caller (emlio_free it): 1 with *buf set, 0 when nothing staged matches
- * (or eng is NULL), or the
- * staged read's error: -EIO, or -ESTALE when the file ended before len. */
+/* Queues the reads of reqs for tag (a job: whose reads they are, released
+ * together) behind those staged before, each into its own buffer
+ * (iobuf.h), and hands them to the device at once: io_uring keeps depth
+ * in flight and submits the rest as earlier ones complete, so a reader
+ * that stages the next job before working on this one keeps the device
+ * busy meanwhile. Without io_uring each is read by pread when taken.
+ * Returns how many were staged (the first ones; fewer only when out of
+ * memory). A read that fails keeps its error for emlio__ioengine_take. */
+size_t emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
+                             const emlio__io_req_t *reqs, size_t n);
+/* The staged buffer of exactly (owner, fd, offset, len), waiting for its
+ * read if it is still with the device, handed to the caller (free it with
+ * emlio__iobuf_free), *data at offset's byte inside it (not at its start
+ * for an aligned read); or a copy of that range out of a staged read that
+ * holds it (a tar member of a staged sample; the read stays staged for
+ * the rest): 1 with *buf set, 0 when nothing staged holds it (or
+ * eng is NULL), or the read's error: -EIO (or another -errno), or -ESTALE
+ * when the file ended before len. */
 int emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
-                         uint64_t offset, size_t len, uint8_t **buf);
-/* Frees every staged buffer not taken. */
+                         uint64_t offset, size_t len, uint8_t **buf,
+                         const uint8_t **data);
+/* Frees tag's staged reads not taken, waiting for those the device still
+ * writes into. */
+void emlio__ioengine_release(emlio__ioengine_t *eng, const void *tag);
+/* emlio__ioengine_release of every tag. */
 void emlio__ioengine_drop(emlio__ioengine_t *eng);
+/* Bytes staged and neither taken nor released: the read-ahead held now
+ * (0 for NULL). */
+size_t emlio__ioengine_pending(const emlio__ioengine_t *eng);
 
 /* Reads len bytes of fd at offset into buf by pread, to the end: 0, -EIO
  * (or another -errno), or -ESTALE when the file is shorter. */
@@ -98,6 +140,9 @@ typedef struct emlio__io_counters {
     uint64_t bytes;  /* bytes they asked for */
     uint64_t taken;  /* staged buffers handed to readers */
     uint64_t errors; /* reads that failed or came short */
+    uint64_t ahead;  /* bytes staged while earlier reads were pending:
+                        read ahead of the request being served */
+    uint64_t direct; /* requests read past the page cache (O_DIRECT) */
 } emlio__io_counters_t;
 
 void emlio__io_counters(emlio__io_counters_t *out);

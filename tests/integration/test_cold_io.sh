@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # test_cold_io.sh - emliod --io read (src/store/ioengine.c): exact-size
 # reads through io_uring and, with EMLIO_IO_URING=0, through the pread
-# fallback; both deliver what the mapping delivers, verified, for TFRecord
-# and tar; a bad mode and a shard cut short under the daemon are errors.
+# fallback, past the page cache (O_DIRECT where the file system has it)
+# and, with EMLIO_IO_DIRECT=0, through it; each delivers what the mapping
+# delivers, verified, for TFRecord and tar, and reads ahead for queued
+# requests; a bad mode, a memory limit below the engine's minimum and a
+# shard cut short under the daemon are errors.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.sh
@@ -21,22 +24,32 @@ for fmt in shards tar; do
     start_daemon "map_$fmt" "$T/$fmt" --io map || fail "$fmt: map daemon starts"
     fetch_ids "map_$fmt"
     check "$fmt: --io map fetch verifies" test "$(json_field "$T/map_$fmt.out" verified)" = True
-    for engine in io_uring pread; do
+    for engine in io_uring pread buffered; do
         name="${engine}_$fmt"
-        no_uring=""
+        no_uring="" no_direct=""
         [ $engine = pread ] && no_uring=0
-        EMLIO_IO_URING=$no_uring start_daemon "$name" "$T/$fmt" --io read \
-            --log-level info
+        [ $engine = buffered ] && no_direct=0
+        EMLIO_IO_URING=$no_uring EMLIO_IO_DIRECT=$no_direct \
+            start_daemon "$name" "$T/$fmt" --io read --log-level info \
+            --read-ahead-bytes 1M
         check "$name: daemon starts" test -n "$EP"
         if [ $engine = pread ]; then
             check "$name: the log says reads go through pread, and why" \
                 grep -q "io: io_uring disabled by EMLIO_IO_URING=0: reads go through pread" "$T/$name.err"
-        elif grep -q "exact-size reads through io_uring" "$T/$name.err"; then
+        elif grep -q " through io_uring, " "$T/$name.err"; then
             ok "$name: the log names io_uring"
         else
             skip "$name: io_uring not available here ($(grep -o 'io: io_uring.*' "$T/$name.err"))"
         fi
         check "$name: the log names read mode" grep -q "io: read (asked" "$T/$name.err"
+        if [ $engine = buffered ]; then
+            check "$name: the log says reads use the page cache, and why" \
+                grep -q "through the page cache (disabled by EMLIO_IO_DIRECT=0)" "$T/$name.err"
+        elif grep -q "past the page cache (O_DIRECT" "$T/$name.err"; then
+            ok "$name: the log names O_DIRECT"
+        else
+            skip "$name: no direct I/O on $T's file system ($(grep -o 'io: read.*' "$T/$name.err"))"
+        fi
         fetch_ids "$name"
         check "$name: fetch verifies" test "$(json_field "$T/$name.out" verified)" = True
         sort "$T/map_$fmt.ids" >"$T/map_$fmt.sorted"
@@ -47,6 +60,15 @@ for fmt in shards tar; do
         wait "$DPID" 2>/dev/null
     done
 done
+
+# A memory limit below what the engine needs is a start-up error that
+# says how much it needs.
+"$EMLIOD" --data "$T/shards" --bind "tcp://127.0.0.1:*" --io read \
+    --read-ahead-bytes 100T >/dev/null 2>"$T/small.err"
+rc=$?
+check "memory below the engine's minimum: emliod fails" test $rc -ne 0
+check "memory below the engine's minimum: the error says what it needs" \
+    grep -q "MiB the I/O engine needs (twice --read-ahead-bytes" "$T/small.err"
 
 "$EMLIOD" --data "$T/shards" --bind "tcp://127.0.0.1:*" --io bogus \
     >/dev/null 2>"$T/bogus.err"

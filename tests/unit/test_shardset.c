@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include "iobuf.h"
 #include "shard_cache.h"
 #include "shardset.h"
 #include "tar.h"
@@ -224,7 +225,7 @@ test_shardset_copying_reads_survive_a_shrink(void **state)
                      0);
     assert_int_equal(len, 512);
     assert_int_equal(data[0], 'a');
-    emlio_free(copy);
+    emlio__iobuf_free(copy);
     assert_int_equal(ftruncate(wfd, 700), 0);
     assert_int_equal(emlio__shard_read_copy(shard, RECORDS - 1, &copy, &data,
                                             &len, &stored, s_log, &log),
@@ -312,14 +313,14 @@ test_shardset_copying_reads_of_tar_members(void **state)
     assert_int_equal(len, 700);
     assert_int_equal(data[0], 'y');
     assert_int_equal(data[699], 'y');
-    emlio_free(copy);
+    emlio__iobuf_free(copy);
     /* Another member's header rewritten in place (its checksum breaks). */
     assert_int_equal(pwrite(wfd, "Z", 1, 0), 1);
     assert_int_equal(emlio__tar_find(shard->impl, 0, "cls", &m), 0);
     assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
                                             &stored, s_log, &log),
                      0); /* its own header is intact */
-    emlio_free(copy);
+    emlio__iobuf_free(copy);
     assert_int_equal(emlio__tar_find(shard->impl, 0, "jpg", &m), 0);
     assert_int_equal(emlio__shard_read_copy(shard, m, &copy, &data, &len,
                                             &stored, s_log, &log),
@@ -434,7 +435,7 @@ test_shardset_cache_never_closes_a_busy_shard(void **state)
                                                 &stored, NULL, NULL),
                          0);
         assert_int_equal(len, 512);
-        emlio_free(copy);
+        emlio__iobuf_free(copy);
     }
     emlio__shard_cache_stats_t st;
     emlio__shard_cache_stats(set.cache, &st);

@@ -964,6 +964,15 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
                           "Exact-size reads that failed or came short",
                           s.st.io_errors);
     if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_ahead_bytes_total", "counter",
+                          "Bytes read ahead for requests queued behind the "
+                          "one being served (--io read)",
+                          s.st.io_ahead_bytes);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_direct_reads_total", "counter",
+                          "Exact-size reads past the page cache (O_DIRECT)",
+                          s.st.io_direct_reads);
+    if (rc == 0)
         rc = s_family_u64(out, "emlio_server_io_read_mode", "gauge",
                           "1 when records are read with exact-size reads "
                           "(--io read or auto for a dataset larger than "

@@ -248,6 +248,8 @@ typedef struct s_fetch {
     double first_batch_s;
     fetch_ramp_t ramp; /* bytes handed over in time since t0 */
     double wait_s;
+    double compute_s; /* --compute-s: each batch held this long */
+    double computed;  /* seconds spent holding batches so far */
     double energy_j;
     char energy_source[24];
     double last_progress;
@@ -317,6 +319,12 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "fail when no reply comes for MS (60000)"),
         OPT("connect-timeout-ms", 0, OPT_INT, &cfg->connect_timeout_ms, "MS",
             "give up connecting after MS (10000)"),
+        OPT("compute-s", 0, OPT_DOUBLE, &self->compute_s, "S",
+            "hold each batch S seconds, as an accelerator\n"
+            "computing on it would, and report accelerator\n"
+            "utilisation (compute / wall time, as MLPerf\n"
+            "Storage counts it)",
+            .dmin = 0, .dmax = 3600),
         OPT("quiet", 0, OPT_FLAG, &self->quiet, NULL, "no progress line"),
         OPT("progress", 0, OPT_U32, &self->progress_s, "N",
             "a plain progress line on stderr every N s and\n"
@@ -584,6 +592,21 @@ s_progress(s_fetch_t *self, size_t planned, bool final)
 
 /* Receives the batches of the current epoch until its end or a signal.
  * Returns 0, or -1 after printing why (the state is saved first). */
+/* Sleeps s seconds (to the end, through signals unless interrupted) and
+ * returns the time it took. */
+static double
+s_hold(double s)
+{
+    double t0 = dataset_now(), left = s;
+    while (left > 0 && !s_interrupted) {
+        struct timespec ts = { (time_t)left,
+                               (long)((left - (double)(time_t)left) * 1e9) };
+        nanosleep(&ts, NULL);
+        left = s - (dataset_now() - t0);
+    }
+    return dataset_now() - t0;
+}
+
 static int
 s_drain_epoch(s_fetch_t *self)
 {
@@ -607,6 +630,8 @@ s_drain_epoch(s_fetch_t *self)
             return -1;
         }
         s_take_batch(self, b);
+        if (self->compute_s > 0) /* the accelerator works on it */
+            self->computed += s_hold(self->compute_s);
         emlio_batch_release(&b);
         if (self->ids_errno) {
             fprintf(stderr, "emlio fetch: cannot write '%s': %s\n",
@@ -743,7 +768,8 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            ", \"inflight\": %u, \"interrupted\": %s"
            ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
            ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
-           ", \"skipped\": %" PRIu64 ", \"ramp_s\": %.3f",
+           ", \"skipped\": %" PRIu64 ", \"ramp_s\": %.3f"
+           ", \"compute_s\": %.6f, \"au\": %.4f",
            samples, bytes, self->batches, self->epochs_done, seconds,
            seconds > 0 ? (double)samples / seconds : 0,
            seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
@@ -753,7 +779,8 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            self->verify && !self->failed_verify ? "true" : "false", energy_j,
            self->energy_source, samples ? energy_j / (double)samples : 0,
            bytes ? energy_j / ((double)bytes / 1e9) : 0, self->skipped,
-           fetch_ramp_seconds(&self->ramp, seconds));
+           fetch_ramp_seconds(&self->ramp, seconds), self->computed,
+           seconds > 0 ? self->computed / seconds : 0);
     fetch_path_json(stdout, self->client);
     printf("}\n");
     fflush(stdout);

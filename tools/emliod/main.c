@@ -201,6 +201,10 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "reads in flight per reader with --io read\n"
             "(default: the device's nr_requests, <= 128)",
             .min = 1),
+        OPT("read-ahead-bytes", 0, OPT_SIZE, &cfg->read_ahead_bytes, "BYTES",
+            "with --io read: bytes read ahead for the\n"
+            "requests queued behind the ones served (64M)",
+            .min = 1),
         OPT("max-batch", 0, OPT_U32, &cfg->max_batch, "N",
             "samples per request (default 4096)", .min = 1),
         OPT("max-credit", 0, OPT_U32, &cfg->max_credit, "N",
