@@ -151,6 +151,12 @@ typedef struct emlio__format_ops {
      * whole request at once (ioengine.h). 0, or < 0 for a sample out of
      * range; may be NULL (the copying reads are then made one at a time). */
     int (*extent)(const void *impl, size_t i, uint64_t *offset, size_t *len);
+    /* Tree formats: opens sample i's file for a staged read of its
+     * len bytes, checked as a read checks it. Returns the descriptor
+     * (the caller's to close) with *key naming the file for the take, or
+     * < 0 (a changed file: EMLIO_EFORMAT). NULL: not staged. */
+    int (*open_record)(const emlio__shard_t *shard, size_t i, const void **key,
+                       size_t *len);
 
     /* ---- loading (tree formats) ---- */
     /* Reads dir (whose stat is root) as a tree and appends its shards to

@@ -16,6 +16,7 @@
 #include "format.h"
 #include "imagefolder.h"
 #include "iobuf.h"
+#include "ioengine.h"
 #include "shardset.h"
 
 /* Defined at the end; the tree loader stamps it on the shards it makes. */
@@ -69,16 +70,45 @@ s_has_field(const emlio__shard_t *shard, const char *field)
     return !strcmp(field, "image") || !strcmp(field, "label");
 }
 
-/* The image file as a view of its own copy. */
+/* A record's file, opened for a staged read (--io read). */
+static int
+s_open_record(const emlio__shard_t *shard, size_t i, const void **key,
+              size_t *len)
+{
+    int fd = emlio__folder_open_record(shard->impl, i, key);
+    if (fd >= 0)
+        *len = (size_t)emlio__folder_file_size(shard->impl, i);
+    return fd;
+}
+
+/* The image file as a view of its own copy: the one a reader staged
+ * (--io read, ioengine.h), else read now. A staged read that came short
+ * is a file changed since the listing, as for a read now. */
 static int
 s_image_view(emlio__shard_t *shard, uint64_t record, emlio__view_t *view)
 {
-    uint8_t *data;
-    size_t len;
-    int rc = emlio__folder_read(shard->impl, (size_t)record, &data, &len);
-    if (rc < 0)
-        return rc;
-    view->owned = data;
+    uint8_t *buf;
+    const uint8_t *data;
+    size_t len = (size_t)emlio__folder_file_size(shard->impl, (size_t)record);
+    int rc = 0;
+    if (shard->read_io && record < emlio__folder_count(shard->impl)) {
+        const void *key = emlio__folder_key(shard->impl, (size_t)record);
+        rc = emlio__ioengine_take(emlio__ioengine_thread(0), key, -1, 0, len,
+                                  &buf, &data);
+        if (rc == -ESTALE)
+            return EMLIO_EFORMAT;
+        if (rc < 0)
+            return -EIO;
+    }
+    if (rc == 0) {
+        uint8_t *copy;
+        rc = emlio__folder_read(shard->impl, (size_t)record, &copy, &len);
+        if (rc < 0)
+            return rc;
+        buf = copy;
+        data = copy;
+    }
+    view->owned = buf;
     view->data = data;
     view->len = len;
     return 0;
@@ -463,6 +493,7 @@ const emlio__format_ops_t emlio__format_imagefolder = {
     .describe = s_describe,
     .has_field = s_has_field,
     .read = s_read,
+    .open_record = s_open_record,
     .member_name = s_member_name,
     .shard_label = s_shard_label,
     .record = s_record,

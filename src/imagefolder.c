@@ -409,6 +409,12 @@ emlio__folder_file_size(const emlio__folder_t *self, size_t i)
     return i < self->n ? self->files[i].size : 0;
 }
 
+const void *
+emlio__folder_key(const emlio__folder_t *self, size_t i)
+{
+    return i < self->n ? (const void *)&self->files[i] : NULL;
+}
+
 const char *
 emlio__folder_errmsg(const emlio__folder_t *self)
 {
@@ -449,14 +455,14 @@ s_read_whole(int fd, size_t want, uint8_t **data)
 }
 
 int
-emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
-                   size_t *len)
+emlio__folder_open_record(const emlio__folder_t *self, size_t i,
+                          const void **key)
 {
-    *data = NULL;
-    *len = 0;
     if (i >= self->n)
         return EMLIO_ENOTFOUND;
     const emlio__folder_file_t *f = &self->files[i];
+    if (key)
+        *key = f;
     /* Beneath the root, regular, never blocking: a file replaced by a
      * symlink out of the root or by a FIFO since the listing is refused
      * as a changed file. */
@@ -470,12 +476,27 @@ emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
     /* The listing may come from a cache that trusted the file's directory
      * without a stat of the file: a file rewritten since (size or mtime)
      * is reported, not served as something the list did not see. */
-    int rc = (uint64_t)st.st_size != f->size ||
-                     emlio__folder_ns(st.st_mtim) != f->mtime_ns
-                 ? EMLIO_EFORMAT
-                 : s_read_whole(fd, (size_t)f->size, data);
+    if ((uint64_t)st.st_size != f->size ||
+        emlio__folder_ns(st.st_mtim) != f->mtime_ns) {
+        close(fd);
+        return EMLIO_EFORMAT;
+    }
+    return fd;
+}
+
+int
+emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
+                   size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = emlio__folder_open_record(self, i, NULL);
+    if (fd < 0)
+        return fd;
+    size_t size = (size_t)self->files[i].size;
+    int rc = s_read_whole(fd, size, data);
     close(fd);
     if (rc == 0)
-        *len = (size_t)f->size;
+        *len = size;
     return rc;
 }

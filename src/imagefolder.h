@@ -62,9 +62,18 @@ const char *emlio__folder_file(const emlio__folder_t *self, size_t i);
 uint64_t emlio__folder_file_size(const emlio__folder_t *self, size_t i);
 const char *emlio__folder_errmsg(const emlio__folder_t *self);
 
-/* Reads record i into a fresh buffer (*data, freed with emlio_free).
+/* Reads record i into a fresh buffer (*data, freed with emlio__iobuf_free).
  * Returns 0, EMLIO_ENOTFOUND (no record i), EMLIO_EFORMAT (the file's size
  * changed since the listing), -errno or EMLIO_ENOMEM. Thread-safe. */
+/* Opens file i for a read of its own (a staged one, ioengine.h), checked
+ * as emlio__folder_read checks it: returns the descriptor (the caller's
+ * to close; the file's size is emlio__folder_file_size), EMLIO_ENOTFOUND,
+ * EMLIO_EFORMAT (changed since the listing) or -errno. *key (if asked)
+ * names the file for as long as self lives. Thread-safe. */
+int emlio__folder_open_record(const emlio__folder_t *self, size_t i,
+                              const void **key);
+/* The key emlio__folder_open_record gives for file i (NULL: no file i). */
+const void *emlio__folder_key(const emlio__folder_t *self, size_t i);
 int emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
                        size_t *len);
 

@@ -7,6 +7,7 @@
  */
 #include "emlio_internal.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -472,17 +473,29 @@ s_choose_io(emlio_server_t *self)
     uint64_t limit = emlio__io_memory_limit(&bound);
     emlio__io_mode_t mode =
         emlio__io_choose((emlio__io_mode_t)asked, set->bytes, limit);
-    self->core->io_read = mode == EMLIO__IO_READ && set->mapped > 0;
+    /* Mapped shards (TFRecord, tar) and files read whole (ImageFolder)
+     * alike: the engine reads what it can stage. */
+    bool readable = false;
+    for (size_t i = 0; i < set->n && !readable; i++)
+        readable =
+            set->shards[i].ops->mapped || set->shards[i].ops->open_record;
+    self->core->io_read = mode == EMLIO__IO_READ && readable;
     int fd = -1;
     for (size_t i = 0; i < set->n; i++) {
         set->shards[i].read_io =
-            self->core->io_read && set->shards[i].ops->mapped;
+            self->core->io_read &&
+            (set->shards[i].ops->mapped || set->shards[i].ops->open_record);
         atomic_init(&set->shards[i].io_fd, -1);
         if (fd < 0 && set->shards[i].fd >= 0)
             fd = set->shards[i].fd;
     }
+    int dir = -1; /* no mapped shard open: the data directory's device */
+    if (fd < 0 && self->cfg.data_dir)
+        dir = fd = open(self->cfg.data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     self->core->io_depth =
         self->cfg.io_depth ? self->cfg.io_depth : emlio__io_device_depth(fd);
+    if (dir >= 0)
+        close(dir);
     uint64_t ahead = self->cfg.read_ahead_bytes ? self->cfg.read_ahead_bytes
                                                 : EMLIO_SERVER_READ_AHEAD_BYTES;
     uint32_t readers = self->cfg.workers ? self->cfg.workers : 1;
@@ -515,13 +528,18 @@ s_choose_io(emlio_server_t *self)
     /* Direct I/O is decided per descriptor; the first open shard's says
      * what the file system allows (and makes it ready). */
     unsigned align = 0;
-    for (size_t i = 0; i < set->n && !align; i++)
+    bool probed = false;
+    for (size_t i = 0; i < set->n && !probed; i++)
         if (set->shards[i].read_io && set->shards[i].fd >= 0) {
             align = emlio__shard_io_align(&set->shards[i]);
-            break;
+            probed = true;
         }
     char direct[96];
-    if (align)
+    if (!probed && !emlio__io_direct_refusal()) /* files read whole */
+        snprintf(direct, sizeof(direct),
+                 "past the page cache where the file system allows it "
+                 "(O_DIRECT, probed per class)");
+    else if (align)
         snprintf(direct, sizeof(direct),
                  "past the page cache (O_DIRECT, %u-byte blocks)", align);
     else

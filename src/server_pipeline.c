@@ -8,6 +8,8 @@
  */
 #include "emlio_internal.h"
 
+#include <fcntl.h>
+
 #include <zmq.h>
 
 #include "iobuf.h"
@@ -350,6 +352,40 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     }
 }
 
+/* A tree format's record (an ImageFolder file) as a staged read: its file
+ * opened here and closed by the engine, past the page cache when the
+ * shard's first file allowed it (probed once per shard). A file that will
+ * not open is left to the read, which reports it. */
+static bool
+s_stage_file(emlio__shard_t *shard, size_t record, emlio__io_req_t *r)
+{
+    const void *key;
+    size_t len;
+    int fd = shard->ops->open_record(shard, record, &key, &len);
+    if (fd < 0)
+        return false;
+    unsigned align;
+    if (atomic_load(&shard->io_fd) == 0) {
+        align = atomic_load(&shard->io_align);
+        int fl = fcntl(fd, F_GETFL);
+        if (align && (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) < 0))
+            align = 0;
+    } else {
+        align = emlio__io_direct(fd);
+        atomic_store(&shard->io_align, align);
+        atomic_store(&shard->io_fd, 0); /* probed: "0" = the shard's files */
+    }
+    if (!align)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    *r = (emlio__io_req_t){ .owner = key,
+                            .fd = fd,
+                            .offset = 0,
+                            .len = len,
+                            .align = align,
+                            .owns_fd = true };
+    return true;
+}
+
 /* --io read: the records of a job's request go to the device at once, in
  * request order (io_uring keeps them in flight), into buffers the
  * format's copying reads then take (ioengine.h). Each staged record's
@@ -373,8 +409,14 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
         if (item->shard >= self->core->set.n)
             continue;
         emlio__shard_t *shard = &self->core->set.shards[item->shard];
-        if (!shard->read_io || !shard->ops->extent ||
-            item->record >= SIZE_MAX || emlio__shard_acquire(shard) < 0)
+        if (!shard->read_io || item->record >= SIZE_MAX)
+            continue;
+        if (shard->ops->open_record) {
+            if (s_stage_file(shard, (size_t)item->record, &reqs[n]))
+                job->io_holds[n++] = NULL; /* a file of its own: no hold */
+            continue;
+        }
+        if (!shard->ops->extent || emlio__shard_acquire(shard) < 0)
             continue;
         emlio__io_req_t *r = &reqs[n];
         if (shard->fd >= 0 &&
@@ -402,7 +444,8 @@ s_unstage(emlio_server_t *self, emlio__job_t *job)
         return;
     emlio__ioengine_release(emlio__ioengine_thread(self->core->io_depth), job);
     for (size_t i = 0; i < job->n_io_holds; i++)
-        emlio__shard_release(job->io_holds[i]);
+        if (job->io_holds[i])
+            emlio__shard_release(job->io_holds[i]);
     emlio_free(job->io_holds);
     job->io_holds = NULL;
     job->n_io_holds = 0;

@@ -50,8 +50,9 @@ struct emlio__shard {
     bool read_io;
     /* read_io: the descriptor made ready for it (POSIX_FADV_RANDOM, and
      * O_DIRECT where the file system has it; -1 none yet: the cache
-     * resets it when it closes the shard), and the alignment its direct
-     * reads need (0: buffered). See emlio__shard_io_align. */
+     * resets it when it closes the shard; for a tree format's shard, 0
+     * once its files were probed), and the alignment its direct reads
+     * need (0: buffered). See emlio__shard_io_align. */
     atomic_int io_fd;
     atomic_uint io_align;
     bool released; /* changed: lease given back, mapping no longer read */

@@ -68,7 +68,8 @@ typedef struct emlio_server_config {
                                   as it arrives; default true */
     bool drop_behind;          /* madvise DONTNEED a batch's pages once sent
                                   (datasets larger than memory); default false */
-    const char *io;            /* how TFRecord and tar shards are read:
+    const char *io;            /* how records are read (TFRecord and tar
+                                  shards, ImageFolder files):
                                   "map" (zero-copy from the page cache),
                                   "read" (exact-size reads, io_uring where
                                   allowed, for datasets larger than memory)

@@ -546,6 +546,8 @@ s_forget(emlio__ioengine_t *eng, s_staged_t *s)
         s_finish(eng, s); /* never free what the kernel writes into */
     emlio__iobuf_free(s->buf);
     s->buf = NULL;
+    if (s->req.owns_fd && s->req.fd >= 0)
+        close(s->req.fd);
     s->state = S_GONE;
     eng->pending -= s->req.len;
 }
@@ -598,8 +600,12 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
         size_t cap = EMLIO_MAX(eng->n + n, eng->cap * 2);
         s_staged_t *grown =
             emlio_reallocarray(eng->staged, cap, sizeof(*grown));
-        if (!grown)
-            return 0; /* nothing staged: readers pread one by one */
+        if (!grown) { /* nothing staged: readers read one by one */
+            for (size_t i = 0; i < n; i++)
+                if (reqs[i].owns_fd && reqs[i].fd >= 0)
+                    close(reqs[i].fd);
+            return 0;
+        }
         eng->staged = grown;
         eng->cap = cap;
     }
@@ -620,6 +626,9 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
         bytes += reqs[queued].len;
         direct += reqs[queued].align != 0;
     }
+    for (size_t i = queued; i < n; i++) /* not staged: not ours to keep */
+        if (reqs[i].owns_fd && reqs[i].fd >= 0)
+            close(reqs[i].fd);
     eng->pending += bytes;
     atomic_fetch_add_explicit(&s_count.reads, queued, memory_order_relaxed);
     atomic_fetch_add_explicit(&s_count.bytes, bytes, memory_order_relaxed);
@@ -662,9 +671,9 @@ emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
     for (size_t k = 0; k < eng->n; k++) {
         size_t i = (eng->next_take + k) % eng->n;
         s_staged_t *s = &eng->staged[i];
-        if (s->state == S_GONE || s->req.owner != owner || s->req.fd != fd ||
-            offset < s->req.offset || len > s->req.len ||
-            offset - s->req.offset > s->req.len - len)
+        if (s->state == S_GONE || s->req.owner != owner ||
+            (fd >= 0 && s->req.fd != fd) || offset < s->req.offset ||
+            len > s->req.len || offset - s->req.offset > s->req.len - len)
             continue;
         s_finish(eng, s);
         s = &eng->staged[i];

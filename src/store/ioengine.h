@@ -67,6 +67,8 @@ typedef struct emlio__io_req {
     uint64_t offset;
     size_t len;
     unsigned align; /* 0: buffered, exact */
+    bool owns_fd;   /* the engine closes fd once the read is let go (a
+                       file opened for this one read: an ImageFolder's) */
 } emlio__io_req_t;
 
 /* Makes fd read past the page cache (O_DIRECT) if its file system lets
@@ -110,9 +112,9 @@ const char *emlio__ioengine_kind(const emlio__ioengine_t *eng);
  * memory). A read that fails keeps its error for emlio__ioengine_take. */
 size_t emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
                              const emlio__io_req_t *reqs, size_t n);
-/* The staged buffer of exactly (owner, fd, offset, len), waiting for its
- * read if it is still with the device, handed to the caller (free it with
- * emlio__iobuf_free), *data at offset's byte inside it (not at its start
+/* The staged buffer of exactly (owner, fd, offset, len) (fd -1: any), waiting
+ * for its read if it is still with the device, handed to the caller (free it
+ * with emlio__iobuf_free), *data at offset's byte inside it (not at its start
  * for an aligned read); or a copy of that range out of a staged read that
  * holds it (a tar member of a staged sample; the read stays staged for
  * the rest): 1 with *buf set, 0 when nothing staged holds it (or

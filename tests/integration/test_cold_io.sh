@@ -3,7 +3,7 @@
 # reads through io_uring and, with EMLIO_IO_URING=0, through the pread
 # fallback, past the page cache (O_DIRECT where the file system has it)
 # and, with EMLIO_IO_DIRECT=0, through it; each delivers what the mapping
-# delivers, verified, for TFRecord and tar, and reads ahead for queued
+# delivers, verified, for TFRecord, tar and ImageFolder, and reads ahead for queued
 # requests; a bad mode, a memory limit below the engine's minimum and a
 # shard cut short under the daemon are errors.
 set -u
@@ -20,7 +20,7 @@ fetch_ids() {
         --ids "$T/$1.ids" --quiet >"$T/$1.out" 2>"$T/$1.err"
 }
 
-for fmt in shards tar; do
+for fmt in shards tar img; do
     start_daemon "map_$fmt" "$T/$fmt" --io map || fail "$fmt: map daemon starts"
     fetch_ids "map_$fmt"
     check "$fmt: --io map fetch verifies" test "$(json_field "$T/map_$fmt.out" verified)" = True
@@ -31,7 +31,7 @@ for fmt in shards tar; do
         [ $engine = buffered ] && no_direct=0
         EMLIO_IO_URING=$no_uring EMLIO_IO_DIRECT=$no_direct \
             start_daemon "$name" "$T/$fmt" --io read --log-level info \
-            --read-ahead-bytes 1M
+            --read-ahead-bytes 1M --metrics 127.0.0.1:0
         check "$name: daemon starts" test -n "$EP"
         if [ $engine = pread ]; then
             check "$name: the log says reads go through pread, and why" \
@@ -45,17 +45,22 @@ for fmt in shards tar; do
         if [ $engine = buffered ]; then
             check "$name: the log says reads use the page cache, and why" \
                 grep -q "through the page cache (disabled by EMLIO_IO_DIRECT=0)" "$T/$name.err"
-        elif grep -q "past the page cache (O_DIRECT" "$T/$name.err"; then
+        elif grep -q "past the page cache" "$T/$name.err"; then
             ok "$name: the log names O_DIRECT"
         else
             skip "$name: no direct I/O on $T's file system ($(grep -o 'io: read.*' "$T/$name.err"))"
         fi
+        murl=$(sed -n 's/^emliod: metrics on //p' "$T/$name.out")
         fetch_ids "$name"
         check "$name: fetch verifies" test "$(json_field "$T/$name.out" verified)" = True
         sort "$T/map_$fmt.ids" >"$T/map_$fmt.sorted"
         sort "$T/$name.ids" >"$T/$name.sorted"
         check "$name: the same samples per epoch as --io map" \
             cmp -s "$T/map_$fmt.sorted" "$T/$name.sorted"
+        curl -s "$murl" >"$T/$name.prom"
+        ahead=$(awk '/^emlio_server_io_ahead_bytes_total /{print $2}' "$T/$name.prom")
+        check "$name: requests queued behind were read ahead ($ahead bytes)" \
+            test "${ahead:-0}" -gt 0
         kill "$DPID"
         wait "$DPID" 2>/dev/null
     done
