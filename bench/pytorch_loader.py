@@ -80,10 +80,12 @@ class FileBytes(Dataset):
 
 
 class Repeat(Sampler):
-    """Random permutation per epoch, `total` indices in all."""
+    """Random permutation per epoch, `total` indices in all; with world > 1,
+    this rank's strided share of each permutation (as DistributedSampler)."""
 
-    def __init__(self, n, total, seed):
+    def __init__(self, n, total, seed, rank=0, world=1):
         self.n, self.total, self.seed = n, total, seed
+        self.rank, self.world = rank, world
 
     def __len__(self):
         return self.total
@@ -93,10 +95,10 @@ class Repeat(Sampler):
         g.manual_seed(self.seed)
         left, epoch = self.total, 0
         while left > 0:
-            perm = torch.randperm(self.n, generator=g).tolist()
+            perm = torch.randperm(self.n, generator=g).tolist()[self.rank::self.world]
             for i in perm[:left]:
                 yield i
-            left -= min(left, self.n)
+            left -= min(left, len(perm))
             epoch += 1
 
 
@@ -129,6 +131,11 @@ def main():
     ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--collate", choices=["tensor", "bytes"], default="tensor")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compute-s", type=float, default=0.0,
+                    help="hold each batch S seconds, as an accelerator would; reports "
+                    "accelerator utilisation (compute / wall), as MLPerf Storage does")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world", type=int, default=1)
     a = ap.parse_args()
 
     rel = list_files(a.root)
@@ -137,12 +144,13 @@ def main():
     ds = FileBytes(rel, a.mode, a.root, a.host, a.port)
     # Enough indices that the loader never runs dry before --max-seconds.
     total = max(a.max_samples, a.batch)
-    dl = DataLoader(ds, batch_size=a.batch, sampler=Repeat(len(rel), total, a.seed),
+    dl = DataLoader(ds, batch_size=a.batch, sampler=Repeat(len(rel), total, a.seed, a.rank, a.world),
                     num_workers=a.workers,
                     collate_fn=collate_tensor if a.collate == "tensor" else collate_bytes)
     t0 = time.monotonic()
     stamps = []  # (time, samples, bytes) per batch
     samples = nbytes = 0
+    computed = 0.0
     it = iter(dl)
     for batch in it:
         if a.collate == "tensor":
@@ -151,6 +159,10 @@ def main():
             n, b = len(batch), sum(len(x) for x in batch)
         samples += n
         nbytes += b
+        if a.compute_s > 0:  # the accelerator works on the batch
+            c0 = time.monotonic()
+            time.sleep(a.compute_s)
+            computed += time.monotonic() - c0
         now = time.monotonic()
         stamps.append((now, n, b))
         # --max-seconds counts from the first batch: 128 workers take seconds to
@@ -178,6 +190,8 @@ def main():
         "steady_samples": ss, "steady_bytes": sb, "steady_seconds": round(sdt, 6),
         "samples_per_s": round(ss / sdt, 1) if sdt > 0 else 0.0,
         "mb_per_s": round(sb / sdt / 1e6, 2) if sdt > 0 else 0.0,
+        "compute_s": round(computed, 6),
+        "au": round(computed / (t_end - t0), 4) if t_end > t0 else 0.0,
     }
     print(json.dumps(out), flush=True)
 

@@ -88,8 +88,10 @@ typedef struct emlio__cdaemon {
                            parts wait a round trip for them to join
                            (client_budget.c) */
     char dataset[64];
-    uint32_t *local_id; /* global shard -> this daemon's shard id, or
-                           UINT32_MAX when it does not hold the shard */
+    int disk;            /* the last BATCH's "disk" share (percent) */
+    uint64_t disk_at_ns; /* when it came */
+    uint32_t *local_id;  /* global shard -> this daemon's shard id, or
+                            UINT32_MAX when it does not hold the shard */
     uint64_t max_batch;
     uint64_t max_credit;
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =

@@ -176,6 +176,11 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
         .srtt_ns = self->conn.srtt_ns,
         .host_idle = -1,
     };
+    /* A daemon's word for its disk holds for a second: one that stopped
+     * sending BATCHes (idle, or done) says nothing of now. */
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        if (now - self->conn.daemons[d].disk_at_ns < 1000000000ull)
+            in.disk = EMLIO_MAX(in.disk, self->conn.daemons[d].disk);
     uint64_t idle, total;
     if (emlio__netpath_cpu_times(&idle, &total) == 0) {
         if (self->conn.cpu_total && total > self->conn.cpu_total)

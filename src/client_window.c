@@ -763,6 +763,10 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
                                "daemon '%s' failed a request: %.*s",
                                daemon->endpoint, (int)msg.text_len, msg.text);
         } else if (part) {
+            if (msg.has_disk) {
+                daemon->disk = msg.disk;
+                daemon->disk_at_ns = emlio__now_ns();
+            }
             rc = s_file_part(self, d, stream, b, part, &msg, &header);
         } /* else stale, duplicate or unsolicited: ignore */
     }

@@ -76,6 +76,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     atomic_init(&self->core->refs, 1);
     atomic_init(&self->core->batches_in_flight, 0);
     emlio__srv_pack_pool_init(&self->core->pack_pool);
+    pthread_mutex_init(&self->core->disk_lock, NULL);
     self->core->drop_behind = cfg->drop_behind;
     self->own.data_dir = s_dup_or(cfg->data_dir, "");
     self->own.bytes_key = s_dup_or(cfg->bytes_key, "image/encoded");
@@ -190,6 +191,7 @@ emlio__srv_core_unref(emlio__srv_core_t **core_p)
         return;
     emlio__shardset_release(&core->set);
     emlio__srv_pack_pool_release(&core->pack_pool);
+    pthread_mutex_destroy(&core->disk_lock);
     emlio_free(core);
 }
 
@@ -500,6 +502,7 @@ s_choose_io(emlio_server_t *self)
                                                 : EMLIO_SERVER_READ_AHEAD_BYTES;
     uint32_t readers = self->cfg.workers ? self->cfg.workers : 1;
     self->core->read_ahead = ahead / readers;
+    self->core->readers = readers;
     char why[160];
     snprintf(why, sizeof(why),
              "%s; dataset %" PRIu64 " MiB, %s %" PRIu64 " MiB",
@@ -1049,6 +1052,7 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->io_errors = io.errors;
     out->io_ahead_bytes = io.ahead;
     out->io_direct_reads = io.direct;
+    out->io_wait_ns = io.wait_ns;
     out->io_read = self->core->io_read;
 }
 

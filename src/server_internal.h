@@ -172,6 +172,12 @@ typedef struct emlio__srv_core {
     bool io_read;
     unsigned io_depth;
     uint64_t read_ahead; /* bytes each reader may hold staged ahead */
+    uint32_t readers;
+    /* The readers' recent share of time waiting for the device
+     * (emlio__srv_disk_share), sampled at most every 250 ms. */
+    pthread_mutex_t disk_lock;
+    uint64_t disk_at_ns, disk_wait_ns;
+    int disk_pct;
     emlio__shardset_t set;
     /* Sent batches whose frames ZeroMQ still holds. */
     atomic_uint_fast64_t batches_in_flight;
@@ -397,6 +403,11 @@ void emlio__srv_copy_release(emlio__copy_charge_t *charge);
 /* Packed frames' buffers: init/release with the core; get returns a buffer
  * of at least want (<= EMLIO__SRV_PACK_CAP) bytes, its size in *size, or
  * NULL; put takes one back (any thread). */
+/* The share of the readers' time spent waiting for the device over the
+ * last quarter second or so, in percent, for BATCH's "disk" (the client's
+ * `limit: disk`); EMLIO_WIRE_NO_DISK when records are not read (--io
+ * map: the page cache's misses are not the readers' to time). */
+int emlio__srv_disk_share(emlio__srv_core_t *core);
 void emlio__srv_pack_pool_init(emlio__pack_pool_t *pool);
 void emlio__srv_pack_pool_release(emlio__pack_pool_t *pool);
 uint8_t *emlio__srv_pack_get(emlio__pack_pool_t *pool, size_t want,

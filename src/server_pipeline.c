@@ -352,6 +352,28 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     }
 }
 
+int
+emlio__srv_disk_share(emlio__srv_core_t *core)
+{
+    if (!core->io_read)
+        return EMLIO_WIRE_NO_DISK;
+    uint64_t now = emlio__now_ns();
+    pthread_mutex_lock(&core->disk_lock);
+    if (now - core->disk_at_ns >= 250000000ull) {
+        emlio__io_counters_t io;
+        emlio__io_counters(&io);
+        uint64_t dt = (now - core->disk_at_ns) * EMLIO_MAX(core->readers, 1);
+        uint64_t dw = io.wait_ns - core->disk_wait_ns;
+        core->disk_pct =
+            core->disk_at_ns && dt ? (int)EMLIO_MIN(100, dw * 100 / dt) : 0;
+        core->disk_at_ns = now;
+        core->disk_wait_ns = io.wait_ns;
+    }
+    int pct = core->disk_pct;
+    pthread_mutex_unlock(&core->disk_lock);
+    return pct;
+}
+
 /* A tree format's record (an ImageFolder file) as a staged read: its file
  * opened here and closed by the engine, past the page cache when the
  * shard's first file allowed it (probed once per shard). A file that will
@@ -515,7 +537,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
 /* The BATCH header of a job's views: the quadruples, and for a packed job
  * (protocol v4) the offset table. Returns 0 or EMLIO_ENOMEM. */
 static int
-s_batch_header(emlio__job_t *job, size_t nf, emlio_buf_t *buf)
+s_batch_header(emlio__job_t *job, size_t nf, int disk, emlio_buf_t *buf)
 {
     size_t n = job->n_views;
     emlio__wire_sample_t *samples = emlio_calloc(n ? n : 1, sizeof(*samples));
@@ -534,10 +556,11 @@ s_batch_header(emlio__job_t *job, size_t nf, emlio_buf_t *buf)
                                      : EMLIO_WIRE_PACK_OWN;
             spans[i].len = v->len;
         }
+
         rc = job->packed
                  ? emlio__wire_encode_batch_packed(buf, job->msg.id, samples, n,
-                                                   spans, nf)
-                 : emlio__wire_encode_batch(buf, job->msg.id, samples, n);
+                                                   spans, nf, disk)
+                 : emlio__wire_encode_batch(buf, job->msg.id, samples, n, disk);
     }
     emlio_free(spans);
     emlio_free(samples);
@@ -610,8 +633,9 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
      * and every view's hold moves into a frame exactly once. */
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
-    if (job->code == 0 && (s_batch_header(job, nf, &buf) < 0 ||
-                           emlio__srv_header_msg(&header, &buf) < 0)) {
+    if (job->code == 0 &&
+        (s_batch_header(job, nf, emlio__srv_disk_share(self->core), &buf) < 0 ||
+         emlio__srv_header_msg(&header, &buf) < 0)) {
         job->code = EMLIO_ENOMEM;
         snprintf(job->text, sizeof(job->text), "out of memory");
     }

@@ -157,8 +157,9 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
                                    (uint64_t)atomic_load(&job->xf_job.cpu_ns) };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header, frame;
-    if (emlio__wire_encode_batch_tensor(&buf, job->msg.id, job->xf_wire, n,
-                                        &shape) < 0 ||
+    if (emlio__wire_encode_batch_tensor(
+            &buf, job->msg.id, job->xf_wire, n, &shape,
+            emlio__srv_disk_share(self->core)) < 0 ||
         emlio__srv_header_msg(&header, &buf) < 0) {
         emlio_buf_release(&buf);
         job->code = EMLIO_ENOMEM;

@@ -17,6 +17,8 @@ emlio_limit_name(int limit)
         return "daemon";
     case EMLIO_LIMIT_CPU:
         return "cpu";
+    case EMLIO_LIMIT_DISK:
+        return "disk";
     default:
         return "unknown";
     }
@@ -96,6 +98,9 @@ emlio__tuner_step(emlio__tuner_t *t, const emlio__tuner_input_t *in)
         t->limit = EMLIO_LIMIT_CPU;
     else if (window_bound)
         t->limit = EMLIO_LIMIT_WINDOW;
+    else if (in->disk >= EMLIO_TUNER_DISK_SHARE)
+        t->limit = EMLIO_LIMIT_DISK; /* before the path: on loopback a
+                                        starved reader delays ACKs too */
     else if (in->rtt_ns && 2 * in->srtt_ns > 3 * in->rtt_ns + 10000000ull)
         t->limit = EMLIO_LIMIT_NETWORK;
     else

@@ -35,6 +35,9 @@
 #define EMLIO_TUNER_MIN_WAIT     0.05 /* consumer blocked share of a tick */
 #define EMLIO_TUNER_MIN_GAIN     0.10 /* rate growth that justifies a step */
 #define EMLIO_TUNER_MIN_TICK_NS  200000000ull
+#define EMLIO_TUNER_DISK_SHARE              \
+    50 /* % of a daemon's reader time spent \
+          waiting for its device */
 #define EMLIO_TUNER_CPU_IDLE                \
     0.10 /* host idle share below which the \
             CPUs count as the limit */
@@ -75,6 +78,9 @@ typedef struct emlio__tuner_input {
     uint64_t srtt_ns; /* its smoothed RTT now */
     double host_idle; /* share of this host's CPU time idle over the tick,
                          0..1; < 0 = unknown */
+    int disk;         /* the highest "disk" a daemon's recent BATCHes
+                         said: % of its readers' time waiting for its
+                         device (0: none said) */
 } emlio__tuner_input_t;
 
 /* Returns the number of streams wanted (>= in->streams) once a tick has

@@ -251,28 +251,42 @@ s_pack_samples(msgpack_packer *pk, const emlio__wire_sample_t *samples,
     return failed;
 }
 
+/* The optional "disk" key of a BATCH (0..100), unless left out. */
+static int
+s_pack_disk(msgpack_packer *pk, int disk)
+{
+    if (disk < 0)
+        return 0;
+    int failed = s_pack_key(pk, "disk");
+    return failed | msgpack_pack_uint8(pk, (uint8_t)EMLIO_MIN(disk, 100));
+}
+
 int
 emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
-                         const emlio__wire_sample_t *samples, size_t n)
+                         const emlio__wire_sample_t *samples, size_t n,
+                         int disk)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 3, EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 3 + (disk >= 0), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_samples(&pk, samples, n);
+    failed |= s_pack_disk(&pk, disk);
     return s_finish(failed);
 }
 
 int
 emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
                                 const emlio__wire_sample_t *samples, size_t n,
-                                const emlio__wire_span_t *spans, size_t n_spans)
+                                const emlio__wire_span_t *spans, size_t n_spans,
+                                int disk)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 4, EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 4 + (disk >= 0), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_samples(&pk, samples, n);
+    failed |= s_pack_disk(&pk, disk);
     /* Flat [offset, length] pairs; offset -1: the span's own frame. */
     failed |= s_pack_key(&pk, "pack");
     failed |= msgpack_pack_array(&pk, 2 * n_spans);
@@ -289,12 +303,13 @@ emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
 int
 emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
                                 const emlio__wire_sample_t *samples, size_t n,
-                                const emlio__wire_tensor_t *t)
+                                const emlio__wire_tensor_t *t, int disk)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 5, EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 5 + (disk >= 0), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
+    failed |= s_pack_disk(&pk, disk);
     failed |= s_pack_key(&pk, "shape");
     failed |= msgpack_pack_array(&pk, 4);
     failed |= msgpack_pack_uint64(&pk, n);
@@ -895,6 +910,14 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
     }
     if (s_key_is(key, klen, "joined"))
         return s_read_bool(r, &msg->joined);
+    if (s_key_is(key, klen, "disk")) {
+        uint64_t u;
+        if (!s_read_uint(r, &u))
+            return false;
+        msg->disk = (int)EMLIO_MIN(u, 100);
+        msg->has_disk = true;
+        return true;
+    }
     if (s_key_is(key, klen, "unchecked"))
         return s_read_bool(r, &msg->unchecked);
     if (s_key_is(key, klen, "pipelined"))

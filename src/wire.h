@@ -139,6 +139,8 @@ typedef struct emlio__wire_msg {
     uint64_t xf_seed;  /* GET: the RNG seed of the transform */
     uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
     bool unchecked;    /* GET: the client does not check sample CRCs */
+    bool has_disk;     /* BATCH: "disk" was sent */
+    int disk;          /* BATCH: the daemon's device-wait share, percent */
     bool pipelined;    /* GET: the client has other GETs in flight on this
                           connection (their replies may share segments) */
     bool has_shape;    /* BATCH: a tensor batch (one frame) */
@@ -243,14 +245,19 @@ int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
                                   const emlio__wire_xf_caps_t *caps);
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                            const emlio__wire_item_t *items, size_t n);
+/* BATCH. disk: the share of the daemon's reader time spent waiting for
+ * its device lately, in percent ("disk", docs/protocol.md 5.4), or
+ * EMLIO_WIRE_NO_DISK to leave it out (a daemon that does not read). */
+#define EMLIO_WIRE_NO_DISK (-1)
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
-                             const emlio__wire_sample_t *samples, size_t n);
+                             const emlio__wire_sample_t *samples, size_t n,
+                             int disk);
 /* BATCH at v4: with the offset table spans[0, n_spans) ("pack"), one span
  * per sample frame, in frame order (sample-major, field-minor). */
 int emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
                                     const emlio__wire_sample_t *samples,
                                     size_t n, const emlio__wire_span_t *spans,
-                                    size_t n_spans);
+                                    size_t n_spans, int disk);
 /* Checks a packed BATCH's offset table from the network against what the
  * receiver expects: want spans (samples x fields), and a packed frame of
  * packed_len bytes (has_packed: it came). Spans in the packed frame must lie
@@ -270,7 +277,8 @@ int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
  * height x width x channels slice) and the shape of the one tensor frame. */
 int emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
                                     const emlio__wire_sample_t *samples,
-                                    size_t n, const emlio__wire_tensor_t *t);
+                                    size_t n, const emlio__wire_tensor_t *t,
+                                    int disk);
 int emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
                              const char *text);
 

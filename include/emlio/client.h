@@ -320,15 +320,22 @@ enum emlio_limit {
                                  help (docs/tuning.md) */
     EMLIO_LIMIT_NETWORK = 3,  /* the path: queues build up (RTT above its
                                  floor) */
-    EMLIO_LIMIT_DAEMON = 4,   /* the daemons (their CPU or disk) */
+    EMLIO_LIMIT_DAEMON = 4,   /* the daemons (their CPU, or a disk they do
+                                 not time: --io map) */
     EMLIO_LIMIT_CPU = 5       /* this host's CPUs: all busy (under 10%
                                  idle), so receiving is starved; named
                                  before the windows unless the streams
                                  run full (3/4 of window / RTT), and no
                                  stream is opened then */
+    ,
+    EMLIO_LIMIT_DISK = 6 /* a daemon's device: its readers spend half
+                            their time or more waiting for reads (BATCH
+                            "disk", --io read); a faster disk, more disks
+                            or a windowed shuffle help, not streams */
 };
 
-/* "consumer", "window", "network", "daemon", "cpu" or "unknown". */
+/* "consumer", "window", "network", "daemon", "cpu", "disk" or
+ * "unknown". */
 EMLIO_EXPORT const char *emlio_limit_name(int limit);
 
 /* Where the transforms ran, and why (a transform configured). */

@@ -307,6 +307,8 @@ typedef struct emlio_server_stats {
     uint64_t io_ahead_bytes;  /* of io_read_bytes, read ahead for
                                  requests queued behind the one served */
     uint64_t io_direct_reads; /* of io_reads, past the page cache */
+    uint64_t io_wait_ns;      /* reader time spent waiting for the device
+                                 (what BATCH's "disk" share is made of) */
     bool io_read;             /* the io mode in force is "read" */
 } emlio_server_stats_t;
 

@@ -68,8 +68,16 @@ struct emlio__ioengine {
 };
 
 static struct {
-    atomic_uint_fast64_t reads, bytes, taken, errors, ahead, direct;
+    atomic_uint_fast64_t reads, bytes, taken, errors, ahead, direct, wait_ns;
 } s_count;
+
+/* Counts time a reader spent waiting for the device since t0. */
+static void
+s_waited(uint64_t t0)
+{
+    atomic_fetch_add_explicit(&s_count.wait_ns, emlio__now_ns() - t0,
+                              memory_order_relaxed);
+}
 
 int
 emlio__io_mode_parse(const char *text)
@@ -265,7 +273,9 @@ emlio__io_read(int fd, uint64_t offset, size_t len, unsigned align,
     uint8_t *b = s_span_buf(&sp, align);
     if (!b)
         return EMLIO_ENOMEM;
+    uint64_t t0 = emlio__now_ns();
     int rc = len ? s_pread_span(fd, &sp, align, b, 0) : 0;
+    s_waited(t0);
     if (rc < 0) {
         emlio__iobuf_free(b);
         return rc;
@@ -415,7 +425,9 @@ emlio__ioengine_kind(const emlio__ioengine_t *eng)
 static void
 s_pread_entry(s_staged_t *s)
 {
+    uint64_t t0 = emlio__now_ns();
     s->rc = s_pread_span(s->req.fd, &s->sp, s->req.align, s->buf, s->got);
+    s_waited(t0);
     if (s->rc == 0)
         s->got = s->sp.need;
     else
@@ -490,9 +502,11 @@ s_reap(emlio__ioengine_t *eng)
 {
     struct io_uring_cqe *cqe;
     int rc;
+    uint64_t t0 = emlio__now_ns();
     do
         rc = io_uring_wait_cqe(&eng->ring, &cqe);
     while (rc == -EINTR);
+    s_waited(t0);
     if (rc < 0) {
         eng->broken = true;
         return;
@@ -702,6 +716,7 @@ emlio__io_counters(emlio__io_counters_t *out)
     out->errors = atomic_load_explicit(&s_count.errors, memory_order_relaxed);
     out->ahead = atomic_load_explicit(&s_count.ahead, memory_order_relaxed);
     out->direct = atomic_load_explicit(&s_count.direct, memory_order_relaxed);
+    out->wait_ns = atomic_load_explicit(&s_count.wait_ns, memory_order_relaxed);
 }
 
 uint64_t

@@ -138,13 +138,15 @@ int emlio__io_pread_full(int fd, uint64_t offset, size_t len, uint8_t *buf);
 
 /* Counters of every engine in the process since start (relaxed atomics). */
 typedef struct emlio__io_counters {
-    uint64_t reads;  /* requests staged */
-    uint64_t bytes;  /* bytes they asked for */
-    uint64_t taken;  /* staged buffers handed to readers */
-    uint64_t errors; /* reads that failed or came short */
-    uint64_t ahead;  /* bytes staged while earlier reads were pending:
-                        read ahead of the request being served */
-    uint64_t direct; /* requests read past the page cache (O_DIRECT) */
+    uint64_t reads;   /* requests staged */
+    uint64_t bytes;   /* bytes they asked for */
+    uint64_t taken;   /* staged buffers handed to readers */
+    uint64_t errors;  /* reads that failed or came short */
+    uint64_t ahead;   /* bytes staged while earlier reads were pending:
+                         read ahead of the request being served */
+    uint64_t direct;  /* requests read past the page cache (O_DIRECT) */
+    uint64_t wait_ns; /* time readers spent waiting for the device: for a
+                         staged read still in flight, or a read now */
 } emlio__io_counters_t;
 
 void emlio__io_counters(emlio__io_counters_t *out);

@@ -305,6 +305,42 @@ test_netpath_local_endpoint(void **state)
     assert_true(emlio__netpath_local_endpoint("tcp://[::ffff:127.0.0.1]:5555"));
 }
 
+/* A daemon that says its readers wait for its device half the time or
+ * more is the disk's limit, not the daemon's or the path's (a loopback
+ * path whose ACKs a starved reader delays looks queued); below half it
+ * is the daemon's again, and it never opens streams. */
+static void
+test_tuner_names_the_disk(void **state)
+{
+    (void)state;
+    emlio__tuner_t t;
+    emlio__tuner_input_t in = {
+        .now_ns = 1000 * MS,
+        .bytes = 1000 * MIB,
+        .wait_ns = 500 * MS,
+        .streams = 2,
+        .daemons = 1,
+        .window = 4 * MIB,
+        .queued = 8 * MIB,
+        .rtt_ns = MS / 20,
+        .srtt_ns = 30 * MS, /* "queued": what a busy loopback looks like */
+        .host_idle = 0.5,
+        .disk = 80,
+    };
+    emlio__tuner_init(&t, 2, 64, false, 0);
+    assert_int_equal(emlio__tuner_step(&t, &in), 2);
+    assert_int_equal(t.limit, EMLIO_LIMIT_DISK);
+    assert_string_equal(emlio_limit_name(t.limit), "disk");
+    in.disk = EMLIO_TUNER_DISK_SHARE - 1;
+    emlio__tuner_init(&t, 2, 64, false, 0);
+    assert_int_equal(emlio__tuner_step(&t, &in), 2);
+    assert_int_equal(t.limit, EMLIO_LIMIT_NETWORK);
+    in.srtt_ns = MS / 20;
+    emlio__tuner_init(&t, 2, 64, false, 0);
+    emlio__tuner_step(&t, &in);
+    assert_int_equal(t.limit, EMLIO_LIMIT_DAEMON);
+}
+
 int
 main(void)
 {
@@ -312,6 +348,7 @@ main(void)
         cmocka_unit_test(test_tuner_grows_on_a_window_limited_path),
         cmocka_unit_test(test_tuner_busy_cpus_open_streams_only_while_full),
         cmocka_unit_test(test_tuner_counts_every_daemons_streams),
+        cmocka_unit_test(test_tuner_names_the_disk),
         cmocka_unit_test(test_tuner_grows_further_at_100ms),
         cmocka_unit_test(test_tuner_stays_few_on_a_fast_path),
         cmocka_unit_test(test_tuner_leaves_a_slow_consumer_alone),

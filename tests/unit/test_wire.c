@@ -36,7 +36,9 @@ test_wire_batch_round_trip(void **state)
     emlio__wire_sample_t s[2] = { { 1, 2, -1, 0xdeadbeef },
                                   { 3, 4, 1000000, 7 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_batch(&buf, 1ull << 50, s, 2), 0);
+    assert_int_equal(
+        emlio__wire_encode_batch(&buf, 1ull << 50, s, 2, EMLIO_WIRE_NO_DISK),
+        0);
     emlio__wire_msg_t msg;
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_BATCH);
@@ -46,6 +48,7 @@ test_wire_batch_round_trip(void **state)
     assert_int_equal(msg.samples[0].crc, 0xdeadbeef);
     assert_int_equal(msg.samples[1].label, 1000000);
     assert_int_equal(msg.samples[1].record, 4);
+    assert_false(msg.has_disk); /* left out: a daemon that does not read */
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -190,7 +193,8 @@ test_wire_packed_batch_round_trip(void **state)
                                     { EMLIO_WIRE_PACK_OWN, 1u << 20 },
                                     { 104, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 77, s, 3, spans, 3),
+    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 77, s, 3, spans, 3,
+                                                     EMLIO_WIRE_NO_DISK),
                      0);
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
@@ -214,17 +218,21 @@ test_wire_packed_batch_round_trip(void **state)
     assert_int_equal(emlio__wire_pack_check(own, 2, 2, false, 0, err), 2);
     /* An empty batch has an empty table, and says so. */
     assert_int_equal(
-        emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0), 0);
+        emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0, 7), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.packed);
+    assert_true(msg.has_disk);
+    assert_int_equal(msg.disk, 7);
     assert_int_equal(msg.n_spans, 0);
     assert_int_equal(emlio__wire_pack_check(msg.spans, 0, 0, false, 0, err), 0);
     emlio__wire_msg_release(&msg);
     /* A plain BATCH is not packed. */
-    assert_int_equal(emlio__wire_encode_batch(&buf, 79, s, 1), 0);
+    assert_int_equal(emlio__wire_encode_batch(&buf, 79, s, 1, 250), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.packed);
     assert_null(msg.spans);
+    assert_true(msg.has_disk); /* a share above 100% is sent as 100 */
+    assert_int_equal(msg.disk, 100);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -299,7 +307,9 @@ test_wire_bad_pack_tables_rejected(void **state)
     emlio__wire_sample_t s[1] = { { 0, 0, 0, 0 } };
     emlio__wire_tensor_t t = { 2, 2, 3, 0 };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t), 0);
+    assert_int_equal(
+        emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t, EMLIO_WIRE_NO_DISK),
+        0);
     /* Append "pack": [] to the tensor BATCH's map (fixmap count + 1). */
     assert_true((buf.data[0] & 0xf0) == 0x80 && (buf.data[0] & 0x0f) < 15);
     buf.data[0]++;
@@ -309,7 +319,8 @@ test_wire_bad_pack_tables_rejected(void **state)
                      EMLIO_EPROTO);
     assert_non_null(strstr(err, "tensor batch cannot be packed"));
     emlio__wire_span_t spans[5] = { { 0, 0 } };
-    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 6, s, 1, spans, 5),
+    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 6, s, 1, spans, 5,
+                                                     EMLIO_WIRE_NO_DISK),
                      0);
     /* max_items 1: at most EMLIO_WIRE_MAX_FIELDS spans, so 5 still fit. */
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 1, err) > 0);
@@ -410,7 +421,7 @@ test_wire_v3_transform_round_trip(void **state)
 
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
     emlio__wire_tensor_t t = { 224, 200, 3, 123456 };
-    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 2, &t), 0);
+    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 2, &t, 42), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.has_shape);
     assert_int_equal(msg.shape[0], 2);
@@ -422,7 +433,9 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_release(&msg);
 
     /* A shape that disagrees with the samples is refused. */
-    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t), 0);
+    assert_int_equal(
+        emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t, EMLIO_WIRE_NO_DISK),
+        0);
     {
         /* shape[0] is the first element after "shape" + fixarray(4). */
         uint8_t *p = memmem(buf.data, buf.len, "shape", 5);

@@ -973,6 +973,12 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
                           "Exact-size reads past the page cache (O_DIRECT)",
                           s.st.io_direct_reads);
     if (rc == 0)
+        rc =
+            s_family_f64(out, "emlio_server_io_wait_seconds_total", "counter",
+                         "Reader time spent waiting for the device (--io "
+                         "read); its rate over readers is the disk-bound share",
+                         (double)s.st.io_wait_ns / 1e9);
+    if (rc == 0)
         rc = s_family_u64(out, "emlio_server_io_read_mode", "gauge",
                           "1 when records are read with exact-size reads "
                           "(--io read or auto for a dataset larger than "

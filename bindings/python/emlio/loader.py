@@ -978,7 +978,8 @@ class Loader:
         skipped, and the network path: rtt_ms, mb_per_s, streams, window
         (bytes one stream may have in flight), io_threads (ZeroMQ I/O
         threads the streams use) and limit (what limits the rate:
-        "consumer", "window", "network", "daemon", "cpu" or "unknown")."""
+        "consumer", "window", "network", "daemon", "cpu", "disk" or
+        "unknown")."""
         self._require_open()
         st = _lib.ClientStats()
         _C.emlio_client_stats(self._client, ctypes.byref(st))
