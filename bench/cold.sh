@@ -34,7 +34,9 @@
 #           400, 0.224 s of compute per batch, one rank each) fed at once;
 #           the most that all stay at accelerator utilisation >= 90%, for
 #           emlio and for the DataLoader
-# SECTIONS="fio warm loop dl sweep wan au" picks (default all); CELL_S caps
+# APPEND=1 adds to $OUT rather than starting it.
+# SECTIONS="fio warm loop dl sweep wan au fio" picks (the default: all,
+# fio again at the end, since this VM's disk varies); CELL_S caps
 # a cell's seconds (60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,7 +74,7 @@ MEM=${3:-512M}
 B=${B:-build}
 EMLIOD=$B/bin/emliod EMLIO=$B/bin/emlio
 CELL_S=${CELL_S:-60}
-SECTIONS=${SECTIONS:-fio warm loop dl sweep wan au}
+SECTIONS=${SECTIONS:-fio warm loop dl sweep wan au fio}
 OUT=${OUT:-docs/cold.csv}
 CG=/sys/fs/cgroup/memory/emlio_cold
 [ -d /sys/fs/cgroup/memory ] || { echo "bench/cold.sh: needs the v1 memory controller at /sys/fs/cgroup/memory" >&2; exit 1; }
@@ -86,6 +88,7 @@ DEV=$(lsblk -no PKNAME "$SRC" 2>/dev/null || true)
 DATA_B=$(du -sb "$DIR/tfr" | cut -f1)
 NIMG=$(find "$DIR/img" -name '*.jpg' | wc -l)
 MEAN=$(( $(du -sb "$DIR/img" | cut -f1) / NIMG ))
+BS=$(( (MEAN + 4095) / 4096 * 4096 )) # direct reads want whole blocks
 T=$(mktemp -d)
 DL_PID= DL_NS=
 . bench/delayline_ns.sh
@@ -96,13 +99,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Kills what is left in the cgroup: the workers of a DataLoader whose main
+# process the OOM killer took live on, holding the cgroup's memory.
+cg_clear() {
+    local p
+    for p in $(cat "$CG/cgroup.procs"); do kill -9 "$p" 2>/dev/null || true; done
+    for _ in $(seq 50); do [ -s "$CG/cgroup.procs" ] || return 0; sleep 0.1; done
+}
+OOM0=0
+cg_oom_note() {
+    local n; n=$(awk '/oom_kill /{print $2}' "$CG/memory.oom_control" 2>/dev/null || echo 0)
+    [ "$n" != "$OOM0" ] && echo " (OOM-killed in the $MEM cgroup)"
+    OOM0=$n
+}
 sectors() { awk -v d="$DEV" '$3 == d { print $6 }' /proc/diskstats; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 in_cg() { echo "$BASHPID" >"$CG/cgroup.procs"; exec "$@"; }
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 HZ=$(getconf CLK_TCK)
-echo "section,cell,loader,mb_per_s,delivered_mb,device_mb,amplification,cpu_s_per_gb,limit,extra" >"$OUT"
+[ -n "${APPEND:-}" ] ||
+    echo "section,cell,loader,mb_per_s,delivered_mb,device_mb,amplification,cpu_s_per_gb,limit,extra" >"$OUT"
 
 # row SECTION CELL LOADER MBPS DELIVERED_B DEVICE_B CPU_TICKS LIMIT EXTRA
 # (CPU ticks of the whole machine over the cell, as /proc/stat counts them)
@@ -151,7 +168,13 @@ emlio_cell() {
         $(( (s1 - s0) * 512 )) "$(( c1 - c0 ))" "$(jget "$j" limit)" \
         "verified=$(jget "$j" verified) io=$(grep -o 'io: [a-z]*' "$T/$cell.dlog" | head -1 | cut -d' ' -f2)"
 }
-jget() { /usr/bin/python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print(v if v is not None else "")' "$1" "$2"; }
+jget() { /usr/bin/python3 -c '
+import json, sys
+try:
+    v = json.loads(sys.argv[1]).get(sys.argv[2])
+except ValueError:
+    v = None
+print(v if v is not None else 0)' "$1" "$2"; }
 
 # dl_cell SECTION CELL WORKERS [http PORT [NS HOST]]: the DataLoader
 dl_cell() {
@@ -167,8 +190,9 @@ dl_cell() {
         ip netns exec "$ns" "${cmd[@]}" >"$T/dl.out" 2>"$T/dl.err" || true
     fi
     local s1 c1; s1=$(sectors); c1=$(cpu_ticks)
+    [ "$mode" = local ] && cg_clear # (nginx lives there for http)
     if ! tail -1 "$T/dl.out" | grep -q mb_per_s; then
-        echo "$sec $cell: DataLoader failed: $(tail -2 "$T/dl.err")" >&2; return 0
+        echo "$sec $cell: DataLoader failed$(cg_oom_note): $(tail -2 "$T/dl.err")" >&2; return 0
     fi
     local j; j=$(tail -1 "$T/dl.out")
     row "$sec" "$cell" pytorch "$(jget "$j" mb_per_s)" "$(jget "$j" bytes)" \
@@ -179,11 +203,15 @@ fio_cell() { # CELL FIO-ARGS...: fio over the TFRecord shards
     local cell=$1; shift
     drop
     local s0; s0=$(sectors)
-    fio --name=cold --opendir="$DIR/tfr" --file_service_type=random --ioengine=io_uring \
+    if [ ! -d "$DIR/.fio" ]; then # the shards alone (hard links), not their indexes
+        mkdir "$DIR/.fio"
+        ln "$DIR"/tfr/*.tfrecord "$DIR/.fio/"
+    fi
+    fio --name=cold --opendir="$DIR/.fio" --file_service_type=random --ioengine=io_uring \
         --runtime=6 --time_based --group_reporting --output-format=json "$@" >"$T/fio.json" 2>/dev/null || {
         echo "fio $cell: failed" >&2; return 0; }
     local s1; s1=$(sectors)
-    local bw; bw=$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); r=j["jobs"][0]["read"]; print(r["bw_bytes"]/1e6, r["io_bytes"])' "$T/fio.json")
+    local bw; bw=$(/usr/bin/python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[t.index("{"):]); r=j["jobs"][0]["read"]; print(r["bw_bytes"]/1e6, r["io_bytes"])' "$T/fio.json")
     row fio "$cell" fio ${bw% *} "${bw#* }" $(( (s1 - s0) * 512 )) 0 - ""
 }
 
@@ -194,15 +222,15 @@ fio)
     command -v fio >/dev/null || { echo "fio: not installed (apt-get install fio)" >&2; continue; }
     fio_cell "seq 1M QD32 direct" --rw=read --bs=1M --iodepth=32 --direct=1
     for qd in 1 4 16 64; do
-        fio_cell "rand ${MEAN}B QD$qd direct" --rw=randread --bs="$MEAN" --iodepth=$qd --direct=1
+        fio_cell "rand $((BS / 1024))K QD$qd direct" --rw=randread --bs="$BS" --iodepth=$qd --direct=1
     done
-    ( echo "$BASHPID" >"$CG/cgroup.procs"; fio_cell "rand ${MEAN}B QD16 buffered" --rw=randread --bs="$MEAN" --iodepth=16 --direct=0 )
+    ( echo "$BASHPID" >"$CG/cgroup.procs"; fio_cell "rand $((BS / 1024))K QD16 buffered" --rw=randread --bs="$BS" --iodepth=16 --direct=0 )
     ;;
 warm)
     set_mem $(( 4 * DATA_B ))
     cat "$DIR"/tfr/* >/dev/null
     emliod_start warm "$DIR/tfr" --io map
-    timeout -s INT "$CELL_S" "$EMLIO" fetch --connect "tcp://127.0.0.1:$EP_PORT" --epochs 2 \
+    timeout -s INT "$CELL_S" "$EMLIO" fetch --connect "tcp://127.0.0.1:$EP_PORT" --epochs 2 --batch 64 \
         --verify --quiet >"$T/f.out" 2>/dev/null || true
     kill "$DPID"; wait "$DPID" 2>/dev/null || true
     j=$(tail -1 "$T/f.out")
@@ -234,6 +262,7 @@ sweep)
 wan)
     dl_start bench/cold.sh "$B" emlio_cold cold 10.77.0.1 10.77.0.2 30
     emlio_cell wan "30ms tfr emlio default" "$DIR/tfr" "" --netns emlio_cold --host 10.77.0.1 -- --batch 64
+    [ "${WAN_DL:-1}" = 1 ] || { dl_cleanup; DL_PID= DL_NS=; continue; }
     hp=$(port)
     cat >"$T/nginx.conf" <<EOF
 worker_processes 2; daemon off; pid $T/nginx.pid; error_log $T/nginx.err;
@@ -245,7 +274,9 @@ EOF
     NPID=$!
     sleep 1
     for w in 32 64; do dl_cell wan "30ms DataLoader HTTP $w workers" "$w" http "$hp" emlio_cold 10.77.0.1; done
-    kill "$NPID" 2>/dev/null; wait "$NPID" 2>/dev/null || true
+    kill "$NPID" 2>/dev/null || true
+    wait "$NPID" 2>/dev/null || true
+    cg_clear
     dl_cleanup; DL_PID= DL_NS=
     ;;
 au)
@@ -258,19 +289,19 @@ au)
             emliod_start au "$DIR/tfr" || return 1
             for r in $(seq 0 $((n - 1))); do
                 timeout -s INT "$CELL_S" "$EMLIO" fetch --connect "tcp://127.0.0.1:$EP_PORT" \
-                    --batch 400 --compute-s 0.224 --rank "$r" --world "$n" --epochs 1 --quiet \
+                    --batch 400 --compute-s 0.224 --rank "$r" --world "$n" --epochs 3 --quiet \
                     >"$T/au.$r" 2>/dev/null & pids+=($!)
             done
         else
             for r in $(seq 0 $((n - 1))); do
                 ( in_cg /usr/bin/python3 bench/pytorch_loader.py --mode local --root "$DIR/img" \
-                    --workers $(( 8 / n > 2 ? 8 / n : 2 )) --batch 400 --collate bytes --compute-s 0.224 \
-                    --rank "$r" --world "$n" --max-samples $(( NIMG / n )) --max-seconds "$CELL_S" ) \
+                    --workers $(( 4 / n > 1 ? 4 / n : 1 )) --batch 400 --collate bytes --compute-s 0.224 \
+                    --rank "$r" --world "$n" --max-samples $(( 3 * NIMG / n )) --max-seconds "$CELL_S" ) \
                     >"$T/au.$r" 2>/dev/null & pids+=($!)
             done
         fi
         wait "${pids[@]}" 2>/dev/null || true
-        [ "$loader" = emlio ] && { kill "$DPID"; wait "$DPID" 2>/dev/null || true; }
+        if [ "$loader" = emlio ]; then kill "$DPID"; wait "$DPID" 2>/dev/null || true; else cg_clear; fi
         /usr/bin/python3 -c '
 import json, sys
 aus = []

@@ -496,6 +496,20 @@ s_complete(emlio__ioengine_t *eng, const struct io_uring_cqe *cqe)
     s->state = S_DONE;
 }
 
+/* Takes the completions there are, without waiting. */
+static void
+s_reap_ready(emlio__ioengine_t *eng)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&eng->ring, head, cqe)
+    {
+        seen++;
+        s_complete(eng, cqe);
+    }
+    io_uring_cq_advance(&eng->ring, seen);
+}
+
 /* Waits for at least one completion and takes every one there is. */
 static void
 s_reap(emlio__ioengine_t *eng)
@@ -682,6 +696,16 @@ emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
 {
     if (!eng)
         return 0;
+#ifdef EMLIO_HAVE_URING
+    /* Refill the device's queue as reads complete, at every take: the
+     * reader checks and sends between takes, and a queue refilled only
+     * when it next waits runs dry meanwhile (this VM: 15-25% of the
+     * device's rate). */
+    if (eng->uring && !eng->broken && eng->inflight) {
+        s_reap_ready(eng);
+        s_pump(eng);
+    }
+#endif
     for (size_t k = 0; k < eng->n; k++) {
         size_t i = (eng->next_take + k) % eng->n;
         s_staged_t *s = &eng->staged[i];
