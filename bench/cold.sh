@@ -295,7 +295,7 @@ au)
         else
             for r in $(seq 0 $((n - 1))); do
                 ( in_cg /usr/bin/python3 bench/pytorch_loader.py --mode local --root "$DIR/img" \
-                    --workers $(( 4 / n > 1 ? 4 / n : 1 )) --batch 400 --collate bytes --compute-s 0.224 \
+                    --workers $(( 2 / n > 1 ? 2 / n : 1 )) --batch 400 --collate bytes --compute-s 0.224 \
                     --rank "$r" --world "$n" --max-samples $(( 3 * NIMG / n )) --max-seconds "$CELL_S" ) \
                     >"$T/au.$r" 2>/dev/null & pids+=($!)
             done
