@@ -176,7 +176,7 @@ $(B)/bench/start_scale: bench/start_scale.c $(LIB_REAL) $(B)/bin/emliod | $(LIB_
 # internal, so it links the static library): built, never installed.
 $(B)/bench/crc_speed: bench/crc_speed.c $(B)/libemlio.a
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -Isrc -Iinclude -I$(B)/include -o $@ $< \
+	$(CC) -std=c11 $(OPT) $(WARN) $(SAN) -Isrc $(SUBSYS_INC) -Iinclude -I$(B)/include -o $@ $< \
 	    $(B)/libemlio.a -lpthread
 
 # A benchmark tool, not part of the product: built, never installed.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # many_shards.sh - serves N small TFRecord shards under a small descriptor
 # limit and fetches a verified epoch: the issue-22 scale check of shards
-# opened on demand (--max-open-shards, src/shard_cache.c) and of lease
+# opened on demand (--max-open-shards, src/store/shard_cache.c) and of lease
 # breaks watched by signal instead of polling.
 #
 #   bench/many_shards.sh [SHARDS [NOFILE [RECORDS]]]   (100000 1024 4)

@@ -4,8 +4,8 @@
  * docs/planner.md. SPDX-License-Identifier: MIT
  *
  * Build and run (from the repository root):
- *   cc -std=c11 -O2 -Iinclude -Isrc -o build/plan_quality \
- *       bench/plan_quality.c src/plan.c src/alloc.c src/error.c
+ *   cc -std=c11 -O2 -Iinclude -Ibuild/include -Isrc/base -o build/plan_quality
+ * \ bench/plan_quality.c src/client/plan.c src/base/alloc.c src/base/error.c
  *   build/plan_quality
  */
 #include "emlio_internal.h"

@@ -5,8 +5,8 @@
  * SPDX-License-Identifier: MIT
  *
  * Build and run (from the repository root; about a minute):
- *   cc -std=c11 -O2 -Iinclude -Ibuild/include -Isrc -o build/plan_scale \
- *       bench/plan_scale.c src/plan.c src/alloc.c src/error.c
+ *   cc -std=c11 -O2 -Iinclude -Ibuild/include -Isrc/base -o build/plan_scale \
+ *       bench/plan_scale.c src/client/plan.c src/base/alloc.c src/base/error.c
  *   build/plan_scale            # the table
  *   build/plan_scale N S W      # one row: N samples, S shards, world W
  *

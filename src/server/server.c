@@ -444,6 +444,8 @@ s_check_labels(emlio_server_t *self)
     if (i == set->n)
         return 0;
     emlio__shard_t *shard = &set->shards[i];
+    _Static_assert(EMLIO__FORMAT_MAX_FIELDS == EMLIO_WIRE_MAX_FIELDS,
+                   "a sample's fields: the store's limit is the wire's");
     emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
     memset(views, 0, per * sizeof(views[0]));
     const char *missing = "";

@@ -44,6 +44,11 @@ typedef void emlio__shardset_log_fn(void *userdata, const char *msg);
  * mapping (zero-copy) or into a private copy. A view is what the pipeline
  * carries from the read stage to the serialize stage (and, later, through
  * a transform stage in between: see server_internal.h). */
+/* Fields one sample may be read as (--fields): the wire's limit too
+ * (EMLIO_WIRE_MAX_FIELDS; server.c checks that the two agree), kept here
+ * so that the store needs no network header. */
+#define EMLIO__FORMAT_MAX_FIELDS 64u
+
 typedef struct emlio__view {
     const uint8_t *data;
     size_t len;

@@ -11,7 +11,6 @@
 #include "iobuf.h"
 #include "shardset.h"
 #include "tfrecord.h"
-#include "wire.h"
 
 static void *
 s_create(const char *path)
@@ -314,7 +313,7 @@ s_read_fields(emlio__shard_t *shard, uint64_t record,
     int rc = s_bytes(shard, record, o, &copy, &rec, &rec_len, &stored);
     if (rc == 0 && o->verify && emlio_crc32c(0, rec, rec_len) != stored)
         rc = EMLIO_ECORRUPT;
-    emlio_example_field_t ex[EMLIO_WIRE_MAX_FIELDS + 1];
+    emlio_example_field_t ex[EMLIO__FORMAT_MAX_FIELDS + 1];
     if (rc == 0) {
         memset(ex, 0, sizeof(ex));
         for (size_t f = 0; f < nf; f++) {
