@@ -64,13 +64,13 @@ class ArgumentTest(unittest.TestCase):
         self.value_error("batch_size", batch_size=0)
         self.value_error("wait_warning_s", wait_warning_s=-1)
 
-    def test_positional_order_is_kept(self):
-        # Arguments added later go last: drop_last is still the 12th (it
-        # was shifted to the 13th when request_bytes came in before it).
+    def test_keyword_only_after_the_first_two(self):
+        # 28 positional parameters made a call's meaning depend on their
+        # order (issue 31): everything after endpoints and batch_size is
+        # named, so adding an option can never shift another.
         with self.assertRaises(TypeError) as cm:
-            emlio.Loader(NOWHERE, 8, None, True, 0, None, None, False, None,
-                         0, 0, None, connect_timeout_ms=200)
-        self.assertIn("drop_last", str(cm.exception))
+            emlio.Loader(NOWHERE, 8, None, connect_timeout_ms=200)
+        self.assertIn("positional", str(cm.exception))
 
     def test_wrong_types_raise_type_error(self):
         self.type_error("batch_size", batch_size="32")

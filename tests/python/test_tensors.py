@@ -152,6 +152,45 @@ class TensorCase(_support.DatasetCase):
         finally:
             ld.close()
 
+    def test_tensors_are_the_batch_memory_and_keep_it(self):
+        # emlio.torch hands out the batch's block itself (no copy) and the
+        # tensor keeps the batch: kept tensors stay valid while later
+        # batches arrive, and a batch goes back once its tensor is gone.
+        import gc
+        import torch
+        from emlio.torch import EmlioDataset
+        want, _ = self.digests("server")
+        ds = EmlioDataset(self.endpoint, batch_size=8, seed=7,
+                          transform=SPEC, decode_at="server", skip_pad=False)
+        kept = []
+        for images, labels in ds:
+            self.assertEqual(images.dtype, torch.uint8)
+            kept.append(images)
+        # Every tensor still holds its batch's bytes after the epoch: the
+        # same images the loader's batches had (hashes by position).
+        got = sorted(hashlib.sha256(t[i].numpy().tobytes()).hexdigest()
+                     for t in kept for i in range(t.shape[0]))
+        self.assertEqual(len(got), self.SAMPLES)
+        self.assertEqual(got, sorted(want.values()))
+        ld = emlio.Loader(self.endpoint, batch_size=8, seed=7,
+                          transform=SPEC, decode_at="server")
+        try:
+            it = ld.epoch(0)
+            b = next(it)
+            arr = b.hold_images()
+            self.assertEqual(arr.ctypes.data, b.images.ctypes.data)
+            t = torch.from_numpy(arr)
+            del arr
+            next(it)  # a held batch is not released by the next step
+            self.assertFalse(b.released)
+            self.assertTrue(t.is_contiguous())
+            del t
+            gc.collect()
+            next(it)  # ... but at the first step after its last user
+            self.assertTrue(b.released)
+        finally:
+            ld.close()
+
     def test_emlio_dataset_with_workers_yields_uint8_tensors(self):
         import torch
         from emlio.torch import DataLoader, EmlioDataset

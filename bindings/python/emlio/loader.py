@@ -367,6 +367,18 @@ class Batch:
             data[a:b] = v
         return data, offsets
 
+    def hold_images(self):
+        """``images`` as an array that keeps this batch alive for as long as
+        anything uses its memory (a ``torch.from_numpy`` tensor of it, say):
+        no copy of the block. The batch is kept (not released at the next
+        iteration step) and goes back to the client at the loader's first
+        step after the last user of the array is gone, on the loader's own
+        thread (the client is not thread-safe, a garbage collector may run
+        anywhere)."""
+        arr = self.images
+        self._kept = True
+        return _np.asarray(_Hold(self, arr))
+
     @property
     def images(self):
         """The batch's decoded tensors (a Loader with ``transform=``): one
@@ -516,6 +528,25 @@ def _watch(ref, stop, first):
         del loader
 
 
+class _Hold:
+    """The owner of an array over a batch's memory (Batch.hold_images): when
+    the last array, tensor or view of it goes, the batch is handed to its
+    loader to release at its next step."""
+
+    __slots__ = ("_batch", "__array_interface__")
+
+    def __init__(self, batch, arr):
+        self._batch = batch
+        self.__array_interface__ = arr.__array_interface__
+
+    def __del__(self):
+        b = self._batch
+        loader = b._loader() if b._loader is not None else None
+        if loader is not None:
+            loader._handed.append(b)  # atomic under the GIL
+        # A loader already gone released its batches when it closed.
+
+
 class Loader:
     """Pulls batches from emliod daemons through libemlio's client.
 
@@ -526,6 +557,9 @@ class Loader:
         comma-separated string.
     batch_size : int
         Samples per batch.
+
+    Every other parameter is keyword-only (``Loader(ep, 256, seed=1)``).
+
     epochs : int or None
         With ``None`` (the default) each ``iter(loader)`` runs *one* epoch,
         the next one (0, 1, 2, ...), like a PyTorch DataLoader. With an int
@@ -617,7 +651,7 @@ class Loader:
     Finish the first, or ``close()`` it (leaving a ``for`` loop does).
     """
 
-    def __init__(self, endpoints, batch_size, epochs=None, shuffle=True,
+    def __init__(self, endpoints, batch_size, *, epochs=None, shuffle=True,
                  seed=0, rank=None, world_size=None, in_order=False,
                  state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
@@ -628,6 +662,7 @@ class Loader:
         self._client = None
         self._ctx = None
         self._live = {}
+        self._handed = []  # held batches whose last user is gone
         self._log_cb = None
         self._iterating = None  # the epoch a live iterator runs, or None
         self._waiting_since = None  # monotonic start of a blocking next()
@@ -826,6 +861,8 @@ class Loader:
         client = self._client
         if not client:
             self._require_open()
+        while self._handed:  # released here, on the loader's thread
+            self._handed.pop().release()
         bp = self._bp
         if self._watchdog is None and self._wait_warning_s:
             self._arm_watchdog()

@@ -340,9 +340,11 @@ class EmlioDataset(IterableDataset):
         return torch.from_numpy(data), torch.from_numpy(offsets), labels
 
     def _images(self, batch):
-        """(uint8 images (B, H, W, 3), labels): a copy of the batch's block,
-        which goes back to the client when the next batch is asked for."""
-        images = torch.from_numpy(batch.images.copy())
+        """(uint8 images (B, H, W, 3), labels): a tensor over the batch's
+        block, no copy (issue 31: the block was copied here, then again by
+        pin_memory); the tensor keeps the batch alive, and the batch goes
+        back to the client once the tensor and its views are gone."""
+        images = torch.from_numpy(batch.hold_images())
         labels = torch.from_numpy(batch.labels)
         if self.skip_pad:
             keep = torch.from_numpy(~batch.pads)
