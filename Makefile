@@ -92,12 +92,19 @@ FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
 MAN_SRC := $(sort $(wildcard man/*.[0-9].in))
 MAN_OUT := $(MAN_SRC:man/%.in=$(B)/man/%)
 
-.PHONY: all test test-only check demo fuzz format format-check clean deps \
+.PHONY: all hooks test test-only check demo fuzz format format-check clean deps \
         python install uninstall
 all: $(B)/libemlio.a $(LIB_REAL) $(LIB_LINKS) $(B)/bin/emliod $(B)/bin/emlio \
      $(B)/bin/emlio-relay $(B)/libemlio.pc $(MAN_OUT) \
      $(B)/bench/delayline $(B)/bench/transform_bench $(B)/bench/folder_tree \
-     $(B)/bench/start_scale $(B)/bench/crc_speed
+     $(B)/bench/start_scale $(B)/bench/crc_speed hooks
+
+# The commit-message rule (scripts/commit-msg) as this clone's hook; a
+# tree that is not a git clone (a release tarball) has none to install.
+hooks:
+	@h=$$(git rev-parse --git-path hooks 2>/dev/null) && mkdir -p "$$h" && \
+	    { cmp -s scripts/commit-msg "$$h/commit-msg" || \
+	      install -m 755 scripts/commit-msg "$$h/commit-msg"; } || true
 
 $(VERSION_H): VERSION
 	@mkdir -p $(dir $@)
