@@ -11,7 +11,7 @@ build_pkgs=(make gcc pkg-config libzmq3-dev libmsgpack-dev libcmocka-dev
 test_pkgs=(libjpeg-turbo-progs python3 python3-numpy python3-zmq
     python3-msgpack python3-torch python3-torchvision python3-pil iperf3 iproute2
     procps psmisc bc curl influxdb prometheus nginx-light
-    python3-matplotlib python3-protobuf python3-crcmod linux-perf
+    python3-matplotlib python3-protobuf python3-crcmod linux-perf python3-fusepy
     python3-venv python3-pip python3-setuptools python3-wheel man-db
     groff-base systemd)
 
