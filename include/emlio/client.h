@@ -307,7 +307,10 @@ typedef struct emlio_client_stats {
                              3/4 of a CPU (docs/tuning.md); all of them
                              (up to one per stream) when the streams are
                              fixed */
-    uint32_t reserved32;  /* zero */
+    uint32_t disk_pct;    /* the share of their readers' time the daemons
+                             said (BATCH "disk", the highest of their last
+                             words) they spent waiting for their devices,
+                             percent; 0 when none reads with --io read */
     uint64_t reserved[3]; /* room for later figures; zero */
 } emlio_client_stats_t;
 

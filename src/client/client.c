@@ -459,6 +459,9 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
     out->window = self->conn.window_bytes;
     out->io_threads =
         self->conn.n_daemons ? emlio__iolanes_carrying(&self->conn.lanes) : 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        out->disk_pct =
+            EMLIO_MAX(out->disk_pct, (uint32_t)self->conn.daemons[d].disk);
 }
 
 size_t

@@ -54,6 +54,9 @@ for fmt in shards tar img; do
         murl=$(sed -n 's/^emliod: metrics on //p' "$T/$name.out")
         fetch_ids "$name"
         check "$name: fetch verifies" test "$(json_field "$T/$name.out" verified)" = True
+        disk=$(json_field "$T/$name.out" disk_pct)
+        check "$name: fetch reports the daemon's disk share ($disk%)" \
+            bash -c "[[ '$disk' =~ ^[0-9]+$ ]] && [ '$disk' -le 100 ]"
         sort "$T/map_$fmt.ids" >"$T/map_$fmt.sorted"
         sort "$T/$name.ids" >"$T/$name.sorted"
         check "$name: the same samples per epoch as --io map" \

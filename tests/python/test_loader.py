@@ -243,6 +243,9 @@ class LoaderTest(DatasetCase):
             self.assertEqual(st["streams"], 2)  # loopback: never more
             self.assertIn(st["limit"], ("consumer", "window", "network",
                                         "daemon", "cpu", "unknown"))
+            # Served from the mappings: the daemon times no device reads
+            # and sends no "disk" share.
+            self.assertEqual(st["disk_pct"], 0)
             self.assertNotIn("reserved", st)
             self.assertNotIn("reserved32", st)
             # A daemon on this host: both I/O threads at once (iolanes.h).

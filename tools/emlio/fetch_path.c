@@ -17,10 +17,10 @@ fetch_path_json(FILE *out, const emlio_client_t *client)
     emlio_client_stats(client, &st);
     fprintf(out,
             ", \"rtt_ms\": %.3f, \"streams\": %u, \"io_threads\": %u"
-            ", \"limit\": \"%s\", \"window_kib\": %" PRIu64
+            ", \"limit\": \"%s\", \"disk_pct\": %u, \"window_kib\": %" PRIu64
             ", \"path_mb_per_s\": %.2f, \"stream_mb_per_s\": [",
             st.rtt_ms, st.streams, st.io_threads, emlio_limit_name(st.limit),
-            st.window >> 10, st.mb_per_s);
+            st.disk_pct, st.window >> 10, st.mb_per_s);
     emlio_stream_stats_t streams[MAX_REPORTED_STREAMS];
     size_t n = emlio_client_streams(client, streams, MAX_REPORTED_STREAMS);
     for (size_t i = 0; i < n && i < MAX_REPORTED_STREAMS; i++)

@@ -148,7 +148,7 @@ class ClientStats(ctypes.Structure):
         ("limit", ctypes.c_int32),
         ("window", ctypes.c_uint64),
         ("io_threads", ctypes.c_uint32),
-        ("reserved32", ctypes.c_uint32),
+        ("disk_pct", ctypes.c_uint32),
         ("reserved", ctypes.c_uint64 * 3),
     ]
 

@@ -1014,7 +1014,9 @@ class Loader:
         samples, bytes, seconds, wait_s, first_batch_s, inflight, retries,
         skipped, and the network path: rtt_ms, mb_per_s, streams, window
         (bytes one stream may have in flight), io_threads (ZeroMQ I/O
-        threads the streams use) and limit (what limits the rate:
+        threads the streams use), disk_pct (the share of their readers'
+        time the daemons said they wait for their devices, with
+        ``emliod --io read``) and limit (what limits the rate:
         "consumer", "window", "network", "daemon", "cpu", "disk" or
         "unknown")."""
         self._require_open()
