@@ -199,7 +199,7 @@ $(B)/bin/emlio-relay: $(RELAY_SRC:%.c=$(B)/tobj/%.o) $(B)/tobj/tools/common/tool
 # add their include paths to every --cflags. Debian's libzmq.pc lists a
 # bare "libprotokit.a", which no link can find, so only flags are kept.
 PC_LIBS_PRIVATE := $(strip $(filter -%,$(shell $(PKG_CONFIG) --static --libs \
-                   libzmq $(MSGPACK_PC) 2>/dev/null)) $(if $(URING_OK),-luring) -lpthread -lm)
+                   libzmq $(MSGPACK_PC) 2>/dev/null)) -ljpeg -lpng $(if $(URING_OK),-luring) -lpthread -lm)
 # A library outside the linker's default directories is found at run time
 # through RUNPATH, so programs built with `pkg-config --libs` run without
 # LD_LIBRARY_PATH (docs/install.md).

@@ -57,7 +57,9 @@ check "pkg-config --cflags is the staged include dir alone" \
 
 cat >"$T/prog.c" <<'C'
 /* Uses the installed API: version, TFRecord and Example writers/parsers,
- * the byte buffer and the planner. */
+ * the byte buffer, the planner, a transform (libjpeg, libpng) and the
+ * server's configuration (the I/O engine: liburing where built in), so a
+ * static link needs every library libemlio.pc must list. */
 #include <emlio.h>
 #include <stdio.h>
 #include <string.h>
@@ -90,6 +92,16 @@ main(void)
     emlio_plan_t *plan = emlio_plan_new();
     if (!plan || emlio_plan_build(plan, &shard, 1, &params) < 0)
         return 13;
+    emlio_transform_t *xf = NULL;
+    char err[256];
+    if (emlio_transform_parse("random_resized_crop(224)", &xf, err,
+                              sizeof(err)) < 0)
+        return 14;
+    emlio_transform_free(&xf);
+    emlio_server_config_t cfg;
+    emlio_server_config_init(&cfg);
+    if (!cfg.workers)
+        return 15;
     printf("version %s record %zu bytes batches %zu\n",
            emlio_version_string(), rec.len, emlio_plan_batch_count(plan));
     emlio_plan_destroy(&plan);
