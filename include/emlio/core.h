@@ -54,6 +54,9 @@ extern "C" {
 #define EMLIO_EMISMATCH   -1011 /* peer's dataset differs from what we knew */
 #define EMLIO_ELIMIT      -1012 /* a configured limit would be exceeded */
 #define EMLIO_ESTATE      -1013 /* saved state does not fit this run */
+#define EMLIO_ECREDIT                             \
+    -1014 /* a connection's GETs in flight are at \
+             the daemon's max_credit: ask again */
 
 /* The run-time version, EMLIO_VERSION of the library actually loaded. */
 EMLIO_EXPORT int emlio_version(void);

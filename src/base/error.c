@@ -21,6 +21,7 @@ static const struct {
     { EMLIO_EMISMATCH, "dataset does not match" },
     { EMLIO_ELIMIT, "limit exceeded" },
     { EMLIO_ESTATE, "saved state does not fit this run" },
+    { EMLIO_ECREDIT, "too many requests in flight on one connection" },
 };
 
 int

@@ -679,10 +679,7 @@ s_match_part(emlio_client_t *self, uint32_t d, const emlio__wire_msg_t *msg,
 static bool
 s_refused_for_credit(const emlio__wire_msg_t *msg)
 {
-    static const char prefix[] = "too many outstanding requests";
-    return msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_ELIMIT &&
-           msg->text_len >= sizeof(prefix) - 1 &&
-           memcmp(msg->text, prefix, sizeof(prefix) - 1) == 0;
+    return msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_ECREDIT;
 }
 
 /* The daemon refused part of b for credit although we keep within its

@@ -338,8 +338,10 @@ s_frontend_request(emlio_server_t *self, void *work)
             snprintf(text, sizeof(text),
                      "too many outstanding requests (limit %" PRIu32 ")",
                      self->cfg.max_credit);
-        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_ELIMIT,
-                               text);
+        /* A refusal for credit has its own code: the client asks again on
+         * it and on nothing else (its text is for people, not peers). */
+        s_frontend_reply_error(self, &job->identity, job->msg.id,
+                               peer ? EMLIO_ECREDIT : EMLIO_ELIMIT, text);
         goto drop_header;
     }
     if (self->own.n_fields && peer->version < 2) {

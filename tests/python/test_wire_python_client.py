@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Message types and error codes (docs/protocol.md sections 4 and 12).
 T_HELLO, T_WELCOME, T_GET, T_BATCH, T_ERROR = 1, 2, 3, 4, 5
+ECREDIT = -1014
 EPROTO, ECORRUPT, EVERSION, ENOTFOUND, EMISMATCH, ELIMIT = (
     -1000, -1003, -1007, -1008, -1011, -1012)
 
@@ -521,7 +522,7 @@ class WireTest(unittest.TestCase):
                 self.check_batch(h, frames, items)
             else:
                 self.assertEqual(h["t"], T_ERROR)
-                self.assertEqual(h["code"], ELIMIT, h)
+                self.assertEqual(h["code"], ECREDIT, h)
             replies[h["id"]] = h["t"]
         self.assertEqual(sorted(replies), list(range(5000, 5000 + n)))
         # The first `credit` GETs always fit: the connection was idle.

@@ -24,6 +24,7 @@ EDENIED = -1010
 EMISMATCH = -1011
 ELIMIT = -1012
 ESTATE = -1013
+ECREDIT = -1014
 
 
 class EmlioError(Exception):
