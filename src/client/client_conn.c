@@ -814,6 +814,9 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
+        char why[512];
+        if (emlio__netpath_resolve(daemon->endpoint, why, sizeof(why)) < 0)
+            return emlio__seterr(self->err, EMLIO_ENOTFOUND, "%s", why);
         local &= emlio__netpath_local_endpoint(daemon->endpoint);
         p = end ? end + 1 : p + len;
     }

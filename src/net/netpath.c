@@ -252,6 +252,25 @@ emlio__netpath_local_endpoint(const char *endpoint)
 }
 
 int
+emlio__netpath_resolve(const char *endpoint, char *why, size_t len)
+{
+    char host[256], port[16];
+    if (!s_split_tcp(endpoint, host, sizeof(host), port, sizeof(port)))
+        return 0; /* not TCP, or ZeroMQ's to say what is wrong with it */
+    /* The host alone: a bad port is ZeroMQ's to name. */
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (res)
+        freeaddrinfo(res);
+    if (rc == 0)
+        return 0;
+    snprintf(why, len, "cannot resolve host '%s' of endpoint '%s': %s", host,
+             endpoint, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    return -1;
+}
+
+int
 emlio__netpath_probe(const char *endpoint, int timeout_ms)
 {
     char host[256], port[16];

@@ -16,6 +16,7 @@
 #define EMLIO_NETPATH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The host's limits, from /proc/sys (0 where unreadable). */
@@ -92,6 +93,12 @@ int emlio__netpath_cpu_times(uint64_t *idle, uint64_t *total);
 
 /* Reads fd's TCP_INFO; 0, or -errno (the fd is gone or not TCP). */
 int emlio__netpath_info(int fd, emlio__netpath_info_t *out);
+
+/* Whether a tcp:// endpoint's host resolves (getaddrinfo, so a name the
+ * resolver does not know fails at once rather than after the connect
+ * timeout): 0, or -1 with why (len bytes) naming the host and the
+ * resolver's reason. Other transports: 0. */
+int emlio__netpath_resolve(const char *endpoint, char *why, size_t len);
 
 /* Whether anything listens at a tcp://HOST:PORT endpoint: one plain TCP
  * connect, waited for at most timeout_ms, then closed. Returns

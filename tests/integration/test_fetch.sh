@@ -337,6 +337,17 @@ check "a refused port fails" test $? -ne 0
 check "... saying the connection was refused, naming the endpoint" \
     grep -q "connection refused by 'tcp://127.0.0.1:$closed'" "$T/refused.err"
 
+# A host the resolver does not know fails at once, saying so (before: "no
+# answer ... is emliod running there?" after the whole connect timeout).
+# .invalid never resolves (RFC 6761).
+start=$(date +%s)
+"$EMLIO" fetch --connect "tcp://no-such-host.invalid:5555" --batch 4 \
+    --connect-timeout-ms 60000 >/dev/null 2>"$T/unresolved.err"
+check "an unresolvable host fails" test $? -ne 0
+check "... at once, not after the connect timeout" test $(($(date +%s) - start)) -lt 30
+check "... saying it cannot resolve the host, naming it" \
+    grep -q "cannot resolve host 'no-such-host.invalid' of endpoint 'tcp://no-such-host.invalid:5555'" "$T/unresolved.err"
+
 # SIGTERM stops the daemon cleanly.
 kill -TERM "$DPID"
 wait "$DPID"

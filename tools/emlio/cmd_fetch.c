@@ -312,7 +312,7 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "auto (default: by time and energy), client\n"
             "or server"),
         OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
-            "decode threads here (default: one per CPU)"),
+            "decode threads here (default: one per CPU)", .max = 1024),
         OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
             "refuse images above N pixels (100M)"),
         OPT("timeout-ms", 0, OPT_INT, &cfg->timeout_ms, "MS",

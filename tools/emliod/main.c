@@ -253,7 +253,8 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "file is in DIR (needs --curve-secret)"),
         OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
             "threads that decode and augment for clients\n"
-            "that ask for tensors (one per CPU; 0: none)"),
+            "that ask for tensors (one per CPU; 0: none)",
+            .max = 1024),
         OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
             "refuse images above N pixels (100M)"),
         OPT("core-watts", 0, OPT_DOUBLE, &o->core_w, "W",
