@@ -562,6 +562,30 @@ s_choose_io(emlio_server_t *self)
     return 0;
 }
 
+/* The formats the shards are in, as the start log names them: "tfrecord",
+ * or "tfrecord 20, tar 7" for a mixed directory. */
+static void
+s_format_names(const emlio__shardset_t *set, char *out, size_t len)
+{
+    out[0] = 0;
+    size_t used = 0;
+    for (size_t k = 0; emlio__formats[k]; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < set->n; i++)
+            n += set->shards[i].ops == emlio__formats[k];
+        if (!n)
+            continue;
+        int w = n == set->n
+                    ? snprintf(out + used, len - used, "%s",
+                               emlio__formats[k]->name)
+                    : snprintf(out + used, len - used, "%s%s %zu",
+                               used ? ", " : "", emlio__formats[k]->name, n);
+        if (w < 0 || (size_t)w >= len - used)
+            break;
+        used += (size_t)w;
+    }
+}
+
 /* The descriptors of the shards and of the connections: logs how many
  * mapped shards are open now, against what budget and limit (what an
  * operator checks first when reads fail with "too many open files"), and
@@ -697,11 +721,14 @@ emlio_server_load(emlio_server_t *self)
         return rc;
     }
     self->loaded = true;
+    char formats[128];
+    s_format_names(&self->core->set, formats, sizeof(formats));
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-              "loaded %zu shards, %" PRIu64 " records, %" PRIu64
+              "loaded %zu shards (%s), %" PRIu64 " records, %" PRIu64
               " bytes from '%s' (dataset %s)",
-              self->core->set.n, self->core->set.records, self->core->set.bytes,
-              self->own.data_dir, self->core->set.fingerprint);
+              self->core->set.n, formats, self->core->set.records,
+              self->core->set.bytes, self->own.data_dir,
+              self->core->set.fingerprint);
     s_descriptor_budget(self);
     return (int)self->core->set.n;
 }

@@ -43,6 +43,9 @@ for fmt in shards tar img; do
             skip "$name: io_uring not available here ($(grep -o 'io: io_uring.*' "$T/$name.err"))"
         fi
         check "$name: the log names read mode" grep -q "io: read (asked" "$T/$name.err"
+        want=tfrecord; [ $fmt = tar ] && want=tar; [ $fmt = img ] && want=imagefolder
+        check "$name: the start log names the format it found ($want)" \
+            grep -q "loaded [0-9]* shards ($want)" "$T/$name.err"
         if [ $engine = buffered ]; then
             check "$name: the log says reads use the page cache, and why" \
                 grep -q "through the page cache (disabled by EMLIO_IO_DIRECT=0)" "$T/$name.err"
