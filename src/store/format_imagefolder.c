@@ -141,7 +141,7 @@ s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 }
 
 /* The image, under its extension in lower case ("image" when it has
- * none, or a long one). */
+ * none, or a long one; .jpeg is "jpg": one field for one kind of file). */
 static int
 s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
          void *userdata, int64_t *label)
@@ -162,6 +162,8 @@ s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
             ext[k + 1] = '\0';
         }
     }
+    if (!strcmp(ext, "jpeg"))
+        snprintf(ext, sizeof(ext), "jpg");
     rc = fn(userdata, ext, data, len);
     emlio__iobuf_free(data);
     return rc;

@@ -103,4 +103,13 @@ check "... naming its subdirectories" grep -q "it holds .* subdirectories" "$T/w
     >/dev/null 2>"$T/wrongfmt2.err"
 check "--format tfrecord on tar shards names them" \
     grep -q "it holds [0-9]* \*.tar shards" "$T/wrongfmt2.err"
+# .jpg and .JPEG files are one field, "jpg", not two (issue 34).
+mkdir -p "$T/mixedext/a"
+first=$(find "$T/img" -name '*.jpg' | head -2)
+cp "$(echo "$first" | sed -n 1p)" "$T/mixedext/a/x.jpg"
+cp "$(echo "$first" | sed -n 2p)" "$T/mixedext/a/y.JPEG"
+"$EMLIO" inspect "$T/mixedext" >"$T/mixedext.out" 2>&1
+check "inspect: .jpg and .JPEG are one field jpg of 2 records" \
+    grep -qE "^  jpg +2 records" "$T/mixedext.out"
+check "inspect: no separate jpeg field" bash -c "! grep -q '^  jpeg ' '$T/mixedext.out'"
 finish
