@@ -61,6 +61,10 @@ for line in lines:
     json.loads(line)' "$T/prog.out"
 "$EMLIO" fetch --connect "$EP" --batch 16 --progress 0 >/dev/null 2>"$T/prog0.err"
 check "--progress 0 is refused" test $? -eq 2
+# Fractions of a second too (issue 34: whole seconds only, before).
+"$EMLIO" fetch --connect "$EP" --batch 16 --progress 0.2 >/dev/null 2>"$T/prog02.err"
+check "--progress 0.2 is accepted" test $? -eq 0
+check "--progress 0.2: a plain line at the end" grep -qE '^emlio fetch: epoch 1/1 .*100\.0%' "$T/prog02.err"
 
 # emlio inspect tcp://: what the daemon serves, as a client learns it.
 "$EMLIO" inspect "$EP" --json >"$T/inspect.json" 2>"$T/inspect.err"

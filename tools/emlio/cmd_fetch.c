@@ -211,7 +211,7 @@ typedef struct s_fetch {
     bool quiet;
     bool digests;          /* --ids lines carry each sample's SHA-256 */
     const char *decode_at; /* --decode-at */
-    uint32_t progress_s;   /* --progress: a plain line every N s (0: off) */
+    double progress_s;     /* --progress: a plain line every S s (0: off) */
     const char *ids_path;
     const char *state_path;
     const char *server_key_path;
@@ -326,11 +326,12 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "Storage counts it)",
             .dmin = 0, .dmax = 3600),
         OPT("quiet", 0, OPT_FLAG, &self->quiet, NULL, "no progress line"),
-        OPT("progress", 0, OPT_U32, &self->progress_s, "N",
-            "a plain progress line on stderr every N s and\n"
-            "at each epoch's end, terminal or not (Slurm,\n"
-            "nohup); default: a redrawn line on a terminal",
-            .min = 1, .max = 86400),
+        OPT("progress", 0, OPT_DOUBLE, &self->progress_s, "S",
+            "a plain progress line on stderr every S s (0.2\n"
+            "and up) and at each epoch's end, terminal or\n"
+            "not (Slurm, nohup); default: a redrawn line on\n"
+            "a terminal",
+            .dmin = 0.2, .dmax = 86400),
         OPT("influx", 0, OPT_STR, &self->influx_arg, "URL",
             "push an emlio_epoch point per epoch, e.g.\n"
             "http://127.0.0.1:8086/write?db=emlio"),
@@ -555,7 +556,7 @@ s_progress(s_fetch_t *self, size_t planned, bool final)
     bool lines = self->progress_s > 0;
     if (!lines && !self->tty)
         return;
-    double every = lines ? (double)self->progress_s : 0.25;
+    double every = lines ? self->progress_s : 0.25;
     if (final ? !lines : now - self->last_progress <= every)
         return;
     double dt = now - self->t0;
