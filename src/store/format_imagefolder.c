@@ -322,8 +322,8 @@ static void
 s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
               emlio__shardset_log_fn *log, void *userdata)
 {
-    size_t links = left->links, unread = left->unread;
-    const char *link = left->link, *dir = left->dir;
+    size_t links = left->links, unread = left->unread, empty = 0;
+    const char *link = left->link, *dir = left->dir, *file = "";
     for (size_t i = first; i < set->n; i++) {
         const char *ex;
         size_t k = emlio__folder_links(set->shards[i].impl, &ex);
@@ -334,6 +334,10 @@ s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
         if (k && !unread)
             dir = ex;
         unread += k;
+        k = emlio__folder_empty(set->shards[i].impl, &ex);
+        if (k && !empty)
+            file = ex;
+        empty += k;
     }
     char msg[2 * PATH_MAX];
     if (links && log) {
@@ -348,6 +352,13 @@ s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
         snprintf(msg, sizeof(msg),
                  "left out %zu unreadable director%s (e.g. '%s')", unread,
                  unread == 1 ? "y" : "ies", dir);
+        log(userdata, msg);
+    }
+    if (empty && log) {
+        snprintf(msg, sizeof(msg),
+                 "left out %zu empty image file%s (e.g. '%s'): 0 bytes are "
+                 "no image",
+                 empty, empty == 1 ? "" : "s", file);
         log(userdata, msg);
     }
 }

@@ -225,6 +225,12 @@ s_entry(emlio__folder_t *self, s_walk_t *w, int dfd, const char *rel,
         close(lfd);
         type = DT_REG;
     }
+    if (type == DT_REG && st.st_size == 0) {
+        if (self->empty++ == 0)
+            (void)!snprintf(self->empty_ex, sizeof(self->empty_ex),
+                            "%.120s/%.120s", self->cls, child);
+        return 0;
+    }
     return type == DT_REG ? s_founds_push(&w->files, child, &st) : 0;
 }
 
@@ -330,7 +336,7 @@ int
 emlio__folder_scan(emlio__folder_t *self)
 {
     emlio__folder_forget(self);
-    self->links = self->unreadable = 0;
+    self->links = self->unreadable = self->empty = 0;
     /* Taken before the first readdir: a directory whose mtime is this
      * close to it may change again within its clock tick unseen, so the
      * cache lists it again next time (imagefolder_cache.c). */
@@ -349,7 +355,9 @@ emlio__folder_scan(emlio__folder_t *self)
     /* Left-out links and unreadable subdirectories can change without
      * their directory's mtime changing: such a class is listed again at
      * every start, which also logs them again. */
-    self->flags = self->links || self->unreadable ? EMLIO__FOLDER_RELIST : 0;
+    self->flags = self->links || self->unreadable || self->empty
+                      ? EMLIO__FOLDER_RELIST
+                      : 0;
     return (int)self->n;
 }
 
@@ -370,6 +378,13 @@ emlio__folder_links(const emlio__folder_t *self, const char **example)
 {
     *example = self->link;
     return self->links;
+}
+
+size_t
+emlio__folder_empty(const emlio__folder_t *self, const char **example)
+{
+    *example = self->empty_ex;
+    return self->empty;
 }
 
 size_t

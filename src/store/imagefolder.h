@@ -49,6 +49,9 @@ int emlio__folder_scan(emlio__folder_t *self);
  * to something not a regular file), and subdirectories it could not open
  * (permission); *example names one (borrowed). */
 size_t emlio__folder_links(const emlio__folder_t *self, const char **example);
+/* Image files of 0 bytes the walk left out (no image: never an empty
+ * sample); *example names one. */
+size_t emlio__folder_empty(const emlio__folder_t *self, const char **example);
 size_t emlio__folder_unreadable(const emlio__folder_t *self,
                                 const char **example);
 

@@ -52,6 +52,8 @@ struct emlio__folder {
     char link[256];
     size_t unreadable; /* subdirectories it could not open */
     char unread[256];
+    size_t empty; /* image files of 0 bytes: no image, never a sample */
+    char empty_ex[256];
     emlio__folder_blob_t *blob; /* owns files, dirs, names */
     const emlio__folder_file_t *files;
     size_t n;

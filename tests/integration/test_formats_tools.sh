@@ -112,4 +112,18 @@ cp "$(echo "$first" | sed -n 2p)" "$T/mixedext/a/y.JPEG"
 check "inspect: .jpg and .JPEG are one field jpg of 2 records" \
     grep -qE "^  jpg +2 records" "$T/mixedext.out"
 check "inspect: no separate jpeg field" bash -c "! grep -q '^  jpeg ' '$T/mixedext.out'"
+# A 0-byte .jpg is no image: left out with a warning that names it,
+# never served as an empty sample (issue 34).
+: >"$T/mixedext/a/empty.jpg"
+"$EMLIO" inspect "$T/mixedext" >"$T/empty.out" 2>&1
+check "inspect: an empty .jpg is left out, named" \
+    grep -q "left out 1 empty image file (e.g. 'a/empty.jpg')" "$T/empty.out"
+check "inspect: ... and the class has its 2 real images" grep -qE "^records: +2$" "$T/empty.out"
+start_daemon empty "$T/mixedext" || fail "daemon over a tree with an empty file starts"
+check "emliod: the empty file is left out at start, named" \
+    grep -q "left out 1 empty image file (e.g. 'a/empty.jpg')" "$T/empty.err"
+"$EMLIO" fetch --connect "$EP" --batch 2 --epochs 1 --verify --quiet >"$T/empty.json" 2>/dev/null
+check "fetch: 2 samples, none of them empty" test "$(json_field "$T/empty.json" samples)" = 2
+kill "$DPID"
+wait "$DPID" 2>/dev/null
 finish
