@@ -534,7 +534,9 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->pack_max = s_peer_pack_max(self, peer->fd, known ? &far : NULL);
     if (!streams)
         s_client_log(self, "client connected from %s%s", peer->addr,
-                     session ? "" : " (no session: a protocol 1 client)");
+                     session ? ""
+                             : " (no session: each of its connections "
+                               "counts as a client)");
     peer->version = 0;
     peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;

@@ -195,6 +195,17 @@ class IteratorTest(DatasetCase):
             # Once it is done, the next iterator runs the next epoch.
             self.assertEqual({x.epoch for x in ld}, {1})
 
+    def test_a_foreign_state_dict_is_a_state_error(self):
+        # A dict that is not state_dict()'s output names what it lacks and
+        # what it has (issue 34: it was a bare KeyError 'emlio_state').
+        with emlio.Loader(self.endpoint, 8, seed=2) as ld:
+            with self.assertRaises(emlio.StateError) as cm:
+                ld.load_state_dict({"foo": 1})
+            self.assertIn("emlio_state", str(cm.exception))
+            self.assertIn("foo", str(cm.exception))
+        with self.assertRaises(emlio.StateError):
+            emlio.Loader(self.endpoint, 8, seed=2, state={"foo": 1})
+
     def test_leaving_a_loop_frees_the_loader(self):
         with emlio.Loader(self.endpoint, 8, seed=2) as ld:
             for b in ld:

@@ -36,8 +36,8 @@ import time
 import weakref
 
 from . import _args, _lib
-from .errors import (EINVAL, EmlioError, InvalidArgumentError,
-                     NotFoundError, make_error)
+from .errors import (EINVAL, ESTATE, EmlioError, InvalidArgumentError,
+                     NotFoundError, StateError, make_error)
 
 try:
     import numpy as _np
@@ -991,6 +991,10 @@ class Loader:
         epochs."""
         self._require_open()
         self._check_idle("load a resume state")
+        if isinstance(state, dict) and "emlio_state" not in state:
+            raise StateError(ESTATE, "state has no 'emlio_state' entry (keys: "
+                             "%s): pass what state_dict() returned"
+                             % (", ".join(sorted(map(str, state))) or "none"))
         blob = state["emlio_state"] if isinstance(state, dict) else state
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise TypeError("state must be the dict state_dict() returned "
