@@ -8,8 +8,6 @@
  */
 #include "emlio_internal.h"
 
-#include <fcntl.h>
-
 #include <zmq.h>
 
 #include "iobuf.h"
@@ -386,24 +384,11 @@ s_stage_file(emlio__shard_t *shard, size_t record, emlio__io_req_t *r)
     int fd = shard->ops->open_record(shard, record, &key, &len);
     if (fd < 0)
         return false;
-    unsigned align;
-    if (atomic_load(&shard->io_fd) == 0) {
-        align = atomic_load(&shard->io_align);
-        int fl = fcntl(fd, F_GETFL);
-        if (align && (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) < 0))
-            align = 0;
-    } else {
-        align = emlio__io_direct(fd);
-        atomic_store(&shard->io_align, align);
-        atomic_store(&shard->io_fd, 0); /* probed: "0" = the shard's files */
-    }
-    if (!align)
-        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     *r = (emlio__io_req_t){ .owner = key,
                             .fd = fd,
                             .offset = 0,
                             .len = len,
-                            .align = align,
+                            .align = emlio__shard_io_align_file(shard, fd),
                             .owns_fd = true };
     return true;
 }

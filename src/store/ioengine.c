@@ -248,15 +248,6 @@ s_pread_span(int fd, const s_span_t *sp, unsigned align, uint8_t *buf,
     }
 }
 
-int
-emlio__io_pread_full(int fd, uint64_t offset, size_t len, uint8_t *buf)
-{
-    if (!len)
-        return 0;
-    s_span_t sp = s_span_of(offset, len, 0);
-    return s_pread_span(fd, &sp, 0, buf, 0);
-}
-
 /* A buffer for a span: direct reads want a whole, aligned one. */
 static uint8_t *
 s_span_buf(const s_span_t *sp, unsigned align)

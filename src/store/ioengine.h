@@ -132,10 +132,6 @@ void emlio__ioengine_drop(emlio__ioengine_t *eng);
  * (0 for NULL). */
 size_t emlio__ioengine_pending(const emlio__ioengine_t *eng);
 
-/* Reads len bytes of fd at offset into buf by pread, to the end: 0, -EIO
- * (or another -errno), or -ESTALE when the file is shorter. */
-int emlio__io_pread_full(int fd, uint64_t offset, size_t len, uint8_t *buf);
-
 /* Counters of every engine in the process since start (relaxed atomics). */
 typedef struct emlio__io_counters {
     uint64_t reads;   /* requests staged */

@@ -244,6 +244,25 @@ emlio__shard_io_align(emlio__shard_t *shard)
     return align;
 }
 
+unsigned
+emlio__shard_io_align_file(emlio__shard_t *shard, int fd)
+{
+    unsigned align;
+    if (atomic_load(&shard->io_fd) == 0) { /* the shard's files probed */
+        align = atomic_load(&shard->io_align);
+        int fl = fcntl(fd, F_GETFL);
+        if (align && (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) < 0))
+            align = 0;
+    } else {
+        align = emlio__io_direct(fd);
+        atomic_store(&shard->io_align, align);
+        atomic_store(&shard->io_fd, 0);
+    }
+    if (!align)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    return align;
+}
+
 int
 emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
                    uint8_t **buf_out, const uint8_t **data,

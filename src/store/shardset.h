@@ -226,6 +226,10 @@ int emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
  * (readahead off, O_DIRECT where it works) and returns the alignment its
  * reads need (0: buffered). The caller has the shard acquired. */
 unsigned emlio__shard_io_align(emlio__shard_t *shard);
+/* The same for fd, a file of a tree format's shard (an ImageFolder
+ * class) opened for one staged read: O_DIRECT is probed on the shard's
+ * first file and then only set, readahead off where it is not had. */
+unsigned emlio__shard_io_align_file(emlio__shard_t *shard, int fd);
 
 /* A copying read (mapped shards without a lease) with pread into a fresh
  * buffer, by format (ops->read_copy):
