@@ -119,7 +119,15 @@ typedef struct emlio_client_config {
      * row (one thread reads more per wake-up, so the kernel ACKs less:
      * docs/tuning.md). N: N from the start, never more. */
     uint32_t io_threads;
-    uint32_t reserved32; /* zero */
+    /* Shards of one name whose content differs between daemons (their
+     * WELCOME digests, record counts or sizes disagree) are refused by
+     * default: reading either as a replica of the other would deliver the
+     * wrong samples. true: they are distinct shards, each read from the
+     * daemons that hold that content (an ImageFolder class split over
+     * nodes by files: docs/formats.md, "One dataset on several nodes").
+     * Default false. */
+    bool disjoint_shards;
+    uint8_t reserved8[3]; /* zero */
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
     uint64_t reserved[2];

@@ -29,6 +29,7 @@ emlio__client_disconnect(emlio_client_t *self)
         }
         emlio_free(daemon->endpoint);
         emlio_free(daemon->local_id);
+        emlio_free(daemon->label_map);
     }
     for (size_t i = 0; i < self->inv.n_shards; i++) {
         emlio_free(self->inv.shards[i].name);
@@ -503,29 +504,6 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
     }
 }
 
-typedef struct s_entry {
-    const char *name;
-    size_t name_len;
-    uint64_t records;
-    uint64_t bytes;
-    uint32_t daemon;
-    uint32_t local;
-} s_entry_t;
-
-static int
-s_cmp_entry(const void *pa, const void *pb)
-{
-    const s_entry_t *a = pa;
-    const s_entry_t *b = pb;
-    size_t n = EMLIO_MIN(a->name_len, b->name_len);
-    int c = memcmp(a->name, b->name, n);
-    if (c)
-        return c;
-    if (a->name_len != b->name_len)
-        return a->name_len < b->name_len ? -1 : 1;
-    return a->daemon < b->daemon ? -1 : a->daemon > b->daemon;
-}
-
 /* Keeps the field names of the first daemon's WELCOME; every other daemon
  * must serve the same fields, or samples would differ by daemon. */
 static int
@@ -559,98 +537,6 @@ s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
         return emlio__seterr(self->err, EMLIO_EMISMATCH,
                              "daemon '%s' serves other fields than '%s'",
                              daemon->endpoint, self->conn.daemons[0].endpoint);
-    return 0;
-}
-
-/* The class names the first daemon that knows them sends (WELCOME's
- * `classes`); later daemons that disagree are logged, not refused: labels
- * are what the samples carry, names only describe them. */
-static int
-s_take_classes(emlio_client_t *self, const emlio__cdaemon_t *daemon,
-               const emlio__wire_msg_t *msg)
-{
-    if (msg->format && !self->inv.format[0] &&
-        msg->format_len < sizeof(self->inv.format)) {
-        memcpy(self->inv.format, msg->format, msg->format_len);
-        self->inv.format[msg->format_len] = '\0';
-    }
-    if (!msg->n_classes)
-        return 0;
-    if (self->inv.n_classes) {
-        bool same = self->inv.n_classes == msg->n_classes;
-        for (size_t i = 0; same && i < msg->n_classes; i++)
-            same = strlen(self->inv.classes[i]) == msg->classes[i].len &&
-                   !memcmp(self->inv.classes[i], msg->classes[i].s,
-                           msg->classes[i].len);
-        if (!same)
-            emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
-                      "daemon '%s' names its classes differently from "
-                      "the first daemon's; keeping the first's",
-                      daemon->endpoint);
-        return 0;
-    }
-    self->inv.classes = emlio_calloc(msg->n_classes, sizeof(char *));
-    if (!self->inv.classes)
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    self->inv.n_classes = msg->n_classes;
-    for (size_t i = 0; i < msg->n_classes; i++) {
-        self->inv.classes[i] = emlio_malloc(msg->classes[i].len + 1);
-        if (!self->inv.classes[i])
-            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        memcpy(self->inv.classes[i], msg->classes[i].s, msg->classes[i].len);
-        self->inv.classes[i][msg->classes[i].len] = '\0';
-    }
-    return 0;
-}
-
-/* Builds the global shard table: the union of inventories by name. */
-static int
-s_merge_inventories(emlio_client_t *self, s_entry_t *entries, size_t n)
-{
-    qsort(entries, n, sizeof(*entries), s_cmp_entry);
-    self->inv.shards = emlio_calloc(n, sizeof(*self->inv.shards));
-    if (!self->inv.shards)
-        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        self->conn.daemons[d].local_id = emlio_calloc(n, sizeof(uint32_t));
-        if (!self->conn.daemons[d].local_id)
-            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        memset(self->conn.daemons[d].local_id, 0xff, n * sizeof(uint32_t));
-    }
-    for (size_t i = 0; i < n;) {
-        size_t j = i + 1;
-        while (j < n && entries[j].name_len == entries[i].name_len &&
-               !memcmp(entries[j].name, entries[i].name, entries[i].name_len))
-            j++;
-        emlio__cshard_t *shard = &self->inv.shards[self->inv.n_shards];
-        shard->name = emlio_malloc(entries[i].name_len + 1);
-        shard->holders = emlio_calloc(j - i, sizeof(uint32_t));
-        if (!shard->name || !shard->holders) {
-            emlio_free(shard->name);
-            emlio_free(shard->holders);
-            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        }
-        memcpy(shard->name, entries[i].name, entries[i].name_len);
-        shard->name[entries[i].name_len] = 0;
-        shard->records = entries[i].records;
-        shard->bytes = entries[i].bytes;
-        self->inv.n_shards++;
-        for (size_t k = i; k < j; k++) {
-            if (entries[k].records != shard->records)
-                return emlio__seterr(
-                    self->err, EMLIO_EINVAL,
-                    "shard '%s' has %" PRIu64 " records on '%s' but %" PRIu64
-                    " on '%s'",
-                    shard->name, shard->records,
-                    self->conn.daemons[entries[i].daemon].endpoint,
-                    entries[k].records,
-                    self->conn.daemons[entries[k].daemon].endpoint);
-            shard->holders[shard->n_holders++] = entries[k].daemon;
-            self->conn.daemons[entries[k].daemon]
-                .local_id[self->inv.n_shards - 1] = entries[k].local;
-        }
-        i = j;
-    }
     return 0;
 }
 
@@ -845,7 +731,6 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
      * from the WELCOME frames, kept until the merge is done. */
     zmq_msg_t *frames = emlio_calloc(self->conn.n_daemons, sizeof(*frames));
     emlio__wire_msg_t *msgs = emlio_calloc(self->conn.n_daemons, sizeof(*msgs));
-    s_entry_t *entries = NULL;
     uint32_t got = 0;
     if (!frames || !msgs) {
         rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -854,7 +739,6 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     uint64_t deadline =
         emlio__now_ns() +
         (uint64_t)EMLIO_MAX(self->cfg.connect_timeout_ms, 1) * 1000000ull;
-    size_t n_entries = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         rc = s_handshake(self, &self->conn.daemons[d], &msgs[d], &frames[d],
                          deadline);
@@ -873,33 +757,18 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
         daemon->max_streams =
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
-        n_entries += msgs[d].n_shards;
         rc = s_take_fields(self, daemon, &msgs[d], d == 0);
-        if (rc == 0)
-            rc = s_take_classes(self, daemon, &msgs[d]);
         if (rc == 0)
             rc = emlio__tensor_take_welcome(self, daemon, &msgs[d]);
         if (rc < 0)
             goto out;
     }
-    entries = emlio_calloc(n_entries, sizeof(*entries));
-    if (!entries) {
-        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        goto out;
-    }
-    size_t k = 0;
     uint64_t h = 0xcbf29ce484222325ull;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        for (size_t i = 0; i < msgs[d].n_shards; i++) {
-            const emlio__wire_shard_t *s = &msgs[d].shards[i];
-            entries[k++] = (s_entry_t){ s->name,  s->name_len, s->records,
-                                        s->bytes, d,           (uint32_t)i };
-        }
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         for (const char *c = self->conn.daemons[d].dataset; *c; c++)
             h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
-    }
     snprintf(self->inv.dataset, sizeof(self->inv.dataset), "%016" PRIx64, h);
-    rc = s_merge_inventories(self, entries, n_entries);
+    rc = emlio__client_merge_inventory(self, msgs);
     if (rc < 0)
         goto out;
     s_init_tuning(self);
@@ -912,7 +781,6 @@ out:
         emlio__wire_msg_release(&msgs[d]);
         zmq_msg_close(&frames[d]);
     }
-    emlio_free(entries);
     emlio_free(frames);
     emlio_free(msgs);
     return rc;

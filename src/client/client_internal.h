@@ -19,8 +19,10 @@
  * struct emlio_client:
  *   client.c         public API and lifecycle: new, connect, begin_epoch,
  *                    next (the wait loop), destroy, accessors, stats
- *   client_conn.c    connections and streams (conn, inv): DEALER sockets,
- *                    their monitors, HELLO/WELCOME, the merged inventory;
+ *   client_conn.c    connections and streams (conn): DEALER sockets,
+ *                    their monitors, HELLO/WELCOME; client_inventory.c
+ *                    the merged inventory (inv): shards by content,
+ *                    classes as one list;
  *                    client_tune.c its measurements: TCP_INFO, receive
  *                    buffers by RTT, the stream tuner's feed
  *                    (emlio__client_tune)
@@ -92,6 +94,10 @@ typedef struct emlio__cdaemon {
     uint64_t disk_at_ns; /* when it came */
     uint32_t *local_id;  /* global shard -> this daemon's shard id, or
                             UINT32_MAX when it does not hold the shard */
+    /* This daemon's label i is the job's label_map[i] (its ImageFolder
+     * classes are part of a union: client_inventory.c); NULL: as sent. */
+    int64_t *label_map;
+    size_t n_label_map;
     uint64_t max_batch;
     uint64_t max_credit;
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
@@ -278,6 +284,13 @@ struct emlio_client {
 
 /* client_conn.c */
 int emlio__client_dial(emlio_client_t *self, const char *endpoints);
+/* client_inventory.c: the shards of every daemon's WELCOME (msgs, one per
+ * daemon) merged by name where their content is the same, the job's class
+ * list, each daemon's label map, and the format. Refuses (EMLIO_EMISMATCH,
+ * naming the shard and both daemons) one name with two contents unless
+ * cfg.disjoint_shards, and daemons whose stored labels disagree. */
+int emlio__client_merge_inventory(emlio_client_t *self,
+                                  const emlio__wire_msg_t *msgs);
 void emlio__client_disconnect(emlio_client_t *self);
 int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
 int emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
@@ -353,5 +366,16 @@ bool emlio__tensor_disown(emlio_batch_t *b);
 void emlio__tensor_shutdown(emlio_client_t *self);
 int emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
                                const emlio__wire_msg_t *msg);
+
+/* A label daemon d sent, as the job numbers its classes. */
+static inline int64_t
+emlio__client_label(const emlio_client_t *self, uint32_t d, int64_t label)
+{
+    const emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    return daemon->label_map && label >= 0 &&
+                   (uint64_t)label < daemon->n_label_map
+               ? daemon->label_map[label]
+               : label;
+}
 
 #endif /* EMLIO_CLIENT_INTERNAL_H */

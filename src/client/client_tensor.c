@@ -104,7 +104,7 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
         emlio_sample_t *s = &b->samples[pos];
         s->data = data + j * out;
         s->len = out;
-        s->label = msg->samples[j].label;
+        s->label = emlio__client_label(self, d, msg->samples[j].label);
         b->fdata[pos * nf] = s->data;
         b->flen[pos * nf] = out;
         if (self->cfg.verify &&

@@ -454,7 +454,7 @@ s_sample_done(emlio_client_t *self, uint32_t d, uint32_t stream,
     emlio_sample_t *s = &b->samples[pos];
     s->data = b->fdata[pos * nf];
     s->len = b->flen[pos * nf];
-    s->label = ws->label;
+    s->label = emlio__client_label(self, d, ws->label);
     /* The daemon may have derived ws->crc from the record's CRC stored on
      * disk without reading the bytes (large TFRecord samples), so a
      * mismatch is a flip in the shard as much as one on the way. */

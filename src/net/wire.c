@@ -176,12 +176,14 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
     failed |= s_pack_key(&pk, "shards");
     failed |= msgpack_pack_array(&pk, n);
     for (size_t i = 0; i < n; i++) {
-        failed |= msgpack_pack_array(&pk, 3);
+        failed |= msgpack_pack_array(&pk, shards[i].digest ? 4 : 3);
         failed |= msgpack_pack_str(&pk, shards[i].name_len);
         failed |=
             msgpack_pack_str_body(&pk, shards[i].name, shards[i].name_len);
         failed |= msgpack_pack_uint64(&pk, shards[i].records);
         failed |= msgpack_pack_uint64(&pk, shards[i].bytes);
+        if (shards[i].digest)
+            failed |= msgpack_pack_uint64(&pk, shards[i].digest);
     }
     return s_finish(failed);
 }
@@ -662,7 +664,9 @@ s_decode_shards(s_reader_t *r, emlio__wire_msg_t *msg)
             return false;
         if (s->name_len == 0 || s->name_len > EMLIO_WIRE_MAX_NAME)
             return s_fail(r, "bad shard name length");
-        for (uint64_t f = 3; f < fields; f++)
+        if (fields > 3 && !s_read_uint(r, &s->digest))
+            return false;
+        for (uint64_t f = 4; f < fields; f++)
             if (!s_skip(r, 1))
                 return false;
     }

@@ -64,6 +64,10 @@ typedef struct emlio__wire_shard {
     size_t name_len;
     uint64_t records;
     uint64_t bytes;
+    /* Content identity (WELCOME entry element 3): equal for copies of one
+     * shard wherever they sit, so a client can tell replicas from
+     * different files that share a name; 0 = not known (then absent). */
+    uint64_t digest;
 } emlio__wire_shard_t;
 
 typedef struct emlio__wire_str {

@@ -293,7 +293,7 @@ s_format_name(const emlio__shardset_t *set)
 static int
 s_encode_welcome(emlio_server_t *self)
 {
-    const emlio__shardset_t *set = &self->core->set;
+    emlio__shardset_t *set = &self->core->set;
     emlio__wire_shard_t *inv = emlio_calloc(set->n, sizeof(*inv));
     if (!inv)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -302,6 +302,7 @@ s_encode_welcome(emlio_server_t *self)
         inv[i].name_len = strlen(inv[i].name);
         inv[i].records = emlio__shard_count(&set->shards[i]);
         inv[i].bytes = emlio__shard_size(&set->shards[i]);
+        inv[i].digest = emlio__shard_identity(&self->core->set, i);
     }
     /* One encoding per protocol version: v1 without fields, v2 with them,
      * v3 and v4 (packed batches) with the transform capabilities; the class

@@ -219,6 +219,11 @@ typedef struct emlio__format_ops {
      * record: emlio_dataset_record), and its default label. */
     int (*record)(const emlio__shard_t *shard, size_t r,
                   emlio_dataset_field_fn *fn, void *userdata, int64_t *label);
+    /* Tree formats: a CRC-32C of what the shard holds (an ImageFolder
+     * class: its files' paths and sizes), equal wherever a copy of it
+     * sits. NULL: file formats, whose record table is the identity (see
+     * emlio__shard_identity). */
+    uint32_t (*identity)(const emlio__shard_t *shard);
 } emlio__format_ops_t;
 
 /* Every format, file formats first, in the order a directory's shards are

@@ -490,6 +490,12 @@ s_member_name(const emlio__shard_t *shard, size_t r)
     return emlio__folder_file(shard->impl, r);
 }
 
+static uint32_t
+s_identity(const emlio__shard_t *shard)
+{
+    return emlio__folder_identity(shard->impl);
+}
+
 const emlio__format_ops_t emlio__format_imagefolder = {
     .name = "imagefolder",
     .suffix = NULL,
@@ -510,4 +516,5 @@ const emlio__format_ops_t emlio__format_imagefolder = {
     .member_name = s_member_name,
     .shard_label = s_shard_label,
     .record = s_record,
+    .identity = s_identity,
 };

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "beneath.h"
+#include "crc32c.h"
 #include "imagefolder_list.h"
 #include "iobuf.h"
 
@@ -422,6 +423,21 @@ uint64_t
 emlio__folder_file_size(const emlio__folder_t *self, size_t i)
 {
     return i < self->n ? self->files[i].size : 0;
+}
+
+uint32_t
+emlio__folder_identity(const emlio__folder_t *self)
+{
+    uint32_t crc = 0;
+    for (size_t i = 0; i < self->n; i++) {
+        const emlio__folder_file_t *f = &self->files[i];
+        uint8_t size[8];
+        for (int b = 0; b < 8; b++)
+            size[b] = (uint8_t)(f->size >> (8 * b));
+        crc = emlio_crc32c(crc, self->names + f->name, (size_t)f->len + 1);
+        crc = emlio_crc32c(crc, size, sizeof(size));
+    }
+    return crc;
 }
 
 const void *

@@ -63,6 +63,11 @@ int64_t emlio__folder_label(const emlio__folder_t *self);
 const char *emlio__folder_file(const emlio__folder_t *self, size_t i);
 /* Size of record i's file as listed (0 for no record i). */
 uint64_t emlio__folder_file_size(const emlio__folder_t *self, size_t i);
+/* CRC-32C over the listing: each file's path relative to the class, a NUL
+ * and its size as 8 bytes little-endian, in listing order. Two nodes
+ * holding the same files of a class agree; a class split between them
+ * by files does not (mtimes, which copies do not keep, are left out). */
+uint32_t emlio__folder_identity(const emlio__folder_t *self);
 const char *emlio__folder_errmsg(const emlio__folder_t *self);
 
 /* Reads record i into a fresh buffer (*data, freed with emlio__iobuf_free).

@@ -168,6 +168,13 @@ int emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
                                emlio__shardset_log_fn *log, void *userdata,
                                char *errbuf);
 
+/* The content identity of shard i as WELCOME reports it (docs/protocol.md
+ * 5.2): 2^32 plus the CRC-32C of its record table (the dataset index's,
+ * or one computed now for a table built by a scan), or of its file list
+ * (tree formats); 0 when it has neither. Copies of one file on two nodes
+ * agree; two files of one name almost never do. */
+uint64_t emlio__shard_identity(emlio__shardset_t *self, size_t i);
+
 /* Lets a mapped shard's data be read: 0 and one more user (the shard is
  * open and mapped until the matching emlio__shard_release; the cache opens
  * it if it was closed), -ESTALE when the shard changed on disk (then

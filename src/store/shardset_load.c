@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "shard_cache.h"
 #include "shardset.h"
 
@@ -258,6 +259,28 @@ s_open_index(s_load_t *load, const char *path, const struct stat *root)
         snprintf(msg, sizeof(msg), "%s; rebuilding it", err);
         s_log(load, msg);
     }
+}
+
+uint64_t
+emlio__shard_identity(emlio__shardset_t *self, size_t i)
+{
+    emlio__shard_t *shard = &self->shards[i];
+    const uint64_t known = UINT64_C(1) << 32;
+    if (shard->ops->identity)
+        return known | shard->ops->identity(shard);
+    if (!shard->ops->index_table)
+        return 0;
+    size_t len = 0;
+    const void *table = shard->ops->index_table(shard->impl, &len);
+    if (!table)
+        return 0;
+    /* A table still borrowed from the index has its CRC there: a start
+     * touches no table (it is checked on first use). */
+    const emlio__dsindex_entry_t *e =
+        emlio__dsindex_find(&self->index, shard->name);
+    if (e && table == emlio__dsindex_table(&self->index, e))
+        return known | e->table_crc;
+    return known | emlio_crc32c(0, table, len);
 }
 
 /* Writes the dataset index of this load's shards and takes every table

@@ -565,6 +565,59 @@ class ImageFolderTest(unittest.TestCase):
         for e in (0, 1):
             self.assertEqual(sorted(per_epoch[e]), sorted(want), e)
 
+    def split(self, name, assign):
+        """Two copies of the tree's served files: assign(cls, i) says
+        which (0 or 1) holds the class's i-th file (sorted)."""
+        roots = [os.path.join(self.tmp, "%s%d" % (name, k)) for k in (0, 1)]
+        for cls_name in sorted(os.listdir(self.root)):
+            src = os.path.join(self.root, cls_name)
+            if cls_name.startswith(".") or not os.path.isdir(src):
+                continue
+            files = []
+            for dp, dn, fn in os.walk(src):
+                dn[:] = [x for x in dn if not x.startswith(".")]
+                files += [os.path.relpath(os.path.join(dp, f), src)
+                          for f in fn if not f.startswith(".") and
+                          not f.endswith(".txt")]
+            for i, rel in enumerate(sorted(files)):
+                dst = os.path.join(roots[assign(cls_name, i)], cls_name, rel)
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copy(os.path.join(src, rel), dst)
+        return roots
+
+    def fetch_all(self, endpoints, **kw):
+        """{bytes: label} over one epoch, and the Loader's classes."""
+        got = {}
+        with emlio.Loader(endpoints, 2, epochs=1, **kw) as ld:
+            for b in ld:
+                labels = b.labels.tolist()
+                for i, view in enumerate(b.samples):
+                    if not b.ids[i][2]:
+                        self.assertNotIn(bytes(view), got)
+                        got[bytes(view)] = labels[i]
+            return got, list(ld.classes)
+
+    def test_split_by_classes_labels_are_the_union(self):
+        # torchvision numbers the union of the class directories; each
+        # daemon numbers only its own: the Loader maps them onto the union.
+        want = self.reference()
+        roots = self.split("bycls", lambda c, i: 1 if c == "dog" else 0)
+        with Daemon(roots[0]) as d0, Daemon(roots[1]) as d1:
+            got, classes = self.fetch_all([d1.endpoint, d0.endpoint])
+        self.assertEqual(got, want)
+        self.assertEqual(classes, ["bird_2", "cat", "dog"])
+
+    def test_split_by_files_refused_then_disjoint(self):
+        want = self.reference()
+        roots = self.split("byfile", lambda c, i: i % 2)
+        with Daemon(roots[0]) as d0, Daemon(roots[1]) as d1:
+            eps = [d0.endpoint, d1.endpoint]
+            with self.assertRaises(emlio.EmlioError) as cm:
+                emlio.Loader(eps, 2, epochs=1)
+            self.assertIn("differs between daemon", str(cm.exception))
+            got, _ = self.fetch_all(eps, disjoint_shards=True)
+        self.assertEqual(got, want)
+
     def count(self, root, *extra):
         with Daemon(root, *extra) as daemon:
             with emlio.Loader(daemon.endpoint, 4, epochs=1) as ld:

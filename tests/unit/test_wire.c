@@ -53,12 +53,43 @@ test_wire_batch_round_trip(void **state)
     emlio_buf_release(&buf);
 }
 
+/* The shard entry's 4th element, the content digest: sent when known,
+ * absent (three elements, decoded as 0) when not. */
+static void
+test_wire_shard_digest_round_trip(void **state)
+{
+    (void)state;
+    emlio__wire_shard_t shards[2] = { { "cat", 3, 64, 200000,
+                                        (UINT64_C(1) << 32) | 0x89822376u },
+                                      { "dog", 3, 64, 200000, 0 } };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    emlio__wire_msg_t msg;
+    assert_int_equal(emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8,
+                                                64, 1 << 22, shards, 2),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
+    assert_int_equal(msg.n_shards, 2);
+    assert_true(msg.shards[0].digest == ((UINT64_C(1) << 32) | 0x89822376u));
+    assert_int_equal(msg.shards[1].digest, 0);
+    assert_int_equal(msg.shards[1].records, 64);
+    emlio__wire_msg_release(&msg);
+    /* Without any digest the entries are the three elements of before. */
+    shards[0].digest = 0;
+    emlio_buf_t plain = EMLIO_BUF_INIT;
+    assert_int_equal(emlio__wire_encode_welcome(&plain, "emliod/x", "ff00", 64,
+                                                8, 64, 1 << 22, shards, 2),
+                     0);
+    assert_int_equal(plain.len + 9, buf.len); /* 0xcf + 8 bytes, 1 entry */
+    emlio_buf_release(&plain);
+    emlio_buf_release(&buf);
+}
+
 static void
 test_wire_welcome_hello_error_round_trip(void **state)
 {
     (void)state;
-    emlio__wire_shard_t shards[2] = { { "a.tfrecord", 10, 5, 100 },
-                                      { "sub/b.tfrecord", 14, 0, 16 } };
+    emlio__wire_shard_t shards[2] = { { "a.tfrecord", 10, 5, 100, 0 },
+                                      { "sub/b.tfrecord", 14, 0, 16, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     emlio__wire_msg_t msg;
     assert_int_equal(emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8,
@@ -451,7 +482,7 @@ test_wire_v3_transform_round_trip(void **state)
     char cat[] = "cat", dog[] = "dog";
     char *const classes[2] = { cat, dog };
     emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0 };
-    emlio__wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240 } };
+    emlio__wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240, 0 } };
     assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
                                                    64, 0, shards, 1, NULL, 0,
                                                    &caps),
@@ -495,6 +526,7 @@ main(void)
         cmocka_unit_test(test_wire_get_round_trip),
         cmocka_unit_test(test_wire_batch_round_trip),
         cmocka_unit_test(test_wire_welcome_hello_error_round_trip),
+        cmocka_unit_test(test_wire_shard_digest_round_trip),
         cmocka_unit_test(test_wire_truncated_prefixes_fail),
         cmocka_unit_test(test_wire_hostile_lengths_rejected),
         cmocka_unit_test(test_wire_unknown_keys_skipped_and_fields_required),

@@ -210,6 +210,7 @@ typedef struct s_fetch {
     bool verify;
     bool quiet;
     bool digests;          /* --ids lines carry each sample's SHA-256 */
+    bool labels;           /* --ids lines carry each sample's label */
     const char *decode_at; /* --decode-at */
     double progress_s;     /* --progress: a plain line every S s (0: off) */
     const char *ids_path;
@@ -300,9 +301,17 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("ids", 0, OPT_STR, &self->ids_path, "FILE",
             "write 'EPOCH SHARD RECORD' per sample\n"
             "(padding lines end in ' pad')"),
+        OPT("labels", 0, OPT_FLAG, &self->labels, NULL,
+            "add each sample's label to its --ids line\n"
+            "(after the record)"),
         OPT("digests", 0, OPT_FLAG, &self->digests, NULL,
             "add each sample's SHA-256 to its --ids line\n"
-            "(after the record)"),
+            "(after the record and label)"),
+        OPT("disjoint-shards", 0, OPT_FLAG, &cfg->disjoint_shards, NULL,
+            "shards of one name with different content on\n"
+            "different daemons are distinct shards (an\n"
+            "ImageFolder split over nodes by files);\n"
+            "default: refused"),
         OPT("state", 0, OPT_STR, &self->state_path, "FILE",
             "resume from / save progress to FILE"),
         OPT("transform", 0, OPT_STR, &cfg->transform, "SPEC",
@@ -367,8 +376,9 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         }
         self->cfg.decode_at = where;
     }
-    if (self->digests && !self->ids_path) {
-        fprintf(stderr, "emlio fetch: --digests goes with --ids FILE\n");
+    if ((self->digests || self->labels) && !self->ids_path) {
+        fprintf(stderr, "emlio fetch: --%s goes with --ids FILE\n",
+                self->digests ? "digests" : "labels");
         return 2;
     }
     if (cli_check_connect("fetch", self->plan.connect) < 0)
@@ -510,15 +520,19 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
     for (size_t i = 0; i < n; i++) {
         self->bytes += s[i].len;
         self->pads += s[i].pad;
+        char label[24] = "";
+        if (self->labels)
+            snprintf(label, sizeof(label), " %" PRId64, s[i].label);
         char digest[66] = "";
         if (self->digests) {
             digest[0] = ' ';
             tool_sha256_hex(s[i].data, s[i].len, digest + 1);
         }
         if (self->ids &&
-            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s%s\n", self->epoch,
+            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s%s%s\n",
+                    self->epoch,
                     emlio_client_shard_name(self->client, s[i].shard),
-                    s[i].record, digest, s[i].pad ? " pad" : "") < 0 &&
+                    s[i].record, label, digest, s[i].pad ? " pad" : "") < 0 &&
             !self->ids_errno)
             self->ids_errno = errno; /* a full disk, say: reported below */
         if (self->verify)

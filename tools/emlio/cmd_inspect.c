@@ -245,8 +245,8 @@ s_print_text(const inspect_summary_t *sm, const inspect_keys_t *keys)
 /* Parses argv: the options and the one FILE. Returns -1 to go on, else
  * the exit status (after printing usage or what is wrong). */
 static int
-s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
-             const char **path)
+s_parse_args(int argc, char **argv, bool *json, bool *verify, bool *disjoint,
+             uint64_t *sample, const char **path)
 {
     const opt_t table[] = {
         OPT("json", 0, OPT_FLAG, json, NULL, "print one JSON object"),
@@ -255,6 +255,10 @@ s_parse_args(int argc, char **argv, bool *json, bool *verify, uint64_t *sample,
             ";\n0 means all)"),
         OPT("verify", 0, OPT_FLAG, verify, NULL,
             "also check every record's data CRC"),
+        OPT("disjoint-shards", 0, OPT_FLAG, disjoint, NULL,
+            "tcp://: count shards of one name with different\n"
+            "content on different daemons as distinct shards\n"
+            "(as emlio fetch --disjoint-shards)"),
         OPT("help", 'h', OPT_HELP, NULL, NULL, "show this help"),
         OPT_END,
     };
@@ -296,7 +300,7 @@ s_print_classes(const emlio_client_t *c, bool json)
 }
 
 static int
-s_inspect_daemons(const char *endpoints, bool json)
+s_inspect_daemons(const char *endpoints, bool json, bool disjoint)
 {
     char err[TOOL_ERRMSG_LEN];
     if (tool_check_endpoints(endpoints, false, err) < 0) {
@@ -308,6 +312,7 @@ s_inspect_daemons(const char *endpoints, bool json)
     emlio_client_config_init(&cfg);
     cfg.name = "emlio-inspect";
     cfg.connect_timeout_ms = 5000;
+    cfg.disjoint_shards = disjoint;
     emlio_client_t *c = cli_client_connect(CMD, ctx, &cfg, endpoints);
     int status = 1;
     if (!c)
@@ -385,13 +390,15 @@ cmd_inspect(int argc, char **argv)
 {
     bool json = false;
     bool verify = false;
+    bool disjoint = false;
     uint64_t sample = INSPECT_DEFAULT_SAMPLE;
     const char *path = NULL;
-    int parsed = s_parse_args(argc, argv, &json, &verify, &sample, &path);
+    int parsed =
+        s_parse_args(argc, argv, &json, &verify, &disjoint, &sample, &path);
     if (parsed >= 0)
         return parsed;
     if (strstr(path, "://"))
-        return s_inspect_daemons(path, json);
+        return s_inspect_daemons(path, json, disjoint);
     /* A data directory (any format) or a WebDataset tar shard. */
     struct stat st;
     if (formats_is_tar(path) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))

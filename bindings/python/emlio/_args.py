@@ -187,6 +187,7 @@ LOADER_ARGS = (
     Arg("decode_at", "choice", choices=("auto", "client", "server")),
     Arg("transform_threads", "int", 0, U32_MAX, field="transform_threads"),
     Arg("max_pixels", "int", 0, U64_MAX, field="max_pixels"),
+    Arg("disjoint_shards", "bool", field="disjoint_shards"),
 )
 
 LOADER_ARG = {a.name: a for a in LOADER_ARGS}

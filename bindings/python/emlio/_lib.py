@@ -85,7 +85,8 @@ class ClientConfig(ctypes.Structure):
         ("max_pixels", ctypes.c_uint64),
         ("request_bytes", ctypes.c_uint64),
         ("io_threads", ctypes.c_uint32),
-        ("reserved32", ctypes.c_uint32),
+        ("disjoint_shards", ctypes.c_bool),
+        ("reserved8", ctypes.c_uint8 * 3),
         ("reserved", ctypes.c_uint64 * 2),
     ]
 

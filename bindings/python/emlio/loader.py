@@ -634,6 +634,12 @@ class Loader:
         Decode threads here (0, the default: one per CPU).
     max_pixels : int
         Refuse images of more pixels (0: 100 million).
+    disjoint_shards : bool
+        Daemons that hold different files under one shard name (an
+        ImageFolder whose class directories are split over nodes by files)
+        serve them as distinct shards. Without it such a job is refused at
+        connect, naming the shard and both daemons, rather than read as
+        replicas (docs/formats.md, "One dataset on several nodes").
     wait_warning_s : float
         Log a warning (logger ``emlio.loader``) when a batch has been
         awaited this long without a word from the daemons, naming them,
@@ -658,7 +664,8 @@ class Loader:
                  window_shards=0, log_level=None, name=None, fields=None,
                  server_key=None, client_key=None, wait_warning_s=5.0,
                  transform=None, decode_at="auto", transform_threads=0,
-                 max_pixels=0, request_bytes=0, io_threads=0):
+                 max_pixels=0, request_bytes=0, io_threads=0,
+                 disjoint_shards=False):
         self._client = None
         self._ctx = None
         self._live = {}
