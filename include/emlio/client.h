@@ -303,23 +303,32 @@ typedef struct emlio_client_stats {
     uint64_t skipped;     /* records daemons left out as corrupt */
     /* The network path, as the kernel measures it (TCP_INFO) and as the
      * stream tuner judges it; updated every few RTTs. */
-    double rtt_ms;        /* RTT floor over the streams; 0 = not measured */
-    double mb_per_s;      /* delivery rate over the last tuner tick */
-    uint32_t streams;     /* streams per daemon (the fewest of any daemon) */
-    int32_t limit;        /* what limits the rate now: enum emlio_limit */
-    uint64_t window;      /* per-stream TCP window the path allows: the
-                             daemons' send buffer or our receive buffer,
-                             whichever is smaller; bytes */
-    uint32_t io_threads;  /* ZeroMQ I/O threads that carry streams: one
-                             to start with, one more each time those run
-                             3/4 of a CPU (docs/tuning.md); all of them
-                             (up to one per stream) when the streams are
-                             fixed */
-    uint32_t disk_pct;    /* the share of their readers' time the daemons
-                             said (BATCH "disk", the highest of their last
-                             words) they spent waiting for their devices,
-                             percent; 0 when none reads with --io read */
-    uint64_t reserved[3]; /* room for later figures; zero */
+    double rtt_ms;       /* RTT floor over the streams; 0 = not measured */
+    double mb_per_s;     /* delivery rate over the last tuner tick */
+    uint32_t streams;    /* streams per daemon (the fewest of any daemon) */
+    int32_t limit;       /* what limits the rate now: enum emlio_limit */
+    uint64_t window;     /* per-stream TCP window the path allows: the
+                            daemons' send buffer or our receive buffer,
+                            whichever is smaller; bytes */
+    uint32_t io_threads; /* ZeroMQ I/O threads that carry streams: one
+                            to start with, one more each time those run
+                            3/4 of a CPU (docs/tuning.md); all of them
+                            (up to one per stream) when the streams are
+                            fixed */
+    uint32_t disk_pct;   /* the share of their readers' time the daemons
+                            said (BATCH "disk", the highest of their last
+                            words) they spent waiting for their devices,
+                            percent; 0 when none reads with --io read */
+    uint64_t disk_read_bytes; /* what the daemons' reads took from their
+                                 file systems for this epoch's batches
+                                 (BATCH "rd"; --io read, aligned as the
+                                 direct reads go: the device's bytes past
+                                 the page cache). Divided by bytes: the
+                                 read amplification. 0 when no daemon
+                                 reads (--io map: the page cache's misses
+                                 are counted daemon-wide only, in the
+                                 metric emlio_server_disk_read_bytes) */
+    uint64_t reserved[2];     /* room for later figures; zero */
 } emlio_client_stats_t;
 
 /* What limits a client's rate (emlio_client_stats_t.limit). */

@@ -114,6 +114,7 @@ emlio__epoch_begin(emlio_client_t *self, uint64_t epoch)
     self->fig.wait_ns = 0;
     self->fig.samples = 0;
     self->fig.bytes = 0;
+    self->fig.disk_read = 0;
     if (took_ahead) {
         /* Batches of this epoch that arrived while the last one ran are
          * complete now, and only now ready (their holes are compacted into

@@ -209,6 +209,7 @@ struct emlio_batch {
     const uint8_t *images; /* n x H x W x 3 handed over; NULL = none */
     uint32_t *positions;   /* storage for the parts' positions */
     uint64_t bytes;
+    uint64_t disk_read;       /* what the daemons read for it (BATCH "rd") */
     struct emlio_batch *next; /* ready queue or free list */
 };
 
@@ -260,6 +261,7 @@ typedef struct emlio__figures {
     uint64_t total_wait_ns; /* all epochs before this one */
     uint64_t samples;
     uint64_t bytes;
+    uint64_t disk_read; /* the daemons' "rd" for this epoch's batches */
     uint64_t retries;
 } emlio__figures_t;
 

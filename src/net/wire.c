@@ -253,27 +253,40 @@ s_pack_samples(msgpack_packer *pk, const emlio__wire_sample_t *samples,
     return failed;
 }
 
-/* The optional "disk" key of a BATCH (0..100), unless left out. */
+/* The optional keys of a BATCH about the device: "disk" (0..100) and
+ * "rd", each unless left out. */
 static int
-s_pack_disk(msgpack_packer *pk, int disk)
+s_io_keys(emlio__wire_io_t io)
 {
-    if (disk < 0)
-        return 0;
-    int failed = s_pack_key(pk, "disk");
-    return failed | msgpack_pack_uint8(pk, (uint8_t)EMLIO_MIN(disk, 100));
+    return (io.disk >= 0) + (io.read > 0);
+}
+
+static int
+s_pack_io(msgpack_packer *pk, emlio__wire_io_t io)
+{
+    int failed = 0;
+    if (io.disk >= 0) {
+        failed |= s_pack_key(pk, "disk");
+        failed |= msgpack_pack_uint8(pk, (uint8_t)EMLIO_MIN(io.disk, 100));
+    }
+    if (io.read > 0) {
+        failed |= s_pack_key(pk, "rd");
+        failed |= msgpack_pack_uint64(pk, io.read);
+    }
+    return failed;
 }
 
 int
 emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                          const emlio__wire_sample_t *samples, size_t n,
-                         int disk)
+                         emlio__wire_io_t io)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 3 + (disk >= 0), EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 3 + s_io_keys(io), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_samples(&pk, samples, n);
-    failed |= s_pack_disk(&pk, disk);
+    failed |= s_pack_io(&pk, io);
     return s_finish(failed);
 }
 
@@ -281,14 +294,14 @@ int
 emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
                                 const emlio__wire_sample_t *samples, size_t n,
                                 const emlio__wire_span_t *spans, size_t n_spans,
-                                int disk)
+                                emlio__wire_io_t io)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 4 + (disk >= 0), EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 4 + s_io_keys(io), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_samples(&pk, samples, n);
-    failed |= s_pack_disk(&pk, disk);
+    failed |= s_pack_io(&pk, io);
     /* Flat [offset, length] pairs; offset -1: the span's own frame. */
     failed |= s_pack_key(&pk, "pack");
     failed |= msgpack_pack_array(&pk, 2 * n_spans);
@@ -305,13 +318,14 @@ emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
 int
 emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
                                 const emlio__wire_sample_t *samples, size_t n,
-                                const emlio__wire_tensor_t *t, int disk)
+                                const emlio__wire_tensor_t *t,
+                                emlio__wire_io_t io)
 {
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, 5 + (disk >= 0), EMLIO_MSG_BATCH);
+    int failed = s_begin(out, &pk, 5 + s_io_keys(io), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
-    failed |= s_pack_disk(&pk, disk);
+    failed |= s_pack_io(&pk, io);
     failed |= s_pack_key(&pk, "shape");
     failed |= msgpack_pack_array(&pk, 4);
     failed |= msgpack_pack_uint64(&pk, n);
@@ -922,6 +936,8 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
         msg->has_disk = true;
         return true;
     }
+    if (s_key_is(key, klen, "rd"))
+        return s_read_uint(r, &msg->read);
     if (s_key_is(key, klen, "unchecked"))
         return s_read_bool(r, &msg->unchecked);
     if (s_key_is(key, klen, "pipelined"))

@@ -145,6 +145,7 @@ typedef struct emlio__wire_msg {
     bool unchecked;    /* GET: the client does not check sample CRCs */
     bool has_disk;     /* BATCH: "disk" was sent */
     int disk;          /* BATCH: the daemon's device-wait share, percent */
+    uint64_t read;     /* BATCH: "rd", bytes read for it (0: not said) */
     bool pipelined;    /* GET: the client has other GETs in flight on this
                           connection (their replies may share segments) */
     bool has_shape;    /* BATCH: a tensor batch (one frame) */
@@ -249,19 +250,29 @@ int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
                                   const emlio__wire_xf_caps_t *caps);
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                            const emlio__wire_item_t *items, size_t n);
-/* BATCH. disk: the share of the daemon's reader time spent waiting for
- * its device lately, in percent ("disk", docs/protocol.md 5.4), or
- * EMLIO_WIRE_NO_DISK to leave it out (a daemon that does not read). */
+/* What a BATCH says of the daemon's device (docs/protocol.md 5.4): disk,
+ * the share of its reader time spent waiting for the device lately, in
+ * percent ("disk"), or EMLIO_WIRE_NO_DISK to leave it out (a daemon that
+ * does not read); read, the bytes its reads took from the file system
+ * for this reply ("rd"; 0: left out). */
 #define EMLIO_WIRE_NO_DISK (-1)
+
+typedef struct emlio__wire_io {
+    int disk;
+    uint64_t read;
+} emlio__wire_io_t;
+
+#define EMLIO_WIRE_NO_IO ((emlio__wire_io_t){ EMLIO_WIRE_NO_DISK, 0 })
+/* BATCH. */
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                              const emlio__wire_sample_t *samples, size_t n,
-                             int disk);
+                             emlio__wire_io_t io);
 /* BATCH at v4: with the offset table spans[0, n_spans) ("pack"), one span
  * per sample frame, in frame order (sample-major, field-minor). */
 int emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
                                     const emlio__wire_sample_t *samples,
                                     size_t n, const emlio__wire_span_t *spans,
-                                    size_t n_spans, int disk);
+                                    size_t n_spans, emlio__wire_io_t io);
 /* Checks a packed BATCH's offset table from the network against what the
  * receiver expects: want spans (samples x fields), and a packed frame of
  * packed_len bytes (has_packed: it came). Spans in the packed frame must lie
@@ -282,7 +293,7 @@ int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
 int emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
                                     const emlio__wire_sample_t *samples,
                                     size_t n, const emlio__wire_tensor_t *t,
-                                    int disk);
+                                    emlio__wire_io_t io);
 int emlio__wire_encode_error(emlio_buf_t *out, uint64_t id, int code,
                              const char *text);
 

@@ -136,6 +136,7 @@ typedef struct emlio__job {
      * taken or released, so no descriptor closes under a read. */
     emlio__shard_t **io_holds;
     size_t n_io_holds;
+    uint64_t io_bytes; /* what its staged reads took from the file system */
 } emlio__job_t;
 
 /* Samples above this size that are served zero-copy from a leased mapping
@@ -408,6 +409,9 @@ void emlio__srv_copy_release(emlio__copy_charge_t *charge);
  * `limit: disk`); EMLIO_WIRE_NO_DISK when records are not read (--io
  * map: the page cache's misses are not the readers' to time). */
 int emlio__srv_disk_share(emlio__srv_core_t *core);
+/* A reply's "disk" and "rd" (the bytes job's staged reads took). */
+emlio__wire_io_t emlio__srv_job_io(emlio__srv_core_t *core,
+                                   const emlio__job_t *job);
 void emlio__srv_pack_pool_init(emlio__pack_pool_t *pool);
 void emlio__srv_pack_pool_release(emlio__pack_pool_t *pool);
 uint8_t *emlio__srv_pack_get(emlio__pack_pool_t *pool, size_t want,

@@ -350,6 +350,12 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     }
 }
 
+emlio__wire_io_t
+emlio__srv_job_io(emlio__srv_core_t *core, const emlio__job_t *job)
+{
+    return (emlio__wire_io_t){ emlio__srv_disk_share(core), job->io_bytes };
+}
+
 int
 emlio__srv_disk_share(emlio__srv_core_t *core)
 {
@@ -468,7 +474,15 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
     job->n_io_holds = n;
     size_t merged = s_merge_reads(reqs, n);
     size_t staged = emlio__ioengine_stage(eng, job, reqs, merged);
-    (void)staged; /* the rest are read one by one when taken */
+    /* The rest are read one by one when taken. What the staged ones take
+     * from the file system, aligned as the direct reads go (the device's
+     * bytes past the page cache), is the reply's "rd". */
+    for (size_t i = 0; i < staged; i++) {
+        uint64_t a = reqs[i].align ? reqs[i].align : 1;
+        uint64_t lo = reqs[i].offset / a * a;
+        uint64_t hi = (reqs[i].offset + reqs[i].len + a - 1) / a * a;
+        job->io_bytes += hi - lo;
+    }
     emlio_free(reqs);
 }
 
@@ -551,7 +565,8 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
 /* The BATCH header of a job's views: the quadruples, and for a packed job
  * (protocol v4) the offset table. Returns 0 or EMLIO_ENOMEM. */
 static int
-s_batch_header(emlio__job_t *job, size_t nf, int disk, emlio_buf_t *buf)
+s_batch_header(emlio__job_t *job, size_t nf, emlio__wire_io_t io,
+               emlio_buf_t *buf)
 {
     size_t n = job->n_views;
     emlio__wire_sample_t *samples = emlio_calloc(n ? n : 1, sizeof(*samples));
@@ -573,8 +588,8 @@ s_batch_header(emlio__job_t *job, size_t nf, int disk, emlio_buf_t *buf)
 
         rc = job->packed
                  ? emlio__wire_encode_batch_packed(buf, job->msg.id, samples, n,
-                                                   spans, nf, disk)
-                 : emlio__wire_encode_batch(buf, job->msg.id, samples, n, disk);
+                                                   spans, nf, io)
+                 : emlio__wire_encode_batch(buf, job->msg.id, samples, n, io);
     }
     emlio_free(spans);
     emlio_free(samples);
@@ -648,7 +663,8 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
     if (job->code == 0 &&
-        (s_batch_header(job, nf, emlio__srv_disk_share(self->core), &buf) < 0 ||
+        (s_batch_header(job, nf, emlio__srv_job_io(self->core, job), &buf) <
+             0 ||
          emlio__srv_header_msg(&header, &buf) < 0)) {
         job->code = EMLIO_ENOMEM;
         snprintf(job->text, sizeof(job->text), "out of memory");

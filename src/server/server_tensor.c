@@ -159,7 +159,7 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
     zmq_msg_t header, frame;
     if (emlio__wire_encode_batch_tensor(
             &buf, job->msg.id, job->xf_wire, n, &shape,
-            emlio__srv_disk_share(self->core)) < 0 ||
+            emlio__srv_job_io(self->core, job)) < 0 ||
         emlio__srv_header_msg(&header, &buf) < 0) {
         emlio_buf_release(&buf);
         job->code = EMLIO_ENOMEM;

@@ -172,6 +172,42 @@ emlio__dsindex_parse(emlio__dsindex_t *self, const uint8_t *map, size_t size,
     return s_check_entries(self, h.names_len, path, errbuf);
 }
 
+/* Reads the file's size bytes into private, page-aligned memory (the
+ * offsets keep the alignment the tables need) and makes it read-only.
+ * Not a shared mapping of the file: the record tables are used for as
+ * long as the daemon runs, and an index truncated or rewritten in place
+ * under a mapping (`cp` over it, `rsync --inplace`) would turn the next
+ * read of a table into SIGBUS or into another table. Read once, the
+ * index can only be found stale (its CRCs) and the shard rescanned. A
+ * file that shrinks while it is read is refused as changed. */
+static int
+s_read_private(int fd, size_t size, void **out, const char *path, char *errbuf)
+{
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return emlio__seterr(errbuf, -errno,
+                             "cannot read dataset index '%s': %s", path,
+                             strerror(errno));
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = pread(fd, (uint8_t *)mem + got, size - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int err = r < 0 ? -errno : EMLIO_EFORMAT;
+            munmap(mem, size);
+            return emlio__seterr(
+                errbuf, err, "cannot read dataset index '%s': %s", path,
+                r < 0 ? strerror(errno) : "it shrank while it was read");
+        }
+        got += (size_t)r;
+    }
+    (void)mprotect(mem, size, PROT_READ); /* a stray write faults */
+    *out = mem;
+    return 0;
+}
+
 int
 emlio__dsindex_open(emlio__dsindex_t *self, const char *path,
                     const struct stat *root, char *errbuf)
@@ -192,13 +228,8 @@ emlio__dsindex_open(emlio__dsindex_t *self, const char *path,
     else if (rc < 0)
         emlio__seterr(errbuf, rc, "cannot stat dataset index '%s'", path);
     void *map = MAP_FAILED;
-    if (rc == 0 && st.st_size > 0) {
-        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (map == MAP_FAILED)
-            rc = emlio__seterr(errbuf, -errno,
-                               "cannot map dataset index '%s': %s", path,
-                               strerror(errno));
-    }
+    if (rc == 0 && st.st_size > 0)
+        rc = s_read_private(fd, (size_t)st.st_size, &map, path, errbuf);
     close(fd);
     if (rc < 0)
         return rc;

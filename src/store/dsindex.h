@@ -1,4 +1,4 @@
-/* dsindex.h - one binary index per dataset, memory-mapped at start.
+/* dsindex.h - one binary index per dataset, read once at start.
  * SPDX-License-Identifier: MIT
  *
  * A cached start must cost time in proportion to the index, not to the
@@ -6,15 +6,17 @@
  * and checked against every record header, which reads every page of the
  * dataset. This file holds, for every mapped shard of a data directory,
  * its identity at indexing time (name, size, mtime, inode) and its
- * format's record table, in one file mapped once (one mapping, however
- * many shards: vm.max_map_count is 65530). A shard whose stat still
- * matches takes its table straight from the mapping; a record table is
+ * format's record table, in one file read once into one private, read-only
+ * region (one mapping, however many shards: vm.max_map_count is 65530; not
+ * a shared mapping of the file, which a truncation or an in-place rewrite
+ * under the daemon would turn into SIGBUS). A shard whose stat still
+ * matches takes its table straight from that region; a record table is
  * checked by its own CRC when the shard is first read (see the format's
  * adopt_table), and every record by its data CRC as it is served.
  *
  * The file format (version 1) is in docs/protocol.md, "Dataset index".
- * Writers replace the file atomically (temporary file + rename), so a
- * mapping taken earlier stays valid while a later load rewrites it.
+ * Writers replace the file atomically (temporary file + rename); what a
+ * daemon read earlier is its own whatever happens to the file.
  */
 #ifndef EMLIO_DSINDEX_H
 #define EMLIO_DSINDEX_H

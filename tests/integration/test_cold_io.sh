@@ -25,6 +25,8 @@ for fmt in shards tar img; do
     start_daemon "map_$fmt" "$T/$fmt" --io map || fail "$fmt: map daemon starts"
     fetch_ids "map_$fmt"
     check "$fmt: --io map fetch verifies" test "$(json_field "$T/map_$fmt.out" verified)" = True
+    check "$fmt: --io map: no engine reads reported" \
+        test "$(json_field "$T/map_$fmt.out" disk_read_bytes)" = 0
     for engine in io_uring pread buffered; do
         name="${engine}_$fmt"
         no_uring="" no_direct=""
@@ -60,6 +62,12 @@ for fmt in shards tar img; do
         disk=$(json_field "$T/$name.out" disk_pct)
         check "$name: fetch reports the daemon's disk share ($disk%)" \
             bash -c "[[ '$disk' =~ ^[0-9]+$ ]] && [ '$disk' -le 100 ]"
+        # What the reads took for the epoch's batches ("rd"), over what
+        # was delivered: at least every byte once, never the 16-64x a
+        # mapping read under memory pressure.
+        amp=$(json_field "$T/$name.out" read_amp)
+        check "$name: fetch reports the read amplification ($amp)" \
+            /usr/bin/python3 -c "import sys; a = float(sys.argv[1]); sys.exit(not 1.0 <= a <= 2.0)" "$amp"
         sort "$T/map_$fmt.ids" >"$T/map_$fmt.sorted"
         sort "$T/$name.ids" >"$T/$name.sorted"
         check "$name: the same samples per epoch as --io map" \

@@ -150,6 +150,45 @@ else
     skip "not root: cannot run emliod as another user"
 fi
 
+# --- The dataset index truncated or rewritten under a running daemon -------
+# Its record tables used to be read from a shared mapping of the file: the
+# next request after `truncate` (or `cp` over it, `rsync --inplace`) died
+# of SIGBUS. Now the index is the daemon's own copy, read at start.
+# Tables past the first page: a truncated mapping faults there only.
+"$EMLIO" synth "$T/ix_img" --samples 1200 --classes 3 --bytes 1000 --quiet >/dev/null
+"$EMLIO" pack "$T/ix_img" "$T/ix_tfr" --shard-bytes 300K --quiet >/dev/null
+"$EMLIO" pack "$T/ix_img" "$T/ix_tar" --to tar --shard-bytes 300K --quiet >/dev/null
+for fmt in tfr tar; do
+    start_daemon "ix0_$fmt" "$T/ix_$fmt" || fail "daemon over ix_$fmt starts"
+    check "$fmt: the dataset index was written" test -s "$T/ix_$fmt/.emlio-index"
+    kill "$DPID"; wait "$DPID" 2>/dev/null
+    # The second start takes its record tables from the index.
+    start_daemon "ix_$fmt" "$T/ix_$fmt" || fail "daemon over ix_$fmt restarts"
+    sleep 1 # past the start's last look at the index
+    truncate -s 64 "$T/ix_$fmt/.emlio-index"
+    "$EMLIO" fetch --connect "$EP" --batch 8 --verify --quiet \
+        >"$T/ix_$fmt.json" 2>"$T/ix_$fmt.ferr"
+    check "$fmt: index truncated under the daemon: fetch --verify passes" \
+        test "$(json_field "$T/ix_$fmt.json" verified)" = True
+    check "$fmt: ... and the daemon lives" kill -0 "$DPID"
+    head -c 200000 /dev/urandom >"$T/junk"
+    cp "$T/junk" "$T/ix_$fmt/.emlio-index" # cp writes in place
+    "$EMLIO" fetch --connect "$EP" --batch 8 --verify --quiet \
+        >"$T/ix_$fmt.2.json" 2>>"$T/ix_$fmt.ferr"
+    check "$fmt: index overwritten in place: fetch --verify passes" \
+        test "$(json_field "$T/ix_$fmt.2.json" verified)" = True
+    check "$fmt: ... and the daemon lives" kill -0 "$DPID"
+    kill "$DPID"; wait "$DPID" 2>/dev/null
+    start_daemon "ix2_$fmt" "$T/ix_$fmt" || fail "restart over ix_$fmt"
+    check "$fmt: the next start reports the damaged index and rescans" \
+        grep -qi "index" "$T/ix2_$fmt.err"
+    "$EMLIO" fetch --connect "$EP" --batch 8 --verify --quiet \
+        >"$T/ix_$fmt.3.json" 2>>"$T/ix_$fmt.ferr"
+    check "$fmt: after the rescan: 1200 samples, verified" \
+        test "$(json_field "$T/ix_$fmt.3.json" samples)" = 1200
+    kill "$DPID"; wait "$DPID" 2>/dev/null
+done
+
 # --- More shards than the soft descriptor limit -----------------------------
 mkdir -p "$T/many"
 for i in $(seq -w 1 150); do cp "$T/tars/"*.tar "$T/many/s$i.tar" 2>/dev/null ||

@@ -37,8 +37,7 @@ test_wire_batch_round_trip(void **state)
                                   { 3, 4, 1000000, 7 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(
-        emlio__wire_encode_batch(&buf, 1ull << 50, s, 2, EMLIO_WIRE_NO_DISK),
-        0);
+        emlio__wire_encode_batch(&buf, 1ull << 50, s, 2, EMLIO_WIRE_NO_IO), 0);
     emlio__wire_msg_t msg;
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_BATCH);
@@ -225,7 +224,7 @@ test_wire_packed_batch_round_trip(void **state)
                                     { 104, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(emlio__wire_encode_batch_packed(&buf, 77, s, 3, spans, 3,
-                                                     EMLIO_WIRE_NO_DISK),
+                                                     EMLIO_WIRE_NO_IO),
                      0);
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
@@ -249,21 +248,27 @@ test_wire_packed_batch_round_trip(void **state)
     assert_int_equal(emlio__wire_pack_check(own, 2, 2, false, 0, err), 2);
     /* An empty batch has an empty table, and says so. */
     assert_int_equal(
-        emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0, 7), 0);
+        emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0,
+                                        (emlio__wire_io_t){ 7, 0 }),
+        0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.packed);
     assert_true(msg.has_disk);
     assert_int_equal(msg.disk, 7);
+    assert_int_equal(msg.read, 0); /* not said */
     assert_int_equal(msg.n_spans, 0);
     assert_int_equal(emlio__wire_pack_check(msg.spans, 0, 0, false, 0, err), 0);
     emlio__wire_msg_release(&msg);
     /* A plain BATCH is not packed. */
-    assert_int_equal(emlio__wire_encode_batch(&buf, 79, s, 1, 250), 0);
+    assert_int_equal(emlio__wire_encode_batch(
+                         &buf, 79, s, 1, (emlio__wire_io_t){ 250, 1234567 }),
+                     0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.packed);
     assert_null(msg.spans);
     assert_true(msg.has_disk); /* a share above 100% is sent as 100 */
     assert_int_equal(msg.disk, 100);
+    assert_int_equal(msg.read, 1234567); /* "rd": the bytes read for it */
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -339,7 +344,7 @@ test_wire_bad_pack_tables_rejected(void **state)
     emlio__wire_tensor_t t = { 2, 2, 3, 0 };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     assert_int_equal(
-        emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t, EMLIO_WIRE_NO_DISK),
+        emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t, EMLIO_WIRE_NO_IO),
         0);
     /* Append "pack": [] to the tensor BATCH's map (fixmap count + 1). */
     assert_true((buf.data[0] & 0xf0) == 0x80 && (buf.data[0] & 0x0f) < 15);
@@ -351,7 +356,7 @@ test_wire_bad_pack_tables_rejected(void **state)
     assert_non_null(strstr(err, "tensor batch cannot be packed"));
     emlio__wire_span_t spans[5] = { { 0, 0 } };
     assert_int_equal(emlio__wire_encode_batch_packed(&buf, 6, s, 1, spans, 5,
-                                                     EMLIO_WIRE_NO_DISK),
+                                                     EMLIO_WIRE_NO_IO),
                      0);
     /* max_items 1: at most EMLIO_WIRE_MAX_FIELDS spans, so 5 still fit. */
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 1, err) > 0);
@@ -452,7 +457,9 @@ test_wire_v3_transform_round_trip(void **state)
 
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
     emlio__wire_tensor_t t = { 224, 200, 3, 123456 };
-    assert_int_equal(emlio__wire_encode_batch_tensor(&buf, 5, s, 2, &t, 42), 0);
+    assert_int_equal(emlio__wire_encode_batch_tensor(
+                         &buf, 5, s, 2, &t, (emlio__wire_io_t){ 42, 0 }),
+                     0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.has_shape);
     assert_int_equal(msg.shape[0], 2);
@@ -465,7 +472,7 @@ test_wire_v3_transform_round_trip(void **state)
 
     /* A shape that disagrees with the samples is refused. */
     assert_int_equal(
-        emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t, EMLIO_WIRE_NO_DISK),
+        emlio__wire_encode_batch_tensor(&buf, 5, s, 1, &t, EMLIO_WIRE_NO_IO),
         0);
     {
         /* shape[0] is the first element after "shape" + fixarray(4). */

@@ -150,7 +150,8 @@ class ClientStats(ctypes.Structure):
         ("window", ctypes.c_uint64),
         ("io_threads", ctypes.c_uint32),
         ("disk_pct", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 3),
+        ("disk_read_bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
 
 

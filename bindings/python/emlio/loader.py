@@ -1027,7 +1027,9 @@ class Loader:
         (bytes one stream may have in flight), io_threads (ZeroMQ I/O
         threads the streams use), disk_pct (the share of their readers'
         time the daemons said they wait for their devices, with
-        ``emliod --io read``) and limit (what limits the rate:
+        ``emliod --io read``), disk_read_bytes (what their reads took
+        from the file systems for this epoch's batches; over bytes, the
+        read amplification) and limit (what limits the rate:
         "consumer", "window", "network", "daemon", "cpu", "disk" or
         "unknown")."""
         self._require_open()
