@@ -80,10 +80,13 @@ enum emlio_energy_cpu_scope {
 
 /* Model defaults; docs/energy.md gives their sources. They are assumptions
  * about a typical cloud server, not measurements of this machine. */
-#define EMLIO_ENERGY_DEFAULT_INTERVAL_MS 1000
-#define EMLIO_ENERGY_DEFAULT_IDLE_W      1.3 /* 2 vCPU x 0.64 W idle */
-#define EMLIO_ENERGY_DEFAULT_CORE_W      3.2 /* per busy vCPU, above idle */
-#define EMLIO_ENERGY_DEFAULT_J_PER_BYTE  0.0 /* I/O energy not modelled */
+#define EMLIO_ENERGY_DEFAULT_INTERVAL_MS     1000
+#define EMLIO_ENERGY_DEFAULT_IDLE_W          1.3 /* 2 vCPU x 0.64 W idle */
+#define EMLIO_ENERGY_DEFAULT_CORE_W          3.2 /* per busy vCPU, above idle */
+#define EMLIO_ENERGY_DEFAULT_J_PER_BYTE      0.0 /* I/O energy not modelled */
+/* Reading a datacentre NVMe SSD: about 5 W above its idle at about 2 GB/s
+ * (docs/energy.md, "The disk term"). */
+#define EMLIO_ENERGY_DEFAULT_DISK_J_PER_BYTE 2.5e-9
 
 #define EMLIO_ENERGY_MAX_DOMAINS 32
 #define EMLIO_ENERGY_NAME_LEN    32
@@ -188,6 +191,18 @@ EMLIO_EXPORT int emlio_energy_sample(emlio_energy_t *self);
 /** Adds n bytes to the model's I/O term (ignored by measured backends but
  * kept, so the caller can report J per byte). */
 EMLIO_EXPORT void emlio_energy_add_bytes(emlio_energy_t *self, uint64_t n);
+
+/** Adds n bytes read from a storage device to the disk term: a domain
+ * "model-disk" (source "model") of disk_j_per_byte * bytes. No counter a
+ * CPU or GPU backend reads sees a disk, so the term is an estimate
+ * wherever it appears: added into energy_j when the model is the CPU's
+ * source (the whole figure is an estimate), reported beside a measured
+ * total but never added to it. */
+EMLIO_EXPORT void emlio_energy_add_disk_bytes(emlio_energy_t *self, uint64_t n);
+/** The disk term's joules per byte (finite, >= 0; 0 turns it off);
+ * default EMLIO_ENERGY_DEFAULT_DISK_J_PER_BYTE. */
+EMLIO_EXPORT int emlio_energy_set_disk_model(emlio_energy_t *self,
+                                             double j_per_byte);
 
 /** Stops the sampler, takes a last sample and fills *out. Returns 0 or
  * EMLIO_ESTATE when not running. For the CHILDREN scope, call it after

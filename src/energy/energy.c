@@ -31,6 +31,7 @@ struct emlio_energy {
     double idle_w;
     double core_w;
     double j_per_byte;
+    double disk_j_per_byte;
 
     /* One measurement. */
     bool running;
@@ -41,6 +42,7 @@ struct emlio_energy {
     double user0_s;
     double sys0_s;
     uint64_t bytes;
+    uint64_t disk_bytes; /* read from storage devices (the disk term) */
     atomic_uint_fast64_t samples;
 
     /* The sampler thread; lock guards set and quit. */
@@ -167,6 +169,7 @@ emlio_energy_new(void)
     self->idle_w = EMLIO_ENERGY_DEFAULT_IDLE_W;
     self->core_w = EMLIO_ENERGY_DEFAULT_CORE_W;
     self->j_per_byte = EMLIO_ENERGY_DEFAULT_J_PER_BYTE;
+    self->disk_j_per_byte = EMLIO_ENERGY_DEFAULT_DISK_J_PER_BYTE;
     atomic_init(&self->samples, 0);
     return self;
 
@@ -470,6 +473,7 @@ emlio_energy_start(emlio_energy_t *self)
     self->err[0] = '\0';
     self->notes[0] = '\0';
     self->bytes = 0;
+    self->disk_bytes = 0;
     self->quit = false;
     atomic_store(&self->samples, 0);
     self->running = true; /* so that s_halt cleans up on failure */
@@ -521,6 +525,25 @@ emlio_energy_add_bytes(emlio_energy_t *self, uint64_t n)
 {
     assert(self);
     self->bytes += n;
+}
+
+void
+emlio_energy_add_disk_bytes(emlio_energy_t *self, uint64_t n)
+{
+    assert(self);
+    self->disk_bytes += n;
+}
+
+int
+emlio_energy_set_disk_model(emlio_energy_t *self, double j_per_byte)
+{
+    assert(self);
+    if (!isfinite(j_per_byte) || j_per_byte < 0)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "the disk term's joules per byte must be finite "
+                             "and >= 0");
+    self->disk_j_per_byte = j_per_byte;
+    return 0;
 }
 
 /* Adds a domain to the report, if there is room. */
@@ -592,6 +615,11 @@ s_report(emlio_energy_t *self, emlio_energy_report_t *out, bool final)
                "the counters did not advance during the run; the figure is "
                "suspect");
     }
+    /* After the CPU's domains: an estimate is added only to an estimate. */
+    if (self->disk_j_per_byte > 0 && self->disk_bytes > 0)
+        s_report_add(out, "model-disk", "model",
+                     self->disk_j_per_byte * (double)self->disk_bytes,
+                     out->modelled, 0, 0);
     snprintf(out->source, sizeof(out->source), "%s%s%s", cpu ? cpu : "",
              cpu && has_gpu ? "+" : "", has_gpu ? "nvml" : (cpu ? "" : "none"));
 }

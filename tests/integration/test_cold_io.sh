@@ -73,6 +73,13 @@ for fmt in shards tar img; do
         check "$name: the same samples per epoch as --io map" \
             cmp -s "$T/map_$fmt.sorted" "$T/$name.sorted"
         curl -s "$murl" >"$T/$name.prom"
+        dev=$(awk '/^emlio_server_disk_read_bytes_total /{print $2}' "$T/$name.prom")
+        if [ "${dev:-0}" -gt 0 ]; then
+            check "$name: the energy meter's disk term counts the device bytes (labelled model)" \
+                grep -q '^emlio_energy_domain_joules_total{domain="model-disk",source="model"' "$T/$name.prom"
+        else
+            skip "$name: the block layer read nothing for the daemon (all in the page cache): no disk term to check"
+        fi
         ahead=$(awk '/^emlio_server_io_ahead_bytes_total /{print $2}' "$T/$name.prom")
         check "$name: requests queued behind were read ahead ($ahead bytes)" \
             test "${ahead:-0}" -gt 0

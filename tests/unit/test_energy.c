@@ -541,6 +541,60 @@ test_energy_rapl_read_error_during_run(void **state)
     test_rmtree(root);
 }
 
+/* The disk term: a labelled estimate, added into a modelled total and
+ * reported beside a measured one without touching it. */
+static void
+test_energy_disk_term_is_labelled(void **state)
+{
+    (void)state;
+    char root[64];
+    test_mkdtemp(root, sizeof(root));
+    s_zone(root, "intel-rapl:0", "package-0", S_MAX, 1000000);
+
+    emlio_energy_t *m = s_meter(root, EMLIO_ENERGY_MODEL);
+    assert_int_equal(emlio_energy_set_disk_model(m, -1.0), EMLIO_EINVAL);
+    assert_int_equal(emlio_energy_start(m), 0);
+    emlio_energy_add_disk_bytes(m, 2000000000u); /* 2 GB */
+    emlio_energy_report_t r;
+    assert_int_equal(emlio_energy_stop(m, &r), 0);
+    const emlio_energy_domain_t *d = s_domain(&r, "model-disk");
+    assert_non_null(d);
+    assert_string_equal(d->source, "model");
+    assert_true(d->in_total);
+    assert_true(fabs(d->joules - 2e9 * EMLIO_ENERGY_DEFAULT_DISK_J_PER_BYTE) <
+                1e-9);
+    double cpu =
+        s_domain(&r, "model-idle")->joules + s_domain(&r, "model-cpu")->joules;
+    assert_true(fabs(r.energy_j - cpu - d->joules) < 1e-9);
+    emlio_energy_destroy(&m);
+
+    /* Measured (RAPL): reported, not added. */
+    m = s_meter(root, EMLIO_ENERGY_RAPL);
+    assert_int_equal(emlio_energy_set_disk_model(m, 1e-9), 0);
+    assert_int_equal(emlio_energy_start(m), 0);
+    s_set_uj(root, "intel-rapl:0", 1500000); /* 0.5 J */
+    emlio_energy_add_disk_bytes(m, 1000000000u);
+    assert_int_equal(emlio_energy_stop(m, &r), 0);
+    assert_string_equal(r.source, "rapl");
+    d = s_domain(&r, "model-disk");
+    assert_non_null(d);
+    assert_false(d->in_total);
+    assert_true(fabs(d->joules - 1.0) < 1e-9);
+    assert_true(fabs(r.energy_j - 0.5) < 1e-9);
+    emlio_energy_destroy(&m);
+
+    /* Off: no domain. */
+    m = s_meter(root, EMLIO_ENERGY_MODEL);
+    assert_int_equal(emlio_energy_set_disk_model(m, 0), 0);
+    assert_int_equal(emlio_energy_start(m), 0);
+    emlio_energy_add_disk_bytes(m, 1000);
+    assert_int_equal(emlio_energy_stop(m, &r), 0);
+    for (size_t i = 0; i < r.n_domains; i++)
+        assert_string_not_equal(r.domains[i].name, "model-disk");
+    emlio_energy_destroy(&m);
+    test_rmtree(root);
+}
+
 static void
 test_energy_model_never_claims_rapl(void **state)
 {
@@ -922,6 +976,7 @@ main(void)
         cmocka_unit_test(test_energy_rapl_bad_trees),
         cmocka_unit_test(test_energy_rapl_read_error_during_run),
         cmocka_unit_test(test_energy_model_never_claims_rapl),
+        cmocka_unit_test(test_energy_disk_term_is_labelled),
         cmocka_unit_test(test_energy_cpu_scope_children),
         cmocka_unit_test(test_energy_backend_none),
         cmocka_unit_test(test_energy_perf_bad_trees),

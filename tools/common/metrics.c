@@ -742,6 +742,7 @@ struct tool_metrics {
      * endpoint and the pusher (a meter is used by one thread at a time). */
     emlio_energy_t *meter;
     bool meter_ok;
+    uint64_t disk_metered; /* device bytes already given to its disk term */
     pthread_mutex_t lock;
 
     bool influx;
@@ -890,6 +891,13 @@ s_snapshot(tool_metrics_t *self, s_snapshot_t *s)
     s->rss = tool_metrics_rss_bytes();
     s->uptime_s = (double)(tool_now_ns() - self->t0_ns) / 1e9;
     pthread_mutex_lock(&self->lock);
+    /* What the block layer read for the daemon since the last look goes
+     * to the meter's disk term (a labelled estimate: docs/energy.md). */
+    if (self->meter_ok && s->st.disk_read_bytes > self->disk_metered) {
+        emlio_energy_add_disk_bytes(self->meter,
+                                    s->st.disk_read_bytes - self->disk_metered);
+        self->disk_metered = s->st.disk_read_bytes;
+    }
     s->energy = self->meter_ok && emlio_energy_read(self->meter, &s->rep) == 0;
     pthread_mutex_unlock(&self->lock);
 }
