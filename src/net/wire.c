@@ -60,8 +60,28 @@ emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                            const char *client_name, uint64_t session,
                            uint32_t stream, uint64_t id)
 {
+    return emlio__wire_encode_hello_job(out, version, client_name, session,
+                                        stream, id, NULL, 0);
+}
+
+int
+emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
+                             const char *client_name, uint64_t session,
+                             uint32_t stream, uint64_t id, const char *job,
+                             uint64_t weight)
+{
     msgpack_packer pk;
-    int failed = s_begin(out, &pk, session ? 6 : 3, EMLIO_MSG_HELLO);
+    int failed =
+        s_begin(out, &pk, (session ? 6 : 3) + (job && *job) + (weight > 0),
+                EMLIO_MSG_HELLO);
+    if (job && *job) {
+        failed |= s_pack_key(&pk, "job");
+        failed |= s_pack_cstr(&pk, job);
+    }
+    if (weight > 0) {
+        failed |= s_pack_key(&pk, "weight");
+        failed |= msgpack_pack_uint64(&pk, weight);
+    }
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
     failed |= s_pack_key(&pk, "name");
@@ -893,6 +913,7 @@ static const s_uint_key_t s_uint_keys[] = {
     { "seed", offsetof(emlio__wire_msg_t, xf_seed), 0 },
     { "epoch", offsetof(emlio__wire_msg_t, xf_epoch), 0 },
     { "xf_ns", offsetof(emlio__wire_msg_t, xf_ns), 0 },
+    { "weight", offsetof(emlio__wire_msg_t, weight), 0 },
 };
 
 /* Decodes the value of one header key into msg; unknown keys are skipped.
@@ -921,6 +942,13 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
     if (s_key_is(key, klen, "name")) {
         *seen |= S_HAS_NAME;
         return s_read_str(r, &msg->name, &msg->name_len);
+    }
+    if (s_key_is(key, klen, "job")) {
+        if (!s_read_str(r, &msg->job, &msg->job_len))
+            return false;
+        return msg->job_len > 0 && msg->job_len <= EMLIO_WIRE_MAX_JOB
+                   ? true
+                   : s_fail(r, "bad job name length");
     }
     if (s_key_is(key, klen, "dataset")) {
         *seen |= S_HAS_DATASET;

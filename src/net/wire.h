@@ -46,6 +46,8 @@
 #define EMLIO_WIRE_MAX_SAMPLES 65536u      /* samples in one batch */
 #define EMLIO_WIRE_MAX_SHARDS  1000000u    /* shards in one inventory */
 #define EMLIO_WIRE_MAX_NAME    4096u       /* bytes in a shard name */
+#define EMLIO_WIRE_MAX_JOB     255u        /* bytes in a job name (HELLO) */
+#define EMLIO_WIRE_MAX_WEIGHT  1000u       /* a job's weight, 1..this */
 #define EMLIO_WIRE_MAX_STREAMS                     \
     64u /* connections one client session may join \
          */
@@ -106,9 +108,13 @@ typedef struct emlio__wire_msg {
     size_t name_len;
     const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
     size_t dataset_len;
-    uint64_t max_batch;      /* WELCOME: samples per GET the server accepts */
-    uint64_t max_credit;     /* WELCOME: GETs one connection may have out */
-    uint64_t session;        /* HELLO: the client's session (0 = none) */
+    uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
+    uint64_t max_credit; /* WELCOME: GETs one connection may have out */
+    uint64_t session;    /* HELLO: the client's session (0 = none) */
+    const char *job;     /* HELLO: the job it belongs to (NULL: none;
+                            its session is a job of its own) */
+    size_t job_len;
+    uint64_t weight;         /* HELLO: the job's requested weight (0: 1) */
     uint64_t stream;         /* HELLO: this connection's stream number; > 0
                                 joins an existing session */
     uint64_t max_streams;    /* WELCOME: connections one session may have */
@@ -234,6 +240,12 @@ int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
 int emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                                const char *client_name, uint64_t session,
                                uint32_t stream, uint64_t id);
+/* HELLO naming the job the client belongs to (job NULL or "": none) and
+ * the weight it asks for (0: not said). */
+int emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
+                                 const char *client_name, uint64_t session,
+                                 uint32_t stream, uint64_t id, const char *job,
+                                 uint64_t weight);
 /* The short WELCOME at a chosen protocol version. */
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);
