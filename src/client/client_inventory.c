@@ -30,17 +30,22 @@ typedef struct s_entry {
     uint32_t local;
 } s_entry_t;
 
+#define S_CMP(x, y) ((x) < (y) ? -1 : (x) > (y))
+
+/* Byte order, which is code point order for UTF-8: Python's sorted() on
+ * names, as torchvision's ImageFolder sorts its classes. */
+static int
+s_cmp_bytes(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int c = memcmp(a, b, EMLIO_MIN(alen, blen));
+    return c ? c : S_CMP(alen, blen);
+}
+
 static int
 s_cmp_name(const s_entry_t *a, const s_entry_t *b)
 {
-    size_t n = EMLIO_MIN(a->name_len, b->name_len);
-    int c = memcmp(a->name, b->name, n);
-    if (c)
-        return c;
-    return a->name_len < b->name_len ? -1 : a->name_len > b->name_len;
+    return s_cmp_bytes(a->name, a->name_len, b->name, b->name_len);
 }
-
-#define S_CMP(x, y) ((x) < (y) ? -1 : (x) > (y))
 
 /* By name, then content, then daemon: the copies of one content of a name
  * sit together, in daemon order. */
@@ -173,15 +178,12 @@ typedef struct s_name {
     size_t len;
 } s_name_t;
 
-/* Byte order, which is code point order for UTF-8: Python's sorted() on
- * the names, as torchvision's ImageFolder sorts its classes. */
 static int
 s_cmp_names(const void *pa, const void *pb)
 {
     const s_name_t *a = pa;
     const s_name_t *b = pb;
-    int c = memcmp(a->s, b->s, EMLIO_MIN(a->len, b->len));
-    return c ? c : S_CMP(a->len, b->len);
+    return s_cmp_bytes(a->s, a->len, b->s, b->len);
 }
 
 static bool
