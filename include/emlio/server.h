@@ -310,6 +310,11 @@ typedef struct emlio_server_stats {
     uint64_t io_wait_ns;      /* reader time spent waiting for the device
                                  (what BATCH's "disk" share is made of) */
     bool io_read;             /* the io mode in force is "read" */
+    /* --io auto (issue 30): shards served from their mappings while the
+     * dataset is read, because their pages are resident anyway; and how
+     * often auto switched between map and read while serving. */
+    uint32_t io_mapped_shards;
+    uint32_t io_switches;
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

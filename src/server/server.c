@@ -462,107 +462,6 @@ s_check_labels(emlio_server_t *self)
     return 0;
 }
 
-/* --io: whether mapped shards are served from their mappings or read with
- * exact-size reads (ioengine.h), decided once the dataset's size is known
- * and logged with the reason. */
-static int
-s_choose_io(emlio_server_t *self)
-{
-    int asked = emlio__io_mode_parse(self->cfg.io);
-    if (asked < 0)
-        return emlio__seterr(self->err, EMLIO_EINVAL,
-                             "unknown io mode '%s' (auto, map or read)",
-                             self->cfg.io);
-    emlio__shardset_t *set = &self->core->set;
-    const char *bound = "MemTotal";
-    uint64_t limit = emlio__io_memory_limit(&bound);
-    emlio__io_mode_t mode =
-        emlio__io_choose((emlio__io_mode_t)asked, set->bytes, limit);
-    /* Mapped shards (TFRecord, tar) and files read whole (ImageFolder)
-     * alike: the engine reads what it can stage. */
-    bool readable = false;
-    for (size_t i = 0; i < set->n && !readable; i++)
-        readable =
-            set->shards[i].ops->mapped || set->shards[i].ops->open_record;
-    self->core->io_read = mode == EMLIO__IO_READ && readable;
-    int fd = -1;
-    for (size_t i = 0; i < set->n; i++) {
-        set->shards[i].read_io =
-            self->core->io_read &&
-            (set->shards[i].ops->mapped || set->shards[i].ops->open_record);
-        atomic_init(&set->shards[i].io_fd, -1);
-        if (fd < 0 && set->shards[i].fd >= 0)
-            fd = set->shards[i].fd;
-    }
-    int dir = -1; /* no mapped shard open: the data directory's device */
-    if (fd < 0 && self->cfg.data_dir)
-        dir = fd = open(self->cfg.data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    self->core->io_depth =
-        self->cfg.io_depth ? self->cfg.io_depth : emlio__io_device_depth(fd);
-    if (dir >= 0)
-        close(dir);
-    uint64_t ahead = self->cfg.read_ahead_bytes ? self->cfg.read_ahead_bytes
-                                                : EMLIO_SERVER_READ_AHEAD_BYTES;
-    uint32_t readers = self->cfg.workers ? self->cfg.workers : 1;
-    self->core->read_ahead = ahead / readers;
-    self->core->readers = readers;
-    char why[160];
-    snprintf(why, sizeof(why),
-             "%s; dataset %" PRIu64 " MiB, %s %" PRIu64 " MiB",
-             asked == EMLIO__IO_AUTO ? "auto" : "asked", set->bytes >> 20,
-             bound, limit >> 20);
-    if (!self->core->io_read) {
-        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-                  "io: map (%s): records are zero-copy frames of the page "
-                  "cache",
-                  why);
-        return 0;
-    }
-    uint64_t need = EMLIO_SERVER_IO_MIN_MEMORY(ahead);
-    if (limit && limit < need)
-        return emlio__seterr(
-            self->err, EMLIO_ELIMIT,
-            "io read: the %s of %" PRIu64 " MiB is below the %" PRIu64
-            " MiB the I/O engine needs (twice --read-ahead-bytes %" PRIu64
-            " MiB, and 32 MiB of buffers): raise the limit or lower "
-            "--read-ahead-bytes",
-            bound, limit >> 20, need >> 20, ahead >> 20);
-    /* Idle buffers kept: enough for what the readers stage ahead. */
-    emlio__iobuf_set_idle_limit(
-        (size_t)EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE));
-    const char *refusal = emlio__io_uring_refusal();
-    /* Direct I/O is decided per descriptor; the first open shard's says
-     * what the file system allows (and makes it ready). */
-    unsigned align = 0;
-    bool probed = false;
-    for (size_t i = 0; i < set->n && !probed; i++)
-        if (set->shards[i].read_io && set->shards[i].fd >= 0) {
-            align = emlio__shard_io_align(&set->shards[i]);
-            probed = true;
-        }
-    char direct[96];
-    if (!probed && !emlio__io_direct_refusal()) /* files read whole */
-        snprintf(direct, sizeof(direct),
-                 "past the page cache where the file system allows it "
-                 "(O_DIRECT, probed per class)");
-    else if (align)
-        snprintf(direct, sizeof(direct),
-                 "past the page cache (O_DIRECT, %u-byte blocks)", align);
-    else
-        snprintf(direct, sizeof(direct), "through the page cache (%s)",
-                 emlio__io_direct_refusal() ? emlio__io_direct_refusal()
-                                            : "no direct I/O here");
-    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-              "io: read (%s): exact-size reads %s through %s, %u in flight "
-              "per reader, %" PRIu64 " MiB read ahead, readahead off",
-              why, direct, refusal ? "pread" : "io_uring", self->core->io_depth,
-              ahead >> 20);
-    if (refusal)
-        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
-                  "io: io_uring %s: reads go through pread", refusal);
-    return 0;
-}
-
 /* The formats the shards are in, as the start log names them: "tfrecord",
  * or "tfrecord 20, tar 7" for a mixed directory. */
 static void
@@ -716,7 +615,7 @@ emlio_server_load(emlio_server_t *self)
                   "(open for writing elsewhere, or no lease support): they "
                   "are read by copying while so",
                   set->opened - set->leased, set->opened);
-    rc = s_choose_io(self);
+    rc = emlio__srv_io_choose(self);
     if (rc < 0) {
         emlio__shardset_release(&self->core->set);
         return rc;
@@ -1015,6 +914,11 @@ emlio_server_start(emlio_server_t *self)
         }
         self->thr.n_workers_started++;
     }
+    rc = emlio__srv_io_watch_start(self);
+    if (rc < 0) {
+        emlio_server_stop(self);
+        return rc;
+    }
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "serving on %s with %" PRIu32 " readers, %" PRIu32
               " serializers, %zu transform threads%s%s",
@@ -1030,6 +934,7 @@ emlio_server_stop(emlio_server_t *self)
     if (!self || !self->thr.frontend_started)
         return;
     atomic_store(&self->thr.stopping, true);
+    emlio__srv_io_watch_stop(self);
     /* The frontend goes first so that no new job reaches a reader after the
      * reader has drained its inproc queue; readers next, so that nothing
      * is pushed after the serializers' queue closes. */
@@ -1083,7 +988,9 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->io_ahead_bytes = io.ahead;
     out->io_direct_reads = io.direct;
     out->io_wait_ns = io.wait_ns;
-    out->io_read = self->core->io_read;
+    out->io_read = atomic_load(&self->core->io_reading);
+    out->io_mapped_shards = atomic_load(&self->core->io_mapped);
+    out->io_switches = atomic_load(&self->core->io_switches);
 }
 
 size_t

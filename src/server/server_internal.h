@@ -168,9 +168,17 @@ typedef struct emlio__pack_pool {
 typedef struct emlio__srv_core {
     atomic_uint refs;
     bool drop_behind;
-    /* ioengine.h: mapped shards are read with exact-size reads (every
-     * shard's read_io set), io_depth reads in flight per reader. */
-    bool io_read;
+    /* ioengine.h (server_io.c): io_engine, readers may stage exact-size
+     * reads (--io read, or auto); io_reading, the dataset is read, not
+     * mapped (every readable shard's read_io set, but for io_mapped
+     * resident ones); io_auto, looked at again while serving (and
+     * io_switches counts the changes). io_depth reads in flight per
+     * reader. */
+    bool io_engine;
+    bool io_auto;
+    atomic_bool io_reading;
+    atomic_uint io_mapped;
+    atomic_uint io_switches;
     unsigned io_depth;
     uint64_t read_ahead; /* bytes each reader may hold staged ahead */
     uint32_t readers;
@@ -279,6 +287,8 @@ typedef struct emlio__srv_threads {
     bool frontend_started;
     atomic_bool stopping;
     atomic_bool frontend_stopped; /* joined: it sends readers no more jobs */
+    pthread_t io_watch;           /* --io auto's look (server_io.c) */
+    bool io_watch_started;
 } emlio__srv_threads_t;
 
 /* Admission: frontend-thread state (server_admit.c, server_request.c). */
@@ -404,6 +414,12 @@ void emlio__srv_copy_release(emlio__copy_charge_t *charge);
 /* Packed frames' buffers: init/release with the core; get returns a buffer
  * of at least want (<= EMLIO__SRV_PACK_CAP) bytes, its size in *size, or
  * NULL; put takes one back (any thread). */
+/* server_io.c: --io decided at load (and logged), and under --io auto
+ * looked at again by a thread of its own while serving (started after the
+ * readers, joined as the server stops). */
+int emlio__srv_io_choose(emlio_server_t *self);
+int emlio__srv_io_watch_start(emlio_server_t *self);
+void emlio__srv_io_watch_stop(emlio_server_t *self);
 /* The share of the readers' time spent waiting for the device over the
  * last quarter second or so, in percent, for BATCH's "disk" (the client's
  * `limit: disk`); EMLIO_WIRE_NO_DISK when records are not read (--io

@@ -359,7 +359,7 @@ emlio__srv_job_io(emlio__srv_core_t *core, const emlio__job_t *job)
 int
 emlio__srv_disk_share(emlio__srv_core_t *core)
 {
-    if (!core->io_read)
+    if (!core->io_engine || !atomic_load(&core->io_reading))
         return EMLIO_WIRE_NO_DISK;
     uint64_t now = emlio__now_ns();
     pthread_mutex_lock(&core->disk_lock);
@@ -437,7 +437,7 @@ static void
 s_stage_reads(emlio_server_t *self, emlio__job_t *job)
 {
     const emlio__wire_msg_t *get = &job->msg;
-    if (!self->core->io_read || !get->n_items)
+    if (!self->core->io_engine || !get->n_items)
         return;
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
     if (!eng)
@@ -450,7 +450,7 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
         if (item->shard >= self->core->set.n)
             continue;
         emlio__shard_t *shard = &self->core->set.shards[item->shard];
-        if (!shard->read_io || item->record >= SIZE_MAX)
+        if (!emlio__shard_reads_io(shard) || item->record >= SIZE_MAX)
             continue;
         if (shard->ops->open_record) {
             if (s_stage_file(shard, (size_t)item->record, &reqs[n]))
@@ -783,7 +783,7 @@ s_ahead_pop(s_ahead_t *ahead)
 static void
 s_read_ahead(emlio_server_t *self, void *work, s_ahead_t *ahead)
 {
-    if (!self->core->io_read)
+    if (!self->core->io_engine)
         return;
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
     while (ahead->n < S_AHEAD_MAX &&

@@ -118,8 +118,12 @@ s_readahead(emlio_server_t *self, const emlio__wire_msg_t *get)
         const emlio__shard_t *shard = &self->core->set.shards[item->shard];
         size_t count = emlio__shard_count(shard);
         /* A shard read with exact reads gets none: a chunk of readahead
-         * per record is what read a cold dataset 16-64 times over. */
-        if (item->record >= count || shard->read_io)
+         * per record is what read a cold dataset 16-64 times over. Nor
+         * does one served from its mapping while the dataset is read
+         * (--io auto found it resident): advice would pull its missing
+         * chunks into a page cache the dataset does not fit. */
+        if (item->record >= count || emlio__shard_reads_io(shard) ||
+            atomic_load_explicit(&self->core->io_reading, memory_order_relaxed))
             continue;
         size_t per = 1;
         uint32_t *stamp = s_ra_chunk(self, item->shard, item->record, &per);

@@ -91,7 +91,8 @@ s_image_view(emlio__shard_t *shard, uint64_t record, emlio__view_t *view)
     const uint8_t *data;
     size_t len = (size_t)emlio__folder_file_size(shard->impl, (size_t)record);
     int rc = 0;
-    if (shard->read_io && record < emlio__folder_count(shard->impl)) {
+    if (emlio__shard_reads_io(shard) &&
+        record < emlio__folder_count(shard->impl)) {
         const void *key = emlio__folder_key(shard->impl, (size_t)record);
         rc = emlio__ioengine_take(emlio__ioengine_thread(0), key, -1, 0, len,
                                   &buf, &data);

@@ -43,15 +43,26 @@ typedef enum emlio__io_mode {
 /* Parses "auto", "map" or "read"; -1 for anything else. */
 int emlio__io_mode_parse(const char *text);
 
-/* The memory this process may fill with page cache: the lowest of the
- * machine's MemTotal and the memory cgroup's limit (v2 memory.max or v1
- * memory.limit_in_bytes of this process's cgroup). *why names the bound. */
+/* The memory this process may fill with page cache now: the lower of
+ * the machine's MemAvailable (MemTotal on kernels without it) and the
+ * memory cgroup's limit (v2 memory.max or v1 memory.limit_in_bytes of
+ * this process's cgroup). *why names the bound. It changes while the
+ * daemon runs (other processes, a cgroup limit written), so --io auto
+ * asks again (emlio__io_rechoose). */
 uint64_t emlio__io_memory_limit(const char **why);
 
-/* What auto decides for a dataset of `bytes` under `limit`: read when the
- * dataset would take more than 3/4 of the memory. */
+/* What auto decides at start for a dataset of `bytes` under `limit`: read
+ * when the dataset would take more than 3/4 of the memory; asked modes
+ * are kept. */
 emlio__io_mode_t emlio__io_choose(emlio__io_mode_t asked, uint64_t bytes,
                                   uint64_t limit);
+
+/* What auto decides at a later look, `now` being MAP or READ: mapped
+ * goes to read above 3/4 of the memory, as at start; read goes back to
+ * the mappings only below 3/5. The gap keeps a limit near the line from
+ * switching the engine at every look. A limit of 0 (unknown) keeps now. */
+emlio__io_mode_t emlio__io_rechoose(emlio__io_mode_t now, uint64_t bytes,
+                                    uint64_t limit);
 
 /* The queue depth for reads of the device holding fd: its
  * queue/nr_requests in sysfs, capped to [4, 128]; 32 when unknown. */

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -230,10 +231,12 @@ unsigned
 emlio__shard_io_align(emlio__shard_t *shard)
 {
     int fd = shard->fd;
-    if (!shard->read_io || fd < 0)
+    if (fd < 0)
         return 0;
     if (atomic_load(&shard->io_fd) == fd)
         return atomic_load(&shard->io_align);
+    if (!emlio__shard_reads_io(shard))
+        return 0;
     /* Once per descriptor (two readers may both do it: it is the same
      * answer): readahead off, so a random record pulls in nothing around
      * it, and past the page cache where the file system allows. */
@@ -271,10 +274,15 @@ emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
     int fd = shard->fd;
     unsigned align = emlio__shard_io_align(shard);
     int rc = 0;
-    if (shard->read_io)
+    if (emlio__shard_reads_io(shard))
         rc = emlio__ioengine_take(emlio__ioengine_thread(0), shard, fd, offset,
                                   want, buf_out, data);
     if (rc == 0)
+        rc = emlio__io_read(fd, offset, want, align, buf_out, data);
+    /* Another reader made the descriptor direct between our look and our
+     * read (--io auto turned read_io on): read again at its alignment. */
+    if (rc == -EINVAL && !align && atomic_load(&shard->io_fd) == fd &&
+        (align = atomic_load(&shard->io_align)) != 0)
         rc = emlio__io_read(fd, offset, want, align, buf_out, data);
     if (rc == EMLIO_ENOMEM)
         return rc;
@@ -655,4 +663,40 @@ emlio__shard_advise(const emlio__shard_t *shard, size_t first, size_t n,
         return;
     shard->ops->advise(shard->impl, first, n, advice);
     emlio__shard_release(use);
+}
+
+/* Pages asked of mincore at a time: a 64 KiB vector covers 256 MiB. */
+#define S_RESIDENT_PAGES 65536
+
+bool
+emlio__shard_resident(emlio__shard_t *shard, uint64_t *bytes)
+{
+    *bytes = 0;
+    if (!shard->ops->mapped || shard->size == 0 || !emlio__shard_try_use(shard))
+        return false;
+    /* Held: the cache keeps the descriptor open until we let go. A
+     * mapping of our own, never touched, so the answer is the page
+     * cache's and not whatever the readers' mapping has faulted. */
+    int fd = shard->fd;
+    size_t size = (size_t)shard->size;
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *vec = emlio_malloc(S_RESIDENT_PAGES);
+    void *map = fd < 0 || !vec ? MAP_FAILED
+                               : mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    bool ok = map != MAP_FAILED && page > 0;
+    size_t pages = ok ? (size + (size_t)page - 1) / (size_t)page : 0;
+    uint64_t resident = 0;
+    for (size_t first = 0; ok && first < pages; first += S_RESIDENT_PAGES) {
+        size_t n = EMLIO_MIN((size_t)S_RESIDENT_PAGES, pages - first);
+        size_t len = EMLIO_MIN(n * (size_t)page, size - first * (size_t)page);
+        ok = mincore((uint8_t *)map + first * (size_t)page, len, vec) == 0;
+        for (size_t i = 0; ok && i < n; i++)
+            resident += vec[i] & 1;
+    }
+    if (map != MAP_FAILED)
+        munmap(map, size);
+    emlio_free(vec);
+    emlio__shard_release(shard);
+    *bytes = EMLIO_MIN(resident * (uint64_t)page, (uint64_t)size);
+    return ok;
 }

@@ -46,8 +46,12 @@ struct emlio__shard {
                     while the cache has it closed */
     bool leased; /* holds a read lease; otherwise copying reads */
     /* --io read (ioengine.h): records are read with exact-size reads, not
-     * served from the mapping, even when leased. Set before serving. */
-    bool read_io;
+     * served from the mapping, even when leased. Set before serving, and
+     * under --io auto turned on and off while serving (the memory the
+     * daemon may use changed, or the shard's pages became resident):
+     * read it with emlio__shard_reads_io. A reader that saw it one way
+     * and the format another only loses a staged read (freed unused). */
+    atomic_bool read_io;
     /* read_io: the descriptor made ready for it (POSIX_FADV_RANDOM, and
      * O_DIRECT where the file system has it; -1 none yet: the cache
      * resets it when it closes the shard; for a tree format's shard, 0
@@ -73,9 +77,15 @@ struct emlio__shard {
 /* Whether record bytes are taken from the shard's mapping (zero-copy):
  * leased, and not read through the I/O engine (read_io). */
 static inline bool
+emlio__shard_reads_io(const emlio__shard_t *shard)
+{
+    return atomic_load_explicit(&shard->read_io, memory_order_relaxed);
+}
+
+static inline bool
 emlio__shard_maps(const emlio__shard_t *shard)
 {
-    return shard->leased && !shard->read_io;
+    return shard->leased && !emlio__shard_reads_io(shard);
 }
 
 /* Records of the shard. */
@@ -231,12 +241,23 @@ int emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
 
 /* read_io: makes the shard's open descriptor ready for exact reads once
  * (readahead off, O_DIRECT where it works) and returns the alignment its
- * reads need (0: buffered). The caller has the shard acquired. */
+ * reads need (0: buffered). A descriptor made ready stays so after
+ * read_io is turned off (its alignment is still returned: the copying
+ * reads of an unleased shard must keep to it). The caller has the shard
+ * acquired. */
 unsigned emlio__shard_io_align(emlio__shard_t *shard);
 /* The same for fd, a file of a tree format's shard (an ImageFolder
  * class) opened for one staged read: O_DIRECT is probed on the shard's
  * first file and then only set, readahead off where it is not had. */
 unsigned emlio__shard_io_align_file(emlio__shard_t *shard, int fd);
+
+/* How many bytes of a mapped shard's file sit in the page cache now
+ * (mincore over a mapping of it made for the question): 0 and true, or
+ * false when the shard is not open (the cache closed it), changed, or
+ * not mapped. Linux answers for pages of files this process owns or may
+ * write, or with CAP_FOWNER (root); for others it counts only pages this
+ * process has touched, so such shards look cold and are read. */
+bool emlio__shard_resident(emlio__shard_t *shard, uint64_t *bytes);
 
 /* A copying read (mapped shards without a lease) with pread into a fresh
  * buffer, by format (ops->read_copy):

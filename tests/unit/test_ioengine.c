@@ -203,6 +203,19 @@ test_ioengine_choice(void **state)
     assert_int_equal(emlio__io_choose(EMLIO__IO_AUTO, 5 * g, 0), EMLIO__IO_MAP);
     assert_int_equal(emlio__io_choose(EMLIO__IO_MAP, 5 * g, g), EMLIO__IO_MAP);
     assert_int_equal(emlio__io_choose(EMLIO__IO_READ, 1, g), EMLIO__IO_READ);
+    /* Later looks: the same line going to read, a lower one coming back,
+     * so a dataset between 3/5 and 3/4 of the memory keeps either. */
+    uint64_t between = g / 10 * 7;
+    assert_int_equal(emlio__io_rechoose(EMLIO__IO_MAP, between, g),
+                     EMLIO__IO_MAP);
+    assert_int_equal(emlio__io_rechoose(EMLIO__IO_READ, between, g),
+                     EMLIO__IO_READ);
+    assert_int_equal(emlio__io_rechoose(EMLIO__IO_MAP, g, g), EMLIO__IO_READ);
+    assert_int_equal(emlio__io_rechoose(EMLIO__IO_READ, g / 2, g),
+                     EMLIO__IO_MAP);
+    assert_int_equal(emlio__io_rechoose(EMLIO__IO_READ, 1, 0), EMLIO__IO_READ);
+    assert_int_equal(emlio__io_rechoose(EMLIO__IO_MAP, 5 * g, 0),
+                     EMLIO__IO_MAP);
     const char *why = NULL;
     assert_true(emlio__io_memory_limit(&why) > 0);
     assert_non_null(why);

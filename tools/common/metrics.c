@@ -993,6 +993,18 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
                           "memory), 0 when served from the mappings",
                           s.st.io_read);
     if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_mapped_shards", "gauge",
+                          "Shards served from their mappings while the "
+                          "dataset is read (--io auto: their pages are "
+                          "resident in the page cache)",
+                          s.st.io_mapped_shards);
+    if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_switches_total", "counter",
+                          "Changes between map and read made by --io auto "
+                          "while serving (the memory the daemon may use "
+                          "changed)",
+                          s.st.io_switches);
+    if (rc == 0)
         rc = s_family_u64(out, "emlio_corrupt_skipped_total", "counter",
                           "Corrupt records left out (--on-corrupt skip)",
                           s.st.corrupt_skipped);

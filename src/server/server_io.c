@@ -1,0 +1,313 @@
+/* server_io.c - how the daemon's readers reach the bytes of its shards
+ * (emliod --io): from the mappings (zero-copy frames of the page cache) or
+ * with exact-size reads through the I/O engine (store/ioengine.h), chosen
+ * at load and, under --io auto, looked at again while serving.
+ *
+ * The look (a thread of its own, every S_WATCH_MS) asks two questions:
+ *   - does the dataset still fit the memory this process may fill with page
+ *     cache (MemAvailable, or the memory cgroup's limit)? Other processes
+ *     start and pin memory, operators write cgroup limits: the answer moves
+ *     every shard between the mappings and the engine, and is logged;
+ *   - while reading, which shards are resident anyway (cat'ed by someone,
+ *     left over from when the dataset fitted)? Those are served from their
+ *     mappings, zero-copy, until their pages go (mincore,
+ *     emlio__shard_resident).
+ * Readers see the outcome as each shard's read_io flag; a switch in the
+ * middle of a request costs at most a staged read freed unused.
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "iobuf.h"
+#include "ioengine.h"
+#include "server_internal.h"
+
+/* How often --io auto looks again, and in how small steps its thread
+ * checks that the daemon stops. */
+#define S_WATCH_MS                2000
+#define S_WATCH_STEP_MS           50
+/* A shard is served from its mapping, while the dataset is read, once this
+ * share of its pages is resident, and read again below the second: a
+ * mapped miss costs a fault and readahead, so only nearly whole shards
+ * qualify, and the gap keeps a shard at the edge from flapping. */
+#define S_RESIDENT_IN_PCT         90
+#define S_RESIDENT_OUT_PCT        75
+/* Shard bytes one look checks for residency (mincore walks every page):
+ * 4 GiB is ~1M pages, a few ms; bigger datasets are covered over several
+ * looks, from where the last one stopped. */
+#define S_RESIDENT_BYTES_PER_LOOK ((uint64_t)4 << 30)
+/* The residency count is logged when it changed, at most this often. */
+#define S_RESIDENT_LOG_MS         10000
+
+/* Whether shard i can be read through the engine at all: a mapped file's
+ * records (extents), or a tree format's files. */
+static bool
+s_readable(const emlio__shard_t *shard)
+{
+    return shard->ops->mapped || shard->ops->open_record;
+}
+
+/* Every readable shard read through the engine (reading) or served from
+ * its mapping (not); the residency pass starts over. */
+static void
+s_set_all(emlio_server_t *self, bool reading)
+{
+    emlio__shardset_t *set = &self->core->set;
+    for (size_t i = 0; i < set->n; i++)
+        atomic_store(&set->shards[i].read_io,
+                     reading && s_readable(&set->shards[i]));
+    atomic_store(&self->core->io_reading, reading);
+    atomic_store(&self->core->io_mapped, 0);
+}
+
+/* "auto; dataset 2700 MiB, MemAvailable 900 MiB": why, for log lines. */
+static void
+s_why(const emlio_server_t *self, const char *how, const char *bound,
+      uint64_t limit, char *why, size_t len)
+{
+    snprintf(why, len, "%s; dataset %" PRIu64 " MiB, %s %" PRIu64 " MiB", how,
+             self->core->set.bytes >> 20, bound, limit >> 20);
+}
+
+static void
+s_log_map(emlio_server_t *self, const char *verb, const char *why)
+{
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "io: %smap (%s): records are zero-copy frames of the page "
+              "cache%s",
+              verb, why,
+              self->core->io_auto ? "; looked at again every 2 s" : "");
+}
+
+/* The read mode's log line: how the engine reads (direct or buffered, the
+ * probe's answer on the first open shard), through what, how deep. */
+static void
+s_log_read(emlio_server_t *self, const char *verb, const char *why)
+{
+    emlio__shardset_t *set = &self->core->set;
+    const char *refusal = emlio__io_uring_refusal();
+    /* Direct I/O is decided per descriptor; the first open shard's says
+     * what the file system allows (and makes it ready). */
+    unsigned align = 0;
+    bool probed = false;
+    for (size_t i = 0; i < set->n && !probed; i++)
+        if (emlio__shard_reads_io(&set->shards[i]) && set->shards[i].fd >= 0 &&
+            emlio__shard_try_use(&set->shards[i])) {
+            align = emlio__shard_io_align(&set->shards[i]);
+            emlio__shard_release(&set->shards[i]);
+            probed = true;
+        }
+    char direct[96];
+    if (!probed && !emlio__io_direct_refusal()) /* files read whole */
+        snprintf(direct, sizeof(direct),
+                 "past the page cache where the file system allows it "
+                 "(O_DIRECT, probed per %s)",
+                 set->n && set->shards[0].ops->mapped ? "shard" : "class");
+    else if (align)
+        snprintf(direct, sizeof(direct),
+                 "past the page cache (O_DIRECT, %u-byte blocks)", align);
+    else
+        snprintf(direct, sizeof(direct), "through the page cache (%s)",
+                 emlio__io_direct_refusal() ? emlio__io_direct_refusal()
+                                            : "no direct I/O here");
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "io: %sread (%s): exact-size reads %s through %s, %u in "
+              "flight per reader, %" PRIu64 " MiB read ahead, readahead off",
+              verb, why, direct, refusal ? "pread" : "io_uring",
+              self->core->io_depth,
+              (self->core->read_ahead * self->core->readers) >> 20);
+}
+
+int
+emlio__srv_io_choose(emlio_server_t *self)
+{
+    int asked = emlio__io_mode_parse(self->cfg.io);
+    if (asked < 0)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "unknown io mode '%s' (auto, map or read)",
+                             self->cfg.io);
+    emlio__shardset_t *set = &self->core->set;
+    const char *bound = "MemAvailable";
+    uint64_t limit = emlio__io_memory_limit(&bound);
+    emlio__io_mode_t mode =
+        emlio__io_choose((emlio__io_mode_t)asked, set->bytes, limit);
+    /* Mapped shards (TFRecord, tar) and files read whole (ImageFolder)
+     * alike: the engine reads what it can stage. */
+    bool readable = false;
+    for (size_t i = 0; i < set->n && !readable; i++)
+        readable = s_readable(&set->shards[i]);
+    self->core->io_auto = asked == EMLIO__IO_AUTO && readable;
+    self->core->io_engine =
+        readable && (mode == EMLIO__IO_READ || self->core->io_auto);
+    int fd = -1;
+    for (size_t i = 0; i < set->n; i++) {
+        atomic_init(&set->shards[i].io_fd, -1);
+        if (fd < 0 && set->shards[i].fd >= 0)
+            fd = set->shards[i].fd;
+    }
+    s_set_all(self, self->core->io_engine && mode == EMLIO__IO_READ);
+    int dir = -1; /* no mapped shard open: the data directory's device */
+    if (fd < 0 && self->cfg.data_dir)
+        dir = fd = open(self->cfg.data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    self->core->io_depth =
+        self->cfg.io_depth ? self->cfg.io_depth : emlio__io_device_depth(fd);
+    if (dir >= 0)
+        close(dir);
+    uint64_t ahead = self->cfg.read_ahead_bytes ? self->cfg.read_ahead_bytes
+                                                : EMLIO_SERVER_READ_AHEAD_BYTES;
+    uint32_t readers = self->cfg.workers ? self->cfg.workers : 1;
+    self->core->read_ahead = ahead / readers;
+    self->core->readers = readers;
+    char why[160];
+    s_why(self, asked == EMLIO__IO_AUTO ? "auto" : "asked", bound, limit, why,
+          sizeof(why));
+    if (!atomic_load(&self->core->io_reading)) {
+        s_log_map(self, "", why);
+        if (!self->core->io_engine)
+            return 0;
+    }
+    uint64_t need = EMLIO_SERVER_IO_MIN_MEMORY(ahead);
+    if (mode == EMLIO__IO_READ && limit && limit < need)
+        return emlio__seterr(
+            self->err, EMLIO_ELIMIT,
+            "io read: the %s of %" PRIu64 " MiB is below the %" PRIu64
+            " MiB the I/O engine needs (twice --read-ahead-bytes %" PRIu64
+            " MiB, and 32 MiB of buffers): raise the limit or lower "
+            "--read-ahead-bytes",
+            bound, limit >> 20, need >> 20, ahead >> 20);
+    /* Idle buffers kept: enough for what the readers stage ahead. */
+    emlio__iobuf_set_idle_limit(
+        (size_t)EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE));
+    if (atomic_load(&self->core->io_reading))
+        s_log_read(self, "", why);
+    const char *refusal = emlio__io_uring_refusal();
+    if (refusal)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: io_uring %s: reads go through pread", refusal);
+    return 0;
+}
+
+/* ---- --io auto, while serving ------------------------------------------ */
+
+/* While reading: shards whose pages are (nearly) all in the page cache
+ * are served from their mappings, and go back to the engine when their
+ * pages go. A shard the cache has closed is read (it may come back
+ * cold). Checks at most S_RESIDENT_BYTES_PER_LOOK of shards, from
+ * *cursor on. */
+static void
+s_residency(emlio_server_t *self, size_t *cursor)
+{
+    emlio__shardset_t *set = &self->core->set;
+    uint64_t budget = S_RESIDENT_BYTES_PER_LOOK;
+    size_t start = *cursor;
+    for (size_t k = 0; k < set->n && budget; k++) {
+        size_t i = (start + k) % set->n;
+        emlio__shard_t *shard = &set->shards[i];
+        if (!shard->ops->mapped || !shard->size)
+            continue;
+        budget -= EMLIO_MIN(budget, shard->size);
+        *cursor = i + 1;
+        uint64_t bytes = 0;
+        bool open = emlio__shard_resident(shard, &bytes);
+        uint64_t pct = open ? bytes * 100 / shard->size : 0;
+        bool mapped = !emlio__shard_reads_io(shard);
+        if (!mapped && open && pct >= S_RESIDENT_IN_PCT) {
+            atomic_store(&shard->read_io, false);
+            atomic_fetch_add(&self->core->io_mapped, 1);
+        } else if (mapped && pct < S_RESIDENT_OUT_PCT) {
+            atomic_store(&shard->read_io, true);
+            atomic_fetch_sub(&self->core->io_mapped, 1);
+        }
+    }
+}
+
+typedef struct s_watch {
+    size_t cursor;         /* the residency pass's next shard */
+    unsigned logged;       /* the residency count last logged */
+    uint64_t logged_at_ns; /* and when */
+} s_watch_t;
+
+/* One look: the memory again (switching all shards when the answer
+ * changed), then residency while reading. */
+static void
+s_look(emlio_server_t *self, s_watch_t *w)
+{
+    emlio__srv_core_t *core = self->core;
+    const char *bound = "MemAvailable";
+    uint64_t limit = emlio__io_memory_limit(&bound);
+    bool reading = atomic_load(&core->io_reading);
+    emlio__io_mode_t now = reading ? EMLIO__IO_READ : EMLIO__IO_MAP;
+    emlio__io_mode_t next = emlio__io_rechoose(now, core->set.bytes, limit);
+    if (next != now) {
+        s_set_all(self, next == EMLIO__IO_READ);
+        atomic_fetch_add(&core->io_switches, 1);
+        char why[160];
+        s_why(self, reading ? "auto, was read" : "auto, was map", bound, limit,
+              why, sizeof(why));
+        if (next == EMLIO__IO_READ)
+            s_log_read(self, "now ", why);
+        else
+            s_log_map(self, "now ", why);
+        w->logged = 0;
+    }
+    if (next == EMLIO__IO_READ)
+        s_residency(self, &w->cursor);
+    unsigned mapped = atomic_load(&core->io_mapped);
+    uint64_t t = emlio__now_ns();
+    /* None to some and back are said at once; counts in between at most
+     * every S_RESIDENT_LOG_MS. */
+    if (mapped != w->logged &&
+        (!mapped || !w->logged ||
+         t - w->logged_at_ns >= (uint64_t)S_RESIDENT_LOG_MS * 1000000ull)) {
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: %u of %zu shards resident in the page cache: served "
+                  "from their mappings, the rest read",
+                  mapped, core->set.n);
+        w->logged = mapped;
+        w->logged_at_ns = t;
+    }
+}
+
+static void *
+s_watch_main(void *arg)
+{
+    emlio_server_t *self = arg;
+    s_watch_t w = { 0 };
+    unsigned steps = 0;
+    while (!atomic_load(&self->thr.stopping)) {
+        struct timespec ts = { 0, S_WATCH_STEP_MS * 1000000L };
+        nanosleep(&ts, NULL);
+        if (++steps * S_WATCH_STEP_MS < S_WATCH_MS)
+            continue;
+        steps = 0;
+        s_look(self, &w);
+    }
+    return NULL;
+}
+
+int
+emlio__srv_io_watch_start(emlio_server_t *self)
+{
+    if (!self->core->io_auto)
+        return 0;
+    int rc = pthread_create(&self->thr.io_watch, NULL, s_watch_main, self);
+    if (rc != 0)
+        return emlio__seterr(self->err, -rc,
+                             "cannot start the io auto thread: %s",
+                             strerror(rc));
+    self->thr.io_watch_started = true;
+    return 0;
+}
+
+void
+emlio__srv_io_watch_stop(emlio_server_t *self)
+{
+    if (!self->thr.io_watch_started)
+        return;
+    pthread_join(self->thr.io_watch, NULL);
+    self->thr.io_watch_started = false;
+}
