@@ -128,6 +128,17 @@ typedef struct emlio_client_config {
      * Default false. */
     bool disjoint_shards;
     uint8_t reserved8[3]; /* zero */
+    /* The training job this client belongs to, sent in HELLO
+     * (docs/fairness.md): the daemon shares its readers among jobs by
+     * weight, counting every rank and stream of one job as one. NULL
+     * (default): $EMLIO_JOB, else $TORCHELASTIC_RUN_ID, else $SLURM_JOB_ID,
+     * else none (this client is a job of its own). 1..64 printable bytes.
+     * Copied. */
+    const char *job;
+    /* The weight the job asks for, 1..1000; the daemon caps it by its
+     * policy (emliod --job-weight). 0 (default): the policy's. */
+    uint32_t job_weight;
+    uint32_t reserved32; /* zero */
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
     uint64_t reserved[2];

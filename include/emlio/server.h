@@ -189,7 +189,23 @@ typedef struct emlio_server_config {
      * always go zero-copy. A value outside the enum fails
      * emlio_server_load with EMLIO_EINVAL. Appended last (ABI). */
     int pack;
+    /* Training jobs (docs/fairness.md). The weight each job gets, as
+     * "NAME=W[,NAME=W...]" with W in 1..1000 and "*" for every job not
+     * named (default 1): a job's HELLO may ask for less, never more. NULL:
+     * every job weighs 1. Copied. */
+    const char *job_weights;
+    /* EMLIO_SCHEDULE_FAIR (default): the pipeline serves GETs by job, in
+     * weighted fair shares of bytes; EMLIO_SCHEDULE_FIFO: in arrival
+     * order, whoever opens the most streams getting the most. */
+    int schedule;
+    /* Jobs known at once (a HELLO beyond is refused with EMLIO_ELIMIT);
+     * 0: EMLIO_SERVER_MAX_JOBS. Each costs ~200 bytes. */
+    uint32_t max_jobs;
 } emlio_server_config_t;
+
+enum emlio_schedule { EMLIO_SCHEDULE_FAIR = 0, EMLIO_SCHEDULE_FIFO = 1 };
+
+#define EMLIO_SERVER_MAX_JOBS 4096
 
 /* When replies' segments are coalesced (emlio_server_config_t.coalesce). */
 typedef enum emlio_coalesce {
@@ -319,6 +335,27 @@ typedef struct emlio_server_stats {
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,
                                      emlio_server_stats_t *out);
+
+/* One training job as the daemon sees it (emlio_server_jobs). */
+typedef struct emlio_server_job {
+    char name[65]; /* its HELLO's "job", or session-HEX / conn-HEX
+                      for a client that named none */
+    bool named;
+    uint32_t weight;     /* in force */
+    uint32_t streams;    /* connections attached now */
+    uint32_t queued;     /* GETs waiting for their turn */
+    uint64_t requests;   /* GETs admitted */
+    uint64_t samples;    /* samples asked for */
+    uint64_t bytes;      /* reply bytes sent */
+    uint64_t disk_bytes; /* bytes read from the file system for it */
+    uint64_t wait_ns;    /* its GETs' total time waiting for their turn */
+    uint64_t since_ns;   /* when it arrived (CLOCK_MONOTONIC) */
+} emlio_server_job_t;
+
+/* Copies up to cap of the jobs known now into out; returns how many are
+ * known (more than cap: call again with room for them). Thread-safe. */
+EMLIO_EXPORT size_t emlio_server_jobs(emlio_server_t *self,
+                                      emlio_server_job_t *out, size_t cap);
 
 /* Shards loaded, and the dataset fingerprint sent to clients (borrowed). */
 EMLIO_EXPORT size_t emlio_server_shard_count(const emlio_server_t *self);

@@ -30,6 +30,19 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
     self->ctx = ctx;
     self->cfg = *cfg;
     self->name = emlio_strdup(cfg->name ? cfg->name : "emlio-client");
+    const char *job = cfg->job;
+    static const char *const job_env[] = { "EMLIO_JOB", "TORCHELASTIC_RUN_ID",
+                                           "SLURM_JOB_ID" };
+    for (size_t i = 0; !job && i < EMLIO_ARRAY_SIZE(job_env); i++) {
+        const char *v = getenv(job_env[i]);
+        job = v && *v ? v : NULL;
+    }
+    self->job = job ? emlio_strdup(job) : NULL;
+    if (job && !self->job) {
+        emlio_client_destroy(&self);
+        return NULL;
+    }
+    self->cfg.job = self->job;
     self->current.plan = emlio_plan_new();
     self->ahead.plan = emlio_plan_new();
     if (!self->name || !self->current.plan || !self->ahead.plan) {
@@ -88,6 +101,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_plan_destroy(&self->current.plan);
     emlio_plan_destroy(&self->ahead.plan);
     emlio_free(self->name);
+    emlio_free(self->job);
     emlio_free(self);
     *self_p = NULL;
 }

@@ -174,8 +174,9 @@ s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
     uint64_t version = self->conn.daemons[d].hello_version;
     if (!version)
         version = EMLIO_WIRE_VERSION_PACK;
-    if (emlio__wire_encode_hello_v(&self->scratch, version, self->name,
-                                   self->conn.session, s, S_HELLO_ID(s)) < 0)
+    if (emlio__wire_encode_hello_job(&self->scratch, version, self->name,
+                                     self->conn.session, s, S_HELLO_ID(s),
+                                     self->job, self->cfg.job_weight) < 0)
         return -ENOMEM;
     while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
                     self->scratch.len, ZMQ_DONTWAIT) < 0)

@@ -269,6 +269,7 @@ struct emlio_client {
     emlio_ctx_t *ctx;
     emlio_client_config_t cfg;
     char *name;
+    char *job; /* cfg.job or the environment's; NULL: none */
     char err[EMLIO_ERRMSG_LEN];
     int failed_rc; /* next() failed for good this epoch (0: it did not) */
     char failed_msg[EMLIO_ERRMSG_LEN];

@@ -89,8 +89,11 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->own.label_key_set = cfg->label_key != NULL;
     self->own.fields_spec = cfg->fields ? emlio_strdup(cfg->fields) : NULL;
     self->own.index_dir = cfg->index_dir ? emlio_strdup(cfg->index_dir) : NULL;
-    if (!self->own.data_dir || !self->own.bytes_key || !self->own.label_key ||
-        !self->own.name || !self->own.format || !self->own.label_field ||
+    self->own.job_weights =
+        cfg->job_weights ? emlio_strdup(cfg->job_weights) : NULL;
+    if ((cfg->job_weights && !self->own.job_weights) || !self->own.data_dir ||
+        !self->own.bytes_key || !self->own.label_key || !self->own.name ||
+        !self->own.format || !self->own.label_field ||
         (cfg->field && !self->own.field) ||
         (cfg->fields && !self->own.fields_spec) ||
         (cfg->index_dir && !self->own.index_dir)) {
@@ -108,6 +111,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->cfg.label_field = self->own.label_field;
     self->cfg.fields = self->own.fields_spec;
     self->cfg.index_dir = self->own.index_dir;
+    self->cfg.job_weights = self->own.job_weights;
     if (self->cfg.workers == 0)
         self->cfg.workers = 1;
     if (self->cfg.serializers == 0)
@@ -258,6 +262,9 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio_free(self->own.label_field);
     emlio_free(self->own.fields_spec);
     emlio_free(self->own.index_dir);
+    emlio_free(self->own.job_weights);
+    if (self->jobs_ready)
+        emlio__srv_jobs_release(&self->jobs);
     for (size_t i = 0; i < self->own.n_fields; i++)
         emlio_free(self->own.fields[i]);
     emlio_free(self->own.fields);
@@ -535,6 +542,18 @@ emlio_server_load(emlio_server_t *self)
                              "bad pack mode %d (EMLIO_PACK_AUTO, _LARGE or "
                              "_SMALL)",
                              self->cfg.pack);
+    if (!self->jobs_ready) {
+        int jrc = emlio__srv_jobs_init(&self->jobs, self->cfg.job_weights,
+                                       self->cfg.schedule, self->cfg.max_jobs,
+                                       self->err);
+        self->jobs_ready = true; /* released by destroy even when refused */
+        if (jrc < 0)
+            return jrc;
+        emlio__srv_jobs_size_window(&self->jobs, self->cfg.workers,
+                                    self->cfg.read_ahead_bytes
+                                        ? self->cfg.read_ahead_bytes
+                                        : EMLIO_SERVER_READ_AHEAD_BYTES);
+    }
     if (self->cfg.on_corrupt != EMLIO_ON_CORRUPT_FAIL &&
         self->cfg.on_corrupt != EMLIO_ON_CORRUPT_SKIP)
         return emlio__seterr(self->err, EMLIO_EINVAL,

@@ -135,6 +135,7 @@ s_peer_remove(emlio_server_t *self, size_t i)
 {
     /* Jobs charged to it keep the account alive. */
     emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
+    emlio__srv_jobs_detach(self, &self->adm.peers[i]);
     emlio__peer_t gone = self->adm.peers[i];
     uint64_t session = gone.session;
     self->adm.peers[i] = self->adm.peers[--self->adm.n_peers];
@@ -538,6 +539,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
                              : " (no session: each of its connections "
                                "counts as a client)");
     peer->version = 0;
+    peer->tjob = NULL;
     peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;
 }

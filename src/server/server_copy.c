@@ -287,10 +287,11 @@ emlio__srv_copy_pending_run(emlio_server_t *self, void *work)
         }
         s_charge(self, job, job->waits_on);
         emlio__srv_copy_acct_unref(&job->waits_on);
-        if (emlio__srv_send_work(self, work, job) < 0) {
-            emlio__peer_t *peer =
-                emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
-                                     zmq_msg_size(&job->identity), false);
+        emlio__peer_t *peer =
+            emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
+                                 zmq_msg_size(&job->identity), false);
+        if ((peer ? emlio__srv_jobs_submit(self, work, job, peer)
+                  : emlio__srv_send_work(self, work, job)) < 0) {
             if (peer && peer->outstanding)
                 peer->outstanding--;
             emlio__srv_job_drop(self, job);

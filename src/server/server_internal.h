@@ -6,6 +6,7 @@
  *   server_admit.c    connections (socket monitor), peers, sessions, eviction
  *   server_request.c  the frontend thread: HELLO, GET admission, replies
  *   server_pipeline.c reader and serializer threads, jobs, frames, release
+ *   server_jobs.c     training jobs (HELLO's "job") and the fair dispatch
  * Each room owns one sub-struct of emlio_server_t and is the only writer of
  * it (admit and request both run on the frontend thread and share theirs).
  *
@@ -47,6 +48,7 @@
 #include "netpath.h"
 #include "queue.h"
 #include "security.h"
+#include "server_jobs.h"
 #include "server_xf.h"
 #include "shardset.h"
 #include "wire.h"
@@ -137,6 +139,13 @@ typedef struct emlio__job {
     emlio__shard_t **io_holds;
     size_t n_io_holds;
     uint64_t io_bytes; /* what its staged reads took from the file system */
+    /* Its training job and its place in the fair queue (server_jobs.c):
+     * queued there until its turn, then dispatched to the readers. */
+    struct emlio__trainjob *tjob;
+    emlio__fairq_item_t fq;
+    struct emlio__job *held_next; /* in its job's held list */
+    uint64_t queued_ns;
+    bool dispatched; /* holds a slot of the pipeline's window */
 } emlio__job_t;
 
 /* Samples above this size that are served zero-copy from a leased mapping
@@ -230,6 +239,8 @@ typedef struct emlio__peer {
                           descriptor names another socket by now */
     uint32_t pack_max; /* the largest frame packed for it (cfg.pack and
                           where it connects from, s_peer_pack_max) */
+    struct emlio__trainjob *tjob; /* its job (server_jobs.c); NULL until
+                                     its HELLO or first GET */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -245,6 +256,7 @@ typedef struct emlio__srv_own {
     bool label_key_set;   /* configured (records must have it) */
     char *fields_spec;    /* cfg.fields, copied */
     char *index_dir;      /* cfg.index_dir, copied */
+    char *job_weights;    /* cfg.job_weights, copied */
     char **fields;        /* the names of --fields; NULL = one default */
     size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
     size_t bytes_key_len; /* measured once, not per sample */
@@ -354,6 +366,8 @@ struct emlio_server {
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
     emlio__server_xf_t xf;   /* transform specs and threads (server_tensor.c) */
+    emlio__srv_jobs_t jobs;  /* training jobs, fair dispatch (server_jobs.c) */
+    bool jobs_ready;         /* jobs initialised (at load) */
     atomic_bool interrupted; /* emlio_server_interrupt: stop loading */
     char err[EMLIO_ERRMSG_LEN];
 };

@@ -714,6 +714,7 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
 {
     if (!job)
         return;
+    emlio__srv_jobs_get_freed(job);
     /* Views a batch did not take (an error reply): every frame of every
      * sample read so far. */
     for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
@@ -734,6 +735,8 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
 void
 emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job)
 {
+    if (job->dispatched) /* its window slot, given back without a reply */
+        emlio__srv_jobs_reply_left(job->tjob);
     zmq_msg_close(&job->identity);
     emlio__srv_job_free(self, job);
 }
@@ -875,6 +878,12 @@ emlio__srv_serializer_main(void *arg)
     while (emlio__queue_pop(self->thr.ser_queue, &item) == 0) {
         emlio__job_t *job = item;
         if (!connected || atomic_load(&self->thr.stopping)) {
+            emlio__srv_job_drop(self, job);
+            continue;
+        }
+        /* The reply says whose it is, so that its slot is given back
+         * when it leaves (server_jobs.c). */
+        if (emlio__srv_jobs_tag(job) < 0) {
             emlio__srv_job_drop(self, job);
             continue;
         }

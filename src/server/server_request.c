@@ -16,7 +16,8 @@
 #include "server_internal.h"
 
 static int s_send_framed(emlio_server_t *self, emlio__peer_t *peer,
-                         zmq_msg_t *part, int flags, int nodelay);
+                         zmq_msg_t *part, int flags, int nodelay,
+                         emlio__trainjob_t **tjob);
 
 /* The frontend's error reply to peer (NULL: not known): framed like a
  * batch's last frame (s_send_framed), so that on a coalescing connection its
@@ -37,7 +38,7 @@ s_send_error_reply(emlio_server_t *self, emlio__peer_t *peer,
         rc = -errno;
         zmq_msg_close(identity);
         zmq_msg_close(&header);
-    } else if (s_send_framed(self, peer, &header, ZMQ_DONTWAIT, 1) < 0) {
+    } else if (s_send_framed(self, peer, &header, ZMQ_DONTWAIT, 1, NULL) < 0) {
         rc = -errno;
         zmq_msg_close(&header);
     }
@@ -180,6 +181,13 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         peer->session = hello->session;
     }
     peer->version = (uint8_t)hello->version; /* checked: 1..VERSION */
+    char why[160];
+    int jrc = emlio__srv_jobs_attach(self, peer, hello->job, hello->job_len,
+                                     hello->weight, why, sizeof(why));
+    if (jrc < 0) {
+        s_frontend_reply_error(self, &job->identity, hello->id, jrc, why);
+        return;
+    }
     /* Copies: a zero-copy WELCOME could outlive the server in a ZeroMQ
      * queue. It is sent once per connection. */
     zmq_msg_t welcome;
@@ -377,11 +385,11 @@ s_frontend_request(emlio_server_t *self, void *work)
         s_readahead(self, &job->msg);
     if (rc == 1)
         return; /* parked until the copy budget has room */
-    if (emlio__srv_send_work(self, work, job) < 0) {
+    if (emlio__srv_jobs_submit(self, work, job, peer) < 0) {
         peer->outstanding--;
         goto drop;
     }
-    return; /* the worker owns the job now */
+    return; /* the scheduler or a worker owns the job now */
 drop:
     zmq_msg_close(&job->identity);
 drop_header:
@@ -415,7 +423,11 @@ typedef struct emlio__nagle_frame {
     zmq_msg_t frame; /* the frame itself, closed by the callback */
     int fd;
     ino_t ino;   /* the connection's socket: fd may name another by now */
-    int nodelay; /* the TCP_NODELAY value once the frame is written */
+    int nodelay; /* the TCP_NODELAY value once the frame is written; -1:
+                    leave it */
+    /* The last frame of a scheduled reply: once written, its job's slot
+     * is given back (server_jobs.c), and the reference dropped. */
+    emlio__trainjob_t *tjob;
 } emlio__nagle_frame_t;
 
 static void
@@ -424,40 +436,51 @@ s_nagle_frame_free(void *data, void *hint)
     (void)data;
     emlio__nagle_frame_t *w = hint;
     struct stat st;
-    if (fstat(w->fd, &st) == 0 && st.st_ino == w->ino)
+    if (w->nodelay >= 0 && fstat(w->fd, &st) == 0 && st.st_ino == w->ino)
         (void)setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &w->nodelay,
                          sizeof(w->nodelay));
     zmq_msg_close(&w->frame);
+    if (w->tjob) {
+        emlio__srv_jobs_reply_left(w->tjob);
+        emlio__srv_jobs_unref(w->tjob);
+    }
     emlio_free(w);
 }
 
 /* Sends one frame of a reply to peer (flags as zmq_msg_send); on a
  * coalescing connection the first (nodelay 0) or last (nodelay 1) frame is
- * wrapped as above, others (nodelay -1) go as they are. The frame is the
- * caller's to close on failure, as with zmq_msg_send. */
+ * wrapped as above, others (nodelay -1) go as they are. A last frame given
+ * *tjob is wrapped too, and takes over *tjob's reference (set to NULL):
+ * its callback gives the job's slot back, even when the send fails. The
+ * frame is the caller's to close on failure, as with zmq_msg_send. */
 static int
 s_send_framed(emlio_server_t *self, emlio__peer_t *peer, zmq_msg_t *part,
-              int flags, int nodelay)
+              int flags, int nodelay, emlio__trainjob_t **tjob)
 {
     /* Empty frames too (an empty last sample): with a free function,
      * ZeroMQ keeps even a zero-length frame as data it calls back for. */
     size_t len = zmq_msg_size(part);
-    emlio__nagle_frame_t *w = nodelay >= 0 && peer && peer->coalescing
-                                  ? emlio_malloc(sizeof(*w))
-                                  : NULL;
+    bool toggle = nodelay >= 0 && peer && peer->coalescing;
+    bool count = nodelay == 1 && tjob && *tjob;
+    emlio__nagle_frame_t *w = toggle || count ? emlio_malloc(sizeof(*w)) : NULL;
     if (!w) /* out of memory: this reply's segments stay as they come */
         return zmq_msg_send(part, self->net.router, flags);
     zmq_msg_init(&w->frame);
     zmq_msg_move(&w->frame, part);
-    w->fd = peer->fd;
-    w->ino = peer->ino;
-    w->nodelay = nodelay;
+    w->fd = peer ? peer->fd : -1;
+    w->ino = peer ? peer->ino : 0;
+    w->nodelay = toggle ? nodelay : -1;
+    w->tjob = NULL;
     zmq_msg_t wrapped;
     if (zmq_msg_init_data(&wrapped, zmq_msg_data(&w->frame), len,
                           s_nagle_frame_free, w) != 0) {
         zmq_msg_move(part, &w->frame);
         emlio_free(w);
         return zmq_msg_send(part, self->net.router, flags);
+    }
+    if (count) {
+        w->tjob = *tjob;
+        *tjob = NULL;
     }
     int rc = zmq_msg_send(&wrapped, self->net.router, flags);
     if (rc < 0)
@@ -475,6 +498,11 @@ s_frontend_reply(emlio_server_t *self, void *done)
         zmq_msg_close(&identity);
         return;
     }
+    /* Its job, whose slot it holds (NULL: the tag could not be read, or
+     * an unscheduled GET's). */
+    emlio__trainjob_t *tjob = NULL;
+    if (emlio__srv_jobs_untag(&identity, &tjob) < 0)
+        tjob = NULL;
     emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(&identity),
                                                zmq_msg_size(&identity), false);
     bool lost = false;
@@ -496,6 +524,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
     }
     if (peer && peer->outstanding)
         peer->outstanding--;
+    emlio__trainjob_t *owner = tjob; /* for its bytes */
     while (more) {
         zmq_msg_t part;
         zmq_msg_init(&part);
@@ -506,18 +535,26 @@ s_frontend_reply(emlio_server_t *self, void *done)
         more = zmq_msg_more(&part);
         if (!lost && peer)
             peer->bytes += zmq_msg_size(&part);
+        if (!lost && owner)
+            atomic_fetch_add(&owner->bytes, zmq_msg_size(&part));
         int rc = -1;
         if (!lost)
             rc = s_send_framed(self, peer, &part,
                                (more ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT,
                                !more   ? 1
                                : first ? 0
-                                       : -1);
+                                       : -1,
+                               &tjob);
         first = false;
         if (rc < 0) {
             lost = true;
             zmq_msg_close(&part);
         }
+    }
+    if (tjob) { /* not handed to a frame: the reply is lost, or unwrapped */
+        emlio__srv_jobs_reply_left(tjob);
+        emlio__srv_jobs_unref(tjob);
+        emlio__srv_jobs_kick(self, self->net.work);
     }
 }
 
@@ -527,11 +564,14 @@ emlio__srv_frontend_main(void *arg)
     emlio_server_t *self = arg;
     void *work = self->net.work;
     void *done = self->net.done;
-    zmq_pollitem_t items[3] = {
+    int wake_fd = emlio__srv_jobs_wake_fd(&self->jobs);
+    zmq_pollitem_t items[4] = {
         { self->net.router, 0, ZMQ_POLLIN, 0 },
         { done, 0, ZMQ_POLLIN, 0 },
         { self->net.monitor, 0, ZMQ_POLLIN, 0 },
+        { NULL, wake_fd, ZMQ_POLLIN, 0 }, /* a job's slot is free */
     };
+    int n_items = wake_fd >= 0 ? 4 : 3;
     uint64_t last_expire = emlio__now_ns();
     while (!atomic_load(&self->thr.stopping)) {
         uint64_t now = emlio__now_ns();
@@ -539,11 +579,12 @@ emlio__srv_frontend_main(void *arg)
             emlio__srv_monitor_drain(self);
             emlio__srv_conns_expire(self, now);
             emlio__srv_peers_expire(self, now);
+            emlio__srv_jobs_tick(self, work);
             atomic_store(&self->count.active_clients, self->adm.n_clients);
             atomic_store(&self->count.active_streams, self->adm.n_peers);
             last_expire = now;
         }
-        if (zmq_poll(items, 3, EMLIO__SRV_POLL_MS) < 0) {
+        if (zmq_poll(items, n_items, EMLIO__SRV_POLL_MS) < 0) {
             if (errno == EINTR)
                 continue;
             emlio_log(self->ctx, EMLIO_LOG_ERROR, "server",
@@ -563,6 +604,8 @@ emlio__srv_frontend_main(void *arg)
                 events = 0;
             items[1].revents = (short)(events & ZMQ_POLLIN);
         }
+        if (n_items == 4 && (items[3].revents & ZMQ_POLLIN))
+            emlio__srv_jobs_kick(self, work);
         /* Replies freed budget: parked GETs go first, in order. */
         if (self->adm.n_pending)
             emlio__srv_copy_pending_run(self, work);
@@ -577,5 +620,6 @@ emlio__srv_frontend_main(void *arg)
         }
     }
     emlio__srv_copy_pending_drop(self);
+    emlio__srv_jobs_drop_queued(self);
     return NULL;
 }

@@ -216,6 +216,41 @@ class IteratorTest(DatasetCase):
             self.assertEqual(sum(len(b) for b in ld), self.SAMPLES)
 
 
+class JobTest(unittest.TestCase):
+    """Loader(job=, job_weight=) reach the daemon's HELLO (issue 32)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="emlio-py.")
+        cls.shards, _ = _support.make_dataset(cls.tmp, 64, 2, "4K", "64K")
+        cls.daemon = Daemon(cls.shards, "--log-level", "info",
+                            "--job-weight", "py=4,*=2")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_named_job_with_capped_weight(self):
+        with emlio.Loader(self.daemon.endpoint, 8, job="py",
+                          job_weight=9) as ld:
+            n = sum(len(b) for b in ld)
+        self.assertEqual(n, 64)
+        self.assertIn("job py arrived (weight 4)", self.daemon.stderr())
+
+    def test_bad_job_name_is_refused_with_the_reason(self):
+        with self.assertRaises(emlio.EmlioError) as cm:
+            with emlio.Loader(self.daemon.endpoint, 8, job="x" * 65,
+                              connect_timeout_ms=3000) as ld:
+                next(iter(ld))
+        self.assertIn("bad job name", str(cm.exception))
+
+    def test_job_weight_range_is_checked(self):
+        with self.assertRaises(ValueError) as cm:
+            emlio.Loader(NOWHERE, 8, job="py", job_weight=1001)
+        self.assertIn("job_weight", str(cm.exception))
+
+
 class WaitWarningTest(DatasetCase):
     SAMPLES = 64
 

@@ -919,6 +919,59 @@ s_family_f64(emlio_buf_t *out, const char *name, const char *type,
     return rc < 0 ? rc : tool_metrics_sample(out, name, NULL, 0, v);
 }
 
+/* The per-job families (docs/fairness.md): one sample per job known now,
+ * labelled job="NAME" (names are printable: the label escapes the rest). */
+static int
+s_render_jobs(tool_metrics_t *self, emlio_buf_t *out)
+{
+    size_t cap = 64, n;
+    emlio_server_job_t *jobs = NULL;
+    for (;;) {
+        emlio_server_job_t *grown = realloc(jobs, cap * sizeof(*jobs));
+        if (!grown) {
+            free(jobs);
+            return -1;
+        }
+        jobs = grown;
+        n = emlio_server_jobs(self->srv, jobs, cap);
+        if (n <= cap)
+            break;
+        cap = n + 16; /* more arrived: room for them and a few more */
+    }
+
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        { "emlio_job_bytes_total", "counter", "Reply bytes sent to the job" },
+        { "emlio_job_requests_total", "counter", "GETs admitted for the job" },
+        { "emlio_job_samples_total", "counter", "Samples the job asked for" },
+        { "emlio_job_disk_read_bytes_total", "counter",
+          "Bytes read from the file system for the job (--io read)" },
+        { "emlio_job_wait_seconds_total", "counter",
+          "Time the job's GETs waited for their turn (--schedule fair)" },
+        { "emlio_job_weight", "gauge", "The job's weight in force" },
+        { "emlio_job_streams", "gauge", "Connections of the job" },
+        { "emlio_job_queued", "gauge",
+          "The job's GETs waiting for their turn" },
+    };
+
+    int rc = 0;
+    for (size_t f = 0; f < TOOL_ARRAY_SIZE(fam) && rc == 0 && n; f++) {
+        rc = tool_metrics_family(out, fam[f].name, fam[f].type, fam[f].help);
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            const emlio_server_job_t *j = &jobs[i];
+            const tool_metrics_label_t l[] = { { "job", j->name } };
+            double v[] = { (double)j->bytes,         (double)j->requests,
+                           (double)j->samples,       (double)j->disk_bytes,
+                           (double)j->wait_ns / 1e9, (double)j->weight,
+                           (double)j->streams,       (double)j->queued };
+            rc = tool_metrics_sample(out, fam[f].name, l, 1, v[f]);
+        }
+    }
+    free(jobs);
+    return rc;
+}
+
 int
 tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
 {
@@ -1058,6 +1111,8 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
                                      dl, TOOL_ARRAY_SIZE(dl), d->joules);
         }
     }
+    if (rc == 0)
+        rc = s_render_jobs(self, out);
     return rc;
 }
 

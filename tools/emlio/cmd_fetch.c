@@ -307,6 +307,15 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("digests", 0, OPT_FLAG, &self->digests, NULL,
             "add each sample's SHA-256 to its --ids line\n"
             "(after the record and label)"),
+        OPT("job", 0, OPT_STR, &cfg->job, "NAME",
+            "the training job this run belongs to: the\n"
+            "daemons share their readers among jobs by\n"
+            "weight (default: $EMLIO_JOB, $TORCHELASTIC_RUN_ID,\n"
+            "$SLURM_JOB_ID, or a job of its own)"),
+        OPT("job-weight", 0, OPT_U32, &cfg->job_weight, "W",
+            "the weight the job asks for (1..1000; capped\n"
+            "by the daemon's --job-weight)",
+            .min = 1, .max = 1000),
         OPT("disjoint-shards", 0, OPT_FLAG, &cfg->disjoint_shards, NULL,
             "shards of one name with different content on\n"
             "different daemons are distinct shards (an\n"

@@ -108,6 +108,12 @@ static const opt_choice_t s_coalesce_modes[] = {
     { NULL, 0 },
 };
 
+static const opt_choice_t s_schedules[] = {
+    { "fair", EMLIO_SCHEDULE_FAIR },
+    { "fifo", EMLIO_SCHEDULE_FIFO },
+    { NULL, 0 },
+};
+
 static const opt_choice_t s_pack_modes[] = {
     { "auto", EMLIO_PACK_AUTO },
     { "large", EMLIO_PACK_LARGE },
@@ -265,6 +271,16 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "shards open at once (default: from ulimit -n)", .min = 1),
         OPT("max-clients", 0, OPT_U32, &cfg->max_clients, "N",
             "clients at once; a client's streams count once\n(1024)", .min = 1),
+        OPT("job-weight", 0, OPT_STR, &cfg->job_weights, "NAME=W,..",
+            "the weight of each named job (1..1000; *=W\n"
+            "for all others; default 1): a job may ask\n"
+            "for less, never more (docs/fairness.md)"),
+        OPT("schedule", 0, OPT_CHOICE, &cfg->schedule, "HOW",
+            "fair (default): share the readers among jobs\n"
+            "by weight; fifo: in arrival order",
+            .choices = s_schedules),
+        OPT("max-jobs", 0, OPT_U32, &cfg->max_jobs, "N",
+            "jobs known at once (4096)", .min = 1),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
             "forget silent connections after S (300)", .min = 1,
             .max = UINT32_MAX / 1000, .seen = &o->have_idle_timeout),

@@ -188,6 +188,10 @@ LOADER_ARGS = (
     Arg("transform_threads", "int", 0, U32_MAX, field="transform_threads"),
     Arg("max_pixels", "int", 0, U64_MAX, field="max_pixels"),
     Arg("disjoint_shards", "bool", field="disjoint_shards"),
+    # Training jobs (docs/fairness.md): the name every rank says, and the
+    # weight asked (the daemon caps it).
+    Arg("job", "str", none_ok=True),
+    Arg("job_weight", "int", 0, 1000, field="job_weight"),
 )
 
 LOADER_ARG = {a.name: a for a in LOADER_ARGS}

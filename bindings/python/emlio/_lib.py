@@ -87,6 +87,9 @@ class ClientConfig(ctypes.Structure):
         ("io_threads", ctypes.c_uint32),
         ("disjoint_shards", ctypes.c_bool),
         ("reserved8", ctypes.c_uint8 * 3),
+        ("job", ctypes.c_char_p),
+        ("job_weight", ctypes.c_uint32),
+        ("reserved32", ctypes.c_uint32),
         ("reserved", ctypes.c_uint64 * 2),
     ]
 

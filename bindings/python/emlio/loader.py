@@ -640,6 +640,15 @@ class Loader:
         serve them as distinct shards. Without it such a job is refused at
         connect, naming the shard and both daemons, rather than read as
         replicas (docs/formats.md, "One dataset on several nodes").
+    job : str
+        The training job this loader belongs to (1..64 printable bytes),
+        the same on every rank: the daemons share their readers among jobs
+        by weight, whatever the number of streams each opens (None: the
+        environment's EMLIO_JOB, TORCHELASTIC_RUN_ID or SLURM_JOB_ID, else
+        a job of its own). docs/fairness.md.
+    job_weight : int
+        The weight the job asks for, 1..1000; the daemon caps it by its
+        policy (emliod --job-weight). 0: the policy's.
     wait_warning_s : float
         Log a warning (logger ``emlio.loader``) when a batch has been
         awaited this long without a word from the daemons, naming them,
@@ -665,7 +674,7 @@ class Loader:
                  server_key=None, client_key=None, wait_warning_s=5.0,
                  transform=None, decode_at="auto", transform_threads=0,
                  max_pixels=0, request_bytes=0, io_threads=0,
-                 disjoint_shards=False):
+                 disjoint_shards=False, job=None, job_weight=0):
         self._client = None
         self._ctx = None
         self._live = {}
@@ -710,6 +719,9 @@ class Loader:
                       if self.transform is not None else None)
         cfg.transform = self._spec
         cfg.decode_at = _lib.DECODE_AT[args["decode_at"]]
+        # Copied by emlio_client_new.
+        self._job = args["job"].encode() if args["job"] is not None else None
+        cfg.job = self._job
         self.config = {
             a.name: args[a.name] for a in _args.LOADER_ARGS
             if a.field is not None}

@@ -1,0 +1,621 @@
+/* server_jobs.c - training jobs: the table, the policy, the fair dispatch.
+ * SPDX-License-Identifier: MIT
+ *
+ * See server_jobs.h for what a job is and how the scheduler shares the
+ * pipeline; docs/fairness.md for the operator's view.
+ */
+#include "emlio_internal.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "server_internal.h"
+
+/* Credit per DRR turn at weight 1: about one GET of the client's default
+ * size (2 MiB), so a turn is a GET or two and shares converge within a
+ * few GETs of each job. */
+#define S_QUANTUM ((uint64_t)1 << 20)
+
+static bool
+s_name_ok(const char *name, size_t len)
+{
+    if (len == 0 || len > EMLIO__SRV_JOB_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!isprint((unsigned char)name[i]))
+            return false;
+    return true;
+}
+
+int
+emlio__srv_jobs_init(emlio__srv_jobs_t *jobs, const char *policy, int mode,
+                     uint32_t max_jobs, char *err)
+{
+    memset(jobs, 0, sizeof(*jobs));
+    pthread_mutex_init(&jobs->lock, NULL);
+    jobs->max = max_jobs ? max_jobs : EMLIO_SERVER_MAX_JOBS;
+    jobs->default_weight = 1;
+    jobs->ledger = emlio_calloc(1, sizeof(*jobs->ledger));
+    if (!jobs->ledger) {
+        snprintf(err, EMLIO_ERRMSG_LEN, "out of memory");
+        return EMLIO_ENOMEM;
+    }
+    atomic_init(&jobs->ledger->refs, 1);
+    jobs->ledger->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    emlio__fairq_init(&jobs->q, S_QUANTUM);
+    if (mode != EMLIO__SCHED_FAIR && mode != EMLIO__SCHED_FIFO) {
+        snprintf(err, EMLIO_ERRMSG_LEN,
+                 "schedule %d is not fair (0) or fifo (1)", mode);
+        return EMLIO_EINVAL;
+    }
+    jobs->mode = (emlio__sched_mode_t)mode;
+    if (!policy || !*policy)
+        return 0;
+    /* NAME=W[,NAME=W...]: names are printable, so ',' and '=' split. */
+    for (const char *p = policy; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        char *stop = NULL;
+        unsigned long w = eq ? strtoul(eq + 1, &stop, 10) : 0;
+        size_t name_len = eq ? (size_t)(eq - p) : 0;
+        if (!eq || stop != p + len || w < 1 || w > EMLIO_WIRE_MAX_WEIGHT ||
+            !s_name_ok(p, name_len)) {
+            snprintf(err, EMLIO_ERRMSG_LEN,
+                     "bad job weight (--job-weight) '%.*s': want NAME=W with "
+                     "W in 1..%u and a "
+                     "printable NAME of at most %d bytes (* for every other "
+                     "job)",
+                     (int)EMLIO_MIN(len, 100), p, EMLIO_WIRE_MAX_WEIGHT,
+                     EMLIO__SRV_JOB_NAME_MAX);
+            return EMLIO_EINVAL;
+        }
+        if (name_len == 1 && *p == '*') {
+            jobs->default_weight = (uint32_t)w;
+        } else {
+            emlio__job_policy_t *grown = emlio_reallocarray(
+                jobs->policy, jobs->n_policy + 1, sizeof(*grown));
+            if (!grown) {
+                snprintf(err, EMLIO_ERRMSG_LEN, "out of memory");
+                return EMLIO_ENOMEM;
+            }
+            jobs->policy = grown;
+            emlio__job_policy_t *line = &grown[jobs->n_policy++];
+            memcpy(line->name, p, name_len);
+            line->name[name_len] = '\0';
+            line->weight = (uint32_t)w;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
+static void
+s_ledger_unref(emlio__jobs_ledger_t *ledger)
+{
+    if (ledger && atomic_fetch_sub(&ledger->refs, 1) == 1) {
+        if (ledger->wake_fd >= 0)
+            close(ledger->wake_fd);
+        emlio_free(ledger);
+    }
+}
+
+void
+emlio__srv_jobs_unref(emlio__trainjob_t *tjob)
+{
+    if (tjob && atomic_fetch_sub(&tjob->refs, 1) == 1) {
+        s_ledger_unref(tjob->ledger);
+        emlio_free(tjob);
+    }
+}
+
+int
+emlio__srv_jobs_wake_fd(const emlio__srv_jobs_t *jobs)
+{
+    return jobs->ledger ? jobs->ledger->wake_fd : -1;
+}
+
+void
+emlio__srv_jobs_release(emlio__srv_jobs_t *jobs)
+{
+    for (size_t i = 0; i < jobs->n; i++)
+        emlio__srv_jobs_unref(jobs->table[i]);
+    emlio_free(jobs->table);
+    emlio_free(jobs->policy);
+    emlio__fairq_release(&jobs->q);
+    s_ledger_unref(jobs->ledger);
+    pthread_mutex_destroy(&jobs->lock);
+    memset(jobs, 0, sizeof(*jobs));
+}
+
+void
+emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs, uint32_t readers,
+                            uint64_t read_ahead_bytes)
+{
+    /* Enough GETs that every reader has one being read and the next ones
+     * queued (with --io read, the engine reads ahead of queued GETs up to
+     * read_ahead_bytes: at 2 MiB per GET, that many), few enough that a
+     * newcomer's first GET waits behind a window, not behind every
+     * credit of every other job. */
+    uint64_t ahead = read_ahead_bytes / (2u << 20);
+    jobs->window = EMLIO_MAX(EMLIO_MAX(8u, 4u * (uint64_t)readers), ahead / 2);
+}
+
+/* The weight the policy allows a job: its line, else the default. */
+static uint32_t
+s_policy_weight(const emlio__srv_jobs_t *jobs, const char *name, bool named)
+{
+    for (size_t i = 0; named && i < jobs->n_policy; i++)
+        if (!strcmp(jobs->policy[i].name, name))
+            return jobs->policy[i].weight;
+    return jobs->default_weight;
+}
+
+static emlio__trainjob_t *
+s_find(emlio__srv_jobs_t *jobs, const char *name, size_t len, uint64_t anon)
+{
+    for (size_t i = 0; i < jobs->n; i++) {
+        emlio__trainjob_t *j = jobs->table[i];
+        if (name ? j->named && strlen(j->name) == len &&
+                       !memcmp(j->name, name, len)
+                 : !j->named && j->anon_key == anon)
+            return j;
+    }
+    return NULL;
+}
+
+static void
+s_log_job(emlio_server_t *self, const emlio__trainjob_t *j, const char *what)
+{
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server", "job %s %s (weight %u)",
+              j->name, what, atomic_load(&j->weight));
+}
+
+static void s_forget(emlio_server_t *self);
+
+int
+emlio__srv_jobs_attach(emlio_server_t *self, emlio__peer_t *peer,
+                       const char *name, size_t name_len, uint64_t asked,
+                       char *text, size_t len)
+{
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    if (name && !s_name_ok(name, name_len)) {
+        snprintf(text, len,
+                 "bad job name: want 1..%d printable bytes, got %zu%s",
+                 EMLIO__SRV_JOB_NAME_MAX, name_len,
+                 name_len && name_len <= EMLIO__SRV_JOB_NAME_MAX
+                     ? " with a control or non-ASCII byte"
+                     : "");
+        return EMLIO_EINVAL;
+    }
+    uint64_t anon = peer->session ? peer->session : ++jobs->anon_serial;
+    emlio__trainjob_t *j = s_find(jobs, name, name_len, anon);
+    if (j && j == peer->tjob) {
+        j->asked = (uint32_t)asked;
+    } else if (!j) {
+        if (jobs->n >= jobs->max) {
+            /* Jobs whose clients have gone may wait for the next tick.
+             * (Not the connections' close events: draining them would
+             * move the peers, this one among them.) */
+            s_forget(self);
+        }
+        if (jobs->n >= jobs->max) {
+            snprintf(text, len,
+                     "too many jobs (limit %zu, emliod --max-jobs); "
+                     "name this client's job as its other ranks do",
+                     jobs->max);
+            return EMLIO_ELIMIT;
+        }
+        if (jobs->n == jobs->cap) {
+            size_t cap = jobs->cap ? 2 * jobs->cap : 16;
+            emlio__trainjob_t **table =
+                emlio_reallocarray(jobs->table, cap, sizeof(*table));
+            if (!table) {
+                snprintf(text, len, "out of memory");
+                return EMLIO_ENOMEM;
+            }
+            pthread_mutex_lock(&jobs->lock);
+            jobs->table = table;
+            jobs->cap = cap;
+            pthread_mutex_unlock(&jobs->lock);
+        }
+        j = emlio_calloc(1, sizeof(*j));
+        if (!j) {
+            snprintf(text, len, "out of memory");
+            return EMLIO_ENOMEM;
+        }
+        atomic_init(&j->refs, 1); /* the table's */
+        j->ledger = jobs->ledger;
+        atomic_fetch_add(&jobs->ledger->refs, 1);
+        j->named = name != NULL;
+        j->anon_key = anon;
+        if (name) {
+            memcpy(j->name, name, name_len);
+            j->name[name_len] = '\0';
+        } else {
+            snprintf(j->name, sizeof(j->name), "%s-%016" PRIx64,
+                     peer->session ? "session" : "conn", anon);
+        }
+        j->since_ns = emlio__now_ns();
+        pthread_mutex_lock(&jobs->lock);
+        j->slot = jobs->n;
+        jobs->table[jobs->n++] = j;
+        pthread_mutex_unlock(&jobs->lock);
+    }
+    uint32_t cap = s_policy_weight(jobs, j->name, j->named);
+    j->asked = (uint32_t)asked;
+    /* The last HELLO's ask stands for the job; never above the policy. */
+    uint32_t weight = asked ? (uint32_t)EMLIO_MIN(asked, cap) : cap;
+    bool fresh = j->peers == 0 && j->flow.n == 0 && !atomic_load(&j->live);
+    atomic_store(&j->weight, weight);
+    j->flow.weight = weight;
+    if (peer->tjob != j) {
+        if (peer->tjob)
+            emlio__srv_jobs_detach(self, peer);
+        peer->tjob = j;
+        j->peers++;
+        if (fresh && j->named)
+            s_log_job(self, j, "arrived");
+    }
+    return 0;
+}
+
+void
+emlio__srv_jobs_detach(emlio_server_t *self, emlio__peer_t *peer)
+{
+    (void)self;
+    emlio__trainjob_t *j = peer->tjob;
+    if (j && j->peers)
+        j->peers--;
+    peer->tjob = NULL;
+}
+
+/* What the GET asks the pipeline to move: each item's shard's mean
+ * record (a plain sum of record sizes would cost a lookup per item on
+ * the frontend), and a transform's output block. */
+static uint64_t
+s_cost(const emlio_server_t *self, const emlio__job_t *job)
+{
+    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__shardset_t *set = &self->core->set;
+    uint64_t total =
+        job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
+                : 0;
+    uint32_t last = UINT32_MAX;
+    uint64_t mean = 0;
+    for (size_t i = 0; i < get->n_items; i++) {
+        uint32_t s = get->items[i].shard;
+        if (s >= set->n)
+            continue;
+        if (s != last) {
+            size_t count = emlio__shard_count(&set->shards[s]);
+            mean = count ? emlio__shard_size(&set->shards[s]) / count : 0;
+            last = s;
+        }
+        total += mean;
+    }
+    return EMLIO_MAX(total, 1);
+}
+
+/* The slots a job may hold in the fair queue and the pipeline: its
+ * weight's share of the window among the jobs that want some, at least
+ * one. A job that stops reading keeps its replies, and so its slots, in
+ * its sockets' queues; the cap keeps the others' share free of them. */
+static uint64_t
+s_cap(const emlio__srv_jobs_t *jobs, const emlio__trainjob_t *j)
+{
+    if (jobs->n <= 1)
+        return UINT64_MAX; /* alone: as many as its credits, as before */
+    uint32_t total = EMLIO_MAX(jobs->demand_weight, j->flow.weight);
+    uint64_t cap = jobs->window * j->flow.weight / (total ? total : 1);
+    return EMLIO_MAX(cap, 1);
+}
+
+/* Whether j wants the pipeline (held, queued or in flight). */
+static bool
+s_wants(const emlio__trainjob_t *j)
+{
+    return j->n_held || j->flow.n || atomic_load(&j->inflight);
+}
+
+static void
+s_demand(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j, bool before)
+{
+    bool now = s_wants(j);
+    if (now && !before)
+        jobs->demand_weight += j->flow.weight;
+    else if (!now && before && jobs->demand_weight >= j->flow.weight)
+        jobs->demand_weight -= j->flow.weight;
+}
+
+static emlio__job_t *
+s_of_item(emlio__fairq_item_t *it)
+{
+    return (emlio__job_t *)((char *)it - offsetof(emlio__job_t, fq));
+}
+
+static void
+s_hold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j, emlio__job_t *job)
+{
+    job->held_next = NULL;
+    if (j->held_tail)
+        j->held_tail->held_next = job;
+    else
+        j->held_head = job;
+    j->held_tail = job;
+    if (j->n_held++ == 0)
+        jobs->n_holding++;
+}
+
+/* Moves j's held GETs into the fair queue while it is under its cap. */
+static void
+s_feed(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j)
+{
+    uint64_t cap = s_cap(jobs, j);
+    while (j->held_head && j->flow.n + atomic_load(&j->inflight) < cap) {
+        emlio__job_t *job = j->held_head;
+        if (emlio__fairq_push(&jobs->q, &j->flow, &job->fq) < 0)
+            return; /* the ring could not grow: it stays held */
+        j->held_head = job->held_next;
+        if (!j->held_head)
+            j->held_tail = NULL;
+        if (--j->n_held == 0)
+            jobs->n_holding--;
+        atomic_fetch_add(&j->queued, 1);
+    }
+}
+
+static int
+s_send(emlio_server_t *self, void *work, emlio__job_t *job)
+{
+    emlio__trainjob_t *j = job->tjob;
+    job->dispatched = true;
+    atomic_fetch_add(&j->ledger->inflight, 1);
+    atomic_fetch_add(&j->inflight, 1);
+    if (emlio__srv_send_work(self, work, job) < 0) {
+        job->dispatched = false;
+        atomic_fetch_sub(&j->ledger->inflight, 1);
+        atomic_fetch_sub(&j->inflight, 1);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+s_drop_unsent(emlio_server_t *self, emlio__job_t *job)
+{
+    emlio__peer_t *peer =
+        emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
+                             zmq_msg_size(&job->identity), false);
+    if (peer && peer->outstanding)
+        peer->outstanding--;
+    emlio__srv_job_drop(self, job);
+}
+
+/* Sends queued GETs while the window has room, whoever's turn it is;
+ * with one job known, all of them (nobody to be fair to). */
+static void
+s_dispatch(emlio_server_t *self, void *work)
+{
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    if (jobs->n_holding)
+        for (size_t i = 0; i < jobs->n; i++)
+            if (jobs->table[i]->n_held)
+                s_feed(jobs, jobs->table[i]);
+    emlio__fairq_item_t *it;
+    while (
+        (jobs->n <= 1 || atomic_load(&jobs->ledger->inflight) < jobs->window) &&
+        (it = emlio__fairq_peek(&jobs->q))) {
+        emlio__fairq_pop(&jobs->q);
+        emlio__job_t *job = s_of_item(it);
+        atomic_fetch_sub(&job->tjob->queued, 1);
+        atomic_fetch_add(&job->tjob->wait_ns, emlio__now_ns() - job->queued_ns);
+        if (s_send(self, work, job) < 0)
+            s_drop_unsent(self, job); /* stopping */
+    }
+    /* GETs wait: a reply that leaves wakes us (emlio__srv_jobs_reply_left). */
+    atomic_store(&jobs->ledger->starved,
+                 jobs->q.n_items > 0 || jobs->n_holding > 0);
+}
+
+int
+emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
+                       emlio__peer_t *peer)
+{
+    char text[EMLIO_ERRMSG_LEN];
+    if (!peer->tjob &&
+        emlio__srv_jobs_attach(self, peer, NULL, 0, 0, text, sizeof(text)) < 0)
+        return emlio__srv_send_work(self, work, job); /* served, unscheduled */
+    emlio__trainjob_t *j = peer->tjob;
+    job->tjob = j;
+    atomic_fetch_add(&j->live, 1);
+    atomic_fetch_add(&j->requests, 1);
+    atomic_fetch_add(&j->samples, job->msg.n_items);
+    if (self->jobs.mode == EMLIO__SCHED_FIFO)
+        return s_send(self, work, job);
+    job->fq.cost = s_cost(self, job);
+    job->queued_ns = emlio__now_ns();
+    bool before = s_wants(j);
+    s_hold(&self->jobs, j, job);
+    s_demand(&self->jobs, j, before);
+    s_dispatch(self, work);
+    return 0;
+}
+
+void
+emlio__srv_jobs_reply_left(emlio__trainjob_t *tjob)
+{
+    if (!tjob)
+        return;
+    emlio__jobs_ledger_t *ledger = tjob->ledger;
+    atomic_fetch_sub(&ledger->inflight, 1);
+    atomic_fetch_sub(&tjob->inflight, 1);
+    if (atomic_exchange(&ledger->starved, false) && ledger->wake_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t rc = write(ledger->wake_fd, &one, sizeof(one));
+        (void)rc; /* a full counter wakes the frontend anyway */
+    }
+}
+
+void
+emlio__srv_jobs_kick(emlio_server_t *self, void *work)
+{
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    uint64_t n;
+    if (jobs->ledger->wake_fd >= 0) {
+        ssize_t rc = read(jobs->ledger->wake_fd, &n, sizeof(n));
+        (void)rc; /* EAGAIN: nothing to drain */
+    }
+    /* Jobs that stopped wanting the pipeline give their weight back. */
+    uint32_t demand = 0;
+    for (size_t i = 0; i < jobs->n; i++)
+        if (s_wants(jobs->table[i]))
+            demand += jobs->table[i]->flow.weight;
+    jobs->demand_weight = demand;
+    s_dispatch(self, work);
+}
+
+int
+emlio__srv_jobs_tag(emlio__job_t *job)
+{
+    size_t len = zmq_msg_size(&job->identity);
+    zmq_msg_t tagged;
+    if (zmq_msg_init_size(&tagged, sizeof(job->tjob) + len) != 0)
+        return -1;
+    uint8_t *p = zmq_msg_data(&tagged);
+    memcpy(p, &job->tjob, sizeof(job->tjob));
+    memcpy(p + sizeof(job->tjob), zmq_msg_data(&job->identity), len);
+    zmq_msg_close(&job->identity);
+    zmq_msg_init(&job->identity);
+    zmq_msg_move(&job->identity, &tagged);
+    /* From here the reply carries the slot and a reference: the frontend
+     * gives both back. */
+    if (job->tjob)
+        atomic_fetch_add(&job->tjob->refs, 1);
+    job->dispatched = false;
+    return 0;
+}
+
+int
+emlio__srv_jobs_untag(zmq_msg_t *identity, emlio__trainjob_t **tjob)
+{
+    size_t len = zmq_msg_size(identity);
+    if (len < sizeof(*tjob))
+        return -1;
+    const uint8_t *p = zmq_msg_data(identity);
+    memcpy(tjob, p, sizeof(*tjob));
+    zmq_msg_t plain;
+    if (zmq_msg_init_size(&plain, len - sizeof(*tjob)) != 0)
+        return -1;
+    memcpy(zmq_msg_data(&plain), p + sizeof(*tjob), len - sizeof(*tjob));
+    zmq_msg_close(identity);
+    zmq_msg_init(identity);
+    zmq_msg_move(identity, &plain);
+    return 0;
+}
+
+void
+emlio__srv_jobs_get_freed(emlio__job_t *job)
+{
+    emlio__trainjob_t *j = job->tjob;
+    if (!j)
+        return;
+    if (job->io_bytes)
+        atomic_fetch_add(&j->disk_bytes, job->io_bytes);
+    atomic_fetch_sub(&j->live, 1);
+    job->tjob = NULL;
+}
+
+/* Forgets the jobs with no stream, no GET and nothing in flight. */
+static void
+s_forget(emlio_server_t *self)
+{
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    for (size_t i = 0; i < jobs->n;) {
+        emlio__trainjob_t *j = jobs->table[i];
+        if (j->peers || s_wants(j) || atomic_load(&j->live)) {
+            i++;
+            continue;
+        }
+        if (j->named) {
+            double s = (double)(emlio__now_ns() - j->since_ns) / 1e9;
+            uint64_t b = atomic_load(&j->bytes);
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                      "job %s left after %.1f s: %.1f MB sent, %.1f MB/s, "
+                      "%.1f MB read from the device, %.2f s queued",
+                      j->name, s, (double)b / 1e6,
+                      s > 0 ? (double)b / 1e6 / s : 0.0,
+                      (double)atomic_load(&j->disk_bytes) / 1e6,
+                      (double)atomic_load(&j->wait_ns) / 1e9);
+        }
+        pthread_mutex_lock(&jobs->lock);
+        jobs->table[i] = jobs->table[--jobs->n];
+        jobs->table[i]->slot = i;
+        pthread_mutex_unlock(&jobs->lock);
+        emlio__srv_jobs_unref(j);
+    }
+}
+
+void
+emlio__srv_jobs_tick(emlio_server_t *self, void *work)
+{
+    emlio__srv_jobs_kick(self, work);
+    s_forget(self);
+}
+
+void
+emlio__srv_jobs_drop_queued(emlio_server_t *self)
+{
+    emlio__fairq_item_t *it;
+    while ((it = emlio__fairq_peek(&self->jobs.q))) {
+        emlio__fairq_pop(&self->jobs.q);
+        emlio__job_t *job =
+            (emlio__job_t *)((char *)it - offsetof(emlio__job_t, fq));
+        atomic_fetch_sub(&job->tjob->queued, 1);
+        emlio__srv_job_drop(self, job);
+    }
+    for (size_t i = 0; i < self->jobs.n; i++) {
+        emlio__trainjob_t *j = self->jobs.table[i];
+        while (j->held_head) {
+            emlio__job_t *job = j->held_head;
+            j->held_head = job->held_next;
+            emlio__srv_job_drop(self, job);
+        }
+        j->held_tail = NULL;
+        j->n_held = 0;
+    }
+    self->jobs.n_holding = 0;
+}
+
+size_t
+emlio_server_jobs(emlio_server_t *self, emlio_server_job_t *out, size_t cap)
+{
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    pthread_mutex_lock(&jobs->lock);
+    size_t n = jobs->n;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        const emlio__trainjob_t *j = jobs->table[i];
+        emlio_server_job_t *o = &out[i];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->name, sizeof(o->name), "%s", j->name);
+        o->named = j->named;
+        o->weight = atomic_load(&j->weight);
+        o->streams = atomic_load(&j->peers);
+        o->queued = atomic_load(&j->queued);
+        o->requests = atomic_load(&j->requests);
+        o->samples = atomic_load(&j->samples);
+        o->bytes = atomic_load(&j->bytes);
+        o->disk_bytes = atomic_load(&j->disk_bytes);
+        o->wait_ns = atomic_load(&j->wait_ns);
+        o->since_ns = j->since_ns;
+    }
+    pthread_mutex_unlock(&jobs->lock);
+    return n;
+}
