@@ -21,6 +21,10 @@
  * few GETs of each job. */
 #define S_QUANTUM ((uint64_t)1 << 20)
 
+/* A reply's tag in front of its identity: its job, and the cost of its
+ * slot (0: it holds none). */
+#define S_TAG (sizeof(emlio__trainjob_t *) + sizeof(uint64_t))
+
 static bool
 s_name_ok(const char *name, size_t len)
 {
@@ -139,13 +143,19 @@ void
 emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs, uint32_t readers,
                             uint64_t read_ahead_bytes)
 {
-    /* Enough GETs that every reader has one being read and the next ones
-     * queued (with --io read, the engine reads ahead of queued GETs up to
-     * read_ahead_bytes: at 2 MiB per GET, that many), few enough that a
-     * newcomer's first GET waits behind a window, not behind every
-     * credit of every other job. */
-    uint64_t ahead = read_ahead_bytes / (2u << 20);
-    jobs->window = EMLIO_MAX(EMLIO_MAX(8u, 4u * (uint64_t)readers), ahead / 2);
+    /* Enough bytes that every reader has GETs queued behind the one it
+     * reads (--io read stages reads ahead of them up to read_ahead_bytes)
+     * and that replies stream while others are read; little enough that a
+     * newcomer waits behind a window, not behind every credit of every
+     * other job, and that the transform queue (65,536 samples) is never
+     * filled by GETs in the window, so readers never block on it (a GET
+     * of 4,096 ImageNet records costs 450 MB: alone in flight). Shares
+     * measured in bench/fairness.sh are closer with a smaller window: a
+     * job's rate is its share over the pipeline's latency, which grows
+     * with what the window lets queue. */
+    (void)readers;
+    jobs->window =
+        EMLIO_MAX((uint64_t)64 << 20, 2 * (uint64_t)read_ahead_bytes);
 }
 
 /* The weight the policy allows a job: its line, else the default. */
@@ -304,17 +314,15 @@ s_cost(const emlio_server_t *self, const emlio__job_t *job)
     return EMLIO_MAX(total, 1);
 }
 
-/* The slots a job may hold in the fair queue and the pipeline: its
- * weight's share of the window among the jobs that want some, at least
- * one. A job that stops reading keeps its replies, and so its slots, in
- * its sockets' queues; the cap keeps the others' share free of them. */
+/* The bytes a job may have in the fair queue and the pipeline: its
+ * weight's share of the window among the jobs that want some. A job that
+ * stops reading keeps its replies, and so its bytes, in its sockets'
+ * queues; the cap keeps the others' share free of them. */
 static uint64_t
 s_cap(const emlio__srv_jobs_t *jobs, const emlio__trainjob_t *j)
 {
-    if (jobs->n <= 1)
-        return UINT64_MAX; /* alone: as many as its credits, as before */
     uint32_t total = EMLIO_MAX(jobs->demand_weight, j->flow.weight);
-    uint64_t cap = jobs->window * j->flow.weight / (total ? total : 1);
+    uint64_t cap = jobs->window / (total ? total : 1) * j->flow.weight;
     return EMLIO_MAX(cap, 1);
 }
 
@@ -354,35 +362,20 @@ s_hold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j, emlio__job_t *job)
         jobs->n_holding++;
 }
 
-/* Moves j's held GETs into the fair queue while it is under its cap. */
-static void
-s_feed(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j)
-{
-    uint64_t cap = s_cap(jobs, j);
-    while (j->held_head && j->flow.n + atomic_load(&j->inflight) < cap) {
-        emlio__job_t *job = j->held_head;
-        if (emlio__fairq_push(&jobs->q, &j->flow, &job->fq) < 0)
-            return; /* the ring could not grow: it stays held */
-        j->held_head = job->held_next;
-        if (!j->held_head)
-            j->held_tail = NULL;
-        if (--j->n_held == 0)
-            jobs->n_holding--;
-        atomic_fetch_add(&j->queued, 1);
-    }
-}
-
 static int
 s_send(emlio_server_t *self, void *work, emlio__job_t *job)
 {
     emlio__trainjob_t *j = job->tjob;
+    uint64_t cost = job->fq.cost;
     job->dispatched = true;
-    atomic_fetch_add(&j->ledger->inflight, 1);
+    atomic_fetch_add(&j->ledger->inflight_cost, cost);
     atomic_fetch_add(&j->inflight, 1);
+    atomic_fetch_add(&j->inflight_cost, cost);
     if (emlio__srv_send_work(self, work, job) < 0) {
         job->dispatched = false;
-        atomic_fetch_sub(&j->ledger->inflight, 1);
+        atomic_fetch_sub(&j->ledger->inflight_cost, cost);
         atomic_fetch_sub(&j->inflight, 1);
+        atomic_fetch_sub(&j->inflight_cost, cost);
         return -1;
     }
     return 0;
@@ -399,8 +392,46 @@ s_drop_unsent(emlio_server_t *self, emlio__job_t *job)
     emlio__srv_job_drop(self, job);
 }
 
-/* Sends queued GETs while the window has room, whoever's turn it is;
- * with one job known, all of them (nobody to be fair to). */
+static emlio__job_t *
+s_unhold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j)
+{
+    emlio__job_t *job = j->held_head;
+    j->held_head = job->held_next;
+    if (!j->held_head)
+        j->held_tail = NULL;
+    if (--j->n_held == 0)
+        jobs->n_holding--;
+    return job;
+}
+
+/* Moves j's held GETs on: the first of a job with nothing queued or in
+ * flight straight to the readers, the rest into the fair queue while the
+ * job is under its cap. */
+static void
+s_feed(emlio_server_t *self, void *work, emlio__trainjob_t *j)
+{
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    uint64_t cap = s_cap(jobs, j);
+    while (j->held_head) {
+        emlio__job_t *job = j->held_head;
+        if (!j->flow.n && !atomic_load(&j->inflight)) {
+            s_unhold(jobs, j);
+            atomic_fetch_add(&j->wait_ns, emlio__now_ns() - job->queued_ns);
+            if (s_send(self, work, job) < 0)
+                s_drop_unsent(self, job); /* stopping */
+            continue;
+        }
+        if (j->queued_cost + atomic_load(&j->inflight_cost) >= cap)
+            return;
+        if (emlio__fairq_push(&jobs->q, &j->flow, &job->fq) < 0)
+            return; /* the ring could not grow: it stays held */
+        s_unhold(jobs, j);
+        j->queued_cost += job->fq.cost;
+        atomic_fetch_add(&j->queued, 1);
+    }
+}
+
+/* Sends the GETs their jobs' shares of the window allow, in turn. */
 static void
 s_dispatch(emlio_server_t *self, void *work)
 {
@@ -408,13 +439,15 @@ s_dispatch(emlio_server_t *self, void *work)
     if (jobs->n_holding)
         for (size_t i = 0; i < jobs->n; i++)
             if (jobs->table[i]->n_held)
-                s_feed(jobs, jobs->table[i]);
+                s_feed(self, work, jobs->table[i]);
+    /* What is in the fair queue was let in under its job's cap, so the
+     * window's shares hold; the queue gives the readers the jobs' GETs
+     * interleaved by weight. */
     emlio__fairq_item_t *it;
-    while (
-        (jobs->n <= 1 || atomic_load(&jobs->ledger->inflight) < jobs->window) &&
-        (it = emlio__fairq_peek(&jobs->q))) {
+    while ((it = emlio__fairq_peek(&jobs->q))) {
         emlio__fairq_pop(&jobs->q);
         emlio__job_t *job = s_of_item(it);
+        job->tjob->queued_cost -= job->fq.cost;
         atomic_fetch_sub(&job->tjob->queued, 1);
         atomic_fetch_add(&job->tjob->wait_ns, emlio__now_ns() - job->queued_ns);
         if (s_send(self, work, job) < 0)
@@ -438,9 +471,9 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
     atomic_fetch_add(&j->samples, job->msg.n_items);
+    job->fq.cost = s_cost(self, job);
     if (self->jobs.mode == EMLIO__SCHED_FIFO)
         return s_send(self, work, job);
-    job->fq.cost = s_cost(self, job);
     job->queued_ns = emlio__now_ns();
     bool before = s_wants(j);
     s_hold(&self->jobs, j, job);
@@ -450,12 +483,13 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
 }
 
 void
-emlio__srv_jobs_reply_left(emlio__trainjob_t *tjob)
+emlio__srv_jobs_reply_left(emlio__trainjob_t *tjob, uint64_t cost)
 {
     if (!tjob)
         return;
     emlio__jobs_ledger_t *ledger = tjob->ledger;
-    atomic_fetch_sub(&ledger->inflight, 1);
+    atomic_fetch_sub(&ledger->inflight_cost, cost);
+    atomic_fetch_sub(&tjob->inflight_cost, cost);
     atomic_fetch_sub(&tjob->inflight, 1);
     if (atomic_exchange(&ledger->starved, false) && ledger->wake_fd >= 0) {
         uint64_t one = 1;
@@ -487,34 +521,40 @@ emlio__srv_jobs_tag(emlio__job_t *job)
 {
     size_t len = zmq_msg_size(&job->identity);
     zmq_msg_t tagged;
-    if (zmq_msg_init_size(&tagged, sizeof(job->tjob) + len) != 0)
+    if (zmq_msg_init_size(&tagged, S_TAG + len) != 0)
         return -1;
     uint8_t *p = zmq_msg_data(&tagged);
-    memcpy(p, &job->tjob, sizeof(job->tjob));
-    memcpy(p + sizeof(job->tjob), zmq_msg_data(&job->identity), len);
+    /* Only a dispatched GET holds a slot to give back. */
+    emlio__trainjob_t *holder = job->dispatched ? job->tjob : NULL;
+    uint64_t cost = holder ? job->fq.cost : 0;
+    memcpy(p, &holder, sizeof(holder));
+    memcpy(p + sizeof(job->tjob), &cost, sizeof(cost));
+    memcpy(p + S_TAG, zmq_msg_data(&job->identity), len);
     zmq_msg_close(&job->identity);
     zmq_msg_init(&job->identity);
     zmq_msg_move(&job->identity, &tagged);
     /* From here the reply carries the slot and a reference: the frontend
      * gives both back. */
-    if (job->tjob)
-        atomic_fetch_add(&job->tjob->refs, 1);
+    if (holder)
+        atomic_fetch_add(&holder->refs, 1);
     job->dispatched = false;
     return 0;
 }
 
 int
-emlio__srv_jobs_untag(zmq_msg_t *identity, emlio__trainjob_t **tjob)
+emlio__srv_jobs_untag(zmq_msg_t *identity, emlio__trainjob_t **tjob,
+                      uint64_t *cost)
 {
     size_t len = zmq_msg_size(identity);
-    if (len < sizeof(*tjob))
+    if (len < S_TAG)
         return -1;
     const uint8_t *p = zmq_msg_data(identity);
     memcpy(tjob, p, sizeof(*tjob));
+    memcpy(cost, p + sizeof(*tjob), sizeof(*cost));
     zmq_msg_t plain;
-    if (zmq_msg_init_size(&plain, len - sizeof(*tjob)) != 0)
+    if (zmq_msg_init_size(&plain, len - S_TAG) != 0)
         return -1;
-    memcpy(zmq_msg_data(&plain), p + sizeof(*tjob), len - sizeof(*tjob));
+    memcpy(zmq_msg_data(&plain), p + S_TAG, len - S_TAG);
     zmq_msg_close(identity);
     zmq_msg_init(identity);
     zmq_msg_move(identity, &plain);
@@ -578,6 +618,7 @@ emlio__srv_jobs_drop_queued(emlio_server_t *self)
         emlio__fairq_pop(&self->jobs.q);
         emlio__job_t *job =
             (emlio__job_t *)((char *)it - offsetof(emlio__job_t, fq));
+        job->tjob->queued_cost -= job->fq.cost;
         atomic_fetch_sub(&job->tjob->queued, 1);
         emlio__srv_job_drop(self, job);
     }

@@ -12,13 +12,15 @@
  *
  * Scheduling (docs/fairness.md): under --schedule fair (the default) an
  * admitted GET is queued on its job's flow of a weighted deficit round
- * robin (fairq.h), costed by the bytes it asks for, and dispatched to the
- * readers while the pipeline holds fewer than a window of GETs. So the
+ * robin (fairq.h), costed by the bytes it asks for (the records it reads
+ * or decodes, and a transform's output), and dispatched to the readers
+ * while the pipeline holds less than a window of bytes. So the
  * readers', transforms' and serializers' time goes to jobs by weight,
  * whatever the number of streams or ranks each opens; a job whose GETs
  * stop coming leaves the ring at once and its share goes to the others;
- * a job holds at most its peers' credits in the pipeline, and only a
- * window's worth of it at a time. --schedule fifo dispatches in arrival
+ * a job holds at most its weight's share of the window in the pipeline
+ * (its first GET always goes at once: a job with nothing in flight never
+ * waits behind another's large GETs). --schedule fifo dispatches in arrival
  * order, as before (for comparison: bench/fairness.sh).
  */
 #ifndef EMLIO_SERVER_JOBS_H
@@ -45,9 +47,10 @@ struct emlio__peer;
  * frame when it has written it, maybe after emlio_server_destroy). */
 typedef struct emlio__jobs_ledger {
     atomic_uint refs;
-    atomic_uint_fast64_t inflight; /* GETs of all jobs not yet left */
-    atomic_bool starved;           /* GETs wait for a slot */
-    int wake_fd;                   /* eventfd the frontend polls */
+    atomic_uint_fast64_t inflight_cost; /* bytes of all jobs' GETs not yet
+                                           left */
+    atomic_bool starved;                /* GETs wait for a slot */
+    int wake_fd;                        /* eventfd the frontend polls */
 } emlio__jobs_ledger_t;
 
 typedef struct emlio__trainjob {
@@ -68,8 +71,11 @@ typedef struct emlio__trainjob {
     struct emlio__job *held_head, *held_tail;
     size_t n_held;
     /* GETs dispatched whose reply has not left the daemon (written to its
-     * socket, lost, or dropped); decremented on any thread. */
+     * socket, lost, or dropped), and their cost; decremented on any
+     * thread. queued_cost: the cost of its GETs in the fair queue. */
     atomic_uint_fast64_t inflight;
+    atomic_uint_fast64_t inflight_cost;
+    uint64_t queued_cost;
     /* GETs submitted and not yet freed: the job lives while any does. */
     atomic_uint_fast64_t live;
     atomic_uint_fast64_t requests;
@@ -103,7 +109,7 @@ typedef struct emlio__srv_jobs {
     emlio__fairq_t q;
     /* The pipeline's window: GETs (and their estimated bytes) dispatched
      * to the readers whose replies have not reached the frontend. */
-    uint64_t window;
+    uint64_t window;        /* bytes (GET costs) in the pipeline at once */
     size_t n_holding;       /* jobs with held GETs */
     uint32_t demand_weight; /* sum of weights of jobs with GETs */
     emlio__jobs_ledger_t *ledger;
@@ -140,7 +146,7 @@ int emlio__srv_jobs_submit(struct emlio_server *self, void *work,
  * it, NULL for an unscheduled GET): its slot is given back when the
  * reply's last frame leaves the daemon, by emlio__srv_jobs_reply_left
  * on the thread that frees the frame, or at once when it is lost. */
-void emlio__srv_jobs_reply_left(struct emlio__trainjob *tjob);
+void emlio__srv_jobs_reply_left(struct emlio__trainjob *tjob, uint64_t cost);
 
 /* References to a job, for the frames of its replies. */
 void emlio__srv_jobs_unref(struct emlio__trainjob *tjob);
@@ -158,7 +164,8 @@ void emlio__srv_jobs_kick(struct emlio_server *self, void *work);
  * the identity back and the tag, whose reference the caller now holds.
  * 0, or -1 (out of memory: untagged). */
 int emlio__srv_jobs_tag(struct emlio__job *job);
-int emlio__srv_jobs_untag(zmq_msg_t *identity, struct emlio__trainjob **tjob);
+int emlio__srv_jobs_untag(zmq_msg_t *identity, struct emlio__trainjob **tjob,
+                          uint64_t *cost);
 
 /* Called when a GET is freed, on any thread: its job's counters. */
 void emlio__srv_jobs_get_freed(struct emlio__job *job);

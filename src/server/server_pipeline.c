@@ -736,7 +736,7 @@ void
 emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job)
 {
     if (job->dispatched) /* its window slot, given back without a reply */
-        emlio__srv_jobs_reply_left(job->tjob);
+        emlio__srv_jobs_reply_left(job->tjob, job->fq.cost);
     zmq_msg_close(&job->identity);
     emlio__srv_job_free(self, job);
 }

@@ -17,7 +17,7 @@
 
 static int s_send_framed(emlio_server_t *self, emlio__peer_t *peer,
                          zmq_msg_t *part, int flags, int nodelay,
-                         emlio__trainjob_t **tjob);
+                         emlio__trainjob_t **tjob, uint64_t cost);
 
 /* The frontend's error reply to peer (NULL: not known): framed like a
  * batch's last frame (s_send_framed), so that on a coalescing connection its
@@ -38,7 +38,8 @@ s_send_error_reply(emlio_server_t *self, emlio__peer_t *peer,
         rc = -errno;
         zmq_msg_close(identity);
         zmq_msg_close(&header);
-    } else if (s_send_framed(self, peer, &header, ZMQ_DONTWAIT, 1, NULL) < 0) {
+    } else if (s_send_framed(self, peer, &header, ZMQ_DONTWAIT, 1, NULL, 0) <
+               0) {
         rc = -errno;
         zmq_msg_close(&header);
     }
@@ -428,6 +429,7 @@ typedef struct emlio__nagle_frame {
     /* The last frame of a scheduled reply: once written, its job's slot
      * is given back (server_jobs.c), and the reference dropped. */
     emlio__trainjob_t *tjob;
+    uint64_t cost; /* of its slot */
 } emlio__nagle_frame_t;
 
 static void
@@ -441,7 +443,7 @@ s_nagle_frame_free(void *data, void *hint)
                          sizeof(w->nodelay));
     zmq_msg_close(&w->frame);
     if (w->tjob) {
-        emlio__srv_jobs_reply_left(w->tjob);
+        emlio__srv_jobs_reply_left(w->tjob, w->cost);
         emlio__srv_jobs_unref(w->tjob);
     }
     emlio_free(w);
@@ -455,7 +457,7 @@ s_nagle_frame_free(void *data, void *hint)
  * frame is the caller's to close on failure, as with zmq_msg_send. */
 static int
 s_send_framed(emlio_server_t *self, emlio__peer_t *peer, zmq_msg_t *part,
-              int flags, int nodelay, emlio__trainjob_t **tjob)
+              int flags, int nodelay, emlio__trainjob_t **tjob, uint64_t cost)
 {
     /* Empty frames too (an empty last sample): with a free function,
      * ZeroMQ keeps even a zero-length frame as data it calls back for. */
@@ -480,6 +482,7 @@ s_send_framed(emlio_server_t *self, emlio__peer_t *peer, zmq_msg_t *part,
     }
     if (count) {
         w->tjob = *tjob;
+        w->cost = cost;
         *tjob = NULL;
     }
     int rc = zmq_msg_send(&wrapped, self->net.router, flags);
@@ -501,7 +504,8 @@ s_frontend_reply(emlio_server_t *self, void *done)
     /* Its job, whose slot it holds (NULL: the tag could not be read, or
      * an unscheduled GET's). */
     emlio__trainjob_t *tjob = NULL;
-    if (emlio__srv_jobs_untag(&identity, &tjob) < 0)
+    uint64_t cost = 0;
+    if (emlio__srv_jobs_untag(&identity, &tjob, &cost) < 0)
         tjob = NULL;
     emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(&identity),
                                                zmq_msg_size(&identity), false);
@@ -544,7 +548,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
                                !more   ? 1
                                : first ? 0
                                        : -1,
-                               &tjob);
+                               &tjob, cost);
         first = false;
         if (rc < 0) {
             lost = true;
@@ -552,7 +556,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
         }
     }
     if (tjob) { /* not handed to a frame: the reply is lost, or unwrapped */
-        emlio__srv_jobs_reply_left(tjob);
+        emlio__srv_jobs_reply_left(tjob, cost);
         emlio__srv_jobs_unref(tjob);
         emlio__srv_jobs_kick(self, self->net.work);
     }

@@ -101,6 +101,29 @@ emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
         emlio_transform_t *t = NULL;
         char err[EMLIO_ERRMSG_LEN];
         int rc = emlio_transform_parse(text, &t, err, sizeof(err));
+        /* Another spelling of a spec we keep (spaces, default arguments
+         * said or not) is that spec: keyed by the raw text, sixteen
+         * spellings of one spec held by one client would take every
+         * slot. Kept under its canonical text, which GETs normally send. */
+        if (rc == 0) {
+            const char *canon = emlio_transform_spec(t);
+            for (size_t i = 0; i < xf->n_specs && k < 0; i++)
+                if (xf->specs[i].text && !strcmp(xf->specs[i].text, canon))
+                    k = (int)i;
+            if (k >= 0) {
+                emlio_transform_free(&t);
+                emlio_free(text);
+                goto found;
+            }
+            char *kept = emlio_strdup(canon);
+            if (!kept) {
+                emlio_transform_free(&t);
+                emlio_free(text);
+                return EMLIO_ENOMEM;
+            }
+            emlio_free(text);
+            text = kept;
+        }
         if (rc == 0 && (k = s_slot(xf)) < 0)
             rc = emlio__seterr(errbuf, EMLIO_ELIMIT,
                                "all %d transforms the daemon keeps are in use "
@@ -119,6 +142,7 @@ emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
         xf->specs[k].transform = t;
         atomic_store(&xf->specs[k].users, 0);
     }
+found:
     xf->specs[k].used_at = ++xf->tick;
     atomic_fetch_add(&xf->specs[k].users, 1);
     *out = xf->specs[k].transform;

@@ -33,7 +33,7 @@ typedef struct emlio__server_xf {
     emlio__xf_blocks_t *blocks;
 
     struct {
-        char *text; /* as the GET spelled it */
+        char *text; /* canonical (emlio_transform_spec) */
         emlio_transform_t *transform;
         atomic_uint users; /* requests in flight that use it */
         uint64_t used_at;  /* tick of its last lookup */

@@ -120,6 +120,48 @@ wait "$l1" "$l2" 2>/dev/null
 kill "$DPID"
 wait "$DPID" 2>/dev/null
 
+# One connection floods GETs of 4,096 samples to decode (issue 34: the
+# transform queue filled, both readers blocked in it, and a raw-byte fetch
+# from another client failed after 60 s). Now the flood holds its share of
+# the window; the other job's first GET goes at once and the rest within
+# its share: the fetch finishes within its own 15 s timeout.
+cat >"$T/flood.py" <<'EOF2'
+import sys, time
+import msgpack, zmq
+ep, n_shards = sys.argv[1], int(sys.argv[2])
+ctx = zmq.Context()
+s = ctx.socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.connect(ep)
+s.send(msgpack.packb({"t": 1, "v": 3, "name": "flood", "job": "flood"}))
+s.recv()
+items = []
+for i in range(4096):
+    items += [i % n_shards, i % 25]
+for rid in range(1, 251):
+    s.send(msgpack.packb({"t": 3, "id": rid, "items": items,
+                          "transform": "center_crop(1)", "seed": 1,
+                          "epoch": 0}))
+print("sent", flush=True)
+time.sleep(120)
+EOF2
+start_daemon fl "$DATA" --transform-threads 2 || exit 1
+n_shards=$(ls "$DATA"/*.tfrecord | wc -l)
+/usr/bin/python3 "$T/flood.py" "$EP" "$n_shards" >"$T/flood.out" 2>"$T/flood.err" &
+fpid=$!
+PIDS+=("$fpid")
+for _ in $(seq 100); do grep -q sent "$T/flood.out" && break; sleep 0.1; done
+check "the flood of 250 x 4,096 decodes is sent" grep -q sent "$T/flood.out"
+sleep 1
+fetch raw.json --job raw --timeout-ms 15000 --verify
+check "a raw-byte fetch beside the flood finishes (no 'no reply')" \
+    test "$(json_field "$T/raw.json" samples)" = 600
+check "... verified" test "$(json_field "$T/raw.json" verified)" = True
+kill "$fpid"
+wait "$fpid" 2>/dev/null
+kill "$DPID"
+wait "$DPID" 2>/dev/null
+
 # Side by side under both schedules, each job gets every sample once.
 for sched in fair fifo; do
     start_daemon "s$sched" "$DATA" --schedule "$sched" || exit 1

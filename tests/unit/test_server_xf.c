@@ -53,11 +53,42 @@ test_server_xf_specs_are_evicted_only_when_unused(void **state)
     emlio__server_xf_stop(&xf);
 }
 
+/* Spellings of one spec are one entry (issue 34: sixteen whitespace
+ * spellings held by one client took every slot). */
+static void
+test_server_xf_spellings_of_one_spec_share_an_entry(void **state)
+{
+    (void)state;
+    emlio__server_xf_t xf;
+    memset(&xf, 0, sizeof(xf));
+    char err[EMLIO_ERRMSG_LEN];
+    assert_int_equal(emlio__server_xf_start(&xf, 1, 0, err), 0);
+    const emlio_transform_t *t0, *t;
+    atomic_uint *u0, *u;
+    const char *canon = "center_crop(12)";
+    assert_int_equal(
+        emlio__server_xf_lookup(&xf, canon, strlen(canon), &t0, &u0, err), 0);
+    char spelled[64];
+    for (int i = 1; i <= 2 * EMLIO_SERVER_XF_MAX_SPECS; i++) {
+        /* i spaces after the comma-free name: each a new text */
+        int n = snprintf(spelled, sizeof(spelled), "center_crop(%*s12)", i, "");
+        int rc = emlio__server_xf_lookup(&xf, spelled, (size_t)n, &t, &u, err);
+        if (rc != 0)
+            fail_msg("spelling %d refused: %s", i, err);
+        assert_ptr_equal(t, t0);
+        assert_ptr_equal(u, u0);
+    }
+    assert_int_equal(atomic_load(u0), 2 * EMLIO_SERVER_XF_MAX_SPECS + 1);
+    assert_int_equal(xf.n_specs, 1);
+    emlio__server_xf_stop(&xf);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_server_xf_specs_are_evicted_only_when_unused),
+        cmocka_unit_test(test_server_xf_spellings_of_one_spec_share_an_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
