@@ -56,6 +56,21 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
             get_max = EMLIO_MIN(get_max, daemon->max_batch);
         cap = EMLIO_MIN(cap, daemon->max_credit / 2);
     }
+    /* And within what one GET may make every daemon copy (WELCOME's
+     * max_copy_bytes): each sample's tensor block when the daemon decodes,
+     * and its bytes, which a packed reply or a shard without a lease
+     * copies. Below it the daemon refused every GET ("ask for fewer
+     * samples"), for tensors whatever request_bytes said (issue 34). */
+    uint64_t per_copy = mean_bytes;
+    if (emlio__tensor_active(self))
+        per_copy += emlio__tensor_out_bytes(self);
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        uint64_t copy = self->conn.daemons[d].max_copy;
+        /* 3/4 of it: the daemon charges each record's own size, and
+         * records above the mean must fit too. */
+        if (copy && per_copy)
+            get_max = EMLIO_MIN(get_max, EMLIO_MAX(copy / 4 * 3 / per_copy, 1));
+    }
     self->win.get_max = (uint32_t)get_max;
     per = EMLIO_MAX(EMLIO_MIN(per, get_max), 1);
     /* Not (n + per - 1) / per: per may be near UINT64_MAX

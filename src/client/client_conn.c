@@ -755,6 +755,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
             msgs[d].max_batch ? msgs[d].max_batch : S_ASSUMED_MAX_BATCH;
         daemon->max_credit =
             msgs[d].max_credit ? msgs[d].max_credit : S_ASSUMED_MAX_CREDIT;
+        daemon->max_copy = msgs[d].max_copy_bytes;
         daemon->max_streams =
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
@@ -799,6 +800,8 @@ s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     /* The short WELCOME of a session's further streams carries no limits
      * (nor do old daemons'): what we have stands. */
+    if (msg->max_copy_bytes)
+        daemon->max_copy = msg->max_copy_bytes;
     if (!msg->max_credit && !msg->max_batch)
         return;
     uint64_t credit = msg->max_credit ? msg->max_credit : S_ASSUMED_MAX_CREDIT;

@@ -100,6 +100,8 @@ typedef struct emlio__cdaemon {
     size_t n_label_map;
     uint64_t max_batch;
     uint64_t max_credit;
+    uint64_t max_copy;      /* WELCOME's max_copy_bytes: what one GET may make
+                               the daemon copy (0: not said) */
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
                                packed batches (v4) unless the daemon
                                refused it (client_conn.c) */
@@ -359,6 +361,8 @@ int emlio__window_join_wait_ms(const emlio_client_t *self, uint64_t now);
 
 /* client_tensor.c */
 bool emlio__tensor_active(const emlio_client_t *self);
+/* Bytes of one sample's tensor block (the transform's output). */
+size_t emlio__tensor_out_bytes(const emlio_client_t *self);
 int emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
                             emlio_batch_t *b, emlio__part_t *part,
                             const emlio__wire_msg_t *msg, zmq_msg_t *header);

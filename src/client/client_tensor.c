@@ -17,8 +17,8 @@ emlio__tensor_active(const emlio_client_t *self)
     return self->xf.transform != NULL;
 }
 
-static size_t
-s_out_bytes(const emlio_client_t *self)
+size_t
+emlio__tensor_out_bytes(const emlio_client_t *self)
 {
     return emlio_transform_output_bytes(self->xf.transform);
 }
@@ -37,7 +37,7 @@ s_recv_tensor_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
                              "daemon '%s' announced a tensor frame for request "
                              "%" PRIu64 " and sent none",
                              daemon->endpoint, msg->id);
-    size_t want = msg->n_samples * s_out_bytes(self);
+    size_t want = msg->n_samples * emlio__tensor_out_bytes(self);
     if (zmq_msg_more(frame) || zmq_msg_size(frame) != want)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' sent a tensor frame of %zu bytes%s "
@@ -92,7 +92,7 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
     if (rc < 0)
         return rc;
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    size_t out = s_out_bytes(self);
+    size_t out = emlio__tensor_out_bytes(self);
     size_t nf = self->inv.n_fields ? self->inv.n_fields : 1;
     uint8_t *data = zmq_msg_data(frame);
     uint32_t next = 0;
@@ -130,7 +130,7 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
 static int
 s_gather(emlio_client_t *self, emlio_batch_t *b)
 {
-    size_t out = s_out_bytes(self);
+    size_t out = emlio__tensor_out_bytes(self);
     bool contiguous = true;
     for (size_t i = 1; i < b->n && contiguous; i++)
         contiguous = b->samples[i].data == b->samples[0].data + i * out;
@@ -179,7 +179,7 @@ int
 emlio__tensor_collect(emlio_client_t *self)
 {
     int got = 0;
-    size_t out = self->xf.transform ? s_out_bytes(self) : 0;
+    size_t out = self->xf.transform ? emlio__tensor_out_bytes(self) : 0;
     for (;;) {
         uint8_t *block = NULL;
         int rc = 0;

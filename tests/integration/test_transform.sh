@@ -99,4 +99,16 @@ check "... saying the daemon does not decode" grep -q "does not decode" "$T/d0.e
 "$EMLIO" fetch --connect "$EP" --batch 8 --transform 'resize(64)' --quiet \
     >"$T/bad.out" 2>"$T/bad.err"
 check "a spec without one output shape is refused" test $? -ne 0
+
+# A daemon whose copy budget holds fewer tensors than a batch (issue 34: the
+# client ignored WELCOME's max_copy_bytes and every epoch failed with "ask
+# for fewer samples"): the client asks in parts that fit, and the digests
+# are the reference's.
+check "a daemon with a 64 KiB copy budget starts" start_daemon small "$T/img" \
+    --transform-threads 2 --max-copy-bytes 64K --max-copy-bytes-total 256K
+D=$EP
+check "tensors decoded by it, 8 x 12 KiB a batch, fit in parts" \
+    fetch small --decode-at server
+digests small >"$T/small.sorted"
+check "... byte-identical to the reference" cmp -s "$T/ref.sorted" "$T/small.sorted"
 finish
