@@ -61,7 +61,7 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
     for (size_t i = 0; i < xj->n; i++) {
         const emlio__xf_sample_t *s = &xj->samples[i];
         const emlio__wire_sample_t *w = &job->xf_wire[i];
-        const char *name = self->core->set.shards[w->shard].name;
+        const emlio__shard_t *shard = &self->core->set.shards[w->shard];
         if (s->rc == 0) {
             if (k != i)
                 memmove(xj->block + k * out, xj->block + i * out, out);
@@ -71,18 +71,23 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
             continue;
         }
         const char *why = first == i + 1 ? xj->err : emlio_strerror(s->rc);
+        /* Where it is, as the format says it: an ImageFolder's file
+         * ("file 'cat/x.jpg' (record 7)"), a shard's record and offset. */
+        char where[EMLIO_ERRMSG_LEN / 2];
+        if (shard->ops && shard->ops->describe)
+            shard->ops->describe(shard, w->record, where, sizeof(where));
+        else
+            snprintf(where, sizeof(where), "record %" PRIu64 " of '%s'",
+                     w->record, shard->name);
         if (skip) {
             char msg[EMLIO_ERRMSG_LEN];
-            snprintf(msg, sizeof(msg),
-                     "skipping sample %" PRIu64 " of '%s': cannot decode: "
-                     "%.300s",
-                     w->record, name, why);
+            snprintf(msg, sizeof(msg), "skipping %.200s: cannot decode: %.300s",
+                     where, why);
             emlio__srv_skip(self, msg);
         } else if (job->code == 0) {
             job->code = s->rc;
             snprintf(job->text, sizeof(job->text),
-                     "cannot decode sample %" PRIu64 " of shard '%s': %.300s",
-                     w->record, name, why);
+                     "cannot decode %.200s: %.300s", where, why);
         }
     }
     job->xf_kept = k;

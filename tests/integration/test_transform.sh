@@ -100,6 +100,19 @@ check "... saying the daemon does not decode" grep -q "does not decode" "$T/d0.e
     >"$T/bad.out" 2>"$T/bad.err"
 check "a spec without one output shape is refused" test $? -ne 0
 
+# A decode error names the image's file (issue 34: it named the class
+# directory and an index).
+cp -r "$T/img" "$T/badimg"
+victim=$(find "$T/badimg" -name '*.jpg' | sort | head -1)
+printf 'not a jpeg at all' >"$victim"
+check "a daemon over a tree with one broken JPEG starts" start_daemon bad \
+    "$T/badimg" --transform-threads 2
+"$EMLIO" fetch --connect "$EP" --batch 8 --transform "$SPEC" --decode-at server \
+    --quiet >"$T/badimg.out" 2>"$T/badimg.err"
+check "decoding it fails the fetch" test $? -ne 0
+rel=${victim#"$T/badimg/"}
+check "... naming the file ($rel)" grep -qF "file '$rel'" "$T/badimg.err"
+
 # A daemon whose copy budget holds fewer tensors than a batch (issue 34: the
 # client ignored WELCOME's max_copy_bytes and every epoch failed with "ask
 # for fewer samples"): the client asks in parts that fit, and the digests
