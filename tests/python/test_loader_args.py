@@ -195,6 +195,33 @@ class IteratorTest(DatasetCase):
             # Once it is done, the next iterator runs the next epoch.
             self.assertEqual({x.epoch for x in ld}, {1})
 
+    def test_a_batch_from_a_temporary_iterator_stays_valid(self):
+        # issue 34: b = next(iter(loader)) returned a batch whose every
+        # attribute raised "was released" (the iterator, collected at
+        # once, released it).
+        import gc
+        with emlio.Loader(self.endpoint, 8, seed=2) as ld:
+            b = next(iter(ld))
+            self.assertFalse(b.released)
+            self.assertEqual(len(b.labels), 8)
+            self.assertEqual(len(b), 8)
+            first = bytes(b[0])
+            self.assertTrue(first)
+            # Dropped, its memory goes back at the loader's next step.
+            del b
+            gc.collect()
+            self.assertEqual(len(ld._orphans), 1)
+            c = next(iter(ld))
+            self.assertEqual(len(ld._orphans), 0)
+            self.assertFalse(c.released)
+            c.release()  # explicit release still works, once
+            self.assertTrue(c.released)
+        # One still held at close() is released by it.
+        ld2 = emlio.Loader(self.endpoint, 8, seed=2)
+        d = next(iter(ld2))
+        ld2.close()
+        self.assertTrue(d.released)
+
     def test_a_foreign_state_dict_is_a_state_error(self):
         # A dict that is not state_dict()'s output names what it lacks and
         # what it has (issue 34: it was a bare KeyError 'emlio_state').

@@ -12,6 +12,11 @@ is copied. The memory goes back to the client when the batch is released:
 
 * Iterating a Loader (``for batch in loader``) releases each batch when the
   next one is requested, and the last one when the loop ends or is left.
+* A batch still referenced when its iterator goes away (``b =
+  next(iter(loader))``: the temporary iterator is collected at once) is
+  its holder's: it lives until the last reference goes (its memory goes
+  back at the loader's next step), ``batch.release()``, or
+  ``loader.close()``.
 * ``batch.keep()`` opts a batch out of that: it then lives until
   ``batch.release()`` (or ``with batch:``), or until ``loader.close()``.
 * After release, NumPy views handed out earlier point to freed memory;
@@ -31,6 +36,7 @@ import ctypes
 import errno as _errno
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -184,7 +190,7 @@ class Batch:
     """
 
     __slots__ = ("_loader", "_ptr", "_addr", "_n", "epoch", "index",
-                 "_kept", "_views", "_records", "_mvs", "_images",
+                 "_kept", "_views", "_records", "_mvs", "_images", "_fin",
                  "__weakref__")
 
     def __init__(self, loader, ptr, addr, n, epoch, index):
@@ -202,6 +208,7 @@ class Batch:
         self._records = None
         self._mvs = None
         self._images = None
+        self._fin = None  # set once the batch outlived its iterator
 
     # -- lifetime ---------------------------------------------------------
 
@@ -222,6 +229,9 @@ class Batch:
         if ptr is None:
             return
         self._ptr = None
+        if self._fin is not None:
+            self._fin.detach()
+            self._fin = None
         self._views = None
         self._records = None
         self._images = None
@@ -679,6 +689,10 @@ class Loader:
         self._ctx = None
         self._live = {}
         self._handed = []  # held batches whose last user is gone
+        # Batches that outlived their iterator (_adopt): weakly held; the
+        # memory of those collected waits in _orphans for the next step.
+        self._adopted = weakref.WeakValueDictionary()
+        self._orphans = []
         self._log_cb = None
         self._iterating = None  # the epoch a live iterator runs, or None
         self._waiting_since = None  # monotonic start of a blocking next()
@@ -882,6 +896,7 @@ class Loader:
             self._require_open()
         while self._handed:  # released here, on the loader's thread
             self._handed.pop().release()
+        self._release_orphans()
         bp = self._bp
         if self._watchdog is None and self._wait_warning_s:
             self._arm_watchdog()
@@ -903,6 +918,10 @@ class Loader:
                   _index_of(ptr))
         self._live[id(b)] = b
         return b
+
+    def _release_orphans(self):
+        while self._orphans:
+            _release(ctypes.byref(self._orphans.pop()))
 
     def _arm_watchdog(self):
         """Starts the thread that warns about long silent waits (once per
@@ -938,7 +957,20 @@ class Loader:
         finally:
             self._iterating = None
             if b is not None and not b._kept:
-                b.release()
+                # Held beyond this frame and the loader's table (say
+                # b = next(iter(loader)), whose iterator is collected at
+                # once): the batch is its holder's now, released when the
+                # last reference goes, or at close().
+                if sys.getrefcount(b) > 3:
+                    self._adopt(b)
+                else:
+                    b.release()
+
+    def _adopt(self, b):
+        self._live.pop(id(b), None)
+        self._adopted[id(b)] = b
+        b._kept = True
+        b._fin = weakref.finalize(b, self._orphans.append, b._ptr)
 
     def epoch(self, e):
         """Iterates epoch e. If a loaded resume state is for epoch e and not
@@ -1116,19 +1148,24 @@ class Loader:
         one that made the loader it only drops the references: ZeroMQ
         contexts must not be used across fork."""
         if self._pid != os.getpid():
-            for b in list(self._live.values()):
+            for b in list(self._live.values()) + list(self._adopted.values()):
+                if b._fin is not None:
+                    b._fin.detach()
+                    b._fin = None
                 b._ptr = None
                 b._loader = None
             self._live.clear()
+            self._orphans.clear()
             self._client = None
             self._ctx = None
             return
         if self._watchdog is not None:
             self._watchdog[0].set()
             self._watchdog = None
-        for b in list(self._live.values()):
+        for b in list(self._live.values()) + list(self._adopted.values()):
             b.release()
         self._live.clear()
+        self._release_orphans()
         if self._client:
             _C.emlio_client_destroy(ctypes.byref(self._client))
             self._client = None
