@@ -113,6 +113,52 @@ check "decoding it fails the fetch" test $? -ne 0
 rel=${victim#"$T/badimg/"}
 check "... naming the file ($rel)" grep -qF "file '$rel'" "$T/badimg.err"
 
+# A decode's work is bounded by pixels x scans, not only by the scan count
+# (issue 34: a 6 KB arithmetic-coded progressive 100 MP JPEG of 499 scans
+# cost 9.7 s per decode). A 30 MP image rewritten by jpegtran into 100
+# scans (jpegtran's most) is refused at its 72nd; the same image in
+# jpegtran's usual 10-scan progression decodes.
+if command -v cjpeg >/dev/null && command -v jpegtran >/dev/null; then
+    mkdir -p "$T/bomb/a" "$T/prog/a"
+    /usr/bin/python3 - "$T" <<'EOF2'
+import sys
+import numpy as np
+t = sys.argv[1]
+w, h = 6000, 5000
+x = np.linspace(0, 255, w, dtype=np.float32)[None, :]
+y = np.linspace(0, 255, h, dtype=np.float32)[:, None]
+img = np.empty((h, w, 3), np.uint8)
+img[..., 0] = x
+img[..., 1] = y
+img[..., 2] = (x + y) / 2
+with open(t + "/big.ppm", "wb") as f:
+    f.write(b"P6\n%d %d\n255\n" % (w, h))
+    f.write(img.tobytes())
+lines = ["0,1,2: 0 0 0 0;"] + ["%d: %d %d 0 0;" % (c, k, k)
+                              for c in range(3) for k in range(1, 34)]
+open(t + "/scans.txt", "w").write("\n".join(lines) + "\n")
+EOF2
+    cjpeg -quality 85 "$T/big.ppm" >"$T/base.jpg" &&
+        jpegtran -scans "$T/scans.txt" "$T/base.jpg" >"$T/bomb/a/bomb.jpg" &&
+        jpegtran -progressive "$T/base.jpg" >"$T/prog/a/prog.jpg"
+    check "a 100-scan 30 MP JPEG and a 10-scan one are made" test $? -eq 0
+    rm -f "$T/big.ppm"
+    for kind in bomb prog; do
+        start_daemon "d$kind" "$T/$kind" --transform-threads 1 || exit 1
+        "$EMLIO" fetch --connect "$EP" --batch 1 --transform 'center_crop(64)' \
+            --decode-at server --quiet >"$T/$kind.out" 2>"$T/$kind.err"
+        echo $? >"$T/$kind.rc"
+        kill "$DPID"
+        wait "$DPID" 2>/dev/null
+    done
+    check "the 100-scan one is refused" test "$(cat "$T/bomb.rc")" -ne 0
+    check "... by the work limit, naming the file" \
+        grep -q "file 'a/bomb.jpg' (record 0): jpeg: 72 scans of 6000x5000 pixels: more decoding work than the limit" "$T/bomb.err"
+    check "the 10-scan one decodes" test "$(cat "$T/prog.rc")" -eq 0
+else
+    skip "decode work limit: cjpeg/jpegtran (libjpeg-turbo-progs) not installed"
+fi
+
 # A daemon whose copy budget holds fewer tensors than a batch (issue 34: the
 # client ignored WELCOME's max_copy_bytes and every epoch failed with "ask
 # for fewer samples"): the client asks in parts that fit, and the digests
