@@ -131,6 +131,84 @@ typedef struct s_unit {
     size_t index;
 } s_unit_t;
 
+/* What start allocates: a unit per sample transformed, and for each
+ * sample the one whose output it copies (itself when it is transformed).
+ * A sample's output is a pure function of (spec, seed, epoch, key, bytes),
+ * so a record named twice in one batch is decoded once: one GET naming
+ * one record 4,096 times (issue 34) costs one decode, not 4,096. */
+typedef struct s_units {
+    s_unit_t *unit;
+    size_t *same_as;
+} s_units_t;
+
+static bool
+s_same(const emlio__xf_sample_t *x, const emlio__xf_sample_t *y)
+{
+    return x->key == y->key && x->len == y->len &&
+           (x->data == y->data || !x->len || !memcmp(x->data, y->data, x->len));
+}
+
+/* Orders samples by content (key, length, bytes), equal ones by
+ * position, so the first of equal samples sorts first. */
+static int
+s_by_content(const void *a, const void *b)
+{
+    const emlio__xf_sample_t *x = *(const emlio__xf_sample_t *const *)a;
+    const emlio__xf_sample_t *y = *(const emlio__xf_sample_t *const *)b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    int c =
+        x->data == y->data || !x->len ? 0 : memcmp(x->data, y->data, x->len);
+    if (c)
+        return c;
+    return x < y ? -1 : x > y;
+}
+
+/* Fills same_as[i] with the first sample equal to sample i; returns the
+ * number of distinct samples. order: room for n pointers. */
+static size_t
+s_find_same(const emlio__xf_job_t *job, size_t *same_as,
+            const emlio__xf_sample_t **order)
+{
+    for (size_t i = 0; i < job->n; i++)
+        order[i] = &job->samples[i];
+    qsort(order, job->n, sizeof(*order), s_by_content);
+    size_t distinct = 0, first = 0;
+    for (size_t k = 0; k < job->n; k++) {
+        size_t i = (size_t)(order[k] - job->samples);
+        if (k == 0 || !s_same(order[first], order[k])) {
+            first = k;
+            distinct++;
+        }
+        same_as[i] = (size_t)(order[first] - job->samples);
+    }
+    return distinct;
+}
+
+/* The last unit is done: copies of repeated samples, then the caller's
+ * done. */
+static void
+s_finish(emlio__xf_job_t *job)
+{
+    s_units_t *u = job->units;
+    size_t out_bytes = emlio_transform_output_bytes(job->transform);
+    for (size_t i = 0; u && i < job->n; i++) {
+        size_t j = u->same_as[i];
+        if (j == i)
+            continue;
+        job->samples[i].rc = job->samples[j].rc;
+        job->samples[i].crc = job->samples[j].crc;
+        if (job->samples[j].rc == 0)
+            memcpy(job->block + i * out_bytes, job->block + j * out_bytes,
+                   out_bytes);
+        else
+            atomic_fetch_add(&job->failed, 1);
+    }
+    job->done(job);
+}
+
 static uint64_t
 s_thread_cpu_ns(void)
 {
@@ -165,38 +243,61 @@ s_unit_run(emlio__work_t *work, void *state)
             memcpy(job->err, err, sizeof(job->err));
     }
     if (atomic_fetch_sub(&job->remaining, 1) == 1)
-        job->done(job);
+        s_finish(job);
 }
 
 int
 emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool)
 {
-    atomic_init(&job->remaining, job->n);
     atomic_init(&job->cpu_ns, 0);
     atomic_init(&job->failed, 0);
     atomic_init(&job->first_failed, 0);
     job->err[0] = '\0';
     job->units = NULL;
+    job->transformed = 0;
     if (job->n == 0) {
+        atomic_init(&job->remaining, 0);
         job->done(job);
         return 0;
     }
-    s_unit_t *units = emlio_calloc(job->n, sizeof(*units));
-    if (!units)
+    s_units_t *u = emlio_calloc(1, sizeof(*u));
+    const emlio__xf_sample_t **order = emlio_calloc(job->n, sizeof(*order));
+    if (u) {
+        u->unit = emlio_calloc(job->n, sizeof(*u->unit));
+        u->same_as = emlio_calloc(job->n, sizeof(*u->same_as));
+    }
+    if (!u || !order || !u->unit || !u->same_as) {
+        if (u) {
+            emlio_free(u->unit);
+            emlio_free(u->same_as);
+        }
+        emlio_free(u);
+        emlio_free(order);
         return EMLIO_ENOMEM;
-    job->units = units;
+    }
+    size_t distinct = s_find_same(job, u->same_as, order);
+    emlio_free(order);
+    job->units = u;
+    job->transformed = distinct;
+    atomic_init(&job->remaining, distinct);
+    size_t k = 0;
     for (size_t i = 0; i < job->n; i++) {
-        units[i] = (s_unit_t){ { s_unit_run }, job, i };
-        int rc = emlio__workpool_submit(pool, &units[i].work);
+        if (u->same_as[i] != i)
+            continue;
+        u->unit[k] = (s_unit_t){ { s_unit_run }, job, i };
+        int rc = emlio__workpool_submit(pool, &u->unit[k].work);
+        k++;
         if (rc < 0) {
             /* Only while the pool is being destroyed: the units already
              * queued still run; account for the rest as failed so that
              * done still runs exactly once. */
-            for (size_t k = i; k < job->n; k++) {
-                job->samples[k].rc = rc;
+            for (size_t m = i; m < job->n; m++) {
+                if (u->same_as[m] != m)
+                    continue;
+                job->samples[m].rc = rc;
                 atomic_fetch_add(&job->failed, 1);
                 if (atomic_fetch_sub(&job->remaining, 1) == 1)
-                    job->done(job);
+                    s_finish(job);
             }
             return 0;
         }
@@ -207,7 +308,12 @@ emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool)
 void
 emlio__xf_job_cleanup(emlio__xf_job_t *job)
 {
-    emlio_free(job->units);
+    s_units_t *u = job->units;
+    if (u) {
+        emlio_free(u->unit);
+        emlio_free(u->same_as);
+        emlio_free(u);
+    }
     job->units = NULL;
 }
 

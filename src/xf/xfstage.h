@@ -77,6 +77,8 @@ struct emlio__xf_job {
     atomic_size_t failed;        /* samples whose transform failed */
     atomic_size_t first_failed;  /* index + 1 of the first failure seen */
     char err[256];               /* that failure's text */
+    size_t transformed;          /* distinct samples transformed: a
+                                    sample named twice is done once */
     void *units;                 /* the stage's own; freed by cleanup */
 };
 
