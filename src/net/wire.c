@@ -846,7 +846,9 @@ enum {
     S_HAS_ITEMS = 1 << 6,
     S_HAS_SAMPLES = 1 << 7,
     S_HAS_CODE = 1 << 8,
-    S_HAS_LIMITS = 1 << 9
+    S_HAS_LIMITS = 1 << 9,
+    S_HAS_SEED = 1 << 10,
+    S_HAS_EPOCH = 1 << 11
 };
 
 static const unsigned s_required[] = {
@@ -910,8 +912,8 @@ static const s_uint_key_t s_uint_keys[] = {
     { "xf_threads", offsetof(emlio__wire_msg_t, xf_threads), 0 },
     { "core_mw", offsetof(emlio__wire_msg_t, core_mw), 0 },
     { "max_copy_bytes", offsetof(emlio__wire_msg_t, max_copy_bytes), 0 },
-    { "seed", offsetof(emlio__wire_msg_t, xf_seed), 0 },
-    { "epoch", offsetof(emlio__wire_msg_t, xf_epoch), 0 },
+    { "seed", offsetof(emlio__wire_msg_t, xf_seed), S_HAS_SEED },
+    { "epoch", offsetof(emlio__wire_msg_t, xf_epoch), S_HAS_EPOCH },
     { "xf_ns", offsetof(emlio__wire_msg_t, xf_ns), 0 },
     { "weight", offsetof(emlio__wire_msg_t, weight), 0 },
 };
@@ -1037,6 +1039,14 @@ emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
     }
     if ((seen & s_required[msg->type]) != s_required[msg->type]) {
         s_fail(&r, "a required field is missing");
+        goto fail;
+    }
+    /* A transform's draws are a function of its seed and epoch: served
+     * with 0 for either left out, the batch would silently be another
+     * run's (issue 34). */
+    if (msg->type == EMLIO_MSG_GET && msg->xf_spec &&
+        (seen & (S_HAS_SEED | S_HAS_EPOCH)) != (S_HAS_SEED | S_HAS_EPOCH)) {
+        s_fail(&r, "a GET with a transform needs its seed and epoch");
         goto fail;
     }
     if (msg->has_shape && msg->packed) {

@@ -579,6 +579,15 @@ class WireTest(unittest.TestCase):
               epoch=0)
         h = self.expect_error(s, -1009, 0x78)
         self.assertIn("rotate", h["msg"])
+        # Without its seed or its epoch a transform GET is refused (issue
+        # 34: it was served with 0, another run's draws).
+        for rid, extra in ((0x79, {"seed": 1}), (0x7A, {"epoch": 0})):
+            s.get(rid, items, w["dataset"], transform="center_crop(8)",
+                  **extra)
+            h, frames = s.recv()
+            self.assertEqual(h["t"], T_ERROR, h)
+            self.assertEqual(h["code"], -1000, h)
+            self.assertIn("needs its seed and epoch", h["msg"])
         self.assert_still_serving()
 
     def test_13_packed_v4(self):
