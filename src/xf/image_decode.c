@@ -208,6 +208,44 @@ s_jpeg_read_region(s_jpeg_t *j, emlio_transform_ws_t *ws,
     return 0;
 }
 
+/* Whether the JPEG's entropy-coded data ends in an end-of-image marker.
+ * A crop decodes only the rows it needs, so a file cut short below them
+ * decoded cleanly or failed with the epoch's draw (issue 34); this looks
+ * at the bytes instead, the same for every crop. The marker is searched
+ * after the first start-of-scan (an EXIF thumbnail earlier holds its own
+ * EOI); FF D9 cannot occur inside entropy-coded data, where FF is
+ * stuffed. Trailing bytes after EOI are accepted, as PIL does. */
+static bool
+s_jpeg_has_eoi(const uint8_t *data, size_t len)
+{
+    size_t p = 2; /* after SOI */
+    while (p + 4 <= len) {
+        if (data[p] != 0xff)
+            return true; /* not markers: libjpeg judges */
+        uint8_t m = data[p + 1];
+        if (m == 0xff) {
+            p++; /* fill byte */
+            continue;
+        }
+        if (m == 0xda)
+            break;
+        if (m == 0x01 || (m >= 0xd0 && m <= 0xd8)) {
+            p += 2; /* markers without a length */
+            continue;
+        }
+        p += 2 + ((size_t)data[p + 2] << 8 | data[p + 3]);
+    }
+    for (size_t i = p; i + 1 < len; i++) {
+        const uint8_t *ff = memchr(data + i, 0xff, len - i - 1);
+        if (!ff)
+            return false;
+        i = (size_t)(ff - data);
+        if (data[i + 1] == 0xd9)
+            return true;
+    }
+    return false;
+}
+
 static int
 s_jpeg(emlio_transform_ws_t *ws, const uint8_t *data, size_t len,
        uint64_t max_pixels, emlio__geometry_fn *geometry, void *ctx,
@@ -228,6 +266,12 @@ s_jpeg(emlio_transform_ws_t *ws, const uint8_t *data, size_t len,
         jpeg_abort_decompress(ci);
         return emlio__tf_err(errbuf, errlen, EMLIO_EFORMAT,
                              "jpeg: no image in the file");
+    }
+    if (!s_jpeg_has_eoi(data, len)) {
+        jpeg_abort_decompress(ci);
+        return emlio__tf_err(errbuf, errlen, EMLIO_EFORMAT,
+                             "jpeg: truncated (no end-of-image marker after "
+                             "the image data)");
     }
     uint64_t pixels = (uint64_t)ci->image_width * ci->image_height;
     int rc = 0;

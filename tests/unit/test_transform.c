@@ -580,6 +580,32 @@ test_transform_bad_input_is_an_error_not_a_crash(void **state)
     assert_true(rc == 0 || rc == EMLIO_EFORMAT);
     free(out);
     free(bad);
+    /* A baseline JPEG cut short is refused whatever the crop: a crop of
+     * its top rows never reaches the missing ones (issue 34: it passed or
+     * failed with the epoch's draw). */
+    {
+        emlio_transform_t *top = s_parse("center_crop(8)");
+        size_t tl = 0;
+        uint8_t *tall = s_rgb_jpeg(16, 512, false, &tl);
+        for (size_t cut = tl - 2; cut > tl / 2; cut -= tl / 8) {
+            rc = s_apply(top, ws, tall, cut, 0, 0, &out, err);
+            free(out);
+            assert_int_equal(rc, EMLIO_EFORMAT);
+            assert_non_null(strstr(err, "truncated"));
+        }
+        /* Whole, and with bytes after its end: decoded. */
+        assert_int_equal(s_apply(top, ws, tall, tl, 0, 0, &out, err), 0);
+        free(out);
+        uint8_t *more = malloc(tl + 100);
+        assert_non_null(more);
+        memcpy(more, tall, tl);
+        memset(more + tl, 0x33, 100);
+        assert_int_equal(s_apply(top, ws, more, tl + 100, 0, 0, &out, err), 0);
+        free(out);
+        free(more);
+        free(tall);
+        emlio_transform_free(&top);
+    }
     /* A truncated PNG. */
     emlio_buf_t png = s_png(40, 30, PNG_COLOR_TYPE_RGB, 8, false);
     assert_int_equal(s_apply(t, ws, png.data, png.len / 2, 0, 0, &out, err),
