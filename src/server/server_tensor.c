@@ -70,7 +70,11 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
             k++;
             continue;
         }
-        const char *why = first == i + 1 ? xj->err : emlio_strerror(s->rc);
+        /* Each sample in its own words: the skip lines kept only the
+         * first failure's text (issue 34). */
+        const char *why = emlio__xf_job_error(xj, i);
+        if (!why)
+            why = first == i + 1 ? xj->err : emlio_strerror(s->rc);
         /* Where it is, as the format says it: an ImageFolder's file
          * ("file 'cat/x.jpg' (record 7)"), a shard's record and offset. */
         char where[EMLIO_ERRMSG_LEN / 2];

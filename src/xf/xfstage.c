@@ -139,6 +139,7 @@ typedef struct s_unit {
 typedef struct s_units {
     s_unit_t *unit;
     size_t *same_as;
+    char **err; /* each failed sample's own text (NULL: none kept) */
 } s_units_t;
 
 static bool
@@ -200,11 +201,13 @@ s_finish(emlio__xf_job_t *job)
             continue;
         job->samples[i].rc = job->samples[j].rc;
         job->samples[i].crc = job->samples[j].crc;
-        if (job->samples[j].rc == 0)
+        if (job->samples[j].rc == 0) {
             memcpy(job->block + i * out_bytes, job->block + j * out_bytes,
                    out_bytes);
-        else
+        } else {
             atomic_fetch_add(&job->failed, 1);
+            u->err[i] = u->err[j] ? emlio_strdup(u->err[j]) : NULL;
+        }
     }
     job->done(job);
 }
@@ -241,6 +244,8 @@ s_unit_run(emlio__work_t *work, void *state)
         if (atomic_compare_exchange_strong(&job->first_failed, &none,
                                            unit->index + 1))
             memcpy(job->err, err, sizeof(job->err));
+        s_units_t *u = job->units;
+        u->err[unit->index] = emlio_strdup(err); /* NULL: strerror's */
     }
     if (atomic_fetch_sub(&job->remaining, 1) == 1)
         s_finish(job);
@@ -265,11 +270,13 @@ emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool)
     if (u) {
         u->unit = emlio_calloc(job->n, sizeof(*u->unit));
         u->same_as = emlio_calloc(job->n, sizeof(*u->same_as));
+        u->err = emlio_calloc(job->n, sizeof(*u->err));
     }
-    if (!u || !order || !u->unit || !u->same_as) {
+    if (!u || !order || !u->unit || !u->same_as || !u->err) {
         if (u) {
             emlio_free(u->unit);
             emlio_free(u->same_as);
+            emlio_free(u->err);
         }
         emlio_free(u);
         emlio_free(order);
@@ -310,11 +317,25 @@ emlio__xf_job_cleanup(emlio__xf_job_t *job)
 {
     s_units_t *u = job->units;
     if (u) {
+        for (size_t i = 0; i < job->n; i++)
+            emlio_free(u->err[i]);
+        emlio_free(u->err);
         emlio_free(u->unit);
         emlio_free(u->same_as);
         emlio_free(u);
     }
     job->units = NULL;
+}
+
+const char *
+emlio__xf_job_error(const emlio__xf_job_t *job, size_t i)
+{
+    const s_units_t *u = job->units;
+    if (i >= job->n || job->samples[i].rc == 0)
+        return NULL;
+    if (u && u->err[i])
+        return u->err[i];
+    return emlio_strerror(job->samples[i].rc);
 }
 
 static void *

@@ -86,6 +86,10 @@ struct emlio__xf_job {
  * EMLIO_ECLOSED (nothing submitted, done not called). */
 int emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool);
 
+/* Sample i's failure in its own words (the transform's text, or its
+ * code's), NULL when it did not fail. Valid until cleanup. */
+const char *emlio__xf_job_error(const emlio__xf_job_t *job, size_t i);
+
 /* Frees what start allocated. */
 void emlio__xf_job_cleanup(emlio__xf_job_t *job);
 

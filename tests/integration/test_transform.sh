@@ -112,6 +112,23 @@ check "a daemon over a tree with one broken JPEG starts" start_daemon bad \
 check "decoding it fails the fetch" test $? -ne 0
 rel=${victim#"$T/badimg/"}
 check "... naming the file ($rel)" grep -qF "file '$rel'" "$T/badimg.err"
+kill "$DPID"
+wait "$DPID" 2>/dev/null
+# Two broken in different ways, under --on-corrupt skip: each skip line
+# says its own reason (issue 34: all but the first said "bad format").
+victim2=$(find "$T/badimg" -name '*.jpg' | sort | sed -n 2p)
+head -c 2000 "$victim2" >"$T/cut.jpg" && mv "$T/cut.jpg" "$victim2"
+check "a daemon skipping corrupt records starts" start_daemon skip \
+    "$T/badimg" --transform-threads 2 --on-corrupt skip --log-level warn
+"$EMLIO" fetch --connect "$EP" --batch 8 --transform "$SPEC" --decode-at server \
+    --quiet >"$T/skip.out" 2>"$T/skip.err"
+check "the epoch finishes without the two" test "$(json_field "$T/skip.out" samples)" = 118
+check "... one skip line says 'not a JPEG or PNG'" \
+    grep -q "skipping file.*cannot decode: .*not a JPEG or PNG" "$T/skip.err"
+check "... the other says 'truncated'" \
+    grep -q "skipping file.*cannot decode: jpeg: truncated" "$T/skip.err"
+kill "$DPID"
+wait "$DPID" 2>/dev/null
 
 # A decode's work is bounded by pixels x scans, not only by the scan count
 # (issue 34: a 6 KB arithmetic-coded progressive 100 MP JPEG of 499 scans
