@@ -885,7 +885,8 @@ emlio_server_start(emlio_server_t *self)
     if (self->thr.frontend_started)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
     int rc = emlio__server_xf_start(&self->xf, self->cfg.transform_threads,
-                                    self->cfg.max_pixels, self->err);
+                                    self->cfg.max_pixels,
+                                    emlio__io_memory_limit(NULL), self->err);
     if (rc < 0)
         return rc;
     rc = s_encode_welcome(self);
@@ -940,9 +941,11 @@ emlio_server_start(emlio_server_t *self)
     }
     emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
               "serving on %s with %" PRIu32 " readers, %" PRIu32
-              " serializers, %zu transform threads%s%s",
+              " serializers, %zu transform threads (%" PRIu64
+              " MiB each at most)%s%s",
               self->net.endpoint, self->cfg.workers, self->cfg.serializers,
-              self->xf.threads, self->cfg.readahead ? ", readahead" : "",
+              self->xf.threads, self->xf.ws_max_bytes >> 20,
+              self->cfg.readahead ? ", readahead" : "",
               self->cfg.drop_behind ? ", drop-behind" : "");
     return 0;
 }

@@ -138,6 +138,7 @@ emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
             (emlio__wire_sample_t){ v->shard, v->record, v->label, 0 };
     }
     job->xf_job = (emlio__xf_job_t){ .transform = job->xf,
+                                     .ws_max_bytes = self->xf.ws_max_bytes,
                                      .seed = job->msg.xf_seed,
                                      .epoch = job->msg.xf_epoch,
                                      .samples = job->xf_samples,

@@ -11,9 +11,24 @@
 /* Tensor blocks kept for reuse between batches. */
 #define S_KEEP_BLOCKS_BYTES (256u << 20)
 
+static int s_start(emlio__server_xf_t *xf, size_t threads, uint64_t max_pixels,
+                   char *errbuf);
+
 int
 emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
-                       uint64_t max_pixels, char *errbuf)
+                       uint64_t max_pixels, uint64_t memory_limit, char *errbuf)
+{
+    uint64_t cap = EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT;
+    if (memory_limit && threads)
+        cap = EMLIO_MAX(EMLIO_MIN(cap, memory_limit / 4 / threads),
+                        (uint64_t)32 << 20);
+    xf->ws_max_bytes = cap;
+    return s_start(xf, threads, max_pixels, errbuf);
+}
+
+static int
+s_start(emlio__server_xf_t *xf, size_t threads, uint64_t max_pixels,
+        char *errbuf)
 {
     emlio__server_xf_stop(xf); /* a start again after a failed one */
     memset(xf, 0, sizeof(*xf));

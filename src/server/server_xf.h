@@ -27,8 +27,9 @@
 #define EMLIO_SERVER_XF_MAX_SPECS 16
 
 typedef struct emlio__server_xf {
-    size_t threads;      /* 0: this daemon does not transform */
-    uint64_t max_pixels; /* per image; 0 = the library default */
+    size_t threads;        /* 0: this daemon does not transform */
+    uint64_t max_pixels;   /* per image; 0 = the library default */
+    uint64_t ws_max_bytes; /* what one decode may hold (start: below) */
     emlio__workpool_t *pool;
     emlio__xf_blocks_t *blocks;
 
@@ -43,9 +44,15 @@ typedef struct emlio__server_xf {
     uint64_t tick;
 } emlio__server_xf_t;
 
-/* Starts the pool (threads > 0). 0 or an error; errbuf says why. */
+/* Starts the pool (threads > 0). memory_limit: what the daemon may use
+ * (MemAvailable or its cgroup's limit; 0: unknown): every decode thread
+ * may hold a quarter of it over the threads, between 32 and 512 MiB, so
+ * that threads decoding large images at once stay inside the limit (a
+ * 296 MB progressive bomb per thread OOM-killed emliod in a 700 MB
+ * cgroup). 0 or an error; errbuf says why. */
 int emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
-                           uint64_t max_pixels, char *errbuf);
+                           uint64_t max_pixels, uint64_t memory_limit,
+                           char *errbuf);
 
 /* Joins the pool: the transforms queued run first and hand their jobs on.
  * Idempotent. */

@@ -56,8 +56,20 @@ s_jpeg_error_exit(j_common_ptr cinfo)
     int rc = EMLIO_EFORMAT;
     if (code == JERR_OUT_OF_MEMORY)
         rc = EMLIO_ENOMEM;
-    else if (code == JERR_NO_BACKING_STORE || code == JERR_TFILE_CREATE)
-        rc = EMLIO_ELIMIT; /* max_memory_to_use reached */
+    else if (code == JERR_NO_BACKING_STORE || code == JERR_TFILE_CREATE) {
+        /* max_memory_to_use reached: libjpeg's own words ("Backing store
+         * not supported") say nothing a user can act on. */
+        s_jerr_t *e = (s_jerr_t *)cinfo->err;
+        e->rc = EMLIO_ELIMIT;
+        snprintf(e->msg, sizeof(e->msg),
+                 "%ux%u needs more memory to decode than one decode may "
+                 "hold (%ld MiB left of its limit; fewer transform threads "
+                 "or more memory raise it)",
+                 ((j_decompress_ptr)cinfo)->image_width,
+                 ((j_decompress_ptr)cinfo)->image_height,
+                 cinfo->mem->max_memory_to_use >> 20);
+        longjmp(e->jb, 1);
+    }
     s_jpeg_fail(cinfo, rc);
 }
 

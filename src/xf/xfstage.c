@@ -230,6 +230,7 @@ s_unit_run(emlio__work_t *work, void *state)
     uint8_t *out = job->block + unit->index * out_bytes;
     char err[sizeof(job->err)];
     uint64_t t0 = s_thread_cpu_ns();
+    emlio_transform_ws_set_max_bytes(state, job->ws_max_bytes);
     s->rc =
         emlio_transform_apply(job->transform, state, s->data, s->len, job->seed,
                               job->epoch, s->key, out, err, sizeof(err));

@@ -69,6 +69,10 @@ struct emlio__xf_job {
     size_t n;
     uint8_t *block; /* n x emlio_transform_output_bytes(transform) */
     bool want_crc;
+    /* Bytes each decode may hold (its workspace and the decoder's own
+     * memory: emlio_transform_ws_set_max_bytes); 0: the library default,
+     * EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT. */
+    uint64_t ws_max_bytes;
     emlio__xf_done_fn *done;
     void *userdata;
     /* Filled by the stage. */

@@ -668,6 +668,20 @@ test_transform_bombs_are_refused_before_allocating(void **state)
     assert_int_equal(s_apply(t, ws, j, len, 0, 0, &out, err), EMLIO_ELIMIT);
     assert_non_null(strstr(err, "cap"));
     free(out);
+    /* A progressive JPEG's coefficients go past the cap inside libjpeg:
+     * said as the decode memory limit, not as libjpeg's "Backing store
+     * not supported" (issue 34). */
+    {
+        size_t plen = 0;
+        uint8_t *prog = s_rgb_jpeg(2048, 2048, true, &plen);
+        emlio_transform_ws_set_max_bytes(ws, 4u << 20);
+        assert_int_equal(s_apply(t, ws, prog, plen, 0, 0, &out, err),
+                         EMLIO_ELIMIT);
+        assert_null(strstr(err, "Backing store"));
+        assert_non_null(strstr(err, "2048x2048 needs more memory to decode"));
+        free(out);
+        free(prog);
+    }
     emlio_transform_ws_set_max_bytes(ws, 1u << 20);
     /* libpng's row buffers count too: a 100000 x 1 PNG, 1 MB cap. */
     png = s_png(100000, 1, PNG_COLOR_TYPE_RGB, 8, false);
