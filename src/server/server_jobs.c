@@ -533,10 +533,10 @@ emlio__srv_jobs_tag(emlio__job_t *job)
     zmq_msg_close(&job->identity);
     zmq_msg_init(&job->identity);
     zmq_msg_move(&job->identity, &tagged);
-    /* From here the reply carries the slot and a reference: the frontend
-     * gives both back. */
-    if (holder)
-        atomic_fetch_add(&holder->refs, 1);
+    /* From here the reply carries the slot: the frontend gives it back.
+     * No reference: until then the slot itself keeps the job known (a
+     * job is forgotten only with nothing in flight); the frame that will
+     * outlive the frontend takes one (server_request.c). */
     job->dispatched = false;
     return 0;
 }

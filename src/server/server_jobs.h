@@ -161,8 +161,10 @@ void emlio__srv_jobs_kick(struct emlio_server *self, void *work);
 /* The serializer tags a job's reply with its training job: the reply's
  * identity frame gains the tjob pointer in front (the done socket is
  * in-process). emlio__srv_jobs_untag reverses it on the frontend, giving
- * the identity back and the tag, whose reference the caller now holds.
- * 0, or -1 (out of memory: untagged). */
+ * the identity back and the tag (the job whose slot the reply holds, and
+ * its cost). 0; -1 when the identity could not be restored (out of
+ * memory: the reply is lost), *tjob and *cost still set when the tag
+ * was read. */
 int emlio__srv_jobs_tag(struct emlio__job *job);
 int emlio__srv_jobs_untag(zmq_msg_t *identity, struct emlio__trainjob **tjob,
                           uint64_t *cost);

@@ -481,6 +481,9 @@ s_send_framed(emlio_server_t *self, emlio__peer_t *peer, zmq_msg_t *part,
         return zmq_msg_send(part, self->net.router, flags);
     }
     if (count) {
+        /* The frame may be written after the server is gone: it holds
+         * the job (and so its ledger) until then. */
+        atomic_fetch_add(&(*tjob)->refs, 1);
         w->tjob = *tjob;
         w->cost = cost;
         *tjob = NULL;
@@ -505,8 +508,7 @@ s_frontend_reply(emlio_server_t *self, void *done)
      * an unscheduled GET's). */
     emlio__trainjob_t *tjob = NULL;
     uint64_t cost = 0;
-    if (emlio__srv_jobs_untag(&identity, &tjob, &cost) < 0)
-        tjob = NULL;
+    (void)emlio__srv_jobs_untag(&identity, &tjob, &cost); /* see below */
     emlio__peer_t *peer = emlio__srv_peer_find(self, zmq_msg_data(&identity),
                                                zmq_msg_size(&identity), false);
     bool lost = false;
@@ -557,7 +559,6 @@ s_frontend_reply(emlio_server_t *self, void *done)
     }
     if (tjob) { /* not handed to a frame: the reply is lost, or unwrapped */
         emlio__srv_jobs_reply_left(tjob, cost);
-        emlio__srv_jobs_unref(tjob);
         emlio__srv_jobs_kick(self, self->net.work);
     }
 }
