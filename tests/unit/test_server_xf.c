@@ -23,7 +23,7 @@ test_server_xf_specs_are_evicted_only_when_unused(void **state)
     emlio__server_xf_t xf;
     memset(&xf, 0, sizeof(xf));
     char err[EMLIO_ERRMSG_LEN];
-    assert_int_equal(emlio__server_xf_start(&xf, 1, 0, err), 0);
+    assert_int_equal(emlio__server_xf_start(&xf, 1, 0, 0, err), 0);
     const emlio_transform_t *t[EMLIO_SERVER_XF_MAX_SPECS + 1];
     atomic_uint *users[EMLIO_SERVER_XF_MAX_SPECS + 1];
     for (int i = 0; i < EMLIO_SERVER_XF_MAX_SPECS; i++)
@@ -62,7 +62,7 @@ test_server_xf_spellings_of_one_spec_share_an_entry(void **state)
     emlio__server_xf_t xf;
     memset(&xf, 0, sizeof(xf));
     char err[EMLIO_ERRMSG_LEN];
-    assert_int_equal(emlio__server_xf_start(&xf, 1, 0, err), 0);
+    assert_int_equal(emlio__server_xf_start(&xf, 1, 0, 0, err), 0);
     const emlio_transform_t *t0, *t;
     atomic_uint *u0, *u;
     const char *canon = "center_crop(12)";
