@@ -549,7 +549,7 @@ emlio_server_load(emlio_server_t *self)
         self->jobs_ready = true; /* released by destroy even when refused */
         if (jrc < 0)
             return jrc;
-        emlio__srv_jobs_size_window(&self->jobs, self->cfg.workers,
+        emlio__srv_jobs_size_window(&self->jobs,
                                     self->cfg.read_ahead_bytes
                                         ? self->cfg.read_ahead_bytes
                                         : EMLIO_SERVER_READ_AHEAD_BYTES);

@@ -140,8 +140,7 @@ emlio__srv_jobs_release(emlio__srv_jobs_t *jobs)
 }
 
 void
-emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs, uint32_t readers,
-                            uint64_t read_ahead_bytes)
+emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs, uint64_t read_ahead_bytes)
 {
     /* Enough bytes that every reader has GETs queued behind the one it
      * reads (--io read stages reads ahead of them up to read_ahead_bytes)
@@ -153,7 +152,6 @@ emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs, uint32_t readers,
      * measured in bench/fairness.sh are closer with a smaller window: a
      * job's rate is its share over the pipeline's latency, which grows
      * with what the window lets queue. */
-    (void)readers;
     jobs->window =
         EMLIO_MAX((uint64_t)64 << 20, 2 * (uint64_t)read_ahead_bytes);
 }
@@ -207,9 +205,7 @@ emlio__srv_jobs_attach(emlio_server_t *self, emlio__peer_t *peer,
     }
     uint64_t anon = peer->session ? peer->session : ++jobs->anon_serial;
     emlio__trainjob_t *j = s_find(jobs, name, name_len, anon);
-    if (j && j == peer->tjob) {
-        j->asked = (uint32_t)asked;
-    } else if (!j) {
+    if (!j) {
         if (jobs->n >= jobs->max) {
             /* Jobs whose clients have gone may wait for the next tick.
              * (Not the connections' close events: draining them would
@@ -255,12 +251,10 @@ emlio__srv_jobs_attach(emlio_server_t *self, emlio__peer_t *peer,
         }
         j->since_ns = emlio__now_ns();
         pthread_mutex_lock(&jobs->lock);
-        j->slot = jobs->n;
         jobs->table[jobs->n++] = j;
         pthread_mutex_unlock(&jobs->lock);
     }
     uint32_t cap = s_policy_weight(jobs, j->name, j->named);
-    j->asked = (uint32_t)asked;
     /* The last HELLO's ask stands for the job; never above the policy. */
     uint32_t weight = asked ? (uint32_t)EMLIO_MIN(asked, cap) : cap;
     bool fresh = j->peers == 0 && j->flow.n == 0 && !atomic_load(&j->live);
@@ -597,7 +591,6 @@ s_forget(emlio_server_t *self)
         }
         pthread_mutex_lock(&jobs->lock);
         jobs->table[i] = jobs->table[--jobs->n];
-        jobs->table[i]->slot = i;
         pthread_mutex_unlock(&jobs->lock);
         emlio__srv_jobs_unref(j);
     }

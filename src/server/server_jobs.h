@@ -60,7 +60,6 @@ typedef struct emlio__trainjob {
     bool named;         /* said in HELLO; else one client's own */
     uint64_t anon_key;  /* an unnamed job's session (or peer serial) */
     atomic_uint weight; /* in force: asked, capped by the policy */
-    uint32_t asked;     /* what its last HELLO asked for (0: nothing) */
     atomic_uint peers;  /* streams attached (written by the frontend) */
     atomic_uint queued; /* GETs in its flow (flow.n, for the stats) */
     uint64_t since_ns;
@@ -83,7 +82,6 @@ typedef struct emlio__trainjob {
     atomic_uint_fast64_t bytes;      /* reply bytes forwarded */
     atomic_uint_fast64_t disk_bytes; /* read from the file system for it */
     atomic_uint_fast64_t wait_ns;    /* its GETs' time in the fair queue */
-    size_t slot;                     /* its index in the table */
 } emlio__trainjob_t;
 
 typedef enum {
@@ -121,8 +119,8 @@ int emlio__srv_jobs_init(emlio__srv_jobs_t *jobs, const char *policy, int mode,
                          uint32_t max_jobs, char *err);
 void emlio__srv_jobs_release(emlio__srv_jobs_t *jobs);
 
-/* Sizes the pipeline's window from the readers and the read-ahead. */
-void emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs, uint32_t readers,
+/* Sizes the pipeline's window (bytes) from the read-ahead. */
+void emlio__srv_jobs_size_window(emlio__srv_jobs_t *jobs,
                                  uint64_t read_ahead_bytes);
 
 /* Attaches peer to the job its HELLO names (name NULL: its own), with

@@ -56,7 +56,6 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
     emlio__xf_job_t *xj = &job->xf_job;
     size_t out = emlio_transform_output_bytes(job->xf);
     bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
-    size_t first = atomic_load(&xj->first_failed);
     size_t k = 0;
     for (size_t i = 0; i < xj->n; i++) {
         const emlio__xf_sample_t *s = &xj->samples[i];
@@ -73,8 +72,6 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
         /* Each sample in its own words: the skip lines kept only the
          * first failure's text (issue 34). */
         const char *why = emlio__xf_job_error(xj, i);
-        if (!why)
-            why = first == i + 1 ? xj->err : emlio_strerror(s->rc);
         /* Where it is, as the format says it: an ImageFolder's file
          * ("file 'cat/x.jpg' (record 7)"), a shard's record and offset. */
         char where[EMLIO_ERRMSG_LEN / 2];
@@ -85,13 +82,13 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
                      w->record, shard->name);
         if (skip) {
             char msg[EMLIO_ERRMSG_LEN];
-            snprintf(msg, sizeof(msg), "skipping %.200s: cannot decode: %.300s",
+            snprintf(msg, sizeof(msg), "skipping %.200s: cannot decode: %.280s",
                      where, why);
             emlio__srv_skip(self, msg);
         } else if (job->code == 0) {
             job->code = s->rc;
             snprintf(job->text, sizeof(job->text),
-                     "cannot decode %.200s: %.300s", where, why);
+                     "cannot decode %.200s: %.280s", where, why);
         }
     }
     job->xf_kept = k;
