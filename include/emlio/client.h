@@ -127,7 +127,16 @@ typedef struct emlio_client_config {
      * nodes by files: docs/formats.md, "One dataset on several nodes").
      * Default false. */
     bool disjoint_shards;
-    uint8_t reserved8[3]; /* zero */
+    /* Shared reads (docs/fairness.md, "Shared reads"): plan each epoch
+     * from the dataset's shared schedule (docs/planner.md), so that jobs
+     * over one dataset read its windows of shards in the same order,
+     * each in its own seed's order inside the window, and ask the daemons
+     * to serve this job from the chunks they read once for all of them.
+     * Every sample still comes exactly once per epoch. Windows are sized
+     * from the daemons' WELCOME "share_window" unless window_shards is
+     * set. Default false. */
+    bool share;
+    uint8_t reserved8[2]; /* zero */
     /* The training job this client belongs to, sent in HELLO
      * (docs/fairness.md): the daemon shares its readers among jobs by
      * weight, counting every rank and stream of one job as one. NULL
@@ -339,7 +348,10 @@ typedef struct emlio_client_stats {
                                  reads (--io map: the page cache's misses
                                  are counted daemon-wide only, in the
                                  metric emlio_server_disk_read_bytes) */
-    uint64_t reserved[2];     /* room for later figures; zero */
+    uint64_t shared_bytes;    /* of bytes, those the daemons copied from a
+                                 read another job made (BATCH "sh";
+                                 share): what sharing saved the devices */
+    uint64_t reserved[1];     /* room for later figures; zero */
 } emlio_client_stats_t;
 
 /* What limits a client's rate (emlio_client_stats_t.limit). */

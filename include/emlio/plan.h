@@ -72,6 +72,12 @@ typedef struct emlio_plan_params {
     int shuffle;            /* enum emlio_shuffle */
     uint32_t window_shards; /* shards per shuffle window; 0 = all shards */
     bool drop_last;         /* see the remainder rules in docs/planner.md */
+    /* The shared schedule (docs/planner.md, "Shared schedule"): the
+     * shard order comes from the dataset (its shards' names and record
+     * counts) and the epoch, not the seed, so every job over the dataset
+     * reads the same windows in the same order; the order inside each
+     * window is still the seed's. With EMLIO_SHUFFLE_WINDOW only. */
+    bool shared;
 } emlio_plan_params_t;
 
 /* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,

@@ -201,11 +201,22 @@ typedef struct emlio_server_config {
     /* Jobs known at once (a HELLO beyond is refused with EMLIO_ELIMIT);
      * 0: EMLIO_SERVER_MAX_JOBS. Each costs ~200 bytes. */
     uint32_t max_jobs;
+    /* Shared reads (docs/fairness.md, "Shared reads"). share_bytes: the
+     * most bytes of shard chunks the daemon keeps for jobs that share
+     * reads (a HELLO with "share", or every job with share_all); 0:
+     * EMLIO_SERVER_SHARE_BYTES, or a quarter of the memory the daemon
+     * may use when that is less. Used when records are read from the
+     * device (io "read", or "auto" choosing it); mapped datasets share
+     * the page cache already. */
+    uint64_t share_bytes;
+    bool share_all;
 } emlio_server_config_t;
 
 enum emlio_schedule { EMLIO_SCHEDULE_FAIR = 0, EMLIO_SCHEDULE_FIFO = 1 };
 
-#define EMLIO_SERVER_MAX_JOBS 4096
+#define EMLIO_SERVER_MAX_JOBS    4096
+/* Default of share_bytes: room for four windows of 128 MiB. */
+#define EMLIO_SERVER_SHARE_BYTES ((uint64_t)512 << 20)
 
 /* When replies' segments are coalesced (emlio_server_config_t.coalesce). */
 typedef enum emlio_coalesce {
@@ -341,15 +352,17 @@ typedef struct emlio_server_job {
     char name[65]; /* its HELLO's "job", or session-HEX / conn-HEX
                       for a client that named none */
     bool named;
-    uint32_t weight;     /* in force */
-    uint32_t streams;    /* connections attached now */
-    uint32_t queued;     /* GETs waiting for their turn */
-    uint64_t requests;   /* GETs admitted */
-    uint64_t samples;    /* samples asked for */
-    uint64_t bytes;      /* reply bytes sent */
-    uint64_t disk_bytes; /* bytes read from the file system for it */
-    uint64_t wait_ns;    /* its GETs' total time waiting for their turn */
-    uint64_t since_ns;   /* when it arrived (CLOCK_MONOTONIC) */
+    uint32_t weight;       /* in force */
+    uint32_t streams;      /* connections attached now */
+    uint32_t queued;       /* GETs waiting for their turn */
+    uint64_t requests;     /* GETs admitted */
+    uint64_t samples;      /* samples asked for */
+    uint64_t bytes;        /* reply bytes sent */
+    uint64_t disk_bytes;   /* bytes read from the file system for it */
+    uint64_t wait_ns;      /* its GETs' total time waiting for their turn */
+    uint64_t shared_bytes; /* of bytes, copied from chunks other jobs read
+                              (shared reads) */
+    uint64_t since_ns;     /* when it arrived (CLOCK_MONOTONIC) */
 } emlio_server_job_t;
 
 /* Copies up to cap of the jobs known now into out; returns how many are

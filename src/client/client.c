@@ -338,6 +338,7 @@ s_next(emlio_client_t *self, emlio_batch_t **batch_out)
             self->fig.samples += b->n;
             self->fig.bytes += b->bytes;
             self->fig.disk_read += b->disk_read;
+            self->fig.shared += b->shared;
             self->fig.last_delivery_ns = now;
             if (!self->fig.first_batch_ns)
                 self->fig.first_batch_ns = now;
@@ -453,6 +454,7 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
     out->samples = self->fig.samples;
     out->bytes = self->fig.bytes;
     out->disk_read_bytes = self->fig.disk_read;
+    out->shared_bytes = self->fig.shared;
     out->seconds =
         (double)(self->fig.last_delivery_ns - self->fig.epoch_start_ns) / 1e9;
     out->wait_s = (double)self->fig.wait_ns / 1e9;

@@ -176,7 +176,8 @@ s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
         version = EMLIO_WIRE_VERSION_PACK;
     if (emlio__wire_encode_hello_job(&self->scratch, version, self->name,
                                      self->conn.session, s, S_HELLO_ID(s),
-                                     self->job, self->cfg.job_weight) < 0)
+                                     self->job, self->cfg.job_weight,
+                                     self->cfg.share) < 0)
         return -ENOMEM;
     while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
                     self->scratch.len, ZMQ_DONTWAIT) < 0)
@@ -719,6 +720,31 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
     return 0;
 }
 
+/* The shards per window the plans use: the job's window_shards, or for a
+ * job that shares reads without one, the shared schedule's: as many of the
+ * largest shard as the smallest "share_window" of the daemons holds (at
+ * least one), so a window fits the share of the daemons' caches it is
+ * meant to take, and every sharing job of the dataset gets the same. */
+static void
+s_plan_window(emlio_client_t *self)
+{
+    self->inv.window = self->cfg.window_shards;
+    if (!self->cfg.share || self->cfg.window_shards)
+        return;
+    uint64_t win = 0;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        uint64_t w = self->conn.daemons[d].share_window;
+        if (w && (!win || w < win))
+            win = w;
+    }
+    uint64_t biggest = 1;
+    for (size_t i = 0; i < self->inv.n_shards; i++)
+        biggest = EMLIO_MAX(biggest, self->inv.shards[i].bytes);
+    if (win)
+        self->inv.window =
+            (uint32_t)EMLIO_MIN(EMLIO_MAX(win / biggest, 1), UINT32_MAX);
+}
+
 /* Connects to every daemon of the list: stream 0 each, HELLO/WELCOME, the
  * merged inventory, then the streams the tuner starts with. Leaves what it
  * opened for emlio__client_disconnect on failure. */
@@ -756,6 +782,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
         daemon->max_credit =
             msgs[d].max_credit ? msgs[d].max_credit : S_ASSUMED_MAX_CREDIT;
         daemon->max_copy = msgs[d].max_copy_bytes;
+        daemon->share_window = msgs[d].share_window;
         daemon->max_streams =
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
@@ -773,6 +800,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     rc = emlio__client_merge_inventory(self, msgs);
     if (rc < 0)
         goto out;
+    s_plan_window(self);
     s_init_tuning(self);
     rc = emlio__client_add_streams(self, self->conn.tuner.min_streams);
     if (rc < 0)

@@ -45,7 +45,8 @@ s_plan_build(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
     params.epoch = epoch;
     params.seed = self->cfg.seed;
     params.shuffle = self->cfg.shuffle;
-    params.window_shards = self->cfg.window_shards;
+    params.window_shards = self->inv.window;
+    params.shared = self->cfg.share;
     params.drop_last = self->cfg.drop_last;
     int rc = emlio_plan_build(plan, in, self->inv.n_shards, &params);
     emlio_free(in);
@@ -115,6 +116,7 @@ emlio__epoch_begin(emlio_client_t *self, uint64_t epoch)
     self->fig.samples = 0;
     self->fig.bytes = 0;
     self->fig.disk_read = 0;
+    self->fig.shared = 0;
     if (took_ahead) {
         /* Batches of this epoch that arrived while the last one ran are
          * complete now, and only now ready (their holes are compacted into

@@ -102,6 +102,7 @@ typedef struct emlio__cdaemon {
     uint64_t max_credit;
     uint64_t max_copy;      /* WELCOME's max_copy_bytes: what one GET may make
                                the daemon copy (0: not said) */
+    uint64_t share_window;  /* WELCOME's share_window (0: not said) */
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
                                packed batches (v4) unless the daemon
                                refused it (client_conn.c) */
@@ -150,6 +151,9 @@ typedef struct emlio__inventory {
     char **classes;   /* label i's name, from WELCOME; NULL = not known */
     size_t n_classes;
     char format[16]; /* the first daemon's dataset format; "" = not said */
+    uint32_t window; /* shards per window the plans use: cfg.window_shards,
+                        or with cfg.share the shared schedule's
+                        (emlio__client_share_window) */
 } emlio__inventory_t;
 
 /* ---- the epoch (client_epoch.c) ----------------------------------------- */
@@ -212,6 +216,7 @@ struct emlio_batch {
     uint32_t *positions;   /* storage for the parts' positions */
     uint64_t bytes;
     uint64_t disk_read;       /* what the daemons read for it (BATCH "rd") */
+    uint64_t shared;          /* of it, copied from others' reads ("sh") */
     struct emlio_batch *next; /* ready queue or free list */
 };
 
@@ -264,6 +269,7 @@ typedef struct emlio__figures {
     uint64_t samples;
     uint64_t bytes;
     uint64_t disk_read; /* the daemons' "rd" for this epoch's batches */
+    uint64_t shared;    /* their "sh" */
     uint64_t retries;
 } emlio__figures_t;
 

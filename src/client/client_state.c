@@ -59,8 +59,12 @@ s_put_params(const emlio_client_t *self, uint8_t *p)
     s_put32(p + 16, self->cfg.world);
     s_put32(p + 20, self->cfg.rank);
     s_put32(p + 24, self->cfg.batch_size);
-    s_put32(p + 28, (uint32_t)self->cfg.shuffle);
-    s_put32(p + 32, self->cfg.window_shards);
+    /* The shared schedule is another order: bit 8 of the shuffle word.
+     * The window is the one the plans use (a shared one comes from the
+     * daemons: another --share-bytes there is another order). */
+    s_put32(p + 28,
+            (uint32_t)self->cfg.shuffle | (self->cfg.share ? 0x100u : 0));
+    s_put32(p + 32, self->inv.window);
     s_put32(p + 36, self->cfg.drop_last);
     memcpy(p + 40, self->inv.dataset, 16);
 }

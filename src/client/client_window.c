@@ -66,6 +66,7 @@ emlio__batch_get(emlio_client_t *self, size_t n)
     b->ready = false;
     b->bytes = 0;
     b->disk_read = 0;
+    b->shared = 0;
     b->next = NULL;
     emlio__tensor_batch_reset(b);
     return b;
@@ -766,6 +767,7 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
                 daemon->disk_at_ns = emlio__now_ns();
             }
             b->disk_read += msg.read;
+            b->shared += msg.shared;
             rc = s_file_part(self, d, stream, b, part, &msg, &header);
         } /* else stale, duplicate or unsolicited: ignore */
     }

@@ -54,6 +54,7 @@ struct emlio_plan {
     uint64_t seed;
     uint64_t epoch;
     bool shuffle;
+    bool shared;    /* the shard order is the dataset's (s_dataset_key) */
     uint64_t first; /* this rank's first position in the extended order */
     uint64_t n_samples;
     size_t batch_size;
@@ -552,6 +553,23 @@ s_feistel(const struct s_feistel *f, uint64_t x)
     return x;
 }
 
+/* The shared schedule's key: the dataset as every job of it sees it, its
+ * shards' names and record counts in file order (docs/planner.md,
+ * "Shared schedule"). The slots are in file order, each with its record
+ * count in start. */
+static uint64_t
+s_dataset_key(const struct s_build *b, const struct s_slot *slots)
+{
+    uint64_t key = s_mix64(S_KEY_INIT ^ UINT64_C(0x5348415245)); /* "SHARE" */
+    for (size_t p = 0; p < b->n_uniq; p++) {
+        uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a 64 */
+        for (const char *c = b->shards[slots[p].caller].name; *c; c++)
+            h = (h ^ (uint8_t)*c) * UINT64_C(0x100000001b3);
+        key = s_mix64(s_mix64(key ^ h) ^ slots[p].start);
+    }
+    return key;
+}
+
 /* Orders the shards for this epoch: shuffles the slots in place, replaces
  * each one's record count by the global index of its first record, and
  * cuts the order into windows. */
@@ -562,7 +580,8 @@ s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window)
     struct s_slot *slots = self->slots;
     if (self->shuffle && b->n_uniq > 1) {
         s_rng_t rng;
-        s_rng_seed(&rng, self->seed, self->epoch, 0);
+        s_rng_seed(&rng, self->shared ? s_dataset_key(b, slots) : self->seed,
+                   self->epoch, 0);
         for (size_t i = b->n_uniq - 1; i > 0; i--) {
             size_t j = (size_t)s_rng_below(&rng, (uint64_t)i + 1);
             struct s_slot t = slots[i];
@@ -706,6 +725,7 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
     self->seed = params->seed;
     self->epoch = params->epoch;
     self->shuffle = params->shuffle == EMLIO_SHUFFLE_WINDOW;
+    self->shared = params->shared;
     rc = s_sort_inventory(self, &b, n);
     if (rc == 0)
         rc = s_merge_replicas(self, &b, n);

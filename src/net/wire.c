@@ -61,19 +61,23 @@ emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                            uint32_t stream, uint64_t id)
 {
     return emlio__wire_encode_hello_job(out, version, client_name, session,
-                                        stream, id, NULL, 0);
+                                        stream, id, NULL, 0, false);
 }
 
 int
 emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
                              const char *client_name, uint64_t session,
                              uint32_t stream, uint64_t id, const char *job,
-                             uint64_t weight)
+                             uint64_t weight, bool share)
 {
     msgpack_packer pk;
-    int failed =
-        s_begin(out, &pk, (session ? 6 : 3) + (job && *job) + (weight > 0),
-                EMLIO_MSG_HELLO);
+    int failed = s_begin(
+        out, &pk, (session ? 6 : 3) + (job && *job) + (weight > 0) + share,
+        EMLIO_MSG_HELLO);
+    if (share) {
+        failed |= s_pack_key(&pk, "share");
+        failed |= msgpack_pack_true(&pk);
+    }
     if (job && *job) {
         failed |= s_pack_key(&pk, "job");
         failed |= s_pack_cstr(&pk, job);
@@ -149,12 +153,17 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
     bool with_classes = caps && caps->n_classes;
     bool with_format = caps && caps->format;
     bool with_copy = caps && caps->max_copy_bytes;
+    bool with_share = caps && caps->share_window;
     size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0) +
                   (with_classes ? 1 : 0) + (with_format ? 1 : 0) +
-                  (with_copy ? 1 : 0);
+                  (with_copy ? 1 : 0) + (with_share ? 1 : 0);
     int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
+    if (with_share) {
+        failed |= s_pack_key(&pk, "share_window");
+        failed |= msgpack_pack_uint64(&pk, caps->share_window);
+    }
     if (with_copy) {
         failed |= s_pack_key(&pk, "max_copy_bytes");
         failed |= msgpack_pack_uint64(&pk, caps->max_copy_bytes);
@@ -278,7 +287,7 @@ s_pack_samples(msgpack_packer *pk, const emlio__wire_sample_t *samples,
 static int
 s_io_keys(emlio__wire_io_t io)
 {
-    return (io.disk >= 0) + (io.read > 0);
+    return (io.disk >= 0) + (io.read > 0) + (io.shared > 0);
 }
 
 static int
@@ -292,6 +301,10 @@ s_pack_io(msgpack_packer *pk, emlio__wire_io_t io)
     if (io.read > 0) {
         failed |= s_pack_key(pk, "rd");
         failed |= msgpack_pack_uint64(pk, io.read);
+    }
+    if (io.shared > 0) {
+        failed |= s_pack_key(pk, "sh");
+        failed |= msgpack_pack_uint64(pk, io.shared);
     }
     return failed;
 }
@@ -916,6 +929,8 @@ static const s_uint_key_t s_uint_keys[] = {
     { "epoch", offsetof(emlio__wire_msg_t, xf_epoch), S_HAS_EPOCH },
     { "xf_ns", offsetof(emlio__wire_msg_t, xf_ns), 0 },
     { "weight", offsetof(emlio__wire_msg_t, weight), 0 },
+    { "share_window", offsetof(emlio__wire_msg_t, share_window), 0 },
+    { "sh", offsetof(emlio__wire_msg_t, shared), 0 },
 };
 
 /* Decodes the value of one header key into msg; unknown keys are skipped.
@@ -958,6 +973,8 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
     }
     if (s_key_is(key, klen, "joined"))
         return s_read_bool(r, &msg->joined);
+    if (s_key_is(key, klen, "share"))
+        return s_read_bool(r, &msg->share);
     if (s_key_is(key, klen, "disk")) {
         uint64_t u;
         if (!s_read_uint(r, &u))

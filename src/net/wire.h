@@ -115,6 +115,10 @@ typedef struct emlio__wire_msg {
                             its session is a job of its own) */
     size_t job_len;
     uint64_t weight;         /* HELLO: the job's requested weight (0: 1) */
+    bool share;              /* HELLO: the job reads through the daemon's
+                                shared cache ("share") */
+    uint64_t share_window;   /* WELCOME: bytes a window of the shared
+                                schedule may hold (0: no shared reads) */
     uint64_t stream;         /* HELLO: this connection's stream number; > 0
                                 joins an existing session */
     uint64_t max_streams;    /* WELCOME: connections one session may have */
@@ -152,6 +156,8 @@ typedef struct emlio__wire_msg {
     bool has_disk;     /* BATCH: "disk" was sent */
     int disk;          /* BATCH: the daemon's device-wait share, percent */
     uint64_t read;     /* BATCH: "rd", bytes read for it (0: not said) */
+    uint64_t shared;   /* BATCH: "sh", of its bytes, those copied from a
+                          read another job made (0: not said) */
     bool pipelined;    /* GET: the client has other GETs in flight on this
                           connection (their replies may share segments) */
     bool has_shape;    /* BATCH: a tensor batch (one frame) */
@@ -201,6 +207,9 @@ typedef struct emlio__wire_xf_caps {
     /* Any version: the bytes of copied replies one connection may have
      * in memory ("max_copy_bytes"); 0 = not sent. */
     uint64_t max_copy_bytes;
+    /* Any version: "share_window", the bytes of one window of the shared
+     * schedule (docs/planner.md); 0 = not sent (no shared reads). */
+    uint64_t share_window;
 } emlio__wire_xf_caps_t;
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */
@@ -240,12 +249,12 @@ int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
 int emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                                const char *client_name, uint64_t session,
                                uint32_t stream, uint64_t id);
-/* HELLO naming the job the client belongs to (job NULL or "": none) and
- * the weight it asks for (0: not said). */
+/* HELLO naming the job the client belongs to (job NULL or "": none),
+ * the weight it asks for (0: not said) and whether it shares reads. */
 int emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
                                  const char *client_name, uint64_t session,
                                  uint32_t stream, uint64_t id, const char *job,
-                                 uint64_t weight);
+                                 uint64_t weight, bool share);
 /* The short WELCOME at a chosen protocol version. */
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);
@@ -272,9 +281,10 @@ int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
 typedef struct emlio__wire_io {
     int disk;
     uint64_t read;
+    uint64_t shared; /* "sh" */
 } emlio__wire_io_t;
 
-#define EMLIO_WIRE_NO_IO ((emlio__wire_io_t){ EMLIO_WIRE_NO_DISK, 0 })
+#define EMLIO_WIRE_NO_IO ((emlio__wire_io_t){ EMLIO_WIRE_NO_DISK, 0, 0 })
 /* BATCH. */
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                              const emlio__wire_sample_t *samples, size_t n,

@@ -19,6 +19,7 @@
 #include "ioengine.h"
 #include "server_internal.h"
 #include "shard_cache.h"
+#include "sharecache.h"
 
 /* What a client is told of this host's power per busy core when the
  * configuration does not say: the energy model's (a labelled model). */
@@ -194,6 +195,7 @@ emlio__srv_core_unref(emlio__srv_core_t **core_p)
     if (!core || atomic_fetch_sub(&core->refs, 1) != 1)
         return;
     emlio__shardset_release(&core->set);
+    emlio__share_cache_destroy(&core->share);
     emlio__srv_pack_pool_release(&core->pack_pool);
     pthread_mutex_destroy(&core->disk_lock);
     emlio_free(core);
@@ -322,7 +324,8 @@ s_encode_welcome(emlio_server_t *self)
         self->own.classes,
         self->own.n_classes,
         s_format_name(set),
-        copy
+        copy,
+        emlio__srv_share_window(self->core),
     };
     emlio_buf_t *out[EMLIO_WIRE_VERSION] = { &self->net.welcome,
                                              &self->net.welcome2,

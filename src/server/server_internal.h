@@ -138,7 +138,10 @@ typedef struct emlio__job {
      * taken or released, so no descriptor closes under a read. */
     emlio__shard_t **io_holds;
     size_t n_io_holds;
-    uint64_t io_bytes; /* what its staged reads took from the file system */
+    uint64_t io_bytes;     /* what its staged reads took from the file system */
+    uint64_t shared_bytes; /* of its record bytes, those copied from a
+                              chunk another job read (sharecache.h) */
+    bool share;            /* read through the shared cache */
     /* Its training job and its place in the fair queue (server_jobs.c):
      * queued there until its turn, then dispatched to the readers. */
     struct emlio__trainjob *tjob;
@@ -191,6 +194,9 @@ typedef struct emlio__srv_core {
     unsigned io_depth;
     uint64_t read_ahead; /* bytes each reader may hold staged ahead */
     uint32_t readers;
+    /* Chunks read once for every job that shares reads (sharecache.h);
+     * NULL when the daemon reads nothing from the device. */
+    struct emlio__share_cache *share;
     /* The readers' recent share of time waiting for the device
      * (emlio__srv_disk_share), sampled at most every 250 ms. */
     pthread_mutex_t disk_lock;
@@ -241,6 +247,7 @@ typedef struct emlio__peer {
                           where it connects from, s_peer_pack_max) */
     struct emlio__trainjob *tjob; /* its job (server_jobs.c); NULL until
                                      its HELLO or first GET */
+    bool share;                   /* its HELLO asked for shared reads */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -439,6 +446,10 @@ void emlio__srv_io_watch_stop(emlio_server_t *self);
  * `limit: disk`); EMLIO_WIRE_NO_DISK when records are not read (--io
  * map: the page cache's misses are not the readers' to time). */
 int emlio__srv_disk_share(emlio__srv_core_t *core);
+/* The bytes of one window of the shared schedule (WELCOME
+ * "share_window"): a quarter of the shared cache; 0 without one. */
+uint64_t emlio__srv_share_window(const emlio__srv_core_t *core);
+
 /* A reply's "disk" and "rd" (the bytes job's staged reads took). */
 emlio__wire_io_t emlio__srv_job_io(emlio__srv_core_t *core,
                                    const emlio__job_t *job);

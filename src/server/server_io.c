@@ -25,6 +25,7 @@
 #include "iobuf.h"
 #include "ioengine.h"
 #include "server_internal.h"
+#include "sharecache.h"
 
 /* How often --io auto looks again, and in how small steps its thread
  * checks that the daemon stops. */
@@ -122,6 +123,43 @@ s_log_read(emlio_server_t *self, const char *verb, const char *why)
               (self->core->read_ahead * self->core->readers) >> 20);
 }
 
+/* The cache of chunks read once for every job that shares reads: at most
+ * --share-bytes, by default EMLIO_SERVER_SHARE_BYTES or a quarter of the
+ * memory the daemon may use when that is less. Its windows (WELCOME
+ * "share_window") are a quarter of it, so up to four groups of jobs at
+ * different places in the schedule keep their windows at once. */
+static int
+s_share_start(emlio_server_t *self, uint64_t limit)
+{
+    uint64_t cap = self->cfg.share_bytes;
+    if (!cap) {
+        cap = EMLIO_SERVER_SHARE_BYTES;
+        if (limit && limit / 4 < cap)
+            cap = EMLIO_MAX(limit / 4, EMLIO__SHARE_MIN);
+    }
+    if (emlio__share_cache_new(&self->core->share, cap) < 0)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    emlio__share_stats_t st;
+    emlio__share_cache_stats(self->core->share, &st);
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "share: up to %" PRIu64 " MiB of chunks for jobs that share "
+              "reads (%s), windows of %" PRIu64 " MiB",
+              st.capacity >> 20,
+              self->cfg.share_all ? "every job: --share-all" : "those that ask",
+              emlio__srv_share_window(self->core) >> 20);
+    return 0;
+}
+
+uint64_t
+emlio__srv_share_window(const emlio__srv_core_t *core)
+{
+    if (!core->share)
+        return 0;
+    emlio__share_stats_t st;
+    emlio__share_cache_stats(core->share, &st);
+    return st.capacity / 4;
+}
+
 int
 emlio__srv_io_choose(emlio_server_t *self)
 {
@@ -179,6 +217,9 @@ emlio__srv_io_choose(emlio_server_t *self)
             " MiB, and 32 MiB of buffers): raise the limit or lower "
             "--read-ahead-bytes",
             bound, limit >> 20, need >> 20, ahead >> 20);
+    int rc = s_share_start(self, limit);
+    if (rc < 0)
+        return rc;
     /* Idle buffers kept: enough for what the readers stage ahead. */
     emlio__iobuf_set_idle_limit(
         (size_t)EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE));

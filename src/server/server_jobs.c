@@ -462,6 +462,7 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
         return emlio__srv_send_work(self, work, job); /* served, unscheduled */
     emlio__trainjob_t *j = peer->tjob;
     job->tjob = j;
+    job->share = self->core->share && (peer->share || self->cfg.share_all);
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
     atomic_fetch_add(&j->samples, job->msg.n_items);
@@ -563,6 +564,8 @@ emlio__srv_jobs_get_freed(emlio__job_t *job)
         return;
     if (job->io_bytes)
         atomic_fetch_add(&j->disk_bytes, job->io_bytes);
+    if (job->shared_bytes)
+        atomic_fetch_add(&j->shared_bytes, job->shared_bytes);
     atomic_fetch_sub(&j->live, 1);
     job->tjob = NULL;
 }
@@ -583,10 +586,12 @@ s_forget(emlio_server_t *self)
             uint64_t b = atomic_load(&j->bytes);
             emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                       "job %s left after %.1f s: %.1f MB sent, %.1f MB/s, "
-                      "%.1f MB read from the device, %.2f s queued",
+                      "%.1f MB read from the device, %.1f MB from "
+                      "others' shared reads, %.2f s queued",
                       j->name, s, (double)b / 1e6,
                       s > 0 ? (double)b / 1e6 / s : 0.0,
                       (double)atomic_load(&j->disk_bytes) / 1e6,
+                      (double)atomic_load(&j->shared_bytes) / 1e6,
                       (double)atomic_load(&j->wait_ns) / 1e9);
         }
         pthread_mutex_lock(&jobs->lock);
@@ -647,6 +652,7 @@ emlio_server_jobs(emlio_server_t *self, emlio_server_job_t *out, size_t cap)
         o->samples = atomic_load(&j->samples);
         o->bytes = atomic_load(&j->bytes);
         o->disk_bytes = atomic_load(&j->disk_bytes);
+        o->shared_bytes = atomic_load(&j->shared_bytes);
         o->wait_ns = atomic_load(&j->wait_ns);
         o->since_ns = j->since_ns;
     }

@@ -79,9 +79,11 @@ typedef struct emlio__trainjob {
     atomic_uint_fast64_t live;
     atomic_uint_fast64_t requests;
     atomic_uint_fast64_t samples;
-    atomic_uint_fast64_t bytes;      /* reply bytes forwarded */
-    atomic_uint_fast64_t disk_bytes; /* read from the file system for it */
-    atomic_uint_fast64_t wait_ns;    /* its GETs' time in the fair queue */
+    atomic_uint_fast64_t bytes;        /* reply bytes forwarded */
+    atomic_uint_fast64_t disk_bytes;   /* read from the file system for it */
+    atomic_uint_fast64_t shared_bytes; /* of bytes, copied from reads that
+                                          other jobs made (sharecache.h) */
+    atomic_uint_fast64_t wait_ns;      /* its GETs' time in the fair queue */
 } emlio__trainjob_t;
 
 typedef enum {

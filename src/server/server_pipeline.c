@@ -13,6 +13,7 @@
 #include "iobuf.h"
 #include "ioengine.h"
 #include "server_internal.h"
+#include "sharecache.h"
 
 /* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
  * must stay, and with drop_behind its pages are let go after the last. */
@@ -353,7 +354,8 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
 emlio__wire_io_t
 emlio__srv_job_io(emlio__srv_core_t *core, const emlio__job_t *job)
 {
-    return (emlio__wire_io_t){ emlio__srv_disk_share(core), job->io_bytes };
+    return (emlio__wire_io_t){ emlio__srv_disk_share(core), job->io_bytes,
+                               job->shared_bytes };
 }
 
 int
@@ -452,6 +454,10 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
         emlio__shard_t *shard = &self->core->set.shards[item->shard];
         if (!emlio__shard_reads_io(shard) || item->record >= SIZE_MAX)
             continue;
+        /* A sharing job's records of mapped shards come out of the shared
+         * cache's chunks (s_read_job), not from reads of their own. */
+        if (job->share && !shard->ops->open_record)
+            continue;
         if (shard->ops->open_record) {
             if (s_stage_file(shard, (size_t)item->record, &reqs[n]))
                 job->io_holds[n++] = NULL; /* a file of its own: no hold */
@@ -502,7 +508,7 @@ s_unstage(emlio_server_t *self, emlio__job_t *job)
 }
 
 static void
-s_read_job(emlio_server_t *self, emlio__job_t *job)
+s_read_items(emlio_server_t *self, emlio__job_t *job)
 {
     const emlio__wire_msg_t *get = &job->msg;
     size_t n = get->n_items;
@@ -560,6 +566,25 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
     }
     if (job->packed && job->pack_cap)
         s_pack_job(self, job);
+}
+
+/* Reads a job's records; a job that shares reads (sharecache.h) copies
+ * them out of the chunks read for every sharing job, and its reply says
+ * what came from another's read ("sh") and what it read itself ("rd"). */
+static void
+s_read_job(emlio_server_t *self, emlio__job_t *job)
+{
+    if (!job->share) {
+        s_read_items(self, job);
+        return;
+    }
+    emlio__share_tally_t tally = { 0 };
+    emlio__share_scope_set(self->core->share, (uint64_t)(uintptr_t)job->tjob,
+                           &tally);
+    s_read_items(self, job);
+    emlio__share_scope_set(NULL, 0, NULL);
+    job->io_bytes += tally.loaded;
+    job->shared_bytes += tally.shared;
 }
 
 /* The BATCH header of a job's views: the quadruples, and for a packed job

@@ -182,6 +182,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         peer->session = hello->session;
     }
     peer->version = (uint8_t)hello->version; /* checked: 1..VERSION */
+    peer->share = hello->share;
     char why[160];
     int jrc = emlio__srv_jobs_attach(self, peer, hello->job, hello->job_len,
                                      hello->weight, why, sizeof(why));

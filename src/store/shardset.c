@@ -14,6 +14,7 @@
 #include "ioengine.h"
 #include "shard_cache.h"
 #include "shardset.h"
+#include "sharecache.h"
 
 /* Formats the registry may hold (format.c); a walk keeps one list each. */
 #define S_MAX_FORMATS 8
@@ -274,7 +275,14 @@ emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
     int fd = shard->fd;
     unsigned align = emlio__shard_io_align(shard);
     int rc = 0;
-    if (emlio__shard_reads_io(shard))
+    uint64_t reader;
+    emlio__share_tally_t *tally;
+    emlio__share_cache_t *share = emlio__share_scope(&reader, &tally);
+    if (share && emlio__shard_reads_io(shard) && fd >= 0)
+        rc = emlio__share_cache_read(
+            share, shard, shard->mtime_ns ^ (shard->size << 20), fd, align,
+            shard->size, offset, want, reader, buf_out, data, tally);
+    else if (emlio__shard_reads_io(shard))
         rc = emlio__ioengine_take(emlio__ioengine_thread(0), shard, fd, offset,
                                   want, buf_out, data);
     if (rc == 0)

@@ -765,6 +765,102 @@ test_plan_windows_respected(void **state)
     inv_release(&v);
 }
 
+/* The shared schedule (docs/planner.md): with params.shared, jobs of
+ * different seeds read the same shards in the same windows in the same
+ * order (each window's shards the same set), each in its own order inside
+ * a window; the schedule changes with the epoch and with the dataset, and
+ * each job still gets every sample exactly once. Without it the seeds'
+ * windows differ. */
+static void
+s_window_sets(emlio_plan_t *plan, size_t n_shards, size_t per_window,
+              uint64_t *set, uint64_t *order_hash)
+{
+    /* set[w]: a bitmask of the shards window w's samples come from. */
+    uint64_t pos = 0, h = 0;
+    memset(set, 0, sizeof(*set) * n_shards);
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t len;
+        const emlio_plan_sample_t *smp = emlio_plan_batch(plan, b, &len);
+        for (size_t k = 0; k < len; k++, pos++) {
+            set[pos / per_window] |= UINT64_C(1) << smp[k].shard;
+            h = (h * 31 + smp[k].shard) * 31 + smp[k].record;
+        }
+    }
+    *order_hash = h;
+}
+
+static void
+test_plan_shared_schedule(void **state)
+{
+    (void)state;
+
+    enum { SHARDS = 24, R = 40, W = 3 };
+
+    uint64_t records[SHARDS];
+    for (size_t i = 0; i < SHARDS; i++)
+        records[i] = R;
+    struct inv v;
+    inv_init(&v, SHARDS, records, 2);
+    emlio_plan_t *plan = emlio_plan_new();
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.batch_size = 16;
+    p.window_shards = W;
+    uint64_t a[SHARDS], b[SHARDS], c[SHARDS];
+    uint64_t ha, hb, hc;
+    for (int shared = 0; shared < 2; shared++) {
+        p.shared = shared;
+        p.epoch = 3;
+        p.seed = 1;
+        assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        s_window_sets(plan, SHARDS, R * W, a, &ha);
+        p.seed = 2;
+        assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        s_window_sets(plan, SHARDS, R * W, b, &hb);
+        size_t same = 0;
+        for (size_t w = 0; w < SHARDS / W; w++)
+            same += a[w] == b[w];
+        /* Shared: every window the same shards, in the same order; the
+         * samples inside in another order. Not shared: hardly any. */
+        if (shared)
+            assert_int_equal(same, SHARDS / W);
+        else
+            assert_true(same < 2);
+        assert_true(ha != hb);
+        /* Every rank of a shared job, and the job as a whole, still reads
+         * every sample exactly once. */
+        for (uint32_t world = 1; world <= 3; world++) {
+            emlio_plan_params_t q = p;
+            q.world = world;
+            check_epoch(v.shards, v.n, &q);
+        }
+    }
+    /* Another epoch: another shared schedule, common to both seeds. */
+    p.shared = true;
+    p.epoch = 4;
+    p.seed = 1;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    s_window_sets(plan, SHARDS, R * W, c, &hc);
+    size_t same = 0;
+    for (size_t w = 0; w < SHARDS / W; w++)
+        same += c[w] == a[w];
+    assert_true(same < SHARDS / W);
+    p.seed = 2;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    s_window_sets(plan, SHARDS, R * W, b, &hb);
+    assert_memory_equal(b, c, sizeof(uint64_t) * (SHARDS / W));
+    /* Another dataset (one shard renamed): another schedule. */
+    snprintf(v.names[5], sizeof(v.names[5]), "renamed");
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    s_window_sets(plan, SHARDS, R * W, b, &hb);
+    size_t kept = 0;
+    for (size_t w = 0; w < SHARDS / W; w++)
+        kept += b[w] == c[w];
+    assert_true(kept < SHARDS / W);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
 /* The default (window 0) is one window over every shard: the same plan as
  * window_shards = S, i.e. a uniform shuffle of the whole dataset. */
 static void
@@ -944,6 +1040,23 @@ test_plan_default_mixes_like_uniform_shuffle_large(void **state)
     inv_release(&folder);
 }
 
+/* The first batch (all 14 samples) of the golden inventory's plan, as
+ * "name+record " words. */
+static void
+s_first_batch(emlio_plan_t *plan, const emlio_plan_shard_t *shards,
+              const emlio_plan_params_t *p, char *got, size_t cap)
+{
+    assert_int_equal(emlio_plan_build(plan, shards, 4, p), 0);
+    size_t n;
+    const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
+    assert_int_equal(n, 14);
+    size_t len = 0;
+    got[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(got + len, cap - len, "%s%" PRIu64 " ",
+                                shards[s[i].shard].name, s[i].record);
+}
+
 /* Pins the specified algorithm (docs/planner.md, plan version 2): another
  * implementation that follows the document must reproduce these
  * sequences. Windows of 2 shards for epochs 0 and 1, then the default of
@@ -970,6 +1083,17 @@ test_plan_golden_vector(void **state)
         { 0, 0, "c1 d0 a1 c4 c2 a3 b1 b2 c0 b0 a2 a0 c3 d1 " },
     };
 
+    /* The shared schedule: windows {a, d} then {c, b} for every seed in
+     * epoch 0, {a, c} then {b, d} in epoch 1; inside them each seed's. */
+    static const struct {
+        uint64_t epoch, seed;
+        const char *want;
+    } shared[] = {
+        { 0, 1, "a1 d0 a0 a2 d1 a3 c1 b2 c2 b1 c0 c3 b0 c4 " },
+        { 0, 2, "a2 a0 d0 a3 a1 d1 b2 c2 b0 c3 c4 b1 c1 c0 " },
+        { 1, 1, "a3 c2 c1 c0 c4 a0 c3 a1 a2 b0 d0 d1 b1 b2 " },
+    };
+
     assert_int_equal(EMLIO_PLAN_VERSION, 2);
     emlio_plan_params_t p;
     emlio_plan_params_init(&p);
@@ -979,17 +1103,18 @@ test_plan_golden_vector(void **state)
     for (size_t c = 0; c < EMLIO_ARRAY_SIZE(cases); c++) {
         p.epoch = cases[c].epoch;
         p.window_shards = cases[c].window;
-        assert_int_equal(emlio_plan_build(plan, shards, 4, &p), 0);
-        size_t n;
-        const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &n);
-        assert_int_equal(n, 14);
-        char got[128] = "";
-        size_t len = 0;
-        for (size_t i = 0; i < n; i++)
-            len +=
-                (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64 " ",
-                                 shards[s[i].shard].name, s[i].record);
+        char got[128];
+        s_first_batch(plan, shards, &p, got, sizeof(got));
         assert_string_equal(got, cases[c].want);
+    }
+    p.shared = true;
+    p.window_shards = 2;
+    for (size_t c = 0; c < EMLIO_ARRAY_SIZE(shared); c++) {
+        p.epoch = shared[c].epoch;
+        p.seed = shared[c].seed;
+        char got[128];
+        s_first_batch(plan, shards, &p, got, sizeof(got));
+        assert_string_equal(got, shared[c].want);
     }
     emlio_plan_destroy(&plan);
 }
@@ -1345,6 +1470,7 @@ main(void)
         cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle),
         cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle_large),
         cmocka_unit_test(test_plan_golden_vector),
+        cmocka_unit_test(test_plan_shared_schedule),
         cmocka_unit_test(test_plan_feistel_bijective_small_domains),
         cmocka_unit_test(test_plan_permutation_positions_uniform),
         cmocka_unit_test(test_plan_exactly_once_odd_sizes),

@@ -249,7 +249,7 @@ test_wire_packed_batch_round_trip(void **state)
     /* An empty batch has an empty table, and says so. */
     assert_int_equal(
         emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0,
-                                        (emlio__wire_io_t){ 7, 0 }),
+                                        (emlio__wire_io_t){ 7, 0, 0 }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.packed);
@@ -261,7 +261,7 @@ test_wire_packed_batch_round_trip(void **state)
     emlio__wire_msg_release(&msg);
     /* A plain BATCH is not packed. */
     assert_int_equal(emlio__wire_encode_batch(
-                         &buf, 79, s, 1, (emlio__wire_io_t){ 250, 1234567 }),
+                         &buf, 79, s, 1, (emlio__wire_io_t){ 250, 1234567, 0 }),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.packed);
@@ -458,7 +458,7 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
     emlio__wire_tensor_t t = { 224, 200, 3, 123456 };
     assert_int_equal(emlio__wire_encode_batch_tensor(
-                         &buf, 5, s, 2, &t, (emlio__wire_io_t){ 42, 0 }),
+                         &buf, 5, s, 2, &t, (emlio__wire_io_t){ 42, 0, 0 }),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.has_shape);
@@ -488,7 +488,7 @@ test_wire_v3_transform_round_trip(void **state)
 
     char cat[] = "cat", dog[] = "dog";
     char *const classes[2] = { cat, dog };
-    emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0 };
+    emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0, 0 };
     emlio__wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240, 0 } };
     assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
                                                    64, 0, shards, 1, NULL, 0,
@@ -517,6 +517,38 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(emlio__wire_encode_hello_v(&buf, 3, "c", 0, 0, 0), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.version, 3);
+    emlio__wire_msg_release(&msg);
+    /* Shared reads: HELLO "share", WELCOME "share_window", BATCH "sh";
+     * each absent unless said. */
+    assert_int_equal(
+        emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1, "sweep", 2, true),
+        0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_true(msg.share);
+    assert_int_equal(msg.weight, 2);
+    assert_int_equal(msg.job_len, 5);
+    emlio__wire_msg_release(&msg);
+    assert_int_equal(
+        emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1, "sweep", 0, false),
+        0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_false(msg.share);
+    emlio__wire_msg_release(&msg);
+    caps.share_window = 128u << 20;
+    assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 4, "d", "ff", 64, 8,
+                                                   64, 0, shards, 1, NULL, 0,
+                                                   &caps),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.share_window, 128u << 20);
+    emlio__wire_msg_release(&msg);
+    emlio__wire_sample_t one = { 0 };
+    assert_int_equal(emlio__wire_encode_batch(&buf, 80, &one, 1,
+                                              (emlio__wire_io_t){ -1, 9, 7 }),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.read, 9);
+    assert_int_equal(msg.shared, 7);
     emlio__wire_msg_release(&msg);
     /* The default HELLO stays at the plain version old daemons speak. */
     assert_int_equal(emlio__wire_encode_hello(&buf, "c", 0, 0, 0), 0);

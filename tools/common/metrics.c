@@ -947,6 +947,8 @@ s_render_jobs(tool_metrics_t *self, emlio_buf_t *out)
         { "emlio_job_samples_total", "counter", "Samples the job asked for" },
         { "emlio_job_disk_read_bytes_total", "counter",
           "Bytes read from the file system for the job (--io read)" },
+        { "emlio_job_shared_bytes_total", "counter",
+          "Of the job's bytes, those copied from reads other jobs made" },
         { "emlio_job_wait_seconds_total", "counter",
           "Time the job's GETs waited for their turn (--schedule fair)" },
         { "emlio_job_weight", "gauge", "The job's weight in force" },
@@ -961,10 +963,11 @@ s_render_jobs(tool_metrics_t *self, emlio_buf_t *out)
         for (size_t i = 0; i < n && rc == 0; i++) {
             const emlio_server_job_t *j = &jobs[i];
             const tool_metrics_label_t l[] = { { "job", j->name } };
-            double v[] = { (double)j->bytes,         (double)j->requests,
-                           (double)j->samples,       (double)j->disk_bytes,
-                           (double)j->wait_ns / 1e9, (double)j->weight,
-                           (double)j->streams,       (double)j->queued };
+            double v[] = { (double)j->bytes,        (double)j->requests,
+                           (double)j->samples,      (double)j->disk_bytes,
+                           (double)j->shared_bytes, (double)j->wait_ns / 1e9,
+                           (double)j->weight,       (double)j->streams,
+                           (double)j->queued };
             rc = tool_metrics_sample(out, fam[f].name, l, 1, v[f]);
         }
     }

@@ -316,6 +316,11 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "the weight the job asks for (1..1000; capped\n"
             "by the daemon's --job-weight)",
             .min = 1, .max = 1000),
+        OPT("share", 0, OPT_FLAG, &cfg->share, NULL,
+            "share reads with the other jobs over this\n"
+            "dataset: plan from its shared schedule and be\n"
+            "served from the chunks the daemons read once\n"
+            "for all (docs/fairness.md)"),
         OPT("disjoint-shards", 0, OPT_FLAG, &cfg->disjoint_shards, NULL,
             "shards of one name with different content on\n"
             "different daemons are distinct shards (an\n"

@@ -281,6 +281,12 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             .choices = s_schedules),
         OPT("max-jobs", 0, OPT_U32, &cfg->max_jobs, "N",
             "jobs known at once (4096)", .min = 1),
+        OPT("share-bytes", 0, OPT_SIZE, &cfg->share_bytes, "BYTES",
+            "chunks kept for jobs that share reads (512M,\n"
+            "or a quarter of the memory when less)"),
+        OPT("share-all", 0, OPT_FLAG, &cfg->share_all, NULL,
+            "serve every job from the shared chunks, not\n"
+            "only those that ask (fetch --share)"),
         OPT("idle-timeout", 0, OPT_U32, &o->idle_timeout_s, "S",
             "forget silent connections after S (300)", .min = 1,
             .max = UINT32_MAX / 1000, .seen = &o->have_idle_timeout),
