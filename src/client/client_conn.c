@@ -729,7 +729,10 @@ static void
 s_plan_window(emlio_client_t *self)
 {
     self->inv.window = self->cfg.window_shards;
-    if (!self->cfg.share || self->cfg.window_shards)
+    self->inv.share = self->cfg.share;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        self->inv.share |= self->conn.daemons[d].share_all;
+    if (!self->inv.share || self->cfg.window_shards)
         return;
     uint64_t win = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
@@ -783,6 +786,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
             msgs[d].max_credit ? msgs[d].max_credit : S_ASSUMED_MAX_CREDIT;
         daemon->max_copy = msgs[d].max_copy_bytes;
         daemon->share_window = msgs[d].share_window;
+        daemon->share_all = msgs[d].share;
         daemon->max_streams =
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;

@@ -103,6 +103,8 @@ typedef struct emlio__cdaemon {
     uint64_t max_copy;      /* WELCOME's max_copy_bytes: what one GET may make
                                the daemon copy (0: not said) */
     uint64_t share_window;  /* WELCOME's share_window (0: not said) */
+    bool share_all;         /* WELCOME's "share": it shares every job's
+                               reads (emliod --share-all) */
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
                                packed batches (v4) unless the daemon
                                refused it (client_conn.c) */
@@ -152,8 +154,9 @@ typedef struct emlio__inventory {
     size_t n_classes;
     char format[16]; /* the first daemon's dataset format; "" = not said */
     uint32_t window; /* shards per window the plans use: cfg.window_shards,
-                        or with cfg.share the shared schedule's
-                        (emlio__client_share_window) */
+                        or when sharing the shared schedule's */
+    bool share;      /* plans follow the shared schedule: cfg.share, or a
+                        daemon shares every job's reads */
 } emlio__inventory_t;
 
 /* ---- the epoch (client_epoch.c) ----------------------------------------- */

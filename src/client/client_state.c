@@ -63,7 +63,7 @@ s_put_params(const emlio_client_t *self, uint8_t *p)
      * The window is the one the plans use (a shared one comes from the
      * daemons: another --share-bytes there is another order). */
     s_put32(p + 28,
-            (uint32_t)self->cfg.shuffle | (self->cfg.share ? 0x100u : 0));
+            (uint32_t)self->cfg.shuffle | (self->inv.share ? 0x100u : 0));
     s_put32(p + 32, self->inv.window);
     s_put32(p + 36, self->cfg.drop_last);
     memcpy(p + 40, self->inv.dataset, 16);

@@ -154,15 +154,21 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
     bool with_format = caps && caps->format;
     bool with_copy = caps && caps->max_copy_bytes;
     bool with_share = caps && caps->share_window;
+    bool with_share_all = caps && caps->share_all;
     size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0) +
                   (with_classes ? 1 : 0) + (with_format ? 1 : 0) +
-                  (with_copy ? 1 : 0) + (with_share ? 1 : 0);
+                  (with_copy ? 1 : 0) + (with_share ? 1 : 0) +
+                  (with_share_all ? 1 : 0);
     int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
     failed |= msgpack_pack_uint64(&pk, version);
     if (with_share) {
         failed |= s_pack_key(&pk, "share_window");
         failed |= msgpack_pack_uint64(&pk, caps->share_window);
+    }
+    if (with_share_all) {
+        failed |= s_pack_key(&pk, "share");
+        failed |= msgpack_pack_true(&pk);
     }
     if (with_copy) {
         failed |= s_pack_key(&pk, "max_copy_bytes");

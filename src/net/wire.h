@@ -115,8 +115,10 @@ typedef struct emlio__wire_msg {
                             its session is a job of its own) */
     size_t job_len;
     uint64_t weight;         /* HELLO: the job's requested weight (0: 1) */
-    bool share;              /* HELLO: the job reads through the daemon's
-                                shared cache ("share") */
+    bool share;              /* "share": HELLO, the job reads through the
+                                daemon's shared cache; WELCOME, the daemon
+                                serves every job so (--share-all), and
+                                clients plan from the shared schedule */
     uint64_t share_window;   /* WELCOME: bytes a window of the shared
                                 schedule may hold (0: no shared reads) */
     uint64_t stream;         /* HELLO: this connection's stream number; > 0
@@ -210,6 +212,7 @@ typedef struct emlio__wire_xf_caps {
     /* Any version: "share_window", the bytes of one window of the shared
      * schedule (docs/planner.md); 0 = not sent (no shared reads). */
     uint64_t share_window;
+    bool share_all; /* "share": true (any version; false: not sent) */
 } emlio__wire_xf_caps_t;
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */

@@ -326,6 +326,7 @@ s_encode_welcome(emlio_server_t *self)
         s_format_name(set),
         copy,
         emlio__srv_share_window(self->core),
+        self->cfg.share_all && self->core->share,
     };
     emlio_buf_t *out[EMLIO_WIRE_VERSION] = { &self->net.welcome,
                                              &self->net.welcome2,

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import unittest
 
 import _support
@@ -276,6 +277,56 @@ class JobTest(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             emlio.Loader(NOWHERE, 8, job="py", job_weight=1001)
         self.assertIn("job_weight", str(cm.exception))
+
+
+class ShareTest(unittest.TestCase):
+    """Loader(share=True): two jobs of different seeds read the dataset
+    about once between them, each every sample once (issue 32)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="emlio-py.")
+        cls.shards, _ = _support.make_dataset(cls.tmp, 400, 2, "20K", "1M")
+        cls.daemon = Daemon(cls.shards, "--io", "read", "--share-bytes", "32M")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def _epoch(self, seed, share, out):
+        with emlio.Loader(self.daemon.endpoint, 16, seed=seed, share=share,
+                          job="py-%d" % seed) as ld:
+            keys = sorted((name, rec) for b in ld
+                          for name, rec, pad in b.ids if not pad)
+            out[seed] = (keys, ld.epoch_stats())
+
+    def _pair(self, share):
+        out = {}
+        t = threading.Thread(target=self._epoch, args=(1, share, out))
+        t.start()
+        self._epoch(2, share, out)
+        t.join()
+        return out
+
+    def test_two_sharing_jobs_read_once(self):
+        shared = self._pair(True)
+        alone = self._pair(False)
+        self.assertEqual(len(shared[1][0]), 400)
+        self.assertEqual(shared[1][0], shared[2][0])  # every sample, once
+        self.assertEqual(len(set(shared[1][0])), 400)
+        read = sum(shared[s][1]["disk_read_bytes"] for s in (1, 2))
+        read_alone = sum(alone[s][1]["disk_read_bytes"] for s in (1, 2))
+        got = sum(shared[s][1]["shared_bytes"] for s in (1, 2))
+        self.assertGreater(got, 0)
+        self.assertEqual(alone[1][1]["shared_bytes"], 0)
+        # Sharing reads about half of what two lone jobs read.
+        self.assertLess(read, 0.65 * read_alone)
+
+    def test_share_must_be_a_bool(self):
+        with self.assertRaises(TypeError) as cm:
+            emlio.Loader(NOWHERE, 8, share="yes")
+        self.assertIn("share", str(cm.exception))
 
 
 class WaitWarningTest(DatasetCase):

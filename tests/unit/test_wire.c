@@ -488,7 +488,7 @@ test_wire_v3_transform_round_trip(void **state)
 
     char cat[] = "cat", dog[] = "dog";
     char *const classes[2] = { cat, dog };
-    emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0, 0 };
+    emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0, 0, false };
     emlio__wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240, 0 } };
     assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
                                                    64, 0, shards, 1, NULL, 0,

@@ -192,6 +192,9 @@ LOADER_ARGS = (
     # weight asked (the daemon caps it).
     Arg("job", "str", none_ok=True),
     Arg("job_weight", "int", 0, 1000, field="job_weight"),
+    # Shared reads (docs/fairness.md): plan from the dataset's shared
+    # schedule, served from the chunks the daemons read once for all.
+    Arg("share", "bool", field="share"),
 )
 
 LOADER_ARG = {a.name: a for a in LOADER_ARGS}

@@ -86,7 +86,8 @@ class ClientConfig(ctypes.Structure):
         ("request_bytes", ctypes.c_uint64),
         ("io_threads", ctypes.c_uint32),
         ("disjoint_shards", ctypes.c_bool),
-        ("reserved8", ctypes.c_uint8 * 3),
+        ("share", ctypes.c_bool),
+        ("reserved8", ctypes.c_uint8 * 2),
         ("job", ctypes.c_char_p),
         ("job_weight", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
@@ -154,7 +155,8 @@ class ClientStats(ctypes.Structure):
         ("io_threads", ctypes.c_uint32),
         ("disk_pct", ctypes.c_uint32),
         ("disk_read_bytes", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("shared_bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 1),
     ]
 
 

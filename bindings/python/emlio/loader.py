@@ -659,6 +659,14 @@ class Loader:
     job_weight : int
         The weight the job asks for, 1..1000; the daemon caps it by its
         policy (emliod --job-weight). 0: the policy's.
+    share : bool
+        Share reads with the other jobs over this dataset (docs/fairness.md,
+        "Shared reads"): epochs are planned from the dataset's shared
+        schedule, so every sharing job reads the same windows of shards in
+        the same order (each in this seed's order inside a window), and the
+        daemons serve them from chunks they read once for all. Every sample
+        still comes exactly once per epoch. ``epoch_stats()["shared_bytes"]``
+        says how much came from another job's read. Default False.
     wait_warning_s : float
         Log a warning (logger ``emlio.loader``) when a batch has been
         awaited this long without a word from the daemons, naming them,
@@ -684,7 +692,8 @@ class Loader:
                  server_key=None, client_key=None, wait_warning_s=5.0,
                  transform=None, decode_at="auto", transform_threads=0,
                  max_pixels=0, request_bytes=0, io_threads=0,
-                 disjoint_shards=False, job=None, job_weight=0):
+                 disjoint_shards=False, job=None, job_weight=0,
+                 share=False):
         self._client = None
         self._ctx = None
         self._live = {}
@@ -1073,7 +1082,8 @@ class Loader:
         time the daemons said they wait for their devices, with
         ``emliod --io read``), disk_read_bytes (what their reads took
         from the file systems for this epoch's batches; over bytes, the
-        read amplification) and limit (what limits the rate:
+        read amplification), shared_bytes (of bytes, those copied from a
+        read another job made: ``share=True``) and limit (what limits the rate:
         "consumer", "window", "network", "daemon", "cpu", "disk" or
         "unknown")."""
         self._require_open()

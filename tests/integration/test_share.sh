@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# test_share.sh - shared reads (issue 32, docs/fairness.md "Shared reads"):
+# two jobs of different seeds that share read the dataset about once between
+# them where two that do not read it twice; each still gets every sample
+# exactly once, in an order that does not depend on who else runs; what
+# came from another job's read is reported in fetch's JSON, the daemon's
+# log and its per-job metrics; --share-all shares jobs that did not ask; a
+# decoded job's tensors are the same bytes shared or alone. The targets on a
+# cold dataset larger than memory are measured by bench/jobs.sh.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/integration/lib.sh
+
+# 1,200 records of ~40 KB in ~1 MB shards: ~48 MB, ~48 shards.
+check "dataset builds" make_dataset "$T/ds" 1200 4 40000 1M
+DATA="$T/ds/shards"
+BYTES=$(du -sb "$DATA" | cut -f1)
+
+# --io read: the records come from the device, not from the mappings; a
+# 32 MiB cache (the least) makes windows of 8 MiB: the dataset is ~6 of them.
+start_daemon d "$DATA" --io read --share-bytes 32M --log-level info \
+    --metrics 127.0.0.1:0 || exit 1
+MURL=$(sed -n 's/^emliod: metrics on //p' "$T/d.out")
+check "the daemon says it keeps a shared cache" \
+    grep -q "share: up to 32 MiB of chunks" "$T/d.err"
+
+fetch() { # fetch OUT ARGS...: one epoch, JSON in $T/OUT
+    local out=$1
+    shift
+    "$EMLIO" fetch -c "$EP" --batch 32 --verify "$@" >"$T/$out" 2>"$T/$out.err"
+}
+BG=() # the fetches running in the background (the daemons are too)
+field() { json_field "$T/$1" "$2"; }
+# ratio A B: A / B to two places.
+ratio() { /usr/bin/python3 -c "print(f'{$1 / $2:.2f}')"; }
+
+# Two jobs that do not share: each reads the dataset from the device.
+fetch a0.json --job lone-a --seed 1 &
+BG+=($!)
+fetch b0.json --job lone-b --seed 2
+wait "${BG[@]}"
+BG=()
+for j in a0 b0; do
+    check "unshared $j: verified" test "$(field $j.json verified)" = True
+done
+READ0=$(($(field a0.json disk_read_bytes) + $(field b0.json disk_read_bytes)))
+check "two unshared jobs read the dataset twice ($(ratio $READ0 $BYTES)x)" \
+    test "$READ0" -ge $((BYTES * 18 / 10))
+check "... and say nothing came from another's read" \
+    test "$(field a0.json shared_bytes)" -eq 0
+
+# The same two, sharing: about once between them, each exactly once.
+fetch a.json --job share-a --seed 1 --share --in-order --ids "$T/a.ids" &
+BG+=($!)
+fetch b.json --job share-b --seed 2 --share --in-order --ids "$T/b.ids"
+wait "${BG[@]}"
+BG=()
+for j in a b; do
+    check "shared $j: verified, every sample once" \
+        test "$(field $j.json verified)" = True
+    check "shared $j: 1200 samples" test "$(field $j.json samples)" -eq 1200
+done
+READ=$(($(field a.json disk_read_bytes) + $(field b.json disk_read_bytes)))
+SHARED=$(($(field a.json shared_bytes) + $(field b.json shared_bytes)))
+check "two sharing jobs read the dataset about once ($(ratio $READ $BYTES)x)" \
+    test "$READ" -le $((BYTES * 115 / 100))
+check "... and about half of what they got came from the other's reads" \
+    test "$SHARED" -ge $((BYTES * 6 / 10))
+check "the two seeds' orders differ" bash -c "! cmp -s '$T/a.ids' '$T/b.ids'"
+check "... over the same samples" bash -c \
+    "cmp -s <(sort '$T/a.ids') <(sort '$T/b.ids')"
+
+# A sharing job's order is its own: alone it is the same.
+fetch solo.json --job share-a --seed 1 --share --in-order --ids "$T/solo.ids"
+check "a sharing job's order does not depend on who else reads" \
+    cmp -s "$T/a.ids" "$T/solo.ids"
+check "alone, nothing of it came from another job" \
+    test "$(field solo.json shared_bytes)" -eq 0
+
+check "the daemon logs what a job got from others' reads" bash -c \
+    "sleep 2.5; grep -q 'job share-a left after .* MB from others. shared reads' '$T/d.err'"
+# Per-job metrics while two sharing jobs run.
+fetch ma.json --job met-a --seed 7 --share --epochs 30 &
+BG+=($!)
+fetch mb.json --job met-b --seed 8 --share --epochs 30 &
+BG+=($!)
+sleep 1.5
+curl -s "$MURL" >"$T/m.txt"
+kill "${BG[@]}" 2>/dev/null
+wait "${BG[@]}"
+BG=()
+check "metric emlio_job_shared_bytes_total per job" \
+    grep -q '^emlio_job_shared_bytes_total{job="met-[ab]"} ' "$T/m.txt"
+
+# Decoded on the daemon: the read is shared, the augmentation each job's
+# own, byte for byte what the job gets alone.
+XF='random_resized_crop(32),horizontal_flip'
+fetch xa.json --job xf-a --seed 3 --share --transform "$XF" --decode-at server \
+    --in-order --digests --ids "$T/xa.ids" &
+BG+=($!)
+fetch xb.json --job xf-b --seed 4 --share --transform "$XF" --decode-at server \
+    --in-order --digests --ids "$T/xb.ids"
+wait "${BG[@]}"
+BG=()
+fetch xs.json --job xf-a --seed 3 --share --transform "$XF" --decode-at client \
+    --in-order --digests --ids "$T/xs.ids"
+check "decoded, shared: verified" test "$(field xa.json verified)" = True
+check "decoded on the daemon while sharing = decoded alone on the client" \
+    cmp -s "$T/xa.ids" "$T/xs.ids"
+check "... and another seed's tensors differ" \
+    bash -c "! cmp -s '$T/xa.ids' '$T/xb.ids'"
+check "the decoded pair shared reads too" \
+    test $(($(field xa.json shared_bytes) + $(field xb.json shared_bytes))) -gt 0
+
+# --share-all: jobs that did not ask are planned and served as sharing.
+start_daemon all "$DATA" --io read --share-bytes 32M --share-all || exit 1
+fetch c.json --job all-a --seed 5 &
+BG+=($!)
+fetch d.json --job all-b --seed 6
+wait "${BG[@]}"
+BG=()
+READ2=$(($(field c.json disk_read_bytes) + $(field d.json disk_read_bytes)))
+check "--share-all: two jobs that did not ask read it about once ($(ratio $READ2 $BYTES)x)" \
+    test "$READ2" -le $((BYTES * 115 / 100))
+check "--share-all: both verified" \
+    test "$(field c.json verified)$(field d.json verified)" = TrueTrue
+
+# Mapped (the dataset fits): nothing to share but the page cache; --share
+# is accepted and the job is served whole.
+start_daemon map "$DATA" --io map || exit 1
+fetch m.json --share --seed 1
+check "--share against a mapped daemon: verified" \
+    test "$(field m.json verified)" = True
+
+finish
