@@ -129,13 +129,24 @@ s_log_read(emlio_server_t *self, const char *verb, const char *why)
  * "share_window") are a quarter of it, so up to four groups of jobs at
  * different places in the schedule keep their windows at once. */
 static int
-s_share_start(emlio_server_t *self, uint64_t limit)
+s_share_start(emlio_server_t *self, uint64_t limit, uint64_t need)
 {
     uint64_t cap = self->cfg.share_bytes;
     if (!cap) {
         cap = EMLIO_SERVER_SHARE_BYTES;
         if (limit && limit / 4 < cap)
             cap = EMLIO_MAX(limit / 4, EMLIO__SHARE_MIN);
+    } else if (limit && cap + need > limit / 4 * 3) {
+        /* Measured: --share-bytes 256M in a 512 MiB cgroup, three jobs
+         * cold, was OOM-killed: the chunks, the engine's buffers and the
+         * replies' copies together outgrew it. */
+        return emlio__seterr(
+            self->err, EMLIO_ELIMIT,
+            "--share-bytes %" PRIu64 " MiB and the %" PRIu64
+            " MiB the I/O engine needs do not fit in 3/4 of the %" PRIu64
+            " MiB this daemon may use: lower --share-bytes (a quarter of "
+            "the memory, the default, leaves room for the replies)",
+            cap >> 20, need >> 20, limit >> 20);
     }
     if (emlio__share_cache_new(&self->core->share, cap) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
@@ -217,7 +228,7 @@ emlio__srv_io_choose(emlio_server_t *self)
             " MiB, and 32 MiB of buffers): raise the limit or lower "
             "--read-ahead-bytes",
             bound, limit >> 20, need >> 20, ahead >> 20);
-    int rc = s_share_start(self, limit);
+    int rc = s_share_start(self, limit, need);
     if (rc < 0)
         return rc;
     /* Idle buffers kept: enough for what the readers stage ahead. */

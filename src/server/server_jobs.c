@@ -462,7 +462,8 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
         return emlio__srv_send_work(self, work, job); /* served, unscheduled */
     emlio__trainjob_t *j = peer->tjob;
     job->tjob = j;
-    job->share = self->core->share && (peer->share || self->cfg.share_all);
+    job->share = self->core->share && (peer->share || self->cfg.share_all) &&
+                 !atomic_load(&j->share_refused);
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
     atomic_fetch_add(&j->samples, job->msg.n_items);

@@ -83,7 +83,15 @@ typedef struct emlio__trainjob {
     atomic_uint_fast64_t disk_bytes;   /* read from the file system for it */
     atomic_uint_fast64_t shared_bytes; /* of bytes, copied from reads that
                                           other jobs made (sharecache.h) */
-    atomic_uint_fast64_t wait_ns;      /* its GETs' time in the fair queue */
+    /* Its sharing GETs: bytes of chunks they read into the shared cache,
+     * and record bytes they got out of it. A job that reads far more than
+     * it uses is not reading the shared schedule's windows (random GETs
+     * would make the device read a 4 MiB chunk per record): it is served
+     * with exact reads instead (share_refused, logged once). */
+    atomic_uint_fast64_t share_loaded;
+    atomic_uint_fast64_t share_used;
+    atomic_bool share_refused;
+    atomic_uint_fast64_t wait_ns; /* its GETs' time in the fair queue */
 } emlio__trainjob_t;
 
 typedef enum {

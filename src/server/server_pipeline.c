@@ -568,6 +568,34 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
         s_pack_job(self, job);
 }
 
+/* A sharing job that reads more than S_SHARE_WASTE times the bytes it
+ * uses, beyond twice the cache (what a window's first reads may load
+ * ahead of their use), is not following the shared schedule: its GETs
+ * are served with exact reads from then on (server_jobs.c), so no client
+ * can make the device read a chunk per record. */
+#define S_SHARE_WASTE 4
+
+static void
+s_check_share_use(emlio_server_t *self, emlio__trainjob_t *j,
+                  const emlio__share_tally_t *t)
+{
+    if (!j)
+        return;
+    uint64_t loaded = atomic_fetch_add(&j->share_loaded, t->loaded) + t->loaded;
+    uint64_t used = atomic_fetch_add(&j->share_used, t->shared + t->own) +
+                    t->shared + t->own;
+    emlio__share_stats_t st;
+    emlio__share_cache_stats(self->core->share, &st);
+    if (loaded <= S_SHARE_WASTE * used + 2 * st.capacity ||
+        atomic_exchange(&j->share_refused, true))
+        return;
+    emlio_log(self->ctx, EMLIO_LOG_WARN, "server",
+              "job %s: its shared reads loaded %" PRIu64 " MB for %" PRIu64
+              " MB it used (not the shared schedule's order?): it is served "
+              "with exact reads from now on",
+              j->name, loaded >> 20, used >> 20);
+}
+
 /* Reads a job's records; a job that shares reads (sharecache.h) copies
  * them out of the chunks read for every sharing job, and its reply says
  * what came from another's read ("sh") and what it read itself ("rd"). */
@@ -585,6 +613,7 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
     emlio__share_scope_set(NULL, 0, NULL);
     job->io_bytes += tally.loaded;
     job->shared_bytes += tally.shared;
+    s_check_share_use(self, job->tjob, &tally);
 }
 
 /* The BATCH header of a job's views: the quadruples, and for a packed job

@@ -16,6 +16,14 @@ check "dataset builds" make_dataset "$T/ds" 1200 4 40000 1M
 DATA="$T/ds/shards"
 BYTES=$(du -sb "$DATA" | cut -f1)
 
+# A cache that cannot fit beside the engine in the memory the daemon may
+# use is refused at start, naming the option.
+"$EMLIOD" --data "$DATA" --bind 'tcp://127.0.0.1:*' --io read \
+    --share-bytes 100000G >"$T/big.out" 2>"$T/big.err"
+check "--share-bytes beyond the memory is refused" test $? -ne 0
+check "... naming the option and the limit" \
+    grep -q -- "--share-bytes .* do not fit in 3/4 of the" "$T/big.err"
+
 # --io read: the records come from the device, not from the mappings; a
 # 32 MiB cache (the least) makes windows of 8 MiB: the dataset is ~6 of them.
 start_daemon d "$DATA" --io read --share-bytes 32M --log-level info \
@@ -91,6 +99,17 @@ wait "${BG[@]}"
 BG=()
 check "metric emlio_job_shared_bytes_total per job" \
     grep -q '^emlio_job_shared_bytes_total{job="met-[ab]"} ' "$T/m.txt"
+
+# A job that shares but reads in random order over the whole dataset (one
+# window of every shard) would make the daemon read a chunk per record:
+# it is caught and served with exact reads, and still gets every sample.
+fetch rnd.json --job random --seed 9 --share --window-shards 100000
+check "a sharing job in random order is served whole" \
+    test "$(field rnd.json verified)" = True
+check "... and the daemon stopped caching for it, saying why" \
+    grep -q "job random: its shared reads loaded .* it is served with exact reads" "$T/d.err"
+check "... having read less than 8x the dataset for it ($(ratio $(field rnd.json disk_read_bytes) $BYTES)x)" \
+    test "$(field rnd.json disk_read_bytes)" -le $((BYTES * 8))
 
 # Decoded on the daemon: the read is shared, the augmentation each job's
 # own, byte for byte what the job gets alone.
