@@ -161,6 +161,32 @@ s_share_start(emlio_server_t *self, uint64_t limit, uint64_t need)
     return 0;
 }
 
+/* Reading, every record sent is a copy: the default copy budget (1 GiB
+ * daemon-wide) is lowered to what the memory limit leaves beside the
+ * engine and the shared cache (at least 64 MiB). Three jobs cold in a
+ * 512 MiB cgroup were OOM-killed with 522 MB of copies and chunks. A
+ * budget set on purpose is kept. */
+static void
+s_fit_copies(emlio_server_t *self, uint64_t limit, uint64_t need)
+{
+    if (!limit ||
+        self->cfg.max_copy_bytes_total != EMLIO_SERVER_MAX_COPY_BYTES_TOTAL)
+        return;
+    emlio__share_stats_t st;
+    emlio__share_cache_stats(self->core->share, &st);
+    uint64_t used = need + st.capacity;
+    uint64_t room = limit / 4 * 3 > used ? limit / 4 * 3 - used : 0;
+    room = EMLIO_MAX(room, (uint64_t)64 << 20);
+    if (room >= self->cfg.max_copy_bytes_total)
+        return;
+    self->cfg.max_copy_bytes_total = room;
+    emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+              "io: copies of replies in flight held to %" PRIu64
+              " MiB daemon-wide (--max-copy-bytes-total; the memory limit "
+              "less the engine and the shared cache)",
+              room >> 20);
+}
+
 uint64_t
 emlio__srv_share_window(const emlio__srv_core_t *core)
 {
@@ -231,6 +257,7 @@ emlio__srv_io_choose(emlio_server_t *self)
     int rc = s_share_start(self, limit, need);
     if (rc < 0)
         return rc;
+    s_fit_copies(self, limit, need);
     /* Idle buffers kept: enough for what the readers stage ahead. */
     emlio__iobuf_set_idle_limit(
         (size_t)EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE));

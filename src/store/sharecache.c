@@ -2,15 +2,21 @@
  * SPDX-License-Identifier: MIT
  * See sharecache.h for what it is for.
  */
-#include "sharecache.h"
+#include "emlio_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
-#include "emlio_internal.h"
 #include "iobuf.h"
 #include "ioengine.h"
+#include "sharecache.h"
+
+/* Readers a chunk keeps count of; and those the cache remembers as
+ * active (a job that read in the last S_ACTIVE_NS). */
+#define S_TRACKED   8
+#define S_RECENT    32
+#define S_ACTIVE_NS ((uint64_t)2000000000)
 
 typedef struct s_chunk {
     const void *owner;
@@ -20,10 +26,16 @@ typedef struct s_chunk {
     const uint8_t *data; /* the chunk's first byte inside it */
     size_t len;          /* bytes of the file in the chunk */
     uint64_t loader;     /* the reader that read it */
-    unsigned pins;       /* readers copying from it, or waiting for it */
-    bool ready;          /* read; data valid */
-    bool hashed;         /* in the table (a failed read leaves it) */
-    int err;             /* the read's error, for its waiters */
+    /* Who copied how much out of it: each job reads every record once an
+     * epoch, so a reader that has copied (about) the chunk's length is
+     * done with it. The first S_TRACKED readers are counted. */
+    uint64_t reader[S_TRACKED];
+    uint64_t got[S_TRACKED];
+    unsigned n_readers;
+    unsigned pins; /* readers copying from it, or waiting for it */
+    bool ready;    /* read; data valid */
+    bool hashed;   /* in the table (a failed read leaves it) */
+    int err;       /* the read's error, for its waiters */
     struct s_chunk *hnext;
     struct s_chunk *prev, *next; /* recency: most recent after the head */
 } s_chunk_t;
@@ -40,6 +52,9 @@ struct emlio__share_cache {
     s_chunk_t **buckets;
     size_t mask;
     s_chunk_t lru; /* sentinel of the recency ring */
+    /* Readers seen lately, for how many jobs are sharing now. */
+    uint64_t recent[S_RECENT];
+    uint64_t recent_ns[S_RECENT];
 };
 
 static _Thread_local struct {
@@ -153,24 +168,101 @@ s_unhash(emlio__share_cache_t *self, s_chunk_t *c)
     c->hashed = false;
 }
 
-/* Lets go of unpinned chunks, least recent first, until need more bytes
- * fit. Returns whether they do. Under the lock. */
+/* Notes that reader read now; returns how many readers read in the last
+ * S_ACTIVE_NS (at least 1). Under the lock. */
+static unsigned
+s_active_readers(emlio__share_cache_t *self, uint64_t reader)
+{
+    uint64_t now = emlio__now_ns();
+    unsigned n = 0, slot = 0;
+    bool seen = false;
+    for (unsigned i = 0; i < S_RECENT; i++) {
+        if (self->recent[i] == reader) {
+            self->recent_ns[i] = now;
+            seen = true;
+        }
+        if (self->recent_ns[i] < self->recent_ns[slot])
+            slot = i;
+        n += self->recent_ns[i] && now - self->recent_ns[i] < S_ACTIVE_NS;
+    }
+    if (!seen) {
+        n += !(self->recent_ns[slot] &&
+               now - self->recent_ns[slot] < S_ACTIVE_NS);
+        self->recent[slot] = reader;
+        self->recent_ns[slot] = now;
+    }
+    return EMLIO_MAX(n, 1u);
+}
+
+/* Whether every one of `active` jobs has copied (nearly: tar headers'
+ * padding is never copied) all of c: no one needs it again this epoch. */
 static bool
-s_make_room(emlio__share_cache_t *self, uint64_t need)
+s_done(const s_chunk_t *c, unsigned active)
+{
+    unsigned done = 0;
+    for (unsigned i = 0; i < c->n_readers && i < S_TRACKED; i++)
+        done += c->got[i] >= c->len - c->len / 16;
+    return done >= active;
+}
+
+static void
+s_evict(emlio__share_cache_t *self, s_chunk_t *c)
+{
+    s_unhash(self, c);
+    s_unlink_lru(c);
+    self->held -= c->len;
+    self->evicted++;
+    s_chunk_free(c);
+}
+
+/* Lets go of unpinned chunks until need more bytes fit: first those every
+ * active job is done with, then the least recent. Evicting by recency
+ * alone let go of chunks a job a little behind the others was about to
+ * read, while chunks all had finished stayed (three jobs cold read 1.20x
+ * the dataset). Returns whether they fit. Under the lock. */
+static bool
+s_evict_done(emlio__share_cache_t *self, uint64_t need, unsigned active)
 {
     s_chunk_t *c = self->lru.prev;
     while (self->held + need > self->capacity && c != &self->lru) {
         s_chunk_t *prev = c->prev;
-        if (!c->pins && c->ready) {
-            s_unhash(self, c);
-            s_unlink_lru(c);
-            self->held -= c->len;
-            self->evicted++;
-            s_chunk_free(c);
-        }
+        if (!c->pins && c->ready && s_done(c, active))
+            s_evict(self, c);
         c = prev;
     }
     return self->held + need <= self->capacity;
+}
+
+static bool
+s_make_room(emlio__share_cache_t *self, uint64_t need, unsigned active)
+{
+    if (s_evict_done(self, need, active))
+        return true;
+    s_chunk_t *c = self->lru.prev;
+    while (self->held + need > self->capacity && c != &self->lru) {
+        s_chunk_t *prev = c->prev;
+        if (!c->pins && c->ready)
+            s_evict(self, c);
+        c = prev;
+    }
+    return self->held + need <= self->capacity;
+}
+
+/* Counts bytes reader copied out of c. Under the lock. */
+static void
+s_count_use(s_chunk_t *c, uint64_t reader, uint64_t bytes)
+{
+    unsigned i = 0;
+    while (i < c->n_readers && c->reader[i] != reader)
+        i++;
+    if (i == c->n_readers) {
+        if (i == S_TRACKED)
+            return;
+        c->reader[i] = reader;
+        c->got[i] = 0;
+        c->n_readers++;
+    }
+    c->got[i] += bytes;
 }
 
 static s_chunk_t *
@@ -201,7 +293,7 @@ s_unpin(emlio__share_cache_t *self, s_chunk_t *c)
 static s_chunk_t *
 s_get_chunk(emlio__share_cache_t *self, const void *owner, uint64_t ident,
             int fd, unsigned align, uint64_t file_size, uint64_t index,
-            uint64_t reader, bool *fresh, int *rc)
+            uint64_t reader, unsigned active, bool *fresh, int *rc)
 {
     *fresh = false;
     *rc = 0;
@@ -222,7 +314,7 @@ s_get_chunk(emlio__share_cache_t *self, const void *owner, uint64_t ident,
     uint64_t off = index * EMLIO__SHARE_CHUNK;
     size_t len =
         (size_t)EMLIO_MIN((uint64_t)EMLIO__SHARE_CHUNK, file_size - off);
-    if (!s_make_room(self, len))
+    if (!s_make_room(self, len, active))
         return NULL;
     c = emlio_calloc(1, sizeof(*c));
     if (!c) {
@@ -286,11 +378,12 @@ emlio__share_cache_read(emlio__share_cache_t *self, const void *owner,
     emlio__share_tally_t t = { 0 };
     int rc = 1;
     pthread_mutex_lock(&self->lock);
+    unsigned active = s_active_readers(self, reader);
     for (uint64_t i = first; i <= last && len; i++) {
         bool fresh;
         int got;
         s_chunk_t *c = s_get_chunk(self, owner, ident, fd, align, file_size, i,
-                                   reader, &fresh, &got);
+                                   reader, active, &fresh, &got);
         if (!c) {
             t.shared = t.own = 0;
             if (got == 0) /* no room: the caller reads it all alone */
@@ -314,6 +407,7 @@ emlio__share_cache_read(emlio__share_cache_t *self, const void *owner,
         memcpy(out + (lo - offset), c->data + (lo - base), (size_t)(hi - lo));
         if (fresh)
             t.loaded += c->len;
+        s_count_use(c, reader, hi - lo);
         if (c->loader == reader)
             t.own += hi - lo;
         else

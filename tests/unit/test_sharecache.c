@@ -157,6 +157,45 @@ test_share_bound(void **state)
     close(fd);
 }
 
+/* Room is made first from chunks every active job has read all of: a job
+ * a little behind the others keeps what it is about to read, though a
+ * finished chunk was used more recently. */
+static void
+test_share_evicts_finished_first(void **state)
+{
+    (void)state;
+    size_t size = 10 * S_CHUNK;
+    int fd = s_make_file(size, 5);
+    emlio__share_cache_t *c;
+    assert_int_equal(emlio__share_cache_new(&c, EMLIO__SHARE_MIN), 0);
+    int owner;
+    emlio__share_tally_t t = { 0 };
+    /* Chunks 1..7: the leader (1) has read a record of each. */
+    for (size_t k = 1; k <= 7; k++)
+        assert_int_equal(
+            s_read(c, &owner, 9, fd, size, k * S_CHUNK, 100, 1, 5, &t), 1);
+    /* Chunk 0, last: both jobs read all of it. */
+    assert_int_equal(s_read(c, &owner, 9, fd, size, 0, S_CHUNK, 1, 5, &t), 1);
+    assert_int_equal(s_read(c, &owner, 9, fd, size, 0, S_CHUNK, 2, 5, &t), 1);
+    /* The leader moves on to chunk 8: the cache is full (8 chunks). */
+    assert_int_equal(s_read(c, &owner, 9, fd, size, 8 * S_CHUNK, 100, 1, 5, &t),
+                     1);
+    emlio__share_stats_t st;
+    emlio__share_cache_stats(c, &st);
+    assert_int_equal(st.evicted, 1);
+    /* Chunk 1, the least recent, is still there for the second job; chunk
+     * 0, finished by both, went. */
+    emlio__share_tally_t late = { 0 };
+    assert_int_equal(
+        s_read(c, &owner, 9, fd, size, S_CHUNK + 100, 100, 2, 5, &late), 1);
+    assert_int_equal(late.loaded, 0);
+    assert_int_equal(late.shared, 100);
+    assert_int_equal(s_read(c, &owner, 9, fd, size, 10, 10, 2, 5, &late), 1);
+    assert_int_equal(late.loaded, S_CHUNK);
+    emlio__share_cache_destroy(&c);
+    close(fd);
+}
+
 /* A shard whose file was replaced (another identity) never gets its
  * predecessor's bytes. */
 static void
@@ -290,6 +329,7 @@ main(void)
         cmocka_unit_test(test_share_once),
         cmocka_unit_test(test_share_bound),
         cmocka_unit_test(test_share_identity),
+        cmocka_unit_test(test_share_evicts_finished_first),
         cmocka_unit_test(test_share_threads),
         cmocka_unit_test(test_share_scope),
     };
