@@ -540,6 +540,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
                                "counts as a client)");
     peer->version = 0;
     peer->tjob = NULL;
+    peer->share = false;                     /* until its HELLO says */
     peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;
 }

@@ -191,6 +191,83 @@ class TensorCase(_support.DatasetCase):
         finally:
             ld.close()
 
+    def test_tensors_outlive_their_dataset_and_loader(self):
+        # Tensors kept from an EmlioDataset that is gone (its loader
+        # collected), or from a Loader closed while they live, keep their
+        # bytes: the loader frees the batches when the last tensor goes.
+        # (They were freed at once before: later batches' bytes showed.)
+        import gc
+        import torch
+        from emlio.torch import EmlioDataset
+        kw = dict(batch_size=8, seed=7, transform=SPEC, decode_at="server",
+                  in_order=True)
+        want = [i.clone() for i, _ in EmlioDataset(self.endpoint, **kw)]
+        for _ in range(3):
+            held = [i for i, _ in EmlioDataset(self.endpoint, **kw)]
+            gc.collect()
+            for _ in EmlioDataset(self.endpoint, **kw):
+                pass  # other batches, in memory the freed ones would reuse
+            self.assertEqual([torch.equal(a, b) for a, b in zip(want, held)],
+                             [True] * len(want))
+        ld = emlio.Loader(self.endpoint, batch_size=8, seed=7,
+                          transform=SPEC, decode_at="server", in_order=True)
+        t = torch.from_numpy(next(ld.epoch(0)).hold_images())
+        ld.close()
+        with self.assertRaises(emlio.EmlioError):
+            next(ld.epoch(1))  # closed: no more calls while t lives
+        self.assertTrue(torch.equal(t, want[0]))
+        del t
+        gc.collect()
+        self.assertIsNone(ld._client)  # freed with the last tensor
+
+    def test_chw_layout_and_normalize(self):
+        # layout="CHW" is the same memory seen as (B, 3, H, W): channels
+        # last, no copy; normalize() equals torchvision's ToTensor() +
+        # Normalize(mean, std) on each image.
+        import torch
+        from emlio.torch import EmlioDataset, normalize
+        kw = dict(batch_size=8, seed=7, transform=SPEC, decode_at="server",
+                  in_order=True)
+        hwc = [(i.clone(), l) for i, l in EmlioDataset(self.endpoint, **kw)]
+        chw = list(EmlioDataset(self.endpoint, layout="CHW", **kw))
+        self.assertEqual(len(hwc), len(chw))
+        for (a, la), (b, lb) in zip(hwc, chw):
+            self.assertEqual(tuple(b.shape[1:]), (3, SIDE, SIDE))
+            self.assertTrue(
+                b.is_contiguous(memory_format=torch.channels_last))
+            self.assertTrue(torch.equal(a.permute(0, 3, 1, 2), b))
+            self.assertTrue(torch.equal(la, lb))
+        images = chw[0][0]
+        x = normalize(images)
+        self.assertEqual(x.dtype, torch.float32)
+        self.assertEqual(tuple(x.shape), tuple(images.shape))
+        try:
+            from torchvision import transforms as T
+        except ImportError:
+            T = None
+        mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+        for k in range(images.shape[0]):
+            img = images[k].permute(1, 2, 0).numpy()  # H, W, 3 uint8
+            if T is not None:
+                want = T.Normalize(mean, std)(T.ToTensor()(img))
+            else:
+                want = (torch.from_numpy(img).permute(2, 0, 1).float() / 255
+                        - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(
+                            std).view(3, 1, 1)
+            self.assertLess(float((x[k] - want).abs().max()), 1e-5)
+        # HWC input, other statistics, other dtype; bad arguments refused.
+        y = normalize(hwc[0][0], mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
+                      layout="HWC", dtype=torch.float64)
+        self.assertEqual(y.dtype, torch.float64)
+        self.assertAlmostEqual(float(y.min()), -1.0, delta=1.0)
+        self.assertTrue(bool((y >= -1).all()) and bool((y <= 1).all()))
+        with self.assertRaises(TypeError):
+            normalize(x)
+        with self.assertRaises(ValueError):
+            normalize(images, mean=(0.5,), std=(0.5,))
+        with self.assertRaises(ValueError):
+            EmlioDataset(self.endpoint, layout="NCHW", **kw)
+
     def test_emlio_dataset_with_workers_yields_uint8_tensors(self):
         import torch
         from emlio.torch import DataLoader, EmlioDataset

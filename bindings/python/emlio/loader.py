@@ -543,18 +543,26 @@ class _Hold:
     the last array, tensor or view of it goes, the batch is handed to its
     loader to release at its next step."""
 
-    __slots__ = ("_batch", "__array_interface__")
+    __slots__ = ("_batch", "_owner", "__array_interface__")
 
     def __init__(self, batch, arr):
         self._batch = batch
+        # The loader lives while the memory is used: a loader collected
+        # (an EmlioDataset gone out of scope) or closed would otherwise
+        # free the block under a tensor that still points into it.
+        self._owner = batch._loader()
         self.__array_interface__ = arr.__array_interface__
+        if self._owner is not None:
+            self._owner._holds += 1
 
     def __del__(self):
-        b = self._batch
-        loader = b._loader() if b._loader is not None else None
-        if loader is not None:
-            loader._handed.append(b)  # atomic under the GIL
-        # A loader already gone released its batches when it closed.
+        loader = self._owner
+        if loader is None:
+            return
+        loader._holds -= 1  # under the GIL
+        loader._handed.append(self._batch)
+        if loader._closing and loader._holds == 0:
+            loader._finish_close()
 
 
 class Loader:
@@ -698,6 +706,8 @@ class Loader:
         self._ctx = None
         self._live = {}
         self._handed = []  # held batches whose last user is gone
+        self._holds = 0  # arrays over batch memory alive (_Hold)
+        self._closing = False  # close() waits for _holds to reach 0
         # Batches that outlived their iterator (_adopt): weakly held; the
         # memory of those collected waits in _orphans for the next step.
         self._adopted = weakref.WeakValueDictionary()
@@ -868,7 +878,7 @@ class Loader:
         return rc
 
     def _require_open(self):
-        if not self._client:
+        if not self._client or self._closing:
             raise EmlioError(-1002, "loader is closed")
 
     # -- low-level protocol -----------------------------------------------
@@ -1154,7 +1164,10 @@ class Loader:
 
     def close(self):
         """Releases every batch still held (kept ones too), then frees the
-        client and its context. Idempotent. In a process forked from the
+        client and its context. Idempotent. Batches whose memory arrays or
+        tensors still use (``hold_images``, emlio.torch's tensors) are
+        released, and the client freed, when the last of those goes: the
+        loader takes no more calls meanwhile. In a process forked from the
         one that made the loader it only drops the references: ZeroMQ
         contexts must not be used across fork."""
         if self._pid != os.getpid():
@@ -1172,9 +1185,20 @@ class Loader:
         if self._watchdog is not None:
             self._watchdog[0].set()
             self._watchdog = None
+        if self._holds > 0:
+            # Tensors still point into batches: finish when they are gone
+            # (_Hold.__del__), releasing what is not held meanwhile.
+            self._closing = True
+            return
+        self._finish_close()
+
+    def _finish_close(self):
+        self._closing = False
         for b in list(self._live.values()) + list(self._adopted.values()):
             b.release()
         self._live.clear()
+        while self._handed:
+            self._handed.pop().release()
         self._release_orphans()
         if self._client:
             _C.emlio_client_destroy(ctypes.byref(self._client))

@@ -23,8 +23,18 @@ B + 1, and int64 labels of length B. With ``output="list"`` an item is
 ``(list of B uint8 tensors, labels)``. With ``transform="SPEC"`` (a string:
 EMLIO's own decode and augment in C, docs/transform.md, placed by
 ``decode_at``) an item is ``(images, labels)``: images a uint8 tensor
-(B, H, W, 3) that ``pin_memory`` and ``.cuda(non_blocking=True)`` accept
-(permute to NCHW and normalise on the GPU). With ``transform=f``, ``f`` runs on
+(B, H, W, 3) that ``pin_memory`` and ``.cuda(non_blocking=True)`` accept;
+with ``layout="CHW"`` the same memory seen as (B, 3, H, W), which is
+PyTorch's channels_last format: no copy, and what cuDNN convolutions run
+fastest on. :func:`normalize` turns either into float on the device, as
+torchvision's ``ToTensor()`` + ``Normalize(mean, std)`` do::
+
+    ds = EmlioDataset(ep, 256, transform="random_resized_crop(224)",
+                      layout="CHW")
+    for images, labels in DataLoader(ds, pin_memory=True):
+        x = emlio.torch.normalize(images.cuda(non_blocking=True))
+
+With ``transform=f``, ``f`` runs on
 each sample (a 1-D uint8 tensor of its bytes; a dict {field: tensor} with
 ``fields=``) inside the DataLoader worker, and an item is ``(samples,
 labels)``: the results stacked into one tensor when they are tensors of
@@ -105,16 +115,22 @@ class EmlioDataset(IterableDataset):
     "concat" (default) or "list"; ``skip_pad`` leaves out padding repeats;
     ``transform`` is EMLIO's transform spec when a string (decoded
     tensors, see :class:`emlio.Loader`'s ``transform`` and ``decode_at``),
-    or a callable applied to each sample in the worker.
+    or a callable applied to each sample in the worker. ``layout``, for
+    a spec: "HWC" (default, images (B, H, W, 3)) or "CHW" (the same
+    memory as (B, 3, H, W), channels_last; no copy).
     """
 
     def __init__(self, endpoints, batch_size, rank=None, world_size=None,
                  output="concat", skip_pad=False, state=None, transform=None,
-                 **loader_kw):
+                 layout="HWC", **loader_kw):
         super().__init__()
         if output not in ("concat", "list"):
             raise ValueError("invalid output=%r: expected 'concat' or "
                              "'list'" % (output,))
+        if layout not in LAYOUTS:
+            raise ValueError("invalid layout=%r: expected 'HWC' or 'CHW'"
+                             % (layout,))
+        self.layout = layout
         if isinstance(transform, str):
             # EMLIO's spec: the C client decodes; items carry tensors.
             loader_kw["transform"] = transform
@@ -350,6 +366,8 @@ class EmlioDataset(IterableDataset):
             keep = torch.from_numpy(~batch.pads)
             if not bool(keep.all()):
                 images, labels = images[keep], labels[keep]
+        if self.layout == "CHW":
+            images = images.permute(0, 3, 1, 2)  # a view: channels_last
         return images, labels
 
     def _transformed(self, batch):
@@ -466,6 +484,42 @@ class DataLoader(_tud.DataLoader):
 
     def load_state_dict(self, state):
         self.dataset.load_state_dict(state)
+
+
+LAYOUTS = ("HWC", "CHW")
+# torchvision's ImageNet statistics, the usual Normalize(mean, std).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def normalize(images, mean=IMAGENET_MEAN, std=IMAGENET_STD, layout="CHW",
+              dtype=torch.float32):
+    """uint8 images -> ``dtype``, ``(x / 255 - mean) / std`` per channel,
+    on whatever device ``images`` is (call it after ``.cuda()``: the
+    uint8 batch crosses the bus, a quarter of the float one). ``layout``
+    says where the channels are: "CHW" (B, 3, H, W), as
+    ``EmlioDataset(layout="CHW")`` gives, or "HWC" (B, H, W, 3). The
+    result equals torchvision's ``Normalize(mean, std)(ToTensor()(img))``
+    for each image, to float rounding; its memory format follows the input
+    (channels_last from a CHW view)."""
+    if layout not in LAYOUTS:
+        raise ValueError("invalid layout=%r: expected 'HWC' or 'CHW'"
+                         % (layout,))
+    if images.dtype != torch.uint8:
+        raise TypeError("normalize wants uint8 images, not %s" % images.dtype)
+    axis = 1 if layout == "CHW" else images.dim() - 1
+    c = images.shape[axis]
+    if len(mean) != c or len(std) != c:
+        raise ValueError("mean and std need %d values (the channels), got "
+                         "%d and %d" % (c, len(mean), len(std)))
+    if any(s == 0 for s in std):
+        raise ValueError("std must not be 0")
+    shape = [1] * images.dim()
+    shape[axis] = c
+    m = torch.tensor(mean, dtype=dtype, device=images.device).view(shape)
+    s = torch.tensor(std, dtype=dtype, device=images.device).view(shape)
+    # One pass: x * (1 / (255 s)) - m / s.
+    return torch.addcmul(-m / s, images.to(dtype), 1.0 / (255.0 * s))
 
 
 def split_batch(data, offsets):
