@@ -136,7 +136,17 @@ typedef struct emlio_client_config {
      * from the daemons' WELCOME "share_window" unless window_shards is
      * set. Default false. */
     bool share;
-    uint8_t reserved8[2]; /* zero */
+    /* Where a sharing job's epoch 0 begins in the shared schedule
+     * (docs/planner.md, "Joining"). EMLIO_SHARE_JOIN_AUTO (default): where
+     * the daemons' other sharing jobs are reading now (WELCOME
+     * "share_cursor"), so that a job started late reads what they read
+     * from its first batch; from the start when none is, and for a job of
+     * several ranks that has no name (its ranks could be told different
+     * places). EMLIO_SHARE_JOIN_AT: at cursor share_join (0: the start;
+     * the cursor another run reported, to repeat its order). A resumed
+     * state keeps the cursor it was saved with. */
+    uint8_t share_join_mode;
+    uint8_t reserved8[1]; /* zero */
     /* The training job this client belongs to, sent in HELLO
      * (docs/fairness.md): the daemon shares its readers among jobs by
      * weight, counting every rank and stream of one job as one. NULL
@@ -150,8 +160,12 @@ typedef struct emlio_client_config {
     uint32_t reserved32; /* zero */
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
-    uint64_t reserved[2];
+    uint64_t share_join; /* the cursor of EMLIO_SHARE_JOIN_AT */
+    uint64_t reserved[1];
 } emlio_client_config_t;
+
+/* emlio_client_config_t.share_join_mode. */
+enum emlio_share_join { EMLIO_SHARE_JOIN_AUTO = 0, EMLIO_SHARE_JOIN_AT = 1 };
 
 /* Where a client's transforms run (emlio_client_config_t.decode_at). */
 enum emlio_decode_at {
@@ -351,7 +365,9 @@ typedef struct emlio_client_stats {
     uint64_t shared_bytes;    /* of bytes, those the daemons copied from a
                                  read another job made (BATCH "sh";
                                  share): what sharing saved the devices */
-    uint64_t reserved[1];     /* room for later figures; zero */
+    uint64_t share_join;      /* share: the shared schedule's cursor epoch
+                                 0 began at (docs/planner.md, "Joining");
+                                 0 when not sharing */
 } emlio_client_stats_t;
 
 /* What limits a client's rate (emlio_client_stats_t.limit). */

@@ -78,6 +78,12 @@ typedef struct emlio_plan_params {
      * reads the same windows in the same order; the order inside each
      * window is still the seed's. With EMLIO_SHUFFLE_WINDOW only. */
     bool shared;
+    /* The shared schedule's cursor at which this job's epoch 0 begins:
+     * 0 for jobs that start together; a job that starts while others
+     * read takes theirs (WELCOME "share_cursor"), and so reads what they
+     * read from its first batch. Epoch e then visits the cursors
+     * share_join + e * segments .. + segments - 1, each segment once. */
+    uint64_t share_join;
 } emlio_plan_params_t;
 
 /* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,
@@ -132,6 +138,20 @@ EMLIO_EXPORT uint64_t emlio_plan_sample_count(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_pad_count(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_dataset_size(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_dropped_count(const emlio_plan_t *self);
+
+/* The shared schedule (params.shared): its segments (1 when the plan is
+ * not shared), and the cursor of the segment batch i (i < batch_count)
+ * begins in: share_join + epoch * segments + its place in the epoch.
+ * A client says it in its GETs, so that a daemon can tell a job that
+ * joins where the others are (docs/planner.md). 0 when not shared. */
+EMLIO_EXPORT uint64_t emlio_plan_segments(const emlio_plan_t *self);
+/* The segments of the shared schedule of `shards` distinct shards in
+ * windows of window_shards (0: one window of all): what
+ * emlio_plan_segments says of such a plan, without building one. */
+EMLIO_EXPORT uint64_t emlio_plan_shared_segments(uint64_t shards,
+                                                 uint32_t window_shards);
+EMLIO_EXPORT uint64_t emlio_plan_batch_cursor(const emlio_plan_t *self,
+                                              size_t i);
 
 /* Bytes the plan holds between builds: O(shards + batch_size), never
  * O(samples). A build needs about as much again, briefly, while it sorts

@@ -455,6 +455,7 @@ emlio_client_stats(const emlio_client_t *self, emlio_client_stats_t *out)
     out->bytes = self->fig.bytes;
     out->disk_read_bytes = self->fig.disk_read;
     out->shared_bytes = self->fig.shared;
+    out->share_join = self->inv.share ? self->inv.join : 0;
     out->seconds =
         (double)(self->fig.last_delivery_ns - self->fig.epoch_start_ns) / 1e9;
     out->wait_s = (double)self->fig.wait_ns / 1e9;

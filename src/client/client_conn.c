@@ -748,6 +748,40 @@ s_plan_window(emlio_client_t *self)
             (uint32_t)EMLIO_MIN(EMLIO_MAX(win / biggest, 1), UINT32_MAX);
 }
 
+/* Where a sharing job's epoch 0 begins in the shared schedule
+ * (docs/planner.md, "Joining"): asked, or the daemons' cursor, the lowest
+ * that any daemon said for these segments (each daemon tells every rank
+ * of a named job the same, so all ranks agree whatever their order of
+ * endpoints). A job of several ranks without a name starts at 0: its
+ * ranks are separate jobs to the daemons and could be told different
+ * cursors. */
+static void
+s_plan_join(emlio_client_t *self)
+{
+    self->inv.segs =
+        self->inv.share
+            ? emlio_plan_shared_segments(self->inv.n_shards, self->inv.window)
+            : 0;
+    self->inv.join = 0;
+    if (!self->inv.share)
+        return;
+    if (self->cfg.share_join_mode == EMLIO_SHARE_JOIN_AT) {
+        self->inv.join = self->cfg.share_join;
+        return;
+    }
+    if (self->cfg.world > 1 && !self->cfg.job)
+        return;
+    bool found = false;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
+        const emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+        if (daemon->share_segs != self->inv.segs)
+            continue;
+        if (!found || daemon->share_cursor < self->inv.join)
+            self->inv.join = daemon->share_cursor;
+        found = true;
+    }
+}
+
 /* Connects to every daemon of the list: stream 0 each, HELLO/WELCOME, the
  * merged inventory, then the streams the tuner starts with. Leaves what it
  * opened for emlio__client_disconnect on failure. */
@@ -787,6 +821,8 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
         daemon->max_copy = msgs[d].max_copy_bytes;
         daemon->share_window = msgs[d].share_window;
         daemon->share_all = msgs[d].share;
+        daemon->share_segs = msgs[d].segs;
+        daemon->share_cursor = msgs[d].cursor;
         daemon->max_streams =
             (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
         daemon->sndbuf = msgs[d].sndbuf;
@@ -805,6 +841,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     if (rc < 0)
         goto out;
     s_plan_window(self);
+    s_plan_join(self);
     s_init_tuning(self);
     rc = emlio__client_add_streams(self, self->conn.tuner.min_streams);
     if (rc < 0)

@@ -47,6 +47,7 @@ s_plan_build(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
     params.shuffle = self->cfg.shuffle;
     params.window_shards = self->inv.window;
     params.shared = self->inv.share;
+    params.share_join = self->inv.join;
     params.drop_last = self->cfg.drop_last;
     int rc = emlio_plan_build(plan, in, self->inv.n_shards, &params);
     emlio_free(in);

@@ -105,6 +105,8 @@ typedef struct emlio__cdaemon {
     uint64_t share_window;  /* WELCOME's share_window (0: not said) */
     bool share_all;         /* WELCOME's "share": it shares every job's
                                reads (emliod --share-all) */
+    uint64_t share_segs;    /* WELCOME's "share_segs" (0: not said) and */
+    uint64_t share_cursor;  /* "share_cursor": where its sharing jobs are */
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
                                packed batches (v4) unless the daemon
                                refused it (client_conn.c) */
@@ -157,6 +159,9 @@ typedef struct emlio__inventory {
                         or when sharing the shared schedule's */
     bool share;      /* plans follow the shared schedule: cfg.share, or a
                         daemon shares every job's reads */
+    uint64_t segs;   /* the shared schedule's segments (plans say it) */
+    uint64_t join;   /* the cursor epoch 0 starts at (docs/planner.md,
+                        "Joining"): the daemons' or the resume state's */
 } emlio__inventory_t;
 
 /* ---- the epoch (client_epoch.c) ----------------------------------------- */
@@ -220,6 +225,8 @@ struct emlio_batch {
     uint64_t bytes;
     uint64_t disk_read;       /* what the daemons read for it (BATCH "rd") */
     uint64_t shared;          /* of it, copied from others' reads ("sh") */
+    uint64_t cursor;          /* the shared schedule's, at its first sample
+                                 (its GETs say it; 0 when not sharing) */
     struct emlio_batch *next; /* ready queue or free list */
 };
 

@@ -8,18 +8,21 @@
 
 /* ---- resume state ------------------------------------------------------ */
 
-/* Layout (little endian): "EMLS", u32 format 2, u64 seed, u32 world, rank,
+/* Layout (little endian): "EMLS", u32 format 3, u64 seed, u32 world, rank,
  * batch_size, shuffle, window_shards, drop_last, char dataset[16],
- * u64 epoch, u64 n_batches, bitmap[(n_batches + 7) / 8], u32 crc32c of all
- * the bytes before it. The bitmap names batches of one order, so the
- * format follows the plan version: format 1 was plan version 1. */
+ * u64 epoch, u64 n_batches, u64 share_join, bitmap[(n_batches + 7) / 8],
+ * u32 crc32c of all the bytes before it. The bitmap names batches of one
+ * order, so the format follows the plan version: format 1 was plan
+ * version 1. Format 2 is format 3 without share_join (read as 0: it was
+ * saved before a job could join the shared schedule late). */
 #define S_STATE_MAGIC "EMLS"
 
-#define S_STATE_FORMAT 2u
+#define S_STATE_FORMAT 3u
 _Static_assert(EMLIO_PLAN_VERSION == 2,
                "another plan order needs another resume state format");
 
-#define S_STATE_FIXED (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
+#define S_STATE_FIXED2 (4 + 4 + 8 + 6 * 4 + 16 + 8 + 8)
+#define S_STATE_FIXED  (S_STATE_FIXED2 + 8)
 
 static void
 s_put64(uint8_t *p, uint64_t v)
@@ -85,6 +88,7 @@ emlio_client_save_state(const emlio_client_t *self, uint8_t **blob_out,
     s_put_params(self, p);
     s_put64(p + 56, self->current.number);
     s_put64(p + 64, self->current.n_batches);
+    s_put64(p + 72, self->inv.share ? self->inv.join : 0);
     memcpy(p + S_STATE_FIXED, self->win.delivered, bitmap);
     s_put32(p + len - 4, emlio_crc32c(0, p, len - 4));
     *blob_out = p;
@@ -102,12 +106,16 @@ int
 emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
 {
     assert(self && blob);
-    if (len < S_STATE_FIXED + 4 || memcmp(blob, S_STATE_MAGIC, 4) ||
+    if (len < S_STATE_FIXED2 + 4 || memcmp(blob, S_STATE_MAGIC, 4) ||
         s_get32(blob + len - 4) != emlio_crc32c(0, blob, len - 4))
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "resume state is damaged or not an emlio state");
     uint32_t format = s_get32(blob + 4);
-    if (format != S_STATE_FORMAT)
+    size_t fixed = format == 2 ? S_STATE_FIXED2 : S_STATE_FIXED;
+    if (len < fixed + 4)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state is damaged or not an emlio state");
+    if (format != S_STATE_FORMAT && format != 2)
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "resume state has format %" PRIu32
                              ", expected %u%s",
@@ -118,7 +126,7 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
                                          : "");
     uint8_t mine[S_STATE_FIXED];
     s_put_params(self, mine);
-    if (memcmp(mine, blob, 56)) {
+    if (memcmp(mine + 8, blob + 8, 48)) { /* past magic and format */
         const char *what = memcmp(mine + 40, blob + 40, 16) ? "dataset"
                            : memcmp(mine + 8, blob + 8, 8)  ? "seed"
                                                             : "world, rank, "
@@ -129,6 +137,10 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
     }
     uint64_t epoch = s_get64(blob + 56);
     uint64_t n = s_get64(blob + 64);
+    /* A sharing job goes on from the cursor it started at, whatever the
+     * daemons say now: its order is the saved one. */
+    if (self->inv.share)
+        self->inv.join = fixed == S_STATE_FIXED ? s_get64(blob + 72) : 0;
     /* Nothing requested ahead may survive: some of it may be delivered
      * already according to the state. */
     emlio__epoch_abandon(self, 0);
@@ -136,12 +148,12 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
     int rc = emlio_client_begin_epoch(self, epoch);
     if (rc < 0)
         return rc;
-    if (n != self->current.n_batches || len != S_STATE_FIXED + (n + 7) / 8 + 4)
+    if (n != self->current.n_batches || len != fixed + (n + 7) / 8 + 4)
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "resume state has %" PRIu64 " batches, the plan "
                              "%zu",
                              n, self->current.n_batches);
-    memcpy(self->win.delivered, blob + S_STATE_FIXED, (n + 7) / 8);
+    memcpy(self->win.delivered, blob + fixed, (n + 7) / 8);
     self->win.n_delivered = 0;
     for (size_t i = 0; i < n; i++)
         self->win.n_delivered += emlio__window_is_delivered(self, i);

@@ -180,8 +180,13 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock,
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
     }
-    emlio__wire_xf_t xf = { NULL, self->cfg.seed, b->epoch, !self->cfg.verify,
-                            daemon->sock_outstanding[sock] > 1 };
+    emlio__wire_xf_t xf = { NULL,
+                            self->cfg.seed,
+                            b->epoch,
+                            !self->cfg.verify,
+                            daemon->sock_outstanding[sock] > 1,
+                            self->inv.share ? self->inv.segs : 0,
+                            b->cursor };
     if (b->xf_server)
         xf.spec = emlio_transform_spec(self->xf.transform);
     if (emlio__wire_encode_get_xf(
@@ -239,6 +244,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
     b->index = index;
     b->gen = ep->gen;
     b->xf_server = emlio__client_xf_at_server(&self->xf, index);
+    b->cursor = emlio_plan_batch_cursor(ep->plan, index);
     for (size_t i = 0; i < n; i++) {
         b->samples[i] =
             (emlio_sample_t){ NULL,          SIZE_MAX,       -1,

@@ -45,12 +45,25 @@ struct s_batchbuf {
     emlio_plan_sample_t *samples; /* cap entries */
 };
 
+/* One window of the epoch's order: its first slot and, in a shared
+ * schedule, the cursor of the segment it lies in (docs/planner.md). */
+struct s_window {
+    size_t first;
+    uint64_t cursor;
+};
+
 struct emlio_plan {
     struct s_slot *slots; /* the distinct shards in epoch order */
     size_t n_slots;
     size_t slots_cap;
     size_t window; /* shards per window, >= 1 */
+    /* The windows in epoch order, and a sentinel whose first is n_slots.
+     * Runs of `window` slots, except that a shared schedule cuts them
+     * inside each segment (a segment's last window may be short). */
+    struct s_window *wins;
     size_t n_win;
+    size_t wins_cap;
+    uint64_t segments; /* of the shared schedule; 1 when not shared */
     uint64_t seed;
     uint64_t epoch;
     bool shuffle;
@@ -263,6 +276,7 @@ emlio_plan_destroy(emlio_plan_t **self_p)
         return;
     emlio_plan_t *self = *self_p;
     emlio_free(self->slots);
+    emlio_free(self->wins);
     if (self->buf)
         emlio_free(self->buf->samples);
     emlio_free(self->buf);
@@ -570,25 +584,124 @@ s_dataset_key(const struct s_build *b, const struct s_slot *slots)
     return key;
 }
 
+/* Reverses slots [lo, hi). */
+static void
+s_reverse(struct s_slot *slots, size_t lo, size_t hi)
+{
+    while (hi - lo > 1) {
+        struct s_slot t = slots[lo];
+        slots[lo++] = slots[--hi];
+        slots[hi] = t;
+    }
+}
+
+/* Fisher-Yates over slots [lo, hi) from stream (key, epoch, stream). */
+static void
+s_shuffle_slots(struct s_slot *slots, size_t lo, size_t hi, uint64_t key,
+                uint64_t epoch, uint64_t stream)
+{
+    s_rng_t rng;
+    s_rng_seed(&rng, key, epoch, stream);
+    for (size_t i = hi - lo; i-- > 1;) {
+        size_t j = (size_t)s_rng_below(&rng, (uint64_t)i + 1);
+        struct s_slot t = slots[lo + i];
+        slots[lo + i] = slots[lo + j];
+        slots[lo + j] = t;
+    }
+}
+
+/* Makes room for n windows and the sentinel. */
+static int
+s_reserve_windows(emlio_plan_t *self, size_t n)
+{
+    if (n + 1 <= self->wins_cap)
+        return 0;
+    struct s_window *grown =
+        emlio_reallocarray(self->wins, n + 1, sizeof(*grown));
+    if (!grown)
+        return s_nomem(self, "the windows");
+    self->wins = grown;
+    self->wins_cap = n + 1;
+    return 0;
+}
+
+/* Cuts slots [lo, hi) into windows of self->window slots, each with the
+ * given cursor (the last one may be short). */
+static void
+s_cut_windows(emlio_plan_t *self, size_t lo, size_t hi, uint64_t cursor)
+{
+    for (size_t first = lo; first < hi; first += self->window)
+        self->wins[self->n_win++] = (struct s_window){ first, cursor };
+}
+
+/* The shared schedule's order (docs/planner.md, "The shared schedule"):
+ * a base order of the shards drawn from the dataset alone, cut into
+ * segments of two windows that never change, visited from the job's join
+ * point on; each segment's shards in the order of the lap it is visited
+ * in. A job that joins others mid-epoch so reads, from its first batch,
+ * the segment they are reading, and each of its epochs is still every
+ * segment once. */
+static int
+s_order_shared(emlio_plan_t *self, struct s_build *b, uint64_t join)
+{
+    struct s_slot *slots = self->slots;
+    size_t n = b->n_uniq;
+    uint64_t key = s_dataset_key(b, slots);
+    s_shuffle_slots(slots, 0, n, key, 0, 0);
+    uint64_t n_seg = emlio_plan_shared_segments(n, (uint32_t)self->window);
+    size_t seg = n_seg > 1 ? 2 * self->window : n;
+    uint64_t k = join % n_seg;
+    /* Rotate the base order left by k segments (all but the last are
+     * full), so that segment k comes first. */
+    size_t m = (size_t)k * seg;
+    if (m > 0) {
+        s_reverse(slots, 0, m);
+        s_reverse(slots, m, n);
+        s_reverse(slots, 0, n);
+    }
+    int rc = s_reserve_windows(self, n / self->window + (size_t)n_seg + 1);
+    if (rc < 0)
+        return rc;
+    self->segments = n_seg;
+    size_t lo = 0;
+    for (uint64_t p = 0; p < n_seg; p++) {
+        uint64_t i = (k + p) % n_seg;
+        uint64_t lap = join / n_seg + self->epoch + (k + p >= n_seg);
+        size_t len = i + 1 < n_seg ? seg : n - (size_t)(n_seg - 1) * seg;
+        s_shuffle_slots(slots, lo, lo + len, key, lap, i + 1);
+        s_cut_windows(self, lo, lo + len, join + self->epoch * n_seg + p);
+        lo += len;
+    }
+    return 0;
+}
+
 /* Orders the shards for this epoch: shuffles the slots in place, replaces
  * each one's record count by the global index of its first record, and
  * cuts the order into windows. */
 static int
-s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window)
+s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window,
+               uint64_t join)
 {
     /* The slots are in file order, each with its record count in start. */
     struct s_slot *slots = self->slots;
-    if (self->shuffle && b->n_uniq > 1) {
-        s_rng_t rng;
-        s_rng_seed(&rng, self->shared ? s_dataset_key(b, slots) : self->seed,
-                   self->epoch, 0);
-        for (size_t i = b->n_uniq - 1; i > 0; i--) {
-            size_t j = (size_t)s_rng_below(&rng, (uint64_t)i + 1);
-            struct s_slot t = slots[i];
-            slots[i] = slots[j];
-            slots[j] = t;
-        }
+    /* Window 0: one window spanning all shards (at least one, so an empty
+     * inventory still has a window). */
+    self->window = window ? window : EMLIO_MAX(b->n_uniq, (size_t)1);
+    self->n_win = 0;
+    self->segments = 1;
+    int rc = 0;
+    if (self->shuffle && self->shared && b->n_uniq > 1) {
+        rc = s_order_shared(self, b, join);
+    } else {
+        if (self->shuffle && b->n_uniq > 1)
+            s_shuffle_slots(slots, 0, b->n_uniq, self->seed, self->epoch, 0);
+        rc = s_reserve_windows(self, b->n_uniq / self->window + 1);
+        if (rc == 0)
+            s_cut_windows(self, 0, EMLIO_MAX(b->n_uniq, (size_t)1), 0);
     }
+    if (rc < 0)
+        return rc;
+    self->wins[self->n_win].first = b->n_uniq;
     uint64_t pos = 0;
     for (size_t p = 0; p < b->n_uniq; p++) {
         uint64_t records = slots[p].start;
@@ -601,10 +714,6 @@ s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window)
     }
     self->n_slots = b->n_uniq;
     self->dataset = pos;
-    /* Window 0: one window spanning all shards (at least one, so an empty
-     * inventory still has a window). */
-    self->window = window ? window : EMLIO_MAX(b->n_uniq, (size_t)1);
-    self->n_win = b->n_uniq / self->window + (b->n_uniq % self->window != 0);
     return 0;
 }
 
@@ -735,7 +844,8 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
     emlio_free(b.named);
     b.named = NULL;
     if (rc == 0)
-        rc = s_order_shards(self, &b, params->window_shards);
+        rc =
+            s_order_shards(self, &b, params->window_shards, params->share_join);
     if (rc == 0)
         rc = s_slice(self, params);
     if (rc == 0)
@@ -762,6 +872,23 @@ s_find_slot(const struct s_slot *slots, size_t lo, size_t hi, uint64_t x)
     return lo;
 }
 
+/* The window holding global position g < dataset: the last whose first
+ * slot starts at or before g. */
+static size_t
+s_find_window(const emlio_plan_t *self, uint64_t g)
+{
+    size_t lo = 0;
+    size_t hi = self->n_win;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (self->slots[self->wins[mid].first].start <= g)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* The sample at global position g < dataset of the epoch's order: the
  * window holding g, g's offset permuted within it, then the shard and
  * record at the permuted index. */
@@ -769,22 +896,9 @@ static void
 s_sample_at(const emlio_plan_t *self, uint64_t g, emlio_plan_sample_t *out)
 {
     struct s_batchbuf *buf = self->buf;
-    size_t w = 0;
-    if (self->n_win > 1) {
-        /* Windows are runs of `window` slots: search their first slots. */
-        size_t lo = 0;
-        size_t hi = self->n_win;
-        while (hi - lo > 1) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (self->slots[mid * self->window].start <= g)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        w = lo;
-    }
-    size_t s_lo = w * self->window;
-    size_t s_hi = EMLIO_MIN(s_lo + self->window, self->n_slots);
+    size_t w = s_find_window(self, g);
+    size_t s_lo = self->wins[w].first;
+    size_t s_hi = self->wins[w + 1].first;
     uint64_t base = self->slots[s_lo].start;
     uint64_t x = g;
     if (self->shuffle) {
@@ -824,6 +938,37 @@ emlio_plan_batch(const emlio_plan_t *self, size_t i, size_t *n)
     }
     *n = len;
     return dst;
+}
+
+uint64_t
+emlio_plan_shared_segments(uint64_t shards, uint32_t window_shards)
+{
+    /* Two windows a segment; a window of half the shards or more is one
+     * segment of all. */
+    if (window_shards == 0 || window_shards > shards / 2 || shards < 2)
+        return 1;
+    uint64_t seg = 2 * (uint64_t)window_shards;
+    return shards / seg + (shards % seg != 0);
+}
+
+uint64_t
+emlio_plan_segments(const emlio_plan_t *self)
+{
+    assert(self);
+    return self->segments ? self->segments : 1;
+}
+
+uint64_t
+emlio_plan_batch_cursor(const emlio_plan_t *self, size_t i)
+{
+    assert(self);
+    assert(i < self->n_batches);
+    if (!self->shared)
+        return 0;
+    uint64_t g = self->first + (uint64_t)i * self->batch_size;
+    if (g >= self->dataset) /* padding: the start of the order */
+        g = self->dataset ? (g - self->dataset) % self->dataset : 0;
+    return self->n_win ? self->wins[s_find_window(self, g)].cursor : 0;
 }
 
 size_t
@@ -872,7 +1017,8 @@ size_t
 emlio_plan_memory(const emlio_plan_t *self)
 {
     assert(self);
-    size_t len = sizeof(*self) + self->slots_cap * sizeof(*self->slots);
+    size_t len = sizeof(*self) + self->slots_cap * sizeof(*self->slots) +
+                 self->wins_cap * sizeof(*self->wins);
     if (self->buf)
         len +=
             sizeof(*self->buf) + self->buf->cap * sizeof(*self->buf->samples);

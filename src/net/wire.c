@@ -224,6 +224,41 @@ emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
 }
 
 int
+emlio__wire_welcome_add_cursor(emlio_buf_t *out, const emlio_buf_t *base,
+                               uint64_t segs, uint64_t cursor)
+{
+    const uint8_t *p = base->data;
+    size_t len = base->len, head;
+    uint64_t n;
+    /* The base's map header: fixmap, map 16 or map 32. */
+    if (len >= 1 && (p[0] & 0xf0) == 0x80) {
+        n = p[0] & 0x0f;
+        head = 1;
+    } else if (len >= 3 && p[0] == 0xde) {
+        n = (uint64_t)p[1] << 8 | p[2];
+        head = 3;
+    } else if (len >= 5 && p[0] == 0xdf) {
+        n = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 |
+            p[4];
+        head = 5;
+    } else {
+        return EMLIO_EPROTO;
+    }
+    if (n + 2 > UINT32_MAX)
+        return EMLIO_EPROTO;
+    msgpack_packer pk;
+    emlio_buf_clear(out);
+    msgpack_packer_init(&pk, out, s_buf_write);
+    int failed = msgpack_pack_map(&pk, (size_t)n + 2);
+    failed |= emlio_buf_add(out, p + head, len - head) < 0;
+    failed |= s_pack_key(&pk, "share_segs");
+    failed |= msgpack_pack_uint64(&pk, segs);
+    failed |= s_pack_key(&pk, "share_cursor");
+    failed |= msgpack_pack_uint64(&pk, cursor);
+    return s_finish(failed);
+}
+
+int
 emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
                        const emlio__wire_item_t *items, size_t n)
 {
@@ -239,7 +274,9 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
     bool with_xf = xf && xf->spec;
     bool unchecked = xf && xf->unchecked;
     bool pipelined = xf && xf->pipelined;
-    int failed = s_begin(out, &pk, (with_xf ? 7 : 4) + unchecked + pipelined,
+    bool cursor = xf && xf->segs;
+    int failed = s_begin(out, &pk,
+                         (with_xf ? 7 : 4) + unchecked + pipelined + 2 * cursor,
                          EMLIO_MSG_GET);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
@@ -260,6 +297,12 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
     if (pipelined) {
         failed |= s_pack_key(&pk, "pipelined");
         failed |= msgpack_pack_true(&pk);
+    }
+    if (cursor) {
+        failed |= s_pack_key(&pk, "segs");
+        failed |= msgpack_pack_uint64(&pk, xf->segs);
+        failed |= s_pack_key(&pk, "cursor");
+        failed |= msgpack_pack_uint64(&pk, xf->cursor);
     }
     /* A flat [shard, record, shard, record, ...] array: half the framing of
      * an array of pairs, and trivially bounded when decoding. */
@@ -995,6 +1038,10 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
         return s_read_bool(r, &msg->unchecked);
     if (s_key_is(key, klen, "pipelined"))
         return s_read_bool(r, &msg->pipelined);
+    if (s_key_is(key, klen, "segs") || s_key_is(key, klen, "share_segs"))
+        return s_read_uint(r, &msg->segs);
+    if (s_key_is(key, klen, "cursor") || s_key_is(key, klen, "share_cursor"))
+        return s_read_uint(r, &msg->cursor);
     if (s_key_is(key, klen, "code")) {
         *seen |= S_HAS_CODE;
         return s_read_int(r, &msg->code);

@@ -114,13 +114,19 @@ typedef struct emlio__wire_msg {
     const char *job;     /* HELLO: the job it belongs to (NULL: none;
                             its session is a job of its own) */
     size_t job_len;
-    uint64_t weight;         /* HELLO: the job's requested weight (0: 1) */
-    bool share;              /* "share": HELLO, the job reads through the
-                                daemon's shared cache; WELCOME, the daemon
-                                serves every job so (--share-all), and
-                                clients plan from the shared schedule */
-    uint64_t share_window;   /* WELCOME: bytes a window of the shared
-                                schedule may hold (0: no shared reads) */
+    uint64_t weight;       /* HELLO: the job's requested weight (0: 1) */
+    bool share;            /* "share": HELLO, the job reads through the
+                              daemon's shared cache; WELCOME, the daemon
+                              serves every job so (--share-all), and
+                              clients plan from the shared schedule */
+    uint64_t share_window; /* WELCOME: bytes a window of the shared
+                              schedule may hold (0: no shared reads) */
+    /* GET: "segs", "cursor": the shared schedule's segments and the
+     * cursor of the GET's batch (a job that shares reads; segs 0: not
+     * said). WELCOME: "share_segs", "share_cursor": where the jobs that
+     * share reads are now, for a job that joins them (docs/planner.md). */
+    uint64_t segs;
+    uint64_t cursor;
     uint64_t stream;         /* HELLO: this connection's stream number; > 0
                                 joins an existing session */
     uint64_t max_streams;    /* WELCOME: connections one session may have */
@@ -186,6 +192,10 @@ typedef struct emlio__wire_xf {
      * as "pipelined", a hint emliod does not act on (docs/protocol.md 5.3:
      * a tail held for the next GET waited a round trip). */
     bool pipelined;
+    /* A job that shares reads: the shared schedule's segments and the
+     * cursor of this GET's batch (segs 0: not sent). */
+    uint64_t segs;
+    uint64_t cursor;
 } emlio__wire_xf_t;
 
 /* The tensor block of a BATCH that answers a GET with a transform: one
@@ -308,6 +318,12 @@ int emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
 int emlio__wire_pack_check(const emlio__wire_span_t *spans, size_t n_spans,
                            size_t want, bool has_packed, size_t packed_len,
                            char *errbuf);
+/* out = the encoded WELCOME base with "share_segs" and "share_cursor"
+ * added (the daemon's prebuilt WELCOME, for a job that joins others
+ * reading the shared schedule). Returns 0, EMLIO_EPROTO when base is not
+ * an encoded map, or EMLIO_ENOMEM. */
+int emlio__wire_welcome_add_cursor(emlio_buf_t *out, const emlio_buf_t *base,
+                                   uint64_t segs, uint64_t cursor);
 /* GET with a transform (xf NULL or xf->spec NULL: a plain GET). */
 int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
                               const char *dataset,

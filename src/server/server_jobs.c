@@ -452,6 +452,73 @@ s_dispatch(emlio_server_t *self, void *work)
                  jobs->q.n_items > 0 || jobs->n_holding > 0);
 }
 
+/* How long a cursor stays worth joining without a GET naming it: a job
+ * that stopped reading that long ago has left the cache behind it. */
+#define S_CURSOR_FRESH_NS (2 * 1000000000ull)
+
+/* A sharing GET said where its job is in the shared schedule. The
+ * furthest cursor of the current segments is kept; a stale one (or one of
+ * other segments: another window size) is replaced. The cursor is the
+ * client's word: a wrong one costs only the joiners' sharing, never their
+ * samples (any cursor is a whole epoch of the plan). */
+static void
+s_note_cursor(emlio__srv_jobs_t *jobs, const emlio__trainjob_t *by,
+              uint64_t segs, uint64_t cursor)
+{
+    uint64_t now = emlio__now_ns();
+    bool fresh =
+        jobs->share_at_ns && now - jobs->share_at_ns < S_CURSOR_FRESH_NS;
+    if (fresh && segs == jobs->share_segs && cursor < jobs->share_cursor)
+        return;
+    if (fresh && segs != jobs->share_segs)
+        return;
+    jobs->share_segs = segs;
+    jobs->share_cursor = cursor;
+    jobs->share_at_ns = now;
+    jobs->share_by = by;
+}
+
+/* Whether the job that named the cursor is still in the table with a
+ * stream attached: one that has left is not there to share with. */
+static bool
+s_cursor_owner_here(const emlio__srv_jobs_t *jobs, const emlio__trainjob_t *me)
+{
+    for (size_t i = 0; i < jobs->n; i++)
+        if (jobs->table[i] == jobs->share_by)
+            return jobs->share_by != me &&
+                   atomic_load(&jobs->table[i]->peers) > 0;
+    return false;
+}
+
+bool
+emlio__srv_jobs_join(emlio_server_t *self, emlio__peer_t *peer, uint64_t *segs,
+                     uint64_t *cursor)
+{
+    emlio__trainjob_t *j = peer->tjob;
+    emlio__srv_jobs_t *jobs = &self->jobs;
+    if (!j)
+        return false;
+    if (!j->join_said) {
+        uint64_t now = emlio__now_ns();
+        j->join_said = true;
+        j->join_has = jobs->share_at_ns &&
+                      now - jobs->share_at_ns < S_CURSOR_FRESH_NS &&
+                      s_cursor_owner_here(jobs, j);
+        j->join_segs = jobs->share_segs;
+        j->join_cursor = jobs->share_cursor;
+        if (j->join_has)
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                      "job %s joins the shared schedule at cursor %" PRIu64
+                      " (lap %" PRIu64 ", segment %" PRIu64 " of %" PRIu64
+                      "), where the jobs sharing reads are",
+                      j->name, j->join_cursor, j->join_cursor / j->join_segs,
+                      j->join_cursor % j->join_segs, j->join_segs);
+    }
+    *segs = j->join_segs;
+    *cursor = j->join_cursor;
+    return j->join_has;
+}
+
 int
 emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
                        emlio__peer_t *peer)
@@ -464,6 +531,8 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
     job->tjob = j;
     job->share = self->core->share && (peer->share || self->cfg.share_all) &&
                  !atomic_load(&j->share_refused);
+    if (job->share && job->msg.segs)
+        s_note_cursor(&self->jobs, j, job->msg.segs, job->msg.cursor);
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
     atomic_fetch_add(&j->samples, job->msg.n_items);

@@ -92,6 +92,12 @@ typedef struct emlio__trainjob {
     atomic_uint_fast64_t share_used;
     atomic_bool share_refused;
     atomic_uint_fast64_t wait_ns; /* its GETs' time in the fair queue */
+    /* Where its first WELCOME told it to join the shared schedule
+     * (emlio__srv_jobs_join): every later rank of the job is told the
+     * same, so that its ranks plan one order (frontend only). */
+    bool join_said;
+    bool join_has; /* a cursor was given (else: from the start) */
+    uint64_t join_segs, join_cursor;
 } emlio__trainjob_t;
 
 typedef enum {
@@ -121,6 +127,12 @@ typedef struct emlio__srv_jobs {
     size_t n_holding;       /* jobs with held GETs */
     uint32_t demand_weight; /* sum of weights of jobs with GETs */
     emlio__jobs_ledger_t *ledger;
+    /* The furthest cursor of the shared schedule a sharing job's GET
+     * named lately, for the segments it named (docs/planner.md,
+     * "Joining"); at_ns 0: none yet. */
+    uint64_t share_segs, share_cursor, share_at_ns;
+    const emlio__trainjob_t *share_by; /* the job that named it (compared,
+                                          never followed: it may be gone) */
 } emlio__srv_jobs_t;
 
 /* Parses --job-weight "NAME=W[,NAME=W...]" (W 1..1000; "*" sets the
@@ -184,6 +196,15 @@ void emlio__srv_jobs_get_freed(struct emlio__job *job);
  * are given back, and jobs with no stream, no queued and no live GET are
  * forgotten (logged with what they received). */
 void emlio__srv_jobs_tick(struct emlio_server *self, void *work);
+
+/* Where a job that shares reads should begin in the shared schedule, for
+ * the WELCOME of peer's stream 0 (after its HELLO attached it): the
+ * cursor that sharing jobs' GETs named in the last 2 s, if the job that
+ * named it is still connected, pinned for the
+ * job at its first WELCOME, so that all its ranks hear the same. True
+ * with *segs and *cursor set; false: none to join (start at 0). */
+bool emlio__srv_jobs_join(struct emlio_server *self, struct emlio__peer *peer,
+                          uint64_t *segs, uint64_t *cursor);
 
 /* Drops every queued GET (the frontend stops). */
 void emlio__srv_jobs_drop_queued(struct emlio_server *self);

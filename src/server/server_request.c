@@ -211,6 +211,17 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         else if (hello->version >= 2)
             reply = &self->net.welcome2;
         atomic_fetch_add(&self->count.clients, 1);
+        uint64_t segs, cursor;
+        if (self->core->share && (hello->share || self->cfg.share_all) &&
+            emlio__srv_jobs_join(self, peer, &segs, &cursor)) {
+            if (emlio__wire_welcome_add_cursor(&joined, reply, segs, cursor) <
+                0) {
+                emlio_buf_release(&joined);
+                zmq_msg_close(&job->identity);
+                return;
+            }
+            reply = &joined;
+        }
     }
     if (zmq_msg_init_size(&welcome, reply->len) != 0) {
         emlio_buf_release(&joined);

@@ -58,9 +58,13 @@ check "... and say nothing came from another's read" \
     test "$(field a0.json shared_bytes)" -eq 0
 
 # The same two, sharing: about once between them, each exactly once.
-fetch a.json --job share-a --seed 1 --share --in-order --ids "$T/a.ids" &
+# (--share-join 0: both from the start, so that their orders can be
+# compared with a run alone; a late job is tested below.)
+fetch a.json --job share-a --seed 1 --share --share-join 0 --in-order \
+    --ids "$T/a.ids" &
 BG+=($!)
-fetch b.json --job share-b --seed 2 --share --in-order --ids "$T/b.ids"
+fetch b.json --job share-b --seed 2 --share --share-join 0 --in-order \
+    --ids "$T/b.ids"
 wait "${BG[@]}"
 BG=()
 for j in a b; do
@@ -79,7 +83,8 @@ check "... over the same samples" bash -c \
     "cmp -s <(sort '$T/a.ids') <(sort '$T/b.ids')"
 
 # A sharing job's order is its own: alone it is the same.
-fetch solo.json --job share-a --seed 1 --share --in-order --ids "$T/solo.ids"
+fetch solo.json --job share-a --seed 1 --share --share-join 0 --in-order \
+    --ids "$T/solo.ids"
 check "a sharing job's order does not depend on who else reads" \
     cmp -s "$T/a.ids" "$T/solo.ids"
 check "alone, nothing of it came from another job" \
@@ -114,14 +119,14 @@ check "... having read less than 8x the dataset for it ($(ratio $(field rnd.json
 # Decoded on the daemon: the read is shared, the augmentation each job's
 # own, byte for byte what the job gets alone.
 XF='random_resized_crop(32),horizontal_flip'
-fetch xa.json --job xf-a --seed 3 --share --transform "$XF" --decode-at server \
+fetch xa.json --job xf-a --seed 3 --share --share-join 0 --transform "$XF" --decode-at server \
     --in-order --digests --ids "$T/xa.ids" &
 BG+=($!)
-fetch xb.json --job xf-b --seed 4 --share --transform "$XF" --decode-at server \
+fetch xb.json --job xf-b --seed 4 --share --share-join 0 --transform "$XF" --decode-at server \
     --in-order --digests --ids "$T/xb.ids"
 wait "${BG[@]}"
 BG=()
-fetch xs.json --job xf-a --seed 3 --share --transform "$XF" --decode-at client \
+fetch xs.json --job xf-a --seed 3 --share --share-join 0 --transform "$XF" --decode-at client \
     --in-order --digests --ids "$T/xs.ids"
 check "decoded, shared: verified" test "$(field xa.json verified)" = True
 check "decoded on the daemon while sharing = decoded alone on the client" \
@@ -130,6 +135,46 @@ check "... and another seed's tensors differ" \
     bash -c "! cmp -s '$T/xa.ids' '$T/xb.ids'"
 check "the decoded pair shared reads too" \
     test $(($(field xa.json shared_bytes) + $(field xb.json shared_bytes))) -gt 0
+
+# A job that starts while another reads joins it where it is (docs/planner.md,
+# "Joining"): its epoch 0 begins at the daemon's cursor, it reads what the
+# other reads from its first batch, and still gets every sample once.
+# --compute-s holds each batch as a trainer would, so that the early job is
+# mid-epoch when the late one comes.
+fetch early.json --job early --seed 11 --share --epochs 5 --compute-s 0.02 &
+BG+=($!)
+sleep 1.3
+fetch late.json --job late --seed 12 --share --epochs 2 --compute-s 0.02 \
+    --state "$T/late.state"
+wait "${BG[@]}"
+BG=()
+JOIN=$(field late.json share_join)
+check "a late job joins past the start (cursor $JOIN)" test "$JOIN" -gt 0
+check "... the daemon logs where it joined" \
+    grep -q "job late joins the shared schedule at cursor $JOIN " "$T/d.err"
+check "... both verified, every sample once per epoch" \
+    test "$(field early.json verified)$(field late.json verified)" = TrueTrue
+check "... the early job started at 0" test "$(field early.json share_join)" -eq 0
+LB=$(field late.json bytes)
+LS=$(field late.json shared_bytes)
+check "... the late job got $(ratio $LS $LB)x of its bytes from shared reads" \
+    test "$LS" -ge $((LB * 3 / 10))
+# Its resume state keeps the cursor: alone (nothing to join) it goes on
+# from the saved one. (An epoch it finished leaves a state of the next.)
+fetch resumed.json --job late --seed 12 --share --epochs 3 \
+    --state "$T/late.state"
+check "a resumed sharing job keeps its cursor, alone" \
+    test "$(field resumed.json share_join)" -eq "$JOIN"
+check "... verified" test "$(field resumed.json verified)" = True
+# A cursor given is the order asked for, whoever else reads.
+fetch at.json --job at --seed 12 --share --share-join 7 --epochs 1
+check "--share-join 7: that cursor" test "$(field at.json share_join)" -eq 7
+check "... verified" test "$(field at.json verified)" = True
+"$EMLIO" fetch -c "$EP" --batch 32 --share --share-join -3 >/dev/null \
+    2>"$T/badjoin.err"
+check "a bad --share-join is refused" test $? -eq 2
+check "... naming it" grep -q "invalid value '-3' for --share-join" \
+    "$T/badjoin.err"
 
 # --share-all: jobs that did not ask are planned and served as sharing.
 start_daemon all "$DATA" --io read --share-bytes 32M --share-all || exit 1

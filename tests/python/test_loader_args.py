@@ -323,6 +323,18 @@ class ShareTest(unittest.TestCase):
         # Sharing reads about half of what two lone jobs read.
         self.assertLess(read, 0.65 * read_alone)
 
+    def test_share_join_is_the_cursor_asked_and_reported(self):
+        with emlio.Loader(self.daemon.endpoint, 16, seed=3, share=True,
+                          share_join=5, job="py-join") as ld:
+            keys = sorted((name, rec) for b in ld
+                          for name, rec, pad in b.ids if not pad)
+            st = ld.epoch_stats()
+        self.assertEqual(st["share_join"], 5)
+        self.assertEqual(len(set(keys)), 400)  # still every sample once
+        with self.assertRaises(ValueError) as cm:
+            emlio.Loader(NOWHERE, 8, share=True, share_join=-1)
+        self.assertIn("share_join", str(cm.exception))
+
     def test_share_must_be_a_bool(self):
         with self.assertRaises(TypeError) as cm:
             emlio.Loader(NOWHERE, 8, share="yes")

@@ -471,9 +471,26 @@ test_client_resume_state_delivers_the_rest(void **state)
         blob[len - 4 + i] = (uint8_t)(old >> (8 * i));
     assert_int_equal(emlio_client_load_state(d, blob, len), EMLIO_ESTATE);
     assert_non_null(strstr(emlio_client_errmsg(d), "plan version 1"));
-    blob[4] = 2;
+    blob[4] = 3;
     for (int i = 0; i < 4; i++)
         blob[len - 4 + i] = (uint8_t)(crc >> (8 * i));
+    /* Format 2 (before the shared schedule's join cursor, at 72..79) is
+     * read as format 3 with cursor 0. */
+    {
+        size_t len2 = len - 8;
+        uint8_t *two = malloc(len2);
+        assert_non_null(two);
+        memcpy(two, blob, 72);
+        memcpy(two + 72, blob + 80, len - 80);
+        two[4] = 2;
+        uint32_t c2 = emlio_crc32c(0, two, len2 - 4);
+        for (int i = 0; i < 4; i++)
+            two[len2 - 4 + i] = (uint8_t)(c2 >> (8 * i));
+        emlio_client_t *e = s_client(f, 4, false, EMLIO_SHUFFLE_WINDOW);
+        assert_int_equal(emlio_client_load_state(e, two, len2), batches - 6);
+        emlio_client_destroy(&e);
+        free(two);
+    }
 
     /* The right one resumes: exactly the rest of the epoch. */
     assert_int_equal(emlio_client_load_state(d, blob, len), batches - 6);

@@ -1057,6 +1057,105 @@ s_first_batch(emlio_plan_t *plan, const emlio_plan_shard_t *shards,
                                 shards[s[i].shard].name, s[i].record);
 }
 
+/* Per cursor of one epoch's plan (batches of one sample): the shards read
+ * at it, as a bitmask in sets[cursor - lo]. Checks that the cursors of
+ * the epoch are lo .. lo + segments - 1, each one run of batches. */
+static void
+s_cursor_sets(emlio_plan_t *plan, uint64_t lo, uint64_t *sets)
+{
+    uint64_t segs = emlio_plan_segments(plan);
+    memset(sets, 0, sizeof(*sets) * segs);
+    uint64_t prev = lo;
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t len;
+        const emlio_plan_sample_t *smp = emlio_plan_batch(plan, b, &len);
+        uint64_t c = emlio_plan_batch_cursor(plan, b);
+        assert_true(c == prev || c == prev + 1);
+        assert_true(c - lo < segs);
+        prev = c;
+        sets[c - lo] |= UINT64_C(1) << smp[0].shard;
+    }
+    assert_int_equal(prev, lo + segs - 1);
+}
+
+/* Joining the shared schedule (docs/planner.md, "Joining"): a job that
+ * starts at cursor J reads, at every cursor, the shards a job that
+ * started at 0 reads there, whatever its seed; each of its epochs visits
+ * every segment once and delivers every sample exactly once, on any
+ * number of ranks; segments are two windows (one shorter), fixed across
+ * laps. */
+static void
+test_plan_shared_join(void **state)
+{
+    (void)state;
+
+    enum { SHARDS = 25, W = 2, SEGS = 7, EPOCHS = 3 };
+
+    uint64_t records[SHARDS];
+    for (size_t i = 0; i < SHARDS; i++)
+        records[i] = 3 + i % 5;
+    struct inv v;
+    inv_init(&v, SHARDS, records, 2);
+    emlio_plan_t *plan = emlio_plan_new();
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.batch_size = 1;
+    p.window_shards = W;
+    p.shared = true;
+    p.seed = 1;
+    uint64_t lead[EPOCHS * SEGS];
+    for (uint64_t e = 0; e < EPOCHS; e++) {
+        p.epoch = e;
+        assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+        assert_int_equal(emlio_plan_segments(plan), SEGS);
+        s_cursor_sets(plan, e * SEGS, lead + e * SEGS);
+    }
+    /* Segments: 2 windows of 2 shards, one of the one shard left; the
+     * same shards in every lap. */
+    size_t short_ones = 0;
+    for (size_t c = 0; c < SEGS; c++) {
+        int k = __builtin_popcountll(lead[c]);
+        assert_true(k == 2 * W || k == SHARDS % (2 * W));
+        short_ones += k != 2 * W;
+        for (uint64_t e = 1; e < EPOCHS; e++)
+            assert_int_equal(lead[c], lead[e * SEGS + c]);
+    }
+    assert_int_equal(short_ones, 1);
+    /* A job of another seed joining at cursors 3, 7 (a lap's start) and
+     * 10: the leader's shards at every cursor both cover. */
+    static const uint64_t joins[] = { 3, 7, 10 };
+    for (size_t j = 0; j < EMLIO_ARRAY_SIZE(joins); j++) {
+        p.seed = 9;
+        p.share_join = joins[j];
+        for (uint64_t e = 0; e < 2; e++) {
+            uint64_t mine[SEGS];
+            uint64_t lo = joins[j] + e * SEGS;
+            p.epoch = e;
+            assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+            s_cursor_sets(plan, lo, mine);
+            for (uint64_t c = lo; c < lo + SEGS && c < EPOCHS * SEGS; c++)
+                assert_int_equal(mine[c - lo], lead[c]);
+            for (uint32_t world = 1; world <= 3; world++) {
+                emlio_plan_params_t q = p;
+                q.world = world;
+                q.batch_size = 4;
+                check_epoch(v.shards, v.n, &q);
+            }
+        }
+    }
+    /* Any cursor a daemon may send, however large, is a valid join. */
+    p.share_join = UINT64_MAX - 2;
+    p.epoch = 5;
+    check_epoch(v.shards, v.n, &p);
+    /* Not shared: no segments, no cursors. */
+    p.shared = false;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_segments(plan), 1);
+    assert_int_equal(emlio_plan_batch_cursor(plan, 0), 0);
+    emlio_plan_destroy(&plan);
+    inv_release(&v);
+}
+
 /* Pins the specified algorithm (docs/planner.md, plan version 2): another
  * implementation that follows the document must reproduce these
  * sequences. Windows of 2 shards for epochs 0 and 1, then the default of
@@ -1083,15 +1182,21 @@ test_plan_golden_vector(void **state)
         { 0, 0, "c1 d0 a1 c4 c2 a3 b1 b2 c0 b0 a2 a0 c3 d1 " },
     };
 
-    /* The shared schedule: windows {a, d} then {c, b} for every seed in
-     * epoch 0, {a, c} then {b, d} in epoch 1; inside them each seed's. */
+    /* The shared schedule, windows of one shard: segments {d, a} and
+     * {c, b} for every seed and epoch, each lap in its own order ({d, a}
+     * then {c, b} in lap 0, {a, d} then {b, c} in lap 1), inside each
+     * window the seed's order. A job that joins at cursor 1 reads lap 0's
+     * second segment, then lap 1's first: what a job that started at 0
+     * reads at those cursors. */
     static const struct {
-        uint64_t epoch, seed;
+        uint64_t epoch, seed, join;
         const char *want;
     } shared[] = {
-        { 0, 1, "a1 d0 a0 a2 d1 a3 c1 b2 c2 b1 c0 c3 b0 c4 " },
-        { 0, 2, "a2 a0 d0 a3 a1 d1 b2 c2 b0 c3 c4 b1 c1 c0 " },
-        { 1, 1, "a3 c2 c1 c0 c4 a0 c3 a1 a2 b0 d0 d1 b1 b2 " },
+        { 0, 1, 0, "d0 d1 a1 a0 a2 a3 c0 c2 c3 c1 c4 b1 b2 b0 " },
+        { 0, 2, 0, "d1 d0 a2 a0 a1 a3 c4 c2 c1 c0 c3 b2 b1 b0 " },
+        { 1, 1, 0, "a0 a2 a3 a1 d0 d1 b2 b1 b0 c0 c3 c2 c1 c4 " },
+        { 0, 1, 1, "c1 c4 c0 c2 c3 b1 b0 b2 a0 a2 a3 a1 d1 d0 " },
+        { 1, 1, 1, "b0 b2 b1 c2 c0 c1 c3 c4 a3 a1 a0 a2 d1 d0 " },
     };
 
     assert_int_equal(EMLIO_PLAN_VERSION, 2);
@@ -1108,10 +1213,11 @@ test_plan_golden_vector(void **state)
         assert_string_equal(got, cases[c].want);
     }
     p.shared = true;
-    p.window_shards = 2;
+    p.window_shards = 1;
     for (size_t c = 0; c < EMLIO_ARRAY_SIZE(shared); c++) {
         p.epoch = shared[c].epoch;
         p.seed = shared[c].seed;
+        p.share_join = shared[c].join;
         char got[128];
         s_first_batch(plan, shards, &p, got, sizeof(got));
         assert_string_equal(got, shared[c].want);
@@ -1471,6 +1577,7 @@ main(void)
         cmocka_unit_test(test_plan_default_mixes_like_uniform_shuffle_large),
         cmocka_unit_test(test_plan_golden_vector),
         cmocka_unit_test(test_plan_shared_schedule),
+        cmocka_unit_test(test_plan_shared_join),
         cmocka_unit_test(test_plan_feistel_bijective_small_domains),
         cmocka_unit_test(test_plan_permutation_positions_uniform),
         cmocka_unit_test(test_plan_exactly_once_odd_sizes),

@@ -800,7 +800,7 @@ s_send_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
     emlio__wire_item_t items[RECORDS];
     for (uint32_t r = 0; r < RECORDS; r++)
         items[r] = (emlio__wire_item_t){ 0, r };
-    emlio__wire_xf_t xf = { NULL, 0, 0, false, pipelined };
+    emlio__wire_xf_t xf = { .pipelined = pipelined };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     for (int i = 0; i < n; i++) {
         assert_int_equal(emlio__wire_encode_get_xf(&buf, first_id + i,

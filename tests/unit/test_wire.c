@@ -408,8 +408,9 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     emlio__wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
-    emlio__wire_xf_t xf = { "random_resized_crop(224),horizontal_flip", 42, 7,
-                            false, false };
+    emlio__wire_xf_t xf = {
+        "random_resized_crop(224),horizontal_flip", 42, 7, false, false, 0, 0
+    };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -432,7 +433,7 @@ test_wire_v3_transform_round_trip(void **state)
 
     /* A client that does not check CRCs says so, with or without a
      * transform; the items still decode after the extra key. */
-    emlio__wire_xf_t plain = { NULL, 0, 0, true, false };
+    emlio__wire_xf_t plain = { .unchecked = true };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 6, "ff", items, 2, &plain),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -444,7 +445,7 @@ test_wire_v3_transform_round_trip(void **state)
 
     /* A client with other GETs in flight on the connection says so, beside
      * a transform and "unchecked"; the items still decode. */
-    emlio__wire_xf_t piped = { "horizontal_flip", 1, 2, true, true };
+    emlio__wire_xf_t piped = { "horizontal_flip", 1, 2, true, true, 0, 0 };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 7, "ff", items, 2, &piped),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -541,6 +542,34 @@ test_wire_v3_transform_round_trip(void **state)
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.share_window, 128u << 20);
+    assert_int_equal(msg.segs, 0);
+    emlio__wire_msg_release(&msg);
+    /* A joiner's WELCOME: the prebuilt one with the cursor added, the
+     * rest as it was; a base that is no map is refused. */
+    emlio_buf_t joined = EMLIO_BUF_INIT;
+    assert_int_equal(
+        emlio__wire_welcome_add_cursor(&joined, &buf, 7, UINT64_MAX - 1), 0);
+    assert_true(emlio__wire_decode(&msg, joined.data, joined.len, 0, err) > 0);
+    assert_int_equal(msg.share_window, 128u << 20);
+    assert_int_equal(msg.n_shards, 1);
+    assert_int_equal(msg.segs, 7);
+    assert_true(msg.cursor == UINT64_MAX - 1);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_t bad = EMLIO_BUF_INIT;
+    assert_int_equal(emlio_buf_add(&bad, "\x93", 1), 0);
+    assert_int_equal(emlio__wire_welcome_add_cursor(&joined, &bad, 1, 1),
+                     EMLIO_EPROTO);
+    emlio_buf_release(&bad);
+    emlio_buf_release(&joined);
+    /* A sharing job's GET says its cursor; others say nothing. */
+    emlio__wire_item_t item = { 1, 2 };
+    emlio__wire_xf_t at = { .segs = 9, .cursor = 40 };
+    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", &item, 1, &at),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.segs, 9);
+    assert_int_equal(msg.cursor, 40);
+    assert_null(msg.xf_spec);
     emlio__wire_msg_release(&msg);
     emlio__wire_sample_t one = { 0 };
     assert_int_equal(emlio__wire_encode_batch(&buf, 80, &one, 1,

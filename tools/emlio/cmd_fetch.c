@@ -209,10 +209,11 @@ typedef struct s_fetch {
     uint64_t epochs;
     bool verify;
     bool quiet;
-    bool digests;          /* --ids lines carry each sample's SHA-256 */
-    bool labels;           /* --ids lines carry each sample's label */
-    const char *decode_at; /* --decode-at */
-    double progress_s;     /* --progress: a plain line every S s (0: off) */
+    bool digests;           /* --ids lines carry each sample's SHA-256 */
+    bool labels;            /* --ids lines carry each sample's label */
+    const char *decode_at;  /* --decode-at */
+    const char *share_join; /* --share-join */
+    double progress_s;      /* --progress: a plain line every S s (0: off) */
     const char *ids_path;
     const char *state_path;
     const char *server_key_path;
@@ -321,6 +322,11 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "dataset: plan from its shared schedule and be\n"
             "served from the chunks the daemons read once\n"
             "for all (docs/fairness.md)"),
+        OPT("share-join", 0, OPT_STR, &self->share_join, "auto|C",
+            "with --share: where epoch 0 begins in the\n"
+            "shared schedule: auto (default) where the\n"
+            "daemons' sharing jobs are now, or cursor C\n"
+            "(0: the start; the share_join a run reported)"),
         OPT("disjoint-shards", 0, OPT_FLAG, &cfg->disjoint_shards, NULL,
             "shards of one name with different content on\n"
             "different daemons are distinct shards (an\n"
@@ -389,6 +395,21 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             return 2;
         }
         self->cfg.decode_at = where;
+    }
+    if (self->share_join && strcmp(self->share_join, "auto") != 0) {
+        char *end;
+        errno = 0;
+        unsigned long long c = strtoull(self->share_join, &end, 10);
+        if (errno || end == self->share_join || *end ||
+            self->share_join[0] == '-') {
+            fprintf(stderr,
+                    "emlio fetch: invalid value '%s' for --share-join "
+                    "(auto, or a cursor 0..2^64-1)\n",
+                    self->share_join);
+            return 2;
+        }
+        self->cfg.share_join_mode = EMLIO_SHARE_JOIN_AT;
+        self->cfg.share_join = c;
     }
     if ((self->digests || self->labels) && !self->ids_path) {
         fprintf(stderr, "emlio fetch: --%s goes with --ids FILE\n",

@@ -20,12 +20,12 @@ fetch_path_json(FILE *out, const emlio_client_t *client)
         ", \"rtt_ms\": %.3f, \"streams\": %u, \"io_threads\": %u"
         ", \"limit\": \"%s\", \"disk_pct\": %u, \"disk_read_bytes\": %" PRIu64
         ", \"read_amp\": %.3f, \"shared_bytes\": %" PRIu64
-        ", \"window_kib\": %" PRIu64
+        ", \"share_join\": %" PRIu64 ", \"window_kib\": %" PRIu64
         ", \"path_mb_per_s\": %.2f, \"stream_mb_per_s\": [",
         st.rtt_ms, st.streams, st.io_threads, emlio_limit_name(st.limit),
         st.disk_pct, st.disk_read_bytes,
         st.bytes ? (double)st.disk_read_bytes / (double)st.bytes : 0.0,
-        st.shared_bytes, st.window >> 10, st.mb_per_s);
+        st.shared_bytes, st.share_join, st.window >> 10, st.mb_per_s);
     emlio_stream_stats_t streams[MAX_REPORTED_STREAMS];
     size_t n = emlio_client_streams(client, streams, MAX_REPORTED_STREAMS);
     for (size_t i = 0; i < n && i < MAX_REPORTED_STREAMS; i++)

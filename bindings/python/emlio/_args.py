@@ -195,6 +195,8 @@ LOADER_ARGS = (
     # Shared reads (docs/fairness.md): plan from the dataset's shared
     # schedule, served from the chunks the daemons read once for all.
     Arg("share", "bool", field="share"),
+    # Where epoch 0 begins in the shared schedule: None (auto) or a cursor.
+    Arg("share_join", "int", 0, U64_MAX, none_ok=True),
 )
 
 LOADER_ARG = {a.name: a for a in LOADER_ARGS}

@@ -87,13 +87,19 @@ class ClientConfig(ctypes.Structure):
         ("io_threads", ctypes.c_uint32),
         ("disjoint_shards", ctypes.c_bool),
         ("share", ctypes.c_bool),
-        ("reserved8", ctypes.c_uint8 * 2),
+        ("share_join_mode", ctypes.c_uint8),
+        ("reserved8", ctypes.c_uint8 * 1),
         ("job", ctypes.c_char_p),
         ("job_weight", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("share_join", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 1),
     ]
 
+
+# enum emlio_share_join
+EMLIO_SHARE_JOIN_AUTO = 0
+EMLIO_SHARE_JOIN_AT = 1
 
 # enum emlio_decode_at
 DECODE_AT = {"auto": 0, "client": 1, "server": 2}
@@ -156,7 +162,7 @@ class ClientStats(ctypes.Structure):
         ("disk_pct", ctypes.c_uint32),
         ("disk_read_bytes", ctypes.c_uint64),
         ("shared_bytes", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 1),
+        ("share_join", ctypes.c_uint64),
     ]
 
 

@@ -3,9 +3,10 @@
 # SPDX-License-Identifier: MIT
 """The resume state blob of ``emlio_client_save_state`` (src/client.c):
 
-    "EMLS", u32 format 2 (EMLIO_PLAN_VERSION), u64 seed, u32 world, rank, batch_size, shuffle,
-    window_shards, drop_last, char dataset[16]    (56 bytes: the header)
-    u64 epoch, u64 n_batches, bitmap[(n + 7) / 8], u32 crc32c of the rest
+    "EMLS", u32 format 3, u64 seed, u32 world, rank, batch_size, shuffle,
+    window_shards, drop_last, char dataset[16]    (56 bytes)
+    u64 epoch, u64 n_batches, u64 share_join (format 3 only),
+    bitmap[(n + 7) / 8], u32 crc32c of the rest
 
 all little endian; bit i of the bitmap (byte i / 8, bit i % 8) set means
 batch i of this rank's plan was delivered. A client that loads a blob
@@ -13,7 +14,8 @@ delivers exactly the batches whose bits are clear. EmlioDataset uses that
 to give each DataLoader worker its own batches of the rank's plan: it
 takes the header from a blob the library made (so the library still
 checks seed, world, rank, batch size and dataset) and writes the epoch and
-the bitmap itself.
+the bitmap itself. The "header" this module hands out is the 56 bytes and
+share_join: everything but the epoch, the count and the bitmap.
 """
 
 import struct
@@ -52,13 +54,18 @@ def parse(blob):
             struct.unpack_from("<I", blob, len(blob) - 4)[0] !=
             crc32c(blob[:-4])):
         raise ValueError("resume state is damaged or not an emlio state")
+    fmt = struct.unpack_from("<I", blob, 4)[0]
+    extra = 8 if fmt >= 3 else 0
+    if len(blob) < HEADER + 20 + extra:
+        raise ValueError("resume state is damaged or not an emlio state")
     epoch, n = struct.unpack_from("<QQ", blob, HEADER)
-    bitmap = blob[HEADER + 16:-4]
+    tail = blob[HEADER + 16:HEADER + 16 + extra]
+    bitmap = blob[HEADER + 16 + extra:-4]
     if len(bitmap) != (n + 7) // 8:
         raise ValueError("resume state has %d batches but a bitmap of %d "
                          "bytes" % (n, len(bitmap)))
     done = {i for i in range(n) if bitmap[i >> 3] >> (i & 7) & 1}
-    return blob[:HEADER], epoch, n, done
+    return blob[:HEADER] + tail, epoch, n, done
 
 
 def make(header, epoch, n, delivered):
@@ -66,5 +73,7 @@ def make(header, epoch, n, delivered):
     bitmap = bytearray((n + 7) // 8)
     for i in delivered:
         bitmap[i >> 3] |= 1 << (i & 7)
-    body = bytes(header) + struct.pack("<QQ", epoch, n) + bytes(bitmap)
+    header = bytes(header)
+    body = (header[:HEADER] + struct.pack("<QQ", epoch, n) +
+            header[HEADER:] + bytes(bitmap))
     return body + struct.pack("<I", crc32c(body))

@@ -675,6 +675,14 @@ class Loader:
         daemons serve them from chunks they read once for all. Every sample
         still comes exactly once per epoch. ``epoch_stats()["shared_bytes"]``
         says how much came from another job's read. Default False.
+    share_join : int or None
+        With ``share``: where epoch 0 begins in the shared schedule
+        (docs/planner.md, "Joining"). None (default): where the daemons'
+        other sharing jobs are reading now, so a job started late reads
+        what they read from its first batch (from the start when none is,
+        or for an unnamed job of several ranks); an int: that cursor (0:
+        the start; ``epoch_stats()["share_join"]`` of another run, to
+        repeat its order). A loaded state keeps its own.
     wait_warning_s : float
         Log a warning (logger ``emlio.loader``) when a batch has been
         awaited this long without a word from the daemons, naming them,
@@ -701,7 +709,7 @@ class Loader:
                  transform=None, decode_at="auto", transform_threads=0,
                  max_pixels=0, request_bytes=0, io_threads=0,
                  disjoint_shards=False, job=None, job_weight=0,
-                 share=False):
+                 share=False, share_join=None):
         self._client = None
         self._ctx = None
         self._live = {}
@@ -755,6 +763,9 @@ class Loader:
         # Copied by emlio_client_new.
         self._job = args["job"].encode() if args["job"] is not None else None
         cfg.job = self._job
+        if args["share_join"] is not None:
+            cfg.share_join_mode = _lib.EMLIO_SHARE_JOIN_AT
+            cfg.share_join = args["share_join"]
         self.config = {
             a.name: args[a.name] for a in _args.LOADER_ARGS
             if a.field is not None}

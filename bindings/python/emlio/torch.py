@@ -189,7 +189,7 @@ class EmlioDataset(IterableDataset):
                         **kw) as ld:
                 n = ld.begin_epoch(0)
                 blob = ld.state_dict()["emlio_state"]
-            self._probed = {"batches": n, "header": blob[:_state.HEADER]}
+            self._probed = {"batches": n, "header": _state.parse(blob)[0]}
         return self._probed
 
     def __len__(self):
@@ -210,12 +210,15 @@ class EmlioDataset(IterableDataset):
         (the library checks it too, but the workers write their own
         headers)."""
         probe = self._probe()
-        if self._resume_header is not None and \
-                self._resume_header != probe["header"]:
+        if self._resume_header is None:
+            return probe
+        h = _state.HEADER
+        if self._resume_header[8:h] != probe["header"][8:h]:
             raise StateError(-1013, "resume state was made with another "
                              "seed, world, rank, batch size, shuffle or "
                              "dataset than this EmlioDataset")
-        return probe
+        # The loaded state's own cursor of the shared schedule goes on.
+        return dict(probe, header=self._resume_header)
 
     def _delivered_at_start(self, epoch):
         if self._resume is not None and self._resume[0] == epoch:
@@ -291,8 +294,9 @@ class EmlioDataset(IterableDataset):
         if self._run is not None:
             epoch, done, rest = self._run
             delivered = done | set(rest[:self._handed])
-            blob = _state.make(self._probe()["header"], epoch,
-                               self._probe()["batches"], delivered)
+            probe = self._check_resume_header()
+            blob = _state.make(probe["header"], epoch, probe["batches"],
+                               delivered)
             return {"emlio_state": blob, "epoch": epoch,
                     "next_epoch": self._next_epoch,
                     "batch_size": self.batch_size, "rank": self.rank,
