@@ -19,7 +19,8 @@
 #   late-sh    --share, the third job started half an epoch late (the first
 #              two run two epochs so that it has company throughout)
 # EMLIOD_OPTS adds options to every emliod (e.g. --share-bytes 256M);
-# CELLS picks cells (default: one three three-sh late-sh).
+# CELLS picks cells (default: one three three-sh late-sh); KEEP=DIR keeps
+# each cell's daemon log and the jobs' JSON there.
 # Columns: aggregate samples/s of the cell's jobs while all ran, the device's
 # bytes over the dataset's per epoch of all jobs, each job's share of
 # bytes from another job's read, whether every job verified.
@@ -129,6 +130,11 @@ run_cell() { # run_cell NAME SHARE LATE
     wait "${pids[@]}"
     local s1 t1; s1=$(sectors); t1=$(date +%s%N)
     kill "$DPID"; wait "$DPID" 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then # KEEP=DIR: the cell's daemon log and JSON
+        mkdir -p "$KEEP"
+        cp "$T/d.log" "$KEEP/$cell.log"
+        for j in "${names[@]}"; do cp "$T/$j.json" "$T/$j.err" "$KEEP/"; done
+    fi
     local ep=$n
     [ "$late" = 1 ] && ep=$((2 * n - 1))
     row "$cell" "$s0" "$s1" "$t0" "$t1" "$ep"

@@ -456,7 +456,7 @@ s_dispatch(emlio_server_t *self, void *work)
  * that stopped reading that long ago has left the cache behind it. */
 #define S_CURSOR_FRESH_NS (2 * 1000000000ull)
 
-/* A sharing GET said where its job is in the shared schedule. The
+/* A sharing GET was read at the cursor it named (under jobs->lock). The
  * furthest cursor of the current segments is kept; a stale one (or one of
  * other segments: another window size) is replaced. The cursor is the
  * client's word: a wrong one costs only the joiners' sharing, never their
@@ -476,6 +476,16 @@ s_note_cursor(emlio__srv_jobs_t *jobs, const emlio__trainjob_t *by,
     jobs->share_cursor = cursor;
     jobs->share_at_ns = now;
     jobs->share_by = by;
+}
+
+void
+emlio__srv_jobs_note_cursor(emlio__srv_jobs_t *jobs,
+                            const emlio__trainjob_t *by, uint64_t segs,
+                            uint64_t cursor)
+{
+    pthread_mutex_lock(&jobs->lock);
+    s_note_cursor(jobs, by, segs, cursor);
+    pthread_mutex_unlock(&jobs->lock);
 }
 
 /* Whether the job that named the cursor is still in the table with a
@@ -501,11 +511,13 @@ emlio__srv_jobs_join(emlio_server_t *self, emlio__peer_t *peer, uint64_t *segs,
     if (!j->join_said) {
         uint64_t now = emlio__now_ns();
         j->join_said = true;
+        pthread_mutex_lock(&jobs->lock);
         j->join_has = jobs->share_at_ns &&
                       now - jobs->share_at_ns < S_CURSOR_FRESH_NS &&
                       s_cursor_owner_here(jobs, j);
         j->join_segs = jobs->share_segs;
         j->join_cursor = jobs->share_cursor;
+        pthread_mutex_unlock(&jobs->lock);
         if (j->join_has)
             emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                       "job %s joins the shared schedule at cursor %" PRIu64
@@ -531,8 +543,6 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
     job->tjob = j;
     job->share = self->core->share && (peer->share || self->cfg.share_all) &&
                  !atomic_load(&j->share_refused);
-    if (job->share && job->msg.segs)
-        s_note_cursor(&self->jobs, j, job->msg.segs, job->msg.cursor);
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
     atomic_fetch_add(&j->samples, job->msg.n_items);

@@ -127,9 +127,11 @@ typedef struct emlio__srv_jobs {
     size_t n_holding;       /* jobs with held GETs */
     uint32_t demand_weight; /* sum of weights of jobs with GETs */
     emlio__jobs_ledger_t *ledger;
-    /* The furthest cursor of the shared schedule a sharing job's GET
-     * named lately, for the segments it named (docs/planner.md,
-     * "Joining"); at_ns 0: none yet. */
+    /* The furthest cursor of the shared schedule at which the readers
+     * read a sharing job's GET lately, for the segments it named
+     * (docs/planner.md, "Joining"): where the shared reads are, not how
+     * far ahead the clients ask. at_ns 0: none yet. Under lock (the
+     * readers write it). */
     uint64_t share_segs, share_cursor, share_at_ns;
     const emlio__trainjob_t *share_by; /* the job that named it (compared,
                                           never followed: it may be gone) */
@@ -197,10 +199,15 @@ void emlio__srv_jobs_get_freed(struct emlio__job *job);
  * forgotten (logged with what they received). */
 void emlio__srv_jobs_tick(struct emlio_server *self, void *work);
 
+/* A reader read a sharing GET of job `by` at (segs, cursor): any thread. */
+void emlio__srv_jobs_note_cursor(emlio__srv_jobs_t *jobs,
+                                 const struct emlio__trainjob *by,
+                                 uint64_t segs, uint64_t cursor);
+
 /* Where a job that shares reads should begin in the shared schedule, for
  * the WELCOME of peer's stream 0 (after its HELLO attached it): the
- * cursor that sharing jobs' GETs named in the last 2 s, if the job that
- * named it is still connected, pinned for the
+ * cursor that sharing jobs' GETs were read at in the last 2 s, if the job
+ * whose GET it was is still connected, pinned for the
  * job at its first WELCOME, so that all its ranks hear the same. True
  * with *segs and *cursor set; false: none to join (start at 0). */
 bool emlio__srv_jobs_join(struct emlio_server *self, struct emlio__peer *peer,

@@ -611,6 +611,9 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
                            &tally);
     s_read_items(self, job);
     emlio__share_scope_set(NULL, 0, NULL);
+    if (job->msg.segs)
+        emlio__srv_jobs_note_cursor(&self->jobs, job->tjob, job->msg.segs,
+                                    job->msg.cursor);
     job->io_bytes += tally.loaded;
     job->shared_bytes += tally.shared;
     s_check_share_use(self, job->tjob, &tally);
