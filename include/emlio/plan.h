@@ -63,6 +63,12 @@ enum emlio_shuffle {
     EMLIO_SHUFFLE_WINDOW = 1
 };
 
+/* Positions [begin, end) of an epoch's global order. */
+typedef struct emlio_plan_span {
+    uint64_t begin;
+    uint64_t end;
+} emlio_plan_span_t;
+
 typedef struct emlio_plan_params {
     uint32_t world;         /* number of ranks, >= 1 */
     uint32_t rank;          /* 0 .. world - 1 */
@@ -84,6 +90,14 @@ typedef struct emlio_plan_params {
      * read from its first batch. Epoch e then visits the cursors
      * share_join + e * segments .. + segments - 1, each segment once. */
     uint64_t share_join;
+    /* Elastic resume (docs/planner.md, "Elastic resume"): the positions
+     * of this epoch's global order that earlier runs of the job consumed,
+     * as n_done sorted, disjoint, non-empty spans (borrowed; copied by
+     * build). The plan slices the rest, in global order, among this
+     * run's ranks as it would a whole epoch, whatever world size the
+     * earlier runs had. NULL and 0: the whole epoch. */
+    const emlio_plan_span_t *done;
+    size_t n_done;
 } emlio_plan_params_t;
 
 /* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,
@@ -138,6 +152,22 @@ EMLIO_EXPORT uint64_t emlio_plan_sample_count(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_pad_count(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_dataset_size(const emlio_plan_t *self);
 EMLIO_EXPORT uint64_t emlio_plan_dropped_count(const emlio_plan_t *self);
+
+/* The positions left to plan (the dataset size less params.done), and
+ * the slice of them rank `rank` of `world` takes: rest positions
+ * [*first, *first + *count) (docs/planner.md, Step 6; past `rest` they
+ * are padding). Pure arithmetic, the same that build uses, so that a
+ * resume state can be checked without building the plan. Returns 0 or
+ * EMLIO_EINVAL (an argument out of range, or a count that overflows). */
+EMLIO_EXPORT uint64_t emlio_plan_rest_size(const emlio_plan_t *self);
+EMLIO_EXPORT int emlio_plan_slice(uint64_t rest, uint32_t world, uint32_t rank,
+                                  uint32_t batch_size, bool drop_last,
+                                  uint64_t *first, uint64_t *count);
+
+/* The global position of sample k (k < sample_count) of this rank's plan;
+ * padding gives the position it repeats. The slice of the epoch it holds
+ * is the positions of its samples, padding excepted. */
+EMLIO_EXPORT uint64_t emlio_plan_position(const emlio_plan_t *self, uint64_t k);
 
 /* The shared schedule (params.shared): its segments (1 when the plan is
  * not shared), and the cursor of the segment batch i (i < batch_count)

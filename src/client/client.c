@@ -100,6 +100,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_buf_release(&self->scratch);
     emlio_plan_destroy(&self->current.plan);
     emlio_plan_destroy(&self->ahead.plan);
+    emlio_free(self->resume.spans);
     emlio_free(self->name);
     emlio_free(self->job);
     emlio_free(self);

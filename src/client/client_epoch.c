@@ -24,9 +24,10 @@ s_next_gen(uint32_t gen)
     return gen ? gen : 1;
 }
 
-/* Plans `epoch` for this rank into plan. Returns its batch count or < 0. */
-static int
-s_plan_build(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
+/* Plans `epoch` for this rank into plan (the rest of it, when a resume
+ * state says earlier runs consumed some). Returns its batch count or < 0. */
+int
+emlio__epoch_plan(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
 {
     emlio_plan_shard_t *in = emlio_calloc(self->inv.n_shards, sizeof(*in));
     if (!in)
@@ -49,6 +50,10 @@ s_plan_build(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
     params.shared = self->inv.share;
     params.share_join = self->inv.join;
     params.drop_last = self->cfg.drop_last;
+    if (self->resume.live && self->resume.epoch == epoch) {
+        params.done = self->resume.spans;
+        params.n_done = self->resume.n;
+    }
     int rc = emlio_plan_build(plan, in, self->inv.n_shards, &params);
     emlio_free(in);
     if (rc < 0)
@@ -83,7 +88,7 @@ s_plan_current(emlio_client_t *self, uint64_t epoch)
     uint32_t last = self->ahead.live ? self->ahead.gen : self->current.gen;
     emlio__epoch_abandon(self, 0);
     self->ahead.live = false;
-    int rc = s_plan_build(self, self->current.plan, epoch);
+    int rc = emlio__epoch_plan(self, self->current.plan, epoch);
     if (rc < 0)
         return rc;
     self->current.n_batches = (size_t)rc;
@@ -95,6 +100,9 @@ s_plan_current(emlio_client_t *self, uint64_t epoch)
 int
 emlio__epoch_begin(emlio_client_t *self, uint64_t epoch)
 {
+    /* What a resume state said earlier runs consumed is of its epoch. */
+    if (self->resume.live && self->resume.epoch != epoch)
+        self->resume.live = false;
     bool took_ahead = self->ahead.live && self->ahead.number == epoch;
     if (took_ahead) {
         s_take_ahead(self);
@@ -141,7 +149,7 @@ emlio__epoch_fill_ahead(emlio_client_t *self)
         (self->cfg.end_epoch && next >= self->cfg.end_epoch))
         return 0;
     if (!self->ahead.live) {
-        int n = s_plan_build(self, self->ahead.plan, next);
+        int n = emlio__epoch_plan(self, self->ahead.plan, next);
         if (n < 0) {
             snprintf(self->err, sizeof(self->err), "no error");
             self->cfg.end_epoch = next; /* do not try again */

@@ -182,6 +182,16 @@ typedef struct emlio__epoch {
     size_t next_to_send; /* next plan batch to request */
 } emlio__epoch_t;
 
+/* What earlier runs of the job consumed of the epoch a resume state put
+ * it in (docs/planner.md, "Elastic resume"): that epoch's plans cover
+ * only the rest. Other epochs are planned whole. */
+typedef struct emlio__resume {
+    bool live;
+    uint64_t epoch;
+    emlio_plan_span_t *spans; /* sorted, disjoint */
+    size_t n;
+} emlio__resume_t;
+
 /* ---- the window (client_window.c) --------------------------------------- */
 
 /* Samples of one batch that one daemon serves in one GET (a part). */
@@ -296,6 +306,7 @@ struct emlio_client {
     emlio__inventory_t inv;
     emlio__epoch_t current;
     emlio__epoch_t ahead;
+    emlio__resume_t resume;
     emlio__window_t win;
     emlio__figures_t fig;
     emlio__client_xf_t xf;
@@ -328,6 +339,7 @@ int emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns);
 
 /* client_epoch.c */
 int emlio__epoch_begin(emlio_client_t *self, uint64_t epoch);
+int emlio__epoch_plan(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch);
 int emlio__epoch_fill_ahead(emlio_client_t *self);
 void emlio__epoch_abandon(emlio_client_t *self, uint32_t keep);
 

@@ -6,6 +6,8 @@
  */
 #include "emlio_internal.h"
 
+#include "plan_rest.h"
+
 /* 2^64 / phi, the splitmix64 increment. */
 #define S_GOLDEN   UINT64_C(0x9e3779b97f4a7c15)
 /* Initial value of the key derivation: "EMLIO" in ASCII, then zeros. */
@@ -67,8 +69,9 @@ struct emlio_plan {
     uint64_t seed;
     uint64_t epoch;
     bool shuffle;
-    bool shared;    /* the shard order is the dataset's (s_dataset_key) */
-    uint64_t first; /* this rank's first position in the extended order */
+    bool shared;        /* the shard order is the dataset's (s_dataset_key) */
+    emlio__rest_t rest; /* what earlier runs consumed of the epoch */
+    uint64_t first;     /* this rank's first rest position */
     uint64_t n_samples;
     size_t batch_size;
     size_t n_batches;
@@ -277,6 +280,7 @@ emlio_plan_destroy(emlio_plan_t **self_p)
     emlio_plan_t *self = *self_p;
     emlio_free(self->slots);
     emlio_free(self->wins);
+    emlio__rest_release(&self->rest);
     if (self->buf)
         emlio_free(self->buf->samples);
     emlio_free(self->buf);
@@ -729,31 +733,31 @@ s_clear(emlio_plan_t *self)
     self->pad = 0;
     self->dataset = 0;
     self->dropped = 0;
+    self->rest.n = 0;
+    self->rest.done = 0;
 }
 
-/* Sizes this rank's share of the global order: rank r takes the
- * contiguous positions [r * per_rank, (r + 1) * per_rank) of the order
- * extended by padding (positions past the end wrap to its start). Only
- * the bounds are kept; s_sample_at maps a position to its sample. */
+/* Sizes this rank's share of the rest of the epoch (all of it unless
+ * earlier runs consumed some): rank r takes the contiguous rest positions
+ * [r * per_rank, (r + 1) * per_rank) of the order extended by padding
+ * (positions past the end wrap to its start). Only the bounds are kept;
+ * emlio_plan_position maps one to the epoch's global order. */
 static int
 s_slice(emlio_plan_t *self, const emlio_plan_params_t *p)
 {
-    uint64_t n = self->dataset;
-    uint64_t world = p->world;
+    int rc = emlio__rest_set(&self->rest, p->done, p->n_done, self->dataset,
+                             self->err);
+    if (rc < 0)
+        return rc;
+    uint64_t n = self->dataset - self->rest.done;
     uint64_t per_rank;
-    if (p->drop_last) {
-        uint64_t step = world * p->batch_size;
-        per_rank = n / step * p->batch_size;
-        self->dropped = n - per_rank * world;
-    } else {
-        /* world * per_rank < n + world must fit the position type. */
-        if (n > UINT64_MAX - world)
-            return emlio__seterr(self->err, EMLIO_EINVAL,
-                                 "cannot plan epoch: dataset has more "
-                                 "than 2^64 - %" PRIu64 " records",
-                                 world);
-        per_rank = n / world + (n % world != 0);
-    }
+    if (emlio_plan_slice(n, p->world, p->rank, p->batch_size, p->drop_last,
+                         &self->first, &per_rank) < 0)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "cannot plan epoch: dataset has more "
+                             "than 2^64 - %" PRIu32 " records",
+                             p->world);
+    self->dropped = p->drop_last ? n - per_rank * p->world : 0;
     uint64_t n_batches =
         per_rank / p->batch_size + (per_rank % p->batch_size != 0);
     if (n_batches > SIZE_MAX)
@@ -761,7 +765,6 @@ s_slice(emlio_plan_t *self, const emlio_plan_params_t *p)
                              "cannot plan epoch: %" PRIu64 " batches per rank "
                              "exceed this machine's size_t",
                              n_batches);
-    self->first = p->rank * per_rank;
     uint64_t end = self->first + per_rank;
     self->pad = end > n ? end - EMLIO_MAX(self->first, n) : 0;
     self->n_samples = per_rank;
@@ -928,13 +931,11 @@ emlio_plan_batch(const emlio_plan_t *self, size_t i, size_t *n)
     size_t len =
         (size_t)EMLIO_MIN((uint64_t)self->batch_size, self->n_samples - start);
     emlio_plan_sample_t *dst = self->buf->samples;
-    uint64_t g = self->first + start;
-    for (size_t k = 0; k < len; k++, g++) {
-        /* Past the end, positions wrap to the start of the order. */
-        bool pad = g >= self->dataset;
-        s_sample_at(self, pad ? (g - self->dataset) % self->dataset : g,
-                    &dst[k]);
-        dst[k].pad = pad;
+    uint64_t rest = self->dataset - self->rest.done;
+    uint64_t q = self->first + start;
+    for (size_t k = 0; k < len; k++, q++) {
+        s_sample_at(self, emlio_plan_position(self, start + k), &dst[k]);
+        dst[k].pad = q >= rest;
     }
     *n = len;
     return dst;
@@ -963,12 +964,10 @@ emlio_plan_batch_cursor(const emlio_plan_t *self, size_t i)
 {
     assert(self);
     assert(i < self->n_batches);
-    if (!self->shared)
+    if (!self->shared || !self->n_win)
         return 0;
-    uint64_t g = self->first + (uint64_t)i * self->batch_size;
-    if (g >= self->dataset) /* padding: the start of the order */
-        g = self->dataset ? (g - self->dataset) % self->dataset : 0;
-    return self->n_win ? self->wins[s_find_window(self, g)].cursor : 0;
+    uint64_t g = emlio_plan_position(self, (uint64_t)i * self->batch_size);
+    return self->wins[s_find_window(self, g)].cursor;
 }
 
 size_t
@@ -990,6 +989,26 @@ emlio_plan_pad_count(const emlio_plan_t *self)
 {
     assert(self);
     return self->pad;
+}
+
+uint64_t
+emlio_plan_position(const emlio_plan_t *self, uint64_t k)
+{
+    assert(self);
+    assert(k < self->n_samples);
+    uint64_t rest = self->dataset - self->rest.done;
+    uint64_t q = self->first + k;
+    /* Past the end, positions wrap to the start of the rest. */
+    if (q >= rest)
+        q = (q - rest) % rest;
+    return self->rest.n ? emlio__rest_position(&self->rest, q) : q;
+}
+
+uint64_t
+emlio_plan_rest_size(const emlio_plan_t *self)
+{
+    assert(self);
+    return self->dataset - self->rest.done;
 }
 
 uint64_t
