@@ -458,9 +458,35 @@ EMLIO_EXPORT void emlio_client_free_blob(uint8_t *blob);
 /* Loads a blob made by save_state and resumes that epoch: the next call to
  * next() continues it. Returns the batches still to come, or EMLIO_ESTATE
  * (the blob is damaged, or was made with another seed, world, rank, batch
- * size or dataset: the message says which). Call after connect. */
+ * size or dataset: the message says which). Call after connect.
+ *
+ * A state describes the job, not only its rank: it carries what earlier
+ * runs of the job consumed of its epoch (the global positions of the
+ * epoch's order, docs/planner.md, "Elastic resume"), and the batches this
+ * rank delivered of the rest. */
 EMLIO_EXPORT int emlio_client_load_state(emlio_client_t *self,
                                          const uint8_t *blob, size_t len);
+
+/* Elastic resume: loads the states every rank of the job's last run saved
+ * (n of them, one per rank, in any order, whatever that run's world size)
+ * and resumes their epoch on this run's ranks. What they consumed of it,
+ * earlier runs included, is left out; the rest, in the epoch's global
+ * order, is sliced among this run's ranks as a whole epoch would be, so
+ * the union over all runs is the epoch exactly once and each rank still
+ * receives samples in global order. Every rank of the new run calls this
+ * with the same states and computes the same split; the cost is
+ * O(states + their batches), not a replay.
+ *
+ * The run must keep the job's global batch (world x batch size), seed,
+ * dataset, shuffle, window and drop_last (drop_last is applied to the
+ * rest anew). A rank whose state is of the epoch before, complete, had
+ * only finished early. Returns the batches this rank has of the rest, or
+ * EMLIO_ESTATE naming the state and the reason: damaged, another job, a
+ * rank missing or given twice, states of different runs or epochs,
+ * another global batch. Call after connect. */
+EMLIO_EXPORT int emlio_client_load_states(emlio_client_t *self,
+                                          const uint8_t *const *blobs,
+                                          const size_t *lens, size_t n);
 
 /* The samples of the current epoch that daemons running with
  * on_corrupt = skip left out because their stored CRC did not match (data

@@ -38,8 +38,8 @@ emlio__rest_set(emlio__rest_t *r, const emlio_plan_span_t *spans, size_t n,
         r->cap = n;
     }
     for (size_t i = 0; i < n; i++) {
-        r->spans[i] = (emlio__rest_span_t){ spans[i].begin, spans[i].end,
-                                            r->done };
+        r->spans[i] =
+            (emlio__rest_span_t){ spans[i].begin, spans[i].end, r->done };
         r->done += spans[i].end - spans[i].begin;
     }
     r->n = n;

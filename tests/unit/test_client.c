@@ -471,18 +471,20 @@ test_client_resume_state_delivers_the_rest(void **state)
         blob[len - 4 + i] = (uint8_t)(old >> (8 * i));
     assert_int_equal(emlio_client_load_state(d, blob, len), EMLIO_ESTATE);
     assert_non_null(strstr(emlio_client_errmsg(d), "plan version 1"));
-    blob[4] = 3;
+    blob[4] = 4;
     for (int i = 0; i < 4; i++)
         blob[len - 4 + i] = (uint8_t)(crc >> (8 * i));
     /* Format 2 (before the shared schedule's join cursor, at 72..79) is
-     * read as format 3 with cursor 0. */
-    {
-        size_t len2 = len - 8;
+     * read with cursor 0, format 3 (before the consumed spans' count at
+     * 80..87) with no spans. */
+    for (int format = 2; format <= 3; format++) {
+        size_t keep = format == 2 ? 72 : 80;
+        size_t len2 = len - (88 - keep);
         uint8_t *two = malloc(len2);
         assert_non_null(two);
-        memcpy(two, blob, 72);
-        memcpy(two + 72, blob + 80, len - 80);
-        two[4] = 2;
+        memcpy(two, blob, keep);
+        memcpy(two + keep, blob + 88, len - 88);
+        two[4] = (uint8_t)format;
         uint32_t c2 = emlio_crc32c(0, two, len2 - 4);
         for (int i = 0; i < 4; i++)
             two[len2 - 4 + i] = (uint8_t)(c2 >> (8 * i));
@@ -508,6 +510,204 @@ test_client_resume_state_delivers_the_rest(void **state)
         for (int r = 0; r < RECORDS; r++)
             assert_int_equal(seen[s][r], 1);
     emlio_client_destroy(&d);
+}
+
+/* ---- elastic resume ------------------------------------------------------ */
+
+/* Rank `rank` of `world` with batch `batch`, the job's other settings as
+ * s_client's. */
+static emlio_client_t *
+s_rank(fixture_t *f, uint32_t world, uint32_t rank, uint32_t batch,
+       bool in_order)
+{
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = batch;
+    cfg.world = world;
+    cfg.rank = rank;
+    cfg.in_order = in_order;
+    cfg.shuffle = EMLIO_SHUFFLE_WINDOW;
+    cfg.seed = 3;
+    cfg.inflight = 4;
+    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    return c;
+}
+
+/* Takes up to `max` batches (all: SIZE_MAX) from c, counting the samples
+ * that are not padding in seen; returns the batches taken. */
+static size_t
+s_take(emlio_client_t *c, size_t max, uint8_t seen[SHARDS][RECORDS])
+{
+    size_t got = 0;
+    emlio_batch_t *b;
+    while (got < max && emlio_client_next(c, &b) == 1) {
+        size_t n;
+        const emlio_sample_t *s = emlio_batch_samples(b, &n);
+        for (size_t k = 0; k < n; k++) {
+            s_check_sample(c, &s[k]);
+            if (!s[k].pad)
+                seen[s[k].shard][s[k].record]++;
+        }
+        emlio_batch_release(&b);
+        got++;
+    }
+    return got;
+}
+
+/* One run of the job: `world` ranks with batch `batch` resume from the
+ * n_in states (none: the epoch starts), each takes take[rank] batches
+ * (SIZE_MAX: the rest) and saves its state into out[rank]. */
+static void
+s_run(fixture_t *f, uint32_t world, uint32_t batch, uint8_t **in,
+      size_t *in_len, size_t n_in, const size_t *take,
+      uint8_t seen[SHARDS][RECORDS], uint8_t **out, size_t *out_len)
+{
+    for (uint32_t r = 0; r < world; r++) {
+        emlio_client_t *c = s_rank(f, world, r, batch, false);
+        int n = n_in ? emlio_client_load_states(c, (const uint8_t *const *)in,
+                                                in_len, n_in)
+                     : emlio_client_begin_epoch(c, 1);
+        assert_true(n >= 0);
+        size_t got = s_take(c, take[r], seen);
+        assert_true(take[r] == SIZE_MAX ? got == (size_t)n : got == take[r]);
+        assert_int_equal(emlio_client_save_state(c, &out[r], &out_len[r]), 0);
+        emlio_client_destroy(&c);
+    }
+}
+
+static void
+s_free_states(uint8_t **blobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        emlio_client_free_blob(blobs[i]);
+}
+
+/* The issue's scenario at unit scale: an epoch started on 4 ranks,
+ * interrupted, resumed on 2, interrupted, finished on 3 (global batch 12
+ * throughout); every sample arrives exactly once over the three runs. */
+static void
+test_client_elastic_resume_delivers_each_sample_once(void **state)
+{
+    fixture_t *f = *state;
+    uint8_t seen[SHARDS][RECORDS] = { { 0 } };
+    uint8_t *a[4], *b[2], *c[3];
+    size_t a_len[4], b_len[2], c_len[3];
+    s_run(f, 4, 3, NULL, NULL, 0, (size_t[]){ 1, 3, 0, 2 }, seen, a, a_len);
+    s_run(f, 2, 6, a, a_len, 4, (size_t[]){ 1, 2 }, seen, b, b_len);
+    s_free_states(a, 4);
+    s_run(f, 3, 4, b, b_len, 2, (size_t[]){ SIZE_MAX, SIZE_MAX, SIZE_MAX },
+          seen, c, c_len);
+    for (int s = 0; s < SHARDS; s++)
+        for (int r = 0; r < RECORDS; r++)
+            assert_int_equal(seen[s][r], 1);
+
+    /* The finished run's states resume to nothing left. */
+    emlio_client_t *d = s_rank(f, 1, 0, 12, false);
+    assert_int_equal(
+        emlio_client_load_states(d, (const uint8_t *const *)c, c_len, 3), 0);
+    emlio_batch_t *batch;
+    assert_int_equal(emlio_client_next(d, &batch), 0);
+    emlio_client_destroy(&d);
+    s_free_states(b, 2);
+    s_free_states(c, 3);
+}
+
+/* Expects load_states of the n states to fail naming `why`, on a client
+ * of world x batch. */
+static void
+s_refused(fixture_t *f, uint32_t world, uint32_t batch, uint8_t **blobs,
+          size_t *lens, size_t n, const char *why)
+{
+    emlio_client_t *c = s_rank(f, world, 0, batch, false);
+    assert_int_equal(
+        emlio_client_load_states(c, (const uint8_t *const *)blobs, lens, n),
+        n ? EMLIO_ESTATE : EMLIO_EINVAL);
+    if (!strstr(emlio_client_errmsg(c), why))
+        fail_msg("load_states said \"%s\", expected \"%s\"",
+                 emlio_client_errmsg(c), why);
+    emlio_client_destroy(&c);
+}
+
+static void
+test_client_elastic_resume_refuses_states_of_another_run(void **state)
+{
+    fixture_t *f = *state;
+    uint8_t seen[SHARDS][RECORDS] = { { 0 } };
+    uint8_t *a[4], *mixed[4];
+    size_t a_len[4], mixed_len[4];
+    s_run(f, 4, 3, NULL, NULL, 0, (size_t[]){ 1, 1, 1, 1 }, seen, a, a_len);
+
+    s_refused(f, 2, 6, a, a_len, 0, "no resume state");
+    s_refused(f, 2, 6, a, a_len, 3, "no resume state of rank 3 of the 4");
+    memcpy(mixed, a, sizeof(mixed));
+    memcpy(mixed_len, a_len, sizeof(mixed_len));
+    mixed[3] = a[0];
+    mixed_len[3] = a_len[0];
+    s_refused(f, 2, 6, mixed, mixed_len, 4,
+              "resume state 0 of 4 and resume state 3 of 4 are both of rank 0");
+    s_refused(f, 2, 5, a, a_len, 4,
+              "global batch 4 x 3 = 12, this run's is "
+              "2 x 5 = 10");
+    s_refused(f, 5, 2, a, a_len, 4, "this world size does not divide it");
+
+    /* Ranks 0..2 began epoch 2 while rank 3 was still in epoch 1: refused
+     * while rank 3 had not finished it, resumed once it had (it only ran
+     * behind). */
+    uint8_t seen2[SHARDS][RECORDS] = { { 0 } };
+    uint8_t *late[4], *next[2];
+    size_t late_len[4], next_len[2];
+    for (uint32_t r = 0; r < 3; r++) {
+        emlio_client_t *c = s_rank(f, 4, r, 3, false);
+        assert_int_equal(emlio_client_begin_epoch(c, 2), 5);
+        assert_int_equal(s_take(c, 1, seen2), 1);
+        assert_int_equal(emlio_client_save_state(c, &late[r], &late_len[r]), 0);
+        emlio_client_destroy(&c);
+    }
+    late[3] = a[3];
+    late_len[3] = a_len[3];
+    s_refused(f, 2, 6, late, late_len, 4,
+              "resume state 3 of 4 is in epoch 1 unfinished while another is "
+              "in epoch 2");
+    emlio_client_t *c = s_rank(f, 4, 3, 3, false);
+    assert_int_equal(emlio_client_load_state(c, a[3], a_len[3]), 4);
+    assert_int_equal(s_take(c, SIZE_MAX, seen), 4);
+    assert_int_equal(emlio_client_save_state(c, &late[3], &late_len[3]), 0);
+    emlio_client_destroy(&c);
+    s_run(f, 2, 6, late, late_len, 4, (size_t[]){ SIZE_MAX, SIZE_MAX }, seen2,
+          next, next_len);
+    for (int s = 0; s < SHARDS; s++)
+        for (int r = 0; r < RECORDS; r++)
+            assert_int_equal(seen2[s][r], 1);
+    s_free_states(late, 4);
+    s_free_states(next, 2);
+
+    /* Damage and another job's state are named by number. */
+    a[2][a_len[2] / 2] ^= 1;
+    s_refused(f, 2, 6, a, a_len, 4, "resume state 2 of 4 is damaged");
+    a[2][a_len[2] / 2] ^= 1;
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 6;
+    cfg.world = 2;
+    cfg.seed = 4;
+    cfg.shuffle = EMLIO_SHUFFLE_WINDOW;
+    c = emlio_client_new(f->ctx, &cfg);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    assert_int_equal(
+        emlio_client_load_states(c, (const uint8_t *const *)a, a_len, 4),
+        EMLIO_ESTATE);
+    assert_non_null(
+        strstr(emlio_client_errmsg(c), "0 of 4 was made with another seed"));
+    emlio_client_destroy(&c);
+
+    /* One rank's state alone on another world size says what to do. */
+    c = s_rank(f, 2, 0, 6, false);
+    assert_int_equal(emlio_client_load_state(c, a[0], a_len[0]), EMLIO_ESTATE);
+    assert_non_null(strstr(emlio_client_errmsg(c), "emlio_client_load_states"));
+    emlio_client_destroy(&c);
+    s_free_states(a, 4);
 }
 
 /* A TCP socket that listens and never says a word: the kernel completes
@@ -691,6 +891,9 @@ main(void)
             test_client_batch_beyond_the_daemons_limits_is_refused),
         cmocka_unit_test(test_client_parts_of_multi_field_samples),
         cmocka_unit_test(test_client_resume_state_delivers_the_rest),
+        cmocka_unit_test(test_client_elastic_resume_delivers_each_sample_once),
+        cmocka_unit_test(
+            test_client_elastic_resume_refuses_states_of_another_run),
         cmocka_unit_test(test_client_misuse_and_bad_endpoints),
         cmocka_unit_test(test_client_connect_can_be_retried),
         cmocka_unit_test(test_client_io_threads_by_config_and_locality),

@@ -19,8 +19,8 @@ make_inventory(emlio_plan_shard_t *shards, uint64_t *total)
     *total = 0;
     for (size_t i = 0; i < N_SHARDS; i++) {
         snprintf(s_names[i], sizeof(s_names[i]), "s%02zu", i);
-        shards[i] = (emlio_plan_shard_t){ s_names[i], 1 + (i * 37 + 11) % 97,
-                                          0, &s_holder, 1 };
+        shards[i] = (emlio_plan_shard_t){ s_names[i], 1 + (i * 37 + 11) % 97, 0,
+                                          &s_holder, 1 };
         *total += shards[i].records;
     }
 }
@@ -42,8 +42,8 @@ sample_id(const emlio_plan_shard_t *shards, const emlio_plan_sample_t *s)
 struct run {
     const emlio_plan_shard_t *shards;
     uint64_t total;
-    uint8_t *seen;         /* by sample id */
-    uint64_t *pos_of;      /* sample id -> position in the uninterrupted order */
+    uint8_t *seen;    /* by sample id */
+    uint64_t *pos_of; /* sample id -> position in the uninterrupted order */
     emlio_plan_span_t *out;
     size_t n_out;
 };
@@ -125,8 +125,12 @@ test_plan_rest_resumes_on_other_world_sizes(void **state)
     assert_int_equal(k, total);
     emlio_plan_destroy(&plan);
 
-    struct run run = { shards, total, calloc(total, 1), pos_of,
-                       calloc(total, sizeof(emlio_plan_span_t)), 0 };
+    struct run run = { shards,
+                       total,
+                       calloc(total, 1),
+                       pos_of,
+                       calloc(total, sizeof(emlio_plan_span_t)),
+                       0 };
     assert_non_null(run.seen);
     assert_non_null(run.out);
     /* 4 ranks take 3, 0, 5, 1 batches; then 2 ranks take 4 and 2; then 3
@@ -173,8 +177,7 @@ test_plan_rest_counts_and_slices(void **state)
     assert_int_equal(emlio_plan_rest_size(plan), rest);
     assert_int_equal(emlio_plan_dataset_size(plan), total);
     uint64_t first, count;
-    assert_int_equal(emlio_plan_slice(rest, 3, 2, 8, false, &first, &count),
-                     0);
+    assert_int_equal(emlio_plan_slice(rest, 3, 2, 8, false, &first, &count), 0);
     assert_int_equal(emlio_plan_sample_count(plan), count);
     assert_int_equal(first, 2 * count);
     assert_int_equal(emlio_plan_pad_count(plan), 1);
@@ -210,10 +213,10 @@ test_plan_rest_rejects_bad_spans(void **state)
     uint64_t total;
     make_inventory(shards, &total);
     const emlio_plan_span_t bad[][2] = {
-        { { 5, 5 }, { 9, 10 } },          /* empty */
-        { { 9, 12 }, { 4, 6 } },          /* out of order */
-        { { 4, 9 }, { 8, 10 } },          /* overlapping */
-        { { 4, 9 }, { 10, total + 1 } },  /* past the end */
+        { { 5, 5 }, { 9, 10 } },         /* empty */
+        { { 9, 12 }, { 4, 6 } },         /* out of order */
+        { { 4, 9 }, { 8, 10 } },         /* overlapping */
+        { { 4, 9 }, { 10, total + 1 } }, /* past the end */
     };
     const char *why[] = { "empty", "out of order", "out of order",
                           "past the epoch's end" };
@@ -248,8 +251,9 @@ static void
 test_plan_rest_map_matches_brute_force(void **state)
 {
     (void)state;
-    const emlio_plan_span_t sp[] = { { 0, 2 }, { 2, 3 }, { 5, 6 },
-                                     { 9, 12 }, { 15, 20 } };
+    const emlio_plan_span_t sp[] = {
+        { 0, 2 }, { 2, 3 }, { 5, 6 }, { 9, 12 }, { 15, 20 }
+    };
     emlio__rest_t r = { 0 };
     char err[EMLIO_ERRMSG_LEN];
     for (size_t n = 0; n <= 5; n++) {
@@ -269,15 +273,15 @@ test_plan_rest_map_matches_brute_force(void **state)
         for (size_t q0 = 0; q0 <= nk; q0++)
             for (size_t q1 = q0; q1 <= nk; q1++) {
                 uint8_t mark[20] = { 0 };
-                assert_int_equal(emlio__rest_map(&r, q0, q1, collect, mark),
-                                 0);
+                assert_int_equal(emlio__rest_map(&r, q0, q1, collect, mark), 0);
                 for (size_t q = 0; q < nk; q++)
                     assert_int_equal(mark[kept[q]], q >= q0 && q < q1);
             }
     }
     emlio__rest_release(&r);
-    emlio_plan_span_t m[] = { { 7, 9 }, { 1, 3 }, { 3, 4 }, { 8, 12 },
-                              { 2, 3 } };
+    emlio_plan_span_t m[] = {
+        { 7, 9 }, { 1, 3 }, { 3, 4 }, { 8, 12 }, { 2, 3 }
+    };
     size_t nm = 5;
     emlio__spans_normalize(m, &nm);
     assert_int_equal(nm, 2);
