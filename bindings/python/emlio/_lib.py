@@ -299,6 +299,9 @@ def _declare(lib):
     fn("emlio_client_free_blob", None, _c_u8_p)
     fn("emlio_client_load_state", ctypes.c_int, vp, ctypes.c_char_p,
        ctypes.c_size_t)
+    fn("emlio_client_load_states", ctypes.c_int, vp,
+       ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t),
+       ctypes.c_size_t)
     fn("emlio_client_plan", vp, vp)
     fn("emlio_client_errmsg", ctypes.c_char_p, vp)
     fn("emlio_plan_batch_count", ctypes.c_size_t, vp)

@@ -3,10 +3,14 @@
 # SPDX-License-Identifier: MIT
 """The resume state blob of ``emlio_client_save_state`` (src/client.c):
 
-    "EMLS", u32 format 3, u64 seed, u32 world, rank, batch_size, shuffle,
+    "EMLS", u32 format 4, u64 seed, u32 world, rank, batch_size, shuffle,
     window_shards, drop_last, char dataset[16]    (56 bytes)
-    u64 epoch, u64 n_batches, u64 share_join (format 3 only),
+    u64 epoch, u64 n_batches, u64 share_join (format 3 on),
+    u64 n_spans, n_spans x (u64 begin, u64 end) (format 4),
     bitmap[(n + 7) / 8], u32 crc32c of the rest
+
+(the spans: global positions of the epoch earlier runs of the job
+consumed, docs/protocol.md "Resume state")
 
 all little endian; bit i of the bitmap (byte i / 8, bit i % 8) set means
 batch i of this rank's plan was delivered. A client that loads a blob
@@ -14,8 +18,9 @@ delivers exactly the batches whose bits are clear. EmlioDataset uses that
 to give each DataLoader worker its own batches of the rank's plan: it
 takes the header from a blob the library made (so the library still
 checks seed, world, rank, batch size and dataset) and writes the epoch and
-the bitmap itself. The "header" this module hands out is the 56 bytes and
-share_join: everything but the epoch, the count and the bitmap.
+the bitmap itself. The "header" this module hands out is the 56 bytes,
+share_join and the spans: everything but the epoch, the count and the
+bitmap.
 """
 
 import struct
@@ -56,6 +61,11 @@ def parse(blob):
         raise ValueError("resume state is damaged or not an emlio state")
     fmt = struct.unpack_from("<I", blob, 4)[0]
     extra = 8 if fmt >= 3 else 0
+    if fmt >= 4:
+        if len(blob) < HEADER + 36:
+            raise ValueError("resume state is damaged or not an emlio state")
+        n_spans = struct.unpack_from("<Q", blob, HEADER + 24)[0]
+        extra = 16 + 16 * min(n_spans, len(blob))
     if len(blob) < HEADER + 20 + extra:
         raise ValueError("resume state is damaged or not an emlio state")
     epoch, n = struct.unpack_from("<QQ", blob, HEADER)

@@ -1065,13 +1065,8 @@ class Loader:
                 "batch_size": self.batch_size, "rank": self.rank,
                 "world_size": self.world_size}
 
-    def load_state_dict(self, state):
-        """Resumes from state_dict() output (or its raw bytes). Returns the
-        batches still to come in the saved epoch; iter() (or epoch(e) with
-        the saved epoch) delivers exactly those, then goes on with the next
-        epochs."""
-        self._require_open()
-        self._check_idle("load a resume state")
+    @staticmethod
+    def _state_blob(state):
         if isinstance(state, dict) and "emlio_state" not in state:
             raise StateError(ESTATE, "state has no 'emlio_state' entry (keys: "
                              "%s): pass what state_dict() returned"
@@ -1081,9 +1076,31 @@ class Loader:
             raise TypeError("state must be the dict state_dict() returned "
                             "or its 'emlio_state' bytes, not %s"
                             % type(blob).__name__)
-        blob = bytes(blob)
-        left = self._call(_C.emlio_client_load_state(
-            self._client, blob, len(blob)))
+        return bytes(blob)
+
+    def load_state_dict(self, state):
+        """Resumes from state_dict() output (or its raw bytes). Returns the
+        batches still to come in the saved epoch; iter() (or epoch(e) with
+        the saved epoch) delivers exactly those, then goes on with the next
+        epochs.
+
+        Elastic resume: a list of every rank's state_dict() of the last
+        run (as torch.distributed.all_gather_object gives it), whatever
+        its world size, resumes the job on this loader's world size with
+        the same global batch: the samples not consumed yet are split
+        among the new ranks (docs/planner.md, "Elastic resume")."""
+        self._require_open()
+        self._check_idle("load a resume state")
+        if isinstance(state, (list, tuple)):
+            blobs = [self._state_blob(s) for s in state]
+            n = len(blobs)
+            left = self._call(_C.emlio_client_load_states(
+                self._client, (ctypes.c_char_p * n)(*blobs),
+                (ctypes.c_size_t * n)(*map(len, blobs)), n))
+        else:
+            blob = self._state_blob(state)
+            left = self._call(_C.emlio_client_load_state(
+                self._client, blob, len(blob)))
         e = self.epoch_stats()["epoch"]
         if left > 0:
             self._resume = e
