@@ -216,6 +216,7 @@ typedef struct s_fetch {
     double progress_s;      /* --progress: a plain line every S s (0: off) */
     const char *ids_path;
     const char *state_path;
+    const char *resume_from; /* --resume-from: every rank's states */
     const char *server_key_path;
     const char *client_key_path;
     const char *influx_arg;
@@ -334,6 +335,10 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "default: refused"),
         OPT("state", 0, OPT_STR, &self->state_path, "FILE",
             "resume from / save progress to FILE"),
+        OPT("resume-from", 0, OPT_STR, &self->resume_from, "GLOB|DIR",
+            "resume the job from every rank's --state of\n"
+            "its last run, on this run's world size (same\n"
+            "global batch); --state then only saves"),
         OPT("transform", 0, OPT_STR, &cfg->transform, "SPEC",
             "deliver uint8 tensors: decode and augment,\n"
             "e.g. random_resized_crop(224),horizontal_flip"),
@@ -518,17 +523,29 @@ s_open(s_fetch_t *self)
         fprintf(stderr, "emlio fetch: %s\n", emlio_client_errmsg(self->client));
         return -1;
     }
-    if (self->state_path && s_load_state(self) < 0)
+    if (self->resume_from) {
+        /* --ids starts afresh: the earlier runs' ids are in their files. */
+        if (fetch_state_resume_from(self->client, self->resume_from,
+                                    self->state_path) < 0)
+            return -1;
+        emlio_client_stats_t cst;
+        emlio_client_stats(self->client, &cst);
+        self->epoch = cst.epoch;
+        self->resumed = true;
+        self->ids_offset = 0;
+    } else if (self->state_path && s_load_state(self) < 0) {
         return -1;
+    }
     const char *ids_path = self->ids_path;
-    if (ids_path && !(self->ids = fopen(ids_path, self->resumed ? "a" : "w"))) {
+    bool append = self->resumed && !self->resume_from;
+    if (ids_path && !(self->ids = fopen(ids_path, append ? "a" : "w"))) {
         fprintf(stderr, "emlio fetch: cannot open '%s': %s\n", ids_path,
                 strerror(errno));
         return -1;
     }
     /* Lines written after the last saved state belong to batches that will
      * be delivered again: cut them. */
-    if (self->ids && self->resumed &&
+    if (self->ids && append &&
         (ftruncate(fileno(self->ids), (off_t)self->ids_offset) != 0 ||
          fseeko(self->ids, (off_t)self->ids_offset, SEEK_SET) != 0)) {
         fprintf(stderr, "emlio fetch: cannot trim '%s': %s\n", ids_path,

@@ -5,8 +5,10 @@
 
 #include "fetch_state.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +219,104 @@ fetch_state_release(fetch_state_t *st)
 {
     free(st->blob);
     memset(st, 0, sizeof(*st));
+}
+
+/* The state files `from` names into g (a directory's as a glob would list
+ * them: sorted). Returns 0, or -1 after printing why. */
+static int
+s_list_states(const char *from, glob_t *g)
+{
+    struct stat sb;
+    char pattern[4096];
+    if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (snprintf(pattern, sizeof(pattern), "%s/*", from) >=
+            (int)sizeof(pattern)) {
+            fprintf(stderr, "emlio fetch: --resume-from '%s': path too long\n",
+                    from);
+            return -1;
+        }
+        from = pattern;
+    }
+    int rc = glob(from, GLOB_ERR, NULL, g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g->gl_pathc == 0)) {
+        fprintf(stderr,
+                "emlio fetch: --resume-from '%s': no state file there\n", from);
+        return -1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "emlio fetch: --resume-from '%s': cannot list: %s\n",
+                from, rc == GLOB_NOSPACE ? "out of memory" : strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static bool
+s_is_state_file(const char *path)
+{
+    struct stat sb;
+    size_t n = strlen(path);
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
+           !(n >= 4 && strcmp(path + n - 4, ".tmp") == 0);
+}
+
+int
+fetch_state_resume_from(emlio_client_t *client, const char *from,
+                        const char *own_state)
+{
+    glob_t g;
+    if (s_list_states(from, &g) < 0)
+        return -1;
+    fetch_state_t *st = calloc(g.gl_pathc, sizeof(*st));
+    const char **path = calloc(g.gl_pathc, sizeof(*path));
+    const uint8_t **blobs = calloc(g.gl_pathc, sizeof(*blobs));
+    size_t *lens = calloc(g.gl_pathc, sizeof(*lens));
+    size_t n = 0;
+    int rc = st && path && blobs && lens ? 0 : -1;
+    if (rc < 0)
+        fprintf(stderr, "emlio fetch: out of memory\n");
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
+        const char *p = g.gl_pathv[i];
+        if (!s_is_state_file(p))
+            continue;
+        struct stat a, b;
+        if (own_state && stat(own_state, &a) == 0 && stat(p, &b) == 0 &&
+            a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            fprintf(stderr,
+                    "emlio fetch: --state '%s' is one of the --resume-from "
+                    "states: save this run's states elsewhere (the other "
+                    "ranks may still read it)\n",
+                    own_state);
+            rc = -1;
+            break;
+        }
+        if (fetch_state_load(p, &st[n]) <= 0) {
+            rc = -1;
+            break;
+        }
+        path[n] = p;
+        blobs[n] = st[n].blob;
+        lens[n] = st[n].blob_len;
+        n++;
+    }
+    if (rc == 0 && n == 0) {
+        fprintf(stderr,
+                "emlio fetch: --resume-from '%s': no state file there\n", from);
+        rc = -1;
+    }
+    if (rc == 0 && emlio_client_load_states(client, blobs, lens, n) < 0) {
+        fprintf(stderr, "emlio fetch: cannot resume from '%s': %s\n", from,
+                emlio_client_errmsg(client));
+        for (size_t i = 0; i < n && n > 1; i++)
+            fprintf(stderr, "  resume state %zu of %zu: %s\n", i, n, path[i]);
+        rc = -1;
+    }
+    for (size_t i = 0; st && i < n; i++)
+        fetch_state_release(&st[i]);
+    free(st);
+    free(path);
+    free(blobs);
+    free(lens);
+    globfree(&g);
+    return rc;
 }

@@ -49,4 +49,14 @@ int fetch_state_check_ids(const fetch_state_t *st, const char *state_path,
 
 void fetch_state_release(fetch_state_t *st);
 
+/* Elastic resume (`--resume-from`): reads every state file the last run of
+ * the job saved, named by `from` (a directory: its regular files not
+ * ending in ".tmp"; else a glob(3) pattern), and has client resume their
+ * epoch on its own world size (emlio_client_load_states). own_state, this
+ * run's --state (may be NULL), must not be one of them: the other ranks
+ * may still be reading it. Returns 0, or -1 after printing why, naming
+ * the file. */
+int fetch_state_resume_from(emlio_client_t *client, const char *from,
+                            const char *own_state);
+
 #endif /* EMLIO_TOOLS_FETCH_STATE_H */
