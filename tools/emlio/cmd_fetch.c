@@ -217,6 +217,7 @@ typedef struct s_fetch {
     const char *ids_path;
     const char *state_path;
     const char *resume_from; /* --resume-from: every rank's states */
+    double resume_s;         /* reading and merging them */
     const char *server_key_path;
     const char *client_key_path;
     const char *influx_arg;
@@ -525,9 +526,14 @@ s_open(s_fetch_t *self)
     }
     if (self->resume_from) {
         /* --ids starts afresh: the earlier runs' ids are in their files. */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (fetch_state_resume_from(self->client, self->resume_from,
                                     self->state_path) < 0)
             return -1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        self->resume_s = (double)(t1.tv_sec - t0.tv_sec) +
+                         (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
         emlio_client_stats_t cst;
         emlio_client_stats(self->client, &cst);
         self->epoch = cst.epoch;
@@ -836,7 +842,7 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            ", \"verified\": %s, \"energy_j\": %.6f, \"energy_source\": \"%s\""
            ", \"j_per_sample\": %.9f, \"j_per_gb\": %.4f"
            ", \"skipped\": %" PRIu64 ", \"ramp_s\": %.3f"
-           ", \"compute_s\": %.6f, \"au\": %.4f",
+           ", \"compute_s\": %.6f, \"au\": %.4f, \"resume_s\": %.6f",
            samples, bytes, self->batches, self->epochs_done, seconds,
            seconds > 0 ? (double)samples / seconds : 0,
            seconds > 0 ? (double)bytes / seconds / 1e6 : 0,
@@ -847,7 +853,7 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            self->energy_source, samples ? energy_j / (double)samples : 0,
            bytes ? energy_j / ((double)bytes / 1e9) : 0, self->skipped,
            fetch_ramp_seconds(&self->ramp, seconds), self->computed,
-           seconds > 0 ? self->computed / seconds : 0);
+           seconds > 0 ? self->computed / seconds : 0, self->resume_s);
     fetch_path_json(stdout, self->client);
     printf("}\n");
     fflush(stdout);

@@ -1,0 +1,98 @@
+#!/bin/bash
+# elastic.sh - elastic resume at 10^6 samples (issue 33's target): an
+# epoch of SHARDS x RECORDS raw 16-byte records (TFRecord, hard links of
+# one shard) begun on 4 ranks and stopped by SIGINT, resumed on 2 and
+# stopped, finished on 3 (global batch 192, --in-order). Prints each
+# rank's time to its first batch (fetch's resume_s, reading and merging
+# every state, plus first_batch_s), the state files' sizes, and
+# checks that the union of every run's --ids is the uninterrupted epoch's
+# plan exactly once (10^6 distinct ids, none repeated).
+#   bench/elastic.sh [SHARDS [RECORDS]]      (default 100 x 10000)
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=${B:-build}
+EMLIO=$B/bin/emlio
+SHARDS=${1:-100}
+RECORDS=${2:-10000}
+T=$(mktemp -d /tmp/emlio-elastic.XXXXXX)
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+
+/usr/bin/python3 - "$T/d" "$SHARDS" "$RECORDS" <<'PY' || exit 1
+import os, struct, sys
+out, shards, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+table = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    table.append(c)
+def masked(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+parts = []
+for r in range(records):
+    data = struct.pack("<QQ", r, r * 2654435761 & 0xFFFFFFFFFFFFFFFF)
+    head = struct.pack("<Q", len(data))
+    parts += [head, struct.pack("<I", masked(head)), data,
+              struct.pack("<I", masked(data))]
+os.makedirs(out)
+first = os.path.join(out, "s00000.tfrecord")
+with open(first, "wb") as f:
+    f.write(b"".join(parts))
+for s in range(1, shards):
+    os.link(first, os.path.join(out, "s%05d.tfrecord" % s))
+PY
+N=$((SHARDS * RECORDS))
+
+$B/bin/emliod --data "$T/d" --bind 'tcp://127.0.0.1:*' --log-level warn \
+    >"$T/d.out" 2>"$T/d.err" &
+PIDS+=($!)
+EP=""
+for _ in $(seq 1 600); do
+    EP=$(sed -n 's/^emliod: listening on //p' "$T/d.out")
+    [ -n "$EP" ] && break
+    sleep 0.05
+done
+[ -n "$EP" ] || { echo "emliod did not start"; cat "$T/d.err"; exit 1; }
+
+run() { # run NAME WORLD STOP_AFTER_S [ARGS...]: one run, all its ranks
+    local name=$1 world=$2 stop=$3 r
+    shift 3
+    mkdir -p "$T/$name"
+    local rp=()
+    for r in $(seq 0 $((world - 1))); do
+        "$EMLIO" fetch --connect "$EP" --world "$world" --rank "$r" \
+            --batch $((192 / world)) --seed 9 --in-order --epochs 1 --quiet \
+            --state "$T/$name/rank$r.state" --ids "$T/$name.$r.ids" "$@" \
+            >"$T/$name.$r.out" 2>"$T/$name.$r.err" &
+        rp+=($!)
+    done
+    if [ "$stop" != 0 ]; then
+        sleep "$stop"
+        kill -INT "${rp[@]}" 2>/dev/null
+    fi
+    for p in "${rp[@]}"; do wait "$p"; done
+    local lines
+    lines=$(cat "$T/$name".*.ids | wc -l)
+    printf '%-3s %d ranks: %8d samples' "$name" "$world" "$lines"
+    for r in $(seq 0 $((world - 1))); do
+        printf ', rank %d resume+first batch %s s' "$r" \
+            "$(tail -n 1 "$T/$name.$r.out" | /usr/bin/python3 -c \
+                'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["resume_s"] + d["first_batch_s"], 3))' 2>/dev/null)"
+    done
+    printf ', states %s bytes\n' "$(cat "$T/$name"/*.state | wc -c)"
+}
+
+echo "epoch of $N samples, $SHARDS shards; global batch 192"
+run a 4 1.0
+run b 2 1.0 --resume-from "$T/a"
+run c 3 0 --resume-from "$T/b" --verify
+cat "$T"/[abc].*.ids | grep -v ' pad$' | awk '{print $2, $3}' | sort >"$T/union"
+dups=$(uniq -d "$T/union" | wc -l)
+distinct=$(uniq "$T/union" | wc -l)
+echo "union: $(wc -l <"$T/union") samples, $distinct distinct, $dups repeated (epoch: $N)"
+[ "$distinct" = "$N" ] && [ "$dups" = 0 ]
