@@ -156,4 +156,41 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 else
     skip "python3-torch not installed: torchrun_rank.py"
 fi
+
+# Elastic restart: 3 ranks (batch 4) preempted after 2 batches each, the
+# job restarted on 2 ranks (batch 6: the same global batch of 12) from
+# every rank's state; the two runs together deliver the epoch once.
+# ranks WORLD BATCH OUT ARGS...: one run of the rank program.
+ranks() {
+    local world=$1 batch=$2 out=$3 r
+    shift 3
+    mkdir -p "$out"
+    local pids=() rc=0
+    for r in $(seq 0 $((world - 1))); do
+        "${PYENV[@]}" RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r \
+            /usr/bin/python3 examples/torchrun_rank.py --connect "$DAEMONS" \
+            --batch "$batch" --epochs 1 --out "$out" "$@" >"$out/$r.log" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    [ $rc = 0 ] || tail -5 "$out"/*.log
+    return $rc
+}
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    check "elastic: 3 ranks stop after 2 batches, saving their states" \
+        ranks 3 4 "$T/el1" --stop-after 2 --state-dir "$T/el1/states"
+    check "elastic: 3 states saved" test "$(ls "$T/el1/states" | wc -l)" = 3
+    check "elastic: the job restarts on 2 ranks from them" \
+        ranks 2 6 "$T/el2" --resume-from "$T/el1/states"
+    mkdir -p "$T/el"
+    for d in el1 el2; do
+        for f in "$T/$d"/ids.*; do cp "$f" "$T/el/ids.$d.${f##*.}"; done
+    done
+    check "elastic: the two runs delivered every sample exactly once" \
+        exactly_once "$T/el" 1
+    check "elastic: the first run stopped early" \
+        test "$(cat "$T/el1"/ids.* | wc -l)" = 24
+else
+    skip "python3-torch not installed: elastic restart of torchrun_rank.py"
+fi
 finish
