@@ -369,11 +369,16 @@ s_check_run(emlio_client_t *self, const s_state_t *st, size_t n,
                                      : ": elastic resume keeps the global "
                                        "batch (batch size = global batch / "
                                        "world size)");
-    size_t *by_rank = emlio_calloc(world, sizeof(*by_rank));
+    /* By rank, up to n (a damaged world of 2^32 must not size anything):
+     * with one state per rank of the world, ranks 0 .. n - 1 are all
+     * there and world == n. */
+    size_t *by_rank = emlio_calloc(n, sizeof(*by_rank));
     if (!by_rank)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
+        if (st[i].rank >= n)
+            continue;
         size_t *seen = &by_rank[st[i].rank];
         if (*seen)
             rc = emlio__seterr(self->err, EMLIO_ESTATE,
@@ -382,13 +387,16 @@ s_check_run(emlio_client_t *self, const s_state_t *st, size_t n,
                                s_which(b, sizeof(b), i, n), st[i].rank);
         *seen = i + 1;
     }
-    for (uint32_t r = 0; r < world && rc == 0; r++)
+    uint64_t missing = n; /* all of 0 .. n - 1 seen: rank n, when world > n */
+    for (size_t r = 0; r < n && rc == 0 && missing == n; r++)
         if (!by_rank[r])
-            rc = emlio__seterr(self->err, EMLIO_ESTATE,
-                               "no resume state of rank %" PRIu32
-                               " of the %" PRIu32 " that ran was given",
-                               r, world);
+            missing = r;
     emlio_free(by_rank);
+    if (rc == 0 && (missing < n || world > n))
+        rc = emlio__seterr(self->err, EMLIO_ESTATE,
+                           "no resume state of rank %" PRIu64 " of the %" PRIu32
+                           " that ran was given",
+                           missing, world);
     if (rc < 0)
         return rc;
     *base = SIZE_MAX;
