@@ -140,6 +140,37 @@ class TorchHabitsTest(DatasetCase):
         self.resume(2, 0, 3)
         self.resume(0, 3, 6)  # an out-of-order delivered set
 
+    def test_elastic_resume_with_workers(self):
+        """Two ranks (batch 8) stop part-way through epoch 1; one rank
+        (batch 16: the same global batch) resumes from both states with
+        DataLoader workers: together epoch 1 exactly once, and the epoch
+        after it is whole."""
+        before, states = [], []
+        for rank, k in ((0, 3), (1, 5)):
+            ds = EmlioDataset(self.endpoint, 8, rank=rank, world_size=2,
+                              seed=4)
+            ds.set_epoch(1)
+            dl = DataLoader(ds, num_workers=2)
+            for item in dl:
+                before += _batch_ids(item)
+                if len(before) >= 8 * (3 if rank == 0 else 8):
+                    break
+            states.append(dl.state_dict())
+            del dl
+            ds.close()
+        ds2 = self.ds(state=states)
+        after = [s for x in DataLoader(ds2, num_workers=2)
+                 for s in _batch_ids(x)]
+        whole = sorted(s for b in self.plan_order(1) for s in b)
+        self.assertEqual(len(whole), self.SAMPLES)
+        self.assertEqual(sorted(before + after), whole)
+        self.assertLess(len(after), self.SAMPLES)
+        nxt = [s for x in DataLoader(ds2, num_workers=2)
+               for s in _batch_ids(x)]
+        self.assertEqual(sorted(nxt),
+                         sorted(s for b in self.plan_order(2) for s in b))
+        ds2.close()
+
     def test_state_of_another_config_is_refused(self):
         ds = self.ds()
         dl = DataLoader(ds, num_workers=2)

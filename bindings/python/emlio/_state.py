@@ -87,3 +87,12 @@ def make(header, epoch, n, delivered):
     body = (header[:HEADER] + struct.pack("<QQ", epoch, n) +
             header[HEADER:] + bytes(bitmap))
     return body + struct.pack("<I", crc32c(body))
+
+
+def without_spans(header):
+    """header for an epoch other than the one its spans were consumed of:
+    the same job and join cursor, no consumed spans."""
+    header = bytes(header)
+    if struct.unpack_from("<I", header, 4)[0] < 4:
+        return header
+    return header[:HEADER + 8] + struct.pack("<Q", 0)

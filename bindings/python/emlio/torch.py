@@ -162,6 +162,7 @@ class EmlioDataset(IterableDataset):
         self._probed = None  # {"batches", "header"} of this rank's plan
         self._resume = None  # (epoch, set of delivered batches) to resume
         self._resume_header = None  # that state's header (config, dataset)
+        self._resume_batches = None  # (epoch, its batches in that state)
         self._state = None  # the blob behind _resume, for num_workers=0
         self._run = None  # (epoch, delivered at start, order of the rest)
         self._handed = 0  # batches of _run handed out by the DataLoader
@@ -205,10 +206,10 @@ class EmlioDataset(IterableDataset):
         self._next_epoch = epoch + 1
         return epoch
 
-    def _check_resume_header(self):
-        """The probe, after checking that a loaded state fits this dataset
-        (the library checks it too, but the workers write their own
-        headers)."""
+    def _check_resume_header(self, epoch):
+        """The probe for epoch ({"batches", "header"}), after checking that
+        a loaded state fits this dataset (the library checks it too, but
+        the workers write their own headers)."""
         probe = self._probe()
         if self._resume_header is None:
             return probe
@@ -217,8 +218,13 @@ class EmlioDataset(IterableDataset):
             raise StateError(-1013, "resume state was made with another "
                              "seed, world, rank, batch size, shuffle or "
                              "dataset than this EmlioDataset")
-        # The loaded state's own cursor of the shared schedule goes on.
-        return dict(probe, header=self._resume_header)
+        # The loaded state's own cursor of the shared schedule goes on; what
+        # earlier runs consumed (elastic resume) is of its epoch only, whose
+        # plan is the rest, with its own batch count.
+        if self._resume_batches and self._resume_batches[0] == epoch:
+            return dict(probe, header=self._resume_header,
+                        batches=self._resume_batches[1])
+        return dict(probe, header=_state.without_spans(self._resume_header))
 
     def _delivered_at_start(self, epoch):
         if self._resume is not None and self._resume[0] == epoch:
@@ -256,7 +262,7 @@ class EmlioDataset(IterableDataset):
             epoch = self._take_epoch()
             done = self._delivered_at_start(epoch)
             rest = None
-        probe = self._check_resume_header()
+        probe = self._check_resume_header(epoch)
         n = probe["batches"]
         if rest is None:
             rest = [i for i in range(n) if i not in done]
@@ -294,7 +300,7 @@ class EmlioDataset(IterableDataset):
         if self._run is not None:
             epoch, done, rest = self._run
             delivered = done | set(rest[:self._handed])
-            probe = self._check_resume_header()
+            probe = self._check_resume_header(epoch)
             blob = _state.make(probe["header"], epoch, probe["batches"],
                                delivered)
             return {"emlio_state": blob, "epoch": epoch,
@@ -311,10 +317,23 @@ class EmlioDataset(IterableDataset):
             "emlio.torch.DataLoader, which records the batches it hands "
             "out (a plain torch DataLoader cannot tell the dataset)")
 
+    def _merge_states(self, states):
+        """Elastic resume: every rank's state of the last run, merged by
+        the library into this rank's state of the rest of their epoch (a
+        one-rank state whose header carries what the job consumed)."""
+        kw = dict(self._loader_kw, inflight=1, streams=1,
+                  name="emlio-python-resume")
+        with Loader(self.endpoints, self.batch_size, rank=self.rank,
+                    world_size=self.world_size, **kw) as ld:
+            ld.load_state_dict(list(states))
+            return ld.state_dict()["emlio_state"]
+
     def load_state_dict(self, state):
         """Resumes from state_dict(): the saved epoch runs next and
         delivers exactly the batches not handed out before (with any
         num_workers), then the epochs after it."""
+        if isinstance(state, (list, tuple)):
+            state = self._merge_states(state)
         blob = state["emlio_state"] if isinstance(state, dict) else state
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise TypeError("state must be the dict state_dict() returned "
@@ -326,6 +345,7 @@ class EmlioDataset(IterableDataset):
             raise StateError(-1013, str(exc)) from None
         self._resume = (epoch, done)
         self._resume_header = header
+        self._resume_batches = (epoch, n)
         self._state = bytes(blob)
         self._run = None
         self._handed = 0
@@ -473,8 +493,8 @@ class DataLoader(_tud.DataLoader):
         if self.num_workers == 0:
             yield from super().__iter__()
             return
-        n = ds._check_resume_header()["batches"]
         epoch = ds._take_epoch()
+        n = ds._check_resume_header(epoch)["batches"]
         done = ds._delivered_at_start(epoch)
         ds._run = (epoch, done, [i for i in range(n) if i not in done])
         ds._handed = 0
