@@ -146,7 +146,13 @@ typedef struct emlio_client_config {
      * the cursor another run reported, to repeat its order). A resumed
      * state keeps the cursor it was saved with. */
     uint8_t share_join_mode;
-    uint8_t reserved8[1]; /* zero */
+    /* A sample this client cannot decode (enum emlio_on_corrupt, core.h):
+     * EMLIO_ON_CORRUPT_FAIL (default) fails next() naming its shard and
+     * record; EMLIO_ON_CORRUPT_SKIP leaves it out of its batch, logs why
+     * and lists it in emlio_client_skipped. Samples the daemons decode
+     * follow the daemons' own policy (emliod --on-corrupt): run both with
+     * skip for one rule wherever decode_at puts a batch. */
+    uint8_t on_corrupt;
     /* The training job this client belongs to, sent in HELLO
      * (docs/fairness.md): the daemon shares its readers among jobs by
      * weight, counting every rank and stream of one job as one. NULL
@@ -334,7 +340,8 @@ typedef struct emlio_client_stats {
     double first_batch_s; /* time to the first batch */
     uint32_t inflight;    /* window in use (batches) */
     uint64_t retries;     /* requests sent again after a reconnect */
-    uint64_t skipped;     /* records daemons left out as corrupt */
+    uint64_t skipped;     /* samples left out as corrupt (by daemons or
+                             by on_corrupt skip here) */
     /* The network path, as the kernel measures it (TCP_INFO) and as the
      * stream tuner judges it; updated every few RTTs. */
     double rtt_ms;       /* RTT floor over the streams; 0 = not measured */
@@ -488,10 +495,12 @@ EMLIO_EXPORT int emlio_client_load_states(emlio_client_t *self,
                                           const uint8_t *const *blobs,
                                           const size_t *lens, size_t n);
 
-/* The samples of the current epoch that daemons running with
- * on_corrupt = skip left out because their stored CRC did not match (data
- * and len are empty; shard, record and pad say which). They are never
- * delivered. Count in *n; borrowed, valid until the next call. */
+/* The samples of the current epoch left out as corrupt: by daemons running
+ * with on_corrupt = skip (a stored CRC that did not match, or an image that
+ * did not decode there), or by this client's on_corrupt = skip (an image
+ * that did not decode here). data and len are empty; shard, record and pad
+ * say which. They are never delivered. Count in *n; borrowed, valid until the
+ * next call. */
 EMLIO_EXPORT const emlio_sample_t *
 emlio_client_skipped(const emlio_client_t *self, size_t *n);
 

@@ -83,6 +83,15 @@ EMLIO_EXPORT size_t emlio_struct_size(int which);
  * Thread-safe. Never returns NULL. */
 EMLIO_EXPORT const char *emlio_strerror(int rc);
 
+/* What to do with a sample that is corrupt: a record whose stored CRC does
+ * not match its bytes, or an image that does not decode. Both ends have the
+ * policy: emlio_server_config_t.on_corrupt for what the daemon reads and
+ * decodes, emlio_client_config_t.on_corrupt for what the client decodes. */
+enum emlio_on_corrupt {
+    EMLIO_ON_CORRUPT_FAIL = 0, /* fail: the request, or next() of the epoch */
+    EMLIO_ON_CORRUPT_SKIP = 1  /* leave the sample out, count and log it */
+};
+
 /* Log levels, most severe first. */
 enum emlio_log_level {
     EMLIO_LOG_ERROR = 0,

@@ -42,12 +42,6 @@ extern "C" {
 typedef struct emlio_ctx emlio_ctx_t;
 typedef struct emlio_server emlio_server_t;
 
-/* What to do with a record whose stored CRC does not match its bytes. */
-enum emlio_on_corrupt {
-    EMLIO_ON_CORRUPT_FAIL = 0, /* answer the request with EMLIO_ECORRUPT */
-    EMLIO_ON_CORRUPT_SKIP = 1  /* leave the sample out, count and log it */
-};
-
 typedef struct emlio_server_config {
     const char *data_dir;      /* borrowed; shards are found recursively */
     const char *bytes_key;     /* Example feature sent as the sample's bytes;
@@ -86,7 +80,10 @@ typedef struct emlio_server_config {
     uint32_t max_batch;        /* samples one GET may ask for; default 4096 */
     uint32_t max_credit;       /* GETs one connection (client stream) may
                                   have outstanding; default 256 */
-    int on_corrupt;            /* enum emlio_on_corrupt; default FAIL */
+    int on_corrupt;            /* enum emlio_on_corrupt (core.h): a record
+                                  whose stored CRC does not match, or an
+                                  image that does not decode; default
+                                  FAIL */
     const char *name;          /* server name in WELCOME; default
                                   "emliod/<version>" */
     uint32_t max_clients;      /* clients known at once; a client's streams

@@ -348,6 +348,7 @@ emlio_batch_t *emlio__batch_get(emlio_client_t *self, size_t n);
 void emlio__batch_put(emlio_client_t *self, emlio_batch_t *b);
 void emlio__batch_free(emlio_batch_t *b);
 int emlio__batch_ready(emlio_client_t *self, emlio_batch_t *b);
+int emlio__window_compact(emlio_client_t *self, emlio_batch_t *b);
 int emlio__window_begin(emlio_client_t *self, uint64_t now);
 int emlio__window_adopt(emlio_client_t *self);
 void emlio__window_drop(emlio_client_t *self, uint32_t keep);

@@ -175,6 +175,56 @@ emlio__tensor_batch_ready(emlio_client_t *self, emlio_batch_t *b)
     return 0;
 }
 
+/* What a batch's decode left behind: the first failure, which fails the
+ * epoch under on_corrupt fail; under skip, each failed sample is marked as
+ * a hole (len SIZE_MAX, as the daemons' skips are) and logged. */
+typedef struct s_decode_failures {
+    emlio_client_t *self;
+    int rc;
+    char why[EMLIO_ERRMSG_LEN];
+} s_decode_failures_t;
+
+static void
+s_decode_failed(void *userdata, void *batch, size_t i, int rc, const char *why)
+{
+    s_decode_failures_t *f = userdata;
+    emlio_client_t *self = f->self;
+    emlio_batch_t *b = batch;
+    if (b->xf_disowned)
+        return; /* its epoch was abandoned: nobody will see it */
+    emlio_sample_t *s = &b->samples[i];
+    const char *shard = self->inv.shards[s->shard].name;
+    if (self->xf.skip_corrupt) {
+        emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
+                  "skipping sample %" PRIu64 " of shard '%.200s': cannot "
+                  "decode: %.280s",
+                  s->record, shard, why);
+        s->len = SIZE_MAX;
+        return;
+    }
+    if (f->rc == 0) {
+        f->rc = rc;
+        snprintf(f->why, sizeof(f->why),
+                 "cannot decode sample %" PRIu64 " of shard '%.160s': %.280s",
+                 s->record, shard, why);
+    }
+}
+
+/* Moves the tensors of the samples kept to the front of the block, in the
+ * order emlio__window_compact keeps the samples. */
+static void
+s_close_holes(emlio_batch_t *b, uint8_t *block, size_t out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->samples[i].len == SIZE_MAX)
+            continue;
+        if (k != i)
+            memmove(block + k * out, block + i * out, out);
+        k++;
+    }
+}
+
 int
 emlio__tensor_collect(emlio_client_t *self)
 {
@@ -182,11 +232,9 @@ emlio__tensor_collect(emlio_client_t *self)
     size_t out = self->xf.transform ? emlio__tensor_out_bytes(self) : 0;
     for (;;) {
         uint8_t *block = NULL;
-        int rc = 0;
-        size_t failed = 0;
-        char why[EMLIO_ERRMSG_LEN];
+        s_decode_failures_t f = { .self = self };
         emlio_batch_t *b =
-            emlio__client_xf_pop(&self->xf, &block, &rc, &failed, why);
+            emlio__client_xf_pop(&self->xf, &block, s_decode_failed, &f);
         if (!b)
             return got;
         got = 1;
@@ -197,13 +245,12 @@ emlio__tensor_collect(emlio_client_t *self)
             emlio__batch_put(self, b); /* gives the block back too */
             continue;
         }
-        if (rc < 0) {
-            const emlio_sample_t *s = &b->samples[failed];
-            return emlio__seterr(
-                self->err, rc,
-                "cannot decode sample %" PRIu64 " of shard '%s': %s", s->record,
-                self->inv.shards[s->shard].name, why);
-        }
+        if (f.rc != 0)
+            return emlio__seterr(self->err, f.rc, "%s", f.why);
+        s_close_holes(b, block, out);
+        int rc = emlio__window_compact(self, b);
+        if (rc < 0)
+            return rc;
         for (size_t i = 0; i < b->n; i++) {
             b->samples[i].data = block + i * out;
             b->samples[i].len = out;

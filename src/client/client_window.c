@@ -308,10 +308,11 @@ s_find_slot(emlio_client_t *self, uint32_t gen, uint64_t index, size_t *pos)
     return NULL;
 }
 
-/* Removes holes left by records the daemon skipped as corrupt, and
- * remembers them so the caller can report every one. */
-static int
-s_compact(emlio_client_t *self, emlio_batch_t *b)
+/* Removes holes (len SIZE_MAX) left by samples skipped as corrupt, by
+ * the daemons or by this client's decode, and remembers them so the caller
+ * can report every one. */
+int
+emlio__window_compact(emlio_client_t *self, emlio_batch_t *b)
 {
     size_t k = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -367,7 +368,7 @@ emlio__window_queue_ready(emlio_client_t *self, emlio_batch_t *b)
 int
 emlio__batch_ready(emlio_client_t *self, emlio_batch_t *b)
 {
-    int rc = s_compact(self, b);
+    int rc = emlio__window_compact(self, b);
     if (rc < 0)
         return rc;
     if (emlio__tensor_active(self)) {

@@ -32,6 +32,14 @@ emlio__client_xf_init(emlio__client_xf_t *xf, const emlio_client_config_t *cfg,
                  (int)cfg->decode_at);
         return EMLIO_EINVAL;
     }
+    if (cfg->on_corrupt != EMLIO_ON_CORRUPT_FAIL &&
+        cfg->on_corrupt != EMLIO_ON_CORRUPT_SKIP) {
+        snprintf(errbuf, EMLIO_ERRMSG_LEN,
+                 "on_corrupt %d: expected fail (0) or skip (1)",
+                 (int)cfg->on_corrupt);
+        return EMLIO_EINVAL;
+    }
+    xf->skip_corrupt = cfg->on_corrupt == EMLIO_ON_CORRUPT_SKIP;
     if (!cfg->transform || !cfg->transform[0])
         return 0;
     char err[EMLIO_ERRMSG_LEN];
@@ -226,8 +234,8 @@ emlio__client_xf_submit(emlio__client_xf_t *xf, void *batch,
 }
 
 void *
-emlio__client_xf_pop(emlio__client_xf_t *xf, uint8_t **block_out, int *rc_out,
-                     size_t *failed_index, char *errbuf)
+emlio__client_xf_pop(emlio__client_xf_t *xf, uint8_t **block_out,
+                     emlio__client_xf_failed_fn *failed, void *userdata)
 {
     pthread_mutex_lock(&xf->lock);
     emlio__client_xf_item_t *item = xf->done_head;
@@ -249,13 +257,11 @@ emlio__client_xf_pop(emlio__client_xf_t *xf, uint8_t **block_out, int *rc_out,
     xf->here_cpu_ns += atomic_load(&job->cpu_ns);
     xf->here_bytes += item->bytes;
     *block_out = job->block;
-    *rc_out = 0;
-    size_t first = atomic_load(&job->first_failed);
-    if (first) {
-        *rc_out = job->samples[first - 1].rc;
-        *failed_index = first - 1;
-        snprintf(errbuf, EMLIO_ERRMSG_LEN, "%.255s", job->err);
-    }
+    if (atomic_load(&job->failed))
+        for (size_t i = 0; i < job->n; i++)
+            if (job->samples[i].rc != 0)
+                failed(userdata, item->batch, i, job->samples[i].rc,
+                       emlio__xf_job_error(job, i));
     void *batch = item->batch;
     emlio__xf_job_cleanup(job);
     emlio_free(job->samples);

@@ -53,7 +53,8 @@ typedef struct emlio__client_xf {
     int wake_fd; /* eventfd: a decoded batch is on the done list */
     pthread_mutex_t lock;
     emlio__client_xf_item_t *done_head, *done_tail;
-    size_t running; /* items submitted and not yet popped */
+    size_t running;    /* items submitted and not yet popped */
+    bool skip_corrupt; /* on_corrupt skip: leave out what fails to decode */
     /* Placement. */
     double share;                 /* f: batches the daemons decode */
     bool decided;                 /* share chosen from measurements */
@@ -99,12 +100,17 @@ int emlio__client_xf_submit(emlio__client_xf_t *xf, void *batch,
                             emlio__xf_sample_t *samples, size_t n,
                             uint64_t epoch);
 
+/* Called by emlio__client_xf_pop for each sample of batch that failed to
+ * decode, in index order: i its index, rc its code, why its text. */
+typedef void emlio__client_xf_failed_fn(void *userdata, void *batch, size_t i,
+                                        int rc, const char *why);
+
 /* Takes one decoded batch off the done list (NULL when none): *block_out is
- * the tensor block (return it with emlio__xf_block_put), *rc_out 0 or the
- * first failure, whose text (naming the sample index) goes to errbuf.
- * Clears the eventfd when the list runs empty. */
+ * the tensor block (return it with emlio__xf_block_put); failed, when the
+ * batch has failures, is called for each failed sample before the stage
+ * lets go of their texts. Clears the eventfd when the list runs empty. */
 void *emlio__client_xf_pop(emlio__client_xf_t *xf, uint8_t **block_out,
-                           int *rc_out, size_t *failed_index, char *errbuf);
+                           emlio__client_xf_failed_fn *failed, void *userdata);
 
 /* Batches submitted and not popped yet. */
 size_t emlio__client_xf_pending(const emlio__client_xf_t *xf);

@@ -74,12 +74,16 @@ s_jpeg_error_exit(j_common_ptr cinfo)
 }
 
 /* Warnings are dropped (PIL accepts "extraneous bytes before marker"),
- * except a premature end of data: libjpeg would pad the image with grey
- * and return it as if it were whole. */
+ * except those that mean the scan is short of data: the file ends early
+ * (JWRN_JPEG_EOF), or a marker stands where entropy-coded data should
+ * (JWRN_HIT_MARKER: a file cut short and given an end-of-image marker
+ * again, issue 34). For both libjpeg would pad the image with grey and
+ * return it as if it were whole. */
 static void
 s_jpeg_emit_message(j_common_ptr cinfo, int level)
 {
-    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+    if (level < 0 && (cinfo->err->msg_code == JWRN_JPEG_EOF ||
+                      cinfo->err->msg_code == JWRN_HIT_MARKER))
         s_jpeg_fail(cinfo, EMLIO_EFORMAT);
 }
 
@@ -177,6 +181,27 @@ emlio__image_ws_release(emlio_transform_ws_t *ws)
 /* After jpeg_start_decompress: narrows the output to the region's columns
  * (libjpeg widens it to whole iMCUs), skips to its first row, reads its
  * rows into ws->region. Any libjpeg error longjmps to the caller. */
+/* Entropy-decodes the rows below the crop, so that a scan short of data
+ * fails (s_jpeg_emit_message) whatever the epoch's crop: the image's last
+ * row is read, the ones before it skipped, which costs Huffman decoding but
+ * no IDCT or colour conversion (libjpeg-turbo skips straight to the end
+ * without decoding, so the last row is read, not skipped). A progressive
+ * image has read all its scans already in jpeg_start_decompress. */
+static int
+s_jpeg_read_to_the_end(struct jpeg_decompress_struct *ci)
+{
+    if (ci->output_scanline >= ci->output_height)
+        return 0;
+    JDIMENSION last = ci->output_height - 1;
+    if (ci->output_scanline < last)
+        jpeg_skip_scanlines(ci, last - ci->output_scanline);
+    JSAMPARRAY row = (*ci->mem->alloc_sarray)(
+        (j_common_ptr)ci, JPOOL_IMAGE,
+        ci->output_width * (JDIMENSION)ci->output_components, 1);
+    (void)jpeg_read_scanlines(ci, row, 1);
+    return 0;
+}
+
 static int
 s_jpeg_read_region(s_jpeg_t *j, emlio_transform_ws_t *ws,
                    const emlio__resample_t *rs, size_t *stride, uint32_t *x0,
@@ -217,7 +242,7 @@ s_jpeg_read_region(s_jpeg_t *j, emlio_transform_ws_t *ws,
             for (JDIMENSION i = 0; i < got; i++)
                 s_cmyk_to_rgb(ptrs[i], ci->output_width, ci->saw_Adobe_marker);
     }
-    return 0;
+    return s_jpeg_read_to_the_end(ci);
 }
 
 /* Whether the JPEG's entropy-coded data ends in an end-of-image marker.

@@ -319,5 +319,67 @@ class TensorCase(_support.DatasetCase):
         self.assertEqual(summary["decode_at"], "auto")
 
 
+class CorruptImageCase(unittest.TestCase):
+    """on_corrupt="skip" leaves out an image that does not decode, on
+    whichever side decodes it; "fail" (the default) raises naming it."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        from PIL import Image
+        cls.tmp = tempfile.TemporaryDirectory()
+        for c in range(2):
+            os.mkdir(os.path.join(cls.tmp.name, "c%d" % c))
+            for i in range(10):
+                path = os.path.join(cls.tmp.name, "c%d" % c, "%02d.jpg" % i)
+                Image.new("RGB", (80 + i, 72), (30 * i, 9 * c, 100)).save(path)
+        # The header survives, the scan is noise: it fails to decode.
+        bad = os.path.join(cls.tmp.name, "c1", "03.jpg")
+        data = bytearray(open(bad, "rb").read())
+        data[200:] = b"\x55" * (len(data) - 200)
+        open(bad, "wb").write(bytes(data))
+        cls.daemon = _support.Daemon(cls.tmp.name, "--transform-threads", "2",
+                                     "--on-corrupt", "skip")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        cls.tmp.cleanup()
+
+    def test_skip_leaves_the_bad_image_out_wherever_decoded(self):
+        for where in ("client", "server", "auto"):
+            ld = emlio.Loader(self.daemon.endpoint, batch_size=4, seed=3,
+                              transform=SPEC, decode_at=where,
+                              on_corrupt="skip", log_level="error")
+            try:
+                seen, skipped = set(), 0
+                for b in ld.epoch(0):
+                    self.assertEqual(b.images.shape[0], len(b))
+                    for name, rec, pad in b.ids:
+                        if not pad:
+                            seen.add((name, rec))
+                    skipped = ld.epoch_stats()["skipped"]
+                self.assertEqual(len(seen), 19, where)
+                self.assertNotIn(("c1", 3), seen)
+                self.assertEqual(skipped, 1, where)
+            finally:
+                ld.close()
+
+    def test_fail_names_the_sample(self):
+        ld = emlio.Loader(self.daemon.endpoint, batch_size=4, seed=3,
+                          transform=SPEC, decode_at="client")
+        try:
+            with self.assertRaises(emlio.EmlioError) as e:
+                for _ in ld.epoch(0):
+                    pass
+            self.assertIn("sample 3 of shard 'c1'", str(e.exception))
+        finally:
+            ld.close()
+        with self.assertRaises(ValueError) as e:
+            emlio.Loader(self.daemon.endpoint, batch_size=4,
+                         on_corrupt="ignore")
+        self.assertIn("on_corrupt", str(e.exception))
+
+
 if __name__ == "__main__":
     _support.main()

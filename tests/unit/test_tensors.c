@@ -74,6 +74,7 @@ typedef struct run {
     uint32_t world, rank;
     uint64_t epoch;
     uint32_t batch;
+    int on_corrupt; /* the client's */
 } run_t;
 
 static emlio_client_t *
@@ -88,8 +89,19 @@ s_client(fixture_t *f, const run_t *r)
     cfg.transform = r->spec;
     cfg.decode_at = r->decode_at;
     cfg.transform_threads = r->threads;
+    cfg.on_corrupt = (uint8_t)r->on_corrupt;
     emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
     assert_non_null(c);
+    return c;
+}
+
+/* A client of r, connected to f's daemon, in epoch 0. */
+static emlio_client_t *
+s_client_in_epoch0(fixture_t *f, const run_t *r)
+{
+    emlio_client_t *c = s_client(f, r);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    assert_true(emlio_client_begin_epoch(c, 0) > 0);
     return c;
 }
 
@@ -229,7 +241,8 @@ test_tensors_same_bytes_wherever_decoded(void **state)
     for (size_t p = 0; p < 3; p++) {
         for (size_t t = 0; t < 2; t++) {
             uint8_t *got[CLASSES][PER_CLASS] = { { NULL } };
-            run_t r = { SPEC, places[p], threads[t], 1, 0, 0, 0 };
+            run_t r = { SPEC, places[p], threads[t], 1,
+                        0,    0,         0,          EMLIO_ON_CORRUPT_FAIL };
             assert_int_equal(s_epoch(f, &r, got), N);
             s_expect_reference(f, got);
             s_free_all(got);
@@ -248,7 +261,7 @@ test_tensors_two_ranks_union(void **state)
         run_t r = { SPEC, rank ? EMLIO_DECODE_CLIENT : EMLIO_DECODE_SERVER,
                     2,    2,
                     rank, 0,
-                    4 };
+                    4,    EMLIO_ON_CORRUPT_FAIL };
         int n = s_epoch(f, &r, got);
         assert_true(n > 0);
         total += n;
@@ -264,7 +277,9 @@ test_tensors_epoch_changes_the_crops(void **state)
 {
     fixture_t *f = *state;
     uint8_t *got[CLASSES][PER_CLASS] = { { NULL } };
-    run_t r = { SPEC, EMLIO_DECODE_SERVER, 1, 1, 0, 1, 0 };
+    run_t r = {
+        SPEC, EMLIO_DECODE_SERVER, 1, 1, 0, 1, 0, EMLIO_ON_CORRUPT_FAIL
+    };
     assert_int_equal(s_epoch(f, &r, got), N);
     int same = 0;
     for (int c = 0; c < CLASSES; c++)
@@ -283,7 +298,9 @@ test_tensors_daemon_without_threads_and_bad_spec(void **state)
     emlio_server_t *keep = f->srv;
     f->srv = s_server(f, 0, EMLIO_ON_CORRUPT_FAIL);
     uint8_t *got[CLASSES][PER_CLASS] = { { NULL } };
-    run_t r = { SPEC, EMLIO_DECODE_SERVER, 1, 1, 0, 0, 0 };
+    run_t r = {
+        SPEC, EMLIO_DECODE_SERVER, 1, 1, 0, 0, 0, EMLIO_ON_CORRUPT_FAIL
+    };
     emlio_client_t *c = s_client(f, &r);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
                      EMLIO_EINVAL);
@@ -318,11 +335,8 @@ test_tensors_bad_image(void **state)
     const int places[] = { EMLIO_DECODE_SERVER, EMLIO_DECODE_CLIENT };
     for (size_t p = 0; p < 2; p++) {
         uint8_t *got[CLASSES][PER_CLASS] = { { NULL } };
-        run_t r = { SPEC, places[p], 2, 1, 0, 0, 0 };
-        emlio_client_t *c = s_client(f, &r);
-        assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
-                         1);
-        assert_true(emlio_client_begin_epoch(c, 0) > 0);
+        run_t r = { SPEC, places[p], 2, 1, 0, 0, 0, EMLIO_ON_CORRUPT_FAIL };
+        emlio_client_t *c = s_client_in_epoch0(f, &r);
         emlio_batch_t *b;
         int rc;
         while ((rc = emlio_client_next(c, &b)) == 1)
@@ -340,13 +354,47 @@ test_tensors_bad_image(void **state)
         emlio_client_destroy(&c);
         s_free_all(got);
     }
+    /* Skipped by whichever side decodes, under the same policy: the
+     * daemon's for its batches, the client's for its own. */
     emlio_server_destroy(&f->srv);
     f->srv = s_server(f, 2, EMLIO_ON_CORRUPT_SKIP);
-    uint8_t *got[CLASSES][PER_CLASS] = { { NULL } };
-    run_t r = { SPEC, EMLIO_DECODE_SERVER, 1, 1, 0, 0, 0 };
-    assert_int_equal(s_epoch(f, &r, got), N - 1);
-    assert_null(got[1][3]);
-    s_free_all(got);
+    for (size_t p = 0; p < 3; p++) {
+        const int at[] = { EMLIO_DECODE_SERVER, EMLIO_DECODE_CLIENT,
+                           EMLIO_DECODE_AUTO };
+        run_t r = { SPEC, at[p], 2, 1, 0, 0, 0, EMLIO_ON_CORRUPT_SKIP };
+        emlio_client_t *c = s_client_in_epoch0(f, &r);
+        emlio_batch_t *b;
+        int rc, n = 0;
+        while ((rc = emlio_client_next(c, &b)) == 1) {
+            size_t k;
+            const emlio_sample_t *s = emlio_batch_samples(b, &k);
+            uint32_t h, w;
+            size_t k_images;
+            const uint8_t *block = emlio_batch_images(b, &k_images, &h, &w);
+            assert_int_equal(k_images, k);
+            for (size_t i = 0; i < k; i++) {
+                int cls, idx;
+                s_where(c, &s[i], &cls, &idx);
+                /* The holes are closed: sample i is at slot i, and it is
+                 * the same tensor as a clean decode gives. */
+                assert_ptr_equal(s[i].data, block + i * OUT);
+                assert_false(cls == 1 && idx == 3);
+                if (!s[i].pad && cls == 0) {
+                    assert_memory_equal(s[i].data, f->want[0][idx], OUT);
+                }
+                n += !s[i].pad;
+            }
+            emlio_batch_release(&b);
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(n, N - 1);
+        size_t n_skipped;
+        const emlio_sample_t *sk = emlio_client_skipped(c, &n_skipped);
+        assert_int_equal(n_skipped, 1);
+        assert_string_equal(emlio_client_shard_name(c, sk[0].shard), "class1");
+        assert_int_equal(sk[0].record, 3);
+        emlio_client_destroy(&c);
+    }
     emlio_server_destroy(&f->srv);
     test_rmtree(f->dir);
     memcpy(f->dir, keep_dir, sizeof(keep_dir));
@@ -360,7 +408,7 @@ s_auto_share_for_slow_caller(fixture_t *f, uint32_t core_mw)
 {
     emlio_server_t *keep = f->srv;
     f->srv = s_server_mw(f, 2, EMLIO_ON_CORRUPT_FAIL, core_mw);
-    run_t r = { SPEC, EMLIO_DECODE_AUTO, 2, 1, 0, 0, 4 };
+    run_t r = { SPEC, EMLIO_DECODE_AUTO, 2, 1, 0, 0, 4, EMLIO_ON_CORRUPT_FAIL };
     emlio_client_t *c = s_client(f, &r);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
     emlio_batch_t *b;
@@ -400,7 +448,9 @@ static void
 test_tensors_abandon_while_decoding(void **state)
 {
     fixture_t *f = *state;
-    run_t r = { SPEC, EMLIO_DECODE_CLIENT, 1, 1, 0, 0, 2 };
+    run_t r = {
+        SPEC, EMLIO_DECODE_CLIENT, 1, 1, 0, 0, 2, EMLIO_ON_CORRUPT_FAIL
+    };
     emlio_client_t *c = s_client(f, &r);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
     assert_true(emlio_client_begin_epoch(c, 0) > 0);

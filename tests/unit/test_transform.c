@@ -593,6 +593,21 @@ test_transform_bad_input_is_an_error_not_a_crash(void **state)
             assert_int_equal(rc, EMLIO_EFORMAT);
             assert_non_null(strstr(err, "truncated"));
         }
+        /* Cut short and given its end-of-image marker again: refused too,
+         * whether the cut is above the crop's rows (libjpeg would pad
+         * them grey) or below them (the crop would never see it). */
+        uint8_t *patched = malloc(tl);
+        assert_non_null(patched);
+        for (size_t cut = tl - 64; cut > tl / 4; cut -= tl / 8) {
+            memcpy(patched, tall, cut);
+            patched[cut] = 0xff;
+            patched[cut + 1] = 0xd9;
+            rc = s_apply(top, ws, patched, cut + 2, 0, 0, &out, err);
+            free(out);
+            if (rc != EMLIO_EFORMAT)
+                fail_msg("cut at %zu of %zu, EOI appended: rc %d", cut, tl, rc);
+        }
+        free(patched);
         /* Whole, and with bytes after its end: decoded. */
         assert_int_equal(s_apply(top, ws, tall, tl, 0, 0, &out, err), 0);
         free(out);

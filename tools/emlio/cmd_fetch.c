@@ -203,6 +203,12 @@ s_push_epoch(const tool_influx_url_t *url, uint64_t epoch, uint32_t rank,
 
 /* Everything one `emlio fetch` run needs: its options, the open files and
  * the running totals. */
+static const opt_choice_t s_corrupt_modes[] = {
+    { "fail", EMLIO_ON_CORRUPT_FAIL },
+    { "skip", EMLIO_ON_CORRUPT_SKIP },
+    { NULL, 0 },
+};
+
 typedef struct s_fetch {
     cli_plan_opts_t plan;
     emlio_client_config_t cfg;
@@ -212,6 +218,7 @@ typedef struct s_fetch {
     bool digests;           /* --ids lines carry each sample's SHA-256 */
     bool labels;            /* --ids lines carry each sample's label */
     const char *decode_at;  /* --decode-at */
+    int on_corrupt;         /* --on-corrupt: enum emlio_on_corrupt */
     const char *share_join; /* --share-join */
     double progress_s;      /* --progress: a plain line every S s (0: off) */
     const char *ids_path;
@@ -346,6 +353,10 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         OPT("decode-at", 0, OPT_STR, &self->decode_at, "WHERE",
             "auto (default: by time and energy), client\n"
             "or server"),
+        OPT("on-corrupt", 0, OPT_CHOICE, &self->on_corrupt, "MODE",
+            "an image that does not decode here: fail\n"
+            "(default) or skip it (as emliod --on-corrupt)",
+            .choices = s_corrupt_modes),
         OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
             "decode threads here (default: one per CPU)", .max = 1024),
         OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
@@ -402,6 +413,7 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         }
         self->cfg.decode_at = where;
     }
+    self->cfg.on_corrupt = (uint8_t)self->on_corrupt;
     if (self->share_join && strcmp(self->share_join, "auto") != 0) {
         char *end;
         errno = 0;
@@ -728,8 +740,9 @@ s_drain_epoch(s_fetch_t *self)
     return 0;
 }
 
-/* Reports the records the daemons left out as corrupt in this epoch; they
- * count as delivered for the verifier (reported, not lost). */
+/* Reports the records left out as corrupt in this epoch, by the daemons or
+ * by --on-corrupt skip here; they count as delivered for the verifier
+ * (reported, not lost). */
 static void
 s_report_skipped(s_fetch_t *self)
 {
@@ -738,7 +751,7 @@ s_report_skipped(s_fetch_t *self)
     for (size_t i = 0; i < n; i++) {
         fprintf(stderr,
                 "emlio fetch: epoch %" PRIu64 ": skipped corrupt record "
-                "%" PRIu64 " of shard '%s' (left out by the daemon)\n",
+                "%" PRIu64 " of shard '%s' (left out; the log says why)\n",
                 self->epoch, skipped[i].record,
                 emlio_client_shard_name(self->client, skipped[i].shard));
         if (self->verify)

@@ -187,6 +187,8 @@ LOADER_ARGS = (
     Arg("decode_at", "choice", choices=("auto", "client", "server")),
     Arg("transform_threads", "int", 0, U32_MAX, field="transform_threads"),
     Arg("max_pixels", "int", 0, U64_MAX, field="max_pixels"),
+    # An image that does not decode here: fail the epoch, or skip it.
+    Arg("on_corrupt", "choice", choices=("fail", "skip")),
     Arg("disjoint_shards", "bool", field="disjoint_shards"),
     # Training jobs (docs/fairness.md): the name every rank says, and the
     # weight asked (the daemon caps it).

@@ -88,7 +88,7 @@ class ClientConfig(ctypes.Structure):
         ("disjoint_shards", ctypes.c_bool),
         ("share", ctypes.c_bool),
         ("share_join_mode", ctypes.c_uint8),
-        ("reserved8", ctypes.c_uint8 * 1),
+        ("on_corrupt", ctypes.c_uint8),
         ("job", ctypes.c_char_p),
         ("job_weight", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),

@@ -652,6 +652,12 @@ class Loader:
         Decode threads here (0, the default: one per CPU).
     max_pixels : int
         Refuse images of more pixels (0: 100 million).
+    on_corrupt : "fail" or "skip"
+        An image that does not decode here: ``"fail"`` (the default) raises
+        from the iterator naming its shard and record; ``"skip"`` leaves it
+        out of its batch (logged, and counted in
+        ``epoch_stats()["skipped"]``). Batches the daemons decode follow
+        ``emliod --on-corrupt``: give both the same policy under ``auto``.
     disjoint_shards : bool
         Daemons that hold different files under one shard name (an
         ImageFolder whose class directories are split over nodes by files)
@@ -707,7 +713,8 @@ class Loader:
                  window_shards=0, log_level=None, name=None, fields=None,
                  server_key=None, client_key=None, wait_warning_s=5.0,
                  transform=None, decode_at="auto", transform_threads=0,
-                 max_pixels=0, request_bytes=0, io_threads=0,
+                 max_pixels=0, on_corrupt="fail", request_bytes=0,
+                 io_threads=0,
                  disjoint_shards=False, job=None, job_weight=0,
                  share=False, share_join=None):
         self._client = None
@@ -760,6 +767,7 @@ class Loader:
                       if self.transform is not None else None)
         cfg.transform = self._spec
         cfg.decode_at = _lib.DECODE_AT[args["decode_at"]]
+        cfg.on_corrupt = 1 if args["on_corrupt"] == "skip" else 0
         # Copied by emlio_client_new.
         self._job = args["job"].encode() if args["job"] is not None else None
         cfg.job = self._job
@@ -773,7 +781,8 @@ class Loader:
             "rank": self.rank, "world_size": self.world_size,
             "shuffle": shuffle_mode == _lib.EMLIO_SHUFFLE_WINDOW,
             "curve": self._keys is not None,
-            "transform": self.transform, "decode_at": args["decode_at"]})
+            "transform": self.transform, "decode_at": args["decode_at"],
+            "on_corrupt": args["on_corrupt"]})
 
         ctx = _C.emlio_ctx_new()
         if not ctx:
