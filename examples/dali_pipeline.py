@@ -23,8 +23,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "bindings", "python"))
+# After site-packages: an installed emlio wins, this tree's is the fallback.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                             "bindings", "python"))
 
 from emlio.dali import ExternalSource, pipeline  # noqa: E402
 

@@ -33,8 +33,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "bindings", "python"))
+# After site-packages: an installed emlio wins, this tree's is the fallback.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                             "bindings", "python"))
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

@@ -2,9 +2,11 @@
 # test_pip.sh - the Python package installed the way users do it, offline:
 #   python3 -m venv --system-site-packages V
 #   V/bin/pip install --no-build-isolation ./bindings/python
-# (Debian's pip and setuptools). (1) Against an installed libemlio found by
-# pkg-config; (2) with no installed library, the package carries the one
-# built in this tree. Each venv imports emlio and fetches an epoch from
+# (1) Against an installed libemlio found by pkg-config; (2) with no
+# installed library, the package carries the one built in this tree;
+# (3) venvs without system packages (no setuptools' `wheel`), from
+# Debian's interpreter and from another CPython where there is one; an
+# sdist that builds a wheel outside the repository. Each venv imports emlio and fetches an epoch from
 # outside the source tree with no EMLIO_LIBRARY, B or PYTHONPATH, and
 # emlio.__version__ equals the library's version.
 # Run from the repo root with B=<build dir>.
@@ -94,11 +96,80 @@ venv_install v2 PKG_CONFIG_LIBDIR="$T/no-pc" PKG_CONFIG_PATH=
 check "pip install --no-build-isolation (no installed libemlio)" test $? -eq 0 ||
     tail -5 "$T/v2.log"
 site=$(echo "$T"/v2/lib/python3*/site-packages)
+# The examples put the source tree after site-packages (issue 34: they put
+# it first, shadowing the installed package).
+(env -u PYTHONPATH -u B -u EMLIO_LIBRARY "$T/v2/bin/python" -c '
+import runpy, sys
+sys.argv = ["train_torch.py", "--help"]
+try:
+    runpy.run_path("examples/train_torch.py", run_name="__main__")
+except SystemExit:
+    pass
+print(sys.modules["emlio"].__file__)' 2>/dev/null | tail -1) >"$T/example.file"
+check "an example run from the tree imports the installed emlio" \
+    grep -q "^$site/emlio/__init__.py" "$T/example.file" || cat "$T/example.file"
 check "the package carries libemlio.so.${VERSION%%.*}" \
     test -f "$site/emlio/libemlio.so.${VERSION%%.*}"
 use_venv v2 "$site/emlio/"
 check "venv 2: import, __version__ == $VERSION, one epoch, carried lib" \
     test $? -eq 0 || cat "$T/v2.out"
+
+# (3) A venv that sees no system packages: no `wheel`, perhaps no
+# setuptools, as a pyenv, conda or python.org interpreter has it (issue 34:
+# `invalid command 'bdist_wheel'`). The build backend needs neither, with
+# or without build isolation (it requires nothing, so pip fetches
+# nothing). Debian's interpreter, then any other CPython on PATH.
+bare_install() {
+    local name=$1 py=$2
+    shift 2
+    "$py" -m venv "$T/$name" >"$T/$name.log" 2>&1 &&
+        ! "$T/$name/bin/python" -c 'import wheel' 2>/dev/null &&
+        env PKG_CONFIG_LIBDIR="$T/no-pc" PKG_CONFIG_PATH= \
+            "$T/$name/bin/pip" install --no-index "$@" ./bindings/python \
+            >>"$T/$name.log" 2>&1
+}
+bare_install v3 $PY --no-build-isolation
+check "a venv without system packages (no wheel): pip install --no-build-isolation" \
+    test $? -eq 0 || tail -5 "$T/v3.log"
+use_venv v3 "$(echo "$T"/v3/lib/python3*/site-packages)/emlio/"
+check "venv 3: import, one epoch, without numpy or torch" test $? -eq 0 ||
+    cat "$T/v3.out"
+other=""
+for py in $(type -ap python3 python3.9 python3.10 python3.11 python3.12 python3.13 2>/dev/null) \
+    "$HOME"/.pyenv/versions/*/bin/python3; do
+    [ -x "$py" ] || continue
+    real=$(readlink -f "$(command -v "$py")")
+    case "$real" in /usr/bin/*) continue ;; esac
+    "$py" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 9))' \
+        2>/dev/null || continue
+    other=$py
+    break
+done
+if [ -n "$other" ]; then
+    bare_install v4 "$other"
+    check "another CPython ($("$other" --version 2>&1)): pip install, isolated build" \
+        test $? -eq 0 || tail -5 "$T/v4.log"
+    use_venv v4 "$(echo "$T"/v4/lib/python3*/site-packages)/emlio/"
+    check "venv 4: import, one epoch" test $? -eq 0 || cat "$T/v4.out"
+else
+    skip "no CPython >= 3.9 other than Debian's on PATH or in ~/.pyenv: the other-interpreter install"
+fi
+# An sdist builds a wheel outside the repository (VERSION travels in it).
+(cd bindings/python && /usr/bin/python3 -c '
+import sys; sys.path.insert(0, "backend")
+import emlio_backend as b
+print(b.build_sdist(sys.argv[1]))' "$T") >"$T/sdist.name" 2>"$T/sdist.err"
+check "the backend writes an sdist" test -s "$T/sdist.name"
+mkdir -p "$T/unpacked" && tar -xzf "$T/$(cat "$T/sdist.name")" -C "$T/unpacked"
+sd=$(echo "$T"/unpacked/emlio-*)
+case $B in /*) abs_b=$B ;; *) abs_b=$PWD_REPO/$B ;; esac
+(cd "$sd" && env PKG_CONFIG_LIBDIR="$T/no-pc" PKG_CONFIG_PATH= B="$abs_b" \
+    /usr/bin/python3 -c '
+import sys; sys.path.insert(0, "backend")
+import emlio_backend as b
+print(b.build_wheel(sys.argv[1]))' "$T") >"$T/wheel.name" 2>"$T/wheel.err"
+check "... from which a wheel of version $VERSION builds" \
+    grep -q "^emlio-$VERSION-" "$T/wheel.name" || cat "$T/wheel.err"
 check "pip install wrote nothing into the package sources" bash -c \
     "! ls bindings/python/emlio | grep -qE '_build_config|libemlio'"
 finish

@@ -28,7 +28,7 @@ import subprocess
 
 
 def _binding_version():
-    """The version of this package: recorded by setup.py when installed,
+    """The version of this package: recorded by the build backend when installed,
     else the source tree's VERSION file (the single source of both)."""
     try:
         from ._build_config import VERSION as text
