@@ -578,15 +578,18 @@ emlio_server_load(emlio_server_t *self)
         .max_open_shards = self->cfg.max_open_shards,
         .grace_ms = EMLIO__SRV_LEASE_GRACE_MS,
         .follow_symlinks = self->cfg.follow_symlinks,
-        .prune_field = self->own.field,
         .cancel = &self->interrupted,
     };
     int rc = s_parse_fields(self);
     if (rc < 0)
         return rc;
-    /* One field per sample: samples without it are left out (logged)
-     * rather than served as something else or failing every epoch. */
-    opts.prune = self->own.n_fields == 0;
+    /* Samples without the field served (or one of --fields: the list,
+     * canonical once parsed) are left out, logged, rather than served as
+     * something else or failing every request that names them: one rule
+     * with and without --fields (issue 34: a stray README.txt in a tar). */
+    opts.prune = true;
+    opts.prune_field =
+        self->own.n_fields ? self->own.fields_spec : self->own.field;
     self->rd = (emlio__read_opts_t){
         .field = self->own.field,
         .label_field = self->own.label_field,

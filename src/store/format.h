@@ -206,9 +206,10 @@ typedef struct emlio__format_ops {
     /* The label every record of shard has (an ImageFolder class), or -1
      * when records carry their own; NULL = -1. Names the classes. */
     int64_t (*shard_label)(const emlio__shard_t *shard);
-    /* Drops the samples that cannot be served as one field (field, or
-     * NULL: an image), before the inventory is counted; returns how many,
-     * example naming the first. NULL: every sample can be. */
+    /* Drops the samples that cannot be served as field says (one field, a
+     * list "jpg,cls" of which each is needed, or NULL: an image), before
+     * the inventory is counted; returns how many, example naming the
+     * first. NULL: every sample can be. */
     size_t (*prune)(emlio__shard_t *shard, const char *field, char *example,
                     size_t len);
     /* A tree format's name of record r inside its shard (the file of an

@@ -403,10 +403,35 @@ s_check_found(const char *dir, const emlio__names_t *found, size_t tree,
                          dir);
 }
 
-/* Leaves out the samples a single-field daemon cannot serve (a tar
- * sample with no image member: a stray README.txt, a sample of only
- * .cls), with one log line; none left at all is an error naming the
- * field. */
+/* The first field of the list "jpg,cls" that no shard of self has at all
+ * (a pointer into list), or NULL. */
+static const char *
+s_field_nowhere(const emlio__shardset_t *self, const char *list)
+{
+    char one[256];
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        bool somewhere = n >= sizeof(one);
+        if (!somewhere) {
+            memcpy(one, p, n);
+            one[n] = '\0';
+        }
+        for (size_t i = 0; i < self->n && !somewhere; i++) {
+            const emlio__shard_t *shard = &self->shards[i];
+            somewhere = !shard->ops->has_field ||
+                        shard->ops->has_field(shard, one) != 0;
+        }
+        if (!somewhere)
+            return p;
+        p += n + (p[n] == ',');
+    }
+    return NULL;
+}
+
+/* Leaves out the samples the daemon cannot serve (a tar sample with no
+ * image member, or without one of --fields: a stray README.txt, a sample
+ * of only .cls), with one log line; none left at all is an error naming
+ * the field. */
 static int
 s_prune(emlio__shardset_t *self, const char *dir,
         const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
@@ -428,10 +453,20 @@ s_prune(emlio__shardset_t *self, const char *dir,
     if (!dropped)
         return 0;
     char what[128];
-    if (opts->prune_field)
-        snprintf(what, sizeof(what), "a '%s' member", opts->prune_field);
+    if (opts->prune_field && strchr(opts->prune_field, ','))
+        snprintf(what, sizeof(what), "every member of '%.100s'",
+                 opts->prune_field);
+    else if (opts->prune_field)
+        snprintf(what, sizeof(what), "a '%.100s' member", opts->prune_field);
     else
         snprintf(what, sizeof(what), "an image member");
+    if (after == 0 && opts->prune_field && strchr(opts->prune_field, ',')) {
+        const char *absent = s_field_nowhere(self, opts->prune_field);
+        if (absent)
+            return emlio__seterr(errbuf, EMLIO_ENOTFOUND,
+                                 "no shard under '%s' has field '%.*s'", dir,
+                                 (int)strcspn(absent, ","), absent);
+    }
     if (after == 0)
         return emlio__seterr(errbuf, EMLIO_ENOTFOUND,
                              "no sample under '%s' has %s (e.g. %s)", dir, what,

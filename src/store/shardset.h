@@ -112,9 +112,10 @@ struct emlio__shardset_opts {
     /* Follow symlinks inside the data directory (never out of it: see
      * beneath.h); without it symlinks are left out, with a log line. */
     bool follow_symlinks;
-    /* Leave out samples that cannot be served as one field (the daemon
-     * without --fields): prune_field, or NULL for an image. Logged once
-     * with a count and an example; none left is an error. */
+    /* Leave out samples that cannot be served: without the daemon's one
+     * field (prune_field, or NULL for an image) or, with --fields, without
+     * any of them (prune_field the list, "jpg,cls,json"). Logged once with
+     * a count and an example; none left is an error. */
     bool prune;
     const char *prune_field;
     /* Set from another thread (a signal): the load stops between shards

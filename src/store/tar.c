@@ -816,6 +816,31 @@ emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
     return s_find(self, i, field, member);
 }
 
+/* Whether sample i can be served as field says: a list "jpg,cls,json" (a
+ * daemon's --fields) needs every member named; one field needs it; NULL
+ * needs an image member. */
+static bool
+s_servable(const emlio__tar_t *self, size_t i, const char *field)
+{
+    const emlio__tar_index_t *idx = &self->idx;
+    size_t m;
+    if (!field)
+        return s_find(self, i, NULL, &m) == 0 &&
+               s_image_field(idx->fields[idx->members[m].field]);
+    char one[EMLIO_TAR_MAX_NAME + 1];
+    for (const char *p = field; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n > EMLIO_TAR_MAX_NAME)
+            return false; /* longer than any member's field */
+        memcpy(one, p, n);
+        one[n] = '\0';
+        if (s_find(self, i, one, &m) != 0)
+            return false;
+        p += n + (p[n] == ',');
+    }
+    return true;
+}
+
 size_t
 emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
                      size_t len)
@@ -825,11 +850,7 @@ emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
     uint32_t out = 0;
     for (size_t i = 0; i < idx->n_samples; i++) {
         uint32_t a = idx->first[i], z = idx->first[i + 1];
-        size_t m;
-        bool keep =
-            s_find(self, i, field, &m) == 0 &&
-            (field || s_image_field(idx->fields[idx->members[m].field]));
-        if (!keep) {
+        if (!s_servable(self, i, field)) {
             if (dropped++ == 0 && example) {
                 /* The member's own name, from its ustar header. */
                 const uint8_t *h = self->base + idx->members[a].offset - BLOCK;

@@ -70,7 +70,8 @@ int emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
 
 /* What a prune left out, kept so that a table stored after it says so:
  * key is "-" (not pruned), "*" (pruned to samples with an image member)
- * or the field pruned for; example names the first sample dropped. */
+ * or the field pruned for (a list "jpg,cls": every one of them); example
+ * names the first sample dropped. */
 typedef struct emlio__tar_pruned {
     const char *key;
     uint64_t dropped;
@@ -168,8 +169,9 @@ int emlio__tar_adopt(emlio__tar_t *self, const void *table, size_t len,
  * next adopt, scan or load). NULL when out of memory. */
 const void *emlio__tar_table(emlio__tar_t *self, size_t *len);
 
-/* Drops the samples that have no member field (NULL: no image member,
- * where emlio__tar_default_field would pick another one) from the index,
+/* Drops the samples that have no member field (a list "jpg,cls,json": that
+ * lack any of them; NULL: no image member, where emlio__tar_default_field
+ * would pick another one) from the index,
  * so they are neither counted nor served. Returns how many were dropped;
  * example (len bytes) names the first ("'README.txt' in 'a.tar' at offset
  * 0"). */
