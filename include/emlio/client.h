@@ -167,7 +167,16 @@ typedef struct emlio_client_config {
     /* Room for options added later without changing the struct's size:
      * config_init zeroes it; leave it zero. */
     uint64_t share_join; /* the cursor of EMLIO_SHARE_JOIN_AT */
-    uint64_t reserved[1];
+    /* The fields wanted of every sample, in this order, as a comma list
+     * ("jpg,cls", as webdataset's to_tuple), asked of the daemons in
+     * HELLO (docs/formats.md, "Multi-field samples"). A daemon started
+     * with --fields serves any of its list (its default for clients that
+     * name none); one without serves any field its shards have, and a
+     * sample without one fails its request naming it. A name the daemon
+     * cannot serve fails connect (EMLIO_ENOTFOUND, naming it); a bad list
+     * (an empty name, a name twice) EMLIO_EINVAL. NULL (default): the
+     * daemon's fields. Borrowed until emlio_client_new returns. */
+    const char *fields;
 } emlio_client_config_t;
 
 /* emlio_client_config_t.share_join_mode. */

@@ -20,6 +20,46 @@ emlio_client_config_init(emlio_client_config_t *cfg)
     cfg->timeout_ms = 60000;
 }
 
+/* Splits cfg.fields ("jpg,cls") into self->want_fields. 0, EMLIO_ENOMEM,
+ * or EMLIO_EINVAL with the reason in errbuf (reported by connect). */
+static int
+s_parse_fields(emlio_client_t *self, const char *spec, char *errbuf)
+{
+    if (!spec || !*spec)
+        return 0;
+    for (const char *p = spec;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n > EMLIO_WIRE_MAX_NAME)
+            return emlio__seterr(errbuf, EMLIO_EINVAL,
+                                 "fields '%.200s': an empty or long name",
+                                 spec);
+        if (self->n_want_fields == EMLIO_WIRE_MAX_FIELDS)
+            return emlio__seterr(errbuf, EMLIO_EINVAL,
+                                 "fields '%.200s': more than %u", spec,
+                                 EMLIO_WIRE_MAX_FIELDS);
+        for (size_t i = 0; i < self->n_want_fields; i++)
+            if (strlen(self->want_fields[i]) == n &&
+                memcmp(self->want_fields[i], p, n) == 0)
+                return emlio__seterr(errbuf, EMLIO_EINVAL,
+                                     "fields '%.200s': '%.*s' twice", spec,
+                                     (int)EMLIO_MIN(n, 64), p);
+        char **v = emlio_reallocarray(self->want_fields,
+                                      self->n_want_fields + 1, sizeof(*v));
+        if (!v)
+            return EMLIO_ENOMEM;
+        self->want_fields = v;
+        char *name = emlio_malloc(n + 1);
+        if (!name)
+            return EMLIO_ENOMEM;
+        memcpy(name, p, n);
+        name[n] = '\0';
+        v[self->n_want_fields++] = name;
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
 emlio_client_t *
 emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
 {
@@ -71,6 +111,9 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
     self->xf_init_rc =
         emlio__client_xf_init(&self->xf, &self->cfg, self->xf_init_err);
     self->cfg.transform = NULL; /* borrowed: the parsed copy is kept */
+    if (self->xf_init_rc == 0)
+        self->xf_init_rc = s_parse_fields(self, cfg->fields, self->xf_init_err);
+    self->cfg.fields = NULL; /* borrowed: the split copy is kept */
     if (self->xf_init_rc == EMLIO_ENOMEM) {
         emlio_client_destroy(&self);
         return NULL;
@@ -103,6 +146,9 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_free(self->resume.spans);
     emlio_free(self->name);
     emlio_free(self->job);
+    for (size_t i = 0; i < self->n_want_fields; i++)
+        emlio_free(self->want_fields[i]);
+    emlio_free(self->want_fields);
     emlio_free(self);
     *self_p = NULL;
 }

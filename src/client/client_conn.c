@@ -174,10 +174,10 @@ s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
     uint64_t version = self->conn.daemons[d].hello_version;
     if (!version)
         version = EMLIO_WIRE_VERSION_PACK;
-    if (emlio__wire_encode_hello_job(&self->scratch, version, self->name,
-                                     self->conn.session, s, S_HELLO_ID(s),
-                                     self->job, self->cfg.job_weight,
-                                     self->cfg.share) < 0)
+    if (emlio__wire_encode_hello_job(
+            &self->scratch, version, self->name, self->conn.session, s,
+            S_HELLO_ID(s), self->job, self->cfg.job_weight, self->cfg.share,
+            self->want_fields, self->n_want_fields) < 0)
         return -ENOMEM;
     while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
                     self->scratch.len, ZMQ_DONTWAIT) < 0)
@@ -512,6 +512,21 @@ static int
 s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
               const emlio__wire_msg_t *msg, bool first)
 {
+    /* The fields asked for come back as asked, or the daemon ignored
+     * them (it predates them): its samples would not be what the caller
+     * named. */
+    bool as_asked =
+        !self->n_want_fields || msg->n_fields == self->n_want_fields;
+    for (size_t i = 0; as_asked && i < self->n_want_fields; i++)
+        as_asked =
+            strlen(self->want_fields[i]) == msg->fields[i].len &&
+            !memcmp(self->want_fields[i], msg->fields[i].s, msg->fields[i].len);
+    if (!as_asked)
+        return emlio__seterr(self->err, EMLIO_EMISMATCH,
+                             "daemon '%s' did not serve the fields asked for "
+                             "(it predates client-named fields: start it "
+                             "with --fields instead)",
+                             daemon->endpoint);
     if (first) {
         self->inv.n_fields = msg->n_fields ? msg->n_fields : 1;
         if (!msg->n_fields)

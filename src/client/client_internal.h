@@ -310,7 +310,10 @@ struct emlio_client {
     emlio__window_t win;
     emlio__figures_t fig;
     emlio__client_xf_t xf;
-    int xf_init_rc; /* a bad transform spec, reported by connect */
+    int xf_init_rc;     /* a bad transform spec or field list, reported by
+                           connect */
+    char **want_fields; /* cfg.fields split: asked of the daemons in HELLO */
+    size_t n_want_fields;
     char xf_init_err[EMLIO_ERRMSG_LEN];
 };
 

@@ -61,19 +61,27 @@ emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                            uint32_t stream, uint64_t id)
 {
     return emlio__wire_encode_hello_job(out, version, client_name, session,
-                                        stream, id, NULL, 0, false);
+                                        stream, id, NULL, 0, false, NULL, 0);
 }
 
 int
 emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
                              const char *client_name, uint64_t session,
                              uint32_t stream, uint64_t id, const char *job,
-                             uint64_t weight, bool share)
+                             uint64_t weight, bool share, char *const *fields,
+                             size_t n_fields)
 {
     msgpack_packer pk;
-    int failed = s_begin(
-        out, &pk, (session ? 6 : 3) + (job && *job) + (weight > 0) + share,
-        EMLIO_MSG_HELLO);
+    int failed = s_begin(out, &pk,
+                         (session ? 6 : 3) + (job && *job) + (weight > 0) +
+                             share + (n_fields > 0),
+                         EMLIO_MSG_HELLO);
+    if (n_fields) {
+        failed |= s_pack_key(&pk, "fields");
+        failed |= msgpack_pack_array(&pk, n_fields);
+        for (size_t i = 0; i < n_fields; i++)
+            failed |= s_pack_cstr(&pk, fields[i]);
+    }
     if (share) {
         failed |= s_pack_key(&pk, "share");
         failed |= msgpack_pack_true(&pk);

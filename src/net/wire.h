@@ -149,7 +149,8 @@ typedef struct emlio__wire_msg {
     size_t n_spans;
     bool packed; /* BATCH: the header has a "pack" table (even empty) */
     emlio__wire_str_t *fields; /* WELCOME v2: field names (none = one
-                                 unnamed field) */
+                                 unnamed field); HELLO: the fields the
+                                 client asks for (none = the daemon's) */
     size_t n_fields;
     /* v3 (transforms, docs/protocol.md 5.6). */
     uint64_t xf_threads; /* WELCOME: the daemon's transform threads (0 =
@@ -263,11 +264,14 @@ int emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
                                const char *client_name, uint64_t session,
                                uint32_t stream, uint64_t id);
 /* HELLO naming the job the client belongs to (job NULL or "": none),
- * the weight it asks for (0: not said) and whether it shares reads. */
+ * the weight it asks for (0: not said), whether it shares reads, and the
+ * fields it wants of every sample (fields[0, n_fields); none: the
+ * daemon's). */
 int emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
                                  const char *client_name, uint64_t session,
                                  uint32_t stream, uint64_t id, const char *job,
-                                 uint64_t weight, bool share);
+                                 uint64_t weight, bool share,
+                                 char *const *fields, size_t n_fields);
 /* The short WELCOME at a chosen protocol version. */
 int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
                                 const char *dataset);

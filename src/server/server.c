@@ -270,6 +270,7 @@ emlio_server_destroy(emlio_server_t **self_p)
     for (size_t i = 0; i < self->own.n_fields; i++)
         emlio_free(self->own.fields[i]);
     emlio_free(self->own.fields);
+    emlio__srv_fields_release(&self->fieldsets);
     emlio_buf_release(&self->net.welcome2);
     emlio_buf_release(&self->net.welcome3);
     emlio_buf_release(&self->net.welcome4);
@@ -299,8 +300,9 @@ s_format_name(const emlio__shardset_t *set)
     return name;
 }
 
-static int
-s_encode_welcome(emlio_server_t *self)
+int
+emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
+                          size_t n_fields, emlio_buf_t *const *out)
 {
     emlio__shardset_t *set = &self->core->set;
     emlio__wire_shard_t *inv = emlio_calloc(set->n, sizeof(*inv));
@@ -328,24 +330,32 @@ s_encode_welcome(emlio_server_t *self)
         emlio__srv_share_window(self->core),
         self->cfg.share_all && self->core->share,
     };
-    emlio_buf_t *out[EMLIO_WIRE_VERSION] = { &self->net.welcome,
-                                             &self->net.welcome2,
-                                             &self->net.welcome3,
-                                             &self->net.welcome4 };
     int rc = 0;
     for (uint64_t v = 1; v <= EMLIO_WIRE_VERSION && rc == 0; v++) {
+        if (!out[v - 1])
+            continue; /* not wanted */
         emlio_buf_clear(out[v - 1]);
         rc = emlio__wire_encode_welcome_xf(
             out[v - 1], v, self->own.name, set->fingerprint,
             self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
-            self->adm.sndbuf.effective, inv, set->n,
-            v >= 2 ? self->own.fields : NULL, v >= 2 ? self->own.n_fields : 0,
-            &caps);
+            self->adm.sndbuf.effective, inv, set->n, v >= 2 ? fields : NULL,
+            v >= 2 ? n_fields : 0, &caps);
     }
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
     return 0;
+}
+
+static int
+s_encode_welcome(emlio_server_t *self)
+{
+    emlio_buf_t *out[EMLIO_WIRE_VERSION] = { &self->net.welcome,
+                                             &self->net.welcome2,
+                                             &self->net.welcome3,
+                                             &self->net.welcome4 };
+    return emlio__srv_encode_welcome(self, self->own.fields, self->own.n_fields,
+                                     out);
 }
 
 /* Splits cfg.fields ("jpg,cls,json") into self->own.fields and checks the

@@ -73,7 +73,7 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
     uint64_t pack = 0;
     uint32_t last = UINT32_MAX; /* the shard whose mean is in `mean` */
     uint64_t mean = 0;
-    uint64_t per = self->own.n_fields ? self->own.n_fields : 1;
+    uint64_t per = emlio__srv_fields_per(self, job->fields);
     for (size_t i = 0; i < get->n_items; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= set->n)

@@ -7,6 +7,7 @@
  *   server_request.c  the frontend thread: HELLO, GET admission, replies
  *   server_pipeline.c reader and serializer threads, jobs, frames, release
  *   server_jobs.c     training jobs (HELLO's "job") and the fair dispatch
+ *   server_fields.c   the fields a client names (HELLO's "fields")
  * Each room owns one sub-struct of emlio_server_t and is the only writer of
  * it (admit and request both run on the frontend thread and share theirs).
  *
@@ -48,6 +49,7 @@
 #include "netpath.h"
 #include "queue.h"
 #include "security.h"
+#include "server_fields.h"
 #include "server_jobs.h"
 #include "server_xf.h"
 #include "shardset.h"
@@ -105,6 +107,9 @@ typedef struct emlio__job {
     emlio__view_t *views; /* filled by the reader; skipped ones left out */
     size_t n_views;       /* samples read (views hold n_views * per) */
     size_t per;           /* views per sample (fields), set by the reader */
+    /* The fields its session asked for (server_fields.c; interned, lives
+     * as long as the server); NULL: the daemon's own. */
+    const emlio__fieldset_t *fields;
     int code; /* the verdict so far: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
     /* A GET with a transform (server_tensor.c): the pipeline the frontend
@@ -245,9 +250,11 @@ typedef struct emlio__peer {
                           descriptor names another socket by now */
     uint32_t pack_max; /* the largest frame packed for it (cfg.pack and
                           where it connects from, s_peer_pack_max) */
-    struct emlio__trainjob *tjob; /* its job (server_jobs.c); NULL until
-                                     its HELLO or first GET */
-    bool share;                   /* its HELLO asked for shared reads */
+    struct emlio__trainjob *tjob;    /* its job (server_jobs.c); NULL until
+                                        its HELLO or first GET */
+    bool share;                      /* its HELLO asked for shared reads */
+    const emlio__fieldset_t *fields; /* its HELLO's "fields"; NULL: the
+                                        daemon's own */
 } emlio__peer_t;
 
 /* Owned copies of the configuration's strings, and what is derived from
@@ -372,10 +379,11 @@ struct emlio_server {
     emlio__srv_threads_t thr;
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
-    emlio__server_xf_t xf;   /* transform specs and threads (server_tensor.c) */
-    emlio__srv_jobs_t jobs;  /* training jobs, fair dispatch (server_jobs.c) */
-    bool jobs_ready;         /* jobs initialised (at load) */
-    atomic_bool interrupted; /* emlio_server_interrupt: stop loading */
+    emlio__server_xf_t xf;  /* transform specs and threads (server_tensor.c) */
+    emlio__srv_jobs_t jobs; /* training jobs, fair dispatch (server_jobs.c) */
+    emlio__srv_fieldsets_t fieldsets; /* lists clients named (frontend) */
+    bool jobs_ready;                  /* jobs initialised (at load) */
+    atomic_bool interrupted;          /* emlio_server_interrupt: stop loading */
     char err[EMLIO_ERRMSG_LEN];
 };
 
@@ -384,6 +392,11 @@ int emlio__srv_setopt_int(void *sock, int option, int value, const char *what,
                           char *errbuf);
 void emlio__srv_core_unref(emlio__srv_core_t **core_p);
 void emlio__srv_shardset_log(void *userdata, const char *msg);
+/* The full WELCOME of each protocol version v whose out[v - 1] is not NULL,
+ * for sessions served fields[0, n_fields) (none: one unnamed field). 0 or
+ * EMLIO_ENOMEM. */
+int emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
+                              size_t n_fields, emlio_buf_t *const *out);
 
 /* ---- server_admit.c: connections and peers (frontend thread only) ---- */
 size_t emlio__srv_session_streams(const emlio_server_t *self, uint64_t session);

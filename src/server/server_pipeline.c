@@ -512,8 +512,7 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
 {
     const emlio__wire_msg_t *get = &job->msg;
     size_t n = get->n_items;
-    size_t per =
-        self->own.n_fields ? self->own.n_fields : 1; /* frames per sample */
+    size_t per = emlio__srv_fields_per(self, job->fields); /* frames/sample */
     job->per = per;
     job->views = emlio_calloc(n ? n * per : 1, sizeof(*job->views));
     if (!job->views) {
@@ -532,6 +531,11 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
         return;
     }
     emlio__read_opts_t rd = self->rd;
+    if (job->fields) {
+        /* The session's own list: the formats read these, in its order. */
+        rd.fields = job->fields->names;
+        rd.n_fields = job->fields->n;
+    }
     /* A derived CRC leaves the stored checksum to the client's check: not
      * when the bytes are decoded here (checked before decoding) or when
      * the client does not check at all. */

@@ -181,6 +181,14 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
             self->adm.n_clients--;
         peer->session = hello->session;
     }
+    const emlio__fieldset_t *fields = NULL;
+    char ftext[EMLIO_ERRMSG_LEN];
+    int frc = emlio__srv_fields_resolve(self, hello, &fields, ftext);
+    if (frc < 0) {
+        s_frontend_reply_error(self, &job->identity, hello->id, frc, ftext);
+        return;
+    }
+    peer->fields = fields;
     peer->version = (uint8_t)hello->version; /* checked: 1..VERSION */
     peer->share = hello->share;
     char why[160];
@@ -194,7 +202,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
      * queue. It is sent once per connection. */
     zmq_msg_t welcome;
     emlio_buf_t joined = EMLIO_BUF_INIT;
-    const emlio_buf_t *reply = &self->net.welcome;
+    const emlio_buf_t *reply = NULL;
     if (hello->session && hello->stream > 0) {
         if (emlio__wire_encode_joined_v(&joined, hello->version, hello->id,
                                         self->core->set.fingerprint) < 0) {
@@ -204,12 +212,14 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         }
         reply = &joined;
     } else {
-        if (hello->version >= EMLIO_WIRE_VERSION_PACK)
-            reply = &self->net.welcome4;
-        else if (hello->version >= 3)
-            reply = &self->net.welcome3;
-        else if (hello->version >= 2)
-            reply = &self->net.welcome2;
+        /* The version's encoding (v1 without fields, v3 and up with the
+         * transform capabilities), of this session's fields. */
+        reply = emlio__srv_fields_welcome(self, fields, hello->version);
+        if (!reply) {
+            zmq_msg_close(&job->identity);
+            return; /* out of memory: the client times out, says HELLO
+                       again */
+        }
         atomic_fetch_add(&self->count.clients, 1);
         uint64_t segs, cursor;
         if (self->core->share && (hello->share || self->cfg.share_all) &&
@@ -377,6 +387,13 @@ s_frontend_request(emlio_server_t *self, void *work)
             self, &job->identity, job->msg.id, EMLIO_EVERSION,
             "this daemon serves multi-field samples (--fields), which need "
             "protocol version 2: say HELLO with v 2 before GET");
+        goto drop_header;
+    }
+    job->fields = peer->fields;
+    if (job->xf && job->fields) {
+        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_EINVAL,
+                               "transforms decode the one default field of "
+                               "a sample; this client asked for fields");
         goto drop_header;
     }
     peer->outstanding++;

@@ -347,6 +347,35 @@ class MultiFieldTest(unittest.TestCase):
                 emlio.Loader(daemon.endpoint, 6, fields=["txt"])
             self.assertIn("'txt'", str(ctx.exception))
 
+    def test_client_names_the_fields(self):
+        # Issue 34: the fields were the operator's choice only. A client
+        # names them (webdataset's to_tuple("jpg", "cls")), in its order,
+        # from a daemon without --fields (any field its shards have) or
+        # within a daemon's --fields (its limit).
+        for extra in ([], ["--fields", "jpg,cls,json"]):
+            with Daemon(self.tar_dir, *extra) as daemon:
+                with emlio.Loader(daemon.endpoint, 6, seed=2, epochs=1,
+                                  fields=["json", "jpg"]) as ld:
+                    self.assertEqual(ld.field_names, ["json", "jpg"])
+                    seen = 0
+                    for b in ld:
+                        for i in range(len(b)):
+                            jpg = bytes(b.field("jpg")[i])
+                            self.assertEqual(bytes(b[i]),
+                                             self.want[jpg]["json"])
+                            seen += 1
+                    self.assertEqual(seen, 25)
+                with self.assertRaises(emlio.NotFoundError) as ctx:
+                    emlio.Loader(daemon.endpoint, 6, fields="jpg,txt")
+                self.assertIn("'txt'", str(ctx.exception))
+                with self.assertRaises(emlio.EmlioError) as ctx:
+                    emlio.Loader(daemon.endpoint, 6, fields="jpg,jpg")
+                self.assertIn("twice", str(ctx.exception))
+        with Daemon(self.tar_dir, "--fields", "jpg,cls") as daemon:
+            with self.assertRaises(emlio.NotFoundError) as ctx:
+                emlio.Loader(daemon.endpoint, 6, fields=["json"])
+            self.assertIn("not one this daemon serves", str(ctx.exception))
+
     def test_torch_and_dali_adapters_take_fields(self):
         with Daemon(self.tar_dir, "--fields", "jpg,cls,json") as daemon:
             try:

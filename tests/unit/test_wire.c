@@ -521,19 +521,31 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_release(&msg);
     /* Shared reads: HELLO "share", WELCOME "share_window", BATCH "sh";
      * each absent unless said. */
-    assert_int_equal(
-        emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1, "sweep", 2, true),
-        0);
+    assert_int_equal(emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1,
+                                                  "sweep", 2, true, NULL, 0),
+                     0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.share);
     assert_int_equal(msg.weight, 2);
     assert_int_equal(msg.job_len, 5);
     emlio__wire_msg_release(&msg);
-    assert_int_equal(
-        emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1, "sweep", 0, false),
-        0);
+    assert_int_equal(emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1,
+                                                  "sweep", 0, false, NULL, 0),
+                     0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.share);
+    emlio__wire_msg_release(&msg);
+    /* The fields a client asks for, in its order. */
+    char f0[] = "json", f1[] = "jpg";
+    char *want[] = { f0, f1 };
+    assert_int_equal(emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1, NULL,
+                                                  0, false, want, 2),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.n_fields, 2);
+    assert_int_equal(msg.fields[0].len, 4);
+    assert_memory_equal(msg.fields[0].s, "json", 4);
+    assert_memory_equal(msg.fields[1].s, "jpg", 3);
     emlio__wire_msg_release(&msg);
     caps.share_window = 128u << 20;
     assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 4, "d", "ff", 64, 8,

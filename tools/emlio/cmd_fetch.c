@@ -347,6 +347,9 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "resume the job from every rank's --state of\n"
             "its last run, on this run's world size (same\n"
             "global batch); --state then only saves"),
+        OPT("fields", 0, OPT_STR, &cfg->fields, "LIST",
+            "ask for these fields of every sample, in this\n"
+            "order (e.g. jpg,cls); default: the daemon's"),
         OPT("transform", 0, OPT_STR, &cfg->transform, "SPEC",
             "deliver uint8 tensors: decode and augment,\n"
             "e.g. random_resized_crop(224),horizontal_flip"),

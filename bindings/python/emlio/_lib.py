@@ -93,7 +93,7 @@ class ClientConfig(ctypes.Structure):
         ("job_weight", ctypes.c_uint32),
         ("reserved32", ctypes.c_uint32),
         ("share_join", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 1),
+        ("fields", ctypes.c_char_p),
     ]
 
 

@@ -627,7 +627,13 @@ class Loader:
     name : str
         Client name sent to the daemons (their logs show it).
     fields : None, str or list of str
-        Fields to deliver (daemons started with ``--fields``).
+        The fields wanted of every sample, in this order (``["jpg",
+        "cls"]`` or ``"jpg,cls"``, as webdataset's ``to_tuple``), asked of
+        the daemons: one started with ``--fields`` serves any of its list,
+        one without any field its shards have (tar member extensions,
+        TFRecord feature keys, ImageFolder ``image``/``label``). A name a
+        daemon cannot serve raises ``NotFoundError`` naming it. None: the
+        daemons' own fields.
     server_key, client_key : str or path
         CURVE encryption and authentication, both or neither, as for
         ``emlio fetch --server-key/--client-key``: the daemon's public key
@@ -771,6 +777,18 @@ class Loader:
         # Copied by emlio_client_new.
         self._job = args["job"].encode() if args["job"] is not None else None
         cfg.job = self._job
+        # The fields asked of the daemons (HELLO), in this order; they
+        # check each against what they serve.
+        fields = args["fields"]
+        if isinstance(fields, str):
+            fields = [f for f in fields.split(",") if f]
+        if fields is not None:
+            fields = list(fields)
+            if not fields or not all(isinstance(f, str) and f
+                                     for f in fields):
+                raise ValueError("fields=%r: expected a non-empty list of "
+                                 "field names" % (args["fields"],))
+            cfg.fields = ",".join(fields).encode()
         if args["share_join"] is not None:
             cfg.share_join_mode = _lib.EMLIO_SHARE_JOIN_AT
             cfg.share_join = args["share_join"]
@@ -823,20 +841,10 @@ class Loader:
                 _C.emlio_client_field_name(self._client, i).decode(
                     "utf-8", "replace")
                 for i in range(_C.emlio_client_field_count(self._client))]
-            if fields is None:
-                self.fields = list(self.field_names)
-            else:
-                if isinstance(fields, str):
-                    fields = [f for f in fields.split(",") if f]
-                self.fields = list(fields)
-                for f in self.fields:
-                    if f not in self.field_names:
-                        raise NotFoundError(
-                            -1008, "daemon '%s' serves no field '%s' (it "
-                            "serves %s; start emliod with --fields)"
-                            % (endpoints, f, ",".join(
-                                n for n in self.field_names if n) or
-                               "one unnamed field"))
+            # Asked for by name, the daemons serve exactly those (connect
+            # refused any they cannot); else all they serve.
+            self.fields = (list(self.field_names) if fields is None
+                           else fields)
             self._field_index = {f: self.field_names.index(f)
                                  for f in self.fields}
             if state is not None:
