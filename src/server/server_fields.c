@@ -32,22 +32,21 @@ s_somewhere(const emlio_server_t *self, const char *name)
 
 /* Checks the HELLO's names; 0 or an error with text. */
 static int
-s_check(const emlio_server_t *self, const emlio__wire_msg_t *hello,
-        char *text)
+s_check(const emlio_server_t *self, const emlio__wire_msg_t *hello, char *text)
 {
     for (size_t i = 0; i < hello->n_fields; i++) {
         const emlio__wire_str_t *f = &hello->fields[i];
         int shown = (int)EMLIO_MIN(f->len, 64);
         if (memchr(f->s, ',', f->len) || memchr(f->s, '\0', f->len))
             return emlio__seterr(text, EMLIO_EINVAL,
-                                   "bad field name '%.*s': no commas or NULs",
-                                   shown, f->s);
+                                 "bad field name '%.*s': no commas or NULs",
+                                 shown, f->s);
         for (size_t j = 0; j < i; j++)
             if (hello->fields[j].len == f->len &&
                 memcmp(hello->fields[j].s, f->s, f->len) == 0)
                 return emlio__seterr(text, EMLIO_EINVAL,
-                                       "field '%.*s' asked for twice", shown,
-                                       f->s);
+                                     "field '%.*s' asked for twice", shown,
+                                     f->s);
         if (self->own.n_fields) {
             if (!s_in_own(self, f->s, f->len))
                 return emlio__seterr(
@@ -62,8 +61,8 @@ s_check(const emlio_server_t *self, const emlio__wire_msg_t *hello,
         name[f->len] = '\0';
         if (!s_somewhere(self, name))
             return emlio__seterr(text, EMLIO_ENOTFOUND,
-                                   "no shard under '%.200s' has field '%.*s'",
-                                   self->own.data_dir, shown, f->s);
+                                 "no shard under '%.200s' has field '%.*s'",
+                                 self->own.data_dir, shown, f->s);
     }
     return 0;
 }
@@ -139,8 +138,8 @@ emlio__srv_fields_resolve(emlio_server_t *self, const emlio__wire_msg_t *hello,
         return 0;
     if (hello->version < 2)
         return emlio__seterr(text, EMLIO_EVERSION,
-                               "a HELLO that names fields needs protocol "
-                               "version 2 or later");
+                             "a HELLO that names fields needs protocol "
+                             "version 2 or later");
     int rc = s_check(self, hello, text);
     if (rc < 0)
         return rc;
@@ -159,9 +158,9 @@ emlio__srv_fields_resolve(emlio_server_t *self, const emlio__wire_msg_t *hello,
         }
     if (sets->n == EMLIO__SRV_MAX_FIELDSETS)
         return emlio__seterr(text, EMLIO_ELIMIT,
-                               "too many distinct field lists asked of this "
-                               "daemon (limit %d)",
-                               EMLIO__SRV_MAX_FIELDSETS);
+                             "too many distinct field lists asked of this "
+                             "daemon (limit %d)",
+                             EMLIO__SRV_MAX_FIELDSETS);
     emlio__fieldset_t *fs = s_new(hello);
     if (!fs)
         return emlio__seterr(text, EMLIO_ENOMEM, "out of memory");

@@ -28,7 +28,7 @@ struct emlio_server;
 typedef struct emlio__fieldset {
     char **names; /* in the client's order */
     size_t n;
-    char *spec; /* "json,jpg", for messages */
+    char *spec;                              /* "json,jpg", for messages */
     emlio_buf_t welcome[EMLIO_WIRE_VERSION]; /* per version, once asked */
     bool encoded[EMLIO_WIRE_VERSION];
 } emlio__fieldset_t;
