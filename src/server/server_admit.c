@@ -541,6 +541,7 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
     peer->version = 0;
     peer->tjob = NULL;
     peer->share = false;                     /* until its HELLO says */
+    peer->fields = NULL;                     /* the daemon's, until then */
     peer->copy = emlio__srv_copy_acct_new(); /* NULL: daemon budget only */
     return peer;
 }
