@@ -98,16 +98,18 @@ check "pip install --no-build-isolation (no installed libemlio)" test $? -eq 0 |
 site=$(echo "$T"/v2/lib/python3*/site-packages)
 # The examples put the source tree after site-packages (issue 34: they put
 # it first, shadowing the installed package).
-(env -u PYTHONPATH -u B -u EMLIO_LIBRARY "$T/v2/bin/python" -c '
+(env -u PYTHONPATH -u B -u EMLIO_LIBRARY ${PRELOAD[@]+"${PRELOAD[@]}"} \
+    "$T/v2/bin/python" -c '
 import runpy, sys
 sys.argv = ["train_torch.py", "--help"]
 try:
     runpy.run_path("examples/train_torch.py", run_name="__main__")
 except SystemExit:
     pass
-print(sys.modules["emlio"].__file__)' 2>/dev/null | tail -1) >"$T/example.file"
+print(sys.modules["emlio"].__file__)' 2>"$T/example.err" | tail -1) >"$T/example.file"
 check "an example run from the tree imports the installed emlio" \
-    grep -q "^$site/emlio/__init__.py" "$T/example.file" || cat "$T/example.file"
+    grep -q "^$site/emlio/__init__.py" "$T/example.file" ||
+    tail -5 "$T/example.file" "$T/example.err"
 check "the package carries libemlio.so.${VERSION%%.*}" \
     test -f "$site/emlio/libemlio.so.${VERSION%%.*}"
 use_venv v2 "$site/emlio/"
