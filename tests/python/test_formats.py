@@ -647,6 +647,39 @@ class ImageFolderTest(unittest.TestCase):
         self.assertEqual(got, want)
         self.assertEqual(classes, ["bird_2", "cat", "dog"])
 
+    def test_torch_dataset_has_torchvision_classes(self):
+        # EmlioDataset.classes / class_to_idx are torchvision's, also for a
+        # dataset split by classes over two daemons (the union).
+        try:
+            from emlio.torch import EmlioDataset
+        except ImportError as e:
+            self.skipTest("torch not importable: %s" % e)
+        roots = self.split("dscls", lambda c, i: 1 if c == "dog" else 0)
+        with Daemon(roots[0]) as d0, Daemon(roots[1]) as d1:
+            ds = EmlioDataset([d1.endpoint, d0.endpoint], 2, rank=0,
+                              world_size=1)
+            self.assertEqual(ds.classes, ["bird_2", "cat", "dog"])
+            self.assertEqual(ds.class_to_idx,
+                             {"bird_2": 0, "cat": 1, "dog": 2})
+            try:
+                from torchvision.datasets import ImageFolder
+            except ImportError:
+                print("skip - torchvision not importable: classes checked "
+                      "against sorted names only")
+            else:
+                # torchvision also counts hidden directories (.trash),
+                # which EMLIO never serves.
+                tv = [c for c in ImageFolder(self.root, loader=lambda p: p)
+                      .classes if not c.startswith(".")]
+                self.assertEqual(ds.classes, tv)
+            # The labels of its items follow that numbering.
+            want = self.reference()
+            for data, offsets, labels in ds:
+                for i in range(len(labels)):
+                    got = bytes(data[offsets[i]:offsets[i + 1]].numpy())
+                    self.assertEqual(int(labels[i]), want[got])
+            ds.close()
+
     def test_split_by_files_refused_then_disjoint(self):
         want = self.reference()
         roots = self.split("byfile", lambda c, i: i % 2)

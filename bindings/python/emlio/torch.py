@@ -159,7 +159,7 @@ class EmlioDataset(IterableDataset):
         self._next_epoch = 0
         self._loader = None
         self._loader_key = None
-        self._probed = None  # {"batches", "header"} of this rank's plan
+        self._probed = None  # {"batches", "header", "classes"} of the plan
         self._resume = None  # (epoch, set of delivered batches) to resume
         self._resume_header = None  # that state's header (config, dataset)
         self._resume_batches = None  # (epoch, its batches in that state)
@@ -190,8 +190,27 @@ class EmlioDataset(IterableDataset):
                         **kw) as ld:
                 n = ld.begin_epoch(0)
                 blob = ld.state_dict()["emlio_state"]
-            self._probed = {"batches": n, "header": _state.parse(blob)[0]}
+                classes = ld.classes
+            self._probed = {"batches": n, "header": _state.parse(blob)[0],
+                            "classes": classes}
         return self._probed
+
+    @property
+    def classes(self):
+        """Class names in label order, as torchvision's ImageFolder has
+        them (the union over every daemon, sorted), when the daemons know
+        them (an ImageFolder tree, or the classes.txt of emlio pack); None
+        otherwise. Asks the daemons once (cached)."""
+        classes = self._probe()["classes"]
+        return None if classes is None else list(classes)
+
+    @property
+    def class_to_idx(self):
+        """{class name: label}, as torchvision's ImageFolder has it; None
+        when the daemons know no class names."""
+        classes = self.classes
+        return None if classes is None else {c: i for i, c in
+                                              enumerate(classes)}
 
     def __len__(self):
         """Batches per epoch for this rank (all workers together)."""
