@@ -29,8 +29,8 @@ export EMLIO_POWERCAP_ROOT=$tmp/no-powercap
 "$EMLIO" energy -- sh -c 'echo hello' >"$tmp/out1" 2>"$tmp/err1"
 rc=$?
 if [ $rc -eq 0 ] && [ "$(head -n 1 "$tmp/out1")" = hello ] &&
-    [ "$(jq_last "$tmp/out1" 'sorted(k for k in ("seconds","cpu_s","energy_j","energy_source","exit_code","domains") if k in j) == sorted(["seconds","cpu_s","energy_j","energy_source","exit_code","domains"]) and j["exit_code"] == 0 and j["seconds"] >= 0 and isinstance(j["domains"], list)')" = True ]; then
-    ok "json last line has seconds, cpu_s, energy_j, energy_source, exit_code, domains"
+    [ "$(jq_last "$tmp/out1" 'sorted(k for k in ("seconds","cpu_s","energy_j","energy_source","exit_code","domains","meter_readings") if k in j) == sorted(["seconds","cpu_s","energy_j","energy_source","exit_code","domains","meter_readings"]) and "samples" not in j and j["meter_readings"] >= 2 and j["exit_code"] == 0 and j["seconds"] >= 0 and isinstance(j["domains"], list)')" = True ]; then
+    ok "json last line has seconds, cpu_s, energy_j, energy_source, exit_code, domains, meter_readings (not 'samples')"
 else
     bad "json last line (rc=$rc)"
     cat "$tmp/out1" "$tmp/err1"

@@ -147,7 +147,7 @@ s_json(const emlio_energy_report_t *r, char **cmd, int exit_code,
             "\"sys_s\":%.6f,\"energy_j\":%.6f,\"energy_source\":",
             r->wall_s, r->cpu_s, r->user_s, r->sys_s, r->energy_j);
     s_json_str(out, r->source);
-    fprintf(out, ",\"modelled\":%s,\"exit_code\":%d,\"samples\":%llu,",
+    fprintf(out, ",\"modelled\":%s,\"exit_code\":%d,\"meter_readings\":%llu,",
             r->modelled ? "true" : "false", exit_code,
             (unsigned long long)r->samples);
     fprintf(out, "\"domains\":[");
