@@ -118,9 +118,28 @@ check "interrupted fetch exits 130" test $rc -eq 130
 first=$(wc -l <"$T/res.ids")
 check "interrupted mid-epoch ($first of $d3total)" test "$first" -lt "$d3total"
 check "state file written" test -s "$T/state"
+# Resumed with another --ids: refused, naming the one it was saved with
+# (issue 34: the message named the new file as the old one).
 "$EMLIO" fetch --connect "$EP3" --batch 4 --state "$T/state" \
-    --ids "$T/res.ids" --verify --quiet >"$T/res2.out" 2>&1
-check "resumed fetch completes" test $? -eq 0
+    --ids "$T/other.ids" --quiet >/dev/null 2>"$T/other.err"
+check "resume with another --ids is refused" test $? -ne 0
+check "  naming the ids file it was saved with" \
+    grep -q "saved with --ids '$(realpath "$T/res.ids")', not '$T/other.ids'" \
+    "$T/other.err" || cat "$T/other.err"
+check "  and writing no new ids file" test ! -e "$T/other.ids"
+"$EMLIO" fetch --connect "$EP3" --batch 4 --state "$T/state" \
+    --ids "$T/res.ids" --verify --quiet >"$T/res2.out" 2>"$T/res2.err"
+check "resumed fetch completes" test $? -eq 0 || cat "$T/res2.err"
+check "  without saying there was nothing left" \
+    test -z "$(grep "nothing left" "$T/res2.err")"
+# A finished state run again: says so, delivers nothing, changes nothing.
+cp "$T/res.ids" "$T/res.before"
+"$EMLIO" fetch --connect "$EP3" --batch 4 --state "$T/state" \
+    --ids "$T/res.ids" --quiet >"$T/res4.out" 2>"$T/res4.err"
+check "a finished state run again exits 0" test $? -eq 0
+check "  saying there is nothing left to fetch" \
+    grep -q "nothing left to fetch: the resume state '$T/state'" "$T/res4.err"
+check "  and leaving its ids file as it was" cmp -s "$T/res.ids" "$T/res.before"
 awk '{print $2, $3}' "$T/res.ids" | sort >"$T/res.all"
 cat "$T"/d3/*.idx >/dev/null
 for f in "$T"/d3/*.tfrecord; do

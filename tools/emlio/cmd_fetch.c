@@ -884,6 +884,7 @@ s_run(s_fetch_t *self)
     if (self->quiet)
         self->progress_s = 0;
     self->epoch0 = self->epoch;
+    bool resumed = self->resumed;
     self->t0 = dataset_now();
     self->cpu0 = s_cpu_seconds();
     self->first_batch_s = -1;
@@ -895,6 +896,15 @@ s_run(s_fetch_t *self)
             break;
     }
     s_progress_clear(self);
+    if (resumed && self->samples == 0 && !s_interrupted)
+        /* Re-running a finished job must not look like an empty epoch. */
+        fprintf(stderr,
+                "emlio fetch: nothing left to fetch: the resume state '%s' "
+                "says every sample of the %" PRIu64 " epoch(s) asked for "
+                "(--epochs) was delivered; delete it to start over, or pass "
+                "a larger --epochs to go on\n",
+                self->resume_from ? self->resume_from : self->state_path,
+                self->epochs);
     double seconds = dataset_now() - self->t0;
     double cpu_s = s_cpu_seconds() - self->cpu0;
     emlio_energy_report_t last;

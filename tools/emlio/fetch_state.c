@@ -10,12 +10,13 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define S_HEAD 20 /* magic, ids length, ids hash */
+#define S_HEAD 20 /* magic, ids length, ids hash (then EMF3's path) */
 
 static void
 s_put_le64(uint8_t *p, uint64_t v)
@@ -24,13 +25,20 @@ s_put_le64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* The little-endian integer in the n bytes at p. */
+static uint64_t
+s_le64_n(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 static uint64_t
 s_le64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    return s_le64_n(p, 8);
 }
 
 /* FNV-1a 64 of the FETCH_STATE_TAIL bytes before offset len of fd. Returns
@@ -61,11 +69,44 @@ s_tail_hash(int fd, uint64_t len, uint64_t *out)
     return 0;
 }
 
+/* The absolute path of path into out (PATH_MAX bytes), symbolic links
+ * resolved, also for a file that does not exist yet (its directory
+ * resolved). Returns 0, or -1 when even the directory cannot be. */
+static int
+s_abs_path(const char *path, char *out)
+{
+    if (realpath(path, out))
+        return 0;
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    const char *base = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    char real[PATH_MAX];
+    if (!*base || !realpath(dir, real))
+        return -1;
+    int n = snprintf(out, PATH_MAX, "%s%s%s", real,
+                     strcmp(real, "/") ? "/" : "", base);
+    return n > 0 && n < PATH_MAX ? 0 : -1;
+}
+
+static void
+s_put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 int
 fetch_state_save(emlio_client_t *client, const char *path, FILE *ids,
                  const char *ids_path)
 {
-    uint8_t head[S_HEAD] = { 'E', 'M', 'F', '2' };
+    uint8_t head[S_HEAD + 4 + PATH_MAX] = { 'E', 'M', 'F', '3' };
+    size_t head_len = S_HEAD + 4;
     if (ids) {
         uint64_t hash = 0;
         off_t off = 0;
@@ -87,6 +128,14 @@ fetch_state_save(emlio_client_t *client, const char *path, FILE *ids,
         }
         s_put_le64(head + 4, (uint64_t)off);
         s_put_le64(head + 12, hash);
+        /* The path lets a resume that names another ids file say so. */
+        char abs[PATH_MAX];
+        if (s_abs_path(ids_path, abs) == 0) {
+            size_t n = strlen(abs);
+            s_put_le32(head + S_HEAD, (uint32_t)n);
+            memcpy(head + S_HEAD + 4, abs, n);
+            head_len += n;
+        }
     }
     uint8_t *blob;
     size_t len;
@@ -98,7 +147,7 @@ fetch_state_save(emlio_client_t *client, const char *path, FILE *ids,
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(head, 1, sizeof(head), f) == sizeof(head) &&
+    int ok = f && fwrite(head, 1, head_len, f) == head_len &&
              fwrite(blob, 1, len, f) == len;
     int err = errno;
     if (f && fclose(f) != 0 && ok) {
@@ -154,7 +203,20 @@ fetch_state_load(const char *path, fetch_state_t *st)
     bool bad = ferror(f);
     fclose(f);
     size_t head = 0;
-    if (!bad && len >= S_HEAD && !memcmp(data, "EMF2", 4)) {
+    uint32_t path_len = 0;
+    if (!bad && len >= S_HEAD + 4 && !memcmp(data, "EMF3", 4) &&
+        (path_len = (uint32_t)s_le64_n(data + S_HEAD, 4)) < PATH_MAX &&
+        len - S_HEAD - 4 >= path_len) {
+        st->has_hash = true;
+        st->ids_hash = s_le64(data + 12);
+        head = S_HEAD + 4 + path_len;
+        if (path_len &&
+            !(st->ids_path = strndup((char *)data + S_HEAD + 4, path_len))) {
+            free(data);
+            fprintf(stderr, "emlio fetch: out of memory\n");
+            return -1;
+        }
+    } else if (!bad && len >= S_HEAD && !memcmp(data, "EMF2", 4)) {
         st->has_hash = true;
         st->ids_hash = s_le64(data + 12);
         head = S_HEAD;
@@ -178,10 +240,19 @@ int
 fetch_state_check_ids(const fetch_state_t *st, const char *state_path,
                       const char *ids_path)
 {
-    int fd = open(ids_path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
     const char *hint = "drop --ids to resume without it, or delete the "
                        "state file to start over";
+    char abs[PATH_MAX];
+    if (st->ids_path &&
+        (s_abs_path(ids_path, abs) < 0 || strcmp(abs, st->ids_path) != 0)) {
+        fprintf(stderr,
+                "emlio fetch: cannot resume from '%s': it was saved with "
+                "--ids '%s', not '%s'; pass --ids '%s' to go on, %s\n",
+                state_path, st->ids_path, ids_path, st->ids_path, hint);
+        return -1;
+    }
+    int fd = open(ids_path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         if (fd < 0 && errno == ENOENT && st->ids_len == 0)
             return 0; /* nothing was written yet */
@@ -218,6 +289,7 @@ void
 fetch_state_release(fetch_state_t *st)
 {
     free(st->blob);
+    free(st->ids_path);
     memset(st, 0, sizeof(*st));
 }
 

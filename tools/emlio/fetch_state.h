@@ -2,14 +2,16 @@
  * --ids file it was saved with.
  * SPDX-License-Identifier: MIT
  *
- * Layout (little-endian): "EMF2", u64 length of the ids file when the state
+ * Layout (little-endian): "EMF3", u64 length of the ids file when the state
  * was saved, u64 FNV-1a 64 of the last FETCH_STATE_TAIL bytes before that
- * length (or of all of them when fewer), then the library's resume blob.
- * A resume checks that the ids file still has that length (it may be
- * longer: the lines after it are cut) and that its tail still hashes the
- * same, so a lost, cut or rewritten ids file is refused instead of being
- * padded with NUL bytes. Files of the first layout ("EMFS", length only)
- * are still read; their ids file is checked for length only.
+ * length (or of all of them when fewer), u32 n, the ids file's absolute
+ * path in n bytes (n = 0 without --ids), then the library's resume blob.
+ * A resume checks that it names the same ids file, that the file still has
+ * that length (it may be longer: the lines after it are cut) and that its
+ * tail still hashes the same, so a lost, cut, rewritten or other ids file
+ * is refused instead of being padded with NUL bytes or taken for the old
+ * one. Files of the earlier layouts are still read: "EMF2" (no path) and
+ * "EMFS" (length only; the ids file is checked for length only).
  */
 #ifndef EMLIO_TOOLS_FETCH_STATE_H
 #define EMLIO_TOOLS_FETCH_STATE_H
@@ -27,6 +29,7 @@ typedef struct fetch_state {
     uint64_t ids_len;  /* bytes of the ids file that match the state */
     uint64_t ids_hash; /* FNV-1a 64 of its tail */
     bool has_hash;     /* false for the first layout */
+    char *ids_path;    /* absolute path it was saved with (owned), or NULL */
     uint8_t *blob;     /* the library's resume blob (owned) */
     size_t blob_len;
 } fetch_state_t;
