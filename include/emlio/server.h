@@ -133,7 +133,8 @@ typedef struct emlio_server_config {
      * transform. Images above max_pixels pixels are refused (0 = 100
      * million). core_mw: this host's power per busy core in milliwatts,
      * told to clients for placement by energy (0 = the energy model's
-     * default). */
+     * default). transform_threads above EMLIO_SERVER_MAX_TRANSFORM_THREADS
+     * is refused by emlio_server_load. */
     uint32_t transform_threads;
     uint32_t core_mw;
     uint64_t max_pixels;
@@ -242,7 +243,9 @@ typedef enum emlio_pack {
 /* Default of read_ahead_bytes: four GETs of 64 ImageNet-sized samples per
  * reader and then some, and still a small part of any memory cgroup that
  * a storage daemon runs in. */
-#define EMLIO_SERVER_READ_AHEAD_BYTES ((uint64_t)64 << 20)
+#define EMLIO_SERVER_READ_AHEAD_BYTES      ((uint64_t)64 << 20)
+/* The most decode threads a daemon may be given (transform_threads). */
+#define EMLIO_SERVER_MAX_TRANSFORM_THREADS 1024
 /* Least memory (cgroup limit or MemTotal) the daemon needs with "read":
  * room for the read-ahead twice (staged, then waiting to be sent) and for
  * the pool of buffers behind it. */

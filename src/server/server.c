@@ -556,6 +556,14 @@ emlio_server_load(emlio_server_t *self)
                              "bad pack mode %d (EMLIO_PACK_AUTO, _LARGE or "
                              "_SMALL)",
                              self->cfg.pack);
+    /* Each decode thread may hold a decode's memory (transform_ws.h): a
+     * count far above any host's cores is a typo, not a wish. */
+    if (self->cfg.transform_threads > EMLIO_SERVER_MAX_TRANSFORM_THREADS)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "transform_threads %u is above the "
+                             "limit of %d (one per core is the default)",
+                             (unsigned)self->cfg.transform_threads,
+                             EMLIO_SERVER_MAX_TRANSFORM_THREADS);
     if (!self->jobs_ready) {
         int jrc = emlio__srv_jobs_init(&self->jobs, self->cfg.job_weights,
                                        self->cfg.schedule, self->cfg.max_jobs,

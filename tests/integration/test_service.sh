@@ -82,6 +82,12 @@ check "a bad config value is a usage error (exit 2)" test $? -eq 2
 check "the message names file and line" \
     grep -q "emliod: $T/bad.conf:3: invalid value 'zero' for --readers" \
     "$T/bad.err"
+# Bounded counts say the bound (--transform-threads: 1024, issue 34).
+"$EMLIOD" --data "$T/ds/shards" --bind 'tcp://127.0.0.1:*' \
+    --transform-threads 5000 >/dev/null 2>"$T/threads.err"
+check "--transform-threads 5000 is a usage error (exit 2)" test $? -eq 2
+check "  saying the limit" grep -q \
+    "invalid value '5000' for --transform-threads: above 1024" "$T/threads.err"
 printf 'bogus-option 1\n' >"$T/bad2.conf"
 "$EMLIOD" --config "$T/bad2.conf" >/dev/null 2>"$T/bad2.err"
 check "an unknown config option is refused" \

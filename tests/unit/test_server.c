@@ -137,6 +137,13 @@ test_server_misuse_and_errors_say_why(void **state)
     assert_int_equal(emlio_server_load(srv), EMLIO_EINVAL);
     assert_non_null(strstr(emlio_server_errmsg(srv), "on_corrupt mode 5"));
     emlio_server_destroy(&srv);
+    cfg.on_corrupt = EMLIO_ON_CORRUPT_FAIL;
+    /* Decode threads beyond the bound: refused before any is started. */
+    cfg.transform_threads = EMLIO_SERVER_MAX_TRANSFORM_THREADS + 1;
+    srv = emlio_server_new(ctx, &cfg);
+    assert_int_equal(emlio_server_load(srv), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_server_errmsg(srv), "limit of 1024"));
+    emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
     test_rmtree(dir);
 }

@@ -64,8 +64,13 @@ s_set_int(const char *where, const opt_t *o, const char *value)
                                              : (uint64_t)INT32_MAX;
     uint64_t max = o->max && o->max < type_max ? o->max : type_max;
     uint64_t v;
-    if (opt_parse_u64(where, opt, value, max, &v) < 0)
+    if (opt_parse_u64(where, opt, value, type_max, &v) < 0)
         return -1;
+    if (v > max) {
+        fprintf(stderr, "%s: invalid value '%s' for %s: above %llu\n", where,
+                value, opt, (unsigned long long)max);
+        return -1;
+    }
     if (v < o->min) {
         fprintf(stderr, "%s: invalid value '%s' for %s: below %llu\n", where,
                 value, opt, (unsigned long long)o->min);

@@ -260,7 +260,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
         OPT("transform-threads", 0, OPT_U32, &cfg->transform_threads, "N",
             "threads that decode and augment for clients\n"
             "that ask for tensors (one per CPU; 0: none)",
-            .max = 1024),
+            .max = EMLIO_SERVER_MAX_TRANSFORM_THREADS),
         OPT("max-pixels", 0, OPT_SIZE, &cfg->max_pixels, "N",
             "refuse images above N pixels (100M)"),
         OPT("core-watts", 0, OPT_DOUBLE, &o->core_w, "W",
