@@ -165,6 +165,18 @@ for pair in emlio:tools/emlio emliod:tools/emliod; do
         check "$man documents \$$v" grep -qw "$v" "$man"
     done
 done
+# The README's bare `emlio`/`emliod` commands say where make puts them,
+# and that is where they are (issue 34: after `make demo` they were only in
+# build/bin, unsaid).
+check "README's 'Using it' says the programs are in build/bin" \
+    bash -c "sed -n '/^## Using it/,/^\`\`\`sh/p' README.md | grep -q 'PATH=\\\$PWD/build/bin'"
+check "  and make builds them there (B := build, \$(B)/bin/emlio)" \
+    bash -c "grep -qx 'B := build' Makefile && grep -q '^\$(B)/bin/emlio:' Makefile"
+# Every format, not TFRecord only, in the README's opening and emlio(1).
+check "README's opening names the three formats" \
+    bash -c "sed -n '1,/^## /p' README.md | tr '\n' ' ' | grep -q 'TFRecord, WebDataset tar or ImageFolder'"
+check "emlio(1) does not call its datasets TFRecord only" \
+    bash -c "! grep -qi 'TFRecord datasets' man/emlio.1.in README.md"
 # What emliod serves, in its own words: every format, not *.tfrecord only.
 for f in "$T/help.emliod" man/emliod.8.in include/emlio/server.h; do
     check "${f#"$T"/} names the tar and ImageFolder formats" \
