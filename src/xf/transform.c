@@ -75,9 +75,31 @@ s_skip_space(parser_t *p)
 static const char *
 s_token(const parser_t *p, size_t start, size_t end, char *buf, size_t len)
 {
-    size_t n = EMLIO_MIN(end - start, len - 1);
-    memcpy(buf, p->s + start, n);
-    buf[n] = '\0';
+    /* The text comes from a client: printable ASCII is quoted as it is,
+     * every other byte as \xNN (no control bytes or broken UTF-8 in the
+     * daemon's log or the client's error), and a cut token ends in "...",
+     * never inside an escape. */
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = start; i < end; i++) {
+        unsigned char c = (unsigned char)p->s[i];
+        bool plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+        size_t need = plain ? 1 : 4;
+        if (o + need + 4 > len) { /* room for "..." and the NUL */
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (plain) {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    buf[o] = '\0';
     return buf;
 }
 
@@ -236,11 +258,11 @@ s_parse_op(parser_t *p, op_t *op)
 {
     s_skip_space(p);
     size_t start = p->pos;
-    while ((p->s[p->pos] >= 'a' && p->s[p->pos] <= 'z') ||
-           (p->s[p->pos] >= 'A' && p->s[p->pos] <= 'Z') ||
-           (p->s[p->pos] >= '0' && p->s[p->pos] <= '9') || p->s[p->pos] == '_')
+    /* A name runs to the next separator, so that a misspelt one is named
+     * whole ("cr\xc3\xb8p", not "cr"). */
+    while (p->s[p->pos] && !strchr("(),; \t\r\n", p->s[p->pos]))
         p->pos++;
-    char name[48];
+    char name[64];
     s_token(p, start, p->pos, name, sizeof(name));
     memset(op, 0, sizeof(*op));
     op->scale_lo = 0.08;

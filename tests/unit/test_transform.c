@@ -188,6 +188,12 @@ test_transform_parse_errors_name_the_problem(void **state)
         { "center_crop(224),", "expected an operation" },
         { "center_crop(224),,center_crop(2)", "expected an operation" },
         { "center_crop(224,)", "empty argument" },
+        /* Client bytes are escaped, and a non-ASCII name named whole. */
+        { "cr\xc3\xb8p(3)", "unknown operation \"cr\\xc3\\xb8p\"" },
+        { "center_crop(\x1b[2J)", "got \"\\x1b[2J\"" },
+        { "center_crop(224,k\"=1)", "unknown argument \"k\\x22\"" },
+        { "an_operation_name_far_longer_than_any_real_one_is_cut_here_xyz",
+          "_cut_here_x...\" (known" },
         { "center_crop(1),center_crop(1),center_crop(1),center_crop(1),"
           "center_crop(1),center_crop(1),center_crop(1),center_crop(1),"
           "center_crop(1),center_crop(1),center_crop(1),center_crop(1),"
