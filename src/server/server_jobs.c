@@ -456,18 +456,32 @@ s_dispatch(emlio_server_t *self, void *work)
  * that stopped reading that long ago has left the cache behind it. */
 #define S_CURSOR_FRESH_NS (2 * 1000000000ull)
 
+/* Whether the job that named the cursor is still in the table with a
+ * stream attached: one that has left is not there to share with. */
+static bool
+s_cursor_owner_live(const emlio__srv_jobs_t *jobs)
+{
+    for (size_t i = 0; i < jobs->n; i++)
+        if (jobs->table[i] == jobs->share_by)
+            return atomic_load(&jobs->table[i]->peers) > 0;
+    return false;
+}
+
 /* A sharing GET was read at the cursor it named (under jobs->lock). The
  * furthest cursor of the current segments is kept; a stale one (or one of
- * other segments: another window size) is replaced. The cursor is the
- * client's word: a wrong one costs only the joiners' sharing, never their
- * samples (any cursor is a whole epoch of the plan). */
+ * other segments: another window size, or one whose job has left) is
+ * replaced: a job that just finished must not hold the cursor for 2 s at
+ * a place no reader is, where a job arriving then would read alone. The
+ * cursor is the client's word: a wrong one costs only the joiners'
+ * sharing, never their samples (any cursor is a whole epoch of the plan). */
 static void
 s_note_cursor(emlio__srv_jobs_t *jobs, const emlio__trainjob_t *by,
               uint64_t segs, uint64_t cursor)
 {
     uint64_t now = emlio__now_ns();
-    bool fresh =
-        jobs->share_at_ns && now - jobs->share_at_ns < S_CURSOR_FRESH_NS;
+    bool fresh = jobs->share_at_ns &&
+                 now - jobs->share_at_ns < S_CURSOR_FRESH_NS &&
+                 (jobs->share_by == by || s_cursor_owner_live(jobs));
     if (fresh && segs == jobs->share_segs && cursor < jobs->share_cursor)
         return;
     if (fresh && segs != jobs->share_segs)
@@ -488,16 +502,11 @@ emlio__srv_jobs_note_cursor(emlio__srv_jobs_t *jobs,
     pthread_mutex_unlock(&jobs->lock);
 }
 
-/* Whether the job that named the cursor is still in the table with a
- * stream attached: one that has left is not there to share with. */
+/* Whether another job than me named the cursor and is still here. */
 static bool
 s_cursor_owner_here(const emlio__srv_jobs_t *jobs, const emlio__trainjob_t *me)
 {
-    for (size_t i = 0; i < jobs->n; i++)
-        if (jobs->table[i] == jobs->share_by)
-            return jobs->share_by != me &&
-                   atomic_load(&jobs->table[i]->peers) > 0;
-    return false;
+    return jobs->share_by != me && s_cursor_owner_live(jobs);
 }
 
 bool

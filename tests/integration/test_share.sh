@@ -140,10 +140,22 @@ check "the decoded pair shared reads too" \
 # "Joining"): its epoch 0 begins at the daemon's cursor, it reads what the
 # other reads from its first batch, and still gets every sample once.
 # --compute-s holds each batch as a trainer would, so that the early job is
-# mid-epoch when the late one comes.
+# mid-epoch when the late one comes. The decoded jobs above left less than
+# 2 s before: their cursor must not stand in for the early job's.
+# The late job starts once the daemon has sent the early one half an epoch
+# (its per-job metric of bytes sent, not of samples asked for, which runs
+# ahead by the client's window: past the first of the epoch's 3 segments,
+# its cursor is past 0), not after a fixed sleep: a loaded machine (CI, the
+# sanitizers) can take longer than any sleep to get the early job going.
 fetch early.json --job early --seed 11 --share --epochs 5 --compute-s 0.02 &
 BG+=($!)
-sleep 1.3
+early_bytes() {
+    curl -s "$MURL" | sed -n 's/^emlio_job_bytes_total{job="early"} //p'
+}
+for _ in $(seq 300); do
+    test "$(early_bytes)" -ge $((BYTES / 2)) 2>/dev/null && break
+    sleep 0.1
+done
 fetch late.json --job late --seed 12 --share --epochs 2 --compute-s 0.02 \
     --state "$T/late.state"
 wait "${BG[@]}"
