@@ -75,6 +75,15 @@ int emlio__seterr(char *errbuf, int rc, const char *fmt, ...)
  * (mode 0644), fsync'ed and renamed over path. Returns 0 or -errno. */
 int emlio__write_file_atomic(const char *path, const void *data, size_t len);
 
+/* The advice that follows "cannot write 'P': <strerror>" for a cache file
+ * (an index, a file list: losing one costs time at the next start, never
+ * data), picked by rc: if_denied where the place is read-only or not ours
+ * to write (EROFS, EACCES, EPERM), if_full where the file system is full
+ * or over quota (ENOSPC, EDQUOT, EFBIG), "" otherwise: no advice is better
+ * than a wrong one. */
+const char *emlio__write_advice(int rc, const char *if_denied,
+                                const char *if_full);
+
 /* Receives and discards the remaining frames of the multipart message
  * being read on sock (a void * so zmq.h stays out of here). */
 void emlio__zmq_drain(void *sock);

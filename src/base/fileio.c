@@ -7,6 +7,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+const char *
+emlio__write_advice(int rc, const char *if_denied, const char *if_full)
+{
+    switch (-rc) {
+    case EROFS:
+    case EACCES:
+    case EPERM:
+        return if_denied;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return if_full;
+    default:
+        return "";
+    }
+}
+
 static int
 s_write_all(int fd, const uint8_t *p, size_t len)
 {

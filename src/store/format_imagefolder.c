@@ -414,9 +414,17 @@ s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
         int wrc = emlio__folder_cache_write(cache, set->root.follow, folders,
                                             classes->n);
         if (wrc < 0 && log) {
-            char msg[PATH_MAX + 128];
-            snprintf(msg, sizeof(msg), "cannot write file list '%s': %s", cache,
-                     emlio_strerror(wrc));
+            /* The file list lives in the data directory, whatever
+             * --index-dir says: the remedy for a denied write is not to
+             * try. */
+            const char *advice =
+                emlio__write_advice(wrc, "; pass --no-write-index not to try",
+                                    "; the file system is full");
+            char msg[PATH_MAX + 192];
+            snprintf(msg, sizeof(msg),
+                     "cannot write file list '%s': %s; the next start walks "
+                     "the class directories again%s",
+                     cache, emlio_strerror(wrc), advice);
             log(userdata, msg);
         }
     }

@@ -33,12 +33,13 @@ typedef struct {
     const char *prune_key; /* what tables must be pruned for: "-", "*", field */
     emlio__shardset_log_fn *log;
     void *userdata;
-    pthread_mutex_t lock; /* the log and the first error */
-    struct stat *st;      /* each shard as it was loaded */
-    bool *from_index;     /* whose records came from the dataset index */
-    atomic_size_t next;   /* the next shard to take */
-    atomic_size_t opened; /* shards opened here (not from the index) */
-    atomic_size_t leased; /* of those, shards that got a read lease */
+    pthread_mutex_t lock;    /* the log and the first error */
+    struct stat *st;         /* each shard as it was loaded */
+    bool *from_index;        /* whose records came from the dataset index */
+    atomic_size_t next;      /* the next shard to take */
+    atomic_size_t opened;    /* shards opened here (not from the index) */
+    atomic_size_t leased;    /* of those, shards that got a read lease */
+    atomic_size_t unwritten; /* .idx files that could not be written */
     atomic_bool failed;
     size_t err_at; /* the first shard (in order) that failed */
     int rc;
@@ -55,6 +56,37 @@ s_log(void *userdata, const char *msg)
     pthread_mutex_lock(&load->lock);
     load->log(load->userdata, msg);
     pthread_mutex_unlock(&load->lock);
+}
+
+/* A shard's .idx could not be written: the first failure is logged with
+ * what to do about it, the rest only counted (a read-only data directory
+ * fails every shard alike; s_log_unwritten says how many). */
+static void
+s_idx_unwritten(s_load_t *load, const char *idx, int wrc)
+{
+    if (atomic_fetch_add(&load->unwritten, 1) > 0)
+        return;
+    const char *advice = emlio__write_advice(
+        wrc,
+        "; pass --no-write-index not to try (the dataset index, which "
+        "--index-dir can place elsewhere, keeps the same tables)",
+        "; the file system is full: the next start scans the shard again");
+    char msg[PATH_MAX + 256];
+    snprintf(msg, sizeof(msg), "cannot write index '%s': %s%s", idx,
+             emlio_strerror(wrc), advice);
+    s_log(load, msg);
+}
+
+static void
+s_log_unwritten(s_load_t *load)
+{
+    size_t n = atomic_load(&load->unwritten);
+    if (n < 2)
+        return;
+    char msg[128];
+    snprintf(msg, sizeof(msg),
+             "%zu more .idx files could not be written (logged once)", n - 1);
+    s_log(load, msg);
 }
 
 /* Loads the DALI index cached beside a mapped shard (TFRecord .idx or tar
@@ -85,11 +117,8 @@ s_index_mapped(emlio__shard_t *shard, s_load_t *load, char *errbuf)
         return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
     if (opts->write_index) {
         int wrc = ops->write_index(shard->impl, idx);
-        if (wrc < 0) {
-            snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
-                     emlio_strerror(wrc));
-            s_log(load, msg);
-        }
+        if (wrc < 0)
+            s_idx_unwritten(load, idx, wrc);
     }
     return rc;
 }
@@ -117,7 +146,7 @@ s_from_index(s_load_t *load, size_t i)
 static void
 s_keep_sidecar(emlio__shard_t *shard, s_load_t *load)
 {
-    char rel[PATH_MAX], idx[PATH_MAX], msg[PATH_MAX + 128];
+    char rel[PATH_MAX], idx[PATH_MAX];
     const char *path = shard->ops->path(shard->impl);
     struct stat st;
     if (snprintf(rel, sizeof(rel), "%s.idx", shard->name) >= (int)sizeof(rel) ||
@@ -126,11 +155,8 @@ s_keep_sidecar(emlio__shard_t *shard, s_load_t *load)
         errno != ENOENT)
         return;
     int rc = shard->ops->write_index(shard->impl, idx);
-    if (rc < 0) {
-        snprintf(msg, sizeof(msg), "cannot write index '%s': %s", idx,
-                 emlio_strerror(rc));
-        s_log(load, msg);
-    }
+    if (rc < 0)
+        s_idx_unwritten(load, idx, rc);
 }
 
 /* Prunes shard i here, in parallel, so that the table the dataset index
@@ -321,11 +347,15 @@ s_write_index(s_load_t *load, const char *path, const struct stat *root)
     if (rc == 0)
         rc = emlio__dsindex_open(&fresh, path, root, err);
     if (rc < 0) {
-        char msg[PATH_MAX + 256];
+        const char *advice = emlio__write_advice(
+            rc, " (give emliod a writable --index-dir)",
+            " (the file system is full: free space there, or give "
+            "--index-dir on another one)");
+        char msg[PATH_MAX + 320];
         snprintf(msg, sizeof(msg),
                  "cannot write dataset index '%s': %s; the next start reads "
-                 "the .idx files again (give a writable --index-dir)",
-                 path, emlio_strerror(rc));
+                 "the shards' indexes again%s",
+                 path, emlio_strerror(rc), advice);
         s_log(load, msg);
         return;
     }
@@ -424,12 +454,14 @@ emlio__shardset_load_files(emlio__shardset_t *self, const char *dir,
     atomic_init(&load.next, load.first);
     atomic_init(&load.opened, 0);
     atomic_init(&load.leased, 0);
+    atomic_init(&load.unwritten, 0);
     char path[PATH_MAX];
     bool have_path =
         emlio__dsindex_path(dir, opts->index_dir, path, sizeof(path)) == 0;
     if (have_path)
         s_open_index(&load, path, root);
     s_run_workers(&load);
+    s_log_unwritten(&load);
     rc = load.rc;
     for (size_t i = load.first; i < self->n; i++)
         self->rescanned += !load.from_index[i];
