@@ -433,6 +433,12 @@ typedef struct emlio_client_xf_stats {
                                      "server", "client", "link",
                                      "consumer"; "" when not decided */
     char why[320];                /* the decision, with its figures */
+    uint64_t client_ws_bytes;     /* what one decode here may hold: a
+                                     quarter of the memory this process
+                                     may use (MemAvailable or its memory
+                                     cgroup's limit) over client_threads,
+                                     32-512 MiB; an image needing more is
+                                     refused, naming it (docs/transform.md) */
 } emlio_client_xf_stats_t;
 
 /* Fills out; all zero without a transform. */

@@ -347,6 +347,7 @@ emlio_client_xf_stats(const emlio_client_t *self, emlio_client_xf_stats_t *out)
             ? (double)xf->server_cpu_ns / 1e6 / (double)xf->server_images
             : 0;
     out->client_threads = (uint32_t)xf->threads;
+    out->client_ws_bytes = xf->ws_max_bytes;
     out->server_threads = (uint32_t)xf->server_threads;
     if (xf->decode_at == EMLIO_DECODE_AUTO && xf->choice.bound) {
         out->predicted_ips = xf->choice.images_per_s;

@@ -8,6 +8,7 @@
 
 #include "client_xf.h"
 #include "emlio/energy.h"
+#include "ioengine.h"
 
 /* Decoded blocks kept for reuse: a window's worth of 256 x 224^2 x 3. */
 #define S_KEEP_BLOCKS_BYTES (512u << 20)
@@ -55,6 +56,10 @@ emlio__client_xf_init(emlio__client_xf_t *xf, const emlio_client_config_t *cfg,
     xf->threads = cfg->transform_threads ? cfg->transform_threads
                   : cpus > 0             ? (size_t)cpus
                                          : 1;
+    /* Sized at start, as the daemon sizes its own: the memory this
+     * process may use then, over the threads that may decode at once. */
+    xf->ws_max_bytes =
+        emlio__xf_ws_cap(emlio__io_memory_limit(NULL), xf->threads);
     xf->client_core_w = EMLIO_ENERGY_DEFAULT_CORE_W;
     xf->share = cfg->decode_at == EMLIO_DECODE_SERVER   ? 1.0
                 : cfg->decode_at == EMLIO_DECODE_CLIENT ? 0.0
@@ -219,6 +224,7 @@ emlio__client_xf_submit(emlio__client_xf_t *xf, void *batch,
                                    .samples = samples,
                                    .n = n,
                                    .block = block,
+                                   .ws_max_bytes = xf->ws_max_bytes,
                                    .done = s_item_done,
                                    .userdata = item };
     xf->running++;

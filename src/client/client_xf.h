@@ -46,6 +46,7 @@ typedef struct emlio__client_xf {
     emlio_transform_t *transform; /* NULL: no transforms (raw bytes) */
     int decode_at;                /* enum emlio_decode_at */
     size_t threads;               /* transform_threads here */
+    uint64_t ws_max_bytes;        /* what one decode here may hold */
     uint64_t seed;
     emlio__workpool_t *pool; /* started on first use */
     emlio__xf_blocks_t *blocks;

@@ -18,12 +18,11 @@ int
 emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
                        uint64_t max_pixels, uint64_t memory_limit, char *errbuf)
 {
-    uint64_t cap = EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT;
-    if (memory_limit && threads)
-        cap = EMLIO_MAX(EMLIO_MIN(cap, memory_limit / 4 / threads),
-                        (uint64_t)32 << 20);
-    xf->ws_max_bytes = cap;
-    return s_start(xf, threads, max_pixels, errbuf);
+    int rc = s_start(xf, threads, max_pixels, errbuf);
+    /* After the start, which clears *xf: set before it, the cap was lost
+     * and every decode thread held up to the library default. */
+    xf->ws_max_bytes = emlio__xf_ws_cap(memory_limit, threads);
+    return rc;
 }
 
 static int

@@ -352,6 +352,16 @@ s_ws_free(void *ws)
     emlio_transform_ws_free(&w);
 }
 
+uint64_t
+emlio__xf_ws_cap(uint64_t memory_limit, size_t threads)
+{
+    uint64_t cap = EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT;
+    if (memory_limit && threads)
+        cap = EMLIO_MAX(EMLIO_MIN(cap, memory_limit / 4 / threads),
+                        EMLIO__XF_WS_MIN_BYTES);
+    return cap;
+}
+
 emlio__workpool_t *
 emlio__xf_pool_new(size_t threads, int nice_delta, const char *name, int *err)
 {

@@ -97,6 +97,16 @@ const char *emlio__xf_job_error(const emlio__xf_job_t *job, size_t i);
 /* Frees what start allocated. */
 void emlio__xf_job_cleanup(emlio__xf_job_t *job);
 
+/* What one decode may hold (a job's ws_max_bytes) when `threads` decode
+ * at once in a process that may use memory_limit bytes (MemAvailable or
+ * its memory cgroup's limit, emlio__io_memory_limit; 0: unknown): a
+ * quarter of the limit over the threads, between 32 MiB (a 12 MP baseline
+ * JPEG's needs) and EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT. The daemon and
+ * the client both size their decode threads by it: a 296 MB progressive
+ * bomb per thread OOM-killed emliod in a 700 MB cgroup (issue 34). */
+#define EMLIO__XF_WS_MIN_BYTES ((uint64_t)32 << 20)
+uint64_t emlio__xf_ws_cap(uint64_t memory_limit, size_t threads);
+
 /* A work pool for transforms: threads each with their own workspace, nice
  * by nice_delta. */
 emlio__workpool_t *emlio__xf_pool_new(size_t threads, int nice_delta,

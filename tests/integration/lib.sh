@@ -12,9 +12,16 @@ FAILED=0
 SKIPPED=0
 PIDS=()
 
+CGROUPS=() # memory cgroups made by memory_cgroup, removed on exit
+
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    for cg in "${CGROUPS[@]}"; do
+        for p in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+        sleep 0.2
+        rmdir "$cg" 2>/dev/null
+    done
     [ -n "${KEEP_T:-}" ] || rm -rf "$T"
 }
 trap cleanup EXIT
@@ -31,6 +38,30 @@ check() { # check NAME CMD...: passes when CMD succeeds
 finish() {
     echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
     [ "$FAILED" -eq 0 ]
+}
+
+# memory_cgroup NAME BYTES: a memory cgroup of this test's own (v1
+# memory.limit_in_bytes or v2 memory.max) limited to BYTES and removed on
+# exit; sets CG and CG_LIMIT (the limit's file). Fails without root or a
+# writable memory controller: the test then skips, saying so.
+memory_cgroup() {
+    if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then
+        CG=/sys/fs/cgroup/memory/emlio_$1_$$ CG_LIMIT=memory.limit_in_bytes
+    elif [ -f /sys/fs/cgroup/cgroup.controllers ] &&
+        grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null &&
+        [ -w /sys/fs/cgroup ]; then
+        CG=/sys/fs/cgroup/emlio_$1_$$ CG_LIMIT=memory.max
+    else
+        return 1
+    fi
+    mkdir "$CG" 2>/dev/null || return 1
+    CGROUPS+=("$CG")
+    echo "$2" >"$CG/$CG_LIMIT"
+}
+
+# in_cgroup CMD...: runs CMD inside $CG (memory_cgroup).
+in_cgroup() {
+    bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG" "$@"
 }
 
 # make_dataset DIR SAMPLES CLASSES BYTES SHARD_BYTES: synth + pack into DIR.

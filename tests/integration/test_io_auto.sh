@@ -12,26 +12,12 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.sh
 
-if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then
-    CG=/sys/fs/cgroup/memory/emlio_io_auto_$$ LIMIT=memory.limit_in_bytes
-elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null &&
-    [ -w /sys/fs/cgroup ]; then
-    CG=/sys/fs/cgroup/emlio_io_auto_$$ LIMIT=memory.max
-else
+if ! memory_cgroup io_auto $((1 << 30)); then
     skip "--io auto while serving: no writable memory cgroup controller here (needs root)"
     finish
+    exit
 fi
-if ! mkdir "$CG" 2>/dev/null; then
-    skip "--io auto while serving: cannot create $CG"
-    finish
-fi
-cleanup_cg() {
-    for p in $(cat "$CG/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    sleep 0.2
-    rmdir "$CG" 2>/dev/null
-}
-trap 'cleanup_cg; cleanup' EXIT
-echo $((1 << 30)) >"$CG/$LIMIT"
+LIMIT=$CG_LIMIT
 
 # 6 shards of ~8 MB: 48 MB of records.
 check "dataset builds" make_dataset "$T" 480 4 100000 8M

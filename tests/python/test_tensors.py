@@ -111,6 +111,9 @@ class TensorCase(_support.DatasetCase):
         self.assertEqual(s["server_share"], 0.0)
         self.assertGreater(s["client_ms_per_image"], 0)
         self.assertEqual(s["client_threads"], 2)
+        # Sized from this machine's memory over the 2 threads, 32-512 MiB.
+        self.assertGreaterEqual(s["client_decode_max_bytes"], 32 << 20)
+        self.assertLessEqual(s["client_decode_max_bytes"], 512 << 20)
         _, s = self.digests("auto")
         self.assertIn("server share", s["why"])
         self.assertGreater(s["batches_server"] + s["batches_client"], 0)

@@ -83,12 +83,46 @@ test_server_xf_spellings_of_one_spec_share_an_entry(void **state)
     emlio__server_xf_stop(&xf);
 }
 
+/* Each decode thread's memory cap follows what the daemon may use, and
+ * outlives the start (issue 34: the start cleared it, so every thread
+ * held up to the 512 MiB default whatever the cgroup). */
+static void
+test_server_xf_decode_cap_follows_the_memory(void **state)
+{
+    (void)state;
+
+    static const struct {
+        uint64_t limit;
+        size_t threads;
+        uint64_t cap;
+    } cases[] = {
+        { (uint64_t)1 << 30, 2, (uint64_t)128 << 20 }, /* 1 GiB / 4 / 2 */
+        { (uint64_t)100 << 30, 1, EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT },
+        { (uint64_t)64 << 20, 4, EMLIO__XF_WS_MIN_BYTES }, /* the floor */
+        { 0, 4, EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT },    /* unknown */
+    };
+
+    char err[EMLIO_ERRMSG_LEN];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        emlio__server_xf_t xf;
+        memset(&xf, 0, sizeof(xf));
+        assert_int_equal(emlio__xf_ws_cap(cases[i].limit, cases[i].threads),
+                         cases[i].cap);
+        assert_int_equal(emlio__server_xf_start(&xf, cases[i].threads, 0,
+                                                cases[i].limit, err),
+                         0);
+        assert_int_equal(xf.ws_max_bytes, cases[i].cap);
+        emlio__server_xf_stop(&xf);
+    }
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_server_xf_specs_are_evicted_only_when_unused),
         cmocka_unit_test(test_server_xf_spellings_of_one_spec_share_an_entry),
+        cmocka_unit_test(test_server_xf_decode_cap_follows_the_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

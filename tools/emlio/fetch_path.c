@@ -59,12 +59,12 @@ fetch_path_xf_json(FILE *out, const emlio_client_t *client)
             ", \"client_threads\": %u, \"server_threads\": %u"
             ", \"predicted_images_per_s\": %.1f, \"predicted_j_per_image\": "
             "%.6f, \"fastest_images_per_s\": %.1f, \"bound\": \"%s\""
-            ", \"why\": ",
+            ", \"client_decode_max_bytes\": %" PRIu64 ", \"why\": ",
             emlio_decode_at_name(x.decode_at), x.server_share,
             x.decided ? "true" : "false", x.batches_server, x.batches_client,
             x.client_ms_per_image, x.server_ms_per_image, x.client_threads,
             x.server_threads, x.predicted_ips, x.predicted_j_per_image,
-            x.fastest_ips, x.bound);
+            x.fastest_ips, x.bound, x.client_ws_bytes);
     cli_json_string(out, x.why);
     fputc('}', out);
 }

@@ -123,6 +123,7 @@ class XfStats(ctypes.Structure):
         ("fastest_ips", ctypes.c_double),
         ("bound", ctypes.c_char_p),
         ("why", ctypes.c_char * 320),
+        ("client_ws_bytes", ctypes.c_uint64),
     ]
 
 

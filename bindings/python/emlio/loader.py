@@ -1170,7 +1170,9 @@ class Loader:
         epoch's batches), decided (auto: chosen from measurements, not
         still measuring both sides), batches_server/batches_client,
         client_ms_per_image/server_ms_per_image (CPU per image, measured),
-        client_threads/server_threads, and for auto the chosen share's
+        client_threads/server_threads, client_decode_max_bytes (what one
+        decode here may hold, sized from the memory this process may use),
+        and for auto the chosen share's
         predicted_images_per_s and predicted_j_per_image, fastest_images_per_s,
         bound (what limits it) and why (one line with the figures)."""
         self._require_open()
@@ -1187,6 +1189,7 @@ class Loader:
                 "server_ms_per_image": x.server_ms_per_image,
                 "client_threads": x.client_threads,
                 "server_threads": x.server_threads,
+                "client_decode_max_bytes": x.client_ws_bytes,
                 "predicted_images_per_s": x.predicted_ips,
                 "predicted_j_per_image": x.predicted_j_per_image,
                 "fastest_images_per_s": x.fastest_ips,
