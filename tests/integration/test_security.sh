@@ -77,6 +77,25 @@ check "client over --max-clients fails" test $? -ne 0
 check "client over --max-clients is told why" grep -q "too many clients" "$T/lim.err"
 kill $HOLDER 2>/dev/null; wait $HOLDER 2>/dev/null
 
+# A v4 client without a session (issue 34: logged as "a protocol 1
+# client", which it is not): the daemon says what having no session
+# means, not a protocol version.
+start_daemon nosess "$T/shards" --log-level info || fail "daemon for the sessionless client starts"
+/usr/bin/python3 - "$EP" >"$T/nosess.out" 2>&1 <<'PY'
+import sys, zmq, msgpack
+s = zmq.Context().socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.connect(sys.argv[1])
+s.send(msgpack.packb({"t": 1, "v": 4, "name": "v4-no-session"}))
+print("welcomed" if s.poll(5000) else "no answer", flush=True)
+PY
+check "a v4 HELLO without session is welcomed" grep -q welcomed "$T/nosess.out"
+check "... logged as a client without a session" \
+    grep -q "client connected from 127.0.0.1:[0-9]* (no session: each of its connections counts as a client)" "$T/nosess.err"
+check "... not as a protocol 1 client" bash -c "! grep -q 'protocol 1' '$T/nosess.err'"
+kill "$DPID"
+wait "$DPID" 2>/dev/null
+
 # Hostile peers next to a good client: garbage over ZeroMQ, garbage over
 # raw TCP, and a client that disconnects with requests in flight.
 start_daemon host "$T/shards" || fail "daemon for the hostile test starts"
