@@ -78,9 +78,9 @@ int emlio__write_file_atomic(const char *path, const void *data, size_t len);
 /* The advice that follows "cannot write 'P': <strerror>" for a cache file
  * (an index, a file list: losing one costs time at the next start, never
  * data), picked by rc: if_denied where the place is read-only or not ours
- * to write (EROFS, EACCES, EPERM), if_full where the file system is full
- * or over quota (ENOSPC, EDQUOT, EFBIG), "" otherwise: no advice is better
- * than a wrong one. */
+ * to write or not there (EROFS, EACCES, EPERM, ENOENT, ENOTDIR), if_full where
+ * the file system is full or over quota (ENOSPC, EDQUOT, EFBIG), "" otherwise:
+ * no advice is better than a wrong one. */
 const char *emlio__write_advice(int rc, const char *if_denied,
                                 const char *if_full);
 

@@ -14,6 +14,8 @@ emlio__write_advice(int rc, const char *if_denied, const char *if_full)
     case EROFS:
     case EACCES:
     case EPERM:
+    case ENOENT: /* the directory is gone (an --index-dir not made) */
+    case ENOTDIR:
         return if_denied;
     case ENOSPC:
     case EDQUOT:
