@@ -27,6 +27,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sink ^= (uint8_t)msg.shards[i].name[j];
         for (size_t i = 0; i < msg.text_len; i++)
             sink ^= (uint8_t)msg.text[i];
+        for (size_t i = 0; i < msg.n_where; i++)
+            for (size_t j = 0; j < msg.where[i].len; j++)
+                sink ^= (uint8_t)msg.where[i].s[j];
         /* A packed BATCH's table, against the frames a client might have
          * received: a packed frame of the input's own size, and none. */
         if (msg.packed) {

@@ -232,6 +232,11 @@ struct emlio_batch {
     uint8_t *xf_block;     /* a pooled tensor block this batch holds */
     const uint8_t *images; /* n x H x W x 3 handed over; NULL = none */
     uint32_t *positions;   /* storage for the parts' positions */
+    /* What each position's record is, as its daemon described it (BATCH
+     * "where", asked for when decoding here): cap strings of
+     * EMLIO__WHERE_ROOM bytes, "" when not said; NULL until a reply
+     * carried one. Only for messages. */
+    char *where;
     uint64_t bytes;
     uint64_t disk_read;       /* what the daemons read for it (BATCH "rd") */
     uint64_t shared;          /* of it, copied from others' reads ("sh") */
@@ -239,6 +244,12 @@ struct emlio_batch {
                                  (its GETs say it; 0 when not sharing) */
     struct emlio_batch *next; /* ready queue or free list */
 };
+
+#define EMLIO__WHERE_ROOM (EMLIO_WIRE_MAX_WHERE + 1)
+
+/* Batch b's description of the record at position pos, or NULL when its
+ * daemon gave none. */
+const char *emlio__batch_where(const emlio_batch_t *b, size_t pos);
 
 /* Batches requested and not yet handed over, and how many may be. */
 typedef struct emlio__window {

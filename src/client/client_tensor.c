@@ -193,20 +193,25 @@ s_decode_failed(void *userdata, void *batch, size_t i, int rc, const char *why)
     if (b->xf_disowned)
         return; /* its epoch was abandoned: nobody will see it */
     emlio_sample_t *s = &b->samples[i];
-    const char *shard = self->inv.shards[s->shard].name;
+    /* The daemon's description names the file (or the shard and offset);
+     * one that predates "where" leaves shard and record. */
+    char what[EMLIO__WHERE_ROOM + 256];
+    const char *where = emlio__batch_where(b, i);
+    if (where)
+        snprintf(what, sizeof(what), "%s", where);
+    else
+        snprintf(what, sizeof(what), "sample %" PRIu64 " of shard '%.200s'",
+                 s->record, self->inv.shards[s->shard].name);
     if (self->xf.skip_corrupt) {
         emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
-                  "skipping sample %" PRIu64 " of shard '%.200s': cannot "
-                  "decode: %.280s",
-                  s->record, shard, why);
+                  "skipping %s: cannot decode: %.280s", what, why);
         s->len = SIZE_MAX;
         return;
     }
     if (f->rc == 0) {
         f->rc = rc;
-        snprintf(f->why, sizeof(f->why),
-                 "cannot decode sample %" PRIu64 " of shard '%.160s': %.280s",
-                 s->record, shard, why);
+        snprintf(f->why, sizeof(f->why), "cannot decode %.220s: %.270s", what,
+                 why);
     }
 }
 

@@ -18,6 +18,7 @@ emlio__batch_free(emlio_batch_t *b)
     emlio_free(b->flen);
     emlio_free(b->parts);
     emlio_free(b->positions);
+    emlio_free(b->where);
     emlio_free(b);
 }
 
@@ -58,6 +59,8 @@ emlio__batch_get(emlio_client_t *self, size_t n)
         b->parts = p;
         b->cap_parts = parts;
     }
+    for (size_t i = 0; b->where && i < b->cap; i++)
+        b->where[i * EMLIO__WHERE_ROOM] = '\0';
     b->owner = self;
     b->n = n;
     b->n_frames = 0;
@@ -180,13 +183,16 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock,
         daemon->sock_outstanding[sock]++;
         part->sock = sock;
     }
-    emlio__wire_xf_t xf = { NULL,
-                            self->cfg.seed,
-                            b->epoch,
-                            !self->cfg.verify,
-                            daemon->sock_outstanding[sock] > 1,
-                            self->inv.share ? self->inv.segs : 0,
-                            b->cursor };
+    emlio__wire_xf_t xf = {
+        .seed = self->cfg.seed,
+        .epoch = b->epoch,
+        .unchecked = !self->cfg.verify,
+        .pipelined = daemon->sock_outstanding[sock] > 1,
+        .segs = self->inv.share ? self->inv.segs : 0,
+        .cursor = b->cursor,
+        /* Decoded here: the reply names the records, for the errors. */
+        .describe = self->xf.transform && !b->xf_server,
+    };
     if (b->xf_server)
         xf.spec = emlio_transform_spec(self->xf.transform);
     if (emlio__wire_encode_get_xf(
@@ -426,6 +432,39 @@ emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
     return 0;
 }
 
+const char *
+emlio__batch_where(const emlio_batch_t *b, size_t pos)
+{
+    if (!b->where || pos >= b->cap || !b->where[pos * EMLIO__WHERE_ROOM])
+        return NULL;
+    return &b->where[pos * EMLIO__WHERE_ROOM];
+}
+
+/* Keeps what the daemon said sample j of its reply is (BATCH "where") for
+ * position pos, with control characters made '?': the text comes from
+ * the network and goes into logs. Without memory for it, the messages
+ * name shard and record only. */
+static void
+s_note_where(emlio_batch_t *b, const emlio__wire_msg_t *msg, size_t j,
+             uint32_t pos)
+{
+    if (!msg->where || j >= msg->n_where)
+        return;
+    if (!b->where) {
+        b->where = emlio_calloc(b->cap, EMLIO__WHERE_ROOM);
+        if (!b->where)
+            return;
+    }
+    const emlio__wire_str_t *w = &msg->where[j];
+    char *out = &b->where[(size_t)pos * EMLIO__WHERE_ROOM];
+    size_t len = EMLIO_MIN(w->len, (size_t)EMLIO_WIRE_MAX_WHERE);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)w->s[i];
+        out[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    out[len] = '\0';
+}
+
 /* Receives the next frame of the message whose last frame so far is prev
  * from stream `stream` of daemon d into b's frames: the frame, or NULL when
  * prev was the last one or the receive failed (the caller says why). */
@@ -497,6 +536,7 @@ s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
     int rc = emlio__part_match(self, d, b, part, msg, j, next, &pos);
     if (rc < 0)
         return rc;
+    s_note_where(b, msg, j, pos);
     size_t nf = self->inv.n_fields;
     uint32_t crc = 0;
     size_t sample_len = 0;
@@ -532,6 +572,7 @@ s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
     int rc = emlio__part_match(self, d, b, part, msg, j, next, &pos);
     if (rc < 0)
         return rc;
+    s_note_where(b, msg, j, pos);
     size_t nf = self->inv.n_fields;
     uint32_t crc = 0;
     size_t sample_len = 0;

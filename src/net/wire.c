@@ -283,8 +283,10 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
     bool unchecked = xf && xf->unchecked;
     bool pipelined = xf && xf->pipelined;
     bool cursor = xf && xf->segs;
+    bool describe = xf && xf->describe;
     int failed = s_begin(out, &pk,
-                         (with_xf ? 7 : 4) + unchecked + pipelined + 2 * cursor,
+                         (with_xf ? 7 : 4) + unchecked + pipelined + describe +
+                             2 * cursor,
                          EMLIO_MSG_GET);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
@@ -304,6 +306,10 @@ emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
     }
     if (pipelined) {
         failed |= s_pack_key(&pk, "pipelined");
+        failed |= msgpack_pack_true(&pk);
+    }
+    if (describe) {
+        failed |= s_pack_key(&pk, "describe");
         failed |= msgpack_pack_true(&pk);
     }
     if (cursor) {
@@ -344,13 +350,25 @@ s_pack_samples(msgpack_packer *pk, const emlio__wire_sample_t *samples,
 static int
 s_io_keys(emlio__wire_io_t io)
 {
-    return (io.disk >= 0) + (io.read > 0) + (io.shared > 0);
+    return (io.disk >= 0) + (io.read > 0) + (io.shared > 0) +
+           (io.where != NULL);
 }
 
+/* The optional keys of a BATCH of n samples (s_io_keys counts them). */
 static int
-s_pack_io(msgpack_packer *pk, emlio__wire_io_t io)
+s_pack_io(msgpack_packer *pk, emlio__wire_io_t io, size_t n)
 {
     int failed = 0;
+    if (io.where) {
+        failed |= s_pack_key(pk, "where");
+        failed |= msgpack_pack_array(pk, n);
+        for (size_t i = 0; i < n; i++) {
+            const char *w = io.where[i] ? io.where[i] : "";
+            size_t len = EMLIO_MIN(strlen(w), (size_t)EMLIO_WIRE_MAX_WHERE);
+            failed |= msgpack_pack_str(pk, len);
+            failed |= msgpack_pack_str_body(pk, w, len);
+        }
+    }
     if (io.disk >= 0) {
         failed |= s_pack_key(pk, "disk");
         failed |= msgpack_pack_uint8(pk, (uint8_t)EMLIO_MIN(io.disk, 100));
@@ -376,7 +394,7 @@ emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_samples(&pk, samples, n);
-    failed |= s_pack_io(&pk, io);
+    failed |= s_pack_io(&pk, io, n);
     return s_finish(failed);
 }
 
@@ -391,7 +409,7 @@ emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_samples(&pk, samples, n);
-    failed |= s_pack_io(&pk, io);
+    failed |= s_pack_io(&pk, io, n);
     /* Flat [offset, length] pairs; offset -1: the span's own frame. */
     failed |= s_pack_key(&pk, "pack");
     failed |= msgpack_pack_array(&pk, 2 * n_spans);
@@ -415,7 +433,7 @@ emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,
     int failed = s_begin(out, &pk, 5 + s_io_keys(io), EMLIO_MSG_BATCH);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
-    failed |= s_pack_io(&pk, io);
+    failed |= s_pack_io(&pk, io, n);
     failed |= s_pack_key(&pk, "shape");
     failed |= msgpack_pack_array(&pk, 4);
     failed |= msgpack_pack_uint64(&pk, n);
@@ -876,6 +894,30 @@ s_decode_samples(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
     return true;
 }
 
+/* A BATCH's "where": one string per quadruple, each at most
+ * EMLIO_WIRE_MAX_WHERE bytes (its count is checked against the samples
+ * once the whole header is read). */
+static bool
+s_decode_where(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
+{
+    uint64_t n;
+    if (!s_read_array(r, &n, 1))
+        return false;
+    if (n > max_items)
+        return s_fail(r, "too many records in where");
+    msg->where = emlio_calloc(n ? n : 1, sizeof(*msg->where));
+    if (!msg->where)
+        return s_fail(r, "out of memory");
+    msg->n_where = n;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!s_read_str(r, &msg->where[i].s, &msg->where[i].len))
+            return false;
+        if (msg->where[i].len > EMLIO_WIRE_MAX_WHERE)
+            return s_fail(r, "a where entry is too long");
+    }
+    return true;
+}
+
 /* The offset table of a packed BATCH: flat [offset, length] pairs, offset
  * -1 for a span in its own frame (checked against the frames by
  * emlio__wire_pack_check, which knows them). */
@@ -938,6 +980,7 @@ emlio__wire_msg_release(emlio__wire_msg_t *msg)
     emlio_free(msg->spans);
     emlio_free(msg->fields);
     emlio_free(msg->classes);
+    emlio_free(msg->where);
     memset(msg, 0, sizeof(*msg));
 }
 
@@ -1046,6 +1089,10 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
         return s_read_bool(r, &msg->unchecked);
     if (s_key_is(key, klen, "pipelined"))
         return s_read_bool(r, &msg->pipelined);
+    if (s_key_is(key, klen, "describe"))
+        return s_read_bool(r, &msg->describe);
+    if (s_key_is(key, klen, "where") && !msg->where)
+        return s_decode_where(r, msg, max_items);
     if (s_key_is(key, klen, "segs") || s_key_is(key, klen, "share_segs"))
         return s_read_uint(r, &msg->segs);
     if (s_key_is(key, klen, "cursor") || s_key_is(key, klen, "share_cursor"))
@@ -1125,6 +1172,10 @@ emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
     if (msg->type == EMLIO_MSG_GET && msg->xf_spec &&
         (seen & (S_HAS_SEED | S_HAS_EPOCH)) != (S_HAS_SEED | S_HAS_EPOCH)) {
         s_fail(&r, "a GET with a transform needs its seed and epoch");
+        goto fail;
+    }
+    if (msg->where && msg->n_where != msg->n_samples) {
+        s_fail(&r, "where does not match the samples");
         goto fail;
     }
     if (msg->has_shape && msg->packed) {

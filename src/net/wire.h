@@ -47,6 +47,7 @@
 #define EMLIO_WIRE_MAX_SHARDS  1000000u    /* shards in one inventory */
 #define EMLIO_WIRE_MAX_NAME    4096u       /* bytes in a shard name */
 #define EMLIO_WIRE_MAX_JOB     255u        /* bytes in a job name (HELLO) */
+#define EMLIO_WIRE_MAX_WHERE   200u        /* bytes in one BATCH "where" */
 #define EMLIO_WIRE_MAX_WEIGHT  1000u       /* a job's weight, 1..this */
 #define EMLIO_WIRE_MAX_STREAMS                     \
     64u /* connections one client session may join \
@@ -169,6 +170,11 @@ typedef struct emlio__wire_msg {
                           read another job made (0: not said) */
     bool pipelined;    /* GET: the client has other GETs in flight on this
                           connection (their replies may share segments) */
+    bool describe;     /* GET: the reply names each sample's record
+                          ("where"), for the client's own messages */
+    emlio__wire_str_t *where; /* BATCH: where each sample's record lies, one
+                                 per quadruple ("where"; NULL: not sent) */
+    size_t n_where;
     bool has_shape;    /* BATCH: a tensor batch (one frame) */
     uint64_t shape[4]; /* BATCH: samples, height, width, channels */
     uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
@@ -197,6 +203,10 @@ typedef struct emlio__wire_xf {
      * cursor of this GET's batch (segs 0: not sent). */
     uint64_t segs;
     uint64_t cursor;
+    /* The client decodes the samples itself: sent as "describe", so that
+     * the reply names each sample's record ("where") and a decode error
+     * here can name the file, as the daemon's own do. */
+    bool describe;
 } emlio__wire_xf_t;
 
 /* The tensor block of a BATCH that answers a GET with a transform: one
@@ -299,9 +309,14 @@ typedef struct emlio__wire_io {
     int disk;
     uint64_t read;
     uint64_t shared; /* "sh" */
+    /* Not of the device: the records' descriptions ("where"), one per
+     * sample, each at most EMLIO_WIRE_MAX_WHERE bytes (longer ones are
+     * cut); NULL: left out. Rides here because every BATCH encoder takes
+     * these optional keys. */
+    char *const *where;
 } emlio__wire_io_t;
 
-#define EMLIO_WIRE_NO_IO ((emlio__wire_io_t){ EMLIO_WIRE_NO_DISK, 0, 0 })
+#define EMLIO_WIRE_NO_IO ((emlio__wire_io_t){ EMLIO_WIRE_NO_DISK, 0, 0, NULL })
 /* BATCH. */
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                              const emlio__wire_sample_t *samples, size_t n,

@@ -355,7 +355,7 @@ emlio__wire_io_t
 emlio__srv_job_io(emlio__srv_core_t *core, const emlio__job_t *job)
 {
     return (emlio__wire_io_t){ emlio__srv_disk_share(core), job->io_bytes,
-                               job->shared_bytes };
+                               job->shared_bytes, NULL };
 }
 
 int
@@ -623,18 +623,46 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
     s_check_share_use(self, job->tjob, &tally);
 }
 
-/* The BATCH header of a job's views: the quadruples, and for a packed job
- * (protocol v4) the offset table. Returns 0 or EMLIO_ENOMEM. */
+/* Each sample's record described by its format (a file's name for an
+ * ImageFolder, shard and offset for TFRecord and tar), for a GET that
+ * asked ("describe": the client decodes, and names the file when it
+ * cannot). One block: n pointers, then n strings of at most
+ * EMLIO_WIRE_MAX_WHERE bytes. NULL when out of memory. */
+static char **
+s_describe_views(emlio_server_t *self, const emlio__job_t *job)
+{
+    size_t n = job->n_views;
+    size_t room = EMLIO_WIRE_MAX_WHERE + 1;
+    char **where = emlio_malloc((n ? n : 1) * (sizeof(char *) + room));
+    if (!where)
+        return NULL;
+    char *text = (char *)(where + n);
+    for (size_t i = 0; i < n; i++) {
+        const emlio__view_t *v = &job->views[i * job->per];
+        const emlio__shard_t *shard = &self->core->set.shards[v->shard];
+        where[i] = text + i * room;
+        where[i][0] = '\0';
+        if (shard->ops && shard->ops->describe)
+            shard->ops->describe(shard, v->record, where[i], room);
+    }
+    return where;
+}
+
+/* The BATCH header of a job's views: the quadruples, for a packed job
+ * (protocol v4) the offset table, and the records' descriptions when the
+ * GET asked. Returns 0 or EMLIO_ENOMEM. */
 static int
-s_batch_header(emlio__job_t *job, size_t nf, emlio__wire_io_t io,
-               emlio_buf_t *buf)
+s_batch_header(emlio_server_t *self, emlio__job_t *job, size_t nf,
+               emlio__wire_io_t io, emlio_buf_t *buf)
 {
     size_t n = job->n_views;
     emlio__wire_sample_t *samples = emlio_calloc(n ? n : 1, sizeof(*samples));
     emlio__wire_span_t *spans =
         job->packed ? emlio_calloc(nf ? nf : 1, sizeof(*spans)) : NULL;
+    char **where = job->msg.describe ? s_describe_views(self, job) : NULL;
     int rc = EMLIO_ENOMEM;
-    if (samples && (spans || !job->packed)) {
+    io.where = where;
+    if (samples && (spans || !job->packed) && (where || !job->msg.describe)) {
         for (size_t i = 0; i < n; i++) {
             const emlio__view_t *v = &job->views[i * job->per];
             samples[i] =
@@ -652,6 +680,7 @@ s_batch_header(emlio__job_t *job, size_t nf, emlio__wire_io_t io,
                                                    spans, nf, io)
                  : emlio__wire_encode_batch(buf, job->msg.id, samples, n, io);
     }
+    emlio_free(where);
     emlio_free(spans);
     emlio_free(samples);
     return rc;
@@ -724,8 +753,8 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header;
     if (job->code == 0 &&
-        (s_batch_header(job, nf, emlio__srv_job_io(self->core, job), &buf) <
-             0 ||
+        (s_batch_header(self, job, nf, emlio__srv_job_io(self->core, job),
+                        &buf) < 0 ||
          emlio__srv_header_msg(&header, &buf) < 0)) {
         job->code = EMLIO_ENOMEM;
         snprintf(job->text, sizeof(job->text), "out of memory");

@@ -61,7 +61,7 @@ rc=$?
 check "client in 256 MiB: the epoch fails (rc $rc), not killed" \
     test $rc -ne 0 -a $rc -ne 137
 check "... the large image is refused by the decode cap, named" \
-    grep -q "sample [0-3] of shard 'a'.*6000x5000 needs more memory to decode than one decode may hold" "$T/c.err"
+    grep -q "cannot decode file 'a/big[0-3].jpg' (record [0-3]).*6000x5000 needs more memory to decode than one decode may hold" "$T/c.err"
 in_cgroup "$EMLIO" fetch --connect "$EP" --batch 4 --transform "$XF" \
     --decode-at client --transform-threads 2 --on-corrupt skip \
     >"$T/cs.json" 2>"$T/cs.err"

@@ -135,6 +135,13 @@ check "... one skip line names the file given an end marker again" \
 "$EMLIO" fetch --connect "$EP" --batch 8 --transform "$SPEC" --decode-at client \
     --quiet >"$T/cskip.out" 2>"$T/cskip.err"
 check "decoding here without --on-corrupt skip fails the fetch" test $? -ne 0
+# The daemon names each record for a client that decodes (GET "describe",
+# BATCH "where"): the error names the file, not the class and an index.
+rel2=${victim2#"$T/badimg/"}
+rel3=${victim3#"$T/badimg/"}
+check "... naming the file it could not decode" \
+    grep -qF -e "cannot decode file '$rel'" -e "cannot decode file '$rel2'" \
+    -e "cannot decode file '$rel3'" "$T/cskip.err"
 "$EMLIO" fetch --connect "$EP" --batch 8 --transform "$SPEC" --decode-at client \
     --on-corrupt skip --verify --quiet >"$T/cskip.out" 2>"$T/cskip.err"
 check "fetch --on-corrupt skip decoding here finishes without the three" \
@@ -142,7 +149,10 @@ check "fetch --on-corrupt skip decoding here finishes without the three" \
 check "... reports three skipped" test "$(json_field "$T/cskip.out" skipped)" = 3
 check "... verified (the skipped count as seen)" \
     test "$(json_field "$T/cskip.out" verified)" = True
-check "... and logs why" grep -q "skipping sample .*cannot decode: jpeg" "$T/cskip.err"
+check "... and logs why" grep -q "skipping file .*cannot decode: jpeg" "$T/cskip.err"
+for r in "$rel" "$rel2" "$rel3"; do
+    check "... a skip line names $r" grep -qF "skipping file '$r'" "$T/cskip.err"
+done
 check "... one skip line says 'not a JPEG or PNG'" \
     grep -q "skipping file.*cannot decode: .*not a JPEG or PNG" "$T/skip.err"
 check "... the other says 'truncated'" \

@@ -3,6 +3,8 @@
  */
 #include "emlio_test.h"
 
+#include <msgpack.h>
+
 #include "wire.h"
 
 static void
@@ -249,7 +251,7 @@ test_wire_packed_batch_round_trip(void **state)
     /* An empty batch has an empty table, and says so. */
     assert_int_equal(
         emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0,
-                                        (emlio__wire_io_t){ 7, 0, 0 }),
+                                        (emlio__wire_io_t){ 7, 0, 0, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.packed);
@@ -260,9 +262,10 @@ test_wire_packed_batch_round_trip(void **state)
     assert_int_equal(emlio__wire_pack_check(msg.spans, 0, 0, false, 0, err), 0);
     emlio__wire_msg_release(&msg);
     /* A plain BATCH is not packed. */
-    assert_int_equal(emlio__wire_encode_batch(
-                         &buf, 79, s, 1, (emlio__wire_io_t){ 250, 1234567, 0 }),
-                     0);
+    assert_int_equal(
+        emlio__wire_encode_batch(&buf, 79, s, 1,
+                                 (emlio__wire_io_t){ 250, 1234567, 0, NULL }),
+        0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.packed);
     assert_null(msg.spans);
@@ -408,9 +411,14 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     emlio__wire_item_t items[2] = { { 1, 9 }, { 0, 3 } };
-    emlio__wire_xf_t xf = {
-        "random_resized_crop(224),horizontal_flip", 42, 7, false, false, 0, 0
-    };
+    emlio__wire_xf_t xf = { "random_resized_crop(224),horizontal_flip",
+                            42,
+                            7,
+                            false,
+                            false,
+                            0,
+                            0,
+                            false };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -445,7 +453,9 @@ test_wire_v3_transform_round_trip(void **state)
 
     /* A client with other GETs in flight on the connection says so, beside
      * a transform and "unchecked"; the items still decode. */
-    emlio__wire_xf_t piped = { "horizontal_flip", 1, 2, true, true, 0, 0 };
+    emlio__wire_xf_t piped = {
+        "horizontal_flip", 1, 2, true, true, 0, 0, false
+    };
     assert_int_equal(emlio__wire_encode_get_xf(&buf, 7, "ff", items, 2, &piped),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
@@ -458,9 +468,10 @@ test_wire_v3_transform_round_trip(void **state)
 
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
     emlio__wire_tensor_t t = { 224, 200, 3, 123456 };
-    assert_int_equal(emlio__wire_encode_batch_tensor(
-                         &buf, 5, s, 2, &t, (emlio__wire_io_t){ 42, 0, 0 }),
-                     0);
+    assert_int_equal(
+        emlio__wire_encode_batch_tensor(&buf, 5, s, 2, &t,
+                                        (emlio__wire_io_t){ 42, 0, 0, NULL }),
+        0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.has_shape);
     assert_int_equal(msg.shape[0], 2);
@@ -584,9 +595,10 @@ test_wire_v3_transform_round_trip(void **state)
     assert_null(msg.xf_spec);
     emlio__wire_msg_release(&msg);
     emlio__wire_sample_t one = { 0 };
-    assert_int_equal(emlio__wire_encode_batch(&buf, 80, &one, 1,
-                                              (emlio__wire_io_t){ -1, 9, 7 }),
-                     0);
+    assert_int_equal(
+        emlio__wire_encode_batch(&buf, 80, &one, 1,
+                                 (emlio__wire_io_t){ -1, 9, 7, NULL }),
+        0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.read, 9);
     assert_int_equal(msg.shared, 7);
@@ -597,6 +609,113 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(msg.version, EMLIO_WIRE_VERSION_PLAIN);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
+}
+
+/* A BATCH hand-built with msgpack: id 3, two samples, and a "where" of
+ * n_where strings, each of len bytes ('a'). */
+static void
+s_batch_with_where(msgpack_sbuffer *sb, size_t n_where, size_t len)
+{
+    msgpack_packer pk;
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    msgpack_pack_str_with_body(&pk, "t", 1);
+    msgpack_pack_uint8(&pk, EMLIO_MSG_BATCH);
+    msgpack_pack_str_with_body(&pk, "id", 2);
+    msgpack_pack_uint8(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "where", 5);
+    msgpack_pack_array(&pk, n_where);
+    char text[EMLIO_WIRE_MAX_WHERE + 2];
+    memset(text, 'a', sizeof(text));
+    for (size_t i = 0; i < n_where; i++)
+        msgpack_pack_str_with_body(&pk, text, len);
+    msgpack_pack_str_with_body(&pk, "samples", 7);
+    msgpack_pack_array(&pk, 8);
+    for (int i = 0; i < 8; i++)
+        msgpack_pack_uint8(&pk, (uint8_t)i);
+}
+
+/* A client that decodes asks each record's description ("describe"); the
+ * BATCH names each sample's record ("where", one per quadruple, cut to
+ * EMLIO_WIRE_MAX_WHERE bytes); a count that does not match the samples,
+ * or an entry too long, is a protocol error. */
+static void
+test_wire_describe_and_where(void **state)
+{
+    (void)state;
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    emlio__wire_msg_t msg;
+    char err[EMLIO_ERRMSG_LEN];
+    emlio__wire_item_t items[2] = { { 0, 1 }, { 2, 5 } };
+    emlio__wire_xf_t ask = { .describe = true, .pipelined = true };
+    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &ask),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_true(msg.describe);
+    assert_true(msg.pipelined);
+    assert_int_equal(msg.n_items, 2);
+    emlio__wire_msg_release(&msg);
+    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_false(msg.describe); /* not sent unless asked */
+    emlio__wire_msg_release(&msg);
+
+    char long_name[EMLIO_WIRE_MAX_WHERE + 50];
+    memset(long_name, 'x', sizeof(long_name) - 1);
+    long_name[sizeof(long_name) - 1] = '\0';
+    char first[] = "file 'cat/0001.jpg' (record 1)";
+    char *where[2] = { first, long_name };
+    emlio__wire_sample_t s[2] = { { 0, 1, 0, 7 }, { 2, 5, 1, 8 } };
+    emlio__wire_io_t io = EMLIO_WIRE_NO_IO;
+    io.where = where;
+    assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, io), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.n_where, 2);
+    assert_int_equal(msg.where[0].len, strlen(where[0]));
+    assert_memory_equal(msg.where[0].s, where[0], msg.where[0].len);
+    assert_int_equal(msg.where[1].len, EMLIO_WIRE_MAX_WHERE); /* cut */
+    emlio__wire_msg_release(&msg);
+    /* Packed, too; and a batch that was not asked carries none. */
+    emlio__wire_span_t spans[2] = { { 0, 4 }, { 4, 4 } };
+    assert_int_equal(
+        emlio__wire_encode_batch_packed(&buf, 9, s, 2, spans, 2, io), 0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_int_equal(msg.n_where, 2);
+    assert_true(msg.packed);
+    emlio__wire_msg_release(&msg);
+    assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, EMLIO_WIRE_NO_IO),
+                     0);
+    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
+    assert_null(msg.where);
+    emlio__wire_msg_release(&msg);
+    emlio_buf_release(&buf);
+
+    msgpack_sbuffer sb;
+    s_batch_with_where(&sb, 2, 10);
+    assert_true(emlio__wire_decode(&msg, (const uint8_t *)sb.data, sb.size, 0,
+                                   err) > 0);
+    assert_int_equal(msg.n_where, 2);
+    emlio__wire_msg_release(&msg);
+    msgpack_sbuffer_destroy(&sb);
+    s_batch_with_where(&sb, 3, 10);
+    assert_int_equal(
+        emlio__wire_decode(&msg, (const uint8_t *)sb.data, sb.size, 0, err),
+        EMLIO_EPROTO);
+    assert_non_null(strstr(err, "where does not match the samples"));
+    msgpack_sbuffer_destroy(&sb);
+    s_batch_with_where(&sb, 2, EMLIO_WIRE_MAX_WHERE + 1);
+    assert_int_equal(
+        emlio__wire_decode(&msg, (const uint8_t *)sb.data, sb.size, 0, err),
+        EMLIO_EPROTO);
+    assert_non_null(strstr(err, "too long"));
+    msgpack_sbuffer_destroy(&sb);
+    /* More entries than the caller's limit fail before any is read. */
+    s_batch_with_where(&sb, 2, 1);
+    assert_int_equal(
+        emlio__wire_decode(&msg, (const uint8_t *)sb.data, sb.size, 1, err),
+        EMLIO_EPROTO);
+    msgpack_sbuffer_destroy(&sb);
 }
 
 int
@@ -613,6 +732,7 @@ main(void)
         cmocka_unit_test(test_wire_v3_transform_round_trip),
         cmocka_unit_test(test_wire_packed_batch_round_trip),
         cmocka_unit_test(test_wire_bad_pack_tables_rejected),
+        cmocka_unit_test(test_wire_describe_and_where),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
