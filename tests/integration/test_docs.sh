@@ -172,6 +172,21 @@ check "README's 'Using it' says the programs are in build/bin" \
     bash -c "sed -n '/^## Using it/,/^\`\`\`sh/p' README.md | grep -q 'PATH=\\\$PWD/build/bin'"
 check "  and make builds them there (B := build, \$(B)/bin/emlio)" \
     bash -c "grep -qx 'B := build' Makefile && grep -q '^\$(B)/bin/emlio:' Makefile"
+# The README's word on the test summary and on running one test holds
+# (issue 34: it promised a last line a failing run did not end with, and
+# said nothing of running one test).
+check "README's summary line is what tests/run.sh prints last" \
+    bash -c "grep -qF '\"N passed, N failed, N skipped\"' README.md &&
+             tail -2 tests/run.sh | grep -qF 'echo \"\$passed passed, \$failed failed, \$skipped skipped\"'"
+one_test=$(tr '\n' ' ' <README.md | grep -o 'One test alone, after `make all`: `[^`]*`' | sed 's/.*: `//; s/`$//')
+check "README names a command that runs one unit test ($one_test)" \
+    test -n "$one_test"
+# It builds a make target and runs what it built (make's default B is
+# build); the binary, in this run's build directory, passes.
+unit=$(printf '%s' "$one_test" | sed -n 's|^make build/tests/\(test_[a-z_]*\) && build/tests/\1$|\1|p')
+check "  a make target it then runs: build/tests/TEST ($unit)" test -n "$unit"
+check "  which is a unit test that passes" \
+    bash -c "[ -n '$unit' ] && '$B/tests/$unit' 2>&1 | tail -1 | grep -q PASSED"
 # Every format, not TFRecord only, in the README's opening and emlio(1).
 check "README's opening names the three formats" \
     bash -c "sed -n '1,/^## /p' README.md | tr '\n' ' ' | grep -q 'TFRecord, WebDataset tar or ImageFolder'"
