@@ -368,14 +368,16 @@ class CorruptImageCase(unittest.TestCase):
             finally:
                 ld.close()
 
-    def test_fail_names_the_sample(self):
+    def test_fail_names_the_file(self):
         ld = emlio.Loader(self.daemon.endpoint, batch_size=4, seed=3,
                           transform=SPEC, decode_at="client")
         try:
             with self.assertRaises(emlio.EmlioError) as e:
                 for _ in ld.epoch(0):
                     pass
-            self.assertIn("sample 3 of shard 'c1'", str(e.exception))
+            # The daemon names the record for a client that decodes.
+            self.assertIn("cannot decode file 'c1/03.jpg' (record 3)",
+                          str(e.exception))
         finally:
             ld.close()
         with self.assertRaises(ValueError) as e:
