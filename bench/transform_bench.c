@@ -131,8 +131,8 @@ main(int argc, char **argv)
            images / full_s);
     free(buf);
     free(out);
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&t);
     for (size_t i = 0; i < n; i++)
         free(files[i].data);
     free(files);

@@ -30,13 +30,13 @@ s_pipeline(const uint8_t *data, size_t line)
                                       sizeof(err)) != 0 ||
                 strcmp(emlio_transform_spec(t), emlio_transform_spec(again)))
                 abort();
-            emlio_transform_free(&again);
+            emlio_transform_destroy(&again);
         } else if (t || !err[0])
             abort();
     }
     if (t && emlio_transform_output_bytes(t) <= FUZZ_MAX_OUTPUT)
         return t;
-    emlio_transform_free(&t);
+    emlio_transform_destroy(&t);
     if (emlio_transform_parse("random_resized_crop(40),horizontal_flip", &t,
                               err, sizeof(err)) != 0)
         abort();
@@ -75,7 +75,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(a);
     free(b);
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&t);
     return 0;
 }

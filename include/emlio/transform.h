@@ -16,8 +16,8 @@
  *                                          out, err, sizeof(err)) == 0)
  *       consume(out, emlio_transform_output_bytes(t));
  *   free(out);
- *   emlio_transform_ws_free(&ws);
- *   emlio_transform_free(&t);
+ *   emlio_transform_ws_destroy(&ws);
+ *   emlio_transform_destroy(&t);
  *
  * The spec. Operations separated by commas, applied left to right:
  *   random_resized_crop(SIZE[,scale=LO:HI][,ratio=LO:HI])
@@ -107,8 +107,9 @@ EMLIO_EXPORT int emlio_transform_parse(const char *spec,
                                        emlio_transform_t **out, char *errbuf,
                                        size_t errlen);
 
-/* Frees the pipeline. Accepts NULL and *self_p == NULL; sets *self_p NULL. */
-EMLIO_EXPORT void emlio_transform_free(emlio_transform_t **self_p);
+/* Destroys the pipeline. Accepts NULL and *self_p == NULL; sets *self_p
+ * NULL (core.h's convention). */
+EMLIO_EXPORT void emlio_transform_destroy(emlio_transform_t **self_p);
 
 /* The canonical spec: every argument written out, defaults included, so
  * two specs that describe the same pipeline give the same text (and equal
@@ -130,8 +131,9 @@ EMLIO_EXPORT void emlio_transform_set_max_pixels(emlio_transform_t *self,
 /* A per-thread workspace. NULL when out of memory. */
 EMLIO_EXPORT emlio_transform_ws_t *emlio_transform_ws_new(void);
 
-/* Frees the workspace. Accepts NULL and *ws_p == NULL; sets *ws_p NULL. */
-EMLIO_EXPORT void emlio_transform_ws_free(emlio_transform_ws_t **ws_p);
+/* Destroys the workspace. Accepts NULL and *ws_p == NULL; sets *ws_p
+ * NULL. */
+EMLIO_EXPORT void emlio_transform_ws_destroy(emlio_transform_ws_t **ws_p);
 
 /* Caps what the workspace may allocate, all buffers and the decoder's own
  * memory together (default EMLIO_TRANSFORM_WS_MAX_BYTES_DEFAULT; 0 restores

@@ -94,7 +94,7 @@ emlio__client_xf_release(emlio__client_xf_t *xf)
     emlio__xf_blocks_release(&xf->blocks);
     if (xf->wake_fd >= 0)
         close(xf->wake_fd);
-    emlio_transform_free(&xf->transform);
+    emlio_transform_destroy(&xf->transform);
     pthread_mutex_destroy(&xf->lock);
     memset(xf, 0, sizeof(*xf));
     xf->wake_fd = -1;

@@ -62,7 +62,7 @@ emlio__server_xf_stop(emlio__server_xf_t *xf)
     emlio__xf_blocks_release(&xf->blocks);
     for (size_t i = 0; i < xf->n_specs; i++) {
         emlio_free(xf->specs[i].text);
-        emlio_transform_free(&xf->specs[i].transform);
+        emlio_transform_destroy(&xf->specs[i].transform);
     }
     xf->n_specs = 0;
 }
@@ -81,7 +81,7 @@ s_slot(emlio__server_xf_t *xf)
             pick = i;
     if (pick >= 0) {
         emlio_free(xf->specs[pick].text);
-        emlio_transform_free(&xf->specs[pick].transform);
+        emlio_transform_destroy(&xf->specs[pick].transform);
     }
     return pick;
 }
@@ -125,13 +125,13 @@ emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
                 if (xf->specs[i].text && !strcmp(xf->specs[i].text, canon))
                     k = (int)i;
             if (k >= 0) {
-                emlio_transform_free(&t);
+                emlio_transform_destroy(&t);
                 emlio_free(text);
                 goto found;
             }
             char *kept = emlio_strdup(canon);
             if (!kept) {
-                emlio_transform_free(&t);
+                emlio_transform_destroy(&t);
                 emlio_free(text);
                 return EMLIO_ENOMEM;
             }
@@ -146,7 +146,7 @@ emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
         else if (rc < 0)
             snprintf(errbuf, EMLIO_ERRMSG_LEN, "transform: %.480s", err);
         if (rc < 0) {
-            emlio_transform_free(&t);
+            emlio_transform_destroy(&t);
             emlio_free(text);
             return rc;
         }

@@ -427,7 +427,7 @@ emlio_transform_parse(const char *spec, emlio_transform_t **out, char *err,
         freelocale(c_loc);
     }
     if (rc < 0) {
-        emlio_transform_free(&self);
+        emlio_transform_destroy(&self);
         return rc;
     }
     *out = self;
@@ -435,7 +435,7 @@ emlio_transform_parse(const char *spec, emlio_transform_t **out, char *err,
 }
 
 void
-emlio_transform_free(emlio_transform_t **self_p)
+emlio_transform_destroy(emlio_transform_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
@@ -685,7 +685,7 @@ s_ws_drop(emlio_transform_ws_t *ws, emlio__wsbuf_t *b)
 }
 
 void
-emlio_transform_ws_free(emlio_transform_ws_t **ws_p)
+emlio_transform_ws_destroy(emlio_transform_ws_t **ws_p)
 {
     if (!ws_p || !*ws_p)
         return;

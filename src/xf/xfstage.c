@@ -349,7 +349,7 @@ static void
 s_ws_free(void *ws)
 {
     emlio_transform_ws_t *w = ws;
-    emlio_transform_ws_free(&w);
+    emlio_transform_ws_destroy(&w);
 }
 
 uint64_t

@@ -97,7 +97,7 @@ main(void)
     if (emlio_transform_parse("random_resized_crop(224)", &xf, err,
                               sizeof(err)) < 0)
         return 14;
-    emlio_transform_free(&xf);
+    emlio_transform_destroy(&xf);
     emlio_server_config_t cfg;
     emlio_server_config_init(&cfg);
     if (!cfg.workers)

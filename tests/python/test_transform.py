@@ -38,7 +38,7 @@ class Lib:
         vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
         lib.emlio_transform_parse.argtypes = [
             ctypes.c_char_p, ctypes.POINTER(vp), ctypes.c_char_p, sz]
-        lib.emlio_transform_free.argtypes = [ctypes.POINTER(vp)]
+        lib.emlio_transform_destroy.argtypes = [ctypes.POINTER(vp)]
         lib.emlio_transform_spec.restype = ctypes.c_char_p
         lib.emlio_transform_spec.argtypes = [vp]
         lib.emlio_transform_output_bytes.restype = sz
@@ -48,7 +48,7 @@ class Lib:
         lib.emlio_transform_width.restype = ctypes.c_uint32
         lib.emlio_transform_width.argtypes = [vp]
         lib.emlio_transform_ws_new.restype = vp
-        lib.emlio_transform_ws_free.argtypes = [ctypes.POINTER(vp)]
+        lib.emlio_transform_ws_destroy.argtypes = [ctypes.POINTER(vp)]
         lib.emlio_transform_apply.argtypes = [
             vp, vp, ctypes.c_char_p, sz, u64, u64, u64, ctypes.c_void_p,
             ctypes.c_char_p, sz]
@@ -61,7 +61,7 @@ class Lib:
         self.ws = ctypes.c_void_p(lib.emlio_transform_ws_new())
 
     def close(self):
-        self.lib.emlio_transform_ws_free(ctypes.byref(self.ws))
+        self.lib.emlio_transform_ws_destroy(ctypes.byref(self.ws))
 
     def parse(self, spec):
         h = ctypes.c_void_p()
@@ -73,7 +73,7 @@ class Lib:
         return h
 
     def free(self, h):
-        self.lib.emlio_transform_free(ctypes.byref(h))
+        self.lib.emlio_transform_destroy(ctypes.byref(h))
 
     def apply(self, t, data, seed=1, epoch=0, key=0):
         """The output as an (H, W, 3) uint8 array."""

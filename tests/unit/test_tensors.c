@@ -191,8 +191,8 @@ s_reference(fixture_t *f, uint64_t epoch)
             free(data);
         }
     }
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&t);
 }
 
 static int

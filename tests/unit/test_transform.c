@@ -150,11 +150,11 @@ test_transform_parse_canonical(void **state)
         /* The canonical text parses to itself. */
         emlio_transform_t *again = s_parse(emlio_transform_spec(t));
         assert_string_equal(emlio_transform_spec(again), cases[i].canonical);
-        emlio_transform_free(&again);
-        emlio_transform_free(&t);
+        emlio_transform_destroy(&again);
+        emlio_transform_destroy(&t);
         assert_null(t);
     }
-    emlio_transform_free(NULL);
+    emlio_transform_destroy(NULL);
 }
 
 static void
@@ -281,11 +281,11 @@ test_transform_same_key_same_bytes_epoch_changes_them(void **state)
     }
     assert_true(changed > 190);                     /* > 95% of 200 */
     assert_true(emlio_transform_ws_bytes(ws1) > 0); /* buffers are kept */
-    emlio_transform_ws_free(&ws1);
-    emlio_transform_ws_free(&ws2);
+    emlio_transform_ws_destroy(&ws1);
+    emlio_transform_ws_destroy(&ws2);
     assert_null(ws1);
-    emlio_transform_ws_free(NULL);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(NULL);
+    emlio_transform_destroy(&t);
     free(jpeg);
 }
 
@@ -310,7 +310,7 @@ test_transform_crop_params_follow_torchvision(void **state)
         double area = (double)b.width * b.height / (500.0 * 375.0);
         assert_true(area >= 0.079 && area <= 1.0);
     }
-    emlio_transform_free(&t);
+    emlio_transform_destroy(&t);
     /* A ratio range no crop can meet falls back to the centre crop. */
     t = s_parse("random_resized_crop(8,scale=1:1,ratio=3:4)");
     assert_int_equal(emlio_transform_crop_params(t, 0, 100, 100, 1, 0, 0, &b),
@@ -319,7 +319,7 @@ test_transform_crop_params_follow_torchvision(void **state)
     assert_int_equal(b.height, 33); /* round(100 / 3) */
     assert_int_equal(b.top, 33);    /* (100 - 33) // 2 */
     assert_int_equal(b.left, 0);
-    emlio_transform_free(&t);
+    emlio_transform_destroy(&t);
 }
 
 /* center_crop without a resize copies pixels: exact, flips included,
@@ -375,9 +375,9 @@ test_transform_png_layouts_decode_exactly(void **state)
         free(b);
         emlio_buf_release(&png);
     }
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&keep);
-    emlio_transform_free(&flip);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&keep);
+    emlio_transform_destroy(&flip);
 }
 
 /* Mean absolute difference of two images of n bytes. */
@@ -444,8 +444,8 @@ test_transform_jpeg_gray_cmyk_progressive(void **state)
     free(prog);
     free(gray);
     free(cmyk);
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&t);
 }
 
 /* A big JPEG whose crop allows DCT reduction still matches a full-size
@@ -468,8 +468,8 @@ test_transform_dct_reduction_stays_close(void **state)
     assert_true(abs((int)out[mid + 1] - (int)s_pixel(sx, sy, 1)) < 24);
     free(out);
     free(j);
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&small);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&small);
 }
 
 /* The AVX2 resample loops and the portable ones give the same bytes, for
@@ -510,11 +510,11 @@ test_transform_avx2_and_portable_loops_agree(void **state)
             free(fast);
             free(portable);
         }
-        emlio_transform_free(&t);
+        emlio_transform_destroy(&t);
     }
     emlio_buf_release(&png);
     free(j);
-    emlio_transform_ws_free(&ws);
+    emlio_transform_ws_destroy(&ws);
 }
 
 /* Points at the SOF0 marker's height field of a baseline JPEG. */
@@ -625,7 +625,7 @@ test_transform_bad_input_is_an_error_not_a_crash(void **state)
         free(out);
         free(more);
         free(tall);
-        emlio_transform_free(&top);
+        emlio_transform_destroy(&top);
     }
     /* A truncated PNG. */
     emlio_buf_t png = s_png(40, 30, PNG_COLOR_TYPE_RGB, 8, false);
@@ -635,8 +635,8 @@ test_transform_bad_input_is_an_error_not_a_crash(void **state)
     free(out);
     emlio_buf_release(&png);
     free(j);
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&t);
 }
 
 static void
@@ -715,8 +715,8 @@ test_transform_bombs_are_refused_before_allocating(void **state)
     assert_int_equal(s_apply(t, ws, j, len, 0, 0, &out, err), 0);
     free(out);
     free(j);
-    emlio_transform_ws_free(&ws);
-    emlio_transform_free(&t);
+    emlio_transform_ws_destroy(&ws);
+    emlio_transform_destroy(&t);
 }
 
 /* Every allocation of parse, workspace and apply may fail: an error, no
@@ -745,8 +745,8 @@ test_transform_survives_allocation_failures(void **state)
         bool done = rc == 0 && ws && emlio__alloc_count() < n;
         emlio__alloc_fail_at(0);
         assert_true(rc == 0 || rc == EMLIO_ENOMEM);
-        emlio_transform_ws_free(&ws);
-        emlio_transform_free(&t);
+        emlio_transform_ws_destroy(&ws);
+        emlio_transform_destroy(&t);
         finished = done;
     }
     assert_true(finished); /* every allocation was made to fail once */

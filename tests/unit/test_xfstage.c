@@ -135,7 +135,7 @@ test_xfstage_a_record_named_twice_is_decoded_once(void **state)
     free(a2);
     free(b);
     emlio__workpool_destroy(&pool);
-    emlio_transform_free(&t);
+    emlio_transform_destroy(&t);
 }
 
 int
