@@ -195,13 +195,14 @@ s_decode_failed(void *userdata, void *batch, size_t i, int rc, const char *why)
     emlio_sample_t *s = &b->samples[i];
     /* The daemon's description names the file (or the shard and offset);
      * one that predates "where" leaves shard and record. */
-    char what[EMLIO__WHERE_ROOM + 256];
-    const char *where = emlio__batch_where(b, i);
-    if (where)
-        snprintf(what, sizeof(what), "%s", where);
-    else
-        snprintf(what, sizeof(what), "sample %" PRIu64 " of shard '%.200s'",
-                 s->record, self->inv.shards[s->shard].name);
+    char fallback[256];
+    const char *what = emlio__batch_where(b, i);
+    if (!what) {
+        snprintf(fallback, sizeof(fallback),
+                 "sample %" PRIu64 " of shard '%.200s'", s->record,
+                 self->inv.shards[s->shard].name);
+        what = fallback;
+    }
     if (self->xf.skip_corrupt) {
         emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
                   "skipping %s: cannot decode: %.280s", what, why);

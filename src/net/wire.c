@@ -795,25 +795,39 @@ s_decode_shards(s_reader_t *r, emlio__wire_msg_t *msg)
     return true;
 }
 
+/* An array of at most max_n strings of min_len..max_len bytes each, into
+ * *out (owned by the message) and *n_out; too_many and bad_len are the
+ * errors for a longer array and for a string outside those lengths. */
 static bool
-s_decode_fields(s_reader_t *r, emlio__wire_msg_t *msg)
+s_decode_strs(s_reader_t *r, emlio__wire_str_t **out, size_t *n_out,
+              uint64_t max_n, size_t min_len, size_t max_len,
+              const char *too_many, const char *bad_len)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
         return false;
-    if (n > EMLIO_WIRE_MAX_FIELDS)
-        return s_fail(r, "too many fields");
-    msg->fields = emlio_calloc(n ? n : 1, sizeof(*msg->fields));
-    if (!msg->fields)
+    if (n > max_n)
+        return s_fail(r, too_many);
+    *out = emlio_calloc(n ? n : 1, sizeof(**out));
+    if (!*out)
         return s_fail(r, "out of memory");
-    msg->n_fields = n;
+    *n_out = n;
     for (uint64_t i = 0; i < n; i++) {
-        if (!s_read_str(r, &msg->fields[i].s, &msg->fields[i].len))
+        emlio__wire_str_t *str = &(*out)[i];
+        if (!s_read_str(r, &str->s, &str->len))
             return false;
-        if (msg->fields[i].len == 0 || msg->fields[i].len > EMLIO_WIRE_MAX_NAME)
-            return s_fail(r, "bad field name length");
+        if (str->len < min_len || str->len > max_len)
+            return s_fail(r, bad_len);
     }
     return true;
+}
+
+static bool
+s_decode_fields(s_reader_t *r, emlio__wire_msg_t *msg)
+{
+    return s_decode_strs(r, &msg->fields, &msg->n_fields, EMLIO_WIRE_MAX_FIELDS,
+                         1, EMLIO_WIRE_MAX_NAME, "too many fields",
+                         "bad field name length");
 }
 
 /* WELCOME's class names: 1..EMLIO_WIRE_MAX_CLASSES strings of
@@ -821,23 +835,9 @@ s_decode_fields(s_reader_t *r, emlio__wire_msg_t *msg)
 static bool
 s_decode_classes(s_reader_t *r, emlio__wire_msg_t *msg)
 {
-    uint64_t n;
-    if (!s_read_array(r, &n, 1))
-        return false;
-    if (n > EMLIO_WIRE_MAX_CLASSES)
-        return s_fail(r, "too many classes");
-    msg->classes = emlio_calloc(n ? n : 1, sizeof(*msg->classes));
-    if (!msg->classes)
-        return s_fail(r, "out of memory");
-    msg->n_classes = n;
-    for (uint64_t i = 0; i < n; i++) {
-        if (!s_read_str(r, &msg->classes[i].s, &msg->classes[i].len))
-            return false;
-        if (msg->classes[i].len == 0 ||
-            msg->classes[i].len > EMLIO_WIRE_MAX_NAME)
-            return s_fail(r, "bad class name length");
-    }
-    return true;
+    return s_decode_strs(r, &msg->classes, &msg->n_classes,
+                         EMLIO_WIRE_MAX_CLASSES, 1, EMLIO_WIRE_MAX_NAME,
+                         "too many classes", "bad class name length");
 }
 
 static bool
@@ -900,22 +900,9 @@ s_decode_samples(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
 static bool
 s_decode_where(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
 {
-    uint64_t n;
-    if (!s_read_array(r, &n, 1))
-        return false;
-    if (n > max_items)
-        return s_fail(r, "too many records in where");
-    msg->where = emlio_calloc(n ? n : 1, sizeof(*msg->where));
-    if (!msg->where)
-        return s_fail(r, "out of memory");
-    msg->n_where = n;
-    for (uint64_t i = 0; i < n; i++) {
-        if (!s_read_str(r, &msg->where[i].s, &msg->where[i].len))
-            return false;
-        if (msg->where[i].len > EMLIO_WIRE_MAX_WHERE)
-            return s_fail(r, "a where entry is too long");
-    }
-    return true;
+    return s_decode_strs(r, &msg->where, &msg->n_where, max_items, 0,
+                         EMLIO_WIRE_MAX_WHERE, "too many records in where",
+                         "a where entry is too long");
 }
 
 /* The offset table of a packed BATCH: flat [offset, length] pairs, offset
