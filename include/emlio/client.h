@@ -50,6 +50,18 @@ typedef struct emlio_ctx emlio_ctx_t;
 typedef struct emlio_client emlio_client_t;
 typedef struct emlio_batch emlio_batch_t;
 
+/* One source of a blended job (docs/planner.md, "Sources"): a dataset on
+ * one or more daemons, and its share of every epoch. */
+typedef struct emlio_source {
+    const char *name;      /* 1..64 printable bytes, unique in the job */
+    const char *endpoints; /* its daemons, comma-separated */
+    double weight;         /* its share against the other weighted
+                              sources: finite and > 0; ignored when samples
+                              is set */
+    uint64_t samples;      /* exactly this many samples an epoch; 0: by
+                              weight */
+} emlio_source_t;
+
 typedef struct emlio_client_config {
     uint32_t batch_size;    /* samples per batch; default 32. May exceed
                                the daemons' samples per GET (WELCOME
@@ -177,6 +189,20 @@ typedef struct emlio_client_config {
      * (an empty name, a name twice) EMLIO_EINVAL. NULL (default): the
      * daemon's fields. Borrowed until emlio_client_new returns. */
     const char *fields;
+    /* Sources (docs/planner.md, "Sources"): n_sources datasets blended in
+     * every epoch in exact quotas, each on its own daemons; connect is
+     * then given NULL for endpoints. Every sample says its source
+     * (emlio_sample_t.source). Sources are mixed whole: no window_shards,
+     * no share. Copied by emlio_client_new. 0 and NULL: one dataset, on
+     * the endpoints connect is given. */
+    const emlio_source_t *sources;
+    uint32_t n_sources;
+    /* Every global batch holds each source's share of it within one
+     * sample (with sources only). Default false. */
+    bool stratify;
+    /* Samples per epoch over all ranks; 0 (default): the sum of the
+     * sources' sizes (with sources only). */
+    uint64_t epoch_samples;
 } emlio_client_config_t;
 
 /* emlio_client_config_t.share_join_mode. */
@@ -209,8 +235,11 @@ EMLIO_EXPORT emlio_client_t *emlio_client_new(emlio_ctx_t *ctx,
 EMLIO_EXPORT void emlio_client_destroy(emlio_client_t **self_p);
 
 /* Connects to the comma-separated ZeroMQ endpoints, one per daemon, and
- * fetches each daemon's inventory. Blocks up to connect_timeout_ms. Returns
- * the number of daemons, -ECONNREFUSED (nothing listens at an endpoint:
+ * fetches each daemon's inventory; with sources configured, endpoints is
+ * NULL and the daemons are the sources' (a bad source, such as a weight
+ * that is not a positive number, two sources of one name or one endpoint
+ * in two sources, is EMLIO_EINVAL naming it). Blocks up to connect_timeout_ms.
+ * Returns the number of daemons, -ECONNREFUSED (nothing listens at an endpoint:
  * said at once, not after the timeout), EMLIO_ETIMEDOUT (a daemon did not
  * answer: the message names it), EMLIO_EDENIED (the daemon refused our CURVE
  * key, or the security settings of the two sides differ), EMLIO_EVERSION,
@@ -252,6 +281,18 @@ EMLIO_EXPORT const char *emlio_client_format(const emlio_client_t *self);
 EMLIO_EXPORT size_t emlio_client_class_count(const emlio_client_t *self);
 EMLIO_EXPORT const char *emlio_client_class_name(const emlio_client_t *self,
                                                  size_t label);
+
+/* The job's sources (0 without them), the name of source s (borrowed;
+ * NULL past the count), the source of shard i, and the samples source s
+ * has in the current epoch over all ranks (its quota; 0 before the first
+ * begin_epoch). */
+EMLIO_EXPORT size_t emlio_client_source_count(const emlio_client_t *self);
+EMLIO_EXPORT const char *emlio_client_source_name(const emlio_client_t *self,
+                                                  size_t s);
+EMLIO_EXPORT uint32_t emlio_client_shard_source(const emlio_client_t *self,
+                                                size_t i);
+EMLIO_EXPORT uint64_t emlio_client_source_quota(const emlio_client_t *self,
+                                                size_t s);
 
 /* The daemons that hold shard i (indices for emlio_client_daemon_endpoint),
  * count in *n; borrowed, valid until destroy. */
@@ -297,6 +338,8 @@ typedef struct emlio_sample {
     uint32_t shard;  /* index for emlio_client_shard_name */
     uint64_t record; /* record index within the shard */
     bool pad;        /* a repeat that only evens out batch counts */
+    uint32_t source; /* index for emlio_client_source_name; 0 without
+                        sources */
 } emlio_sample_t;
 
 /* The samples of a batch, in plan order, and their count in *n. */

@@ -51,7 +51,25 @@ typedef struct emlio_plan_shard {
     uint64_t bytes;          /* file size, for locality and balance */
     const uint32_t *holders; /* borrowed; indices of daemons holding it */
     uint32_t n_holders;      /* >= 1 */
+    /* The source it belongs to: an index into params.sources, 0 when the
+     * epoch has no sources. Shards of one name in two sources are two
+     * shards; replicas are shards of one name within one source. */
+    uint32_t source;
 } emlio_plan_shard_t;
+
+/* One source of a blended epoch (docs/planner.md, "Sources"): a dataset
+ * whose samples the epoch takes in a set proportion. */
+typedef struct emlio_plan_source {
+    /* Its share of the epoch against the other weighted sources: finite
+     * and > 0. Ignored when samples is set. */
+    double weight;
+    /* Exactly this many samples an epoch (0: by weight). */
+    uint64_t samples;
+} emlio_plan_source_t;
+
+/* At most this many sources in one epoch: a stratified sample's place is
+ * found in O(sources). */
+#define EMLIO_PLAN_MAX_SOURCES 1024
 
 enum emlio_shuffle {
     /* File order: shards sorted by name, records in file order. */
@@ -98,6 +116,25 @@ typedef struct emlio_plan_params {
      * earlier runs had. NULL and 0: the whole epoch. */
     const emlio_plan_span_t *done;
     size_t n_done;
+    /* Sources (docs/planner.md, "Sources"): n_sources >= 1 blends them.
+     * The epoch then holds epoch_samples samples (0: the sum of the
+     * sources' sizes, a size being `samples` where set, else its record
+     * count); sources with `samples` get exactly that many, the rest of
+     * the epoch goes to the others in proportion to their weights, each
+     * within one sample of its exact share (largest remainders). A source
+     * asked for fewer samples than it has is subsampled without repeats,
+     * the selection rotating across epochs so that every sample comes
+     * before any comes twice; one asked for more is repeated whole, then
+     * subsampled for the rest. The order is a pure function of (seed,
+     * epoch, the sources in this order, their weights and inventories).
+     * Sources are mixed whole: window_shards must be 0 and shared false.
+     * stratify: every global batch (world x batch_size positions) holds
+     * each source's share of it within one sample, the last one too.
+     * Borrowed for the build. 0 and NULL: one dataset, as before. */
+    const emlio_plan_source_t *sources;
+    size_t n_sources;
+    uint64_t epoch_samples;
+    bool stratify;
 } emlio_plan_params_t;
 
 /* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,
@@ -109,6 +146,7 @@ typedef struct emlio_plan_sample {
     uint32_t shard;  /* index into the shards array given to build */
     uint32_t daemon; /* the holder to read it from */
     uint64_t record; /* record index within the shard */
+    uint32_t source; /* its shard's source (0 without sources) */
     bool pad;        /* a repeat added so all ranks have equal batches */
 } emlio_plan_sample_t;
 
@@ -164,6 +202,19 @@ EMLIO_EXPORT int emlio_plan_slice(uint64_t rest, uint32_t world, uint32_t rank,
                                   uint32_t batch_size, bool drop_last,
                                   uint64_t *first, uint64_t *count);
 
+/* The rest positions [*q0, *q1) that batch k of rank `rank` covers
+ * (those past `rest`, padding, left out), and the batches a rank has:
+ * contiguous slices, or with stratify each rank's part of global batch k
+ * (docs/planner.md, "Stratified batches"). Pure arithmetic, as
+ * emlio_plan_slice. Returns 0 or EMLIO_EINVAL. */
+EMLIO_EXPORT int emlio_plan_batch_span(uint64_t rest, uint32_t world,
+                                       uint32_t rank, uint32_t batch_size,
+                                       bool drop_last, bool stratify,
+                                       uint64_t k, uint64_t *q0, uint64_t *q1);
+EMLIO_EXPORT uint64_t emlio_plan_rank_batches(uint64_t rest, uint32_t world,
+                                              uint32_t batch_size,
+                                              bool drop_last, bool stratify);
+
 /* The global position of sample k (k < sample_count) of this rank's plan;
  * padding gives the position it repeats. The slice of the epoch it holds
  * is the positions of its samples, padding excepted. */
@@ -187,6 +238,11 @@ EMLIO_EXPORT uint64_t emlio_plan_batch_cursor(const emlio_plan_t *self,
  * O(samples). A build needs about as much again, briefly, while it sorts
  * the inventory. */
 EMLIO_EXPORT size_t emlio_plan_memory(const emlio_plan_t *self);
+
+/* The samples source s (s < params.n_sources) has in the epoch, over all
+ * ranks: its quota. 0 past the sources, or for a plan without them. */
+EMLIO_EXPORT uint64_t emlio_plan_source_quota(const emlio_plan_t *self,
+                                              size_t s);
 
 /* The last failure's text. Never NULL. */
 EMLIO_EXPORT const char *emlio_plan_errmsg(const emlio_plan_t *self);

@@ -114,6 +114,8 @@ emlio_client_new(emlio_ctx_t *ctx, const emlio_client_config_t *cfg)
     if (self->xf_init_rc == 0)
         self->xf_init_rc = s_parse_fields(self, cfg->fields, self->xf_init_err);
     self->cfg.fields = NULL; /* borrowed: the split copy is kept */
+    if (self->xf_init_rc == 0)
+        self->xf_init_rc = emlio__sources_init(self, cfg, self->xf_init_err);
     if (self->xf_init_rc == EMLIO_ENOMEM) {
         emlio_client_destroy(&self);
         return NULL;
@@ -149,6 +151,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     for (size_t i = 0; i < self->n_want_fields; i++)
         emlio_free(self->want_fields[i]);
     emlio_free(self->want_fields);
+    emlio__sources_release(self);
     emlio_free(self);
     *self_p = NULL;
 }
@@ -156,13 +159,23 @@ emlio_client_destroy(emlio_client_t **self_p)
 int
 emlio_client_connect(emlio_client_t *self, const char *endpoints)
 {
-    assert(self && endpoints);
+    assert(self);
     if (self->conn.n_daemons)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "client already connected");
     if (self->xf_init_rc < 0)
         return emlio__seterr(self->err, self->xf_init_rc, "%s",
                              self->xf_init_err);
+    if (self->n_src && endpoints && *endpoints)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "the sources name the daemons: connect takes "
+                             "no endpoint list beside them");
+    if (self->n_src)
+        endpoints = self->src_endpoints;
+    if (!endpoints)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "no endpoint to connect "
+                             "to");
     int rc = emlio__client_dial(self, endpoints);
     if (rc < 0) /* as new again: connect may be retried */
         emlio__client_disconnect(self);

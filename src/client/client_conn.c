@@ -717,6 +717,7 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         memcpy(daemon->endpoint, p, len);
         daemon->endpoint[len] = 0;
+        daemon->source = self->src_of_daemon ? self->src_of_daemon[i] : 0;
         char why[512];
         if (emlio__netpath_resolve(daemon->endpoint, why, sizeof(why)) < 0)
             return emlio__seterr(self->err, EMLIO_ENOTFOUND, "%s", why);
@@ -745,7 +746,9 @@ s_plan_window(emlio_client_t *self)
 {
     self->inv.window = self->cfg.window_shards;
     self->inv.share = self->cfg.share;
-    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+    /* Sources are mixed whole: a daemon that shares every job's reads
+     * still serves a blend's picks one by one. */
+    for (uint32_t d = 0; d < self->conn.n_daemons && !self->n_src; d++)
         self->inv.share |= self->conn.daemons[d].share_all;
     if (!self->inv.share || self->cfg.window_shards)
         return;
@@ -851,6 +854,7 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         for (const char *c = self->conn.daemons[d].dataset; *c; c++)
             h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    h = emlio__sources_fold(self, h);
     snprintf(self->inv.dataset, sizeof(self->inv.dataset), "%016" PRIx64, h);
     rc = emlio__client_merge_inventory(self, msgs);
     if (rc < 0)

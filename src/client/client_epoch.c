@@ -33,11 +33,11 @@ emlio__epoch_plan(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
     if (!in)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     for (size_t i = 0; i < self->inv.n_shards; i++)
-        in[i] = (emlio_plan_shard_t){ self->inv.shards[i].name,
-                                      self->inv.shards[i].records,
-                                      self->inv.shards[i].bytes,
-                                      self->inv.shards[i].holders,
-                                      self->inv.shards[i].n_holders };
+        in[i] = (emlio_plan_shard_t){
+            self->inv.shards[i].name,      self->inv.shards[i].records,
+            self->inv.shards[i].bytes,     self->inv.shards[i].holders,
+            self->inv.shards[i].n_holders, self->inv.shards[i].source
+        };
     emlio_plan_params_t params;
     emlio_plan_params_init(&params);
     params.world = self->cfg.world;
@@ -50,6 +50,10 @@ emlio__epoch_plan(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
     params.shared = self->inv.share;
     params.share_join = self->inv.join;
     params.drop_last = self->cfg.drop_last;
+    params.sources = self->plan_src;
+    params.n_sources = self->n_src;
+    params.epoch_samples = self->cfg.epoch_samples;
+    params.stratify = self->cfg.stratify;
     if (self->resume.live && self->resume.epoch == epoch) {
         params.done = self->resume.spans;
         params.n_done = self->resume.n;

@@ -107,6 +107,7 @@ typedef struct emlio__cdaemon {
                                reads (emliod --share-all) */
     uint64_t share_segs;    /* WELCOME's "share_segs" (0: not said) and */
     uint64_t share_cursor;  /* "share_cursor": where its sharing jobs are */
+    uint32_t source;        /* the source it serves (0 without sources) */
     uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
                                packed batches (v4) unless the daemon
                                refused it (client_conn.c) */
@@ -142,6 +143,7 @@ typedef struct emlio__cshard {
     uint64_t bytes;
     uint32_t *holders;
     uint32_t n_holders;
+    uint32_t source; /* its daemons' source (0 without sources) */
 } emlio__cshard_t;
 
 /* The merged inventory the daemons' WELCOMEs gave. */
@@ -325,11 +327,30 @@ struct emlio_client {
                            connect */
     char **want_fields; /* cfg.fields split: asked of the daemons in HELLO */
     size_t n_want_fields;
+    /* cfg.sources copied (names and endpoints owned), the plans' view of
+     * them, and every source's endpoints joined for connect; NULL/0
+     * without sources. */
+    emlio_source_t *src;
+    emlio_plan_source_t *plan_src;
+    uint32_t n_src;
+    char *src_endpoints;
+    uint32_t *src_of_daemon; /* daemon d (in src_endpoints' order) */
     char xf_init_err[EMLIO_ERRMSG_LEN];
 };
 
 /* client_conn.c */
 int emlio__client_dial(emlio_client_t *self, const char *endpoints);
+
+/* ---- sources (client_sources.c) ------------------------------------------ */
+
+/* Checks and copies cfg's sources into self (and joins their endpoints).
+ * Returns 0, EMLIO_EINVAL (err names the source and why) or ENOMEM. */
+int emlio__sources_init(emlio_client_t *self, const emlio_client_config_t *cfg,
+                        char *err);
+void emlio__sources_release(emlio_client_t *self);
+/* h with the sources, their weights and counts folded in: part of the
+ * dataset's fingerprint, so a resume state names the blend it was of. */
+uint64_t emlio__sources_fold(const emlio_client_t *self, uint64_t h);
 /* client_inventory.c: the shards of every daemon's WELCOME (msgs, one per
  * daemon) merged by name where their content is the same, the job's class
  * list, each daemon's label map, and the format. Refuses (EMLIO_EMISMATCH,

@@ -28,6 +28,7 @@ typedef struct s_entry {
     uint64_t digest;
     uint32_t daemon;
     uint32_t local;
+    uint32_t source;
 } s_entry_t;
 
 #define S_CMP(x, y) ((x) < (y) ? -1 : (x) > (y))
@@ -41,10 +42,12 @@ s_cmp_bytes(const char *a, size_t alen, const char *b, size_t blen)
     return c ? c : S_CMP(alen, blen);
 }
 
+/* Source, then name: shards of one name in two sources are two shards. */
 static int
 s_cmp_name(const s_entry_t *a, const s_entry_t *b)
 {
-    return s_cmp_bytes(a->name, a->name_len, b->name, b->name_len);
+    int c = S_CMP(a->source, b->source);
+    return c ? c : s_cmp_bytes(a->name, a->name_len, b->name, b->name_len);
 }
 
 /* By name, then content, then daemon: the copies of one content of a name
@@ -99,6 +102,7 @@ s_add_shard(emlio_client_t *self, const s_entry_t *e, size_t i, size_t j,
     shard->name[len] = '\0';
     shard->records = e[i].records;
     shard->bytes = e[i].bytes;
+    shard->source = e[i].source;
     self->inv.n_shards++;
     for (size_t k = i; k < j; k++) {
         shard->holders[shard->n_holders++] = e[k].daemon;
@@ -367,8 +371,10 @@ emlio__client_merge_inventory(emlio_client_t *self,
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         for (size_t i = 0; i < msgs[d].n_shards; i++) {
             const emlio__wire_shard_t *s = &msgs[d].shards[i];
-            e[k++] = (s_entry_t){ s->name,   s->name_len, s->records, s->bytes,
-                                  s->digest, d,           (uint32_t)i };
+            e[k++] = (s_entry_t){ s->name,     s->name_len,
+                                  s->records,  s->bytes,
+                                  s->digest,   d,
+                                  (uint32_t)i, self->conn.daemons[d].source };
         }
     int rc = s_merge_shards(self, e, n);
     emlio_free(e);

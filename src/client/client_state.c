@@ -445,13 +445,16 @@ s_gather(emlio_client_t *self, const s_state_t *st, size_t n, uint64_t epoch,
         const s_state_t *s = &st[i];
         if (s->epoch != epoch)
             continue;
-        uint64_t first, count;
-        if (emlio_plan_slice(rest_size, s->world, s->rank, s->batch_size,
-                             self->cfg.drop_last, &first, &count) < 0)
+        uint64_t q0, q1;
+        if (emlio_plan_batch_span(rest_size, s->world, s->rank, s->batch_size,
+                                  self->cfg.drop_last, self->cfg.stratify, 0,
+                                  &q0, &q1) < 0)
             return emlio__seterr(self->err, EMLIO_ESTATE,
                                  "%s cannot be of this dataset",
                                  s_which(a, sizeof(a), i, n));
-        uint64_t want = count / s->batch_size + (count % s->batch_size != 0);
+        uint64_t want =
+            emlio_plan_rank_batches(rest_size, s->world, s->batch_size,
+                                    self->cfg.drop_last, self->cfg.stratify);
         if (s->n_batches != want)
             return emlio__seterr(self->err, EMLIO_ESTATE,
                                  "%s has %" PRIu64 " batches, its rank's plan "
@@ -462,9 +465,9 @@ s_gather(emlio_client_t *self, const s_state_t *st, size_t n, uint64_t epoch,
         for (uint64_t k = 0; k < s->n_batches; k++) {
             if (!s_delivered(s, k))
                 continue;
-            uint64_t q0 = first + k * s->batch_size;
-            uint64_t q1 = first + EMLIO_MIN((k + 1) * s->batch_size, count);
-            q1 = EMLIO_MIN(q1, rest_size);
+            emlio_plan_batch_span(rest_size, s->world, s->rank, s->batch_size,
+                                  self->cfg.drop_last, self->cfg.stratify, k,
+                                  &q0, &q1);
             if (q0 < q1 && emlio__rest_map(rest, q0, q1, s_spans_add, out) < 0)
                 return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         }

@@ -254,7 +254,8 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
     for (size_t i = 0; i < n; i++) {
         b->samples[i] =
             (emlio_sample_t){ NULL,          SIZE_MAX,       -1,
-                              plan[i].shard, plan[i].record, plan[i].pad };
+                              plan[i].shard, plan[i].record, plan[i].pad,
+                              plan[i].source };
         for (size_t f = 0; f < self->inv.n_fields; f++) {
             b->fdata[i * self->inv.n_fields + f] = NULL; /* until it arrives */
             b->flen[i * self->inv.n_fields + f] = 0;

@@ -6,18 +6,13 @@
  */
 #include "emlio_internal.h"
 
+#include "plan_blend.h"
 #include "plan_rest.h"
 
 /* 2^64 / phi, the splitmix64 increment. */
 #define S_GOLDEN   UINT64_C(0x9e3779b97f4a7c15)
 /* Initial value of the key derivation: "EMLIO" in ASCII, then zeros. */
 #define S_KEY_INIT UINT64_C(0x454d4c494f000000)
-
-/* Rounds of the Feistel network that permutes a window (docs/planner.md,
- * "Step 3"). Four rounds make a pseudo-random permutation when the round
- * functions are; six leave a margin for small domains, where each half
- * has only a few bits. */
-#define S_ROUNDS 6
 
 /* One distinct shard, at its place in this epoch's order. Sixteen bytes a
  * shard is all a plan keeps: a sample's shard is found by binary search on
@@ -28,22 +23,13 @@ struct s_slot {
     uint32_t daemon; /* the holder chosen to read it */
 };
 
-/* A keyed permutation of [0, m): a Feistel network over the smallest
- * power of two >= m (at least 4), cycle-walked back into [0, m). */
-struct s_feistel {
-    uint64_t key[S_ROUNDS];
-    uint64_t m;
-    uint64_t lo_mask; /* the right half's bits */
-    uint64_t hi_mask; /* the left half's bits, shifted down */
-    unsigned lo_bits;
-};
-
 /* emlio_plan_batch fills this on a const plan: it is a separate object
  * the plan points to, so the plan itself is never written there. */
 struct s_batchbuf {
     size_t cap;
     size_t win;                   /* window whose keys are in f, or SIZE_MAX */
-    struct s_feistel f;           /* that window's permutation */
+    emlio__perm_t f;              /* that window's permutation */
+    emlio__blend_cache_t blend;   /* a stratified batch's counts */
     emlio_plan_sample_t *samples; /* cap entries */
 };
 
@@ -71,6 +57,16 @@ struct emlio_plan {
     bool shuffle;
     bool shared;        /* the shard order is the dataset's (s_dataset_key) */
     emlio__rest_t rest; /* what earlier runs consumed of the epoch */
+    bool blended;       /* sources: positions map through blend */
+    emlio__blend_t blend;
+    /* Stratified: ranks take their batch i from global batch i (world x
+     * batch_size rest positions from i x that), not contiguous slices,
+     * so each step's samples are one stratified global batch. */
+    bool stratified;
+    uint32_t world;
+    uint32_t rank;
+    uint64_t full;      /* stratified: full global batches of the rest */
+    uint64_t last_part; /* stratified: each rank's part of the short one */
     uint64_t first;     /* this rank's first rest position */
     uint64_t n_samples;
     size_t batch_size;
@@ -95,6 +91,7 @@ struct s_shard {
 /* A caller entry with its name, so qsort needs no context pointer. */
 struct s_named {
     const char *name;
+    uint32_t source;
     uint32_t index;
 };
 
@@ -225,6 +222,8 @@ s_cmp_named(const void *a, const void *b)
 {
     const struct s_named *x = a;
     const struct s_named *y = b;
+    if (x->source != y->source)
+        return x->source < y->source ? -1 : 1;
     int c = strcmp(x->name, y->name);
     if (c)
         return c;
@@ -281,8 +280,11 @@ emlio_plan_destroy(emlio_plan_t **self_p)
     emlio_free(self->slots);
     emlio_free(self->wins);
     emlio__rest_release(&self->rest);
-    if (self->buf)
+    emlio__blend_release(&self->blend);
+    if (self->buf) {
         emlio_free(self->buf->samples);
+        emlio__blend_cache_release(&self->buf->blend);
+    }
     emlio_free(self->buf);
     emlio_free(self);
     *self_p = NULL;
@@ -302,13 +304,19 @@ s_nomem(emlio_plan_t *self, const char *what)
                          "cannot plan epoch: out of memory for %s", what);
 }
 
-/* Checks the inventory and sorts it by name, so nothing later depends on
- * the order of the caller's array. */
+/* Checks the inventory and sorts it by source and name, so nothing later
+ * depends on the order of the caller's array. */
 static int
-s_sort_inventory(emlio_plan_t *self, struct s_build *b, size_t n)
+s_sort_inventory(emlio_plan_t *self, struct s_build *b, size_t n,
+                 size_t n_sources)
 {
     const emlio_plan_shard_t *shards = b->shards;
     for (size_t i = 0; i < n; i++) {
+        if (shards[i].source >= EMLIO_MAX(n_sources, (size_t)1))
+            return emlio__seterr(self->err, EMLIO_EINVAL,
+                                 "shard '%s' names source %" PRIu32 " of %zu",
+                                 shards[i].name ? shards[i].name : "?",
+                                 shards[i].source, n_sources);
         if (!shards[i].name)
             return emlio__seterr(self->err, EMLIO_EINVAL,
                                  "shard %zu has no name", i);
@@ -321,6 +329,7 @@ s_sort_inventory(emlio_plan_t *self, struct s_build *b, size_t n)
         return s_nomem(self, "the shard index");
     for (size_t i = 0; i < n; i++) {
         b->named[i].name = shards[i].name;
+        b->named[i].source = shards[i].source;
         b->named[i].index = (uint32_t)i;
     }
     qsort(b->named, n, sizeof(*b->named), s_cmp_named);
@@ -356,7 +365,8 @@ s_merge_replicas(emlio_plan_t *self, struct s_build *b, size_t n)
         uint64_t lo = s->records;
         uint64_t hi = s->records;
         uint64_t bytes = s->bytes;
-        while (j < n && strcmp(b->named[j].name, b->named[i].name) == 0) {
+        while (j < n && b->named[j].source == b->named[i].source &&
+               strcmp(b->named[j].name, b->named[i].name) == 0) {
             const emlio_plan_shard_t *r = &shards[b->named[j].index];
             lo = EMLIO_MIN(lo, r->records);
             hi = EMLIO_MAX(hi, r->records);
@@ -520,15 +530,15 @@ out:
     return rc;
 }
 
-/* Sets f up as window w's permutation of [0, m), m >= 1. The network runs
- * on t bits, 2^t the smallest power of two >= m but at least 4, split into
- * a right half of floor(t/2) bits and a left half of the rest. */
-static void
-s_feistel_init(struct s_feistel *f, uint64_t seed, uint64_t epoch, size_t w,
-               uint64_t m)
+/* Sets f up as one stream's permutation of [0, m). The network runs on t
+ * bits, 2^t the smallest power of two >= m but at least 4, split into a
+ * right half of floor(t/2) bits and a left half of the rest. */
+void
+emlio__perm_init(emlio__perm_t *f, uint64_t seed, uint64_t epoch,
+                 uint64_t stream, uint64_t m)
 {
-    uint64_t key = s_stream_key(seed, epoch, (uint64_t)w + 1);
-    for (size_t i = 0; i < S_ROUNDS; i++)
+    uint64_t key = s_stream_key(seed, epoch, stream);
+    for (size_t i = 0; i < EMLIO__PERM_ROUNDS; i++)
         f->key[i] = s_splitmix64(&key);
     unsigned t = 2;
     while (t < 64 && (UINT64_C(1) << t) < m)
@@ -544,29 +554,29 @@ s_feistel_init(struct s_feistel *f, uint64_t seed, uint64_t epoch, size_t w,
  * function is splitmix64's mixer keyed by xor, whose every output bit
  * depends on every input bit. */
 static uint64_t
-s_feistel_pass(const struct s_feistel *f, uint64_t x)
+s_perm_pass(const emlio__perm_t *f, uint64_t x)
 {
     uint64_t l = x >> f->lo_bits;
     uint64_t r = x & f->lo_mask;
-    for (size_t i = 0; i < S_ROUNDS; i += 2) {
+    for (size_t i = 0; i < EMLIO__PERM_ROUNDS; i += 2) {
         l ^= s_mix64(f->key[i] ^ r) & f->hi_mask;
         r ^= s_mix64(f->key[i + 1] ^ l) & f->lo_mask;
     }
     return (l << f->lo_bits) | r;
 }
 
-/* The image of x < m. Cycle-walking: a pass that lands outside [0, m) is
- * applied again. Since a pass permutes [0, 2^t), following x's cycle
- * comes back into [0, m), and the first value there defines a
- * permutation of [0, m) (Black and Rogaway, 2002). 2^t < 2m (or t = 2),
- * so a position takes at most 2 passes on average. */
-static uint64_t
-s_feistel(const struct s_feistel *f, uint64_t x)
+/* Cycle-walking: a pass that lands outside [0, m) is applied again. Since
+ * a pass permutes [0, 2^t), following x's cycle comes back into [0, m),
+ * and the first value there defines a permutation of [0, m) (Black and
+ * Rogaway, 2002). 2^t < 2m (or t = 2), so a position takes at most 2
+ * passes on average. */
+uint64_t
+emlio__perm_apply(const emlio__perm_t *f, uint64_t x)
 {
     if (f->m < 2)
         return x;
     do
-        x = s_feistel_pass(f, x);
+        x = s_perm_pass(f, x);
     while (x >= f->m);
     return x;
 }
@@ -694,7 +704,14 @@ s_order_shards(emlio_plan_t *self, struct s_build *b, size_t window,
     self->n_win = 0;
     self->segments = 1;
     int rc = 0;
-    if (self->shuffle && self->shared && b->n_uniq > 1) {
+    if (self->blended) {
+        /* Sources: their records source-major in file order, one window;
+         * the blend mixes them (plan_blend.c). */
+        self->window = EMLIO_MAX(b->n_uniq, (size_t)1);
+        rc = s_reserve_windows(self, 1);
+        if (rc == 0)
+            s_cut_windows(self, 0, self->window, 0);
+    } else if (self->shuffle && self->shared && b->n_uniq > 1) {
         rc = s_order_shared(self, b, join);
     } else {
         if (self->shuffle && b->n_uniq > 1)
@@ -735,6 +752,11 @@ s_clear(emlio_plan_t *self)
     self->dropped = 0;
     self->rest.n = 0;
     self->rest.done = 0;
+    self->blended = false;
+    self->blend.n = 0;
+    self->stratified = false;
+    self->full = 0;
+    self->last_part = 0;
 }
 
 /* Sizes this rank's share of the rest of the epoch (all of it unless
@@ -742,6 +764,29 @@ s_clear(emlio_plan_t *self)
  * [r * per_rank, (r + 1) * per_rank) of the order extended by padding
  * (positions past the end wrap to its start). Only the bounds are kept;
  * emlio_plan_position maps one to the epoch's global order. */
+/* Stratified slices: rank r's batch i is rest positions i G + r B ..
+ * + B of global batch i (G = world x B); the short last global batch of
+ * L positions is cut into world parts of ceil(L / world), padded past
+ * the end as contiguous slices are (drop_last drops it). */
+static int
+s_slice_stratified(emlio_plan_t *self, const emlio_plan_params_t *p, uint64_t n)
+{
+    uint64_t g = (uint64_t)p->world * p->batch_size;
+    self->full = n / g;
+    uint64_t short_len = n % g;
+    self->last_part =
+        p->drop_last ? 0 : short_len / p->world + (short_len % p->world != 0);
+    self->dropped = p->drop_last ? short_len : 0;
+    self->n_samples = self->full * p->batch_size + self->last_part;
+    uint64_t start = self->full * g + (uint64_t)p->rank * self->last_part;
+    uint64_t end = start + self->last_part;
+    self->pad = end > n ? end - EMLIO_MAX(start, n) : 0;
+    self->first = 0;
+    self->batch_size = p->batch_size;
+    self->n_batches = (size_t)(self->full + (self->last_part != 0));
+    return 0;
+}
+
 static int
 s_slice(emlio_plan_t *self, const emlio_plan_params_t *p)
 {
@@ -750,6 +795,11 @@ s_slice(emlio_plan_t *self, const emlio_plan_params_t *p)
     if (rc < 0)
         return rc;
     uint64_t n = self->dataset - self->rest.done;
+    self->stratified = p->stratify;
+    self->world = p->world;
+    self->rank = p->rank;
+    if (p->stratify)
+        return s_slice_stratified(self, p, n);
     uint64_t per_rank;
     if (emlio_plan_slice(n, p->world, p->rank, p->batch_size, p->drop_last,
                          &self->first, &per_rank) < 0)
@@ -785,6 +835,8 @@ s_reserve_batch(emlio_plan_t *self)
             return s_nomem(self, "a batch");
     }
     self->buf->win = SIZE_MAX;
+    if (emlio__blend_cache_reserve(&self->buf->blend, &self->blend) < 0)
+        return s_nomem(self, "a batch");
     if (want <= self->buf->cap)
         return 0;
     emlio_plan_sample_t *grown =
@@ -817,7 +869,55 @@ s_check_params(emlio_plan_t *self, const emlio_plan_params_t *params, size_t n)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "too many shards: %zu (at most %" PRIu32 ")", n,
                              UINT32_MAX);
+    if (params->n_sources && !params->sources)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "%zu sources, but no source array",
+                             params->n_sources);
+    if (!params->n_sources && (params->epoch_samples || params->stratify))
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "an epoch size or stratified batches need "
+                             "sources to take them from");
+    if (params->n_sources && (params->shared || params->window_shards))
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "sources are mixed whole: no shuffle windows "
+                             "(window_shards %" PRIu32 ") and no shared "
+                             "schedule",
+                             params->window_shards);
+    if ((uint64_t)params->world * params->batch_size > UINT32_MAX &&
+        params->stratify)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "a global batch of %" PRIu64 " samples is too "
+                             "large to stratify",
+                             (uint64_t)params->world * params->batch_size);
     return 0;
+}
+
+/* Sources: each one's record count, from the slots in file order (each
+ * with its record count in start), and the epoch's quotas. */
+static int
+s_blend_sources(emlio_plan_t *self, const struct s_build *b,
+                const emlio_plan_params_t *params)
+{
+    uint64_t *sizes = emlio_calloc(params->n_sources, sizeof(*sizes));
+    if (!sizes)
+        return s_nomem(self, "the sources");
+    int rc = 0;
+    for (size_t p = 0; p < b->n_uniq && rc == 0; p++) {
+        uint32_t s = b->shards[self->slots[p].caller].source;
+        if (self->slots[p].start > UINT64_MAX - sizes[s])
+            rc = emlio__seterr(self->err, EMLIO_EINVAL,
+                               "cannot plan epoch: source %" PRIu32
+                               " has more than 2^64 - 1 records",
+                               s);
+        else
+            sizes[s] += self->slots[p].start;
+    }
+    if (rc == 0)
+        rc = emlio__blend_init(&self->blend, params, sizes, self->err);
+    emlio_free(sizes);
+    if (rc == 0)
+        self->dataset = self->blend.total;
+    return rc;
 }
 
 int
@@ -838,7 +938,8 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
     self->epoch = params->epoch;
     self->shuffle = params->shuffle == EMLIO_SHUFFLE_WINDOW;
     self->shared = params->shared;
-    rc = s_sort_inventory(self, &b, n);
+    self->blended = params->n_sources > 0;
+    rc = s_sort_inventory(self, &b, n, params->n_sources);
     if (rc == 0)
         rc = s_merge_replicas(self, &b, n);
     if (rc == 0)
@@ -846,9 +947,13 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
     /* Only the merged shards are needed from here: lower the peak. */
     emlio_free(b.named);
     b.named = NULL;
+    if (rc == 0 && self->blended)
+        rc = s_blend_sources(self, &b, params);
     if (rc == 0)
         rc =
             s_order_shards(self, &b, params->window_shards, params->share_join);
+    if (rc == 0 && self->blended)
+        self->dataset = self->blend.total;
     if (rc == 0)
         rc = s_slice(self, params);
     if (rc == 0)
@@ -899,6 +1004,18 @@ static void
 s_sample_at(const emlio_plan_t *self, uint64_t g, emlio_plan_sample_t *out)
 {
     struct s_batchbuf *buf = self->buf;
+    if (self->blended) {
+        uint64_t r =
+            emlio__blend_record(&self->blend, &buf->blend, g, &out->source);
+        const struct s_slot *slot =
+            &self->slots[s_find_slot(self->slots, 0, self->n_slots, r)];
+        out->shard = slot->caller;
+        out->daemon = slot->daemon;
+        out->record = r - slot->start;
+        out->pad = false;
+        return;
+    }
+    out->source = 0;
     size_t w = s_find_window(self, g);
     size_t s_lo = self->wins[w].first;
     size_t s_hi = self->wins[w + 1].first;
@@ -908,10 +1025,11 @@ s_sample_at(const emlio_plan_t *self, uint64_t g, emlio_plan_sample_t *out)
         if (buf->win != w) {
             uint64_t end =
                 s_hi < self->n_slots ? self->slots[s_hi].start : self->dataset;
-            s_feistel_init(&buf->f, self->seed, self->epoch, w, end - base);
+            emlio__perm_init(&buf->f, self->seed, self->epoch, (uint64_t)w + 1,
+                             end - base);
             buf->win = w;
         }
-        x = base + s_feistel(&buf->f, g - base);
+        x = base + emlio__perm_apply(&buf->f, g - base);
     }
     const struct s_slot *slot =
         &self->slots[s_find_slot(self->slots, s_lo, s_hi, x)];
@@ -919,6 +1037,25 @@ s_sample_at(const emlio_plan_t *self, uint64_t g, emlio_plan_sample_t *out)
     out->daemon = slot->daemon;
     out->record = x - slot->start;
     out->pad = false;
+}
+
+/* The rest position of sample k of this rank's plan, and whether it is
+ * padding (past the rest's end: it wraps to its start). */
+static uint64_t
+s_rest_position(const emlio_plan_t *self, uint64_t k, bool *pad)
+{
+    uint64_t rest = self->dataset - self->rest.done;
+    uint64_t q = self->first + k;
+    if (self->stratified) {
+        uint64_t g = (uint64_t)self->world * self->batch_size;
+        uint64_t i = k / self->batch_size;
+        uint64_t j = k % self->batch_size;
+        q = i < self->full
+                ? i * g + (uint64_t)self->rank * self->batch_size + j
+                : self->full * g + (uint64_t)self->rank * self->last_part + j;
+    }
+    *pad = q >= rest;
+    return q >= rest ? (q - rest) % rest : q;
 }
 
 const emlio_plan_sample_t *
@@ -931,11 +1068,13 @@ emlio_plan_batch(const emlio_plan_t *self, size_t i, size_t *n)
     size_t len =
         (size_t)EMLIO_MIN((uint64_t)self->batch_size, self->n_samples - start);
     emlio_plan_sample_t *dst = self->buf->samples;
-    uint64_t rest = self->dataset - self->rest.done;
-    uint64_t q = self->first + start;
-    for (size_t k = 0; k < len; k++, q++) {
-        s_sample_at(self, emlio_plan_position(self, start + k), &dst[k]);
-        dst[k].pad = q >= rest;
+    for (size_t k = 0; k < len; k++) {
+        bool pad;
+        uint64_t q = s_rest_position(self, start + k, &pad);
+        s_sample_at(self,
+                    self->rest.n ? emlio__rest_position(&self->rest, q) : q,
+                    &dst[k]);
+        dst[k].pad = pad;
     }
     *n = len;
     return dst;
@@ -996,11 +1135,8 @@ emlio_plan_position(const emlio_plan_t *self, uint64_t k)
 {
     assert(self);
     assert(k < self->n_samples);
-    uint64_t rest = self->dataset - self->rest.done;
-    uint64_t q = self->first + k;
-    /* Past the end, positions wrap to the start of the rest. */
-    if (q >= rest)
-        q = (q - rest) % rest;
+    bool pad;
+    uint64_t q = s_rest_position(self, k, &pad);
     return self->rest.n ? emlio__rest_position(&self->rest, q) : q;
 }
 
@@ -1025,6 +1161,13 @@ emlio_plan_dropped_count(const emlio_plan_t *self)
     return self->dropped;
 }
 
+uint64_t
+emlio_plan_source_quota(const emlio_plan_t *self, size_t s)
+{
+    assert(self);
+    return self->blended && s < self->blend.n ? self->blend.src[s].quota : 0;
+}
+
 const char *
 emlio_plan_errmsg(const emlio_plan_t *self)
 {
@@ -1037,7 +1180,8 @@ emlio_plan_memory(const emlio_plan_t *self)
 {
     assert(self);
     size_t len = sizeof(*self) + self->slots_cap * sizeof(*self->slots) +
-                 self->wins_cap * sizeof(*self->wins);
+                 self->wins_cap * sizeof(*self->wins) +
+                 self->blend.cap * sizeof(*self->blend.src);
     if (self->buf)
         len +=
             sizeof(*self->buf) + self->buf->cap * sizeof(*self->buf->samples);

@@ -132,6 +132,53 @@ emlio__spans_normalize(emlio_plan_span_t *spans, size_t *n)
 }
 
 /* Public: the slice of an epoch's rest that one rank takes (plan.h). */
+uint64_t
+emlio_plan_rank_batches(uint64_t rest, uint32_t world, uint32_t batch_size,
+                        bool drop_last, bool stratify)
+{
+    if (world == 0 || batch_size == 0)
+        return 0;
+    uint64_t g = (uint64_t)world * batch_size;
+    if (stratify)
+        return rest / g + (!drop_last && rest % g != 0);
+    uint64_t first, count;
+    if (emlio_plan_slice(rest, world, 0, batch_size, drop_last, &first,
+                         &count) < 0)
+        return 0;
+    return count / batch_size + (count % batch_size != 0);
+}
+
+int
+emlio_plan_batch_span(uint64_t rest, uint32_t world, uint32_t rank,
+                      uint32_t batch_size, bool drop_last, bool stratify,
+                      uint64_t k, uint64_t *q0, uint64_t *q1)
+{
+    assert(q0 && q1);
+    uint64_t first, count;
+    if (emlio_plan_slice(rest, world, rank, batch_size, drop_last, &first,
+                         &count) < 0)
+        return EMLIO_EINVAL;
+    uint64_t b = batch_size;
+    if (stratify) {
+        uint64_t g = (uint64_t)world * b;
+        uint64_t full = rest / g, short_len = rest % g;
+        uint64_t part = short_len / world + (short_len % world != 0);
+        if (k < full) {
+            *q0 = k * g + rank * b;
+            *q1 = *q0 + b;
+        } else {
+            *q0 = full * g + rank * part;
+            *q1 = *q0 + (drop_last ? 0 : part);
+        }
+    } else {
+        *q0 = first + EMLIO_MIN(k * b, count);
+        *q1 = first + EMLIO_MIN((k + 1) * b, count);
+    }
+    *q1 = EMLIO_MIN(*q1, rest);
+    *q0 = EMLIO_MIN(*q0, *q1);
+    return 0;
+}
+
 int
 emlio_plan_slice(uint64_t rest, uint32_t world, uint32_t rank,
                  uint32_t batch_size, bool drop_last, uint64_t *first,

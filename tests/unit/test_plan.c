@@ -535,7 +535,7 @@ test_plan_replicas_read_once(void **state)
     (void)state;
     /* Eight names, each reported by daemon 0 and by daemon 1 as separate
      * entries, plus one entry listing daemons 2 and 3 itself. */
-    emlio_plan_shard_t shards[17];
+    emlio_plan_shard_t shards[17] = { 0 };
     char names[9][16];
     static const uint32_t d0 = 0;
     static const uint32_t d1 = 1;

@@ -19,8 +19,9 @@ make_inventory(emlio_plan_shard_t *shards, uint64_t *total)
     *total = 0;
     for (size_t i = 0; i < N_SHARDS; i++) {
         snprintf(s_names[i], sizeof(s_names[i]), "s%02zu", i);
-        shards[i] = (emlio_plan_shard_t){ s_names[i], 1 + (i * 37 + 11) % 97, 0,
-                                          &s_holder, 1 };
+        shards[i] = (emlio_plan_shard_t){ s_names[i], 1 + (i * 37 + 11) % 97,
+                                          0,          &s_holder,
+                                          1,          0 };
         *total += shards[i].records;
     }
 }

@@ -174,6 +174,16 @@ s_set(const char *where, const opt_t *o, const char *value)
     case OPT_STR:
         *(const char **)o->dest = value;
         break;
+    case OPT_LIST: {
+        opt_list_t *list = o->dest;
+        if (list->n == OPT_LIST_MAX) {
+            fprintf(stderr, "%s: --%s given more than %d times\n", where,
+                    o->name, OPT_LIST_MAX);
+            return -1;
+        }
+        list->v[list->n++] = value;
+        break;
+    }
     case OPT_U64:
     case OPT_U32:
     case OPT_INT:

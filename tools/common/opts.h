@@ -36,8 +36,17 @@ enum opt_kind {
     OPT_CHOICE, /* int *dest = the value of the named choice */
     OPT_SIZE,   /* uint64_t *dest, decimal with an optional K, M, G or T
                    suffix (KiB..., 1024-based), in [min, max] */
+    OPT_LIST,   /* opt_list_t *dest: each use appends the value (borrowed) */
     OPT_HELP    /* prints nothing itself: opt_parse returns OPT_HELP_SHOWN */
 };
+
+/* The values of a repeatable option (OPT_LIST), in the order given. */
+#define OPT_LIST_MAX 256
+
+typedef struct opt_list {
+    const char *v[OPT_LIST_MAX];
+    size_t n;
+} opt_list_t;
 
 /* One named value of an OPT_CHOICE option. */
 typedef struct opt_choice {

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,11 +59,15 @@ s_save_state(emlio_client_t *client, const char *path, FILE *ids,
 }
 
 /* Exactly-once bookkeeping for one epoch: one bit per (shard, record) of
- * the rank's plan, set when the sample arrives. */
+ * the rank's plan, set when the sample arrives. A blend of sources may
+ * plan a sample several times (a source asked for more than it has):
+ * then a count per sample instead, each arrival checked against it. */
 typedef struct s_verifier {
     uint64_t *first; /* first global record number of each shard */
     uint8_t *planned;
     uint8_t *seen;
+    uint16_t *planned_n; /* with sources: times planned, saturating */
+    uint16_t *seen_n;
     uint64_t total;
     uint64_t expected;
     uint64_t received;
@@ -86,9 +91,19 @@ s_verifier_begin(s_verifier_t *v, emlio_client_t *client)
         v->seen = calloc(v->total / 8 + 1, 1);
         if (!v->planned || !v->seen)
             return -1;
+        if (emlio_client_source_count(client)) {
+            v->planned_n = calloc(v->total + 1, sizeof(uint16_t));
+            v->seen_n = calloc(v->total + 1, sizeof(uint16_t));
+            if (!v->planned_n || !v->seen_n)
+                return -1;
+        }
     }
     memset(v->planned, 0, v->total / 8 + 1);
     memset(v->seen, 0, v->total / 8 + 1);
+    if (v->planned_n) {
+        memset(v->planned_n, 0, (v->total + 1) * sizeof(uint16_t));
+        memset(v->seen_n, 0, (v->total + 1) * sizeof(uint16_t));
+    }
     v->expected = v->received = v->duplicates = v->unplanned = 0;
     const emlio_plan_t *plan = emlio_client_plan(client);
     for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
@@ -99,6 +114,8 @@ s_verifier_begin(s_verifier_t *v, emlio_client_t *client)
                 continue;
             uint64_t g = v->first[s[i].shard] + s[i].record;
             v->planned[g / 8] |= (uint8_t)(1u << (g % 8));
+            if (v->planned_n && v->planned_n[g] < UINT16_MAX)
+                v->planned_n[g]++;
             v->expected++;
         }
     }
@@ -112,6 +129,14 @@ s_verifier_add(s_verifier_t *v, const emlio_sample_t *s)
         return;
     uint64_t g = v->first[s->shard] + s->record;
     uint8_t bit = (uint8_t)(1u << (g % 8));
+    if (v->planned_n && (v->planned[g / 8] & bit)) {
+        if (v->seen_n[g] < v->planned_n[g] || v->planned_n[g] == UINT16_MAX)
+            v->received++;
+        else
+            v->duplicates++;
+        v->seen_n[g] += v->seen_n[g] < UINT16_MAX;
+        return;
+    }
     if (!(v->planned[g / 8] & bit))
         v->unplanned++;
     else if (v->seen[g / 8] & bit)
@@ -127,6 +152,8 @@ s_verifier_release(s_verifier_t *v)
     free(v->first);
     free(v->planned);
     free(v->seen);
+    free(v->planned_n);
+    free(v->seen_n);
 }
 
 /* One JSON line per epoch on stdout: T, wait, volume, CPU and energy, with
@@ -264,8 +291,11 @@ typedef struct s_fetch {
     double energy_j;
     char energy_source[24];
     double last_progress;
-    bool progress_drawn; /* a redrawn line is on the terminal */
-    uint64_t epoch0;     /* the first epoch this run fetches */
+    bool progress_drawn;    /* a redrawn line is on the terminal */
+    uint64_t epoch0;        /* the first epoch this run fetches */
+    opt_list_t source_opts; /* --source NAME=EP[,EP...][@WEIGHT] */
+    emlio_source_t sources[OPT_LIST_MAX];
+    char *source_text; /* the --source values split in place */
 } s_fetch_t;
 
 static void
@@ -276,6 +306,58 @@ s_usage(FILE *out, const opt_t *const *tables)
     opt_usage(out, tables);
     fprintf(out, "\nThe last line of stdout is a JSON object with the "
                  "figures.\n");
+}
+
+/* --source NAME=EP[,EP...][@WEIGHT]: the values split in one copy. The
+ * weight is what follows the last '@' when it reads as a number (an ipc
+ * path may hold an '@' of its own); 1 when none is given. */
+static int
+s_parse_sources(s_fetch_t *self)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < self->source_opts.n; i++)
+        len += strlen(self->source_opts.v[i]) + 1;
+    char *p = self->source_text = malloc(len ? len : 1);
+    if (!p) {
+        fprintf(stderr, "emlio fetch: out of memory\n");
+        return -1;
+    }
+    for (size_t i = 0; i < self->source_opts.n; i++) {
+        const char *arg = self->source_opts.v[i];
+        char *text = strcpy(p, arg);
+        p += strlen(arg) + 1;
+        char *eq = strchr(text, '=');
+        if (!eq || eq == text || !eq[1]) {
+            fprintf(stderr,
+                    "emlio fetch: --source '%s': expected "
+                    "NAME=EP[,EP...][@WEIGHT]\n",
+                    arg);
+            return -1;
+        }
+        *eq = '\0';
+        double weight = 1;
+        char *at = strrchr(eq + 1, '@');
+        if (at) {
+            char *end;
+            errno = 0;
+            double w = strtod(at + 1, &end);
+            if (end != at + 1 && !*end) {
+                if (errno || !isfinite(w) || w <= 0) {
+                    fprintf(stderr,
+                            "emlio fetch: --source '%s': the weight must be "
+                            "a positive, finite number\n",
+                            arg);
+                    return -1;
+                }
+                weight = w;
+                *at = '\0';
+            }
+        }
+        self->sources[i] = (emlio_source_t){ text, eq + 1, weight, 0 };
+    }
+    self->cfg.sources = self->sources;
+    self->cfg.n_sources = (uint32_t)self->source_opts.n;
+    return 0;
 }
 
 /* Parses argv into self. Returns -1 to go on, else the exit status. */
@@ -392,6 +474,17 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "the daemon's CURVE public key"),
         OPT("client-key", 0, OPT_STR, &self->client_key_path, "FILE",
             "this client's CURVE secret key"),
+        OPT("source", 0, OPT_LIST, &self->source_opts,
+            "NAME=EP[,EP...][@WEIGHT]",
+            "a source of a blended job: its daemons and weight (1);\n"
+            "repeat for each source, instead of --connect\n"
+            "(docs/planner.md, \"Sources\")"),
+        OPT("epoch-samples", 0, OPT_U64, &cfg->epoch_samples, "N",
+            "samples per epoch over all ranks with --source\n"
+            "(default: the sum of the sources' sizes)"),
+        OPT("stratify", 0, OPT_FLAG, &cfg->stratify, NULL,
+            "with --source: every global batch holds each source's\n"
+            "share within one sample"),
         OPT("help", 'h', OPT_HELP, NULL, NULL, "this text"),
         OPT_END,
     };
@@ -400,9 +493,17 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
     int status = cli_parse("fetch", tables, argc, argv, s_usage);
     if (status >= 0)
         return status;
-    if (!self->plan.connect || self->plan.batch == 0) {
-        fprintf(stderr, "emlio fetch: --connect and a positive --batch are "
-                        "required\n");
+    if (self->source_opts.n && self->plan.connect) {
+        fprintf(stderr, "emlio fetch: --source names the daemons: give it "
+                        "or --connect, not both\n");
+        return 2;
+    }
+    if (self->source_opts.n && s_parse_sources(self) < 0)
+        return 2;
+    if ((!self->plan.connect && !self->source_opts.n) ||
+        self->plan.batch == 0) {
+        fprintf(stderr, "emlio fetch: --connect (or --source) and a positive "
+                        "--batch are required\n");
         return 2;
     }
     if (self->decode_at) {
@@ -437,7 +538,11 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
                 self->digests ? "digests" : "labels");
         return 2;
     }
-    if (cli_check_connect("fetch", self->plan.connect) < 0)
+    for (size_t i = 0; i < self->source_opts.n; i++)
+        if (cli_check_connect("fetch", self->sources[i].endpoints) < 0)
+            return 2;
+    if (self->plan.connect &&
+        cli_check_connect("fetch", self->plan.connect) < 0)
         return 2;
     return -1;
 }
@@ -601,9 +706,11 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
             digest[0] = ' ';
             tool_sha256_hex(s[i].data, s[i].len, digest + 1);
         }
+        /* With sources: EPOCH SOURCE SHARD RECORD. */
+        const char *src = emlio_client_source_name(self->client, s[i].source);
         if (self->ids &&
-            fprintf(self->ids, "%" PRIu64 " %s %" PRIu64 "%s%s%s\n",
-                    self->epoch,
+            fprintf(self->ids, "%" PRIu64 " %s%s%s %" PRIu64 "%s%s%s\n",
+                    self->epoch, src ? src : "", src ? " " : "",
                     emlio_client_shard_name(self->client, s[i].shard),
                     s[i].record, label, digest, s[i].pad ? " pad" : "") < 0 &&
             !self->ids_errno)
@@ -770,8 +877,12 @@ s_check_epoch(s_fetch_t *self)
     const s_verifier_t *v = &self->ver;
     uint64_t missing = 0;
     for (uint64_t g = 0; g < v->total; g++)
-        if ((v->planned[g / 8] & (1u << (g % 8))) &&
-            !(v->seen[g / 8] & (1u << (g % 8))))
+        if (v->planned_n)
+            missing += v->planned_n[g] > v->seen_n[g]
+                           ? (uint64_t)(v->planned_n[g] - v->seen_n[g])
+                           : 0;
+        else if ((v->planned[g / 8] & (1u << (g % 8))) &&
+                 !(v->seen[g / 8] & (1u << (g % 8))))
             missing++;
     /* After a resume the earlier part was delivered by the run that saved
      * the state, so only duplicates and strays count here. */
@@ -964,6 +1075,7 @@ cmd_fetch(int argc, char **argv)
     fetch_metrics_stop(&self.metrics);
     if (self.ids)
         fclose(self.ids);
+    free(self.source_text);
     s_verifier_release(&self.ver);
     fetch_ramp_release(&self.ramp);
     emlio_energy_destroy(&self.meter);

@@ -94,6 +94,21 @@ class ClientConfig(ctypes.Structure):
         ("reserved32", ctypes.c_uint32),
         ("share_join", ctypes.c_uint64),
         ("fields", ctypes.c_char_p),
+        ("sources", ctypes.c_void_p),  # const emlio_source_t *
+        ("n_sources", ctypes.c_uint32),
+        ("stratify", ctypes.c_bool),
+        ("epoch_samples", ctypes.c_uint64),
+    ]
+
+
+class Source(ctypes.Structure):
+    """emlio_source_t: one source of a blended job."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("endpoints", ctypes.c_char_p),
+        ("weight", ctypes.c_double),
+        ("samples", ctypes.c_uint64),
     ]
 
 
@@ -137,6 +152,7 @@ class Sample(ctypes.Structure):
         ("shard", ctypes.c_uint32),
         ("record", ctypes.c_uint64),
         ("pad", ctypes.c_bool),
+        ("source", ctypes.c_uint32),
     ]
 
 

@@ -79,7 +79,7 @@ if _np is not None:
     _SAMPLE_DTYPE = _np.dtype({
         "names": [f[0] for f in _lib.Sample._fields_],
         "formats": [_np.uintp, _np.uintp, _np.int64, _np.uint32, _np.uint64,
-                    _np.bool_],
+                    _np.bool_, _np.uint32],
         "offsets": [getattr(_lib.Sample, f[0]).offset
                     for f in _lib.Sample._fields_],
         "itemsize": _SAMPLE_SIZE,
@@ -442,6 +442,14 @@ class Batch:
         if _np is not None:
             return self._recs()["pad"].copy()
         return [bool(s.pad) for s in self._cstructs()]
+
+    @property
+    def sources(self):
+        """Each sample's source index (uint32 array; list without NumPy):
+        0 for a job without sources (docs/planner.md, "Sources")."""
+        if _np is not None:
+            return self._recs()["source"].copy()
+        return [s.source for s in self._cstructs()]
 
     @property
     def nbytes(self):

@@ -1,0 +1,380 @@
+/* plan_blend.c - an epoch blended from several sources in exact quotas:
+ * the quotas, the stratified counts, and the map from a global position
+ * to a record (plan_blend.h; docs/planner.md, "Sources").
+ * SPDX-License-Identifier: MIT
+ */
+#include "emlio_internal.h"
+
+#include <math.h>
+
+#include "plan_blend.h"
+
+/* Streams of the blend's permutations: the top bit set keeps them apart
+ * from the windows' streams (window index + 1), the next byte says which
+ * permutation, the rest which source or batch. */
+#define S_TAG         (UINT64_C(1) << 63)
+#define S_MIX         (S_TAG | UINT64_C(1) << 56)
+#define S_ORDER       (S_TAG | UINT64_C(2) << 56)
+#define S_STREAM      (S_TAG | UINT64_C(3) << 56)
+#define S_BATCH       (S_TAG | UINT64_C(4) << 56)
+#define S_LOW         ((UINT64_C(1) << 56) - 1)
+/* The epoch argument of the streams that do not depend on the epoch. */
+#define S_EVERY_EPOCH UINT64_MAX
+
+typedef unsigned __int128 s_u128;
+
+/* A source waiting for one of the samples left over by rounding down:
+ * the largest remainder first, then the lowest index. */
+typedef struct s_rem {
+    double frac; /* weights: the share's fractional part */
+    s_u128 num;  /* counts: the remainder's numerator (exact) */
+    uint32_t index;
+} s_rem_t;
+
+static int
+s_cmp_frac(const void *pa, const void *pb)
+{
+    const s_rem_t *a = pa;
+    const s_rem_t *b = pb;
+    if (a->frac != b->frac)
+        return a->frac < b->frac ? 1 : -1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+static int
+s_cmp_num(const void *pa, const void *pb)
+{
+    const s_rem_t *a = pa;
+    const s_rem_t *b = pb;
+    if (a->num != b->num)
+        return a->num < b->num ? 1 : -1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+static int
+s_nomem(char *err)
+{
+    return emlio__seterr(err, EMLIO_ENOMEM,
+                         "cannot plan epoch: out of memory for the sources");
+}
+
+/* Sizes and checks each source, and the epoch's total. */
+static int
+s_check_sources(emlio__blend_t *b, const emlio_plan_params_t *p,
+                const uint64_t *sizes, uint64_t *fixed_out, double *wsum_out,
+                char *err)
+{
+    uint64_t sum = 0, fixed = 0;
+    double wsum = 0;
+    for (size_t s = 0; s < p->n_sources; s++) {
+        const emlio_plan_source_t *src = &p->sources[s];
+        uint64_t size = src->samples ? src->samples : sizes[s];
+        if (!src->samples && !(isfinite(src->weight) && src->weight > 0))
+            return emlio__seterr(err, EMLIO_EINVAL,
+                                 "source %zu: weight %g is not a positive, "
+                                 "finite number",
+                                 s, src->weight);
+        if (size > UINT64_MAX - sum || src->samples > UINT64_MAX - fixed)
+            return emlio__seterr(err, EMLIO_EINVAL,
+                                 "cannot plan epoch: the sources hold more "
+                                 "than 2^64 - 1 samples");
+        sum += size;
+        fixed += src->samples;
+        if (!src->samples)
+            wsum += src->weight;
+        b->src[s].size = sizes[s];
+    }
+    if (!isfinite(wsum))
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "the sources' weights add up past the largest "
+                             "number: scale them down");
+    b->total = p->epoch_samples ? p->epoch_samples : sum;
+    if (fixed > b->total)
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "the sources' fixed sample counts add up to "
+                             "%" PRIu64 ", more than the epoch's %" PRIu64,
+                             fixed, b->total);
+    if (fixed < b->total && wsum == 0)
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "the sources' fixed sample counts add up to "
+                             "%" PRIu64 " of the epoch's %" PRIu64
+                             " and no source has a weight to take the rest",
+                             fixed, b->total);
+    *fixed_out = fixed;
+    *wsum_out = wsum;
+    return 0;
+}
+
+/* The quotas: fixed counts as asked, the rest of the epoch by weight,
+ * each the floor of its exact share, and the samples rounding left over
+ * one each to the largest fractional parts (Hamilton's method): every
+ * quota is within one of its share and they add up to the epoch. */
+static int
+s_quotas(emlio__blend_t *b, const emlio_plan_params_t *p, const uint64_t *sizes,
+         char *err)
+{
+    uint64_t fixed = 0;
+    double wsum = 0;
+    int rc = s_check_sources(b, p, sizes, &fixed, &wsum, err);
+    if (rc < 0)
+        return rc;
+    uint64_t rest = b->total - fixed;
+    s_rem_t *rem = emlio_calloc(p->n_sources, sizeof(*rem));
+    if (!rem)
+        return s_nomem(err);
+    size_t n_rem = 0;
+    uint64_t given = 0;
+    for (size_t s = 0; s < p->n_sources; s++) {
+        const emlio_plan_source_t *src = &p->sources[s];
+        if (src->samples) {
+            b->src[s].quota = src->samples;
+            continue;
+        }
+        double share = (double)rest * (src->weight / wsum);
+        double whole = floor(share);
+        uint64_t q = whole >= (double)rest ? rest : (uint64_t)whole;
+        b->src[s].quota = q;
+        given += q;
+        rem[n_rem++] = (s_rem_t){ share - whole, 0, (uint32_t)s };
+    }
+    qsort(rem, n_rem, sizeof(*rem), s_cmp_frac);
+    /* Rounding in double can leave the floors a few samples above the
+     * rest as well as below: take those back from the smallest parts. */
+    for (size_t i = 0; given < rest && n_rem; i = (i + 1) % n_rem, given++)
+        b->src[rem[i].index].quota++;
+    for (size_t i = n_rem; given > rest;) {
+        i = i ? i - 1 : n_rem - 1;
+        if (b->src[rem[i].index].quota > 0) {
+            b->src[rem[i].index].quota--;
+            given--;
+        }
+    }
+    emlio_free(rem);
+    for (size_t s = 0; s < p->n_sources; s++)
+        if (b->src[s].quota && !b->src[s].size)
+            return emlio__seterr(err, EMLIO_EINVAL,
+                                 "source %zu has no samples, but its share of "
+                                 "the epoch is %" PRIu64,
+                                 s, b->src[s].quota);
+    return 0;
+}
+
+/* Stratified counts (docs/planner.md, "Stratified batches"). In a full
+ * global batch of G positions source s has the share f = G q / E: it gets
+ * floor(f), plus one in `extras` of the full batches, so every full batch
+ * is within one of its share; the extras are apportioned by largest
+ * remainder of nf frac(f), and what is left of each quota is within one
+ * of its share of the short last batch too. Exact integer arithmetic. */
+static int
+s_stratify(emlio__blend_t *b, uint64_t gbatch, char *err)
+{
+    uint64_t e = b->total;
+    b->batch = gbatch;
+    b->full = e / gbatch;
+    if (e == 0)
+        return 0;
+    s_rem_t *rem = emlio_calloc(b->n, sizeof(*rem));
+    if (!rem)
+        return s_nomem(err);
+    uint64_t per_sum = 0;
+    s_u128 xsum = 0;
+    for (size_t s = 0; s < b->n; s++) {
+        emlio__blend_source_t *src = &b->src[s];
+        s_u128 num = (s_u128)gbatch * src->quota;
+        src->per = (uint64_t)(num / e);
+        s_u128 x = (s_u128)b->full * (num % e);
+        src->extras = (uint64_t)(x / e);
+        rem[s] = (s_rem_t){ 0, x % e, (uint32_t)s };
+        per_sum += src->per;
+        xsum += src->extras;
+    }
+    s_u128 want = (s_u128)b->full * (gbatch - per_sum);
+    qsort(rem, b->n, sizeof(*rem), s_cmp_num);
+    for (size_t i = 0; xsum < want; i++, xsum++)
+        b->src[rem[i].index].extras++;
+    emlio_free(rem);
+    uint64_t first = 0;
+    for (size_t s = 0; s < b->n; s++) {
+        emlio__blend_source_t *src = &b->src[s];
+        src->extra_first = first;
+        first += src->extras;
+        assert(src->quota >= b->full * src->per + src->extras);
+        src->last = src->quota - b->full * src->per - src->extras;
+    }
+    return 0;
+}
+
+int
+emlio__blend_init(emlio__blend_t *b, const emlio_plan_params_t *p,
+                  const uint64_t *sizes, char *err)
+{
+    if (p->n_sources > EMLIO_PLAN_MAX_SOURCES)
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "too many sources: %zu (at most %d)", p->n_sources,
+                             EMLIO_PLAN_MAX_SOURCES);
+    if (p->n_sources > b->cap) {
+        emlio__blend_source_t *grown =
+            emlio_reallocarray(b->src, p->n_sources, sizeof(*grown));
+        if (!grown)
+            return s_nomem(err);
+        b->src = grown;
+        b->cap = p->n_sources;
+    }
+    memset(b->src, 0, p->n_sources * sizeof(*b->src));
+    b->n = p->n_sources;
+    b->seed = p->seed;
+    b->epoch = p->epoch;
+    b->shuffle = p->shuffle == EMLIO_SHUFFLE_WINDOW;
+    b->batch = 0;
+    b->full = 0;
+    int rc = s_quotas(b, p, sizes, err);
+    if (rc < 0)
+        return rc;
+    uint64_t base = 0, offset = 0;
+    for (size_t s = 0; s < b->n; s++) {
+        emlio__blend_source_t *src = &b->src[s];
+        src->base = base;
+        src->offset = offset;
+        base += src->size;
+        offset += src->quota;
+        src->start = src->size
+                         ? (uint64_t)((s_u128)p->epoch * src->quota % src->size)
+                         : 0;
+        emlio__perm_init(&src->stream, p->seed, S_EVERY_EPOCH,
+                         S_STREAM | ((uint64_t)s & S_LOW), src->size);
+        emlio__perm_init(&src->order, p->seed, p->epoch,
+                         S_ORDER | ((uint64_t)s & S_LOW), src->quota);
+    }
+    emlio__perm_init(&b->mix, p->seed, p->epoch, S_MIX, b->total);
+    if (!p->stratify)
+        return 0;
+    uint64_t gbatch = (uint64_t)p->world * p->batch_size;
+    return s_stratify(b, gbatch, err);
+}
+
+void
+emlio__blend_release(emlio__blend_t *b)
+{
+    emlio_free(b->src);
+    memset(b, 0, sizeof(*b));
+}
+
+int
+emlio__blend_cache_reserve(emlio__blend_cache_t *c, const emlio__blend_t *b)
+{
+    c->batch = UINT64_MAX;
+    if (b->n <= c->cap)
+        return 0;
+    uint64_t *count = emlio_reallocarray(c->count, b->n, sizeof(*count));
+    if (count)
+        c->count = count;
+    uint64_t *before = emlio_reallocarray(c->before, b->n, sizeof(*before));
+    if (before)
+        c->before = before;
+    if (!count || !before)
+        return EMLIO_ENOMEM;
+    c->cap = b->n;
+    return 0;
+}
+
+void
+emlio__blend_cache_release(emlio__blend_cache_t *c)
+{
+    emlio_free(c->count);
+    emlio_free(c->before);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Of the extras laid at run positions [first, first + n) round-robin over
+ * `full` batches (position t goes to batch t mod full), those that went to
+ * batches before `batch`. */
+static uint64_t
+s_extras_before(uint64_t first, uint64_t n, uint64_t full, uint64_t batch)
+{
+    uint64_t end = first + n;
+    uint64_t below_end = end / full * batch + EMLIO_MIN(end % full, batch);
+    uint64_t below_first =
+        first / full * batch + EMLIO_MIN(first % full, batch);
+    return below_end - below_first;
+}
+
+/* Fills the cache with global batch i's counts and permutation. */
+static void
+s_load_batch(const emlio__blend_t *b, emlio__blend_cache_t *c, uint64_t i)
+{
+    bool full = i < b->full;
+    for (size_t s = 0; s < b->n; s++) {
+        const emlio__blend_source_t *src = &b->src[s];
+        if (full) {
+            uint64_t lo =
+                s_extras_before(src->extra_first, src->extras, b->full, i);
+            uint64_t hi =
+                s_extras_before(src->extra_first, src->extras, b->full, i + 1);
+            c->count[s] = src->per + (hi - lo);
+            c->before[s] = i * src->per + lo;
+        } else {
+            c->count[s] = src->last;
+            c->before[s] = b->full * src->per + src->extras;
+        }
+    }
+    uint64_t len = full ? b->batch : b->total - b->full * b->batch;
+    emlio__perm_init(&c->perm, b->seed, b->epoch, S_BATCH | (i & S_LOW), len);
+    c->batch = i;
+}
+
+/* Stratified: the source of position g and its pick number there. */
+static size_t
+s_stratified(const emlio__blend_t *b, emlio__blend_cache_t *c, uint64_t g,
+             uint64_t *k)
+{
+    uint64_t i = g / b->batch;
+    if (c->batch != i)
+        s_load_batch(b, c, i);
+    uint64_t o = g % b->batch;
+    if (b->shuffle)
+        o = emlio__perm_apply(&c->perm, o);
+    size_t s = 0;
+    while (o >= c->count[s]) {
+        o -= c->count[s];
+        s++;
+    }
+    *k = c->before[s] + o;
+    return s;
+}
+
+/* Unstratified: the quotas end to end, in the epoch's mixed order. */
+static size_t
+s_mixed(const emlio__blend_t *b, uint64_t g, uint64_t *k)
+{
+    uint64_t j = b->shuffle ? emlio__perm_apply(&b->mix, g) : g;
+    /* The last source whose block starts at or before j: sources without
+     * picks share the next one's offset and are skipped over. */
+    size_t lo = 0, hi = b->n;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->src[mid].offset <= j)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *k = j - b->src[lo].offset;
+    return lo;
+}
+
+uint64_t
+emlio__blend_record(const emlio__blend_t *b, emlio__blend_cache_t *c,
+                    uint64_t g, uint32_t *source)
+{
+    assert(g < b->total);
+    uint64_t k;
+    size_t s = b->batch ? s_stratified(b, c, g, &k) : s_mixed(b, g, &k);
+    const emlio__blend_source_t *src = &b->src[s];
+    assert(k < src->quota);
+    if (b->shuffle)
+        k = emlio__perm_apply(&src->order, k);
+    uint64_t p = (src->start + k % src->size) % src->size;
+    if (b->shuffle)
+        p = emlio__perm_apply(&src->stream, p);
+    *source = (uint32_t)s;
+    return src->base + p;
+}
