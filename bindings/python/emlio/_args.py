@@ -199,7 +199,43 @@ LOADER_ARGS = (
     Arg("share", "bool", field="share"),
     # Where epoch 0 begins in the shared schedule: None (auto) or a cursor.
     Arg("share_join", "int", 0, U64_MAX, none_ok=True),
+    # Sources (docs/planner.md, "Sources"): several datasets blended in
+    # exact quotas, each on its own daemons; endpoints is then None.
+    Arg("sources", "any", none_ok=True),
+    Arg("stratify", "bool", field="stratify"),
+    Arg("epoch_samples", "int", 0, U64_MAX, field="epoch_samples"),
 )
+
+
+def check_sources(value):
+    """sources as a list of (name, endpoints, weight, samples): each a
+    dict with name, endpoints (a string or a list) and weight or samples,
+    or a tuple (name, endpoints[, weight])."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad_type("sources", value, "a non-empty list of sources")
+    out = []
+    for i, src in enumerate(value):
+        if isinstance(src, dict):
+            unknown = set(src) - {"name", "endpoints", "weight", "samples"}
+            if unknown:
+                raise bad_value("sources[%d]" % i, src, "only the keys name, "
+                                "endpoints, weight and samples (not %s)"
+                                % ", ".join(sorted(unknown)))
+            name, eps = src.get("name"), src.get("endpoints")
+            weight, samples = src.get("weight", 1.0), src.get("samples", 0)
+        elif isinstance(src, (list, tuple)) and len(src) in (2, 3):
+            name, eps = src[0], src[1]
+            weight, samples = (src[2] if len(src) == 3 else 1.0), 0
+        else:
+            raise bad_type("sources[%d]" % i, src,
+                           "a dict or a (name, endpoints[, weight]) tuple")
+        name = check_str("sources[%d] name" % i, name)
+        eps = check_endpoints(eps)
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+            raise bad_type("sources[%d] weight" % i, weight, "a number")
+        samples = check_int("sources[%d] samples" % i, samples, 0, U64_MAX)
+        out.append((name, eps, float(weight), samples))
+    return out
 
 LOADER_ARG = {a.name: a for a in LOADER_ARGS}
 

@@ -730,7 +730,8 @@ class Loader:
                  max_pixels=0, on_corrupt="fail", request_bytes=0,
                  io_threads=0,
                  disjoint_shards=False, job=None, job_weight=0,
-                 share=False, share_join=None):
+                 share=False, share_join=None, sources=None, stratify=False,
+                 epoch_samples=0):
         self._client = None
         self._ctx = None
         self._live = {}
@@ -749,7 +750,15 @@ class Loader:
         # not touch the parent's ZeroMQ context: close() only forgets it there.
         self._pid = os.getpid()
         args = _args.check_all(_args.LOADER_ARGS, locals())
-        endpoints = _args.check_endpoints(endpoints)
+        self.sources = None
+        if args["sources"] is not None:
+            if endpoints is not None:
+                raise _args.bad_value("endpoints", endpoints, "None with "
+                                      "sources (they name the daemons)")
+            self.sources = _args.check_sources(args["sources"])
+            endpoints = ",".join(s[1] for s in self.sources)
+        else:
+            endpoints = _args.check_endpoints(endpoints)
         self.endpoints = endpoints
         self.batch_size = args["batch_size"]
         self.epochs = args["epochs"]
@@ -800,6 +809,14 @@ class Loader:
         if args["share_join"] is not None:
             cfg.share_join_mode = _lib.EMLIO_SHARE_JOIN_AT
             cfg.share_join = args["share_join"]
+        if self.sources:
+            # Copied by emlio_client_new, which checks them (bad ones fail
+            # connect, naming the source).
+            self._src = (_lib.Source * len(self.sources))(*[
+                _lib.Source(n.encode(), e.encode(), w, k)
+                for n, e, w, k in self.sources])
+            cfg.sources = ctypes.cast(self._src, ctypes.c_void_p)
+            cfg.n_sources = len(self.sources)
         self.config = {
             a.name: args[a.name] for a in _args.LOADER_ARGS
             if a.field is not None}
@@ -826,8 +843,9 @@ class Loader:
         self._resume = None  # epoch loaded from a state, not yet iterated
         self._next_epoch = 0  # what iter() runs next
         try:
-            self._call(_C.emlio_client_connect(self._client,
-                                               endpoints.encode()))
+            self._call(_C.emlio_client_connect(
+                self._client, None if self.sources else endpoints.encode()))
+            self.source_names = [s[0] for s in self.sources or ()]
             self._keys = None  # the client has its copy
             n = _C.emlio_client_shard_count(self._client)
             self.shard_names = [
