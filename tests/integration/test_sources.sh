@@ -49,6 +49,16 @@ for e in 0 1; do
     check "epoch $e: b (repeated) has all 60 samples ($nbu)" test "$nbu" -eq 60
     check "epoch $e: each 4 or 5 times ($bad otherwise)" test "$bad" -eq 0
 done
+# fetch's epoch JSON: each rank's samples of each source, and the quota.
+ja=$(cat "$T"/w.out.* | python3 -c 'import json,sys
+t = 0
+for line in sys.stdin:
+    d = json.loads(line)
+    if d.get("epoch") == 0 and "sources" in d:
+        assert d["sources"]["a"]["quota"] == 90 and d["sources"]["b"]["quota"] == 270
+        t += d["sources"]["a"]["samples"]
+print(t)')
+check "epoch JSON: the ranks' samples of a add up to its quota ($ja)" test "$ja" = 90
 # a's two epochs take different samples (the selection rotates).
 a01=$(cat "$T/w.e0" "$T/w.e1" | awk '$2 == "a" {print $3, $4}' | sort | uniq -d | wc -l)
 check "a's two epochs take 180 different samples ($a01 twice)" test "$a01" -eq 0
@@ -64,6 +74,21 @@ bad=$(awk '{n[int((NR - 1) / 12)] += ($2 == "a")} END {for (b in n) if (n[b] != 
 lines=$(wc -l <"$T/s.ids")
 check "stratified: 360 samples ($lines)" test "$lines" -eq 360
 check "stratified: every batch holds 3 of a and 9 of b ($bad batches not)" test "$bad" -eq 0
+
+# --sources FILE: the same blend from a JSON list gives the same ids.
+printf '[{"name": "a", "endpoints": ["%s"]},\n {"name": "b", "endpoints": "%s", "weight": 3}]\n' \
+    "$EPA" "$EPB" >"$T/src.json"
+check "--sources FILE fetch" "$EMLIO" fetch --sources "$T/src.json" --batch 8 \
+    --world 2 --rank 0 --epochs 2 --seed 7 --verify --quiet --in-order \
+    --ids "$T/f.ids"
+check "gives the ids --source gave" cmp -s "$T/f.ids" "$T/w.ids.0"
+# b's 60 samples exactly 100 times in an epoch of 160: samples, not weight.
+printf '[{"name": "a", "endpoints": "%s", "weight": 2}, {"name": "b", "endpoints": "%s", "samples": 100}]' \
+    "$EPA" "$EPB" >"$T/n.json"
+check "--sources with an exact count" "$EMLIO" fetch --sources "$T/n.json" \
+    --batch 8 --epochs 1 --epoch-samples 160 --verify --quiet --ids "$T/n.ids"
+nb=$(awk '$2 == "b"' "$T/n.ids" | wc -l)
+check "the source with samples 100 got 100 ($nb)" test "$nb" -eq 100
 
 refused() { # refused TEXT ARGS...: fetch fails, saying TEXT, delivering nothing
     local want=$1
@@ -84,4 +109,22 @@ check "--source with --connect is refused" refused "not both" \
 check "--stratify without sources is refused" refused "need sources" \
     --connect "$EPA" --stratify
 check "a source without daemons is refused" refused "NAME=EP" --source "a="
+for bad in '[{"name": "a", "endpoints": "EP", "weight": -1}]|not positive' \
+    '[{"name": "a", "endpoints": "EP", "colour": 1}]|unknown key' \
+    '[{"name": "a", "name": "b", "endpoints": "EP"}]|given twice' \
+    '[{"name": "a"}]|needs a name and endpoints' \
+    '[{"name": "a", "endpoints": "EP"}] x|bytes after' \
+    '[{"name": "a", "endpoints": "EP", "samples": 2.5}]|whole number' \
+    '[]|no source' '{"name": "a"}|expected' '[{"name": "a\u00e9", "endpoints": "EP"}]|ASCII'; do
+    text=${bad%%|*}
+    text=${text//EP/$EPA}
+    want=${bad##*|}
+    printf '%s' "$text" >"$T/bad.json"
+    check "--sources refuses: $want" refused "$want" --sources "$T/bad.json"
+done
+check "--sources names the file and line" refused "bad.json:1:" --sources "$T/bad.json"
+check "--sources and --source together are refused" refused "not both" \
+    --sources "$T/src.json" --source "a=$EPA"
+check "a missing --sources file is refused" refused "cannot open" \
+    --sources "$T/none.json"
 finish

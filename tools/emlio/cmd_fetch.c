@@ -24,6 +24,7 @@
 #include "emlio/buf.h"
 #include "fetch_metrics.h"
 #include "fetch_path.h"
+#include "fetch_sources.h"
 #include "fetch_state.h"
 #include "influx.h"
 
@@ -161,7 +162,7 @@ s_verifier_release(s_verifier_t *v)
 static void
 s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
               uint64_t bytes, const emlio_energy_report_t *rep, bool partial,
-              const emlio_client_t *client)
+              const emlio_client_t *client, const uint64_t *source_samples)
 {
     printf("{\"epoch\": %" PRIu64 ", \"partial\": %s, \"seconds\": %.6f"
            ", \"wait_s\": %.6f, \"first_batch_s\": %.6f, \"samples\": %" PRIu64
@@ -178,6 +179,20 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
                i ? ", " : "", rep->domains[i].name, rep->domains[i].joules,
                rep->domains[i].source);
     printf("}");
+    /* Sources: what this rank got of each, and each one's quota over all
+     * ranks. Names are checked printable; quotes and backslashes escaped. */
+    size_t n_src = emlio_client_source_count(client);
+    if (n_src)
+        printf(", \"sources\": {");
+    for (size_t i = 0; i < n_src; i++) {
+        printf("%s\"", i ? ", " : "");
+        for (const char *c = emlio_client_source_name(client, i); *c; c++)
+            printf(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+        printf("\": {\"samples\": %" PRIu64 ", \"quota\": %" PRIu64 "}",
+               source_samples[i], emlio_client_source_quota(client, i));
+    }
+    if (n_src)
+        printf("}");
     fetch_path_json(stdout, client);
     fetch_path_xf_json(stdout, client);
     printf("}\n");
@@ -295,7 +310,10 @@ typedef struct s_fetch {
     uint64_t epoch0;        /* the first epoch this run fetches */
     opt_list_t source_opts; /* --source NAME=EP[,EP...][@WEIGHT] */
     emlio_source_t sources[OPT_LIST_MAX];
-    char *source_text; /* the --source values split in place */
+    uint64_t source_samples[OPT_LIST_MAX]; /* this epoch's, padding aside */
+    char *source_text;        /* the --source values split in place */
+    const char *sources_path; /* --sources FILE */
+    char *sources_file_text;  /* its text, the sources pointing into it */
 } s_fetch_t;
 
 static void
@@ -479,6 +497,9 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
             "a source of a blended job: its daemons and weight (1);\n"
             "repeat for each source, instead of --connect\n"
             "(docs/planner.md, \"Sources\")"),
+        OPT("sources", 0, OPT_STR, &self->sources_path, "FILE",
+            "the sources as a JSON list of {name, endpoints, weight\n"
+            "or samples} (instead of --source)"),
         OPT("epoch-samples", 0, OPT_U64, &cfg->epoch_samples, "N",
             "samples per epoch over all ranks with --source\n"
             "(default: the sum of the sources' sizes)"),
@@ -493,6 +514,28 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
     int status = cli_parse("fetch", tables, argc, argv, s_usage);
     if (status >= 0)
         return status;
+    if (self->sources_path && self->source_opts.n) {
+        fprintf(stderr, "emlio fetch: give the sources by --source or in "
+                        "--sources FILE, not both\n");
+        return 2;
+    }
+    if (self->sources_path) {
+        char err[512];
+        size_t n;
+        if (fetch_sources_load(self->sources_path, self->sources, OPT_LIST_MAX,
+                               &n, &self->sources_file_text, err,
+                               sizeof(err)) < 0) {
+            fprintf(stderr, "emlio fetch: --sources %s\n", err);
+            return 2;
+        }
+        self->cfg.sources = self->sources;
+        self->cfg.n_sources = (uint32_t)n;
+    }
+    if (self->cfg.n_sources && self->plan.connect) {
+        fprintf(stderr, "emlio fetch: the sources name the daemons: give "
+                        "them or --connect, not both\n");
+        return 2;
+    }
     if (self->source_opts.n && self->plan.connect) {
         fprintf(stderr, "emlio fetch: --source names the daemons: give it "
                         "or --connect, not both\n");
@@ -500,7 +543,7 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
     }
     if (self->source_opts.n && s_parse_sources(self) < 0)
         return 2;
-    if ((!self->plan.connect && !self->source_opts.n) ||
+    if ((!self->plan.connect && !self->cfg.n_sources) ||
         self->plan.batch == 0) {
         fprintf(stderr, "emlio fetch: --connect (or --source) and a positive "
                         "--batch are required\n");
@@ -538,7 +581,7 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
                 self->digests ? "digests" : "labels");
         return 2;
     }
-    for (size_t i = 0; i < self->source_opts.n; i++)
+    for (size_t i = 0; i < self->cfg.n_sources; i++)
         if (cli_check_connect("fetch", self->sources[i].endpoints) < 0)
             return 2;
     if (self->plan.connect &&
@@ -698,6 +741,8 @@ s_take_batch(s_fetch_t *self, emlio_batch_t *b)
     for (size_t i = 0; i < n; i++) {
         self->bytes += s[i].len;
         self->pads += s[i].pad;
+        if (!s[i].pad && s[i].source < OPT_LIST_MAX)
+            self->source_samples[s[i].source]++;
         char label[24] = "";
         if (self->labels)
             snprintf(label, sizeof(label), " %" PRId64, s[i].label);
@@ -917,6 +962,7 @@ s_run_epoch(s_fetch_t *self)
     }
     uint64_t samples0 = self->samples;
     uint64_t bytes0 = self->bytes;
+    memset(self->source_samples, 0, sizeof(self->source_samples));
     /* On a resumed epoch only the rest is checked: what came before was
      * checked (and its ids written) by the run that saved it. */
     if (self->verify && s_verifier_begin(&self->ver, self->client) < 0) {
@@ -939,7 +985,7 @@ s_run_epoch(s_fetch_t *self)
         snprintf(self->energy_source, sizeof(self->energy_source), "%s",
                  rep.source);
         s_print_epoch(self->epoch, &st, n, nb, &rep, s_interrupted,
-                      self->client);
+                      self->client, self->source_samples);
         if (self->influx_arg)
             s_push_epoch(&self->influx, self->epoch, self->cfg.rank,
                          self->cfg.world, &st, n, nb, &rep);
@@ -1076,6 +1122,7 @@ cmd_fetch(int argc, char **argv)
     if (self.ids)
         fclose(self.ids);
     free(self.source_text);
+    free(self.sources_file_text);
     s_verifier_release(&self.ver);
     fetch_ramp_release(&self.ramp);
     emlio_energy_destroy(&self.meter);
