@@ -182,8 +182,14 @@ s_parse(emlio_client_t *self, const uint8_t *blob, size_t len,
     s_put_params(self, mine);
     /* Past magic, format, and world, rank and batch size. */
     if (memcmp(mine + 8, blob + 8, 8) || memcmp(mine + 28, blob + 28, 28)) {
-        const char *what = memcmp(mine + 40, blob + 40, 16) ? "dataset"
-                           : memcmp(mine + 8, blob + 8, 8)  ? "seed"
+        /* The sources, their weights and counts are folded into the
+         * dataset's fingerprint: changing them mid-run is not built. */
+        const char *what = memcmp(mine + 40, blob + 40, 16)
+                               ? (self->n_src ? "dataset or blend of sources "
+                                                "(names, weights, counts, "
+                                                "epoch size, stratify)"
+                                              : "dataset")
+                           : memcmp(mine + 8, blob + 8, 8) ? "seed"
                            : memcmp(mine + 28, blob + 28, 4)
                                ? "shuffle"
                                : "shard window or drop_last";

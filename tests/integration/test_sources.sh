@@ -90,6 +90,22 @@ check "--sources with an exact count" "$EMLIO" fetch --sources "$T/n.json" \
 nb=$(awk '$2 == "b"' "$T/n.ids" | wc -l)
 check "the source with samples 100 got 100 ($nb)" test "$nb" -eq 100
 
+# A resume state is bound to the blend: another weight is refused, saying
+# so; the same blend resumes (epoch 1 after a saved epoch 0).
+check "a blend saves its state" "$EMLIO" fetch --source "a=$EPA" \
+    --source "b=$EPB@3" --batch 8 --epochs 1 --quiet --state "$T/st" \
+    --ids "$T/st.ids"
+"$EMLIO" fetch --source "a=$EPA" --source "b=$EPB@2" --batch 8 --epochs 2 \
+    --quiet --state "$T/st" --ids "$T/st.ids" >/dev/null 2>"$T/st.err"
+rc=$?
+check "resuming with another weight fails ($rc)" test "$rc" -ne 0
+check "  saying the blend differs" grep -q "blend of sources" "$T/st.err"
+check "the same blend resumes" "$EMLIO" fetch --source "a=$EPA" \
+    --source "b=$EPB@3" --batch 8 --epochs 2 --quiet --state "$T/st" \
+    --ids "$T/st.ids" --verify
+n1=$(awk '$1 == 1' "$T/st.ids" | wc -l)
+check "  and delivers epoch 1 whole ($n1)" test "$n1" -eq 360
+
 refused() { # refused TEXT ARGS...: fetch fails, saying TEXT, delivering nothing
     local want=$1
     shift
