@@ -69,6 +69,19 @@ class SourcesTest(unittest.TestCase):
                 n += 1
             self.assertEqual(n, 10)
 
+    def test_torch_dataset_takes_sources(self):
+        try:
+            import torch  # noqa: F401
+            from emlio.torch import EmlioDataset
+        except ImportError as e:
+            self.skipTest("PyTorch not importable: %s" % e)
+        ds = EmlioDataset(None, 20, sources=[("a", self.ea, 1),
+                                             ("b", self.eb, 1)], seed=5)
+        items = list(iter(ds))
+        # (data, offsets, labels) per batch: 160 samples in batches of 20.
+        self.assertEqual(len(items), 8)
+        self.assertEqual(sum(len(labels) for _, _, labels in items), 160)
+
     def test_bad_sources_are_refused(self):
         with self.assertRaises(emlio.EmlioError) as cm:
             emlio.Loader(None, 8, sources=[("a", self.ea, 0)])
