@@ -13,11 +13,12 @@
 
 #define S_MAX_NAME 64
 
+/* Printable ASCII: the name goes into --ids lines and JSON as it is. */
 static bool
 s_printable(const char *s)
 {
     for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
             return false;
     return true;
 }
@@ -48,7 +49,8 @@ s_check_source(const emlio_source_t *src, size_t i, char *err)
     if (!src->name || !*src->name || strlen(src->name) > S_MAX_NAME ||
         !s_printable(src->name))
         return emlio__seterr(err, EMLIO_EINVAL,
-                             "source %zu: a name of 1 to %d printable bytes "
+                             "source %zu: a name of 1 to %d printable ASCII "
+                             "bytes "
                              "is needed",
                              i, S_MAX_NAME);
     if (!src->endpoints || !*src->endpoints)

@@ -312,7 +312,9 @@ s_sort_inventory(emlio_plan_t *self, struct s_build *b, size_t n,
 {
     const emlio_plan_shard_t *shards = b->shards;
     for (size_t i = 0; i < n; i++) {
-        if (shards[i].source >= EMLIO_MAX(n_sources, (size_t)1))
+        /* Without sources the field is not read: callers that fill
+         * shards field by field need not know it. */
+        if (n_sources && shards[i].source >= n_sources)
             return emlio__seterr(self->err, EMLIO_EINVAL,
                                  "shard '%s' names source %" PRIu32 " of %zu",
                                  shards[i].name ? shards[i].name : "?",
@@ -329,7 +331,7 @@ s_sort_inventory(emlio_plan_t *self, struct s_build *b, size_t n,
         return s_nomem(self, "the shard index");
     for (size_t i = 0; i < n; i++) {
         b->named[i].name = shards[i].name;
-        b->named[i].source = shards[i].source;
+        b->named[i].source = n_sources ? shards[i].source : 0;
         b->named[i].index = (uint32_t)i;
     }
     qsort(b->named, n, sizeof(*b->named), s_cmp_named);
@@ -783,7 +785,13 @@ s_slice_stratified(emlio_plan_t *self, const emlio_plan_params_t *p, uint64_t n)
     self->pad = end > n ? end - EMLIO_MAX(start, n) : 0;
     self->first = 0;
     self->batch_size = p->batch_size;
-    self->n_batches = (size_t)(self->full + (self->last_part != 0));
+    uint64_t n_batches = self->full + (self->last_part != 0);
+    if (n_batches > SIZE_MAX)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "cannot plan epoch: %" PRIu64 " batches per rank "
+                             "exceed this machine's size_t",
+                             n_batches);
+    self->n_batches = (size_t)n_batches;
     return 0;
 }
 

@@ -372,7 +372,11 @@ emlio__blend_record(const emlio__blend_t *b, emlio__blend_cache_t *c,
     assert(k < src->quota);
     if (b->shuffle)
         k = emlio__perm_apply(&src->order, k);
-    uint64_t p = (src->start + k % src->size) % src->size;
+    /* start + k mod size, without overflow near 2^64. */
+    uint64_t step = k % src->size;
+    uint64_t p = src->start >= src->size - step
+                     ? src->start - (src->size - step)
+                     : src->start + step;
     if (b->shuffle)
         p = emlio__perm_apply(&src->stream, p);
     *source = (uint32_t)s;

@@ -124,6 +124,8 @@ check "--source with --connect is refused" refused "not both" \
     --source "a=$EPA" --connect "$EPB"
 check "--stratify without sources is refused" refused "need sources" \
     --connect "$EPA" --stratify
+check "a name that is not printable ASCII is refused" refused "printable ASCII" \
+    --source "$(printf 'caf\303\251')=$EPA"
 check "a source without daemons is refused" refused "NAME=EP" --source "a="
 for bad in '[{"name": "a", "endpoints": "EP", "weight": -1}]|not positive' \
     '[{"name": "a", "endpoints": "EP", "colour": 1}]|unknown key' \
@@ -131,6 +133,9 @@ for bad in '[{"name": "a", "endpoints": "EP", "weight": -1}]|not positive' \
     '[{"name": "a"}]|needs a name and endpoints' \
     '[{"name": "a", "endpoints": "EP"}] x|bytes after' \
     '[{"name": "a", "endpoints": "EP", "samples": 2.5}]|whole number' \
+    '[{"name": "a", "endpoints": "EP", "weight": 1, "samples": 5}]|not both' \
+    '[{"name": "a", "endpoints": "EP", "weight": 0x10}]|JSON number' \
+    '[{"name": "a", "endpoints": "EP", "weight": +1}]|JSON number' \
     '[]|no source' '{"name": "a"}|expected' '[{"name": "a\u00e9", "endpoints": "EP"}]|ASCII'; do
     text=${bad%%|*}
     text=${text//EP/$EPA}

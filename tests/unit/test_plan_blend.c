@@ -293,7 +293,12 @@ test_blend_bad_input(void **state)
     p.n_sources = 1; /* shard of source 1 beyond the list */
     assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
     assert_non_null(strstr(emlio_plan_errmsg(plan), "names source 1"));
-    p.n_sources = 0;
+    p.n_sources = 0; /* without sources the field is not read */
+    v.shards[1].source = 7;
+    v.shards[1].records = 10; /* then a replica of shard 0's name */
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_dataset_size(plan), 10);
+    v.shards[1].records = 0;
     p.stratify = true;
     v.shards[1].source = 0;
     assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);

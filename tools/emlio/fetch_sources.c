@@ -128,10 +128,17 @@ static int
 s_number(s_parser_t *ps, double *out)
 {
     s_ws(ps);
+    /* JSON's grammar, not strtod's: no '+', hex, leading '.', inf or
+     * nan. */
+    size_t span = strspn(ps->p, "0123456789+-.eE");
+    if (!(ps->p[0] == '-' || (ps->p[0] >= '0' && ps->p[0] <= '9')) ||
+        ps->p[span] == 'x' || ps->p[span] == 'X' ||
+        (ps->p[0] == '-' && ps->p[1] == '.'))
+        return s_fail(ps, "expected a JSON number");
     char *end;
     errno = 0;
     double v = strtod(ps->p, &end);
-    if (end == ps->p || errno || !isfinite(v))
+    if (end == ps->p || end != ps->p + span || errno || !isfinite(v))
         return s_fail(ps, "expected a finite number");
     ps->p = end;
     *out = v;
@@ -225,6 +232,11 @@ s_source(s_parser_t *ps, emlio_source_t *src)
     ps->p++;
     if (!have_name || !have_eps)
         return s_fail(ps, "a source needs a name and endpoints");
+    if (have_w && have_n)
+        return s_fail(ps,
+                      "source '%s' gives both a weight and samples: "
+                      "give one, not both",
+                      src->name);
     return 0;
 }
 

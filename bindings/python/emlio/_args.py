@@ -221,6 +221,9 @@ def check_sources(value):
                 raise bad_value("sources[%d]" % i, src, "only the keys name, "
                                 "endpoints, weight and samples (not %s)"
                                 % ", ".join(sorted(unknown)))
+            if "weight" in src and "samples" in src:
+                raise bad_value("sources[%d]" % i, src, "a weight or samples,"
+                                " not both")
             name, eps = src.get("name"), src.get("endpoints")
             weight, samples = src.get("weight", 1.0), src.get("samples", 0)
         elif isinstance(src, (list, tuple)) and len(src) in (2, 3):
