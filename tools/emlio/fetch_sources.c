@@ -3,7 +3,7 @@
  * shape, so nothing beyond it is accepted silently.
  * SPDX-License-Identifier: MIT
  */
-#include "fetch_sources.h"
+#include "tool_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fetch_sources.h"
 
 #define S_MAX_FILE (1 << 20)
 
