@@ -63,11 +63,9 @@ struct emlio_plan {
      * batch_size rest positions from i x that), not contiguous slices,
      * so each step's samples are one stratified global batch. */
     bool stratified;
-    uint32_t world;
     uint32_t rank;
-    uint64_t full;      /* stratified: full global batches of the rest */
-    uint64_t last_part; /* stratified: each rank's part of the short one */
-    uint64_t first;     /* this rank's first rest position */
+    emlio__strata_t strata; /* stratified: the rest's layout */
+    uint64_t first;         /* this rank's first rest position */
     uint64_t n_samples;
     size_t batch_size;
     size_t n_batches;
@@ -757,8 +755,7 @@ s_clear(emlio_plan_t *self)
     self->blended = false;
     self->blend.n = 0;
     self->stratified = false;
-    self->full = 0;
-    self->last_part = 0;
+    memset(&self->strata, 0, sizeof(self->strata));
 }
 
 /* Sizes this rank's share of the rest of the epoch (all of it unless
@@ -773,19 +770,16 @@ s_clear(emlio_plan_t *self)
 static int
 s_slice_stratified(emlio_plan_t *self, const emlio_plan_params_t *p, uint64_t n)
 {
-    uint64_t g = (uint64_t)p->world * p->batch_size;
-    self->full = n / g;
-    uint64_t short_len = n % g;
-    self->last_part =
-        p->drop_last ? 0 : short_len / p->world + (short_len % p->world != 0);
-    self->dropped = p->drop_last ? short_len : 0;
-    self->n_samples = self->full * p->batch_size + self->last_part;
-    uint64_t start = self->full * g + (uint64_t)p->rank * self->last_part;
-    uint64_t end = start + self->last_part;
+    emlio__strata_t *st = &self->strata;
+    emlio__strata_init(st, n, p->world, p->batch_size, p->drop_last);
+    self->dropped = p->drop_last ? n % st->global : 0;
+    self->n_samples = st->full * p->batch_size + st->part;
+    uint64_t start = emlio__strata_first(st, p->rank, st->full);
+    uint64_t end = start + st->part;
     self->pad = end > n ? end - EMLIO_MAX(start, n) : 0;
     self->first = 0;
     self->batch_size = p->batch_size;
-    uint64_t n_batches = self->full + (self->last_part != 0);
+    uint64_t n_batches = st->full + (st->part != 0);
     if (n_batches > SIZE_MAX)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "cannot plan epoch: %" PRIu64 " batches per rank "
@@ -804,7 +798,6 @@ s_slice(emlio_plan_t *self, const emlio_plan_params_t *p)
         return rc;
     uint64_t n = self->dataset - self->rest.done;
     self->stratified = p->stratify;
-    self->world = p->world;
     self->rank = p->rank;
     if (p->stratify)
         return s_slice_stratified(self, p, n);
@@ -923,8 +916,6 @@ s_blend_sources(emlio_plan_t *self, const struct s_build *b,
     if (rc == 0)
         rc = emlio__blend_init(&self->blend, params, sizes, self->err);
     emlio_free(sizes);
-    if (rc == 0)
-        self->dataset = self->blend.total;
     return rc;
 }
 
@@ -960,6 +951,7 @@ emlio_plan_build(emlio_plan_t *self, const emlio_plan_shard_t *shards, size_t n,
     if (rc == 0)
         rc =
             s_order_shards(self, &b, params->window_shards, params->share_join);
+    /* The epoch is the blend's quotas, not the records laid out. */
     if (rc == 0 && self->blended)
         self->dataset = self->blend.total;
     if (rc == 0)
@@ -1054,14 +1046,10 @@ s_rest_position(const emlio_plan_t *self, uint64_t k, bool *pad)
 {
     uint64_t rest = self->dataset - self->rest.done;
     uint64_t q = self->first + k;
-    if (self->stratified) {
-        uint64_t g = (uint64_t)self->world * self->batch_size;
-        uint64_t i = k / self->batch_size;
-        uint64_t j = k % self->batch_size;
-        q = i < self->full
-                ? i * g + (uint64_t)self->rank * self->batch_size + j
-                : self->full * g + (uint64_t)self->rank * self->last_part + j;
-    }
+    if (self->stratified)
+        q = emlio__strata_first(&self->strata, self->rank,
+                                k / self->batch_size) +
+            k % self->batch_size;
     *pad = q >= rest;
     return q >= rest ? (q - rest) % rest : q;
 }

@@ -132,15 +132,35 @@ emlio__spans_normalize(emlio_plan_span_t *spans, size_t *n)
 }
 
 /* Public: the slice of an epoch's rest that one rank takes (plan.h). */
+void
+emlio__strata_init(emlio__strata_t *st, uint64_t rest, uint32_t world,
+                   uint32_t batch_size, bool drop_last)
+{
+    st->batch = batch_size;
+    st->global = (uint64_t)world * batch_size;
+    st->full = rest / st->global;
+    uint64_t short_len = rest % st->global;
+    st->part = drop_last ? 0 : short_len / world + (short_len % world != 0);
+}
+
+uint64_t
+emlio__strata_first(const emlio__strata_t *st, uint32_t rank, uint64_t i)
+{
+    return i < st->full ? i * st->global + (uint64_t)rank * st->batch
+                        : st->full * st->global + (uint64_t)rank * st->part;
+}
+
 uint64_t
 emlio_plan_rank_batches(uint64_t rest, uint32_t world, uint32_t batch_size,
                         bool drop_last, bool stratify)
 {
     if (world == 0 || batch_size == 0)
         return 0;
-    uint64_t g = (uint64_t)world * batch_size;
-    if (stratify)
-        return rest / g + (!drop_last && rest % g != 0);
+    if (stratify) {
+        emlio__strata_t st;
+        emlio__strata_init(&st, rest, world, batch_size, drop_last);
+        return st.full + (st.part != 0);
+    }
     uint64_t first, count;
     if (emlio_plan_slice(rest, world, 0, batch_size, drop_last, &first,
                          &count) < 0)
@@ -160,16 +180,10 @@ emlio_plan_batch_span(uint64_t rest, uint32_t world, uint32_t rank,
         return EMLIO_EINVAL;
     uint64_t b = batch_size;
     if (stratify) {
-        uint64_t g = (uint64_t)world * b;
-        uint64_t full = rest / g, short_len = rest % g;
-        uint64_t part = short_len / world + (short_len % world != 0);
-        if (k < full) {
-            *q0 = k * g + rank * b;
-            *q1 = *q0 + b;
-        } else {
-            *q0 = full * g + rank * part;
-            *q1 = *q0 + (drop_last ? 0 : part);
-        }
+        emlio__strata_t st;
+        emlio__strata_init(&st, rest, world, batch_size, drop_last);
+        *q0 = emlio__strata_first(&st, rank, k);
+        *q1 = *q0 + (k < st.full ? b : st.part);
     } else {
         *q0 = first + EMLIO_MIN(k * b, count);
         *q1 = first + EMLIO_MIN((k + 1) * b, count);

@@ -47,6 +47,26 @@ int emlio__rest_map(const emlio__rest_t *r, uint64_t q0, uint64_t q1,
                     int (*emit)(void *arg, uint64_t begin, uint64_t end),
                     void *arg);
 
+/* The stratified layout of a rest (docs/planner.md, "Stratified
+ * batches"): global batch i is rest positions [i G, (i + 1) G), G = world
+ * x batch_size, and rank r's batch i its part from i G + r B; the short
+ * last one of L positions is cut into world parts of ceil(L / world)
+ * (none with drop_last), positions past the rest being padding. */
+typedef struct emlio__strata {
+    uint64_t global; /* G */
+    uint64_t batch;  /* B */
+    uint64_t full;   /* full global batches */
+    uint64_t part;   /* a rank's part of the short one */
+} emlio__strata_t;
+
+void emlio__strata_init(emlio__strata_t *st, uint64_t rest, uint32_t world,
+                        uint32_t batch_size, bool drop_last);
+
+/* The first rest position of rank `rank`'s batch i (its length is B for
+ * i < full, part for the last). */
+uint64_t emlio__strata_first(const emlio__strata_t *st, uint32_t rank,
+                             uint64_t i);
+
 /* Sorts spans[0 .. *n) by begin and merges those that overlap or touch,
  * in place; *n receives the count left. */
 void emlio__spans_normalize(emlio_plan_span_t *spans, size_t *n);

@@ -531,18 +531,13 @@ s_parse_args(s_fetch_t *self, int argc, char **argv)
         self->cfg.sources = self->sources;
         self->cfg.n_sources = (uint32_t)n;
     }
+    if (self->source_opts.n && s_parse_sources(self) < 0)
+        return 2;
     if (self->cfg.n_sources && self->plan.connect) {
         fprintf(stderr, "emlio fetch: the sources name the daemons: give "
                         "them or --connect, not both\n");
         return 2;
     }
-    if (self->source_opts.n && self->plan.connect) {
-        fprintf(stderr, "emlio fetch: --source names the daemons: give it "
-                        "or --connect, not both\n");
-        return 2;
-    }
-    if (self->source_opts.n && s_parse_sources(self) < 0)
-        return 2;
     if ((!self->plan.connect && !self->cfg.n_sources) ||
         self->plan.batch == 0) {
         fprintf(stderr, "emlio fetch: --connect (or --source) and a positive "

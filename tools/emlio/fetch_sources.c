@@ -59,8 +59,9 @@ s_expect(s_parser_t *ps, char c)
     return 0;
 }
 
-/* A JSON string, unescaped in place (\uXXXX only for ASCII); *out points
- * at it, NUL-terminated. */
+/* A JSON string, unescaped in place; *out points at it, NUL-terminated.
+ * A \uXXXX escape must name an ASCII character: names and endpoints are
+ * ASCII, so any other is refused as an error, not read half-way. */
 static int
 s_string(s_parser_t *ps, char **out)
 {
