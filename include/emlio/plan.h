@@ -87,6 +87,20 @@ typedef struct emlio_plan_span {
     uint64_t end;
 } emlio_plan_span_t;
 
+/* An earlier blend of the epoch, when the sources' weights changed in
+ * the middle of it (docs/planner.md, "Weights changed mid-epoch"): the
+ * weights and epoch size the job ran with for a while, and what it
+ * consumed of that blend's positions. */
+typedef struct emlio_plan_layer {
+    const emlio_plan_source_t *sources; /* n_sources, in the params' order */
+    uint64_t epoch_samples;             /* as in the params */
+    const emlio_plan_span_t *done;      /* as the params' done, of this blend */
+    size_t n_done;
+} emlio_plan_layer_t;
+
+/* At most this many weight changes in one epoch. */
+#define EMLIO_PLAN_MAX_LAYERS 256
+
 typedef struct emlio_plan_params {
     uint32_t world;         /* number of ranks, >= 1 */
     uint32_t rank;          /* 0 .. world - 1 */
@@ -135,6 +149,16 @@ typedef struct emlio_plan_params {
     size_t n_sources;
     uint64_t epoch_samples;
     bool stratify;
+    /* Weights changed mid-epoch: the blends the epoch ran under before
+     * this one, oldest first (borrowed for the build). Each takes, of
+     * what the ones before it left, what its own quotas still lack from
+     * what was delivered: picks the earlier blends planned but did not
+     * deliver first, then further picks of the source's stream, so no
+     * sample comes twice in the epoch that would not have under one
+     * blend. The positions of this plan (and `done`) are then those of
+     * the last blend: the samples the epoch still has to deliver. */
+    const emlio_plan_layer_t *layers;
+    size_t n_layers;
 } emlio_plan_params_t;
 
 /* Fills p with defaults: world 1, rank 0, batch 32, epoch 0, seed 0,
@@ -240,7 +264,9 @@ EMLIO_EXPORT uint64_t emlio_plan_batch_cursor(const emlio_plan_t *self,
 EMLIO_EXPORT size_t emlio_plan_memory(const emlio_plan_t *self);
 
 /* The samples source s (s < params.n_sources) has in the epoch, over all
- * ranks: its quota. 0 past the sources, or for a plan without them. */
+ * ranks: its quota (after a weight change, what the earlier blends
+ * delivered of it plus its part of the rest). 0 past the sources, or for
+ * a plan without them. */
 EMLIO_EXPORT uint64_t emlio_plan_source_quota(const emlio_plan_t *self,
                                               size_t s);
 

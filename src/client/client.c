@@ -145,7 +145,7 @@ emlio_client_destroy(emlio_client_t **self_p)
     emlio_buf_release(&self->scratch);
     emlio_plan_destroy(&self->current.plan);
     emlio_plan_destroy(&self->ahead.plan);
-    emlio_free(self->resume.spans);
+    emlio__resume_clear(&self->resume);
     emlio_free(self->name);
     emlio_free(self->job);
     for (size_t i = 0; i < self->n_want_fields; i++)

@@ -54,12 +54,31 @@ emlio__epoch_plan(emlio_client_t *self, emlio_plan_t *plan, uint64_t epoch)
     params.n_sources = self->n_src;
     params.epoch_samples = self->cfg.epoch_samples;
     params.stratify = self->cfg.stratify;
-    if (self->resume.live && self->resume.epoch == epoch) {
-        params.done = self->resume.spans;
-        params.n_done = self->resume.n;
+    emlio_plan_layer_t *layers = NULL;
+    const emlio__resume_t *res = &self->resume;
+    if (res->live && res->epoch == epoch) {
+        params.done = res->spans;
+        params.n_done = res->n;
+        if (res->blend) {
+            params.sources = res->blend->src;
+            params.epoch_samples = res->blend->epoch_samples;
+        }
+        if (res->n_layers &&
+            !(layers = emlio_calloc(res->n_layers, sizeof(*layers)))) {
+            emlio_free(in);
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < res->n_layers; i++)
+            layers[i] =
+                (emlio_plan_layer_t){ res->layers[i].blend.src,
+                                      res->layers[i].blend.epoch_samples,
+                                      res->layers[i].spans, res->layers[i].n };
+        params.layers = layers;
+        params.n_layers = res->n_layers;
     }
     int rc = emlio_plan_build(plan, in, self->inv.n_shards, &params);
     emlio_free(in);
+    emlio_free(layers);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "cannot plan epoch %" PRIu64 ": %s",
                              epoch, emlio_plan_errmsg(plan));

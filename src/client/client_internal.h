@@ -187,12 +187,36 @@ typedef struct emlio__epoch {
 /* What earlier runs of the job consumed of the epoch a resume state put
  * it in (docs/planner.md, "Elastic resume"): that epoch's plans cover
  * only the rest. Other epochs are planned whole. */
+/* A blend of the sources: the weights (and counts) and the epoch size a
+ * run of the job planned with; self->n_src entries. */
+typedef struct emlio__blend_desc {
+    emlio_plan_source_t *src;
+    uint64_t epoch_samples;
+} emlio__blend_desc_t;
+
+/* An earlier blend of the epoch, when the weights changed in it: what the
+ * runs under it consumed of its positions (docs/planner.md, "Weights
+ * changed mid-epoch"). */
+typedef struct emlio__layer {
+    emlio__blend_desc_t blend;
+    emlio_plan_span_t *spans; /* sorted, disjoint */
+    size_t n;
+} emlio__layer_t;
+
 typedef struct emlio__resume {
     bool live;
     uint64_t epoch;
     emlio_plan_span_t *spans; /* sorted, disjoint */
     size_t n;
+    emlio__layer_t *layers; /* oldest first */
+    size_t n_layers;
+    /* While the states of a run with other weights are merged: their
+     * blend, which the rest they left is planned with; else NULL. */
+    const emlio__blend_desc_t *blend;
 } emlio__resume_t;
+
+/* Frees what r holds and empties it. */
+void emlio__resume_clear(emlio__resume_t *r);
 
 /* ---- the window (client_window.c) --------------------------------------- */
 
@@ -348,8 +372,9 @@ int emlio__client_dial(emlio_client_t *self, const char *endpoints);
 int emlio__sources_init(emlio_client_t *self, const emlio_client_config_t *cfg,
                         char *err);
 void emlio__sources_release(emlio_client_t *self);
-/* h with the sources, their weights and counts folded in: part of the
- * dataset's fingerprint, so a resume state names the blend it was of. */
+/* h with the sources' names and stratify folded in: part of the dataset's
+ * fingerprint, so a resume state names the sources it was of (the
+ * weights it records apart: they may change mid-epoch). */
 uint64_t emlio__sources_fold(const emlio_client_t *self, uint64_t h);
 /* client_inventory.c: the shards of every daemon's WELCOME (msgs, one per
  * daemon) merged by name where their content is the same, the job's class

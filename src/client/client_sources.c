@@ -200,15 +200,12 @@ emlio__sources_fold(const emlio_client_t *self, uint64_t h)
 {
     if (!self->n_src)
         return h;
-    for (uint32_t i = 0; i < self->n_src; i++) {
-        const emlio_plan_source_t *p = &self->plan_src[i];
+    /* Not the weights, counts or epoch size: a resume state records
+     * those, and they may change in the middle of an epoch. */
+    for (uint32_t i = 0; i < self->n_src; i++)
         h = s_fnv(h, self->src[i].name, strlen(self->src[i].name) + 1);
-        h = s_fnv(h, &p->weight, sizeof(p->weight));
-        h = s_fnv(h, &p->samples, sizeof(p->samples));
-    }
     uint8_t strat = self->cfg.stratify;
-    h = s_fnv(h, &strat, 1);
-    return s_fnv(h, &self->cfg.epoch_samples, sizeof(self->cfg.epoch_samples));
+    return s_fnv(h, &strat, 1);
 }
 
 size_t

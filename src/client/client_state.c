@@ -12,19 +12,24 @@
 
 /* ---- resume state ------------------------------------------------------ */
 
-/* Layout (little endian): "EMLS", u32 format 4, u64 seed, u32 world, rank,
+/* Layout (little endian): "EMLS", u32 format 5, u64 seed, u32 world, rank,
  * batch_size, shuffle, window_shards, drop_last, char dataset[16],
  * u64 epoch, u64 n_batches, u64 share_join, u64 n_spans,
- * n_spans x (u64 begin, u64 end), bitmap[(n_batches + 7) / 8],
- * u32 crc32c of all the bytes before it (docs/protocol.md, "Resume
- * state"). The spans are the epoch's global positions earlier runs of the
- * job consumed: the plan the bitmap names covers the rest. The bitmap
- * names batches of one order, so the format follows the plan version:
- * format 1 was plan version 1. Formats 2 (no share_join: read as 0) and 3
- * (no spans) are read still. */
+ * n_spans x (u64 begin, u64 end), bitmap[(n_batches + 7) / 8], the blend
+ * section, u32 crc32c of all the bytes before it (docs/protocol.md,
+ * "Resume state"). The spans are the epoch's global positions earlier
+ * runs of the job consumed: the plan the bitmap names covers the rest.
+ * The blend section says which weights the positions are of: u32
+ * n_sources, u32 n_layers, each earlier blend of the epoch (the weights
+ * changed in it) with the spans consumed under it, then the saving run's
+ * blend; a blend is u64 epoch_samples and per source u64 weight (IEEE
+ * 754 bits), u64 samples. The bitmap names batches of one order, so the
+ * format follows the plan version: format 1 was plan version 1. Formats
+ * 2 (no share_join: read as 0), 3 (no spans) and 4 (no blend section)
+ * are read still. */
 #define S_STATE_MAGIC "EMLS"
 
-#define S_STATE_FORMAT 4u
+#define S_STATE_FORMAT 5u
 _Static_assert(EMLIO_PLAN_VERSION == 2,
                "another plan order needs another resume state format");
 
@@ -80,14 +85,98 @@ s_put_params(const emlio_client_t *self, uint8_t *p)
     memcpy(p + 40, self->inv.dataset, 16);
 }
 
-/* The spans earlier runs consumed of the current epoch (none unless a
- * resume put the client in it). */
-static size_t
-s_current_spans(const emlio_client_t *self, const emlio_plan_span_t **out)
+/* The resume of the current epoch: what earlier runs consumed of it
+ * (NULL unless a resume put the client in it). */
+static const emlio__resume_t *
+s_current_resume(const emlio_client_t *self)
 {
     bool mine = self->resume.live && self->resume.epoch == self->current.number;
-    *out = mine ? self->resume.spans : NULL;
-    return mine ? self->resume.n : 0;
+    return mine ? &self->resume : NULL;
+}
+
+void
+emlio__resume_clear(emlio__resume_t *r)
+{
+    emlio_free(r->spans);
+    for (size_t i = 0; i < r->n_layers; i++) {
+        emlio_free(r->layers[i].blend.src);
+        emlio_free(r->layers[i].spans);
+    }
+    emlio_free(r->layers);
+    *r = (emlio__resume_t){ 0 };
+}
+
+/* ---- the blend section --------------------------------------------------- */
+
+static size_t
+s_blend_bytes(uint32_t n_src)
+{
+    return 8 + 16 * (size_t)n_src;
+}
+
+static uint8_t *
+s_put_blend(uint8_t *p, const emlio_plan_source_t *src, uint32_t n,
+            uint64_t epoch_samples)
+{
+    s_put64(p, epoch_samples);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &src[i].weight, sizeof(bits));
+        s_put64(p + 8 + 16 * i, bits);
+        s_put64(p + 16 + 16 * i, src[i].samples);
+    }
+    return p + s_blend_bytes(n);
+}
+
+/* Reads the blend record at p (n_src sources) into *out. */
+static int
+s_read_blend(emlio_client_t *self, const uint8_t *p, emlio__blend_desc_t *out)
+{
+    out->epoch_samples = s_get64(p);
+    out->src = emlio_calloc(EMLIO_MAX(self->n_src, 1u), sizeof(*out->src));
+    if (!out->src)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < self->n_src; i++) {
+        uint64_t bits = s_get64(p + 8 + 16 * i);
+        memcpy(&out->src[i].weight, &bits, sizeof(bits));
+        out->src[i].samples = s_get64(p + 16 + 16 * i);
+    }
+    return 0;
+}
+
+/* The section's size for this client's sources and res's layers. */
+static size_t
+s_section_bytes(const emlio_client_t *self, const emlio__resume_t *res)
+{
+    if (!self->n_src)
+        return 8;
+    size_t len = 8 + s_blend_bytes(self->n_src);
+    for (size_t i = 0; res && i < res->n_layers; i++)
+        len += s_blend_bytes(self->n_src) + 8 + 16 * res->layers[i].n;
+    return len;
+}
+
+static void
+s_put_section(const emlio_client_t *self, const emlio__resume_t *res,
+              uint8_t *p)
+{
+    size_t n_layers = self->n_src && res ? res->n_layers : 0;
+    s_put32(p, self->n_src);
+    s_put32(p + 4, (uint32_t)n_layers);
+    p += 8;
+    if (!self->n_src)
+        return;
+    for (size_t i = 0; i < n_layers; i++) {
+        const emlio__layer_t *l = &res->layers[i];
+        p = s_put_blend(p, l->blend.src, self->n_src, l->blend.epoch_samples);
+        s_put64(p, l->n);
+        for (size_t k = 0; k < l->n; k++) {
+            s_put64(p + 8 + 16 * k, l->spans[k].begin);
+            s_put64(p + 16 + 16 * k, l->spans[k].end);
+        }
+        p += 8 + 16 * l->n;
+    }
+    s_put_blend(p, self->plan_src, self->n_src, self->cfg.epoch_samples);
 }
 
 int
@@ -98,12 +187,14 @@ emlio_client_save_state(const emlio_client_t *self, uint8_t **blob_out,
     if (!self->win.delivered)
         return emlio__seterr((char *)self->err, EMLIO_EINVAL,
                              "no epoch has been started");
-    const emlio_plan_span_t *spans;
-    size_t n_spans = s_current_spans(self, &spans);
+    const emlio__resume_t *res = s_current_resume(self);
+    const emlio_plan_span_t *spans = res ? res->spans : NULL;
+    size_t n_spans = res ? res->n : 0;
     size_t bitmap = (self->current.n_batches + 7) / 8;
-    if (n_spans > (SIZE_MAX - S_STATE_FIXED4 - bitmap - 4) / 16)
+    size_t section = s_section_bytes(self, res);
+    if (n_spans > (SIZE_MAX - S_STATE_FIXED4 - bitmap - section - 4) / 16)
         return emlio__seterr((char *)self->err, EMLIO_ENOMEM, "out of memory");
-    size_t len = S_STATE_FIXED4 + 16 * n_spans + bitmap + 4;
+    size_t len = S_STATE_FIXED4 + 16 * n_spans + bitmap + section + 4;
     uint8_t *p = emlio_malloc(len);
     if (!p)
         return emlio__seterr((char *)self->err, EMLIO_ENOMEM, "out of memory");
@@ -117,6 +208,7 @@ emlio_client_save_state(const emlio_client_t *self, uint8_t **blob_out,
         s_put64(p + S_STATE_FIXED4 + 16 * i + 8, spans[i].end);
     }
     memcpy(p + S_STATE_FIXED4 + 16 * n_spans, self->win.delivered, bitmap);
+    s_put_section(self, res, p + S_STATE_FIXED4 + 16 * n_spans + bitmap);
     s_put32(p + len - 4, emlio_crc32c(0, p, len - 4));
     *blob_out = p;
     *len_out = len;
@@ -138,6 +230,12 @@ typedef struct s_state {
     uint64_t n_spans;
     const uint8_t *spans; /* n_spans x 16 bytes */
     const uint8_t *bitmap;
+    /* Format 5: the blend section, its earlier blends' count, and the
+     * saving run's blend record (NULL without sources or before 5). */
+    const uint8_t *section;
+    size_t section_len;
+    uint32_t n_layers;
+    const uint8_t *blend;
 } s_state_t;
 
 /* A blob's "which", for messages: "resume state" alone, or numbered when
@@ -150,6 +248,48 @@ s_which(char *buf, size_t cap, size_t index, size_t n)
     else
         snprintf(buf, cap, "resume state %zu of %zu", index, n);
     return buf;
+}
+
+/* Walks the blend section of st: the sources this client has, at most
+ * EMLIO_PLAN_MAX_LAYERS earlier blends, every size within the blob. */
+static int
+s_parse_section(emlio_client_t *self, s_state_t *st, const char *which)
+{
+    const uint8_t *p = st->section;
+    size_t left = st->section_len;
+    if (left < 8)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "%s is damaged: its sizes do not add up", which);
+    uint32_t n_src = s_get32(p);
+    uint32_t n_layers = s_get32(p + 4);
+    if (n_src != self->n_src)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "%s was made with %" PRIu32 " sources, this run "
+                             "has %" PRIu32,
+                             which, n_src, self->n_src);
+    if (n_layers > EMLIO_PLAN_MAX_LAYERS || (!n_src && n_layers))
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "%s is damaged: %" PRIu32 " weight changes", which,
+                             n_layers);
+    p += 8;
+    left -= 8;
+    size_t blend = s_blend_bytes(n_src);
+    for (uint32_t i = 0; n_src && i < n_layers; i++) {
+        uint64_t n = left >= blend + 8 ? s_get64(p + blend) : UINT64_MAX;
+        if (n > (left - blend - 8) / 16)
+            return emlio__seterr(self->err, EMLIO_ESTATE,
+                                 "%s is damaged: its weight change %" PRIu32
+                                 " runs past its end",
+                                 which, i);
+        p += blend + 8 + 16 * n;
+        left -= blend + 8 + 16 * n;
+    }
+    if (left != (n_src ? blend : 0))
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "%s is damaged: its sizes do not add up", which);
+    st->n_layers = n_layers;
+    st->blend = n_src ? p : NULL;
+    return 0;
 }
 
 /* Checks a blob's framing and that it describes this client's job (seed,
@@ -175,6 +315,11 @@ s_parse(emlio_client_t *self, const uint8_t *blob, size_t len,
     size_t fixed = format == 2   ? S_STATE_FIXED2
                    : format == 3 ? S_STATE_FIXED3
                                  : S_STATE_FIXED4;
+    if (format < 5 && self->n_src)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "%s has format %" PRIu32 ", which did not record "
+                             "the sources' weights; start the epoch again",
+                             which, format);
     if (len < fixed + 4)
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "%s is damaged or not an emlio state", which);
@@ -182,12 +327,11 @@ s_parse(emlio_client_t *self, const uint8_t *blob, size_t len,
     s_put_params(self, mine);
     /* Past magic, format, and world, rank and batch size. */
     if (memcmp(mine + 8, blob + 8, 8) || memcmp(mine + 28, blob + 28, 28)) {
-        /* The sources, their weights and counts are folded into the
-         * dataset's fingerprint: changing them mid-run is not built. */
+        /* The sources' names and stratify are folded into the dataset's
+         * fingerprint; their weights are recorded apart. */
         const char *what = memcmp(mine + 40, blob + 40, 16)
-                               ? (self->n_src ? "dataset or blend of sources "
-                                                "(names, weights, counts, "
-                                                "epoch size, stratify)"
+                               ? (self->n_src ? "dataset or sources (their "
+                                                "names, order, or stratify)"
                                               : "dataset")
                            : memcmp(mine + 8, blob + 8, 8) ? "seed"
                            : memcmp(mine + 28, blob + 28, 4)
@@ -204,21 +348,19 @@ s_parse(emlio_client_t *self, const uint8_t *blob, size_t len,
     st->share_join = format >= 3 ? s_get64(blob + 72) : 0;
     st->n_spans = format >= 4 ? s_get64(blob + 80) : 0;
     size_t room = len - fixed - 4;
+    uint64_t bitmap = st->n_batches / 8 + (st->n_batches % 8 != 0);
     if (st->world == 0 || st->rank >= st->world || st->batch_size == 0 ||
-        st->n_spans > room / 16 ||
-        (room - 16 * st->n_spans) != (st->n_batches + 7) / 8)
+        st->n_spans > room / 16 || bitmap > room - 16 * st->n_spans ||
+        (format < 5 && room - 16 * st->n_spans != bitmap))
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "%s is damaged: its sizes do not add up", which);
     st->spans = blob + fixed;
     st->bitmap = blob + fixed + 16 * st->n_spans;
-    return 0;
-}
-
-static void
-s_span_at(const s_state_t *st, uint64_t i, emlio_plan_span_t *out)
-{
-    out->begin = s_get64(st->spans + 16 * i);
-    out->end = s_get64(st->spans + 16 * i + 8);
+    st->section = st->bitmap + bitmap;
+    st->section_len = room - 16 * st->n_spans - (size_t)bitmap;
+    st->n_layers = 0;
+    st->blend = NULL;
+    return format < 5 ? 0 : s_parse_section(self, st, which);
 }
 
 static bool
@@ -227,33 +369,85 @@ s_delivered(const s_state_t *st, uint64_t i)
     return st->bitmap[i / 8] >> (i % 8) & 1;
 }
 
-/* Makes the spans of st what earlier runs consumed of its epoch (none:
- * the epoch is planned whole). The planner checks them against the
- * epoch's size when the epoch begins. */
+/* Reads n spans at p into a new array *out, checking they are sorted,
+ * disjoint and non-empty. */
 static int
-s_set_resume(emlio_client_t *self, const s_state_t *st, const char *which)
+s_read_spans(emlio_client_t *self, const uint8_t *p, uint64_t n,
+             const char *which, emlio_plan_span_t **out)
 {
-    self->resume.live = false;
-    self->resume.n = 0;
-    if (st->n_spans == 0)
+    *out = NULL;
+    if (n == 0)
         return 0;
-    emlio_plan_span_t *spans =
-        emlio_reallocarray(self->resume.spans, st->n_spans, sizeof(*spans));
+    emlio_plan_span_t *spans = emlio_calloc((size_t)n, sizeof(*spans));
     if (!spans)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    self->resume.spans = spans;
-    for (uint64_t i = 0; i < st->n_spans; i++) {
-        s_span_at(st, i, &spans[i]);
+    for (uint64_t i = 0; i < n; i++) {
+        spans[i] =
+            (emlio_plan_span_t){ s_get64(p + 16 * i), s_get64(p + 16 * i + 8) };
         if (spans[i].begin >= spans[i].end ||
-            (i && spans[i].begin < spans[i - 1].end))
+            (i && spans[i].begin < spans[i - 1].end)) {
+            emlio_free(spans);
             return emlio__seterr(self->err, EMLIO_ESTATE,
                                  "%s is damaged: consumed span %" PRIu64
                                  " is empty or out of order",
                                  which, i);
+        }
     }
-    self->resume.n = (size_t)st->n_spans;
-    self->resume.epoch = st->epoch;
-    self->resume.live = true;
+    *out = spans;
+    return 0;
+}
+
+/* Whether st was saved with this client's weights, counts and epoch size
+ * (a state without sources: yes). */
+static bool
+s_same_blend(const emlio_client_t *self, const s_state_t *st)
+{
+    if (!st->blend)
+        return true;
+    uint8_t mine[8 + 16 * 8];
+    for (uint32_t i = 0; i < self->n_src; i += 8) {
+        uint32_t n = EMLIO_MIN(self->n_src - i, 8u);
+        s_put_blend(mine, self->plan_src + i, n, self->cfg.epoch_samples);
+        if (memcmp(mine + 8, st->blend + 8 + 16 * (size_t)i, 16 * (size_t)n))
+            return false;
+    }
+    return s_get64(st->blend) == self->cfg.epoch_samples;
+}
+
+/* Makes what st says earlier runs consumed of its epoch the client's
+ * resume: its spans and the blends the epoch had before (none: the
+ * epoch is planned whole). The planner checks the spans against the
+ * epoch's size when the epoch begins. */
+static int
+s_set_resume(emlio_client_t *self, const s_state_t *st, const char *which)
+{
+    emlio__resume_t *res = &self->resume;
+    emlio__resume_clear(res);
+    int rc = s_read_spans(self, st->spans, st->n_spans, which, &res->spans);
+    if (rc < 0)
+        return rc;
+    res->n = (size_t)st->n_spans;
+    if (st->n_layers &&
+        !(res->layers = emlio_calloc(st->n_layers, sizeof(*res->layers))))
+        rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    const uint8_t *p = st->section + 8;
+    for (uint32_t i = 0; i < st->n_layers && rc == 0; i++) {
+        emlio__layer_t *l = &res->layers[i];
+        res->n_layers++;
+        rc = s_read_blend(self, p, &l->blend);
+        p += s_blend_bytes(self->n_src);
+        uint64_t n = s_get64(p);
+        if (rc == 0)
+            rc = s_read_spans(self, p + 8, n, which, &l->spans);
+        l->n = (size_t)n;
+        p += 8 + 16 * n;
+    }
+    if (rc < 0) {
+        emlio__resume_clear(res);
+        return rc;
+    }
+    res->epoch = st->epoch;
+    res->live = res->n > 0 || res->n_layers > 0;
     return 0;
 }
 
@@ -287,6 +481,18 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
                              "every rank's state to emlio_client_load_states",
                              st.rank, st.world, st.batch_size, self->cfg.rank,
                              self->cfg.world, self->cfg.batch_size);
+    /* Other weights: the rest of the epoch follows from what the whole job
+     * delivered, which only every rank's state together says. */
+    if (!s_same_blend(self, &st)) {
+        if (st.world == 1)
+            return emlio_client_load_states(self, &blob, &len, 1);
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "resume state was saved with other weights, "
+                             "counts or epoch size of the sources: to change "
+                             "them in the middle of an epoch, give every "
+                             "rank's state to emlio_client_load_states "
+                             "(emlio fetch --resume-from)");
+    }
     /* A sharing job goes on from the cursor it started at, whatever the
      * daemons say now: its order is the saved one. */
     if (self->inv.share)
@@ -415,11 +621,14 @@ s_check_run(emlio_client_t *self, const s_state_t *st, size_t n,
             }
             const s_state_t *o = &st[*base];
             if (s->share_join != o->share_join || s->n_spans != o->n_spans ||
-                memcmp(s->spans, o->spans, 16 * s->n_spans))
+                memcmp(s->spans, o->spans, 16 * s->n_spans) ||
+                s->section_len != o->section_len ||
+                memcmp(s->section, o->section, s->section_len))
                 return emlio__seterr(
                     self->err, EMLIO_ESTATE,
-                    "%s and %s disagree on what runs before them consumed: "
-                    "they were not saved by one run",
+                    "%s and %s disagree on what runs before them consumed "
+                    "or on the sources' weights: they were not saved by "
+                    "one run",
                     s_which(a, sizeof(a), *base, n),
                     s_which(b, sizeof(b), i, n));
             continue;
@@ -504,6 +713,43 @@ s_rest_before(emlio_client_t *self, uint64_t epoch, emlio__rest_t *rest,
     return 0;
 }
 
+/* The states' blend, when it is not this client's: the rest they left is
+ * planned with it while they are merged. */
+static int
+s_their_blend(emlio_client_t *self, const s_state_t *st,
+              emlio__blend_desc_t *out)
+{
+    *out = (emlio__blend_desc_t){ 0 };
+    if (s_same_blend(self, st))
+        return 0;
+    int rc = s_read_blend(self, st->blend, out);
+    self->resume.blend = rc == 0 ? out : NULL;
+    return rc;
+}
+
+/* The weights changed: the blend the states ran with becomes an earlier
+ * layer of the epoch, with all they consumed of it (all, taken), and
+ * this run starts a new one with nothing of it consumed. */
+static int
+s_push_layer(emlio_client_t *self, emlio__blend_desc_t *theirs, s_spans_t *all)
+{
+    emlio__resume_t *res = &self->resume;
+    if (res->n_layers >= EMLIO_PLAN_MAX_LAYERS)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "the weights changed %d times in epoch %" PRIu64
+                             " already: finish it with these",
+                             EMLIO_PLAN_MAX_LAYERS, res->epoch);
+    emlio__layer_t *grown =
+        emlio_reallocarray(res->layers, res->n_layers + 1, sizeof(*grown));
+    if (!grown)
+        return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
+    res->layers = grown;
+    res->layers[res->n_layers++] = (emlio__layer_t){ *theirs, all->v, all->n };
+    *theirs = (emlio__blend_desc_t){ 0 };
+    *all = (s_spans_t){ 0 };
+    return 0;
+}
+
 int
 emlio_client_load_states(emlio_client_t *self, const uint8_t *const *blobs,
                          const size_t *lens, size_t n)
@@ -516,6 +762,7 @@ emlio_client_load_states(emlio_client_t *self, const uint8_t *const *blobs,
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     s_spans_t all = { 0 };
     emlio__rest_t rest = { 0 };
+    emlio__blend_desc_t theirs = { 0 };
     char which[64];
     uint64_t epoch = 0, rest_size = 0;
     size_t base = 0;
@@ -530,6 +777,13 @@ emlio_client_load_states(emlio_client_t *self, const uint8_t *const *blobs,
     if (rc == 0)
         rc = s_set_resume(self, &st[base],
                           s_which(which, sizeof(which), base, n));
+    if (rc == 0) {
+        /* The rest they left is of their epoch, which may have ended
+         * since: a resume of a later one has nothing to plan from. */
+        self->resume.live = true;
+        self->resume.epoch = epoch;
+        rc = s_their_blend(self, &st[base], &theirs);
+    }
     if (rc == 0)
         rc = s_rest_before(self, epoch, &rest, &rest_size);
     if (rc == 0)
@@ -539,15 +793,23 @@ emlio_client_load_states(emlio_client_t *self, const uint8_t *const *blobs,
                         self->resume.spans[i].end) < 0)
             rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     emlio__rest_release(&rest);
+    self->resume.blend = NULL;
+    emlio__spans_normalize(all.v, &all.n);
+    emlio_free(self->resume.spans);
+    self->resume.spans = NULL;
+    self->resume.n = 0;
+    if (rc == 0 && theirs.src)
+        rc = s_push_layer(self, &theirs, &all);
+    emlio_free(theirs.src);
     emlio_free(st);
     if (rc < 0) {
-        self->resume.live = false;
+        emlio__resume_clear(&self->resume);
         emlio_free(all.v);
         return rc;
     }
-    emlio__spans_normalize(all.v, &all.n);
-    emlio_free(self->resume.spans);
-    self->resume = (emlio__resume_t){ all.n > 0, epoch, all.v, all.n };
+    self->resume.spans = all.v;
+    self->resume.n = all.n;
+    self->resume.live = all.n > 0 || self->resume.n_layers > 0;
     rc = s_begin(self, epoch);
     return rc < 0 ? rc : (int)self->current.n_batches;
 }

@@ -884,6 +884,16 @@ s_check_params(emlio_plan_t *self, const emlio_plan_params_t *params, size_t n)
                              "(window_shards %" PRIu32 ") and no shared "
                              "schedule",
                              params->window_shards);
+    if (params->n_layers && (!params->n_sources || !params->layers))
+        return emlio__seterr(
+            self->err, EMLIO_EINVAL, "%zu earlier blends of the epoch, but %s",
+            params->n_layers,
+            params->n_sources ? "no array of them" : "no sources to blend");
+    if (params->n_layers > EMLIO_PLAN_MAX_LAYERS)
+        return emlio__seterr(self->err, EMLIO_EINVAL,
+                             "the weights changed %zu times in the epoch "
+                             "(at most %d)",
+                             params->n_layers, EMLIO_PLAN_MAX_LAYERS);
     if ((uint64_t)params->world * params->batch_size > UINT32_MAX &&
         params->stratify)
         return emlio__seterr(self->err, EMLIO_EINVAL,
@@ -1161,7 +1171,9 @@ uint64_t
 emlio_plan_source_quota(const emlio_plan_t *self, size_t s)
 {
     assert(self);
-    return self->blended && s < self->blend.n ? self->blend.src[s].quota : 0;
+    if (!self->blended || s >= self->blend.n)
+        return 0;
+    return self->blend.src[s].delivered + self->blend.src[s].quota;
 }
 
 const char *
@@ -1177,7 +1189,7 @@ emlio_plan_memory(const emlio_plan_t *self)
     assert(self);
     size_t len = sizeof(*self) + self->slots_cap * sizeof(*self->slots) +
                  self->wins_cap * sizeof(*self->wins) +
-                 self->blend.cap * sizeof(*self->blend.src);
+                 emlio__blend_memory(&self->blend);
     if (self->buf)
         len +=
             sizeof(*self->buf) + self->buf->cap * sizeof(*self->buf->samples);

@@ -204,6 +204,298 @@ s_stratify(emlio__blend_t *b, uint64_t gbatch, char *err)
     return 0;
 }
 
+/* The seed of layer m's mix, order and batch permutations: the job's for
+ * the epoch's own blend, a new key for each later one. */
+static uint64_t
+s_layer_seed(uint64_t seed, uint32_t layer)
+{
+    if (layer == 0)
+        return seed;
+    uint64_t z = seed + (uint64_t)layer * UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* Layer > 0: turns the quotas the layer's weights give the whole epoch
+ * into what each source still lacks of them. The rest (the epoch less
+ * what the layers before delivered) goes to the sources below their
+ * quotas: exactly their deficits when none was delivered past its quota,
+ * else in proportion to the deficits by largest remainder, never more
+ * than a deficit. */
+static int
+s_rest_quotas(emlio__blend_t *b, char *err)
+{
+    uint64_t done = 0, want = 0;
+    for (size_t s = 0; s < b->n; s++) {
+        emlio__blend_source_t *src = &b->src[s];
+        src->delivered = b->taken[s].count;
+        done += src->delivered;
+        src->quota =
+            src->quota > src->delivered ? src->quota - src->delivered : 0;
+        want += src->quota;
+    }
+    if (done > b->total)
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "the epoch's size %" PRIu64
+                             " is less than the %" PRIu64
+                             " samples its earlier weights delivered",
+                             b->total, done);
+    uint64_t rest = b->total - done;
+    b->total = rest;
+    if (want == rest)
+        return 0;
+    s_rem_t *rem = emlio_calloc(b->n, sizeof(*rem));
+    if (!rem)
+        return s_nomem(err);
+    uint64_t given = 0;
+    for (size_t s = 0; s < b->n; s++) {
+        s_u128 num = (s_u128)rest * b->src[s].quota;
+        b->src[s].quota = (uint64_t)(num / want);
+        given += b->src[s].quota;
+        rem[s] = (s_rem_t){ 0, num % want, (uint32_t)s };
+    }
+    qsort(rem, b->n, sizeof(*rem), s_cmp_num);
+    for (size_t i = 0; given < rest; i++, given++)
+        b->src[rem[i].index].quota++;
+    emlio_free(rem);
+    return 0;
+}
+
+/* Sets b up as layer `layer` of the epoch: the sources' weights and the
+ * epoch size of that layer, the taken picks of the layers before. */
+static int
+s_layer(emlio__blend_t *b, const emlio_plan_params_t *p,
+        const emlio_plan_source_t *sources, uint64_t epoch_samples,
+        const uint64_t *sizes, uint32_t layer, char *err)
+{
+    emlio_plan_params_t q = *p;
+    q.sources = sources;
+    q.epoch_samples = epoch_samples;
+    memset(b->src, 0, b->n * sizeof(*b->src));
+    b->layer = layer;
+    b->seed = s_layer_seed(p->seed, layer);
+    b->stream_seed = p->seed;
+    b->batch = 0;
+    b->full = 0;
+    int rc = s_quotas(b, &q, sizes, err);
+    if (rc == 0 && layer)
+        rc = s_rest_quotas(b, err);
+    if (rc < 0)
+        return rc;
+    uint64_t base = 0, offset = 0;
+    for (size_t s = 0; s < b->n; s++) {
+        emlio__blend_source_t *src = &b->src[s];
+        src->base = base;
+        src->offset = offset;
+        base += src->size;
+        offset += src->quota;
+        if (layer)
+            src->start = b->taken[s].start;
+        else if (src->size)
+            src->start = (uint64_t)((s_u128)p->epoch * src->quota % src->size);
+        emlio__perm_init(&src->stream, p->seed, S_EVERY_EPOCH,
+                         S_STREAM | ((uint64_t)s & S_LOW), src->size);
+        emlio__perm_init(&src->order, b->seed, p->epoch,
+                         S_ORDER | ((uint64_t)s & S_LOW), src->quota);
+    }
+    emlio__perm_init(&b->mix, b->seed, p->epoch, S_MIX, b->total);
+    if (!p->stratify)
+        return 0;
+    return s_stratify(b, (uint64_t)p->world * p->batch_size, err);
+}
+
+static void
+s_taken_release(emlio__taken_t *t)
+{
+    emlio_free(t->bits);
+    emlio_free(t->zeros);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Sets bits [lo, hi) of words to one (set) or zero. */
+static void
+s_bits_fill(uint64_t *words, uint64_t lo, uint64_t hi, bool set)
+{
+    for (uint64_t j = lo; j < hi; j++) {
+        uint64_t bit = UINT64_C(1) << (j % 64);
+        words[j / 64] = set ? words[j / 64] | bit : words[j / 64] & ~bit;
+    }
+}
+
+/* Extends the picks t covers to [0, extent), the new ones free. */
+static int
+s_taken_grow(emlio__taken_t *t, uint64_t extent)
+{
+    if (extent <= t->extent)
+        return 0;
+    if (extent > UINT64_MAX - 63 || (extent + 63) / 64 > SIZE_MAX / 8)
+        return EMLIO_ENOMEM;
+    size_t words = (size_t)((extent + 63) / 64);
+    size_t had = (size_t)((t->extent + 63) / 64);
+    if (words > t->cap) {
+        uint64_t *grown = emlio_reallocarray(t->bits, words, sizeof(*grown));
+        if (!grown)
+            return EMLIO_ENOMEM;
+        t->bits = grown;
+        t->cap = words;
+    }
+    memset(t->bits + had, 0, (words - had) * sizeof(*t->bits));
+    s_bits_fill(t->bits, t->extent, EMLIO_MIN((uint64_t)had * 64, extent),
+                false);
+    s_bits_fill(t->bits, extent, (uint64_t)words * 64, true);
+    t->extent = extent;
+    return 0;
+}
+
+/* Counts the free picks before each group of eight words. */
+static int
+s_taken_index(emlio__taken_t *t)
+{
+    size_t words = (size_t)((t->extent + 63) / 64);
+    size_t groups = words / 8 + 1;
+    if (groups > t->zcap) {
+        uint64_t *grown = emlio_reallocarray(t->zeros, groups, sizeof(*grown));
+        if (!grown)
+            return EMLIO_ENOMEM;
+        t->zeros = grown;
+        t->zcap = groups;
+    }
+    uint64_t free = 0;
+    for (size_t w = 0; w < words; w++) {
+        if (w % 8 == 0)
+            t->zeros[w / 8] = free;
+        free += 64 - (uint64_t)__builtin_popcountll(t->bits[w]);
+    }
+    if (words % 8 == 0)
+        t->zeros[words / 8] = free;
+    return 0;
+}
+
+/* The pick of the run that is the k-th free one: the k-th zero bit, or
+ * past the extent for k at or above the free picks. */
+static uint64_t
+s_taken_select(const emlio__taken_t *t, uint64_t k)
+{
+    uint64_t free = t->extent - t->count;
+    if (k >= free)
+        return t->extent + (k - free);
+    size_t words = (size_t)((t->extent + 63) / 64);
+    size_t lo = 0, hi = words / 8 + 1;
+    while (hi - lo > 1) { /* the last group with fewer than k + 1 before */
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->zeros[mid] <= k)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    k -= t->zeros[lo];
+    for (size_t w = lo * 8;; w++) {
+        uint64_t x = ~t->bits[w];
+        uint64_t z = (uint64_t)__builtin_popcountll(x);
+        if (k < z) {
+            while (k--)
+                x &= x - 1;
+            return (uint64_t)w * 64 + (uint64_t)__builtin_ctzll(x);
+        }
+        k -= z;
+    }
+}
+
+static size_t s_pick(const emlio__blend_t *b, emlio__blend_cache_t *c,
+                     uint64_t g, uint64_t *j);
+
+/* Marks as taken the picks that layer m (set up in b) delivered: the
+ * positions of its consumed spans. */
+static int
+s_take(emlio__blend_t *b, const emlio_plan_layer_t *layer, uint32_t m,
+       char *err)
+{
+    uint64_t prev_end = 0;
+    for (size_t i = 0; i < layer->n_done; i++) {
+        const emlio_plan_span_t *sp = &layer->done[i];
+        if (sp->begin >= sp->end || sp->end > b->total ||
+            (i && sp->begin < prev_end))
+            return emlio__seterr(err, EMLIO_EINVAL,
+                                 "weights %" PRIu32 " of the epoch: consumed "
+                                 "span %zu [%" PRIu64 ", %" PRIu64 ") is %s",
+                                 m, i, sp->begin, sp->end,
+                                 sp->begin >= sp->end ? "empty"
+                                 : sp->end > b->total ? "past their end"
+                                                      : "out of order");
+        prev_end = sp->end;
+    }
+    /* What the layer reaches of each run: its free picks, then on. The
+     * marks go to a copy, so that every lookup sees the layers before. */
+    emlio__taken_t *next = emlio_calloc(b->n, sizeof(*next));
+    emlio__blend_cache_t cache = { 0 };
+    int rc = next ? emlio__blend_cache_reserve(&cache, b) : EMLIO_ENOMEM;
+    for (size_t s = 0; s < b->n && rc == 0; s++) {
+        const emlio__taken_t *t = &b->taken[s];
+        uint64_t free = t->extent - t->count;
+        uint64_t reach = b->src[s].quota > free ? b->src[s].quota - free : 0;
+        rc = s_taken_grow(&next[s], t->extent + reach);
+        if (rc == 0 && t->extent)
+            memcpy(next[s].bits, t->bits, (size_t)((t->extent + 63) / 64) * 8);
+        if (rc == 0) {
+            s_bits_fill(next[s].bits, t->extent,
+                        EMLIO_MIN(next[s].extent, (t->extent + 63) / 64 * 64),
+                        false);
+            next[s].count = t->count;
+            next[s].start = t->start;
+        }
+    }
+    for (size_t i = 0; i < layer->n_done && rc == 0; i++)
+        for (uint64_t g = layer->done[i].begin; g < layer->done[i].end; g++) {
+            uint64_t j;
+            size_t s = s_pick(b, &cache, g, &j);
+            uint64_t bit = UINT64_C(1) << (j % 64);
+            assert(j < next[s].extent && !(next[s].bits[j / 64] & bit));
+            next[s].bits[j / 64] |= bit;
+            next[s].count++;
+        }
+    for (size_t s = 0; s < b->n && rc == 0; s++)
+        rc = s_taken_index(&next[s]);
+    emlio__blend_cache_release(&cache);
+    for (size_t s = 0; s < b->n && next; s++) {
+        if (rc == 0) {
+            s_taken_release(&b->taken[s]);
+            b->taken[s] = next[s];
+        } else {
+            s_taken_release(&next[s]);
+        }
+    }
+    emlio_free(next);
+    return rc < 0 ? emlio__seterr(err, rc,
+                                  "cannot plan epoch: out of memory for the "
+                                  "picks its earlier weights delivered")
+                  : 0;
+}
+
+/* Layer 0's runs as the taken picks before layer 1: none taken yet. */
+static int
+s_taken_init(emlio__blend_t *b, char *err)
+{
+    if (b->n > b->taken_cap) {
+        emlio__taken_t *grown =
+            emlio_reallocarray(b->taken, b->n, sizeof(*grown));
+        if (!grown)
+            return s_nomem(err);
+        memset(grown + b->taken_cap, 0, (b->n - b->taken_cap) * sizeof(*grown));
+        b->taken = grown;
+        b->taken_cap = b->n;
+    }
+    for (size_t s = 0; s < b->n; s++) {
+        emlio__taken_t *t = &b->taken[s];
+        t->extent = 0;
+        t->count = 0;
+        t->start = b->src[s].start;
+        if (s_taken_index(t) < 0)
+            return s_nomem(err);
+    }
+    return 0;
+}
+
 int
 emlio__blend_init(emlio__blend_t *b, const emlio_plan_params_t *p,
                   const uint64_t *sizes, char *err)
@@ -220,43 +512,43 @@ emlio__blend_init(emlio__blend_t *b, const emlio_plan_params_t *p,
         b->src = grown;
         b->cap = p->n_sources;
     }
-    memset(b->src, 0, p->n_sources * sizeof(*b->src));
     b->n = p->n_sources;
-    b->seed = p->seed;
     b->epoch = p->epoch;
     b->shuffle = p->shuffle == EMLIO_SHUFFLE_WINDOW;
-    b->batch = 0;
-    b->full = 0;
-    int rc = s_quotas(b, p, sizes, err);
-    if (rc < 0)
-        return rc;
-    uint64_t base = 0, offset = 0;
-    for (size_t s = 0; s < b->n; s++) {
-        emlio__blend_source_t *src = &b->src[s];
-        src->base = base;
-        src->offset = offset;
-        base += src->size;
-        offset += src->quota;
-        src->start = src->size
-                         ? (uint64_t)((s_u128)p->epoch * src->quota % src->size)
-                         : 0;
-        emlio__perm_init(&src->stream, p->seed, S_EVERY_EPOCH,
-                         S_STREAM | ((uint64_t)s & S_LOW), src->size);
-        emlio__perm_init(&src->order, p->seed, p->epoch,
-                         S_ORDER | ((uint64_t)s & S_LOW), src->quota);
+    if (p->n_layers == 0)
+        return s_layer(b, p, p->sources, p->epoch_samples, sizes, 0, err);
+    int rc = 0;
+    for (uint32_t m = 0; m < p->n_layers && rc == 0; m++) {
+        const emlio_plan_layer_t *layer = &p->layers[m];
+        rc = s_layer(b, p, layer->sources, layer->epoch_samples, sizes, m, err);
+        if (rc == 0 && m == 0)
+            rc = s_taken_init(b, err);
+        if (rc == 0)
+            rc = s_take(b, layer, m, err);
     }
-    emlio__perm_init(&b->mix, p->seed, p->epoch, S_MIX, b->total);
-    if (!p->stratify)
-        return 0;
-    uint64_t gbatch = (uint64_t)p->world * p->batch_size;
-    return s_stratify(b, gbatch, err);
+    if (rc == 0)
+        rc = s_layer(b, p, p->sources, p->epoch_samples, sizes,
+                     (uint32_t)p->n_layers, err);
+    return rc;
 }
 
 void
 emlio__blend_release(emlio__blend_t *b)
 {
+    for (size_t s = 0; s < b->taken_cap; s++)
+        s_taken_release(&b->taken[s]);
+    emlio_free(b->taken);
     emlio_free(b->src);
     memset(b, 0, sizeof(*b));
+}
+
+size_t
+emlio__blend_memory(const emlio__blend_t *b)
+{
+    size_t len = b->cap * sizeof(*b->src) + b->taken_cap * sizeof(*b->taken);
+    for (size_t s = 0; s < b->taken_cap; s++)
+        len += b->taken[s].cap * 8 + b->taken[s].zcap * 8;
+    return len;
 }
 
 int
@@ -361,19 +653,30 @@ s_mixed(const emlio__blend_t *b, uint64_t g, uint64_t *k)
     return lo;
 }
 
-uint64_t
-emlio__blend_record(const emlio__blend_t *b, emlio__blend_cache_t *c,
-                    uint64_t g, uint32_t *source)
+/* Source and pick (j: the offset in its run) at position g < total. */
+static size_t
+s_pick(const emlio__blend_t *b, emlio__blend_cache_t *c, uint64_t g,
+       uint64_t *j)
 {
     assert(g < b->total);
     uint64_t k;
     size_t s = b->batch ? s_stratified(b, c, g, &k) : s_mixed(b, g, &k);
-    const emlio__blend_source_t *src = &b->src[s];
-    assert(k < src->quota);
+    assert(k < b->src[s].quota);
     if (b->shuffle)
-        k = emlio__perm_apply(&src->order, k);
-    /* start + k mod size, without overflow near 2^64. */
-    uint64_t step = k % src->size;
+        k = emlio__perm_apply(&b->src[s].order, k);
+    *j = b->layer ? s_taken_select(&b->taken[s], k) : k;
+    return s;
+}
+
+uint64_t
+emlio__blend_record(const emlio__blend_t *b, emlio__blend_cache_t *c,
+                    uint64_t g, uint32_t *source)
+{
+    uint64_t j;
+    size_t s = s_pick(b, c, g, &j);
+    const emlio__blend_source_t *src = &b->src[s];
+    /* start + j mod size, without overflow near 2^64. */
+    uint64_t step = j % src->size;
     uint64_t p = src->start >= src->size - step
                      ? src->start - (src->size - step)
                      : src->start + step;

@@ -20,6 +20,13 @@
  *     of one fixed permutation: a source subsampled to a quarter shows all
  *     of its samples once in four epochs before any twice, and one
  *     repeated 2.5 times shows each 2 or 3 times an epoch, never more.
+ *
+ * When the weights change in the middle of an epoch, the blend is built
+ * in layers (docs/planner.md, "Weights changed mid-epoch"): each layer
+ * after the first is a blend of what is left, whose source s has the part
+ * of the rest its new quota still lacks, and whose pick k is the k-th
+ * pick of the source's run that no layer before delivered (then the run
+ * goes on past what the layers before reached).
  */
 #ifndef EMLIO_PLAN_BLEND_H
 #define EMLIO_PLAN_BLEND_H
@@ -46,13 +53,28 @@ void emlio__perm_init(emlio__perm_t *f, uint64_t seed, uint64_t epoch,
 /* The image of x < m. */
 uint64_t emlio__perm_apply(const emlio__perm_t *f, uint64_t x);
 
+/* What the earlier layers of an epoch delivered of one source: pick j of
+ * its run (stream position start + j) is taken when bit j is set. The
+ * k-th free pick is found in O(log) through the free picks counted before
+ * each group of eight words. */
+typedef struct emlio__taken {
+    uint64_t start;  /* stream position of pick 0: layer 0's */
+    uint64_t extent; /* picks [0, extent) that the layers reached */
+    uint64_t count;  /* of them, taken */
+    uint64_t *bits;  /* ceil(extent / 64) words, bits past extent set */
+    uint64_t *zeros; /* free picks before word 8 i */
+    size_t cap;      /* words of bits */
+    size_t zcap;     /* entries of zeros */
+} emlio__taken_t;
+
 /* One source while an epoch is planned. */
 typedef struct emlio__blend_source {
-    uint64_t base;   /* its first record in the source-major layout */
-    uint64_t size;   /* its records */
-    uint64_t quota;  /* its picks this epoch */
-    uint64_t offset; /* unstratified: its block in the quotas end to end */
-    uint64_t start;  /* stream position of pick 0: epoch * quota mod size */
+    uint64_t base;      /* its first record in the source-major layout */
+    uint64_t size;      /* its records */
+    uint64_t quota;     /* its picks this epoch */
+    uint64_t offset;    /* unstratified: its block in the quotas end to end */
+    uint64_t start;     /* stream position of pick 0: epoch * quota mod size */
+    uint64_t delivered; /* layers > 0: what the layers before delivered */
     /* Stratified: picks per full global batch (per) plus one in `extras`
      * of them, the extras laid round-robin from position extra_first of
      * the run of all sources' extras; `last` picks in a short last one. */
@@ -68,13 +90,17 @@ typedef struct emlio__blend {
     emlio__blend_source_t *src;
     size_t n;
     size_t cap;
-    uint64_t total; /* the epoch's positions */
-    uint64_t seed;
+    uint64_t total; /* the epoch's positions (of the rest, in a layer > 0) */
+    uint64_t seed;  /* of the mix and order permutations (layer's own) */
+    uint64_t stream_seed; /* of the streams: the job's seed */
     uint64_t epoch;
     bool shuffle;
     uint64_t batch;    /* stratified: a global batch's positions; 0 otherwise */
     uint64_t full;     /* stratified: full global batches */
     emlio__perm_t mix; /* unstratified, shuffled: over total */
+    uint32_t layer;    /* 0: the epoch's own blend */
+    emlio__taken_t *taken; /* layers > 0: n of them */
+    size_t taken_cap;
 } emlio__blend_t;
 
 /* Per-call scratch of a stratified lookup: the counts of one global batch
@@ -88,13 +114,18 @@ typedef struct emlio__blend_cache {
 } emlio__blend_cache_t;
 
 /* Sets the blend up for one epoch: sources[s] with sizes[s] records laid
- * out source-major, quotas from the params (emlio/plan.h). Returns 0,
- * EMLIO_EINVAL (a bad weight or count: err says which source and why)
- * or EMLIO_ENOMEM. */
+ * out source-major, quotas from the params (emlio/plan.h), built over the
+ * params' layers when the weights changed in the epoch. Returns 0,
+ * EMLIO_EINVAL (a bad weight or count, or a layer's consumed span: err
+ * says which and why) or EMLIO_ENOMEM. Time O(sources + the positions
+ * the layers consumed), memory one bit per pick the layers reached. */
 int emlio__blend_init(emlio__blend_t *b, const emlio_plan_params_t *p,
                       const uint64_t *sizes, char *err);
 
 void emlio__blend_release(emlio__blend_t *b);
+
+/* The memory b holds, in bytes. */
+size_t emlio__blend_memory(const emlio__blend_t *b);
 
 /* Makes room in cache for b's sources and forgets what it held. */
 int emlio__blend_cache_reserve(emlio__blend_cache_t *c,

@@ -94,6 +94,34 @@ start_daemon() {
     return 1
 }
 
+# wait_lines FILE N: waits (20 s at most) until FILE has N lines.
+wait_lines() {
+    for _ in $(seq 1 800); do
+        [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
+        sleep 0.025
+    done
+    return 1
+}
+
+# interrupt_ranks RUN PER FIRST RCS: the fetches of pids RPIDS, rank r
+# writing --ids "$T/RUN.r.ids": each gets SIGINT once it wrote
+# PER x (r + FIRST) ids (so the ranks stop at different points), then all
+# are waited for; fails unless each exit status is one of RCS (e.g.
+# "130": stopped by the signal, its --state saved; "130 0": or finished).
+interrupt_ranks() {
+    local run=$1 per=$2 first=$3 rcs=" $4 " r bad=0 rc
+    for r in "${!RPIDS[@]}"; do
+        wait_lines "$T/$run.$r.ids" $((per * (r + first)))
+        kill -INT "${RPIDS[$r]}"
+    done
+    for r in "${!RPIDS[@]}"; do
+        wait "${RPIDS[$r]}"
+        rc=$?
+        case "$rcs" in *" $rc "*) ;; *) bad=1 ;; esac
+    done
+    return $bad
+}
+
 # json_field FILE KEY: the value of KEY in the last line of FILE (JSON).
 json_field() {
     tail -n 1 "$1" | /usr/bin/python3 -c \

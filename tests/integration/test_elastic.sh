@@ -22,15 +22,6 @@ fetch_rank() {
     RPIDS+=($!)
 }
 
-# wait_lines FILE N: waits (bounded) until FILE has N lines.
-wait_lines() {
-    for _ in $(seq 1 400); do
-        [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
-        sleep 0.025
-    done
-    return 1
-}
-
 # interrupted RUN WORLD FROM: a run of WORLD ranks (resuming from FROM
 # unless empty), each stopped with SIGINT once it delivered some batches.
 interrupted() {
@@ -41,18 +32,8 @@ interrupted() {
         fetch_rank "$run" "$world" "$r" --state "$T/$run/rank$r.state" \
             --compute-s 0.01 ${from:+--resume-from "$T/$from"}
     done
-    for r in $(seq 0 $((world - 1))); do
-        wait_lines "$T/$run.$r.ids" $((24 / world * (r + 2)))
-        kill -INT "${RPIDS[$r]}"
-    done
     # 130: stopped by the signal, its state saved (0: it finished first).
-    local bad=0 rc
-    for p in "${RPIDS[@]}"; do
-        wait "$p"
-        rc=$?
-        [ $rc = 130 ] || [ $rc = 0 ] || bad=1
-    done
-    return $bad
+    interrupt_ranks "$run" $((24 / world)) 2 "130 0"
 }
 
 # The uninterrupted run: its ranks' ids, concatenated, are the global order.

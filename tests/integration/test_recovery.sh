@@ -44,14 +44,6 @@ start_daemon() {
     DPID=$!
     PIDS+=("$DPID")
 }
-wait_lines() { # wait_lines FILE N: until FILE has N lines (bounded)
-    for _ in $(seq 1 400); do
-        [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
 # --- daemon killed with SIGKILL mid-epoch, restarted on the same port ---
 port=$(free_port)
 start_daemon d

@@ -471,19 +471,20 @@ test_client_resume_state_delivers_the_rest(void **state)
         blob[len - 4 + i] = (uint8_t)(old >> (8 * i));
     assert_int_equal(emlio_client_load_state(d, blob, len), EMLIO_ESTATE);
     assert_non_null(strstr(emlio_client_errmsg(d), "plan version 1"));
-    blob[4] = 4;
+    blob[4] = 5;
     for (int i = 0; i < 4; i++)
         blob[len - 4 + i] = (uint8_t)(crc >> (8 * i));
     /* Format 2 (before the shared schedule's join cursor, at 72..79) is
      * read with cursor 0, format 3 (before the consumed spans' count at
-     * 80..87) with no spans. */
-    for (int format = 2; format <= 3; format++) {
-        size_t keep = format == 2 ? 72 : 80;
-        size_t len2 = len - (88 - keep);
+     * 80..87) with no spans, format 4 (before the blend section, 8 bytes
+     * without sources) as one dataset. */
+    for (int format = 2; format <= 4; format++) {
+        size_t keep = format == 2 ? 72 : format == 3 ? 80 : 88;
+        size_t len2 = len - (88 - keep) - 8;
         uint8_t *two = malloc(len2);
         assert_non_null(two);
         memcpy(two, blob, keep);
-        memcpy(two + keep, blob + 88, len - 88);
+        memcpy(two + keep, blob + 88, len - 88 - 12);
         two[4] = (uint8_t)format;
         uint32_t c2 = emlio_crc32c(0, two, len2 - 4);
         for (int i = 0; i < 4; i++)

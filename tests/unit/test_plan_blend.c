@@ -1,6 +1,7 @@
 /* test_plan_blend.c - unit tests of epochs blended from several sources:
  * exact quotas, subsampling that rotates, repeats, stratified global
- * batches, bad sources, and an elastic resume of a stratified epoch.
+ * batches, bad sources, an elastic resume of a stratified epoch, and
+ * weights changed in the middle of an epoch.
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_test.h"
@@ -403,6 +404,219 @@ test_blend_stratified_elastic(void **state)
     emlio_plan_destroy(&plan);
 }
 
+/* One run of a job in an epoch whose weights may have changed: every
+ * rank delivers its first `batches` batches (all: SIZE_MAX); hits and
+ * by_source count them, done receives the positions (of p's blend). */
+struct run_out {
+    emlio_plan_span_t done[256];
+    size_t n_done;
+    uint64_t by_source[2];
+    uint64_t quota[2];
+};
+
+static void
+run_part(const struct blend_inv *v, emlio_plan_params_t p, size_t batches,
+         uint32_t *hits, struct run_out *out)
+{
+    memset(out, 0, sizeof(*out));
+    emlio_plan_t *plan = emlio_plan_new();
+    for (uint32_t r = 0; r < p.world; r++) {
+        p.rank = r;
+        assert_int_equal(emlio_plan_build(plan, v->shards, v->n, &p), 0);
+        size_t nb = EMLIO_MIN(batches, emlio_plan_batch_count(plan));
+        for (size_t b = 0; b < nb; b++) {
+            size_t n;
+            const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &n);
+            for (size_t i = 0; i < n; i++) {
+                if (s[i].pad)
+                    continue;
+                hits[v->first[s[i].shard] + s[i].record]++;
+                out->by_source[s[i].source]++;
+                uint64_t g = emlio_plan_position(plan, b * p.batch_size + i);
+                assert_true(out->n_done < 256);
+                out->done[out->n_done++] = (emlio_plan_span_t){ g, g + 1 };
+            }
+        }
+        for (size_t s = 0; s < 2; s++)
+            out->quota[s] = emlio_plan_source_quota(plan, s);
+    }
+    emlio_plan_destroy(&plan);
+    qsort(out->done, out->n_done, sizeof(out->done[0]), cmp_span);
+    size_t m = 0;
+    for (size_t i = 0; i < out->n_done; i++)
+        if (m && out->done[m - 1].end == out->done[i].begin)
+            out->done[m - 1].end = out->done[i].end;
+        else
+            out->done[m++] = out->done[i];
+    out->n_done = m;
+}
+
+/* An epoch of 100 begun at 1:1 on 2 ranks, its weights changed to 1:3
+ * on one rank, then to 3:1 on two: no sample twice, every position of
+ * the epoch delivered, each change's quotas followed from what was
+ * delivered (a source already past its new quota gets no more). */
+static void
+weight_change(bool stratify)
+{
+    const size_t shards[] = { 3, 2 };
+    const uint64_t per[] = { 40, 50 };
+    struct blend_inv v;
+    blend_inv_init(&v, 2, shards, per);
+    emlio_plan_source_t w0[2] = { { 1, 0 }, { 1, 0 } };
+    emlio_plan_source_t w1[2] = { { 1, 0 }, { 3, 0 } };
+    emlio_plan_source_t w2[2] = { { 3, 0 }, { 1, 0 } };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.n_sources = 2;
+    p.epoch_samples = 100;
+    p.stratify = stratify;
+    p.seed = 11;
+    p.epoch = 2;
+    uint32_t hits[220] = { 0 };
+    struct run_out a, b, c;
+
+    p.sources = w0;
+    p.world = 2;
+    p.batch_size = 5;
+    run_part(&v, p, 4, hits, &a);
+    assert_int_equal(a.by_source[0] + a.by_source[1], 40);
+
+    emlio_plan_layer_t layers[2] = {
+        { w0, 100, a.done, a.n_done },
+        { w1, 100, NULL, 0 },
+    };
+    p.sources = w1;
+    p.layers = layers;
+    p.n_layers = 1;
+    p.world = 1;
+    p.batch_size = 10;
+    run_part(&v, p, 2, hits, &b);
+    assert_int_equal(b.by_source[0] + b.by_source[1], 20);
+    /* 1:3 of 100 is 25 and 75, neither reached by the first 40. */
+    assert_int_equal(b.quota[0], 25);
+    assert_int_equal(b.quota[1], 75);
+
+    layers[1].done = b.done;
+    layers[1].n_done = b.n_done;
+    p.sources = w2;
+    p.n_layers = 2;
+    p.world = 2;
+    p.batch_size = 5;
+    run_part(&v, p, SIZE_MAX, hits, &c);
+    uint64_t got[2], total = 0;
+    for (size_t s = 0; s < 2; s++) {
+        got[s] = a.by_source[s] + b.by_source[s] + c.by_source[s];
+        total += got[s];
+        assert_int_equal(got[s], c.quota[s]);
+    }
+    assert_int_equal(total, 100);
+    /* 3:1 is 75 and 25: a source delivered past it gets none of the rest,
+     * the other all of it. */
+    for (size_t s = 0; s < 2; s++) {
+        uint64_t before = a.by_source[s] + b.by_source[s];
+        uint64_t want = s == 0 ? 75 : 25;
+        if (before >= want)
+            assert_int_equal(c.by_source[s], 0);
+        else if (a.by_source[1 - s] + b.by_source[1 - s] <= 100 - want)
+            assert_int_equal(got[s], want);
+    }
+    for (size_t i = 0; i < 220; i++)
+        assert_true(hits[i] <= 1);
+
+    /* A layer's span past its blend's end is refused, naming it. */
+    emlio_plan_span_t bad = { 0, 1000 };
+    layers[1].done = &bad;
+    layers[1].n_done = 1;
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "past their end"));
+    /* As is an epoch smaller than what was delivered. */
+    layers[1].done = b.done;
+    layers[1].n_done = b.n_done;
+    p.epoch_samples = 50;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "less than the 60"));
+    emlio_plan_destroy(&plan);
+}
+
+static void
+test_blend_weight_change(void **state)
+{
+    (void)state;
+    weight_change(false);
+}
+
+static void
+test_blend_weight_change_stratified(void **state)
+{
+    (void)state;
+    weight_change(true);
+}
+
+/* The k-th free pick over many words: a change after most of a large
+ * source was delivered finds exactly the picks left, in any order. */
+static void
+test_blend_weight_change_large(void **state)
+{
+    (void)state;
+    const size_t shards[] = { 1, 1 };
+    const uint64_t per[] = { 5000, 3000 };
+    struct blend_inv v;
+    blend_inv_init(&v, 2, shards, per);
+    emlio_plan_source_t w0[2] = { { 1, 0 }, { 1, 0 } };
+    emlio_plan_source_t w1[2] = { { 1, 0 }, { 4, 0 } };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.sources = w0;
+    p.n_sources = 2;
+    p.epoch_samples = 6000;
+    p.batch_size = 7;
+    uint32_t *hits = calloc(8000, sizeof(*hits));
+    uint64_t by_source[2] = { 0 };
+    /* Positions 1000 .. 3999 of the first blend, delivered. */
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    for (uint64_t k = 1000; k < 4000; k++) {
+        size_t n;
+        const emlio_plan_sample_t *s = emlio_plan_batch(plan, k / 7, &n);
+        const emlio_plan_sample_t *x = &s[k % 7];
+        hits[v.first[x->shard] + x->record]++;
+        by_source[x->source]++;
+    }
+    emlio_plan_span_t done = { 1000, 4000 };
+    emlio_plan_layer_t layer = { w0, 6000, &done, 1 };
+    p.sources = w1;
+    p.layers = &layer;
+    p.n_layers = 1;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    assert_int_equal(emlio_plan_sample_count(plan), 3000);
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t n;
+        const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &n);
+        for (size_t i = 0; i < n; i++) {
+            hits[v.first[s[i].shard] + s[i].record]++;
+            by_source[s[i].source]++;
+        }
+    }
+    /* 1:4 of 6000 is 1200 and 4800; the first blend gave ~1500 each. */
+    assert_int_equal(by_source[0] + by_source[1], 6000);
+    assert_int_equal(by_source[0], emlio_plan_source_quota(plan, 0));
+    assert_int_equal(by_source[1], emlio_plan_source_quota(plan, 1));
+    assert_true(by_source[1] <= 3000 * 2);
+    for (size_t i = 0; i < 5000; i++)
+        assert_true(hits[i] <= 1);
+    /* Source 1 (3000 samples) gets more than it has: each sample at
+     * most twice, and none left out while another comes twice. */
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t i = 5000; i < 8000; i++) {
+        lo = EMLIO_MIN(lo, hits[i]);
+        hi = EMLIO_MAX(hi, hits[i]);
+    }
+    assert_true(hi - lo <= 1);
+    free(hits);
+    emlio_plan_destroy(&plan);
+}
+
 int
 main(void)
 {
@@ -414,6 +628,9 @@ main(void)
         cmocka_unit_test(test_blend_bad_input),
         cmocka_unit_test(test_blend_extreme_weights),
         cmocka_unit_test(test_blend_stratified_elastic),
+        cmocka_unit_test(test_blend_weight_change),
+        cmocka_unit_test(test_blend_weight_change_stratified),
+        cmocka_unit_test(test_blend_weight_change_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,16 +1,20 @@
 # emlio/_state.py - reads and writes libemlio's resume state blobs, so that
 # DataLoader workers can each take a share of one rank's epoch.
 # SPDX-License-Identifier: MIT
-"""The resume state blob of ``emlio_client_save_state`` (src/client.c):
+"""The resume state blob of ``emlio_client_save_state`` (src/client/client_state.c):
 
-    "EMLS", u32 format 4, u64 seed, u32 world, rank, batch_size, shuffle,
+    "EMLS", u32 format 5, u64 seed, u32 world, rank, batch_size, shuffle,
     window_shards, drop_last, char dataset[16]    (56 bytes)
     u64 epoch, u64 n_batches, u64 share_join (format 3 on),
-    u64 n_spans, n_spans x (u64 begin, u64 end) (format 4),
-    bitmap[(n + 7) / 8], u32 crc32c of the rest
+    u64 n_spans, n_spans x (u64 begin, u64 end) (format 4 on),
+    bitmap[(n + 7) / 8],
+    the blend section (format 5): u32 n_sources, u32 n_layers, the
+    epoch's earlier blends with their spans, the saving run's blend,
+    u32 crc32c of the rest
 
 (the spans: global positions of the epoch earlier runs of the job
-consumed, docs/protocol.md "Resume state")
+consumed; the blends: the sources' weights, docs/protocol.md "Resume
+state")
 
 all little endian; bit i of the bitmap (byte i / 8, bit i % 8) set means
 batch i of this rank's plan was delivered. A client that loads a blob
@@ -19,8 +23,8 @@ to give each DataLoader worker its own batches of the rank's plan: it
 takes the header from a blob the library made (so the library still
 checks seed, world, rank, batch size and dataset) and writes the epoch and
 the bitmap itself. The "header" this module hands out is the 56 bytes,
-share_join and the spans: everything but the epoch, the count and the
-bitmap.
+share_join, the spans and the blend section: everything but the epoch,
+the count and the bitmap.
 """
 
 import struct
@@ -51,6 +55,13 @@ def crc32c(data):
     return crc ^ 0xFFFFFFFF
 
 
+def _tail_len(fmt, n_spans):
+    """Bytes of share_join, n_spans and the spans after the count."""
+    if fmt >= 4:
+        return 16 + 16 * n_spans
+    return 8 if fmt >= 3 else 0
+
+
 def parse(blob):
     """(header, epoch, n_batches, set of delivered batch indices); raises
     ValueError when blob is not an intact state."""
@@ -60,22 +71,36 @@ def parse(blob):
             crc32c(blob[:-4])):
         raise ValueError("resume state is damaged or not an emlio state")
     fmt = struct.unpack_from("<I", blob, 4)[0]
-    extra = 8 if fmt >= 3 else 0
+    n_spans = 0
     if fmt >= 4:
         if len(blob) < HEADER + 36:
             raise ValueError("resume state is damaged or not an emlio state")
-        n_spans = struct.unpack_from("<Q", blob, HEADER + 24)[0]
-        extra = 16 + 16 * min(n_spans, len(blob))
+        n_spans = min(struct.unpack_from("<Q", blob, HEADER + 24)[0],
+                      len(blob))
+    extra = _tail_len(fmt, n_spans)
     if len(blob) < HEADER + 20 + extra:
         raise ValueError("resume state is damaged or not an emlio state")
     epoch, n = struct.unpack_from("<QQ", blob, HEADER)
     tail = blob[HEADER + 16:HEADER + 16 + extra]
-    bitmap = blob[HEADER + 16 + extra:-4]
-    if len(bitmap) != (n + 7) // 8:
+    at = HEADER + 16 + extra
+    size = (n + 7) // 8
+    bitmap = blob[at:at + size] if fmt >= 5 else blob[at:-4]
+    section = blob[at + size:-4] if fmt >= 5 else b""
+    if len(bitmap) != size or (fmt >= 5 and len(section) < 8):
         raise ValueError("resume state has %d batches but a bitmap of %d "
                          "bytes" % (n, len(bitmap)))
     done = {i for i in range(n) if bitmap[i >> 3] >> (i & 7) & 1}
-    return blob[:HEADER] + tail, epoch, n, done
+    return blob[:HEADER] + tail + section, epoch, n, done
+
+
+def _split(header):
+    """(the 56 bytes, the tail, the blend section) of a header."""
+    header = bytes(header)
+    fmt = struct.unpack_from("<I", header, 4)[0]
+    n_spans = struct.unpack_from("<Q", header, HEADER + 8)[0] \
+        if fmt >= 4 else 0
+    end = HEADER + _tail_len(fmt, n_spans)
+    return header[:HEADER], header[HEADER:end], header[end:]
 
 
 def make(header, epoch, n, delivered):
@@ -83,16 +108,21 @@ def make(header, epoch, n, delivered):
     bitmap = bytearray((n + 7) // 8)
     for i in delivered:
         bitmap[i >> 3] |= 1 << (i & 7)
-    header = bytes(header)
-    body = (header[:HEADER] + struct.pack("<QQ", epoch, n) +
-            header[HEADER:] + bytes(bitmap))
+    fixed, tail, section = _split(header)
+    body = (fixed + struct.pack("<QQ", epoch, n) + tail + bytes(bitmap) +
+            section)
     return body + struct.pack("<I", crc32c(body))
 
 
 def without_spans(header):
     """header for an epoch other than the one its spans were consumed of:
-    the same job and join cursor, no consumed spans."""
-    header = bytes(header)
+    the same job, join cursor and weights, no consumed spans and no
+    earlier blends (those are of that epoch too)."""
+    fixed, tail, section = _split(header)
     if struct.unpack_from("<I", header, 4)[0] < 4:
-        return header
-    return header[:HEADER + 8] + struct.pack("<Q", 0)
+        return bytes(header)
+    if section:
+        n_src = struct.unpack_from("<I", section, 0)[0]
+        blend = section[len(section) - (8 + 16 * n_src):] if n_src else b""
+        section = struct.pack("<II", n_src, 0) + blend
+    return fixed + tail[:8] + struct.pack("<Q", 0) + section
