@@ -1,8 +1,10 @@
 /* plan_blend.c - what a blend of sources costs the planner per sample,
  * against one dataset of the same size, in one invocation: ns per planned
  * sample over every batch of one rank's epoch (emlio_plan_batch), for one
- * dataset, three sources by weight, and the same stratified. Quoted in
- * docs/planner.md ("Sources").
+ * dataset, three sources by weight, and the same stratified; and for a
+ * weight change after half the epoch, what the build costs (it marks the
+ * consumed half) and the rest's ns per sample. Quoted in docs/planner.md
+ * ("Sources", "Weights changed mid-epoch").
  * SPDX-License-Identifier: MIT
  *
  * Build and run (from the repository root, after make; seconds):
@@ -86,10 +88,32 @@ main(int argc, char **argv)
     double blend = s_run(shards, &p, &check);
     p.stratify = true;
     double strat = s_run(shards, &p, &check);
+    /* Weights 1:2:5 -> 5:2:1 after the first half of the epoch. */
+    p.stratify = false;
+    emlio_plan_span_t half = { 0, samples / SHARDS * SHARDS / 2 };
+    emlio_plan_layer_t layer = { src, 0, &half, 1 };
+    emlio_plan_source_t now[3] = { { 5, 0 }, { 2, 0 }, { 1, 0 } };
+    p.sources = now;
+    p.layers = &layer;
+    p.n_layers = 1;
+    emlio_plan_t *plan = emlio_plan_new();
+    double t0 = s_cpu();
+    if (emlio_plan_build(plan, shards, SHARDS, &p) < 0) {
+        fprintf(stderr, "plan: %s\n", emlio_plan_errmsg(plan));
+        return 1;
+    }
+    double build = s_cpu() - t0;
+    size_t memory = emlio_plan_memory(plan);
+    emlio_plan_destroy(&plan);
+    double layered = s_run(shards, &p, &check);
     printf("samples %llu, shards %d, world 8, batch 256 (check %llu)\n",
            samples, SHARDS, check % 1000);
     printf("one dataset      %.1f ns/sample\n", one);
     printf("3 sources        %.1f ns/sample (%.2fx)\n", blend, blend / one);
     printf("3, stratified    %.1f ns/sample (%.2fx)\n", strat, strat / one);
+    printf("changed at half  build %.3f s (%.1f ns per consumed sample), "
+           "%.1f ns/sample of the rest (%.2fx), plan %zu bytes\n",
+           build, build * 1e9 / (double)half.end, layered, layered / one,
+           memory);
     return 0;
 }

@@ -1,6 +1,7 @@
 # tests/python/test_sources.py - emlio.Loader(sources=...) against two real
 # emliod daemons with different datasets: exact quotas per epoch, every
-# sample's source in Batch.sources, stratified batches, bad sources refused.
+# sample's source in Batch.sources, stratified batches, bad sources refused,
+# and weights changed in the middle of an epoch through load_state_dict.
 # Run from the repository root: B=<build dir> /usr/bin/python3 <this file>.
 # SPDX-License-Identifier: MIT
 import collections
@@ -81,6 +82,50 @@ class SourcesTest(unittest.TestCase):
         # (data, offsets, labels) per batch: 160 samples in batches of 20.
         self.assertEqual(len(items), 8)
         self.assertEqual(sum(len(labels) for _, _, labels in items), 160)
+
+    def test_weights_changed_mid_epoch(self):
+        # An epoch of 80 begun at 1:1 on 2 ranks (3 batches of 4 each),
+        # finished at 1:3 on 1 rank from both states: a 20, b 60, and no
+        # sample twice (b has 40: 60 of it repeats 20, but none of a's).
+        def srcs(wb):
+            return [("a", self.ea, 1), ("b", self.eb, wb)]
+        seen = collections.Counter()
+        states = []
+        for r in range(2):
+            with emlio.Loader(None, 4, sources=srcs(1), epoch_samples=80,
+                              rank=r, world_size=2, seed=8,
+                              in_order=True) as ld:
+                for i, batch in enumerate(ld.epoch(0)):
+                    for s, (shard, rec, _) in zip(batch.sources.tolist(),
+                                                  batch.ids):
+                        seen[(s, shard, rec)] += 1
+                    if i == 2:
+                        break
+                states.append(ld.state_dict())
+        self.assertEqual(sum(seen.values()), 24)
+        with emlio.Loader(None, 8, sources=srcs(3), epoch_samples=80,
+                          seed=8) as ld:
+            left = ld.load_state_dict(states)
+            self.assertEqual(left, 7)  # 56 samples in batches of 8
+            for batch in ld:
+                for s, (shard, rec, _) in zip(batch.sources.tolist(),
+                                              batch.ids):
+                    seen[(s, shard, rec)] += 1
+            self.assertEqual(ld.epoch_stats()["epoch"], 0)
+        per = collections.Counter()
+        for (s, _, _), n in seen.items():
+            per[s] += n
+        self.assertEqual(per, {0: 20, 1: 60})
+        self.assertEqual(max(n for (s, _, _), n in seen.items() if s == 0), 1)
+        # b: 60 of 40 samples, each once or twice.
+        self.assertEqual({n for (s, _, _), n in seen.items() if s == 1},
+                         {1, 2})
+        # One rank's state of the two, with other weights: refused.
+        with emlio.Loader(None, 4, sources=srcs(3), epoch_samples=80,
+                          rank=0, world_size=2, seed=8) as ld:
+            with self.assertRaises(emlio.StateError) as cm:
+                ld.load_state_dict(states[0])
+            self.assertIn("every rank's state", str(cm.exception))
 
     def test_bad_sources_are_refused(self):
         with self.assertRaises(emlio.EmlioError) as cm:
