@@ -8,6 +8,10 @@
 # checks that the union of every run's --ids is the uninterrupted epoch's
 # plan exactly once (10^6 distinct ids, none repeated).
 #   bench/elastic.sh [SHARDS [RECORDS]]      (default 100 x 10000)
+# WEIGHTS=1: the same with two sources of that size (two daemons), an
+# epoch of 1.2 x one source, the weights changed from 1:1 (4 ranks) to
+# 1:3 (2 ranks, then 3): the union has no sample twice and the new
+# quotas exactly (docs/planner.md, "Weights changed mid-epoch").
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
@@ -48,16 +52,37 @@ for s in range(1, shards):
 PY
 N=$((SHARDS * RECORDS))
 
-$B/bin/emliod --data "$T/d" --bind 'tcp://127.0.0.1:*' --log-level warn \
-    >"$T/d.out" 2>"$T/d.err" &
-PIDS+=($!)
-EP=""
-for _ in $(seq 1 600); do
-    EP=$(sed -n 's/^emliod: listening on //p' "$T/d.out")
-    [ -n "$EP" ] && break
-    sleep 0.05
-done
-[ -n "$EP" ] || { echo "emliod did not start"; cat "$T/d.err"; exit 1; }
+start() { # start DIR: an emliod over DIR, its endpoint in EP
+    $B/bin/emliod --data "$1" --bind 'tcp://127.0.0.1:*' --log-level warn \
+        >"$1.out" 2>"$1.err" &
+    PIDS+=($!)
+    EP=""
+    for _ in $(seq 1 600); do
+        EP=$(sed -n 's/^emliod: listening on //p' "$1.out")
+        [ -n "$EP" ] && break
+        sleep 0.05
+    done
+    [ -n "$EP" ] || { echo "emliod did not start"; cat "$1.err"; exit 1; }
+}
+start "$T/d"
+# Sources: a second daemon over links to the same shards (another source
+# all the same); WB is b's weight of the run.
+WEIGHTS=${WEIGHTS:-0}
+if [ "$WEIGHTS" = 1 ]; then
+    EPA=$EP
+    mkdir "$T/e"
+    for f in "$T"/d/*.tfrecord; do ln "$f" "$T/e/"; done
+    start "$T/e"
+    EPB=$EP
+fi
+WB=1
+connect() {
+    if [ "$WEIGHTS" = 1 ]; then
+        echo --source "a=$EPA" --source "b=$EPB@$WB" --epoch-samples $((N * 6 / 5))
+    else
+        echo --connect "$EP"
+    fi
+}
 
 run() { # run NAME WORLD STOP_AFTER_S [ARGS...]: one run, all its ranks
     local name=$1 world=$2 stop=$3 r
@@ -65,7 +90,8 @@ run() { # run NAME WORLD STOP_AFTER_S [ARGS...]: one run, all its ranks
     mkdir -p "$T/$name"
     local rp=()
     for r in $(seq 0 $((world - 1))); do
-        "$EMLIO" fetch --connect "$EP" --world "$world" --rank "$r" \
+        # shellcheck disable=SC2046
+        "$EMLIO" fetch $(connect) --world "$world" --rank "$r" \
             --batch $((192 / world)) --seed 9 --in-order --epochs 1 --quiet \
             --state "$T/$name/rank$r.state" --ids "$T/$name.$r.ids" "$@" \
             >"$T/$name.$r.out" 2>"$T/$name.$r.err" &
@@ -87,6 +113,21 @@ run() { # run NAME WORLD STOP_AFTER_S [ARGS...]: one run, all its ranks
     printf ', states %s bytes\n' "$(cat "$T/$name"/*.state | wc -c)"
 }
 
+if [ "$WEIGHTS" = 1 ]; then
+    E=$((N * 6 / 5))
+    echo "epoch of $E samples from sources a and b of $N each; global batch 192"
+    run a 4 1.0
+    WB=3
+    run b 2 1.0 --resume-from "$T/a"
+    run c 3 0 --resume-from "$T/b" --verify
+    cat "$T"/[abc].*.ids | grep -v ' pad$' | awk '{print $2, $3, $4}' | sort >"$T/union"
+    dups=$(uniq -d "$T/union" | wc -l)
+    na=$(grep -c '^a ' "$T/union")
+    nb=$(grep -c '^b ' "$T/union")
+    echo "union: $(wc -l <"$T/union") samples, $dups repeated; a $na (quota $((E / 4))), b $nb (quota $((E * 3 / 4)))"
+    [ "$dups" = 0 ] && [ "$na" = $((E / 4)) ] && [ "$nb" = $((E * 3 / 4)) ]
+    exit
+fi
 echo "epoch of $N samples, $SHARDS shards; global batch 192"
 run a 4 1.0
 run b 2 1.0 --resume-from "$T/a"
