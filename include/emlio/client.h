@@ -346,7 +346,7 @@ typedef struct emlio_sample {
 EMLIO_EXPORT const emlio_sample_t *emlio_batch_samples(const emlio_batch_t *b,
                                                        size_t *n);
 
-/* Multi-field samples (protocol v2, a daemon started with --fields):
+/* Multi-field samples (a daemon started with --fields):
  * every sample carries one byte string per field, in the order the daemon
  * lists them; emlio_sample_t's data/len is field 0. A daemon without
  * --fields serves one unnamed field (""). Field names are borrowed from the

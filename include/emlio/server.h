@@ -120,18 +120,16 @@ typedef struct emlio_server_config {
     bool mixed_formats; /* serve several formats under one data_dir;
                            default false (an error, naming what was found) */
     /* Multi-field samples: comma-separated field names sent as one frame
-     * each per sample (protocol v2 only; v1 clients are refused with
-     * EMLIO_EVERSION). tar: member extensions ("jpg,cls,json"); TFRecord:
+     * each per sample. tar: member extensions ("jpg,cls,json"); TFRecord:
      * Example feature keys (bytes features as they are, int64 as 8-byte
      * and float as 4-byte little-endian values); ImageFolder: "image" and
      * "label". NULL = one field, as --field/--bytes-key choose. Copied. */
     const char *fields;
-    /* Transforms for clients that ask for tensors (protocol v3,
-     * docs/transform.md): threads that decode and augment, at a lower CPU
-     * priority than reading and sending so raw-byte clients are not
-     * starved; default one per online CPU, 0 = this daemon does not
-     * transform. Images above max_pixels pixels are refused (0 = 100
-     * million). core_mw: this host's power per busy core in milliwatts,
+    /* Transforms for clients that ask for tensors (docs/transform.md): threads
+     * that decode and augment, at a lower CPU priority than reading and sending
+     * so raw-byte clients are not starved; default one per online CPU, 0 = this
+     * daemon does not transform. Images above max_pixels pixels are refused (0
+     * = 100 million). core_mw: this host's power per busy core in milliwatts,
      * told to clients for placement by energy (0 = the energy model's
      * default). transform_threads above EMLIO_SERVER_MAX_TRANSFORM_THREADS
      * is refused by emlio_server_load. */

@@ -171,13 +171,18 @@ s_close_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t s)
 static int
 s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
 {
-    uint64_t version = self->conn.daemons[d].hello_version;
-    if (!version)
-        version = EMLIO_WIRE_VERSION_PACK;
-    if (emlio__wire_encode_hello_job(
-            &self->scratch, version, self->name, self->conn.session, s,
-            S_HELLO_ID(s), self->job, self->cfg.job_weight, self->cfg.share,
-            self->want_fields, self->n_want_fields) < 0)
+    emlio__wire_hello_t hello = {
+        .name = self->name,
+        .session = self->conn.session,
+        .stream = s,
+        .id = S_HELLO_ID(s),
+        .job = self->job,
+        .weight = self->cfg.job_weight,
+        .share = self->cfg.share,
+        .fields = self->want_fields,
+        .n_fields = self->n_want_fields,
+    };
+    if (emlio__wire_encode_hello(&self->scratch, &hello) < 0)
         return -ENOMEM;
     while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
                     self->scratch.len, ZMQ_DONTWAIT) < 0)
@@ -462,22 +467,6 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             return emlio__seterr(self->err, rc, "daemon '%s' sent a %s",
                                  daemon->endpoint, why);
         }
-        if (msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_EVERSION &&
-            !daemon->hello_version) {
-            /* A daemon before packed batches (v4): say the version it
-             * speaks, v3 to ask for transforms, else v2 (unpacked). */
-            emlio__wire_msg_release(msg);
-            zmq_msg_close(frame);
-            daemon->hello_version = emlio__client_xf_wants_server(&self->xf)
-                                        ? EMLIO_WIRE_VERSION_XF
-                                        : EMLIO_WIRE_VERSION_PLAIN;
-            sent =
-                s_send_hello(self, (uint32_t)(daemon - self->conn.daemons), 0);
-            if (sent < 0)
-                return emlio__seterr(self->err, sent, "cannot send to '%s': %s",
-                                     daemon->endpoint, zmq_strerror(-sent));
-            continue;
-        }
         if (msg->type == EMLIO_MSG_ERROR) {
             int code = s_remote_code(msg->code);
             emlio__seterr(self->err, code, "daemon '%s' refused us: %.*s",
@@ -491,15 +480,13 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             zmq_msg_close(frame);
             continue; /* a stale reply from an earlier session */
         }
-        if (msg->version < EMLIO_WIRE_VERSION_MIN ||
-            msg->version > EMLIO_WIRE_VERSION) {
+        if (msg->version != EMLIO_WIRE_VERSION) {
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
-            return emlio__seterr(self->err, EMLIO_EVERSION,
-                                 "daemon '%s' speaks protocol %" PRIu64
-                                 ", we speak %d to %d",
-                                 daemon->endpoint, msg->version,
-                                 EMLIO_WIRE_VERSION_MIN, EMLIO_WIRE_VERSION);
+            return emlio__seterr(
+                self->err, EMLIO_EVERSION,
+                "daemon '%s' speaks protocol %" PRIu64 ", we speak %d",
+                daemon->endpoint, msg->version, EMLIO_WIRE_VERSION);
         }
         self->win.min_latency_ns = emlio__now_ns() - t0;
         return 0;
@@ -909,9 +896,8 @@ s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
 
 /* The daemon's answer to a stream's HELLO (ids of generation 0, or a
  * version refusal with id 0 on `stream`, which received it): WELCOME lets
- * the stream carry GETs; a version refusal has it say HELLO again; any
- * other ERROR (the session has all the streams the daemon allows) caps the
- * streams of that daemon where they are. */
+ * the stream carry GETs; an ERROR (the session has all the streams the
+ * daemon allows) caps the streams of that daemon where they are. */
 int
 emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                      const emlio__wire_msg_t *msg)
@@ -930,16 +916,6 @@ emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
                 emlio__window_rebound(self); /* more streams, more credits */
         }
         return 1;
-    }
-    /* A stream opened during the handshake said HELLO before stream 0
-     * learnt which protocol version the daemon speaks: say it again, in
-     * that version (a bounded number of times: a daemon that refuses the
-     * version stream 0 was welcomed in is not retried forever). */
-    if (msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_EVERSION &&
-        daemon->rehellos < EMLIO__CLIENT_MAX_STREAMS) {
-        daemon->rehellos++;
-        if (s_send_hello(self, d, (uint32_t)s) == 0)
-            return 1;
     }
     emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
               "daemon '%s' refused stream %" PRIu64

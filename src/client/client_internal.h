@@ -85,7 +85,6 @@ typedef struct emlio__cdaemon {
     uint64_t sndbuf;            /* its send buffer per connection; 0 =
                                    not said */
     uint64_t failed_handshakes; /* transient handshake failures seen */
-    uint32_t rehellos;          /* HELLOs said again after a version refusal */
     uint64_t opened_ns; /* when streams were last opened to it: a batch's
                            parts wait a round trip for them to join
                            (client_budget.c) */
@@ -100,17 +99,14 @@ typedef struct emlio__cdaemon {
     size_t n_label_map;
     uint64_t max_batch;
     uint64_t max_credit;
-    uint64_t max_copy;      /* WELCOME's max_copy_bytes: what one GET may make
-                               the daemon copy (0: not said) */
-    uint64_t share_window;  /* WELCOME's share_window (0: not said) */
-    bool share_all;         /* WELCOME's "share": it shares every job's
-                               reads (emliod --share-all) */
-    uint64_t share_segs;    /* WELCOME's "share_segs" (0: not said) and */
-    uint64_t share_cursor;  /* "share_cursor": where its sharing jobs are */
-    uint32_t source;        /* the source it serves (0 without sources) */
-    uint64_t hello_version; /* the protocol version our HELLOs say: 0 =
-                               packed batches (v4) unless the daemon
-                               refused it (client_conn.c) */
+    uint64_t max_copy;     /* WELCOME's max_copy_bytes: what one GET may make
+                              the daemon copy (0: not said) */
+    uint64_t share_window; /* WELCOME's share_window (0: not said) */
+    bool share_all;        /* WELCOME's "share": it shares every job's
+                              reads (emliod --share-all) */
+    uint64_t share_segs;   /* WELCOME's "share_segs" (0: not said) and */
+    uint64_t share_cursor; /* "share_cursor": where its sharing jobs are */
+    uint32_t source;       /* the source it serves (0 without sources) */
 } emlio__cdaemon_t;
 
 /* The daemons, their streams, and what the path and the tuner see. */
@@ -150,7 +146,7 @@ typedef struct emlio__cshard {
 typedef struct emlio__inventory {
     emlio__cshard_t *shards;
     size_t n_shards;
-    char **fields;    /* the daemons' field names (protocol v2); NULL = one
+    char **fields;    /* the daemons' field names; NULL = one
                          unnamed field */
     size_t n_fields;  /* frames per sample, >= 1 */
     char dataset[17]; /* fingerprint over all daemons' datasets */

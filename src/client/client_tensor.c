@@ -1,5 +1,5 @@
 /* client_tensor.c - batches of tensors on the client: filing the daemons'
- * tensor replies (protocol v3, docs/protocol.md 5.6), handing batches of
+ * tensor replies (docs/protocol.md 5.6), handing batches of
  * encoded samples to the decode pool (client_xf.h) and taking them back.
  * SPDX-License-Identifier: MIT
  *
@@ -302,8 +302,7 @@ emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     if (!emlio__tensor_active(self))
         return 0;
-    uint64_t threads =
-        msg->version >= EMLIO_WIRE_VERSION_XF ? msg->xf_threads : 0;
+    uint64_t threads = msg->xf_threads;
     emlio__client_xf_add_daemon(&self->xf, threads, msg->core_mw);
     if (self->xf.decode_at == EMLIO_DECODE_SERVER && threads == 0)
         return emlio__seterr(self->err, EMLIO_EINVAL,

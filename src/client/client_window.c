@@ -195,9 +195,9 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock,
     };
     if (b->xf_server)
         xf.spec = emlio_transform_spec(self->xf.transform);
-    if (emlio__wire_encode_get_xf(
-            &self->scratch, EMLIO__ID(b->gen, b->index, p), daemon->dataset,
-            self->win.items, part->n, &xf) < 0)
+    if (emlio__wire_encode_get(&self->scratch, EMLIO__ID(b->gen, b->index, p),
+                               daemon->dataset, self->win.items, part->n,
+                               &xf) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     while (zmq_send(daemon->socks[sock], self->scratch.data, self->scratch.len,
                     0) < 0) {
@@ -520,48 +520,10 @@ s_sample_done(emlio_client_t *self, uint32_t d, uint32_t stream,
     return 0;
 }
 
-/* Files sample j of a reply to part (its wire entry ws): finds it among the
- * part's samples from *next on (the daemon may have left out records it
- * skipped as corrupt, never added or reordered any), receives its frames
- * (one per field in protocol v2, one in all otherwise) after `prev`, and
- * checks its CRC. Returns 0 or < 0 (the caller gives the frames back). */
-static int
-s_file_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
-              emlio_batch_t *b, emlio__part_t *part,
-              const emlio__wire_msg_t *msg, size_t j, uint32_t *next,
-              zmq_msg_t *prev)
-{
-    emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    const emlio__wire_sample_t *ws = &msg->samples[j];
-    uint32_t pos;
-    int rc = emlio__part_match(self, d, b, part, msg, j, next, &pos);
-    if (rc < 0)
-        return rc;
-    s_note_where(b, msg, j, pos);
-    size_t nf = self->inv.n_fields;
-    uint32_t crc = 0;
-    size_t sample_len = 0;
-    for (size_t f = 0; f < nf; f++) {
-        zmq_msg_t *frame = emlio__batch_recv_frame(self, d, stream, b, prev);
-        if (!frame)
-            return emlio__seterr(self->err, EMLIO_EPROTO,
-                                 "daemon '%s' sent %zu sample frames where "
-                                 "the header announced %zu",
-                                 daemon->endpoint, j * nf + f,
-                                 msg->n_samples * nf);
-        prev = frame;
-        b->fdata[pos * nf + f] = zmq_msg_data(frame);
-        b->flen[pos * nf + f] = zmq_msg_size(frame);
-        if (self->cfg.verify)
-            crc = emlio_crc32c(crc, zmq_msg_data(frame), zmq_msg_size(frame));
-        sample_len += zmq_msg_size(frame);
-    }
-    return s_sample_done(self, d, stream, b, pos, ws, crc, sample_len);
-}
-
-/* Files sample j of a packed reply (protocol v4) to part: its frames are
+/* Files sample j of a raw reply to part (the daemon may have left out
+ * records it skipped as corrupt, never added or reordered any): its frames are
  * spans of the packed frame or, per the offset table, frames of their own
- * received after *prev; checks its CRC like s_file_sample. */
+ * received after *prev; checks its CRC. */
 static int
 s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
                      emlio_batch_t *b, emlio__part_t *part,
@@ -604,7 +566,7 @@ s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
                          sample_len);
 }
 
-/* Files the samples of a packed reply (protocol v4): receives the packed
+/* Files the samples of a raw reply: receives the packed
  * frame when the offset table puts any sample frame in it, checks the
  * table against it (emlio__wire_pack_check), then files each sample.
  * Returns 0 or < 0 (the caller gives the frames back). */
@@ -670,16 +632,16 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
     if (now - part->sent_ns < self->win.min_latency_ns ||
         !self->win.min_latency_ns)
         self->win.min_latency_ns = now - part->sent_ns;
-    uint32_t next = 0;
     int rc = 1;
     if (msg->has_shape || b->xf_server)
         rc = emlio__tensor_file_part(self, d, stream, b, part, msg, header);
     else if (msg->packed)
         rc = s_file_packed(self, d, stream, b, part, msg, header);
     else
-        for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
-            rc = s_file_sample(self, d, stream, b, part, msg, j, &next,
-                               j == 0 ? header : &b->frames[b->n_frames - 1]);
+        rc = emlio__seterr(self->err, EMLIO_EPROTO,
+                           "daemon '%s' sent a batch of raw samples without "
+                           "its offset table (\"pack\")",
+                           daemon->endpoint);
     if (rc >= 0) {
         self->win.refused_since_ns = 0;
         part->done = true;

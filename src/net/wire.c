@@ -47,64 +47,50 @@ s_begin(emlio_buf_t *out, msgpack_packer *pk, size_t fields, int type)
            msgpack_pack_uint8(pk, (uint8_t)type);
 }
 
-int
-emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name,
-                         uint64_t session, uint32_t stream, uint64_t id)
+static int
+s_pack_strs(msgpack_packer *pk, const char *key, char *const *strs, size_t n)
 {
-    return emlio__wire_encode_hello_v(out, EMLIO_WIRE_VERSION_PLAIN,
-                                      client_name, session, stream, id);
+    int failed = s_pack_key(pk, key);
+    failed |= msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        failed |= s_pack_cstr(pk, strs[i]);
+    return failed;
 }
 
 int
-emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
-                           const char *client_name, uint64_t session,
-                           uint32_t stream, uint64_t id)
-{
-    return emlio__wire_encode_hello_job(out, version, client_name, session,
-                                        stream, id, NULL, 0, false, NULL, 0);
-}
-
-int
-emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
-                             const char *client_name, uint64_t session,
-                             uint32_t stream, uint64_t id, const char *job,
-                             uint64_t weight, bool share, char *const *fields,
-                             size_t n_fields)
+emlio__wire_encode_hello(emlio_buf_t *out, const emlio__wire_hello_t *h)
 {
     msgpack_packer pk;
+    bool job = h->job && *h->job;
     int failed = s_begin(out, &pk,
-                         (session ? 6 : 3) + (job && *job) + (weight > 0) +
-                             share + (n_fields > 0),
+                         (h->session ? 6 : 3) + job + (h->weight > 0) +
+                             h->share + (h->n_fields > 0),
                          EMLIO_MSG_HELLO);
-    if (n_fields) {
-        failed |= s_pack_key(&pk, "fields");
-        failed |= msgpack_pack_array(&pk, n_fields);
-        for (size_t i = 0; i < n_fields; i++)
-            failed |= s_pack_cstr(&pk, fields[i]);
-    }
-    if (share) {
+    if (h->n_fields)
+        failed |= s_pack_strs(&pk, "fields", h->fields, h->n_fields);
+    if (h->share) {
         failed |= s_pack_key(&pk, "share");
         failed |= msgpack_pack_true(&pk);
     }
-    if (job && *job) {
+    if (job) {
         failed |= s_pack_key(&pk, "job");
-        failed |= s_pack_cstr(&pk, job);
+        failed |= s_pack_cstr(&pk, h->job);
     }
-    if (weight > 0) {
+    if (h->weight > 0) {
         failed |= s_pack_key(&pk, "weight");
-        failed |= msgpack_pack_uint64(&pk, weight);
+        failed |= msgpack_pack_uint64(&pk, h->weight);
     }
     failed |= s_pack_key(&pk, "v");
-    failed |= msgpack_pack_uint64(&pk, version);
+    failed |= msgpack_pack_uint64(&pk, EMLIO_WIRE_VERSION);
     failed |= s_pack_key(&pk, "name");
-    failed |= s_pack_cstr(&pk, client_name);
-    if (session) {
+    failed |= s_pack_cstr(&pk, h->name);
+    if (h->session) {
         failed |= s_pack_key(&pk, "session");
-        failed |= msgpack_pack_uint64(&pk, session);
+        failed |= msgpack_pack_uint64(&pk, h->session);
         failed |= s_pack_key(&pk, "stream");
-        failed |= msgpack_pack_uint32(&pk, stream);
+        failed |= msgpack_pack_uint32(&pk, h->stream);
         failed |= s_pack_key(&pk, "id");
-        failed |= msgpack_pack_uint64(&pk, id);
+        failed |= msgpack_pack_uint64(&pk, h->id);
     }
     return s_finish(failed);
 }
@@ -112,17 +98,10 @@ emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
 int
 emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id, const char *dataset)
 {
-    return emlio__wire_encode_joined_v(out, EMLIO_WIRE_VERSION, id, dataset);
-}
-
-int
-emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
-                            const char *dataset)
-{
     msgpack_packer pk;
     int failed = s_begin(out, &pk, 6, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
-    failed |= msgpack_pack_uint64(&pk, version);
+    failed |= msgpack_pack_uint64(&pk, EMLIO_WIRE_VERSION);
     failed |= s_pack_key(&pk, "id");
     failed |= msgpack_pack_uint64(&pk, id);
     failed |= s_pack_key(&pk, "dataset");
@@ -134,99 +113,71 @@ emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
     return s_finish(failed);
 }
 
-int
-emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
-                           const char *dataset, uint64_t max_batch,
-                           uint64_t max_credit, uint64_t max_streams,
-                           uint64_t sndbuf, const emlio__wire_shard_t *shards,
-                           size_t n)
+/* WELCOME's keys with a uint64 value, in the order they are sent. */
+static int
+s_pack_welcome_limits(msgpack_packer *pk, const emlio__wire_welcome_t *w)
 {
-    return emlio__wire_encode_welcome_xf(
-        out, EMLIO_WIRE_VERSION, server_name, dataset, max_batch, max_credit,
-        max_streams, sndbuf, shards, n, NULL, 0, NULL);
+    int failed = s_pack_key(pk, "max_batch");
+    failed |= msgpack_pack_uint64(pk, w->max_batch);
+    failed |= s_pack_key(pk, "max_credit");
+    failed |= msgpack_pack_uint64(pk, w->max_credit);
+    failed |= s_pack_key(pk, "max_streams");
+    failed |= msgpack_pack_uint64(pk, w->max_streams);
+    failed |= s_pack_key(pk, "sndbuf");
+    failed |= msgpack_pack_uint64(pk, w->sndbuf);
+    failed |= s_pack_key(pk, "xf_threads");
+    failed |= msgpack_pack_uint64(pk, w->xf_threads);
+    failed |= s_pack_key(pk, "core_mw");
+    failed |= msgpack_pack_uint64(pk, w->core_mw);
+    return failed;
 }
 
 int
-emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
-                              const char *server_name, const char *dataset,
-                              uint64_t max_batch, uint64_t max_credit,
-                              uint64_t max_streams, uint64_t sndbuf,
-                              const emlio__wire_shard_t *shards, size_t n,
-                              char *const *fields, size_t n_fields,
-                              const emlio__wire_xf_caps_t *caps)
+emlio__wire_encode_welcome(emlio_buf_t *out, const emlio__wire_welcome_t *w)
 {
     msgpack_packer pk;
-    bool with_fields = version >= 2 && n_fields > 0;
-    bool with_caps = version >= EMLIO_WIRE_VERSION_XF && caps;
-    bool with_classes = caps && caps->n_classes;
-    bool with_format = caps && caps->format;
-    bool with_copy = caps && caps->max_copy_bytes;
-    bool with_share = caps && caps->share_window;
-    bool with_share_all = caps && caps->share_all;
-    size_t keys = 9 + (with_fields ? 1 : 0) + (with_caps ? 2 : 0) +
-                  (with_classes ? 1 : 0) + (with_format ? 1 : 0) +
-                  (with_copy ? 1 : 0) + (with_share ? 1 : 0) +
-                  (with_share_all ? 1 : 0);
+    size_t keys = 11 + (w->n_fields > 0) + (w->n_classes > 0) +
+                  (w->format != NULL) + (w->max_copy_bytes > 0) +
+                  (w->share_window > 0) + w->share_all;
     int failed = s_begin(out, &pk, keys, EMLIO_MSG_WELCOME);
     failed |= s_pack_key(&pk, "v");
-    failed |= msgpack_pack_uint64(&pk, version);
-    if (with_share) {
+    failed |= msgpack_pack_uint64(&pk, EMLIO_WIRE_VERSION);
+    if (w->share_window) {
         failed |= s_pack_key(&pk, "share_window");
-        failed |= msgpack_pack_uint64(&pk, caps->share_window);
+        failed |= msgpack_pack_uint64(&pk, w->share_window);
     }
-    if (with_share_all) {
+    if (w->share_all) {
         failed |= s_pack_key(&pk, "share");
         failed |= msgpack_pack_true(&pk);
     }
-    if (with_copy) {
+    if (w->max_copy_bytes) {
         failed |= s_pack_key(&pk, "max_copy_bytes");
-        failed |= msgpack_pack_uint64(&pk, caps->max_copy_bytes);
+        failed |= msgpack_pack_uint64(&pk, w->max_copy_bytes);
     }
-    if (with_caps) {
-        failed |= s_pack_key(&pk, "xf_threads");
-        failed |= msgpack_pack_uint64(&pk, caps->threads);
-        failed |= s_pack_key(&pk, "core_mw");
-        failed |= msgpack_pack_uint64(&pk, caps->core_mw);
-    }
-    if (with_format) {
+    if (w->format) {
         failed |= s_pack_key(&pk, "format");
-        failed |= s_pack_cstr(&pk, caps->format);
+        failed |= s_pack_cstr(&pk, w->format);
     }
-    if (with_classes) {
-        failed |= s_pack_key(&pk, "classes");
-        failed |= msgpack_pack_array(&pk, caps->n_classes);
-        for (size_t i = 0; i < caps->n_classes; i++)
-            failed |= s_pack_cstr(&pk, caps->classes[i]);
-    }
-    if (with_fields) {
-        failed |= s_pack_key(&pk, "fields");
-        failed |= msgpack_pack_array(&pk, n_fields);
-        for (size_t i = 0; i < n_fields; i++)
-            failed |= s_pack_cstr(&pk, fields[i]);
-    }
+    if (w->n_classes)
+        failed |= s_pack_strs(&pk, "classes", w->classes, w->n_classes);
+    if (w->n_fields)
+        failed |= s_pack_strs(&pk, "fields", w->fields, w->n_fields);
     failed |= s_pack_key(&pk, "name");
-    failed |= s_pack_cstr(&pk, server_name);
+    failed |= s_pack_cstr(&pk, w->name);
     failed |= s_pack_key(&pk, "dataset");
-    failed |= s_pack_cstr(&pk, dataset);
-    failed |= s_pack_key(&pk, "max_batch");
-    failed |= msgpack_pack_uint64(&pk, max_batch);
-    failed |= s_pack_key(&pk, "max_credit");
-    failed |= msgpack_pack_uint64(&pk, max_credit);
-    failed |= s_pack_key(&pk, "max_streams");
-    failed |= msgpack_pack_uint64(&pk, max_streams);
-    failed |= s_pack_key(&pk, "sndbuf");
-    failed |= msgpack_pack_uint64(&pk, sndbuf);
+    failed |= s_pack_cstr(&pk, w->dataset);
+    failed |= s_pack_welcome_limits(&pk, w);
     failed |= s_pack_key(&pk, "shards");
-    failed |= msgpack_pack_array(&pk, n);
-    for (size_t i = 0; i < n; i++) {
-        failed |= msgpack_pack_array(&pk, shards[i].digest ? 4 : 3);
-        failed |= msgpack_pack_str(&pk, shards[i].name_len);
-        failed |=
-            msgpack_pack_str_body(&pk, shards[i].name, shards[i].name_len);
-        failed |= msgpack_pack_uint64(&pk, shards[i].records);
-        failed |= msgpack_pack_uint64(&pk, shards[i].bytes);
-        if (shards[i].digest)
-            failed |= msgpack_pack_uint64(&pk, shards[i].digest);
+    failed |= msgpack_pack_array(&pk, w->n_shards);
+    for (size_t i = 0; i < w->n_shards; i++) {
+        const emlio__wire_shard_t *sh = &w->shards[i];
+        failed |= msgpack_pack_array(&pk, sh->digest ? 4 : 3);
+        failed |= msgpack_pack_str(&pk, sh->name_len);
+        failed |= msgpack_pack_str_body(&pk, sh->name, sh->name_len);
+        failed |= msgpack_pack_uint64(&pk, sh->records);
+        failed |= msgpack_pack_uint64(&pk, sh->bytes);
+        if (sh->digest)
+            failed |= msgpack_pack_uint64(&pk, sh->digest);
     }
     return s_finish(failed);
 }
@@ -268,15 +219,8 @@ emlio__wire_welcome_add_cursor(emlio_buf_t *out, const emlio_buf_t *base,
 
 int
 emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
-                       const emlio__wire_item_t *items, size_t n)
-{
-    return emlio__wire_encode_get_xf(out, id, dataset, items, n, NULL);
-}
-
-int
-emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id, const char *dataset,
-                          const emlio__wire_item_t *items, size_t n,
-                          const emlio__wire_xf_t *xf)
+                       const emlio__wire_item_t *items, size_t n,
+                       const emlio__wire_xf_t *xf)
 {
     msgpack_packer pk;
     bool with_xf = xf && xf->spec;
@@ -387,22 +331,8 @@ s_pack_io(msgpack_packer *pk, emlio__wire_io_t io, size_t n)
 int
 emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                          const emlio__wire_sample_t *samples, size_t n,
+                         const emlio__wire_span_t *spans, size_t n_spans,
                          emlio__wire_io_t io)
-{
-    msgpack_packer pk;
-    int failed = s_begin(out, &pk, 3 + s_io_keys(io), EMLIO_MSG_BATCH);
-    failed |= s_pack_key(&pk, "id");
-    failed |= msgpack_pack_uint64(&pk, id);
-    failed |= s_pack_samples(&pk, samples, n);
-    failed |= s_pack_io(&pk, io, n);
-    return s_finish(failed);
-}
-
-int
-emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
-                                const emlio__wire_sample_t *samples, size_t n,
-                                const emlio__wire_span_t *spans, size_t n_spans,
-                                emlio__wire_io_t io)
 {
     msgpack_packer pk;
     int failed = s_begin(out, &pk, 4 + s_io_keys(io), EMLIO_MSG_BATCH);

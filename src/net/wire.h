@@ -1,4 +1,4 @@
-/* wire.h - the EMLIO wire protocol v1 to v4: encoding and decoding.
+/* wire.h - the EMLIO wire protocol (version 4): encoding and decoding.
  * SPDX-License-Identifier: MIT
  *
  * Every message's first frame is a msgpack map (the header); a BATCH is
@@ -20,25 +20,15 @@
 
 #include "buf.h"
 
-/* The protocol versions this library speaks. v2 adds named fields: WELCOME
- * lists them, and a BATCH carries one frame per field per sample. v3 adds
- * transforms: a GET may ask the daemon to decode and augment its samples,
- * and the BATCH then carries one tensor frame (docs/protocol.md 5.6).
- * libemlio says v4 first; refused by an older daemon, it says v3 only when
- * it wants transforms, so a client that does not is served by old daemons
- * exactly as before (EMLIO_WIRE_VERSION_PLAIN). */
-#define EMLIO_WIRE_VERSION       4
-#define EMLIO_WIRE_VERSION_MIN   1
-#define EMLIO_WIRE_VERSION_PLAIN 2
-#define EMLIO_WIRE_VERSION_XF    3
-/* v4 packs a BATCH: small sample frames travel in one frame, located by an
- * offset table in the header ("pack", docs/protocol.md 5.4.1), instead of
- * one ZeroMQ frame each. libemlio says v4 first and falls back to the
- * version above when a daemon refuses it. */
-#define EMLIO_WIRE_VERSION_PACK  4
-#define EMLIO_WIRE_PACK_OWN      UINT64_MAX /* a span in its own frame */
-#define EMLIO_WIRE_MAX_SPEC      1024u      /* bytes in a transform spec */
-#define EMLIO_WIRE_MAX_FIELDS    64u        /* fields per sample */
+/* The one protocol version: named fields, transforms (a GET may ask the
+ * daemon to decode and augment, the BATCH then carries one tensor frame,
+ * docs/protocol.md 5.6) and packed batches (small sample frames in one
+ * frame, located by an offset table, 5.4.1). A HELLO of another version
+ * is refused with EMLIO_EVERSION; there is no fallback. */
+#define EMLIO_WIRE_VERSION    4
+#define EMLIO_WIRE_PACK_OWN   UINT64_MAX /* a span in its own frame */
+#define EMLIO_WIRE_MAX_SPEC   1024u      /* bytes in a transform spec */
+#define EMLIO_WIRE_MAX_FIELDS 64u        /* fields per sample */
 
 /* Hard ceilings that no configuration may exceed; daemons and clients apply
  * their own, lower, limits on top. */
@@ -83,7 +73,7 @@ typedef struct emlio__wire_item {
     uint64_t record;
 } emlio__wire_item_t;
 
-/* Where one sample frame of a packed BATCH (v4) lies: off bytes into the
+/* Where one sample frame of a packed BATCH lies: off bytes into the
  * packed frame, len bytes long; off EMLIO_WIRE_PACK_OWN: in its own frame,
  * the next one after the packed frame and the own frames before it. */
 typedef struct emlio__wire_span {
@@ -145,15 +135,14 @@ typedef struct emlio__wire_msg {
     emlio__wire_sample_t *samples; /* BATCH */
     size_t n_samples;
     emlio__wire_span_t *spans; /* BATCH v4: the offset table ("pack"), one
-                                  span per sample frame; NULL = one frame
-                                  per sample frame (v1 to v3) */
+                                  span per sample frame; NULL: none came */
     size_t n_spans;
     bool packed; /* BATCH: the header has a "pack" table (even empty) */
-    emlio__wire_str_t *fields; /* WELCOME v2: field names (none = one
+    emlio__wire_str_t *fields; /* WELCOME: field names (none = one
                                  unnamed field); HELLO: the fields the
                                  client asks for (none = the daemon's) */
     size_t n_fields;
-    /* v3 (transforms, docs/protocol.md 5.6). */
+    /* Transforms (docs/protocol.md 5.6). */
     uint64_t xf_threads; /* WELCOME: the daemon's transform threads (0 =
                             it does not transform) */
     uint64_t core_mw;    /* WELCOME: the daemon host's power per busy core,
@@ -184,8 +173,8 @@ typedef struct emlio__wire_msg {
     size_t format_len;
 } emlio__wire_msg_t;
 
-/* What a GET asks to be done to its samples (protocol v3): NULL spec = the
- * raw samples, as in v1/v2. */
+/* What a GET asks beyond its items: a transform (NULL spec: the raw
+ * samples) and the flags of docs/protocol.md 5.3. */
 typedef struct emlio__wire_xf {
     const char *spec; /* canonical transform spec (emlio/transform.h) */
     uint64_t seed;
@@ -218,23 +207,49 @@ typedef struct emlio__wire_tensor {
     uint64_t xf_ns; /* CPU ns spent transforming the batch (informative) */
 } emlio__wire_tensor_t;
 
-/* WELCOME's optional additions: the v3 transform capabilities
- * (informative for placement) and the class names (any version). */
-typedef struct emlio__wire_xf_caps {
-    uint64_t threads;     /* 0 = this daemon does not transform */
+/* HELLO (docs/protocol.md 5.1). */
+typedef struct emlio__wire_hello {
+    const char *name; /* the client's */
+    /* The session (0: none, and then no stream or id are sent); a HELLO
+     * with stream > 0 joins the session stream 0's HELLO opened; id is
+     * echoed in the reply (0 = none). */
+    uint64_t session;
+    uint32_t stream;
+    uint64_t id;
+    const char *job; /* the job it belongs to; NULL or "": none */
+    uint64_t weight; /* the weight it asks for; 0: not said */
+    bool share;      /* it reads through the shared cache */
+    /* The fields it wants of every sample; none: the daemon's. */
+    char *const *fields;
+    size_t n_fields;
+} emlio__wire_hello_t;
+
+/* WELCOME with the full inventory (docs/protocol.md 5.2). */
+typedef struct emlio__wire_welcome {
+    const char *name; /* the daemon's */
+    const char *dataset;
+    uint64_t max_batch;
+    uint64_t max_credit;
+    uint64_t max_streams;
+    uint64_t sndbuf;
+    const emlio__wire_shard_t *shards;
+    size_t n_shards;
+    char *const *fields; /* none: one unnamed field */
+    size_t n_fields;
+    uint64_t xf_threads;  /* 0 = this daemon does not transform */
     uint64_t core_mw;     /* power per busy core, milliwatts; 0 = unknown */
     char *const *classes; /* label i's name; NULL/0 = not known */
     size_t n_classes;
     const char *format; /* "tfrecord", "tar", "imagefolder" or "mixed";
                            NULL = not said */
-    /* Any version: the bytes of copied replies one connection may have
-     * in memory ("max_copy_bytes"); 0 = not sent. */
+    /* The bytes of copied replies one connection may have in memory
+     * ("max_copy_bytes"); 0 = not sent. */
     uint64_t max_copy_bytes;
-    /* Any version: "share_window", the bytes of one window of the shared
-     * schedule (docs/planner.md); 0 = not sent (no shared reads). */
+    /* "share_window", the bytes of one window of the shared schedule
+     * (docs/planner.md); 0 = not sent (no shared reads). */
     uint64_t share_window;
-    bool share_all; /* "share": true (any version; false: not sent) */
-} emlio__wire_xf_caps_t;
+    bool share_all; /* "share": true (false: not sent) */
+} emlio__wire_welcome_t;
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */
 
@@ -255,49 +270,16 @@ int emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
 
 /* Encoders append one header frame to out (cleared first). Each returns 0
  * or EMLIO_ENOMEM. */
-/* HELLO: session 0 sends none (a plain v1 HELLO). A HELLO with stream > 0
- * joins the session opened by stream 0's HELLO; id is echoed in the reply
- * (0 = none). */
-int emlio__wire_encode_hello(emlio_buf_t *out, const char *client_name,
-                             uint64_t session, uint32_t stream, uint64_t id);
-/* WELCOME: the full inventory; or, with joined, the short reply to a join
- * (no shards, id echoed). */
-int emlio__wire_encode_welcome(emlio_buf_t *out, const char *server_name,
-                               const char *dataset, uint64_t max_batch,
-                               uint64_t max_credit, uint64_t max_streams,
-                               uint64_t sndbuf,
-                               const emlio__wire_shard_t *shards, size_t n);
+int emlio__wire_encode_hello(emlio_buf_t *out, const emlio__wire_hello_t *h);
+int emlio__wire_encode_welcome(emlio_buf_t *out,
+                               const emlio__wire_welcome_t *w);
+/* The short WELCOME that answers a join (no shards, id echoed). */
 int emlio__wire_encode_joined(emlio_buf_t *out, uint64_t id,
                               const char *dataset);
-/* HELLO at a chosen version (v3: the client will ask for transforms). */
-int emlio__wire_encode_hello_v(emlio_buf_t *out, uint64_t version,
-                               const char *client_name, uint64_t session,
-                               uint32_t stream, uint64_t id);
-/* HELLO naming the job the client belongs to (job NULL or "": none),
- * the weight it asks for (0: not said), whether it shares reads, and the
- * fields it wants of every sample (fields[0, n_fields); none: the
- * daemon's). */
-int emlio__wire_encode_hello_job(emlio_buf_t *out, uint64_t version,
-                                 const char *client_name, uint64_t session,
-                                 uint32_t stream, uint64_t id, const char *job,
-                                 uint64_t weight, bool share,
-                                 char *const *fields, size_t n_fields);
-/* The short WELCOME at a chosen protocol version. */
-int emlio__wire_encode_joined_v(emlio_buf_t *out, uint64_t version, uint64_t id,
-                                const char *dataset);
-/* WELCOME at a chosen protocol version: version 1 omits the fields, version
- * 2 and up list fields[0, n_fields) (none = one unnamed field); with the
- * optional additions of caps (NULL: none): the transform capabilities at
- * version >= 3, the class names, format and copy budget at any version. */
-int emlio__wire_encode_welcome_xf(emlio_buf_t *out, uint64_t version,
-                                  const char *server_name, const char *dataset,
-                                  uint64_t max_batch, uint64_t max_credit,
-                                  uint64_t max_streams, uint64_t sndbuf,
-                                  const emlio__wire_shard_t *shards, size_t n,
-                                  char *const *fields, size_t n_fields,
-                                  const emlio__wire_xf_caps_t *caps);
+/* GET; xf NULL (or its spec NULL and no flags): a plain one. */
 int emlio__wire_encode_get(emlio_buf_t *out, uint64_t id, const char *dataset,
-                           const emlio__wire_item_t *items, size_t n);
+                           const emlio__wire_item_t *items, size_t n,
+                           const emlio__wire_xf_t *xf);
 /* What a BATCH says of the daemon's device (docs/protocol.md 5.4): disk,
  * the share of its reader time spent waiting for the device lately, in
  * percent ("disk"), or EMLIO_WIRE_NO_DISK to leave it out (a daemon that
@@ -317,16 +299,12 @@ typedef struct emlio__wire_io {
 } emlio__wire_io_t;
 
 #define EMLIO_WIRE_NO_IO ((emlio__wire_io_t){ EMLIO_WIRE_NO_DISK, 0, 0, NULL })
-/* BATCH. */
+/* BATCH of raw samples: the offset table spans[0, n_spans) ("pack"), one
+ * span per sample frame, in frame order (sample-major, field-minor). */
 int emlio__wire_encode_batch(emlio_buf_t *out, uint64_t id,
                              const emlio__wire_sample_t *samples, size_t n,
+                             const emlio__wire_span_t *spans, size_t n_spans,
                              emlio__wire_io_t io);
-/* BATCH at v4: with the offset table spans[0, n_spans) ("pack"), one span
- * per sample frame, in frame order (sample-major, field-minor). */
-int emlio__wire_encode_batch_packed(emlio_buf_t *out, uint64_t id,
-                                    const emlio__wire_sample_t *samples,
-                                    size_t n, const emlio__wire_span_t *spans,
-                                    size_t n_spans, emlio__wire_io_t io);
 /* Checks a packed BATCH's offset table from the network against what the
  * receiver expects: want spans (samples x fields), and a packed frame of
  * packed_len bytes (has_packed: it came). Spans in the packed frame must lie
@@ -343,11 +321,6 @@ int emlio__wire_pack_check(const emlio__wire_span_t *spans, size_t n_spans,
  * an encoded map, or EMLIO_ENOMEM. */
 int emlio__wire_welcome_add_cursor(emlio_buf_t *out, const emlio_buf_t *base,
                                    uint64_t segs, uint64_t cursor);
-/* GET with a transform (xf NULL or xf->spec NULL: a plain GET). */
-int emlio__wire_encode_get_xf(emlio_buf_t *out, uint64_t id,
-                              const char *dataset,
-                              const emlio__wire_item_t *items, size_t n,
-                              const emlio__wire_xf_t *xf);
 /* BATCH of a transformed GET: the quadruples (crc over each sample's
  * height x width x channels slice) and the shape of the one tensor frame. */
 int emlio__wire_encode_batch_tensor(emlio_buf_t *out, uint64_t id,

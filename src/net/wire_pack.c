@@ -1,4 +1,4 @@
-/* wire_pack.c - the offset table of a packed BATCH (protocol v4): the
+/* wire_pack.c - the offset table of a packed BATCH: the
  * receiver's check of the table from the network against the frames that
  * came with it (docs/protocol.md 5.4.1). Encoding and decoding the table
  * are in wire.c with the rest of the header.

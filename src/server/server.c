@@ -147,9 +147,6 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
         return NULL;
     }
     emlio_buf_init(&self->net.welcome);
-    emlio_buf_init(&self->net.welcome2);
-    emlio_buf_init(&self->net.welcome3);
-    emlio_buf_init(&self->net.welcome4);
     snprintf(self->err, sizeof(self->err), "no error");
     return self;
 }
@@ -271,9 +268,6 @@ emlio_server_destroy(emlio_server_t **self_p)
         emlio_free(self->own.fields[i]);
     emlio_free(self->own.fields);
     emlio__srv_fields_release(&self->fieldsets);
-    emlio_buf_release(&self->net.welcome2);
-    emlio_buf_release(&self->net.welcome3);
-    emlio_buf_release(&self->net.welcome4);
     emlio_free(self->own.name);
     emlio_free(self);
     *self_p = NULL;
@@ -302,7 +296,7 @@ s_format_name(const emlio__shardset_t *set)
 
 int
 emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
-                          size_t n_fields, emlio_buf_t *const *out)
+                          size_t n_fields, emlio_buf_t *out)
 {
     emlio__shardset_t *set = &self->core->set;
     emlio__wire_shard_t *inv = emlio_calloc(set->n, sizeof(*inv));
@@ -315,32 +309,29 @@ emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
         inv[i].bytes = emlio__shard_size(&set->shards[i]);
         inv[i].digest = emlio__shard_identity(&self->core->set, i);
     }
-    /* One encoding per protocol version: v1 without fields, v2 with them,
-     * v3 and v4 (packed batches) with the transform capabilities; the class
-     * names, the format and the copy budget (optional keys) in all. */
     uint64_t copy =
         EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
-    emlio__wire_xf_caps_t caps = {
-        self->xf.threads,
-        self->cfg.core_mw ? self->cfg.core_mw : S_DEFAULT_CORE_MW,
-        self->own.classes,
-        self->own.n_classes,
-        s_format_name(set),
-        copy,
-        emlio__srv_share_window(self->core),
-        self->cfg.share_all && self->core->share,
+    emlio__wire_welcome_t w = {
+        .name = self->own.name,
+        .dataset = set->fingerprint,
+        .max_batch = self->cfg.max_batch,
+        .max_credit = self->cfg.max_credit,
+        .max_streams = EMLIO_WIRE_MAX_STREAMS,
+        .sndbuf = self->adm.sndbuf.effective,
+        .shards = inv,
+        .n_shards = set->n,
+        .fields = fields,
+        .n_fields = n_fields,
+        .xf_threads = self->xf.threads,
+        .core_mw = self->cfg.core_mw ? self->cfg.core_mw : S_DEFAULT_CORE_MW,
+        .classes = self->own.classes,
+        .n_classes = self->own.n_classes,
+        .format = s_format_name(set),
+        .max_copy_bytes = copy,
+        .share_window = emlio__srv_share_window(self->core),
+        .share_all = self->cfg.share_all && self->core->share,
     };
-    int rc = 0;
-    for (uint64_t v = 1; v <= EMLIO_WIRE_VERSION && rc == 0; v++) {
-        if (!out[v - 1])
-            continue; /* not wanted */
-        emlio_buf_clear(out[v - 1]);
-        rc = emlio__wire_encode_welcome_xf(
-            out[v - 1], v, self->own.name, set->fingerprint,
-            self->cfg.max_batch, self->cfg.max_credit, EMLIO_WIRE_MAX_STREAMS,
-            self->adm.sndbuf.effective, inv, set->n, v >= 2 ? fields : NULL,
-            v >= 2 ? n_fields : 0, &caps);
-    }
+    int rc = emlio__wire_encode_welcome(out, &w);
     emlio_free(inv);
     if (rc < 0)
         return emlio__seterr(self->err, rc, "out of memory");
@@ -350,12 +341,8 @@ emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
 static int
 s_encode_welcome(emlio_server_t *self)
 {
-    emlio_buf_t *out[EMLIO_WIRE_VERSION] = { &self->net.welcome,
-                                             &self->net.welcome2,
-                                             &self->net.welcome3,
-                                             &self->net.welcome4 };
     return emlio__srv_encode_welcome(self, self->own.fields, self->own.n_fields,
-                                     out);
+                                     &self->net.welcome);
 }
 
 /* Splits cfg.fields ("jpg,cls,json") into self->own.fields and checks the

@@ -538,7 +538,6 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
                      session ? ""
                              : " (no session: each of its connections "
                                "counts as a client)");
-    peer->version = 0;
     peer->tjob = NULL;
     peer->share = false;                     /* until its HELLO says */
     peer->fields = NULL;                     /* the daemon's, until then */

@@ -89,8 +89,7 @@ s_free(emlio__fieldset_t *fs)
         emlio_free(fs->names[i]);
     emlio_free(fs->names);
     emlio_free(fs->spec);
-    for (size_t v = 0; v < EMLIO_WIRE_VERSION; v++)
-        emlio_buf_release(&fs->welcome[v]);
+    emlio_buf_release(&fs->welcome);
     emlio_free(fs);
 }
 
@@ -100,8 +99,7 @@ s_new(const emlio__wire_msg_t *hello)
     emlio__fieldset_t *fs = emlio_calloc(1, sizeof(*fs));
     if (!fs)
         return NULL;
-    for (size_t v = 0; v < EMLIO_WIRE_VERSION; v++)
-        emlio_buf_init(&fs->welcome[v]);
+    emlio_buf_init(&fs->welcome);
     size_t total = 0;
     fs->names = emlio_calloc(hello->n_fields, sizeof(*fs->names));
     for (size_t i = 0; fs->names && i < hello->n_fields; i++) {
@@ -136,10 +134,6 @@ emlio__srv_fields_resolve(emlio_server_t *self, const emlio__wire_msg_t *hello,
     *out = NULL;
     if (!hello->n_fields)
         return 0;
-    if (hello->version < 2)
-        return emlio__seterr(text, EMLIO_EVERSION,
-                             "a HELLO that names fields needs protocol "
-                             "version 2 or later");
     int rc = s_check(self, hello, text);
     if (rc < 0)
         return rc;
@@ -170,26 +164,18 @@ emlio__srv_fields_resolve(emlio_server_t *self, const emlio__wire_msg_t *hello,
 }
 
 const emlio_buf_t *
-emlio__srv_fields_welcome(emlio_server_t *self, const emlio__fieldset_t *cfs,
-                          uint64_t version)
+emlio__srv_fields_welcome(emlio_server_t *self, const emlio__fieldset_t *cfs)
 {
-    if (!cfs) {
-        const emlio_buf_t *own[EMLIO_WIRE_VERSION] = { &self->net.welcome,
-                                                       &self->net.welcome2,
-                                                       &self->net.welcome3,
-                                                       &self->net.welcome4 };
-        return own[version - 1];
-    }
+    if (!cfs)
+        return &self->net.welcome;
     /* Interned lists are the frontend's own: it alone encodes them. */
     emlio__fieldset_t *fs = (emlio__fieldset_t *)cfs;
-    if (!fs->encoded[version - 1]) {
-        emlio_buf_t *out[EMLIO_WIRE_VERSION] = { NULL };
-        out[version - 1] = &fs->welcome[version - 1];
-        if (emlio__srv_encode_welcome(self, fs->names, fs->n, out) < 0)
+    if (!fs->encoded) {
+        if (emlio__srv_encode_welcome(self, fs->names, fs->n, &fs->welcome) < 0)
             return NULL;
-        fs->encoded[version - 1] = true;
+        fs->encoded = true;
     }
-    return &fs->welcome[version - 1];
+    return &fs->welcome;
 }
 
 size_t

@@ -21,16 +21,16 @@
 struct emlio_server;
 
 /* Distinct field lists a daemon keeps: more is refused (EMLIO_ELIMIT).
- * Each holds a WELCOME (the whole inventory) per version asked, so the
- * bound is what a client flooding lists can make the daemon hold. */
+ * Each holds a WELCOME (the whole inventory) once asked, so the bound is
+ * what a client flooding lists can make the daemon hold. */
 #define EMLIO__SRV_MAX_FIELDSETS 16
 
 typedef struct emlio__fieldset {
     char **names; /* in the client's order */
     size_t n;
-    char *spec;                              /* "json,jpg", for messages */
-    emlio_buf_t welcome[EMLIO_WIRE_VERSION]; /* per version, once asked */
-    bool encoded[EMLIO_WIRE_VERSION];
+    char *spec;          /* "json,jpg", for messages */
+    emlio_buf_t welcome; /* once asked */
+    bool encoded;
 } emlio__fieldset_t;
 
 typedef struct emlio__srv_fieldsets {
@@ -41,19 +41,17 @@ typedef struct emlio__srv_fieldsets {
 /* The list a HELLO asks for, checked against what the daemon serves:
  * *out the interned list, or NULL when the HELLO names none or names
  * exactly the daemon's own --fields. Returns 0, or EMLIO_EINVAL (a name
- * twice, a comma or NUL in one), EMLIO_EVERSION (protocol 1),
- * EMLIO_ENOTFOUND (a field outside --fields, or that no shard has),
- * EMLIO_ELIMIT or EMLIO_ENOMEM, with text (EMLIO_ERRMSG_LEN bytes).
- * Frontend thread. */
+ * twice, a comma or NUL in one), EMLIO_ENOTFOUND (a field outside --fields, or
+ * that no shard has), EMLIO_ELIMIT or EMLIO_ENOMEM, with text (EMLIO_ERRMSG_LEN
+ * bytes). Frontend thread. */
 int emlio__srv_fields_resolve(struct emlio_server *self,
                               const emlio__wire_msg_t *hello,
                               const emlio__fieldset_t **out, char *text);
 
-/* The full WELCOME at version for a session of fs (NULL: the daemon's
- * own); NULL when out of memory. Frontend thread. */
+/* The full WELCOME for a session of fs (NULL: the daemon's own); NULL
+ * when out of memory. Frontend thread. */
 const emlio_buf_t *emlio__srv_fields_welcome(struct emlio_server *self,
-                                             const emlio__fieldset_t *fs,
-                                             uint64_t version);
+                                             const emlio__fieldset_t *fs);
 
 /* Frames per sample for a GET of a session of fs (NULL: the daemon's). */
 size_t emlio__srv_fields_per(const struct emlio_server *self,

@@ -128,7 +128,7 @@ typedef struct emlio__job {
     uint64_t copy_want;
     emlio__copy_charge_t charge;
     emlio__copy_acct_t *waits_on;
-    /* A packed reply (protocol v4, server_copy.c): the reader copies
+    /* A packed reply (server_copy.c): the reader copies
      * sample frames of at most pack_max bytes (the peer's, set when packed)
      * into one pooled buffer, at most pack_cap bytes (charged like a copy),
      * and the serializer sends it as one frame with the offset table. */
@@ -236,14 +236,13 @@ typedef struct emlio__peer {
     int fd;            /* its connection (ZMQ_SRCFD), -1 when unknown */
     ino_t ino;         /* that socket's inode: fd may name another by now */
     uint64_t session;  /* the client session it joined by HELLO; 0 = none
-                          (a v1 client: each connection is a client) */
+                          (no session: each connection is a client) */
     bool stalled;      /* a reply could not be queued: it does not read */
     uint64_t bytes;    /* reply bytes forwarded to it (its session's, once
                           its other streams are gone) */
     uint64_t since_ns; /* when it (or its session) was admitted */
     char addr[64];     /* where it connects from, for the log */
     emlio__copy_acct_t *copy; /* its copied bytes (NULL: out of memory) */
-    uint8_t version;          /* protocol version of its HELLO; 0: none yet */
     bool coalescing;   /* its replies are sent with Nagle on, and their ends
                           pushed (server_request.c) */
     bool no_coalesce;  /* never: a short path (auto mode), not TCP, or its
@@ -272,7 +271,7 @@ typedef struct emlio__srv_own {
     char *index_dir;      /* cfg.index_dir, copied */
     char *job_weights;    /* cfg.job_weights, copied */
     char **fields;        /* the names of --fields; NULL = one default */
-    size_t n_fields;      /* 0 = one default field (protocol v1 and v2) */
+    size_t n_fields;      /* 0 = one default field */
     size_t bytes_key_len; /* measured once, not per sample */
     size_t label_key_len;
     char *name;
@@ -294,10 +293,7 @@ typedef struct emlio__srv_net {
     char endpoint[256];
     char inproc_work[64];
     char inproc_done[64];
-    emlio_buf_t welcome;  /* the WELCOME of protocol v1 clients */
-    emlio_buf_t welcome2; /* the WELCOME of protocol v2 clients */
-    emlio_buf_t welcome3; /* ... v3: with the transform capabilities */
-    emlio_buf_t welcome4; /* ... v4: the same, and batches are packed */
+    emlio_buf_t welcome; /* the WELCOME of the daemon's own fields */
     emlio__zap_t *zap;
     bool curve;
     char curve_public[EMLIO_CURVE_KEY_LEN];
@@ -392,11 +388,10 @@ int emlio__srv_setopt_int(void *sock, int option, int value, const char *what,
                           char *errbuf);
 void emlio__srv_core_unref(emlio__srv_core_t **core_p);
 void emlio__srv_shardset_log(void *userdata, const char *msg);
-/* The full WELCOME of each protocol version v whose out[v - 1] is not NULL,
- * for sessions served fields[0, n_fields) (none: one unnamed field). 0 or
- * EMLIO_ENOMEM. */
+/* The full WELCOME into out, for sessions served fields[0, n_fields)
+ * (none: one unnamed field). 0 or EMLIO_ENOMEM. */
 int emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
-                              size_t n_fields, emlio_buf_t *const *out);
+                              size_t n_fields, emlio_buf_t *out);
 
 /* ---- server_admit.c: connections and peers (frontend thread only) ---- */
 size_t emlio__srv_session_streams(const emlio_server_t *self, uint64_t session);

@@ -5,7 +5,7 @@
  * A job is what a HELLO names ("job", docs/protocol.md 4.1): every rank
  * and stream of one training job say the same name, and count as one.
  * A client that names none is a job of its own (its session, or its
- * connection for a session-less v1 client). The job table and the fair
+ * connection for a client without a session). The job table and the fair
  * queue are the frontend thread's; the counters a job's GETs add to on
  * the pipeline threads are atomic, and the table is read under its lock by
  * emlio_server_jobs (the metrics).

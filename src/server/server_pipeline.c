@@ -308,7 +308,7 @@ s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
     emlio__shard_release(shard);
 }
 
-/* Copies the small sample frames of a packed job (protocol v4) into one
+/* Copies the small sample frames of a packed job into one
  * pooled buffer, up to job->pack_cap bytes, right after reading them while
  * they are in cache, and ends the views' holds on the shards: the batch
  * then goes as one frame and a table instead of a ZeroMQ message per
@@ -648,37 +648,34 @@ s_describe_views(emlio_server_t *self, const emlio__job_t *job)
     return where;
 }
 
-/* The BATCH header of a job's views: the quadruples, for a packed job
- * (protocol v4) the offset table, and the records' descriptions when the
- * GET asked. Returns 0 or EMLIO_ENOMEM. */
+/* The BATCH header of a job's views: the quadruples, the offset table
+ * (views not packed: in their own frames), and the records' descriptions
+ * when the GET asked. Returns 0 or EMLIO_ENOMEM. */
 static int
 s_batch_header(emlio_server_t *self, emlio__job_t *job, size_t nf,
                emlio__wire_io_t io, emlio_buf_t *buf)
 {
     size_t n = job->n_views;
     emlio__wire_sample_t *samples = emlio_calloc(n ? n : 1, sizeof(*samples));
-    emlio__wire_span_t *spans =
-        job->packed ? emlio_calloc(nf ? nf : 1, sizeof(*spans)) : NULL;
+    emlio__wire_span_t *spans = emlio_calloc(nf ? nf : 1, sizeof(*spans));
     char **where = job->msg.describe ? s_describe_views(self, job) : NULL;
     int rc = EMLIO_ENOMEM;
     io.where = where;
-    if (samples && (spans || !job->packed) && (where || !job->msg.describe)) {
+    if (samples && spans && (where || !job->msg.describe)) {
         for (size_t i = 0; i < n; i++) {
             const emlio__view_t *v = &job->views[i * job->per];
             samples[i] =
                 (emlio__wire_sample_t){ v->shard, v->record, v->label, v->crc };
         }
-        for (size_t i = 0; spans && i < nf; i++) {
+        for (size_t i = 0; i < nf; i++) {
             const emlio__view_t *v = &job->views[i];
             spans[i].off = v->packed ? (uint64_t)(v->data - job->pack)
                                      : EMLIO_WIRE_PACK_OWN;
             spans[i].len = v->len;
         }
 
-        rc = job->packed
-                 ? emlio__wire_encode_batch_packed(buf, job->msg.id, samples, n,
-                                                   spans, nf, io)
-                 : emlio__wire_encode_batch(buf, job->msg.id, samples, n, io);
+        rc = emlio__wire_encode_batch(buf, job->msg.id, samples, n, spans, nf,
+                                      io);
     }
     emlio_free(where);
     emlio_free(spans);

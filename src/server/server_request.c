@@ -189,7 +189,6 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
         return;
     }
     peer->fields = fields;
-    peer->version = (uint8_t)hello->version; /* checked: 1..VERSION */
     peer->share = hello->share;
     char why[160];
     int jrc = emlio__srv_jobs_attach(self, peer, hello->job, hello->job_len,
@@ -204,17 +203,16 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
     emlio_buf_t joined = EMLIO_BUF_INIT;
     const emlio_buf_t *reply = NULL;
     if (hello->session && hello->stream > 0) {
-        if (emlio__wire_encode_joined_v(&joined, hello->version, hello->id,
-                                        self->core->set.fingerprint) < 0) {
+        if (emlio__wire_encode_joined(&joined, hello->id,
+                                      self->core->set.fingerprint) < 0) {
             emlio_buf_release(&joined);
             zmq_msg_close(&job->identity);
             return;
         }
         reply = &joined;
     } else {
-        /* The version's encoding (v1 without fields, v3 and up with the
-         * transform capabilities), of this session's fields. */
-        reply = emlio__srv_fields_welcome(self, fields, hello->version);
+        /* The WELCOME of this session's fields. */
+        reply = emlio__srv_fields_welcome(self, fields);
         if (!reply) {
             zmq_msg_close(&job->identity);
             return; /* out of memory: the client times out, says HELLO
@@ -269,32 +267,19 @@ s_request_source(emlio_server_t *self, emlio__job_t *job)
 }
 
 /* Whether a HELLO's protocol version can be served; if not, the client is
- * told why (consuming job->identity). */
+ * told why (consuming job->identity). There is one version. */
 static bool
 s_hello_version_ok(emlio_server_t *self, emlio__job_t *job)
 {
+    if (job->msg.version == EMLIO_WIRE_VERSION)
+        return true;
     char text[EMLIO_ERRMSG_LEN];
-    if (job->msg.version < EMLIO_WIRE_VERSION_MIN ||
-        job->msg.version > EMLIO_WIRE_VERSION) {
-        snprintf(text, sizeof(text),
-                 "protocol version %" PRIu64 " not supported (server "
-                 "speaks %d to %d)",
-                 job->msg.version, EMLIO_WIRE_VERSION_MIN, EMLIO_WIRE_VERSION);
-        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION, text);
-        return false;
-    }
-    if (job->msg.version < 2 && self->own.n_fields) {
-        /* A v1 client would read the frames of one sample's fields as
-         * several samples: refuse it clearly instead. */
-        snprintf(text, sizeof(text),
-                 "protocol version 1 not supported: this daemon serves "
-                 "multi-field samples (--fields %.300s), which need "
-                 "protocol version 2; upgrade the client",
-                 self->own.fields_spec);
-        s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION, text);
-        return false;
-    }
-    return true;
+    snprintf(text, sizeof(text),
+             "protocol version %" PRIu64 " not supported: this daemon "
+             "speaks version %d only; upgrade the client",
+             job->msg.version, EMLIO_WIRE_VERSION);
+    s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION, text);
+    return false;
 }
 
 /* Handles one client message: HELLO answered here, GET passed to a reader. */
@@ -379,16 +364,6 @@ s_frontend_request(emlio_server_t *self, void *work)
                                peer ? EMLIO_ECREDIT : EMLIO_ELIMIT, text);
         goto drop_header;
     }
-    if (self->own.n_fields && peer->version < 2) {
-        /* A GET before any HELLO is a v1 client's (it never said its
-         * version): answering it in the v2 layout, several frames per
-         * sample, would be misread as several samples. */
-        s_frontend_reply_error(
-            self, &job->identity, job->msg.id, EMLIO_EVERSION,
-            "this daemon serves multi-field samples (--fields), which need "
-            "protocol version 2: say HELLO with v 2 before GET");
-        goto drop_header;
-    }
     job->fields = peer->fields;
     if (job->xf && job->fields) {
         s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_EINVAL,
@@ -400,9 +375,8 @@ s_frontend_request(emlio_server_t *self, void *work)
     /* The only place the count grows, so a peer that ever has two GETs
      * unanswered is seen here. */
     emlio__srv_peer_coalesce(self, peer);
-    /* A v4 connection gets its raw samples packed (a tensor batch is one
-     * frame already). */
-    job->packed = peer->version >= EMLIO_WIRE_VERSION_PACK && !job->xf;
+    /* Raw samples go packed (a tensor batch is one frame already). */
+    job->packed = !job->xf;
     job->pack_max = job->packed ? peer->pack_max : 0;
     char text[EMLIO_ERRMSG_LEN];
     rc = emlio__srv_copy_admit(self, job, peer, text, sizeof(text));

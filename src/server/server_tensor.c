@@ -1,5 +1,5 @@
 /* server_tensor.c - the daemon's transform stage: a GET that names a
- * transform (protocol v3, docs/protocol.md 5.6) is read as usual, then its
+ * transform (docs/protocol.md 5.6) is read as usual, then its
  * samples are decoded and augmented on the transform pool into one block,
  * and the reply is one tensor frame.
  * SPDX-License-Identifier: MIT

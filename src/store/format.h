@@ -57,7 +57,7 @@ typedef struct emlio__view {
      * the view holds one use of the shard for as long as the frame lives. */
     uint8_t *owned; /* the copy data points into, else NULL */
     bool held;      /* holds a use of its shard's mapping */
-    bool packed;    /* copied into its job's packed frame (protocol v4) */
+    bool packed;    /* copied into its job's packed frame */
     int64_t label;  /* the sample's label (first view of a sample) */
     uint32_t crc;   /* CRC-32C of the sample's frames (first view) */
     uint32_t shard;

@@ -133,7 +133,7 @@ ctx = zmq.Context()
 s = ctx.socket(zmq.DEALER)
 s.setsockopt(zmq.LINGER, 0)
 s.connect(ep)
-s.send(msgpack.packb({"t": 1, "v": 3, "name": "flood", "job": "flood"}))
+s.send(msgpack.packb({"t": 1, "v": 4, "name": "flood", "job": "flood"}))
 s.recv()
 items = []
 for i in range(4096):

@@ -66,7 +66,7 @@ check "the 8-stream client got every sample" grep -q '"verified": true' "$T/lim8
 import sys, time, zmq, msgpack
 s = zmq.Context().socket(zmq.DEALER)
 s.connect(sys.argv[1])
-s.send(msgpack.packb({"t": 1, "v": 1, "name": "holder"}))
+s.send(msgpack.packb({"t": 1, "v": 4, "name": "holder"}))
 print("welcomed" if s.poll(5000) else "no answer", flush=True)
 time.sleep(5)
 PY

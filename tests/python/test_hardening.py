@@ -55,7 +55,7 @@ class Stream:
         self.sock.connect(endpoint)
 
     def hello(self):
-        self.sock.send(pack({"t": T_HELLO, "v": 1, "name": "hardening"}))
+        self.sock.send(pack({"t": T_HELLO, "v": 4, "name": "hardening"}))
 
     def get(self, rid, items):
         flat = []

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""An independent client of EMLIO wire protocol v1, written from
-docs/protocol.md only (no libemlio), run against a real emliod.
+"""An independent client of the EMLIO wire protocol (version 4), written
+from docs/protocol.md only (no libemlio), run against a real emliod.
 
 Needs python3-zmq and python3-msgpack (Debian packages). Run from the
 repository root:
@@ -183,7 +183,7 @@ class Stream:
     def send(self, header):
         self.sock.send(pack(header))
 
-    def hello(self, v=1, name="python-test-client", **extra):
+    def hello(self, v=4, name="python-test-client", **extra):
         h = {"t": T_HELLO, "v": v, "name": name}
         h.update(extra)
         self.send(h)
@@ -199,15 +199,34 @@ class Stream:
         self.send(h)
         self.outstanding.add(rid)
 
-    def recv(self, timeout=TIMEOUT_S):
-        """One whole message: (decoded header, sample frames)."""
+    def recv(self, timeout=TIMEOUT_S, raw=False):
+        """One whole message: (decoded header, sample frames); a BATCH's
+        packed frame is cut into its samples' frames by its "pack" table
+        (docs/protocol.md 5.4.1) unless raw."""
         if not self.sock.poll(int(timeout * 1000), zmq.POLLIN):
             raise AssertionError("no reply within %.0f s" % timeout)
         frames = self.sock.recv_multipart(copy=True)
         header = unpack(frames[0])
         if header.get("t") in (T_BATCH, T_ERROR):
             self.outstanding.discard(header.get("id"))
-        return header, frames[1:]
+        if raw or "pack" not in header:
+            return header, frames[1:]
+        return header, unpack_frames(header["pack"], frames[1:])
+
+
+def unpack_frames(table, frames):
+    """The sample frames of a packed BATCH: span i is [offset, length] in
+    the packed frame (the first frame, present when any span is in it),
+    or [-1, length], the next frame of its own."""
+    pairs = [table[i:i + 2] for i in range(0, len(table), 2)]
+    packed = frames[0] if any(off >= 0 for off, _ in pairs) else None
+    own = iter(frames[1:] if packed is not None else frames)
+    out = []
+    for off, length in pairs:
+        frame = next(own) if off < 0 else packed[off:off + length]
+        assert len(frame) == length, "span length"
+        out.append(frame)
+    return out
 
 
 def decode_samples(header):
@@ -336,7 +355,7 @@ class WireTest(unittest.TestCase):
     def test_01_welcome(self):
         w = self.get_welcome()
         self.assertEqual(w["t"], T_WELCOME)
-        self.assertEqual(w["v"], 1)
+        self.assertEqual(w["v"], 4)
         self.assertIsInstance(w.get("name"), str)
         self.assertRegex(w["dataset"], r"^[0-9a-f]{16}$")
         self.assertEqual(w["max_batch"], MAX_BATCH)
@@ -454,12 +473,16 @@ class WireTest(unittest.TestCase):
 
     def test_07_unsupported_version(self):
         s = self.stream()
-        s.hello(v=5)  # v1 to v4 are spoken (docs/protocol.md)
+        s.hello(v=5)  # version 4 alone is spoken (docs/protocol.md 15)
         h = self.expect_error(s, EVERSION, 0)
         self.assertIn("not supported", h["msg"])
         s.hello(v=0)
         self.expect_error(s, EVERSION, 0)
-        s.hello(v=1)   # the same connection still works
+        for old in (1, 2, 3):
+            s.hello(v=old)
+            h = self.expect_error(s, EVERSION, 0)
+            self.assertIn("version 4 only", h["msg"])
+        s.hello()      # the same connection still works
         h, _ = s.recv()
         self.assertEqual(h["t"], T_WELCOME)
         self.assert_still_serving()
@@ -470,7 +493,7 @@ class WireTest(unittest.TestCase):
         s.hello(future={"nested": [1, 2, {"x": b"\x00"}]}, ratio=0.5)
         h, _ = s.recv()
         self.assertEqual(h["t"], T_WELCOME)
-        s.send({"t": T_HELLO, "v": 1})         # name is optional
+        s.send({"t": T_HELLO, "v": 4})         # name is optional
         h, _ = s.recv()
         self.assertEqual(h["t"], T_WELCOME)
         items = [(1, 3), (0, 2)]
@@ -532,16 +555,16 @@ class WireTest(unittest.TestCase):
             s.recv(timeout=0.3)    # nothing more: exactly one reply each
         self.assert_still_serving()
 
-    def test_12_transform_v3(self):
-        """docs/protocol.md 5.6: a v3 WELCOME says the daemon decodes; a
+    def test_12_transform(self):
+        """docs/protocol.md 5.6: the WELCOME says the daemon decodes; a
         GET with `transform` is answered by one tensor frame of
         samples x H x W x 3 bytes, each slice with its CRC-32C; here
         center_crop without a resize, whose pixels equal a plain decode's
         (PIL on the same JPEG bytes)."""
         s = self.stream()
-        s.hello(v=3)
+        s.hello()
         w, frames = s.recv()
-        self.assertEqual((w["t"], w["v"], frames), (T_WELCOME, 3, []))
+        self.assertEqual((w["t"], w["v"], frames), (T_WELCOME, 4, []))
         self.assertGreater(w["xf_threads"], 0)
         self.assertIn("core_mw", w)
         items = [(0, 0), (0, 1), (len(w["shards"]) - 1, 2)]
@@ -590,19 +613,19 @@ class WireTest(unittest.TestCase):
             self.assertIn("needs its seed and epoch", h["msg"])
         self.assert_still_serving()
 
-    def test_13_packed_v4(self):
-        """docs/protocol.md 5.4.1: on a v4 connection a BATCH is packed: the
+    def test_13_packed(self):
+        """docs/protocol.md 5.4.1: a BATCH of raw samples is packed: the
         `pack` table gives each sample frame's [offset, length] in the one
         packed frame (or -1: a frame of its own, after it); spans ascend
         and do not overlap; quadruples and CRCs are as in 5.4."""
         s = self.stream()
-        s.hello(v=4)
+        s.hello()
         w, frames = s.recv()
         self.assertEqual((w["t"], w["v"], frames), (T_WELCOME, 4, []))
         where = self.locate()
         items = [(1, 3), (0, 2), (2, 0), (0, 2), (1, 36)]
         s.get(0x4001, items, w["dataset"])
-        h, frames = s.recv()
+        h, frames = s.recv(raw=True)
         self.assertEqual(h["t"], T_BATCH, h)
         samples = decode_samples(h)
         self.assertEqual([(a, b) for a, b, _, _ in samples], items)
@@ -633,12 +656,11 @@ class WireTest(unittest.TestCase):
         h, frames = s.recv()
         self.assertEqual((h["t"], h["samples"], h["pack"], frames),
                          (T_BATCH, [], [], []))
-        # A v2 connection of the same daemon still gets a frame per sample.
-        s.hello(v=2)
-        s.recv()
-        s.get(0x4003, items[:2], w["dataset"])
-        h, frames = s.recv()
-        self.assertNotIn("pack", h)
+        # A GET before any HELLO is answered the same way, packed.
+        s2 = self.stream()
+        s2.get(0x4003, items[:2], w["dataset"])
+        h, frames = s2.recv()
+        self.assertIn("pack", h)
         self.check_batch(h, frames, items[:2])
         self.assert_still_serving()
 

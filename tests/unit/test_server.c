@@ -15,6 +15,14 @@
 #include "server_internal.h"
 #include "wire.h"
 
+/* A HELLO without a session. */
+static int
+s_encode_hello(emlio_buf_t *buf, const char *name)
+{
+    emlio__wire_hello_t h = { .name = name };
+    return emlio__wire_encode_hello(buf, &h);
+}
+
 #define RECORDS 16
 
 /* RECORDS Examples of `bytes`-byte images; with flips, byte flips[r] of
@@ -210,7 +218,7 @@ test_server_destroy_with_frames_in_flight(void **state)
                      0);
     assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(s_encode_hello(&buf, "test"), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio__wire_item_t items[RECORDS];
     for (uint32_t r = 0; r < RECORDS; r++)
@@ -218,7 +226,7 @@ test_server_destroy_with_frames_in_flight(void **state)
     for (uint64_t id = 1; id <= 64; id++) {
         assert_int_equal(emlio__wire_encode_get(&buf, id,
                                                 emlio_server_dataset(srv),
-                                                items, RECORDS),
+                                                items, RECORDS, NULL),
                          0);
         assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     }
@@ -268,9 +276,9 @@ s_get_same(void *dealer, emlio_server_t *srv, uint64_t id, size_t n)
     emlio__wire_item_t *items = calloc(n, sizeof(*items));
     assert_non_null(items);
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(
-        emlio__wire_encode_get(&buf, id, emlio_server_dataset(srv), items, n),
-        0);
+    assert_int_equal(emlio__wire_encode_get(&buf, id, emlio_server_dataset(srv),
+                                            items, n, NULL),
+                     0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio_buf_release(&buf);
     free(items);
@@ -338,7 +346,7 @@ test_server_copy_budget(void **state)
     void *zctx = zmq_ctx_new();
     void *dealer = s_dealer(zctx, srv);
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(s_encode_hello(&buf, "test"), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio_buf_release(&buf);
     emlio__wire_msg_t msg;
@@ -458,11 +466,11 @@ test_server_operator_mistakes_fail_at_start(void **state)
     test_rmtree(dir);
 }
 
-/* On a --fields daemon a GET before any HELLO (a v1 client, which never
- * says its version) is refused with EMLIO_EVERSION, not answered in the
- * v2 layout it would misread; after HELLO the same GET is served. */
+/* On a --fields daemon a GET before any HELLO is served in the one
+ * layout: its BATCH's offset table has a span per field of each sample,
+ * as after HELLO. */
 static void
-test_server_fields_get_before_hello_is_refused(void **state)
+test_server_fields_get_before_hello_is_served(void **state)
 {
     (void)state;
     char dir[64], path[128];
@@ -484,13 +492,27 @@ test_server_fields_get_before_hello_is_refused(void **state)
     emlio__wire_msg_t msg;
     zmq_msg_t header;
     s_get_same(dealer, srv, 1, 1);
-    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
-    assert_int_equal(msg.code, EMLIO_EVERSION);
-    assert_non_null(strstr(msg.text, "HELLO"));
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+    assert_true(msg.packed);
+    assert_int_equal(msg.n_samples, 1);
+    assert_int_equal(msg.n_spans, 2);
+    assert_int_equal(msg.spans[0].len, 600);
+    assert_int_equal(msg.spans[1].len, 1);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
+    /* A HELLO of another version is refused, naming the one spoken. */
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_hello(&buf, "test", 0, 0, 0), 0);
+    assert_int_equal(s_encode_hello(&buf, "test"), 0);
+    uint8_t *v = memmem(buf.data, buf.len, "\xa1v\x04", 3);
+    assert_non_null(v);
+    v[2] = 3; /* "v": 3 */
+    assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
+    assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
+    assert_int_equal(msg.code, EMLIO_EVERSION);
+    assert_non_null(strstr(msg.text, "speaks version 4 only"));
+    emlio__wire_msg_release(&msg);
+    zmq_msg_close(&header);
+    assert_int_equal(s_encode_hello(&buf, "test"), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio_buf_release(&buf);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
@@ -498,6 +520,7 @@ test_server_fields_get_before_hello_is_refused(void **state)
     zmq_msg_close(&header);
     s_get_same(dealer, srv, 2, 1);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
+    assert_int_equal(msg.n_spans, 2);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     s_teardown(dealer, zctx, &srv, &ctx, dir);
@@ -530,8 +553,9 @@ test_server_deleted_file_is_skipped_or_named(void **state)
         void *dealer = s_dealer(zctx, srv);
         emlio__wire_item_t items[2] = { { 0, 0 }, { 0, 1 } };
         emlio_buf_t buf = EMLIO_BUF_INIT;
-        assert_int_equal(emlio__wire_encode_get(
-                             &buf, 7, emlio_server_dataset(srv), items, 2),
+        assert_int_equal(emlio__wire_encode_get(&buf, 7,
+                                                emlio_server_dataset(srv),
+                                                items, 2, NULL),
                          0);
         assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
         emlio_buf_release(&buf);
@@ -553,9 +577,9 @@ test_server_deleted_file_is_skipped_or_named(void **state)
 
 /* A DEALER on zctx that reads at most one reply ahead (RCVHWM 1), with a
  * receive buffer of rcvbuf bytes (0: the kernel's) and a 5 s receive
- * timeout, connected to srv, that said HELLO (version 0: a plain v1 one). */
+ * timeout, connected to srv, that said HELLO. */
 static void *
-s_dealer_hello_v(void *zctx, emlio_server_t *srv, int rcvbuf, int version)
+s_dealer_hello(void *zctx, emlio_server_t *srv, int rcvbuf)
 {
     void *dealer = zmq_socket(zctx, ZMQ_DEALER);
     int one = 1;
@@ -571,20 +595,10 @@ s_dealer_hello_v(void *zctx, emlio_server_t *srv, int rcvbuf, int version)
             zmq_setsockopt(dealer, ZMQ_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
     assert_int_equal(zmq_connect(dealer, emlio_server_endpoint(srv)), 0);
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    /* A plain v1 HELLO, or one at version with a session. */
-    assert_int_equal(version ? emlio__wire_encode_hello_v(
-                                   &buf, (uint64_t)version, "test", 77, 0, 0)
-                             : emlio__wire_encode_hello(&buf, "test", 0, 0, 0),
-                     0);
+    assert_int_equal(s_encode_hello(&buf, "test"), 0);
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     emlio_buf_release(&buf);
     return dealer;
-}
-
-static void *
-s_dealer_hello(void *zctx, emlio_server_t *srv, int rcvbuf)
-{
-    return s_dealer_hello_v(zctx, srv, rcvbuf, 0);
 }
 
 /* Receives one whole reply on dealer (header and frames); the header's
@@ -647,7 +661,7 @@ test_server_client_within_credits_is_never_closed(void **state)
         for (uint64_t i = 1; i <= credits; i++) {
             assert_int_equal(emlio__wire_encode_get(&buf, round * credits + i,
                                                     emlio_server_dataset(srv),
-                                                    items, RECORDS),
+                                                    items, RECORDS, NULL),
                              0);
             assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
                              (int)buf.len);
@@ -696,7 +710,7 @@ test_server_corrupt_records_of_any_size_are_refused(void **state)
             emlio__wire_item_t item = { 0, r };
             assert_int_equal(emlio__wire_encode_get(&buf, r + 1,
                                                     emlio_server_dataset(srv),
-                                                    &item, 1),
+                                                    &item, 1, NULL),
                              0);
             assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
                              (int)buf.len);
@@ -778,7 +792,7 @@ test_server_large_samples_carry_the_stored_crc(void **state)
             emlio__wire_item_t item = { 0, r };
             assert_int_equal(emlio__wire_encode_get(&buf, r + 1,
                                                     emlio_server_dataset(srv),
-                                                    &item, 1),
+                                                    &item, 1, NULL),
                              0);
             assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0),
                              (int)buf.len);
@@ -810,9 +824,9 @@ s_send_gets(void *dealer, emlio_server_t *srv, uint64_t first_id, int n,
     emlio__wire_xf_t xf = { .pipelined = pipelined };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     for (int i = 0; i < n; i++) {
-        assert_int_equal(emlio__wire_encode_get_xf(&buf, first_id + i,
-                                                   emlio_server_dataset(srv),
-                                                   items, RECORDS, &xf),
+        assert_int_equal(emlio__wire_encode_get(&buf, first_id + i,
+                                                emlio_server_dataset(srv),
+                                                items, RECORDS, &xf),
                          0);
         assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     }
@@ -859,7 +873,7 @@ test_server_pack_mode_decides_large_frames(void **state)
         cfg.pack = modes[m];
         emlio_server_t *srv = s_start_cfg(ctx, &cfg);
         void *zctx = zmq_ctx_new();
-        void *dealer = s_dealer_hello_v(zctx, srv, 0, 4);
+        void *dealer = s_dealer_hello(zctx, srv, 0);
         assert_int_equal(s_recv_reply(dealer), EMLIO_MSG_WELCOME);
         s_send_gets(dealer, srv, 1, 1, false);
 
@@ -1285,7 +1299,7 @@ main(void)
         cmocka_unit_test(test_server_destroy_with_frames_in_flight),
         cmocka_unit_test(test_server_copy_budget),
         cmocka_unit_test(test_server_operator_mistakes_fail_at_start),
-        cmocka_unit_test(test_server_fields_get_before_hello_is_refused),
+        cmocka_unit_test(test_server_fields_get_before_hello_is_served),
         cmocka_unit_test(test_server_deleted_file_is_skipped_or_named),
         cmocka_unit_test(test_server_client_within_credits_is_never_closed),
         cmocka_unit_test(test_server_corrupt_records_of_any_size_are_refused),

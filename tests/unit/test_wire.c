@@ -7,13 +7,41 @@
 
 #include "wire.h"
 
+/* The encoders take a struct per message; these fill the usual fields. */
+static int
+s_hello(emlio_buf_t *buf, const char *name, uint64_t session, uint32_t stream,
+        uint64_t id)
+{
+    emlio__wire_hello_t h = {
+        .name = name, .session = session, .stream = stream, .id = id
+    };
+    return emlio__wire_encode_hello(buf, &h);
+}
+
+static int
+s_welcome(emlio_buf_t *buf, const char *name, const char *dataset,
+          uint64_t max_batch, uint64_t max_credit, uint64_t max_streams,
+          uint64_t sndbuf, const emlio__wire_shard_t *shards, size_t n)
+{
+    emlio__wire_welcome_t w = { .name = name,
+                                .dataset = dataset,
+                                .max_batch = max_batch,
+                                .max_credit = max_credit,
+                                .max_streams = max_streams,
+                                .sndbuf = sndbuf,
+                                .shards = shards,
+                                .n_shards = n };
+    return emlio__wire_encode_welcome(buf, &w);
+}
+
 static void
 test_wire_get_round_trip(void **state)
 {
     (void)state;
     emlio__wire_item_t items[3] = { { 0, 5 }, { 7, 1ull << 40 }, { 2, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_get(&buf, 99, "abcd", items, 3), 0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 99, "abcd", items, 3, NULL),
+                     0);
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
@@ -38,8 +66,9 @@ test_wire_batch_round_trip(void **state)
     emlio__wire_sample_t s[2] = { { 1, 2, -1, 0xdeadbeef },
                                   { 3, 4, 1000000, 7 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(
-        emlio__wire_encode_batch(&buf, 1ull << 50, s, 2, EMLIO_WIRE_NO_IO), 0);
+    assert_int_equal(emlio__wire_encode_batch(&buf, 1ull << 50, s, 2, NULL, 0,
+                                              EMLIO_WIRE_NO_IO),
+                     0);
     emlio__wire_msg_t msg;
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_BATCH);
@@ -65,9 +94,8 @@ test_wire_shard_digest_round_trip(void **state)
                                       { "dog", 3, 64, 200000, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     emlio__wire_msg_t msg;
-    assert_int_equal(emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8,
-                                                64, 1 << 22, shards, 2),
-                     0);
+    assert_int_equal(
+        s_welcome(&buf, "emliod/x", "ff00", 64, 8, 64, 1 << 22, shards, 2), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.n_shards, 2);
     assert_true(msg.shards[0].digest == ((UINT64_C(1) << 32) | 0x89822376u));
@@ -77,9 +105,9 @@ test_wire_shard_digest_round_trip(void **state)
     /* Without any digest the entries are the three elements of before. */
     shards[0].digest = 0;
     emlio_buf_t plain = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_welcome(&plain, "emliod/x", "ff00", 64,
-                                                8, 64, 1 << 22, shards, 2),
-                     0);
+    assert_int_equal(
+        s_welcome(&plain, "emliod/x", "ff00", 64, 8, 64, 1 << 22, shards, 2),
+        0);
     assert_int_equal(plain.len + 9, buf.len); /* 0xcf + 8 bytes, 1 entry */
     emlio_buf_release(&plain);
     emlio_buf_release(&buf);
@@ -93,9 +121,8 @@ test_wire_welcome_hello_error_round_trip(void **state)
                                       { "sub/b.tfrecord", 14, 0, 16, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     emlio__wire_msg_t msg;
-    assert_int_equal(emlio__wire_encode_welcome(&buf, "emliod/x", "ff00", 64, 8,
-                                                64, 1 << 22, shards, 2),
-                     0);
+    assert_int_equal(
+        s_welcome(&buf, "emliod/x", "ff00", 64, 8, 64, 1 << 22, shards, 2), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_WELCOME);
     assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
@@ -110,7 +137,7 @@ test_wire_welcome_hello_error_round_trip(void **state)
     assert_int_equal(msg.shards[1].bytes, 16);
     emlio__wire_msg_release(&msg);
 
-    assert_int_equal(emlio__wire_encode_hello(&buf, "me", 0, 0, 0), 0);
+    assert_int_equal(s_hello(&buf, "me", 0, 0, 0), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_HELLO);
     assert_int_equal(msg.name_len, 2);
@@ -118,8 +145,7 @@ test_wire_welcome_hello_error_round_trip(void **state)
     emlio__wire_msg_release(&msg);
 
     /* A session HELLO joining stream 5, and the short reply to a join. */
-    assert_int_equal(
-        emlio__wire_encode_hello(&buf, "me", 0xfeedbeefcafeull, 5, 77), 0);
+    assert_int_equal(s_hello(&buf, "me", 0xfeedbeefcafeull, 5, 77), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_HELLO);
     assert_int_equal(msg.session, 0xfeedbeefcafeull);
@@ -151,7 +177,7 @@ test_wire_truncated_prefixes_fail(void **state)
     (void)state;
     emlio__wire_item_t items[4] = { { 1, 2 }, { 3, 4 }, { 5, 6 }, { 7, 8 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 4), 0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 4, NULL), 0);
     for (size_t len = 0; len < buf.len; len++) {
         /* A private copy of exactly len bytes, so ASan sees any overread. */
         uint8_t *copy = emlio_malloc(len);
@@ -182,7 +208,7 @@ test_wire_hostile_lengths_rejected(void **state)
     /* More items than the caller's limit. */
     emlio__wire_item_t items[8] = { { 0, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 8), 0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 1, "x", items, 8, NULL), 0);
     assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 4, err),
                      EMLIO_EPROTO);
     assert_non_null(strstr(err, "too many items"));
@@ -225,9 +251,9 @@ test_wire_packed_batch_round_trip(void **state)
                                     { EMLIO_WIRE_PACK_OWN, 1u << 20 },
                                     { 104, 0 } };
     emlio_buf_t buf = EMLIO_BUF_INIT;
-    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 77, s, 3, spans, 3,
-                                                     EMLIO_WIRE_NO_IO),
-                     0);
+    assert_int_equal(
+        emlio__wire_encode_batch(&buf, 77, s, 3, spans, 3, EMLIO_WIRE_NO_IO),
+        0);
     emlio__wire_msg_t msg;
     char err[EMLIO_ERRMSG_LEN];
     assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
@@ -250,8 +276,8 @@ test_wire_packed_batch_round_trip(void **state)
     assert_int_equal(emlio__wire_pack_check(own, 2, 2, false, 0, err), 2);
     /* An empty batch has an empty table, and says so. */
     assert_int_equal(
-        emlio__wire_encode_batch_packed(&buf, 78, NULL, 0, NULL, 0,
-                                        (emlio__wire_io_t){ 7, 0, 0, NULL }),
+        emlio__wire_encode_batch(&buf, 78, NULL, 0, NULL, 0,
+                                 (emlio__wire_io_t){ 7, 0, 0, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.packed);
@@ -261,14 +287,14 @@ test_wire_packed_batch_round_trip(void **state)
     assert_int_equal(msg.n_spans, 0);
     assert_int_equal(emlio__wire_pack_check(msg.spans, 0, 0, false, 0, err), 0);
     emlio__wire_msg_release(&msg);
-    /* A plain BATCH is not packed. */
+    /* The device's figures ride every BATCH. */
     assert_int_equal(
-        emlio__wire_encode_batch(&buf, 79, s, 1,
+        emlio__wire_encode_batch(&buf, 79, s, 1, spans, 1,
                                  (emlio__wire_io_t){ 250, 1234567, 0, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_false(msg.packed);
-    assert_null(msg.spans);
+    assert_true(msg.packed);
+    assert_int_equal(msg.n_spans, 1);
     assert_true(msg.has_disk); /* a share above 100% is sent as 100 */
     assert_int_equal(msg.disk, 100);
     assert_int_equal(msg.read, 1234567); /* "rd": the bytes read for it */
@@ -358,9 +384,8 @@ test_wire_bad_pack_tables_rejected(void **state)
                      EMLIO_EPROTO);
     assert_non_null(strstr(err, "tensor batch cannot be packed"));
     emlio__wire_span_t spans[5] = { { 0, 0 } };
-    assert_int_equal(emlio__wire_encode_batch_packed(&buf, 6, s, 1, spans, 5,
-                                                     EMLIO_WIRE_NO_IO),
-                     0);
+    assert_int_equal(
+        emlio__wire_encode_batch(&buf, 6, s, 1, spans, 5, EMLIO_WIRE_NO_IO), 0);
     /* max_items 1: at most EMLIO_WIRE_MAX_FIELDS spans, so 5 still fit. */
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 1, err) > 0);
     assert_int_equal(
@@ -419,8 +444,7 @@ test_wire_v3_transform_round_trip(void **state)
                             0,
                             0,
                             false };
-    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &xf),
-                     0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, &xf), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_GET);
     assert_int_equal(msg.xf_spec_len, strlen(xf.spec));
@@ -431,8 +455,7 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_release(&msg);
 
     /* A plain GET has no transform. */
-    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, NULL),
-                     0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, NULL), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_null(msg.xf_spec);
     assert_false(msg.unchecked); /* not sent unless asked */
@@ -442,7 +465,7 @@ test_wire_v3_transform_round_trip(void **state)
     /* A client that does not check CRCs says so, with or without a
      * transform; the items still decode after the extra key. */
     emlio__wire_xf_t plain = { .unchecked = true };
-    assert_int_equal(emlio__wire_encode_get_xf(&buf, 6, "ff", items, 2, &plain),
+    assert_int_equal(emlio__wire_encode_get(&buf, 6, "ff", items, 2, &plain),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_null(msg.xf_spec);
@@ -456,7 +479,7 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_xf_t piped = {
         "horizontal_flip", 1, 2, true, true, 0, 0, false
     };
-    assert_int_equal(emlio__wire_encode_get_xf(&buf, 7, "ff", items, 2, &piped),
+    assert_int_equal(emlio__wire_encode_get(&buf, 7, "ff", items, 2, &piped),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.pipelined);
@@ -500,14 +523,22 @@ test_wire_v3_transform_round_trip(void **state)
 
     char cat[] = "cat", dog[] = "dog";
     char *const classes[2] = { cat, dog };
-    emlio__wire_xf_caps_t caps = { 4, 15000, classes, 2, "tar", 0, 0, false };
     emlio__wire_shard_t shards[1] = { { "a.tar", 5, 3, 10240, 0 } };
-    assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 3, "d", "ff", 64, 8,
-                                                   64, 0, shards, 1, NULL, 0,
-                                                   &caps),
-                     0);
+    emlio__wire_welcome_t w = { .name = "d",
+                                .dataset = "ff",
+                                .max_batch = 64,
+                                .max_credit = 8,
+                                .max_streams = 64,
+                                .shards = shards,
+                                .n_shards = 1,
+                                .xf_threads = 4,
+                                .core_mw = 15000,
+                                .classes = classes,
+                                .n_classes = 2,
+                                .format = "tar" };
+    assert_int_equal(emlio__wire_encode_welcome(&buf, &w), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.version, 3);
+    assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
     assert_int_equal(msg.xf_threads, 4);
     assert_int_equal(msg.core_mw, 15000);
     assert_int_equal(msg.n_classes, 2);
@@ -516,53 +547,42 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(msg.classes[1].len, 3);
     assert_memory_equal(msg.classes[1].s, "dog", 3);
     emlio__wire_msg_release(&msg);
-    /* Below v3 the capabilities are not sent. */
-    assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 2, "d", "ff", 64, 8,
-                                                   64, 0, shards, 1, NULL, 0,
-                                                   &caps),
-                     0);
-    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.xf_threads, 0);
-    assert_int_equal(msg.n_classes, 2); /* classes at any version */
-    emlio__wire_msg_release(&msg);
 
-    assert_int_equal(emlio__wire_encode_hello_v(&buf, 3, "c", 0, 0, 0), 0);
-    assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.version, 3);
-    emlio__wire_msg_release(&msg);
     /* Shared reads: HELLO "share", WELCOME "share_window", BATCH "sh";
      * each absent unless said. */
-    assert_int_equal(emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1,
-                                                  "sweep", 2, true, NULL, 0),
-                     0);
+    emlio__wire_hello_t h = { .name = "c",
+                              .session = 9,
+                              .id = 1,
+                              .job = "sweep",
+                              .weight = 2,
+                              .share = true };
+    assert_int_equal(emlio__wire_encode_hello(&buf, &h), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.share);
     assert_int_equal(msg.weight, 2);
     assert_int_equal(msg.job_len, 5);
     emlio__wire_msg_release(&msg);
-    assert_int_equal(emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1,
-                                                  "sweep", 0, false, NULL, 0),
-                     0);
+    h.weight = 0;
+    h.share = false;
+    assert_int_equal(emlio__wire_encode_hello(&buf, &h), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.share);
     emlio__wire_msg_release(&msg);
     /* The fields a client asks for, in its order. */
     char f0[] = "json", f1[] = "jpg";
     char *want[] = { f0, f1 };
-    assert_int_equal(emlio__wire_encode_hello_job(&buf, 4, "c", 9, 0, 1, NULL,
-                                                  0, false, want, 2),
-                     0);
+    h.job = NULL;
+    h.fields = want;
+    h.n_fields = 2;
+    assert_int_equal(emlio__wire_encode_hello(&buf, &h), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.n_fields, 2);
     assert_int_equal(msg.fields[0].len, 4);
     assert_memory_equal(msg.fields[0].s, "json", 4);
     assert_memory_equal(msg.fields[1].s, "jpg", 3);
     emlio__wire_msg_release(&msg);
-    caps.share_window = 128u << 20;
-    assert_int_equal(emlio__wire_encode_welcome_xf(&buf, 4, "d", "ff", 64, 8,
-                                                   64, 0, shards, 1, NULL, 0,
-                                                   &caps),
-                     0);
+    w.share_window = 128u << 20;
+    assert_int_equal(emlio__wire_encode_welcome(&buf, &w), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.share_window, 128u << 20);
     assert_int_equal(msg.segs, 0);
@@ -587,8 +607,7 @@ test_wire_v3_transform_round_trip(void **state)
     /* A sharing job's GET says its cursor; others say nothing. */
     emlio__wire_item_t item = { 1, 2 };
     emlio__wire_xf_t at = { .segs = 9, .cursor = 40 };
-    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", &item, 1, &at),
-                     0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", &item, 1, &at), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.segs, 9);
     assert_int_equal(msg.cursor, 40);
@@ -596,17 +615,17 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_msg_release(&msg);
     emlio__wire_sample_t one = { 0 };
     assert_int_equal(
-        emlio__wire_encode_batch(&buf, 80, &one, 1,
+        emlio__wire_encode_batch(&buf, 80, &one, 1, NULL, 0,
                                  (emlio__wire_io_t){ -1, 9, 7, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.read, 9);
     assert_int_equal(msg.shared, 7);
     emlio__wire_msg_release(&msg);
-    /* The default HELLO stays at the plain version old daemons speak. */
-    assert_int_equal(emlio__wire_encode_hello(&buf, "c", 0, 0, 0), 0);
+    /* Every HELLO says the one version. */
+    assert_int_equal(s_hello(&buf, "c", 0, 0, 0), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.version, EMLIO_WIRE_VERSION_PLAIN);
+    assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -649,14 +668,13 @@ test_wire_describe_and_where(void **state)
     char err[EMLIO_ERRMSG_LEN];
     emlio__wire_item_t items[2] = { { 0, 1 }, { 2, 5 } };
     emlio__wire_xf_t ask = { .describe = true, .pipelined = true };
-    assert_int_equal(emlio__wire_encode_get_xf(&buf, 5, "ff", items, 2, &ask),
-                     0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, &ask), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_true(msg.describe);
     assert_true(msg.pipelined);
     assert_int_equal(msg.n_items, 2);
     emlio__wire_msg_release(&msg);
-    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2), 0);
+    assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, NULL), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_false(msg.describe); /* not sent unless asked */
     emlio__wire_msg_release(&msg);
@@ -669,7 +687,7 @@ test_wire_describe_and_where(void **state)
     emlio__wire_sample_t s[2] = { { 0, 1, 0, 7 }, { 2, 5, 1, 8 } };
     emlio__wire_io_t io = EMLIO_WIRE_NO_IO;
     io.where = where;
-    assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, io), 0);
+    assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, NULL, 0, io), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.n_where, 2);
     assert_int_equal(msg.where[0].len, strlen(where[0]));
@@ -678,14 +696,13 @@ test_wire_describe_and_where(void **state)
     emlio__wire_msg_release(&msg);
     /* Packed, too; and a batch that was not asked carries none. */
     emlio__wire_span_t spans[2] = { { 0, 4 }, { 4, 4 } };
-    assert_int_equal(
-        emlio__wire_encode_batch_packed(&buf, 9, s, 2, spans, 2, io), 0);
+    assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, spans, 2, io), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.n_where, 2);
     assert_true(msg.packed);
     emlio__wire_msg_release(&msg);
-    assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, EMLIO_WIRE_NO_IO),
-                     0);
+    assert_int_equal(
+        emlio__wire_encode_batch(&buf, 9, s, 2, spans, 2, EMLIO_WIRE_NO_IO), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_null(msg.where);
     emlio__wire_msg_release(&msg);

@@ -233,8 +233,7 @@ s_parse_args(s_opts_t *o, int argc, char **argv)
             "follow symlinks that stay inside the data\n"
             "directory (default: leave them out)"),
         OPT("fields", 0, OPT_STR, &cfg->fields, "A,B,..",
-            "send these fields, one frame each per\nsample (protocol v2; "
-            "docs/formats.md)"),
+            "send these fields, one frame each per\nsample (docs/formats.md)"),
         OPT("field", 0, OPT_STR, &cfg->field, "EXT",
             "tar member to send (first image member)"),
         OPT("label-field", 0, OPT_STR, &cfg->label_field, "EXT",

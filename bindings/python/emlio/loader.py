@@ -861,7 +861,7 @@ class Loader:
             self.classes = [
                 _C.emlio_client_class_name(self._client, i).decode(
                     "utf-8", "replace") for i in range(nc)] or None
-            # Fields the daemons serve (protocol v2; [""] = one unnamed
+            # Fields the daemons serve ([""] = one unnamed
             # field), and those asked for by fields= (all by default).
             self.field_names = [
                 _C.emlio_client_field_name(self._client, i).decode(

@@ -1,15 +1,15 @@
 #!/usr/bin/python3
 """libemlio (`emlio fetch`) against fake daemons written from docs/protocol.md:
 
-- a daemon from before protocol v4 refuses libemlio's HELLO v4 with
-  EMLIO_EVERSION; libemlio says HELLO again at v2 and fetches every sample,
-  one frame each (section 15), checked with --verify;
-- a v4 daemon whose packed BATCH carries a bad offset table (overlapping
-  spans, a span past the packed frame, too few pairs): libemlio refuses it
-  with a message naming the table (section 5.4.1).
+- a daemon that speaks versions 1 to 3 only refuses libemlio's HELLO (4)
+  with EMLIO_EVERSION: the fetch fails saying so, naming the daemon, and
+  never says another version (section 15: there is one);
+- a daemon whose BATCH of raw samples has no offset table, or a bad one
+  (overlapping spans, a span past the packed frame, too few pairs):
+  libemlio refuses it with a message naming the table (section 5.4.1).
 
 Needs python3-zmq and python3-msgpack. Run from the repository root:
-    B=build /usr/bin/python3 tests/python/test_wire_fallback.py
+    B=build /usr/bin/python3 tests/python/test_wire_fake_daemon.py
 The last line is "N passed, N failed"; the exit status is non-zero on any
 failure.
 """
@@ -83,7 +83,7 @@ class FakeDaemon(threading.Thread):
         for r, d in zip(recs, data):
             quads += [0, r, r % 3, crc32c(d)]
         header = {"t": T_BATCH, "id": h["id"], "samples": quads}
-        if not packed:
+        if not packed or self.bad == "unpacked":
             self.send(ident, header, data)
             return
         table, off = [], 0
@@ -123,7 +123,7 @@ def fetch(port, *extra):
                           capture_output=True, text=True, timeout=60)
 
 
-class FallbackTest(unittest.TestCase):
+class FakeDaemonTest(unittest.TestCase):
     def serve(self, top, bad=None):
         d = FakeDaemon(top, bad)
         d.start()
@@ -131,18 +131,13 @@ class FallbackTest(unittest.TestCase):
         self.addCleanup(setattr, d, "stop", True)
         return d
 
-    def test_old_daemon_gets_v2_and_every_sample(self):
+    def test_old_daemon_is_refused_without_fallback(self):
         d = self.serve(3)
         r = fetch(d.port, "--verify", "--epochs", "2")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        # Streams opened during the first handshake say v4 too before the
-        # first refusal is known: each is refused and says HELLO again.
-        self.assertEqual(d.hellos[0], 4, d.hellos)
-        self.assertIn(2, d.hellos, "HELLO v4, refused, then v2")
-        self.assertTrue(all(v in (4, 2) for v in d.hellos), d.hellos)
-        self.assertGreaterEqual(d.hellos.count(2), d.hellos.count(4),
-                                "every v4 refused is said again at v2: %s" % d.hellos)
-        self.assertIn('"samples": %d' % (2 * RECORDS), r.stdout)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("tcp://127.0.0.1:%d" % d.port, r.stderr)
+        self.assertIn("protocol version 4 not supported", r.stderr)
+        self.assertTrue(d.hellos and all(v == 4 for v in d.hellos), d.hellos)
 
     def test_v4_daemon_packed_batches_verified(self):
         d = self.serve(4)
@@ -153,12 +148,14 @@ class FallbackTest(unittest.TestCase):
 
     def test_bad_pack_tables_refused(self):
         for bad, words in (("overlap", "overlaps"), ("range", "outside the packed frame"),
-                           ("count", "pack table lists")):
+                           ("count", "pack table lists"),
+                           ("unpacked", "without its offset table")):
             with self.subTest(bad=bad):
                 d = self.serve(4, bad)
                 r = fetch(d.port)
                 self.assertNotEqual(r.returncode, 0, r.stdout)
-                self.assertIn("sent a bad batch", r.stderr)
+                self.assertIn("daemon 'tcp://127.0.0.1:%d' sent a" % d.port,
+                              r.stderr)
                 self.assertIn(words, r.stderr)
 
 
