@@ -405,6 +405,33 @@ s_taken_select(const emlio__taken_t *t, uint64_t k)
 static size_t s_pick(const emlio__blend_t *b, emlio__blend_cache_t *c,
                      uint64_t g, uint64_t *j);
 
+/* Marks one delivery of the record at run offset j of a source of `size`
+ * records: offsets j and j + size are one record, so the delivery takes
+ * the record's lowest offset not taken yet (its first lap free). The free
+ * offsets the next layer takes first are then records not delivered yet,
+ * and a source whose epoch stays within its size shows none twice. lap
+ * (NULL: scan from lap 0) keeps each record's lowest lap that may be free,
+ * for a source repeated so often that scanning would be quadratic. */
+static void
+s_mark(emlio__taken_t *t, uint64_t size, uint32_t *lap, uint64_t j)
+{
+    uint64_t r = j % size;
+    uint64_t l = lap ? lap[r] : 0;
+    uint64_t o = r + l * size;
+    while (t->bits[o / 64] >> (o % 64) & 1) {
+        o += size;
+        l++;
+    }
+    assert(o < t->extent);
+    t->bits[o / 64] |= UINT64_C(1) << (o % 64);
+    t->count++;
+    if (lap)
+        lap[r] = (uint32_t)(l + 1);
+}
+
+/* Laps of a record past which s_mark keeps a lap per record. */
+#define S_SCAN_LAPS 64
+
 /* Marks as taken the picks that layer m (set up in b) delivered: the
  * positions of its consumed spans. */
 static int
@@ -445,15 +472,27 @@ s_take(emlio__blend_t *b, const emlio_plan_layer_t *layer, uint32_t m,
             next[s].start = t->start;
         }
     }
+    /* A lap per record, for the sources repeated past S_SCAN_LAPS laps
+     * (so the table is at most 1/16 of the bitmap's bytes). */
+    uint32_t **laps = rc == 0 ? emlio_calloc(b->n, sizeof(*laps)) : NULL;
+    if (rc == 0 && !laps)
+        rc = EMLIO_ENOMEM;
+    for (size_t s = 0; s < b->n && rc == 0; s++) {
+        uint64_t size = b->src[s].size;
+        if (size && next[s].extent / size > S_SCAN_LAPS &&
+            next[s].extent / size < UINT32_MAX &&
+            !(laps[s] = emlio_calloc((size_t)size, sizeof(**laps))))
+            rc = EMLIO_ENOMEM;
+    }
     for (size_t i = 0; i < layer->n_done && rc == 0; i++)
         for (uint64_t g = layer->done[i].begin; g < layer->done[i].end; g++) {
             uint64_t j;
             size_t s = s_pick(b, &cache, g, &j);
-            uint64_t bit = UINT64_C(1) << (j % 64);
-            assert(j < next[s].extent && !(next[s].bits[j / 64] & bit));
-            next[s].bits[j / 64] |= bit;
-            next[s].count++;
+            s_mark(&next[s], b->src[s].size, laps[s], j);
         }
+    for (size_t s = 0; laps && s < b->n; s++)
+        emlio_free(laps[s]);
+    emlio_free(laps);
     for (size_t s = 0; s < b->n && rc == 0; s++)
         rc = s_taken_index(&next[s]);
     emlio__blend_cache_release(&cache);
@@ -517,7 +556,29 @@ emlio__blend_init(emlio__blend_t *b, const emlio_plan_params_t *p,
     b->shuffle = p->shuffle == EMLIO_SHUFFLE_WINDOW;
     if (p->n_layers == 0)
         return s_layer(b, p, p->sources, p->epoch_samples, sizes, 0, err);
-    int rc = 0;
+    /* What the layers consumed, against the epoch planned now, before
+     * any of it is looked up: a state that says it consumed more than the
+     * epoch holds is refused at once, not after marking it all. */
+    int rc = s_layer(b, p, p->sources, p->epoch_samples, sizes, 0, err);
+    uint64_t done = 0;
+    for (size_t m = 0; m < p->n_layers && rc == 0; m++) {
+        const emlio_plan_layer_t *layer = &p->layers[m];
+        if (!layer->sources || (layer->n_done && !layer->done))
+            return emlio__seterr(
+                err, EMLIO_EINVAL, "weights %zu of the epoch: no %s", m,
+                layer->sources ? "consumed spans" : "source array");
+        for (size_t i = 0; i < layer->n_done; i++) {
+            const emlio_plan_span_t *sp = &layer->done[i];
+            uint64_t len = sp->end > sp->begin ? sp->end - sp->begin : 0;
+            done = len > UINT64_MAX - done ? UINT64_MAX : done + len;
+        }
+    }
+    if (rc == 0 && done > b->total)
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "the epoch's size %" PRIu64 " is less than the "
+                             "%" PRIu64 " samples its earlier weights "
+                             "delivered",
+                             b->total, done);
     for (uint32_t m = 0; m < p->n_layers && rc == 0; m++) {
         const emlio_plan_layer_t *layer = &p->layers[m];
         rc = s_layer(b, p, layer->sources, layer->epoch_samples, sizes, m, err);

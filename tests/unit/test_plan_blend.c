@@ -524,7 +524,7 @@ weight_change(bool stratify)
         assert_true(hits[i] <= 1);
 
     /* A layer's span past its blend's end is refused, naming it. */
-    emlio_plan_span_t bad = { 0, 1000 };
+    emlio_plan_span_t bad = { 50, 70 }; /* the layer has 60 positions */
     layers[1].done = &bad;
     layers[1].n_done = 1;
     emlio_plan_t *plan = emlio_plan_new();
@@ -617,6 +617,100 @@ test_blend_weight_change_large(void **state)
     emlio_plan_destroy(&plan);
 }
 
+/* A layer that repeated a source (3:1, 150 picks of 100 records) and a
+ * change that brings it back within its size (1:1, 100): the rest takes
+ * the records not delivered yet first, so no record comes twice that had
+ * not already come twice under the first weights. A state that says it
+ * consumed more than the epoch holds is refused before any lookup. */
+static void
+test_blend_weight_change_after_repeats(void **state)
+{
+    (void)state;
+    const size_t shards[] = { 1, 1 };
+    const uint64_t per[] = { 100, 100 };
+    struct blend_inv v;
+    blend_inv_init(&v, 2, shards, per);
+    emlio_plan_source_t w0[2] = { { 3, 0 }, { 1, 0 } };
+    emlio_plan_source_t w1[2] = { { 1, 0 }, { 1, 0 } };
+    emlio_plan_params_t p;
+    emlio_plan_params_init(&p);
+    p.sources = w0;
+    p.n_sources = 2;
+    p.epoch_samples = 200;
+    p.batch_size = 10;
+    p.seed = 4;
+    uint32_t first[200] = { 0 }, hits[200] = { 0 };
+    emlio_plan_t *plan = emlio_plan_new();
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    for (size_t b = 0; b < 4; b++) {
+        size_t n;
+        const emlio_plan_sample_t *x = emlio_plan_batch(plan, b, &n);
+        for (size_t i = 0; i < n; i++)
+            first[v.first[x[i].shard] + x[i].record]++;
+    }
+    memcpy(hits, first, sizeof(hits));
+    emlio_plan_span_t done = { 0, 40 };
+    emlio_plan_layer_t layer = { w0, 200, &done, 1 };
+    p.sources = w1;
+    p.layers = &layer;
+    p.n_layers = 1;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t n;
+        const emlio_plan_sample_t *x = emlio_plan_batch(plan, b, &n);
+        for (size_t i = 0; i < n; i++)
+            hits[v.first[x[i].shard] + x[i].record]++;
+    }
+    uint64_t total_a = 0;
+    for (size_t r = 0; r < 100; r++) {
+        total_a += hits[r];
+        assert_true(hits[r] <= EMLIO_MAX(first[r], 1u));
+    }
+    assert_int_equal(total_a, 100);
+    /* A source of 3 records taken 500 times (past 64 laps: a lap kept
+     * per record), changed to 250: every record 83 or 84 times. */
+    const size_t shards3[] = { 1, 1 };
+    const uint64_t per3[] = { 3, 1000 };
+    struct blend_inv v3;
+    blend_inv_init(&v3, 2, shards3, per3);
+    emlio_plan_source_t w3[2] = { { 1, 0 }, { 3, 0 } };
+    emlio_plan_params_t q;
+    emlio_plan_params_init(&q);
+    q.sources = w1;
+    q.n_sources = 2;
+    q.epoch_samples = 1000;
+    q.batch_size = 10;
+    uint32_t h3[1003] = { 0 };
+    assert_int_equal(emlio_plan_build(plan, v3.shards, v3.n, &q), 0);
+    for (size_t b = 0; b < 30; b++) {
+        size_t n;
+        const emlio_plan_sample_t *x = emlio_plan_batch(plan, b, &n);
+        for (size_t i = 0; i < n; i++)
+            h3[v3.first[x[i].shard] + x[i].record]++;
+    }
+    emlio_plan_span_t done3 = { 0, 300 };
+    emlio_plan_layer_t layer3 = { w1, 1000, &done3, 1 };
+    q.sources = w3;
+    q.layers = &layer3;
+    q.n_layers = 1;
+    assert_int_equal(emlio_plan_build(plan, v3.shards, v3.n, &q), 0);
+    for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
+        size_t n;
+        const emlio_plan_sample_t *x = emlio_plan_batch(plan, b, &n);
+        for (size_t i = 0; i < n; i++)
+            h3[v3.first[x[i].shard] + x[i].record]++;
+    }
+    assert_int_equal(h3[0] + h3[1] + h3[2], 250);
+    for (size_t r = 0; r < 3; r++)
+        assert_true(h3[r] == 83 || h3[r] == 84);
+    /* 1,000 consumed of an epoch of 200: refused, saying so. */
+    emlio_plan_span_t huge = { 0, 1000 };
+    layer.done = &huge;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
+    assert_non_null(strstr(emlio_plan_errmsg(plan), "less than the 1000"));
+    emlio_plan_destroy(&plan);
+}
+
 int
 main(void)
 {
@@ -631,6 +725,7 @@ main(void)
         cmocka_unit_test(test_blend_weight_change),
         cmocka_unit_test(test_blend_weight_change_stratified),
         cmocka_unit_test(test_blend_weight_change_large),
+        cmocka_unit_test(test_blend_weight_change_after_repeats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
