@@ -221,7 +221,7 @@ emlio_server_destroy(emlio_server_t **self_p)
         return;
     emlio_server_t *self = *self_p;
     emlio_server_stop(self);
-    emlio__server_xf_stop(&self->xf); /* after a start that failed */
+    emlio__xfspec_stop(&self->xf); /* after a start that failed */
     /* Stop the monitor before closing its reader: libzmq would otherwise
      * keep events for a socket that is gone. */
     if (self->net.router && self->net.monitor)
@@ -896,14 +896,14 @@ emlio_server_start(emlio_server_t *self)
                              "server must be loaded and bound before start");
     if (self->thr.frontend_started)
         return emlio__seterr(self->err, EMLIO_EINVAL, "server already started");
-    int rc = emlio__server_xf_start(&self->xf, self->cfg.transform_threads,
-                                    self->cfg.max_pixels,
-                                    emlio__io_memory_limit(NULL), self->err);
+    int rc = emlio__xfspec_start(&self->xf, self->cfg.transform_threads,
+                                 self->cfg.max_pixels,
+                                 emlio__io_memory_limit(NULL), self->err);
     if (rc < 0)
         return rc;
     rc = s_encode_welcome(self);
     if (rc < 0) {
-        emlio__server_xf_stop(&self->xf);
+        emlio__xfspec_stop(&self->xf);
         return rc;
     }
     snprintf(self->net.inproc_work, sizeof(self->net.inproc_work),
@@ -980,7 +980,7 @@ emlio_server_stop(emlio_server_t *self)
         pthread_join(self->thr.workers[i], NULL);
     /* Transforms in progress finish and push their jobs to the serializers
      * (which drop them while stopping) before the queue closes. */
-    emlio__server_xf_drain(&self->xf);
+    emlio__xfspec_drain(&self->xf);
     emlio__queue_close(self->thr.ser_queue);
     for (uint32_t i = readers; i < self->thr.n_workers_started; i++)
         pthread_join(self->thr.workers[i], NULL);
@@ -992,7 +992,7 @@ emlio_server_stop(emlio_server_t *self)
         emlio__srv_job_drop(self, left);
     emlio__queue_destroy(&self->thr.ser_queue);
     /* Only now that no serializer can read a job's pipeline. */
-    emlio__server_xf_stop(&self->xf);
+    emlio__xfspec_stop(&self->xf);
     /* Replies still queued inside are dropped with their frames. */
     s_close_socket(&self->net.work);
     s_close_socket(&self->net.done);

@@ -65,7 +65,7 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
     const emlio__wire_msg_t *get = &job->msg;
     const emlio__shardset_t *set = &self->core->set;
     /* A GET with a transform also makes one tensor block of every sample
-     * (server_tensor.c): fresh memory like a copy, held until its frame
+     * (server_xf.c): fresh memory like a copy, held until its frame
      * is sent. */
     uint64_t total =
         job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)

@@ -15,7 +15,7 @@
  *   frontend (request) --work inproc--> reader (pipeline: views)
  *     --ser_queue--> serializer (pipeline: frames) --done inproc--> frontend
  *
- * THE TRANSFORM STAGE (server_tensor.c) sits in the seam below: a GET with
+ * THE TRANSFORM STAGE (server_xf.c) sits in the seam below: a GET with
  * a transform goes from the reader to the transform pool (xfstage.h), whose
  * last unit pushes the job, now one block, to ser_queue.
  *
@@ -51,7 +51,7 @@
 #include "security.h"
 #include "server_fields.h"
 #include "server_jobs.h"
-#include "server_xf.h"
+#include "server_xfspec.h"
 #include "shardset.h"
 #include "wire.h"
 
@@ -112,7 +112,7 @@ typedef struct emlio__job {
     const emlio__fieldset_t *fields;
     int code; /* the verdict so far: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
-    /* A GET with a transform (server_tensor.c): the pipeline the frontend
+    /* A GET with a transform (server_xf.c): the pipeline the frontend
      * found for its spec, and once transformed, the block (samples kept
      * x H x W x 3) with each kept sample's quadruple. */
     struct emlio_server *srv;
@@ -375,7 +375,7 @@ struct emlio_server {
     emlio__srv_threads_t thr;
     emlio__srv_admit_t adm;
     emlio__srv_counters_t count;
-    emlio__server_xf_t xf;  /* transform specs and threads (server_tensor.c) */
+    emlio__xfspecs_t xf;    /* transform specs and threads (server_xf.c) */
     emlio__srv_jobs_t jobs; /* training jobs, fair dispatch (server_jobs.c) */
     emlio__srv_fieldsets_t fieldsets; /* lists clients named (frontend) */
     bool jobs_ready;                  /* jobs initialised (at load) */
@@ -476,7 +476,7 @@ void emlio__srv_copy_pending_run(emlio_server_t *self, void *work);
 /* Drops the parked GETs (the frontend stops). */
 void emlio__srv_copy_pending_drop(emlio_server_t *self);
 
-/* ---- server_tensor.c: the transform stage ---- */
+/* ---- server_xf.c: the transform stage ---- */
 int emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text);
 bool emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job);
 bool emlio__srv_xf_serialize(emlio_server_t *self, void *done,

@@ -1,165 +1,202 @@
-/* server_xf.c - specs and pool of the daemon's transform stage.
+/* server_xf.c - the daemon's transform stage: a GET that names a
+ * transform (docs/protocol.md 5.6) is read as usual, then its
+ * samples are decoded and augmented on the transform pool into one block,
+ * and the reply is one tensor frame.
  * SPDX-License-Identifier: MIT
+ *
+ * Where it sits (server_internal.h): frontend (emlio__srv_xf_admit finds
+ * the parsed spec) -> reader (views) -> emlio__srv_xf_start (one unit per
+ * sample on the pool, niced below readers and senders) -> the last unit
+ * (s_xf_done: failures judged, kept samples packed, views released) pushes
+ * the job to ser_queue -> serializer (emlio__srv_xf_serialize: header and
+ * one zero-copy frame of the pooled block). A job keeps its credit all the
+ * way, so a client's window bounds the daemon's decode memory as it bounds
+ * its read memory.
  */
 #include "emlio_internal.h"
 
-#include "server_xf.h"
+#include <zmq.h>
 
-/* Decoding is the stage that can wait: readers and senders, and so the
- * daemon's raw-byte clients, come first on a busy host. */
-#define S_NICE              10
-/* Tensor blocks kept for reuse between batches. */
-#define S_KEEP_BLOCKS_BYTES (256u << 20)
-
-static int s_start(emlio__server_xf_t *xf, size_t threads, uint64_t max_pixels,
-                   char *errbuf);
+#include "server_internal.h"
 
 int
-emlio__server_xf_start(emlio__server_xf_t *xf, size_t threads,
-                       uint64_t max_pixels, uint64_t memory_limit, char *errbuf)
+emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text)
 {
-    int rc = s_start(xf, threads, max_pixels, errbuf);
-    /* After the start, which clears *xf: set before it, the cap was lost
-     * and every decode thread held up to the library default. */
-    xf->ws_max_bytes = emlio__xf_ws_cap(memory_limit, threads);
-    return rc;
-}
-
-static int
-s_start(emlio__server_xf_t *xf, size_t threads, uint64_t max_pixels,
-        char *errbuf)
-{
-    emlio__server_xf_stop(xf); /* a start again after a failed one */
-    memset(xf, 0, sizeof(*xf));
-    xf->threads = threads;
-    xf->max_pixels = max_pixels;
-    if (threads == 0)
+    const emlio__wire_msg_t *get = &job->msg;
+    if (!get->xf_spec)
         return 0;
-    int rc = EMLIO_ENOMEM;
-    xf->blocks = emlio__xf_blocks_new(S_KEEP_BLOCKS_BYTES);
-    if (xf->blocks)
-        xf->pool = emlio__xf_pool_new(threads, S_NICE, "emliod-xf", &rc);
-    if (!xf->pool) {
-        snprintf(errbuf, EMLIO_ERRMSG_LEN,
-                 "cannot start %zu transform threads: %s", threads,
-                 emlio_strerror(rc));
-        emlio__xf_blocks_release(&xf->blocks);
+    if (self->own.n_fields)
+        return emlio__seterr(text, EMLIO_EINVAL,
+                             "transforms decode one field per sample; this "
+                             "daemon serves several (--fields %s)",
+                             self->own.fields_spec);
+    const emlio_transform_t *t = NULL;
+    int rc = emlio__xfspec_lookup(&self->xf, get->xf_spec, get->xf_spec_len, &t,
+                                  &job->xf_users, text);
+    if (rc < 0)
         return rc;
-    }
+    job->xf = t;
+    job->srv = self;
     return 0;
 }
 
-void
-emlio__server_xf_drain(emlio__server_xf_t *xf)
+static void
+s_block_free(void *data, void *hint)
 {
-    emlio__workpool_destroy(&xf->pool);
+    (void)hint;
+    emlio__xf_block_put(data);
+}
+
+/* Judges the failed samples (skipped under --on-corrupt skip, else the
+ * first fails the GET), packs the kept ones to the front of the block with
+ * their quadruples, and lets go of the encoded bytes. */
+static void
+s_xf_judge(emlio_server_t *self, emlio__job_t *job)
+{
+    emlio__xf_job_t *xj = &job->xf_job;
+    size_t out = emlio_transform_output_bytes(job->xf);
+    bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
+    size_t k = 0;
+    for (size_t i = 0; i < xj->n; i++) {
+        const emlio__xf_sample_t *s = &xj->samples[i];
+        const emlio__wire_sample_t *w = &job->xf_wire[i];
+        const emlio__shard_t *shard = &self->core->set.shards[w->shard];
+        if (s->rc == 0) {
+            if (k != i)
+                memmove(xj->block + k * out, xj->block + i * out, out);
+            job->xf_wire[k] = *w;
+            job->xf_wire[k].crc = s->crc;
+            k++;
+            continue;
+        }
+        /* Each sample in its own words: the skip lines kept only the
+         * first failure's text (issue 34). */
+        const char *why = emlio__xf_job_error(xj, i);
+        /* Where it is, as the format says it: an ImageFolder's file
+         * ("file 'cat/x.jpg' (record 7)"), a shard's record and offset. */
+        char where[EMLIO_ERRMSG_LEN / 2];
+        if (shard->ops && shard->ops->describe)
+            shard->ops->describe(shard, w->record, where, sizeof(where));
+        else
+            snprintf(where, sizeof(where), "record %" PRIu64 " of '%s'",
+                     w->record, shard->name);
+        if (skip) {
+            char msg[EMLIO_ERRMSG_LEN];
+            snprintf(msg, sizeof(msg), "skipping %.200s: cannot decode: %.280s",
+                     where, why);
+            emlio__srv_skip(self, msg);
+        } else if (job->code == 0) {
+            job->code = s->rc;
+            snprintf(job->text, sizeof(job->text),
+                     "cannot decode %.200s: %.280s", where, why);
+        }
+    }
+    job->xf_kept = k;
+    for (size_t i = 0; i < job->n_views * job->per; i++)
+        emlio__srv_view_release(self, &job->views[i]);
+    job->n_views = 0;
+}
+
+/* The last unit of a job: runs on a transform thread. */
+static void
+s_xf_done(emlio__xf_job_t *xj)
+{
+    emlio__job_t *job = xj->userdata;
+    emlio_server_t *self = job->srv;
+    s_xf_judge(self, job);
+    emlio__xf_job_cleanup(xj); /* the units; this one returns right after */
+    if (emlio__queue_push(self->thr.ser_queue, job) < 0)
+        emlio__srv_job_drop(self, job);
+}
+
+bool
+emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
+{
+    size_t n = job->n_views;
+    size_t per = job->per;
+    size_t out = emlio_transform_output_bytes(job->xf);
+    job->xf_samples = emlio_calloc(n ? n : 1, sizeof(*job->xf_samples));
+    job->xf_wire = emlio_calloc(n ? n : 1, sizeof(*job->xf_wire));
+    uint8_t *block = job->xf_samples && job->xf_wire
+                         ? emlio__xf_block_get(self->xf.blocks, n * out)
+                         : NULL;
+    if (!block) {
+        job->code = EMLIO_ENOMEM;
+        snprintf(job->text, sizeof(job->text), "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const emlio__view_t *v = &job->views[i * per];
+        const char *name = self->core->set.shards[v->shard].name;
+        job->xf_samples[i] = (emlio__xf_sample_t){
+            v->data, v->len, emlio_transform_sample_key(name, v->record), 0, 0
+        };
+        job->xf_wire[i] =
+            (emlio__wire_sample_t){ v->shard, v->record, v->label, 0 };
+    }
+    job->xf_job = (emlio__xf_job_t){ .transform = job->xf,
+                                     .ws_max_bytes = self->xf.ws_max_bytes,
+                                     .seed = job->msg.xf_seed,
+                                     .epoch = job->msg.xf_epoch,
+                                     .samples = job->xf_samples,
+                                     .n = n,
+                                     .block = block,
+                                     .want_crc = true,
+                                     .done = s_xf_done,
+                                     .userdata = job };
+    int rc = emlio__xf_job_start(&job->xf_job, self->xf.pool);
+    if (rc < 0) {
+        job->code = rc;
+        snprintf(job->text, sizeof(job->text), "cannot transform: %s",
+                 emlio_strerror(rc));
+        return false; /* the block goes with the job */
+    }
+    return true;
+}
+
+bool
+emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
+{
+    size_t n = job->xf_kept;
+    size_t out = emlio_transform_output_bytes(job->xf);
+    emlio__wire_tensor_t shape = { emlio_transform_height(job->xf),
+                                   emlio_transform_width(job->xf), 3,
+                                   (uint64_t)atomic_load(&job->xf_job.cpu_ns) };
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    zmq_msg_t header, frame;
+    if (emlio__wire_encode_batch_tensor(
+            &buf, job->msg.id, job->xf_wire, n, &shape,
+            emlio__srv_job_io(self->core, job)) < 0 ||
+        emlio__srv_header_msg(&header, &buf) < 0) {
+        emlio_buf_release(&buf);
+        job->code = EMLIO_ENOMEM;
+        snprintf(job->text, sizeof(job->text), "out of memory");
+        return false;
+    }
+    /* Zero-copy: the frame gives the block back to its pool when ZeroMQ
+     * is done with it (the pool outlives the server if need be). */
+    (void)zmq_msg_init_data(&frame, job->xf_job.block, n * out, s_block_free,
+                            NULL);
+    job->xf_job.block = NULL;
+    /* Counted before the send, as plain batches are (server_pipeline.c). */
+    atomic_fetch_add(&self->count.requests, 1);
+    atomic_fetch_add(&self->count.samples, n);
+    atomic_fetch_add(&self->count.bytes, n * out);
+    emlio__srv_send_parts(done, &job->identity, &header, &frame, 1, 0);
+    return true;
 }
 
 void
-emlio__server_xf_stop(emlio__server_xf_t *xf)
+emlio__srv_xf_job_free(emlio__job_t *job)
 {
-    emlio__server_xf_drain(xf);
-    emlio__xf_blocks_release(&xf->blocks);
-    for (size_t i = 0; i < xf->n_specs; i++) {
-        emlio_free(xf->specs[i].text);
-        emlio_transform_destroy(&xf->specs[i].transform);
-    }
-    xf->n_specs = 0;
-}
-
-/* A slot for a new spec: a free one, else the least recently used one no
- * request uses (its pipeline is freed), else -1. */
-static int
-s_slot(emlio__server_xf_t *xf)
-{
-    if (xf->n_specs < EMLIO_SERVER_XF_MAX_SPECS)
-        return (int)xf->n_specs++;
-    int pick = -1;
-    for (int i = 0; i < EMLIO_SERVER_XF_MAX_SPECS; i++)
-        if (atomic_load(&xf->specs[i].users) == 0 &&
-            (pick < 0 || xf->specs[i].used_at < xf->specs[pick].used_at))
-            pick = i;
-    if (pick >= 0) {
-        emlio_free(xf->specs[pick].text);
-        emlio_transform_destroy(&xf->specs[pick].transform);
-    }
-    return pick;
-}
-
-int
-emlio__server_xf_lookup(emlio__server_xf_t *xf, const char *spec, size_t len,
-                        const emlio_transform_t **out, atomic_uint **users_out,
-                        char *errbuf)
-{
-    if (xf->threads == 0) {
-        snprintf(errbuf, EMLIO_ERRMSG_LEN,
-                 "this daemon does not transform (--transform-threads 0)");
-        return EMLIO_EINVAL;
-    }
-    int k = -1;
-    for (size_t i = 0; i < xf->n_specs && k < 0; i++)
-        if (strlen(xf->specs[i].text) == len &&
-            memcmp(xf->specs[i].text, spec, len) == 0)
-            k = (int)i;
-    if (k < 0) {
-        if (memchr(spec, '\0', len)) {
-            snprintf(errbuf, EMLIO_ERRMSG_LEN,
-                     "transform spec holds a NUL byte");
-            return EMLIO_EINVAL;
-        }
-        char *text = emlio_malloc(len + 1);
-        if (!text)
-            return EMLIO_ENOMEM;
-        memcpy(text, spec, len);
-        text[len] = '\0';
-        emlio_transform_t *t = NULL;
-        char err[EMLIO_ERRMSG_LEN];
-        int rc = emlio_transform_parse(text, &t, err, sizeof(err));
-        /* Another spelling of a spec we keep (spaces, default arguments
-         * said or not) is that spec: keyed by the raw text, sixteen
-         * spellings of one spec held by one client would take every
-         * slot. Kept under its canonical text, which GETs normally send. */
-        if (rc == 0) {
-            const char *canon = emlio_transform_spec(t);
-            for (size_t i = 0; i < xf->n_specs && k < 0; i++)
-                if (xf->specs[i].text && !strcmp(xf->specs[i].text, canon))
-                    k = (int)i;
-            if (k >= 0) {
-                emlio_transform_destroy(&t);
-                emlio_free(text);
-                goto found;
-            }
-            char *kept = emlio_strdup(canon);
-            if (!kept) {
-                emlio_transform_destroy(&t);
-                emlio_free(text);
-                return EMLIO_ENOMEM;
-            }
-            emlio_free(text);
-            text = kept;
-        }
-        if (rc == 0 && (k = s_slot(xf)) < 0)
-            rc = emlio__seterr(errbuf, EMLIO_ELIMIT,
-                               "all %d transforms the daemon keeps are in use "
-                               "by requests in flight",
-                               EMLIO_SERVER_XF_MAX_SPECS);
-        else if (rc < 0)
-            snprintf(errbuf, EMLIO_ERRMSG_LEN, "transform: %.480s", err);
-        if (rc < 0) {
-            emlio_transform_destroy(&t);
-            emlio_free(text);
-            return rc;
-        }
-        if (xf->max_pixels)
-            emlio_transform_set_max_pixels(t, xf->max_pixels);
-        xf->specs[k].text = text;
-        xf->specs[k].transform = t;
-        atomic_store(&xf->specs[k].users, 0);
-    }
-found:
-    xf->specs[k].used_at = ++xf->tick;
-    atomic_fetch_add(&xf->specs[k].users, 1);
-    *out = xf->specs[k].transform;
-    *users_out = &xf->specs[k].users;
-    return 0;
+    if (job->xf_users) /* the spec may be evicted once nobody uses it */
+        atomic_fetch_sub(job->xf_users, 1);
+    job->xf_users = NULL;
+    emlio__xf_block_put(job->xf_job.block);
+    job->xf_job.block = NULL;
+    emlio__xf_job_cleanup(&job->xf_job);
+    emlio_free(job->xf_samples);
+    emlio_free(job->xf_wire);
+    job->xf_samples = NULL;
+    job->xf_wire = NULL;
 }
