@@ -90,7 +90,10 @@ typedef struct emlio_plan_span {
 /* An earlier blend of the epoch, when the sources' weights changed in
  * the middle of it (docs/planner.md, "Weights changed mid-epoch"): the
  * weights and epoch size the job ran with for a while, and what it
- * consumed of that blend's positions. */
+ * consumed of that blend's positions. Every layer is planned with the
+ * params' world x batch_size (stratified batches are cut by it): the
+ * global batch must stay the same across the layers, as elastic resume
+ * keeps it (emlio_client_load_states refuses another). */
 typedef struct emlio_plan_layer {
     const emlio_plan_source_t *sources; /* n_sources, in the params' order */
     uint64_t epoch_samples;             /* as in the params */

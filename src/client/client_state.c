@@ -501,8 +501,12 @@ emlio_client_load_state(emlio_client_t *self, const uint8_t *blob, size_t len)
     if (rc < 0)
         return rc;
     rc = s_begin(self, st.epoch);
-    if (rc < 0)
+    if (rc < 0) {
+        /* Spans the plan refuses would fail every later begin of the
+         * epoch: the state is dropped with its error. */
+        emlio__resume_clear(&self->resume);
         return rc;
+    }
     uint64_t n = st.n_batches;
     if (n != self->current.n_batches)
         return emlio__seterr(self->err, EMLIO_ESTATE,
@@ -811,5 +815,7 @@ emlio_client_load_states(emlio_client_t *self, const uint8_t *const *blobs,
     self->resume.n = all.n;
     self->resume.live = all.n > 0 || self->resume.n_layers > 0;
     rc = s_begin(self, epoch);
+    if (rc < 0)
+        emlio__resume_clear(&self->resume);
     return rc < 0 ? rc : (int)self->current.n_batches;
 }
