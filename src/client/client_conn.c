@@ -348,7 +348,7 @@ s_remote_code(int64_t code)
  * stream is taken to be our receive buffer until WELCOME says the
  * daemon's send buffer (s_init_tuning then opens more if that is
  * smaller); a daemon that allows fewer streams refuses the rest
- * (emlio__client_joined). A stream that cannot open is left to
+ * (emlio__client_handshake_reply). A stream that cannot open is left to
  * emlio__client_add_streams, which says why. */
 static void
 s_open_early(emlio_client_t *self, uint32_t d)
@@ -584,8 +584,8 @@ s_rebuild_poll(emlio_client_t *self)
 
 /* Opens streams on every daemon d until it has want[d] (within its
  * session limit). A new stream says HELLO to join our session and carries
- * GETs once the daemon answered (emlio__client_joined marks it ready); a
- * daemon without sessions takes GETs at once. */
+ * GETs once the daemon answered (emlio__client_handshake_reply marks it ready);
+ * a daemon without sessions takes GETs at once. */
 int
 emlio__client_add_streams_each(emlio_client_t *self, const uint32_t *want)
 {
@@ -898,9 +898,9 @@ s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
  * version refusal with id 0 on `stream`, which received it): WELCOME lets
  * the stream carry GETs; an ERROR (the session has all the streams the
  * daemon allows) caps the streams of that daemon where they are. */
-int
-emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
-                     const emlio__wire_msg_t *msg)
+static int
+s_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
+         const emlio__wire_msg_t *msg)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     uint64_t s = msg->id ? EMLIO__ID_BATCH(msg->id) : stream;
@@ -923,4 +923,21 @@ emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
               daemon->endpoint, s, (int)msg->text_len, msg->text, s);
     daemon->max_streams = (uint32_t)EMLIO_MAX(s, 1);
     return 1;
+}
+
+int
+emlio__client_handshake_reply(emlio_client_t *self, uint32_t d, uint32_t stream,
+                              const emlio__wire_msg_t *msg)
+{
+    /* By id (stream 0's is 0: its WELCOME after a reconnect); a version
+     * refusal (id 0) on a stream still waiting for one is its HELLO's
+     * too. */
+    bool hello_id = EMLIO__ID_GEN(msg->id) == 0 && msg->id != 0;
+    bool answer =
+        (hello_id &&
+         (msg->type == EMLIO_MSG_WELCOME || msg->type == EMLIO_MSG_ERROR)) ||
+        (msg->id == 0 && msg->type == EMLIO_MSG_WELCOME) ||
+        (msg->id == 0 && msg->type == EMLIO_MSG_ERROR &&
+         msg->code == EMLIO_EVERSION && !self->conn.daemons[d].ready[stream]);
+    return answer ? s_joined(self, d, stream, msg) : 0;
 }

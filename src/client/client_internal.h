@@ -381,8 +381,13 @@ int emlio__client_merge_inventory(emlio_client_t *self,
                                   const emlio__wire_msg_t *msgs);
 void emlio__client_disconnect(emlio_client_t *self);
 int emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s);
-int emlio__client_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
-                         const emlio__wire_msg_t *msg);
+/* The connection room's share of the replies on a stream: a message that
+ * answers a HELLO (WELCOME, or an ERROR refusing a HELLO) is handled
+ * here and 1 returned; anything else (BATCH, a request's ERROR) 0, for
+ * the window. */
+int emlio__client_handshake_reply(emlio_client_t *self, uint32_t d,
+                                  uint32_t stream,
+                                  const emlio__wire_msg_t *msg);
 int emlio__client_add_streams(emlio_client_t *self, uint32_t want);
 int emlio__client_add_streams_each(emlio_client_t *self, const uint32_t *want);
 

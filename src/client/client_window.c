@@ -752,15 +752,10 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
     rc = 1;
     emlio_batch_t *b = NULL;
     emlio__part_t *part = NULL;
-    /* HELLO answers: by id (stream 0's is 0: its WELCOME after a
-     * reconnect); a version refusal (id 0) on a stream still waiting for
-     * one is its HELLO's too (emlio__client_joined). */
-    if ((EMLIO__ID_GEN(msg.id) == 0 && msg.id != 0 &&
-         (msg.type == EMLIO_MSG_WELCOME || msg.type == EMLIO_MSG_ERROR)) ||
-        (msg.id == 0 && msg.type == EMLIO_MSG_WELCOME) ||
-        (msg.id == 0 && msg.type == EMLIO_MSG_ERROR &&
-         msg.code == EMLIO_EVERSION && !daemon->ready[stream])) {
-        rc = emlio__client_joined(self, d, stream, &msg);
+    /* The answers to HELLOs are the connection room's; the window sees
+     * BATCH and the requests' ERRORs. */
+    if (emlio__client_handshake_reply(self, d, stream, &msg)) {
+        rc = 1;
     } else {
         if (msg.type == EMLIO_MSG_BATCH || msg.type == EMLIO_MSG_ERROR)
             part = s_match_part(self, d, &msg, &b);
