@@ -282,8 +282,9 @@ class Connections(Base):
             s.close()
             refused += h is None or h["t"] != T_WELCOME
         # A close races the next HELLO by microseconds here; a refusal
-        # then is fair, a lockout is not.
-        self.assertLess(refused, 10, d.stderr())
+        # then is fair (13 of 40 seen on a loaded VM), a lockout is not:
+        # slots freed only by a timeout would refuse 36 of the 40.
+        self.assertLess(refused, 20, d.stderr())
         t0 = time.monotonic()
         admitted = False
         while not admitted and time.monotonic() - t0 < 1.0:
