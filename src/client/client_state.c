@@ -404,14 +404,16 @@ s_same_blend(const emlio_client_t *self, const s_state_t *st)
 {
     if (!st->blend)
         return true;
-    uint8_t mine[8 + 16 * 8];
-    for (uint32_t i = 0; i < self->n_src; i += 8) {
-        uint32_t n = EMLIO_MIN(self->n_src - i, 8u);
-        s_put_blend(mine, self->plan_src + i, n, self->cfg.epoch_samples);
-        if (memcmp(mine + 8, st->blend + 8 + 16 * (size_t)i, 16 * (size_t)n))
+    if (s_get64(st->blend) != self->cfg.epoch_samples)
+        return false;
+    for (uint32_t i = 0; i < self->n_src; i++) {
+        const uint8_t *p = st->blend + 8 + 16 * (size_t)i;
+        uint64_t bits;
+        memcpy(&bits, &self->plan_src[i].weight, sizeof(bits));
+        if (s_get64(p) != bits || s_get64(p + 8) != self->plan_src[i].samples)
             return false;
     }
-    return s_get64(st->blend) == self->cfg.epoch_samples;
+    return true;
 }
 
 /* Makes what st says earlier runs consumed of its epoch the client's

@@ -348,6 +348,22 @@ s_taken_grow(emlio__taken_t *t, uint64_t extent)
     return 0;
 }
 
+/* dst (empty) = a copy of src's picks, without its index. */
+static int
+s_taken_copy(emlio__taken_t *dst, const emlio__taken_t *src)
+{
+    size_t words = (size_t)((src->extent + 63) / 64);
+    if (words && !(dst->bits = emlio_reallocarray(NULL, words, 8)))
+        return EMLIO_ENOMEM;
+    if (words)
+        memcpy(dst->bits, src->bits, words * 8);
+    dst->cap = words;
+    dst->extent = src->extent;
+    dst->count = src->count;
+    dst->start = src->start;
+    return 0;
+}
+
 /* Counts the free picks before each group of eight words. */
 static int
 s_taken_index(emlio__taken_t *t)
@@ -461,16 +477,9 @@ s_take(emlio__blend_t *b, const emlio_plan_layer_t *layer, uint32_t m,
         const emlio__taken_t *t = &b->taken[s];
         uint64_t free = t->extent - t->count;
         uint64_t reach = b->src[s].quota > free ? b->src[s].quota - free : 0;
-        rc = s_taken_grow(&next[s], t->extent + reach);
-        if (rc == 0 && t->extent)
-            memcpy(next[s].bits, t->bits, (size_t)((t->extent + 63) / 64) * 8);
-        if (rc == 0) {
-            s_bits_fill(next[s].bits, t->extent,
-                        EMLIO_MIN(next[s].extent, (t->extent + 63) / 64 * 64),
-                        false);
-            next[s].count = t->count;
-            next[s].start = t->start;
-        }
+        rc = s_taken_copy(&next[s], t);
+        if (rc == 0)
+            rc = s_taken_grow(&next[s], t->extent + reach);
     }
     /* A lap per record, for the sources repeated past S_SCAN_LAPS laps
      * (so the table is at most 1/16 of the bitmap's bytes). */
@@ -559,8 +568,9 @@ emlio__blend_init(emlio__blend_t *b, const emlio_plan_params_t *p,
     /* What the layers consumed, against the epoch planned now, before
      * any of it is looked up: a state that says it consumed more than the
      * epoch holds is refused at once, not after marking it all. */
-    int rc = s_layer(b, p, p->sources, p->epoch_samples, sizes, 0, err);
-    uint64_t done = 0;
+    uint64_t fixed = 0, done = 0;
+    double wsum = 0;
+    int rc = s_check_sources(b, p, sizes, &fixed, &wsum, err);
     for (size_t m = 0; m < p->n_layers && rc == 0; m++) {
         const emlio_plan_layer_t *layer = &p->layers[m];
         if (!layer->sources || (layer->n_done && !layer->done))
