@@ -399,6 +399,30 @@ s_no_answer(emlio_client_t *self, const emlio__cdaemon_t *daemon)
                          daemon->endpoint, self->cfg.connect_timeout_ms);
 }
 
+/* The HELLO on stream 0 found no connection to go to: ZeroMQ already
+ * tore it down, which it does when the security handshake fails (CURVE on
+ * one side only) during the probe that precedes the HELLO. The monitor
+ * holds the reason, so that is what the caller hears. */
+static int
+s_closed_before_hello(emlio_client_t *self, emlio__cdaemon_t *daemon,
+                      uint32_t d)
+{
+    zmq_pollitem_t mon = { daemon->mons[0], 0, ZMQ_POLLIN, 0 };
+    while (zmq_poll(&mon, 1, S_PROBE_MS) > 0) {
+        int rc = emlio__client_handle_events(self, d, 0);
+        if (rc < 0)
+            return rc;
+    }
+    return emlio__seterr(self->err, EMLIO_ECLOSED,
+                         "daemon '%s' closed the connection before our "
+                         "HELLO (%s)",
+                         daemon->endpoint,
+                         self->cfg.curve_server_key
+                             ? "wrong server key, or the daemon does not use "
+                               "CURVE?"
+                             : "does the daemon require CURVE?");
+}
+
 /* HELLO -> WELCOME with one daemon; fills its inventory. */
 static int
 s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
@@ -414,7 +438,10 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
                              "connection refused by '%s': is emliod running "
                              "there, on that port?",
                              daemon->endpoint);
-    int sent = s_send_hello(self, (uint32_t)(daemon - self->conn.daemons), 0);
+    uint32_t d = (uint32_t)(daemon - self->conn.daemons);
+    int sent = s_send_hello(self, d, 0);
+    if (sent == -EAGAIN)
+        return s_closed_before_hello(self, daemon, d);
     if (sent < 0)
         return emlio__seterr(self->err, sent, "cannot send to '%s': %s",
                              daemon->endpoint, zmq_strerror(-sent));
@@ -429,7 +456,6 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             while ((ready = zmq_poll(items, 2, left)) < 0 && errno == EINTR)
                 ;
         if (ready > 0 && (items[1].revents & ZMQ_POLLIN)) {
-            uint32_t d = (uint32_t)(daemon - self->conn.daemons);
             int rc = emlio__client_handle_events(self, d, 0);
             if (rc < 0)
                 return rc;
