@@ -69,6 +69,7 @@ emlio_server_new(emlio_ctx_t *ctx, const emlio_server_config_t *cfg)
     self->ctx = ctx;
     self->cfg = *cfg;
     self->net.bound_port = -1;
+    emlio__srv_admit_init(self);
     self->core = emlio_calloc(1, sizeof(*self->core));
     if (!self->core) {
         emlio_free(self);
@@ -240,10 +241,7 @@ emlio_server_destroy(emlio_server_t **self_p)
     emlio__srv_core_unref(&self->core);
     emlio__zap_stop(&self->net.zap);
     emlio_buf_release(&self->net.welcome);
-    for (size_t i = 0; i < self->adm.n_peers; i++)
-        emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
-    emlio_free(self->adm.peers);
-    emlio_free(self->adm.conns);
+    emlio__srv_admit_release(self);
     for (size_t i = 0; self->adm.ra_stamp && i < self->adm.ra_n; i++)
         emlio_free(self->adm.ra_stamp[i]);
     emlio_free(self->adm.ra_stamp);

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <stdarg.h>
 
+#include "keyindex.h"
 #include "server_internal.h"
 
 /* ---- peers: client connections by routing id, grouped in sessions ----- */
@@ -138,7 +139,17 @@ s_peer_remove(emlio_server_t *self, size_t i)
     emlio__srv_jobs_detach(self, &self->adm.peers[i]);
     emlio__peer_t gone = self->adm.peers[i];
     uint64_t session = gone.session;
-    self->adm.peers[i] = self->adm.peers[--self->adm.n_peers];
+    /* keyindex.h's order: forget its id, point the last peer's id at its
+     * slot while the last is still there, then move it. */
+    size_t last = self->adm.n_peers - 1;
+    emlio__keyindex_del(&self->adm.peer_index, gone.id, gone.id_len);
+    if (i != last)
+        /* Cannot fail: the id is there, so its value is replaced. */
+        (void)emlio__keyindex_put(&self->adm.peer_index,
+                                  self->adm.peers[last].id,
+                                  self->adm.peers[last].id_len, (uint32_t)i);
+    self->adm.peers[i] = self->adm.peers[last];
+    self->adm.n_peers = last;
     if (session && emlio__srv_session_streams(self, session)) {
         /* Its session lives on: its bytes go to a remaining stream. */
         for (size_t k = 0; k < self->adm.n_peers; k++)
@@ -163,13 +174,47 @@ s_peer_remove(emlio_server_t *self, size_t i)
                  s > 0 ? (double)gone.bytes / 1e6 / s : 0.0);
 }
 
+/* keyindex.h's `same` for the peers (by routing id) and the connections
+ * (by descriptor). */
+static bool
+s_peer_has_id(const void *owner, uint32_t at, const void *id, size_t len)
+{
+    const emlio__peer_t *peer = &((const emlio_server_t *)owner)->adm.peers[at];
+    return peer->id_len == len && !memcmp(peer->id, id, len);
+}
+
+static bool
+s_conn_has_fd(const void *owner, uint32_t at, const void *fd, size_t len)
+{
+    const emlio__conn_t *conn = &((const emlio_server_t *)owner)->adm.conns[at];
+    return len == sizeof(conn->fd) && !memcmp(&conn->fd, fd, len);
+}
+
+void
+emlio__srv_admit_init(emlio_server_t *self)
+{
+    emlio__keyindex_init(&self->adm.peer_index, self, s_peer_has_id);
+    emlio__keyindex_init(&self->adm.conn_index, self, s_conn_has_fd);
+}
+
+void
+emlio__srv_admit_release(emlio_server_t *self)
+{
+    for (size_t i = 0; i < self->adm.n_peers; i++)
+        emlio__srv_copy_acct_unref(&self->adm.peers[i].copy);
+    emlio_free(self->adm.peers);
+    emlio_free(self->adm.conns);
+    emlio__keyindex_release(&self->adm.peer_index);
+    emlio__keyindex_release(&self->adm.conn_index);
+}
+
 emlio__conn_t *
 emlio__srv_conn_find(emlio_server_t *self, int fd)
 {
-    for (size_t i = 0; i < self->adm.n_conns; i++)
-        if (self->adm.conns[i].fd == fd)
-            return &self->adm.conns[i];
-    return NULL;
+    uint32_t at;
+    if (!emlio__keyindex_get(&self->adm.conn_index, &fd, sizeof(fd), &at))
+        return NULL;
+    return &self->adm.conns[at];
 }
 
 /* The inode of the socket on fd (sockfs numbers every socket), 0 if none. */
@@ -195,7 +240,12 @@ emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now)
             self->adm.conns = conns;
             self->adm.cap_conns = cap;
         }
-        conn = &self->adm.conns[self->adm.n_conns++];
+        conn = &self->adm.conns[self->adm.n_conns];
+        conn->fd = fd;
+        if (emlio__keyindex_put(&self->adm.conn_index, &fd, sizeof(fd),
+                                (uint32_t)self->adm.n_conns) < 0)
+            return NULL;
+        self->adm.n_conns++;
     }
     conn->fd = fd;
     conn->ino = s_fd_ino(fd);
@@ -216,8 +266,17 @@ static void
 s_conn_closed(emlio_server_t *self, int fd)
 {
     emlio__conn_t *conn = emlio__srv_conn_find(self, fd);
-    if (conn)
-        *conn = self->adm.conns[--self->adm.n_conns];
+    if (conn) {
+        size_t at = (size_t)(conn - self->adm.conns);
+        size_t last = self->adm.n_conns - 1;
+        emlio__keyindex_del(&self->adm.conn_index, &fd, sizeof(fd));
+        if (at != last) /* the order keyindex.h asks for; cannot fail */
+            (void)emlio__keyindex_put(
+                &self->adm.conn_index, &self->adm.conns[last].fd,
+                sizeof(self->adm.conns[last].fd), (uint32_t)at);
+        *conn = self->adm.conns[last];
+        self->adm.n_conns = last;
+    }
     for (size_t i = 0; i < self->adm.n_peers;) {
         if (self->adm.peers[i].fd == fd)
             s_peer_remove(self, i);
@@ -483,12 +542,11 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
                     bool add, uint64_t session)
 {
     uint64_t now = emlio__now_ns();
-    for (size_t i = 0; i < self->adm.n_peers; i++)
-        if (self->adm.peers[i].id_len == len &&
-            !memcmp(self->adm.peers[i].id, id, len)) {
-            self->adm.peers[i].last_seen_ns = now;
-            return &self->adm.peers[i];
-        }
+    uint32_t at;
+    if (emlio__keyindex_get(&self->adm.peer_index, id, len, &at)) {
+        self->adm.peers[at].last_seen_ns = now;
+        return &self->adm.peers[at];
+    }
     if (!add || len > EMLIO__SRV_MAX_IDENTITY)
         return NULL;
     size_t streams = emlio__srv_session_streams(self, session);
@@ -511,11 +569,15 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
         self->adm.peers = peers;
         self->adm.cap_peers = cap;
     }
-    if (!streams)
-        self->adm.n_clients++;
-    emlio__peer_t *peer = &self->adm.peers[self->adm.n_peers++];
+    emlio__peer_t *peer = &self->adm.peers[self->adm.n_peers];
     memcpy(peer->id, id, len);
     peer->id_len = (uint8_t)len;
+    if (emlio__keyindex_put(&self->adm.peer_index, id, len,
+                            (uint32_t)self->adm.n_peers) < 0)
+        return NULL;
+    self->adm.n_peers++;
+    if (!streams)
+        self->adm.n_clients++;
     peer->outstanding = 0;
     peer->last_seen_ns = now;
     peer->fd = self->adm.cur_fd;

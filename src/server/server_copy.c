@@ -12,9 +12,9 @@
  * its connection's account and the daemon's; the charge is
  * given back when the last frame of its reply is freed (or the job ends
  * without one). A GET larger than a connection's whole budget is refused
- * with EMLIO_ELIMIT; one that does not fit now waits in the frontend
- * (its credit stays used, so a client cannot queue more than its
- * credits) until earlier replies free enough.
+ * with EMLIO_ELIMIT; one that does not fit now is parked by the gate
+ * (server_gate.c; its credit stays used, so a client cannot queue more
+ * than its credits) until earlier replies free enough.
  */
 #include "emlio_internal.h"
 
@@ -57,7 +57,7 @@ emlio__srv_copy_release(emlio__copy_charge_t *charge)
 
 /* What reading the GET's samples can copy: records of shards that are
  * not zero-copy, and for a packed reply what its frame may hold (sets
- * job->pack_cap, within the budget). Items out of range cost nothing (the
+ * job->pack.cap, within the budget). Items out of range cost nothing (the
  * reader refuses them). */
 static uint64_t
 s_estimate(const emlio_server_t *self, emlio__job_t *job)
@@ -67,9 +67,10 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
     /* A GET with a transform also makes one tensor block of every sample
      * (server_xf.c): fresh memory like a copy, held until its frame
      * is sent. */
-    uint64_t total =
-        job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
-                : 0;
+    uint64_t total = job->xf.spec
+                         ? (uint64_t)get->n_items *
+                               emlio_transform_output_bytes(job->xf.spec)
+                         : 0;
     uint64_t pack = 0;
     uint32_t last = UINT32_MAX; /* the shard whose mean is in `mean` */
     uint64_t mean = 0;
@@ -79,7 +80,7 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
         if (item->shard >= set->n)
             continue;
         const emlio__shard_t *shard = &set->shards[item->shard];
-        if (job->packed && item->shard != last) {
+        if (job->pack.on && item->shard != last) {
             size_t count = emlio__shard_count(shard);
             mean = count ? emlio__shard_size(shard) / count : 0;
             last = item->shard;
@@ -88,8 +89,8 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
          * shard's mean record, when that is small enough to be packed
          * (the reader packs no more than the charge; the rest goes as
          * frames of their own). */
-        if (job->packed && mean <= per * job->pack_max)
-            pack += EMLIO_MIN(2 * mean, per * job->pack_max);
+        if (job->pack.on && mean <= per * job->pack.max)
+            pack += EMLIO_MIN(2 * mean, per * job->pack.max);
         if (emlio__shard_zero_copy(shard))
             continue;
         if (shard->ops->record_bytes &&
@@ -97,16 +98,16 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
             total +=
                 shard->ops->record_bytes(shard->impl, (size_t)item->record);
     }
-    job->pack_cap = 0;
-    if (job->packed) {
+    job->pack.cap = 0;
+    if (job->pack.on) {
         /* Bounded by the samples' sizes, so the charge stays near what
          * the frame holds, and by what the budget leaves: packing is an
          * optimisation, never a reason to refuse a GET. */
         uint64_t cap =
             EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
         pack = EMLIO_MIN(pack, (uint64_t)EMLIO__SRV_PACK_CAP);
-        job->pack_cap = total < cap / 2 ? EMLIO_MIN(pack, cap / 2 - total) : 0;
-        total += job->pack_cap;
+        job->pack.cap = total < cap / 2 ? EMLIO_MIN(pack, cap / 2 - total) : 0;
+        total += job->pack.cap;
     }
     return total;
 }
@@ -202,39 +203,39 @@ s_fits(const emlio_server_t *self, const emlio__copy_acct_t *conn,
 static void
 s_shrink_pack(emlio__job_t *job, uint64_t room)
 {
-    uint64_t rest = job->copy_want - job->pack_cap; /* the copies proper */
-    job->pack_cap = room > rest ? EMLIO_MIN(job->pack_cap, room - rest) : 0;
-    job->copy_want = rest + job->pack_cap;
+    uint64_t rest = job->copy.want - job->pack.cap; /* the copies proper */
+    job->pack.cap = room > rest ? EMLIO_MIN(job->pack.cap, room - rest) : 0;
+    job->copy.want = rest + job->pack.cap;
 }
 
 static void
 s_charge(emlio_server_t *self, emlio__job_t *job, emlio__copy_acct_t *conn)
 {
-    job->charge.bytes = job->copy_want;
-    job->charge.daemon = &self->core->copied;
+    job->copy.charge.bytes = job->copy.want;
+    job->copy.charge.daemon = &self->core->copied;
     if (conn) {
         atomic_fetch_add(&conn->refs, 1);
-        atomic_fetch_add(&conn->bytes, job->copy_want);
+        atomic_fetch_add(&conn->bytes, job->copy.want);
     }
-    job->charge.conn = conn;
-    atomic_fetch_add(&self->core->copied, job->copy_want);
+    job->copy.charge.conn = conn;
+    atomic_fetch_add(&self->core->copied, job->copy.want);
 }
 
 int
 emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
-                      emlio__peer_t *peer, char *text, size_t len)
+                      emlio__peer_t *peer, bool queued, char *text, size_t len)
 {
-    job->copy_want = s_estimate(self, job);
-    if (job->copy_want == 0)
+    job->copy.want = s_estimate(self, job);
+    if (job->copy.want == 0)
         return 0;
     uint64_t cap =
         EMLIO_MIN(self->cfg.max_copy_bytes, self->cfg.max_copy_bytes_total);
-    if (job->copy_want > cap) {
+    if (job->copy.want > cap) {
         snprintf(text, len,
                  "request would copy %" PRIu64 " bytes into memory, more "
                  "than the daemon's budget of %" PRIu64 " bytes per "
                  "connection (--max-copy-bytes); ask for fewer samples",
-                 job->copy_want, cap);
+                 job->copy.want, cap);
         return EMLIO_ELIMIT;
     }
     /* Packing is an optimisation: a GET whose frames could go zero-copy
@@ -243,72 +244,21 @@ emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
      * every reply's release, up to a 100 ms poll each), it packs what fits
      * now; and it takes none of the budget that parked GETs, which need
      * their copies, wait for. */
-    if (job->pack_cap &&
-        (self->adm.n_pending || !s_fits(self, peer->copy, job->copy_want))) {
-        s_shrink_pack(job, self->adm.n_pending ? 0 : s_room(self, peer->copy));
-        if (job->copy_want == 0)
+    if (job->pack.cap &&
+        (queued || !s_fits(self, peer->copy, job->copy.want))) {
+        s_shrink_pack(job, queued ? 0 : s_room(self, peer->copy));
+        if (job->copy.want == 0)
             return 0;
     }
-    if (!s_fits(self, peer->copy, job->copy_want)) {
-        emlio__job_t **pending = self->adm.pending;
-        if (self->adm.n_pending == self->adm.cap_pending) {
-            size_t cap_p =
-                self->adm.cap_pending ? 2 * self->adm.cap_pending : 16;
-            pending = emlio_reallocarray(pending, cap_p, sizeof(*pending));
-            if (!pending) {
-                snprintf(text, len, "out of memory");
-                return EMLIO_ENOMEM;
-            }
-            self->adm.pending = pending;
-            self->adm.cap_pending = cap_p;
-        }
-        /* The job keeps a reference to the account it will be charged
-         * to, since the peer may be forgotten while it waits. */
-        if (peer->copy)
-            atomic_fetch_add(&peer->copy->refs, 1);
-        job->waits_on = peer->copy;
-        pending[self->adm.n_pending++] = job;
-        atomic_fetch_add(&self->count.copy_waits, 1);
-        return 1;
-    }
-    s_charge(self, job, peer->copy);
-    return 0;
+    return emlio__srv_copy_charge_if_fits(self, job, peer->copy) ? 0 : 1;
 }
 
-void
-emlio__srv_copy_pending_run(emlio_server_t *self, void *work)
+bool
+emlio__srv_copy_charge_if_fits(emlio_server_t *self, emlio__job_t *job,
+                               emlio__copy_acct_t *acct)
 {
-    size_t kept = 0;
-    for (size_t i = 0; i < self->adm.n_pending; i++) {
-        emlio__job_t *job = self->adm.pending[i];
-        if (!s_fits(self, job->waits_on, job->copy_want)) {
-            self->adm.pending[kept++] = job;
-            continue;
-        }
-        s_charge(self, job, job->waits_on);
-        emlio__srv_copy_acct_unref(&job->waits_on);
-        emlio__peer_t *peer =
-            emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
-                                 zmq_msg_size(&job->identity), false);
-        if ((peer ? emlio__srv_jobs_submit(self, work, job, peer)
-                  : emlio__srv_send_work(self, work, job)) < 0) {
-            if (peer && peer->outstanding)
-                peer->outstanding--;
-            emlio__srv_job_drop(self, job);
-        }
-    }
-    self->adm.n_pending = kept;
-}
-
-void
-emlio__srv_copy_pending_drop(emlio_server_t *self)
-{
-    for (size_t i = 0; i < self->adm.n_pending; i++) {
-        emlio__srv_copy_acct_unref(&self->adm.pending[i]->waits_on);
-        emlio__srv_job_drop(self, self->adm.pending[i]);
-    }
-    self->adm.n_pending = 0;
-    emlio_free(self->adm.pending);
-    self->adm.pending = NULL;
-    self->adm.cap_pending = 0;
+    if (!s_fits(self, acct, job->copy.want))
+        return false;
+    s_charge(self, job, acct);
+    return true;
 }

@@ -1,41 +1,35 @@
 /* server_internal.h - the rooms of emlio_server_t and what they share.
  * SPDX-License-Identifier: MIT
  *
- * The server is four files around one struct:
+ * The server is these files around one struct:
  *   server.c          public API: new/destroy, load, bind, start/stop, stats
- *   server_admit.c    connections (socket monitor), peers, sessions, eviction
- *   server_request.c  the frontend thread: HELLO, GET admission, replies
- *   server_pipeline.c reader and serializer threads, jobs, frames, release
+ *   server_admit.c    connections (socket monitor), peers and sessions (by
+ *                     routing id and descriptor: keyindex.h), eviction
+ *   server_request.c  the frontend thread: HELLO, GET decoded and put to
+ *                     the gate, replies forwarded
+ *   server_gate.c     the admission of one GET: every gate, the parked
+ *                     GETs and their way out, readahead advice
+ *   server_copy.c     the copy budget and the packed frames' buffer pool
  *   server_jobs.c     training jobs (HELLO's "job") and the fair dispatch
+ *   fairq.c           the deficit round robin under it
+ *   server_pipeline.c reader and serializer threads, frames, release
+ *   server_io.c       --io: mapped or read, and the --io auto watch
+ *   server_xf.c       the transform stage (a GET with a transform)
+ *   server_xfspec.c   the transform specs clients sent, parsed once
  *   server_fields.c   the fields a client names (HELLO's "fields")
  * Each room owns one sub-struct of emlio_server_t and is the only writer of
- * it (admit and request both run on the frontend thread and share theirs).
+ * it (admit, request and gate all run on the frontend thread and share
+ * adm).
  *
- * The path of one GET (docs/design.md traces it in eight steps):
- *   frontend (request) --work inproc--> reader (pipeline: views)
- *     --ser_queue--> serializer (pipeline: frames) --done inproc--> frontend
- *
- * THE TRANSFORM STAGE (server_xf.c) sits in the seam below: a GET with
- * a transform goes from the reader to the transform pool (xfstage.h), whose
- * last unit pushes the job, now one block, to ser_queue.
- *
- * THE SEAM FOR A TRANSFORM STAGE (issue 17). A job leaves the read stage as
- * views: job->per frames for each of job->n_views samples, each view
- * either a use of a shard's mapping or a private copy (format.h), with the
- * sample's label and CRC in its first view. s_read_done() in
- * server_pipeline.c is the one place that hands a read job on; today it
- * pushes the job to the serializers' queue. A transform stage goes there:
- * the hand-off pushes to a transform queue instead; a pool of transform
- * threads (below readers and the frontend in priority, so raw-byte
- * clients are not starved) pops each job, decodes its views into one
- * contiguous B x H x W x 3 uint8 block, releases the views
- * (emlio__view_release) and replaces them by one owned view of the block
- * (plus the shape, a new field of the job), then pushes the job to
- * ser_queue. The serializer already makes one zero-copy frame per view
- * (an owned view frees its copy with its frame) and reads ids, labels and
- * CRCs from the job; a block job needs only its own header encoding in
- * s_serialize_job. Credits, release tokens and replies are per job, so
- * nothing else in the server moves.
+ * The path of one GET (docs/design.md traces it):
+ *   frontend (request: decode; gate: GO) --fair queue (jobs)--> --work
+ *   inproc--> reader (pipeline: views) [--> transform pool (xf: one
+ *   block)] --ser_queue--> serializer (pipeline: frames) --done inproc-->
+ *   frontend (request: forwarded to the client)
+ * A job leaves the read stage as views: job->per frames for each of
+ * job->n_views samples, each view a use of a shard's mapping or a private
+ * copy (format.h), the sample's label and CRC in its first view.
+ * Credits, release tokens and replies are per job.
  */
 #ifndef EMLIO_SERVER_INTERNAL_H
 #define EMLIO_SERVER_INTERNAL_H
@@ -46,6 +40,7 @@
 
 #include "buf.h"
 #include "format.h"
+#include "keyindex.h"
 #include "netpath.h"
 #include "queue.h"
 #include "security.h"
@@ -83,8 +78,6 @@
 /* The largest request a daemon accepts, for max_batch samples per GET. */
 #define EMLIO_SERVER_MAX_REQUEST(max_batch) (4096 + (int64_t)(max_batch)*24)
 
-/* One GET on its way through the pipeline: frontend -> reader ->
- * (transform, see above) -> serializer -> frontend. */
 /* A byte account of copied replies (server_copy.c): a connection's, held
  * by its peer and by every job charged to it (any thread may give a
  * charge back). */
@@ -100,6 +93,65 @@ typedef struct emlio__copy_charge {
     uint64_t bytes;
 } emlio__copy_charge_t;
 
+/* A GET with a transform (server_xf.c): the pipeline the gate found for
+ * its spec, and once transformed, the block (samples kept x H x W x 3)
+ * with each kept sample's quadruple. */
+typedef struct emlio__job_xf {
+    const emlio_transform_t *spec; /* NULL: raw samples */
+    atomic_uint *users;            /* the spec cache's count of its users */
+    emlio__xf_job_t run;
+    emlio__xf_sample_t *samples;
+    emlio__wire_sample_t *wire;
+    size_t kept;
+} emlio__job_xf_t;
+
+/* The copy budget (server_copy.c): what the job may copy, what it is
+ * charged, and while it is parked (server_gate.c), the account it will be
+ * charged to (a reference). */
+typedef struct emlio__job_copy {
+    uint64_t want;
+    emlio__copy_charge_t charge;
+    emlio__copy_acct_t *waits_on;
+} emlio__job_copy_t;
+
+/* A packed reply (server_copy.c, server_pipeline.c): the reader copies
+ * sample frames of at most max bytes (the peer's) into one pooled buffer
+ * of at most cap bytes (charged like a copy), and the serializer sends it
+ * as one frame with the offset table. */
+typedef struct emlio__job_pack {
+    bool on;
+    uint32_t max;
+    uint64_t cap;
+    uint8_t *buf; /* from the core's pool; NULL = none yet */
+    size_t size;  /* its size (a pool class) */
+    size_t len;   /* bytes used */
+} emlio__job_pack_t;
+
+/* Staged reads (server_pipeline.c, --io read): the shards of the reads
+ * staged for this job, each used (acquired) until the job's reads are
+ * taken or released, so no descriptor closes under a read. */
+typedef struct emlio__job_io {
+    emlio__shard_t **holds;
+    size_t n_holds;
+    uint64_t bytes;        /* what its staged reads took from the file system */
+    uint64_t shared_bytes; /* of its record bytes, those copied from a chunk
+                              another job read (sharecache.h) */
+    bool share;            /* read through the shared cache */
+} emlio__job_io_t;
+
+/* Its training job and its place in the fair queue (server_jobs.c): queued
+ * there until its turn, then dispatched to the readers. */
+typedef struct emlio__job_sched {
+    struct emlio__trainjob *tjob;
+    emlio__fairq_item_t fq;
+    struct emlio__job *held_next; /* in its job's held list */
+    uint64_t queued_ns;
+    bool dispatched; /* holds a slot of the pipeline's window */
+} emlio__job_sched_t;
+
+/* One GET on its way through the daemon: gate (frontend) -> fair queue ->
+ * reader -> transform stage (a GET with a transform) -> serializer ->
+ * frontend, which forwards the reply. */
 typedef struct emlio__job {
     zmq_msg_t identity;
     zmq_msg_t header; /* kept alive: msg borrows strings from it */
@@ -112,48 +164,12 @@ typedef struct emlio__job {
     const emlio__fieldset_t *fields;
     int code; /* the verdict so far: 0, or the error to answer with */
     char text[EMLIO_ERRMSG_LEN];
-    /* A GET with a transform (server_xf.c): the pipeline the frontend
-     * found for its spec, and once transformed, the block (samples kept
-     * x H x W x 3) with each kept sample's quadruple. */
-    struct emlio_server *srv;
-    const emlio_transform_t *xf;
-    atomic_uint *xf_users; /* the spec cache's count of xf's users */
-    emlio__xf_job_t xf_job;
-    emlio__xf_sample_t *xf_samples;
-    emlio__wire_sample_t *xf_wire;
-    size_t xf_kept;
-    /* The copy budget (server_copy.c): what the job may copy, what it is
-     * charged, and while it waits for room, the account it will be
-     * charged to (a reference). */
-    uint64_t copy_want;
-    emlio__copy_charge_t charge;
-    emlio__copy_acct_t *waits_on;
-    /* A packed reply (server_copy.c): the reader copies
-     * sample frames of at most pack_max bytes (the peer's, set when packed)
-     * into one pooled buffer, at most pack_cap bytes (charged like a copy),
-     * and the serializer sends it as one frame with the offset table. */
-    bool packed;
-    uint32_t pack_max;
-    uint64_t pack_cap;
-    uint8_t *pack;    /* from the core's pool; NULL = none yet */
-    size_t pack_size; /* its size (a pool class) */
-    size_t pack_len;  /* bytes used */
-    /* --io read (server_pipeline.c): the shards of the reads staged for
-     * this job, each used (acquired) until the job's staged reads are
-     * taken or released, so no descriptor closes under a read. */
-    emlio__shard_t **io_holds;
-    size_t n_io_holds;
-    uint64_t io_bytes;     /* what its staged reads took from the file system */
-    uint64_t shared_bytes; /* of its record bytes, those copied from a
-                              chunk another job read (sharecache.h) */
-    bool share;            /* read through the shared cache */
-    /* Its training job and its place in the fair queue (server_jobs.c):
-     * queued there until its turn, then dispatched to the readers. */
-    struct emlio__trainjob *tjob;
-    emlio__fairq_item_t fq;
-    struct emlio__job *held_next; /* in its job's held list */
-    uint64_t queued_ns;
-    bool dispatched; /* holds a slot of the pipeline's window */
+    struct emlio_server *srv; /* for the transform pool's callbacks */
+    emlio__job_xf_t xf;
+    emlio__job_copy_t copy;
+    emlio__job_pack_t pack;
+    emlio__job_io_t io;
+    emlio__job_sched_t sched;
 } emlio__job_t;
 
 /* Samples above this size that are served zero-copy from a leased mapping
@@ -315,16 +331,18 @@ typedef struct emlio__srv_threads {
 
 /* Admission: frontend-thread state (server_admit.c, server_request.c). */
 typedef struct emlio__srv_admit {
-    emlio__peer_t *peers;
+    emlio__peer_t *peers; /* compact: a removed peer's slot takes the last */
     size_t n_peers;
     size_t cap_peers;
+    emlio__keyindex_t peer_index; /* routing id -> slot in peers */
     size_t n_clients; /* sessions, counting a session-less peer as one */
     emlio__netpath_bufplan_t sndbuf;
-    emlio__conn_t *conns;
+    emlio__conn_t *conns; /* compact, like peers */
     size_t n_conns;
     size_t cap_conns;
-    int cur_fd;          /* connection of the message being handled */
-    uint64_t err_log_ns; /* rate limit of refused-request lines */
+    emlio__keyindex_t conn_index; /* descriptor -> slot in conns */
+    int cur_fd;                   /* connection of the message being handled */
+    uint64_t err_log_ns;          /* rate limit of refused-request lines */
     uint64_t err_log_n;
     uint64_t err_log_quiet;
     /* Connections at once that leave the shard cache its descriptors
@@ -338,11 +356,12 @@ typedef struct emlio__srv_admit {
     uint64_t client_log_ns; /* start of the client log's current window */
     uint64_t client_log_n;  /* client lines in it; beyond a few, counted */
     uint64_t client_log_quiet;
-    /* GETs waiting for room in the copy budget, in arrival order. */
-    struct emlio__job **pending;
-    size_t n_pending;
-    size_t cap_pending;
-    /* Readahead (server_request.c): per shard, per chunk of about
+    /* GETs parked for room in the copy budget, in arrival order
+     * (server_gate.c). */
+    struct emlio__job **parked;
+    size_t n_parked;
+    size_t cap_parked;
+    /* Readahead (server_gate.c): per shard, per chunk of about
      * EMLIO__SRV_RA_CHUNK bytes of records, when it was last advised (ms
      * since start + 1; 0 = never). NULL until the shard is first asked. */
     uint32_t **ra_stamp;
@@ -394,6 +413,10 @@ int emlio__srv_encode_welcome(emlio_server_t *self, char *const *fields,
                               size_t n_fields, emlio_buf_t *out);
 
 /* ---- server_admit.c: connections and peers (frontend thread only) ---- */
+/* The indexes of peers and connections (emlio_server_new), and everything
+ * admission holds (destroy). */
+void emlio__srv_admit_init(emlio_server_t *self);
+void emlio__srv_admit_release(emlio_server_t *self);
 size_t emlio__srv_session_streams(const emlio_server_t *self, uint64_t session);
 emlio__conn_t *emlio__srv_conn_find(emlio_server_t *self, int fd);
 emlio__conn_t *emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now);
@@ -466,15 +489,49 @@ void emlio__srv_pack_pool_release(emlio__pack_pool_t *pool);
 uint8_t *emlio__srv_pack_get(emlio__pack_pool_t *pool, size_t want,
                              size_t *size);
 void emlio__srv_pack_put(emlio__pack_pool_t *pool, uint8_t *buf, size_t size);
-/* Charges a GET that the peer may send (credit taken): 0 (charged, or
- * nothing to copy: send it on), 1 (parked until it fits: the frontend
- * owns it now), or EMLIO_ELIMIT / EMLIO_ENOMEM with text (refuse it). */
+/* Sizes what a GET the peer may send (credit taken) can copy, and
+ * charges it if it fits now: 0 (charged, or nothing to copy), 1 (does not
+ * fit until earlier replies are freed: the caller parks it), or
+ * EMLIO_ELIMIT / EMLIO_ENOMEM with text (refuse it). With others parked
+ * (queued), a packed reply packs nothing rather than take their room. */
 int emlio__srv_copy_admit(emlio_server_t *self, emlio__job_t *job,
-                          emlio__peer_t *peer, char *text, size_t len);
-/* Sends on the parked GETs that fit now. */
-void emlio__srv_copy_pending_run(emlio_server_t *self, void *work);
+                          emlio__peer_t *peer, bool queued, char *text,
+                          size_t len);
+/* Charges a parked job to acct (its connection's, or NULL) if it fits now. */
+bool emlio__srv_copy_charge_if_fits(emlio_server_t *self, emlio__job_t *job,
+                                    emlio__copy_acct_t *acct);
+
+/* ---- server_gate.c: the admission of one GET (frontend thread) ---- */
+typedef enum {
+    EMLIO__GATE_GO,     /* hand it to emlio__srv_gate_dispatch */
+    EMLIO__GATE_PARK,   /* the gate holds it until the copy budget has room */
+    EMLIO__GATE_REFUSE, /* answer ERROR with the refusal */
+} emlio__gate_verdict_t;
+
+typedef struct emlio__refusal {
+    int code; /* the ERROR's code: EMLIO_ECREDIT, EMLIO_ELIMIT, ... */
+    char text[EMLIO_ERRMSG_LEN];
+} emlio__refusal_t;
+
+/* Whether a request from identity is dropped unread: its peer stopped
+ * reading and is at its credit limit (asked before decoding). */
+bool emlio__srv_gate_unread(emlio_server_t *self, const zmq_msg_t *identity);
+/* Every gate of a decoded GET, in order (server_gate.c lists them). GO
+ * and PARK set *peer (NULL otherwise) and take one of its credits; PARK
+ * keeps the job. REFUSE fills why and leaves the job to the caller. */
+emlio__gate_verdict_t emlio__srv_gate_get(emlio_server_t *self,
+                                          emlio__job_t *job,
+                                          emlio__peer_t **peer,
+                                          emlio__refusal_t *why);
+/* Hands an admitted GET of peer (NULL: forgotten while parked) to the
+ * scheduler; on failure (stopping) gives its credit back, drops it and
+ * returns -1. */
+int emlio__srv_gate_dispatch(emlio_server_t *self, void *work,
+                             emlio__job_t *job, emlio__peer_t *peer);
+/* Dispatches the parked GETs that fit now, in arrival order. */
+void emlio__srv_gate_parked_run(emlio_server_t *self, void *work);
 /* Drops the parked GETs (the frontend stops). */
-void emlio__srv_copy_pending_drop(emlio_server_t *self);
+void emlio__srv_gate_parked_drop(emlio_server_t *self);
 
 /* ---- server_xf.c: the transform stage ---- */
 int emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text);

@@ -289,9 +289,10 @@ s_cost(const emlio_server_t *self, const emlio__job_t *job)
 {
     const emlio__wire_msg_t *get = &job->msg;
     const emlio__shardset_t *set = &self->core->set;
-    uint64_t total =
-        job->xf ? (uint64_t)get->n_items * emlio_transform_output_bytes(job->xf)
-                : 0;
+    uint64_t total = job->xf.spec
+                         ? (uint64_t)get->n_items *
+                               emlio_transform_output_bytes(job->xf.spec)
+                         : 0;
     uint32_t last = UINT32_MAX;
     uint64_t mean = 0;
     for (size_t i = 0; i < get->n_items; i++) {
@@ -340,15 +341,15 @@ s_demand(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j, bool before)
 static emlio__job_t *
 s_of_item(emlio__fairq_item_t *it)
 {
-    return (emlio__job_t *)((char *)it - offsetof(emlio__job_t, fq));
+    return (emlio__job_t *)((char *)it - offsetof(emlio__job_t, sched.fq));
 }
 
 static void
 s_hold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j, emlio__job_t *job)
 {
-    job->held_next = NULL;
+    job->sched.held_next = NULL;
     if (j->held_tail)
-        j->held_tail->held_next = job;
+        j->held_tail->sched.held_next = job;
     else
         j->held_head = job;
     j->held_tail = job;
@@ -359,14 +360,14 @@ s_hold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j, emlio__job_t *job)
 static int
 s_send(emlio_server_t *self, void *work, emlio__job_t *job)
 {
-    emlio__trainjob_t *j = job->tjob;
-    uint64_t cost = job->fq.cost;
-    job->dispatched = true;
+    emlio__trainjob_t *j = job->sched.tjob;
+    uint64_t cost = job->sched.fq.cost;
+    job->sched.dispatched = true;
     atomic_fetch_add(&j->ledger->inflight_cost, cost);
     atomic_fetch_add(&j->inflight, 1);
     atomic_fetch_add(&j->inflight_cost, cost);
     if (emlio__srv_send_work(self, work, job) < 0) {
-        job->dispatched = false;
+        job->sched.dispatched = false;
         atomic_fetch_sub(&j->ledger->inflight_cost, cost);
         atomic_fetch_sub(&j->inflight, 1);
         atomic_fetch_sub(&j->inflight_cost, cost);
@@ -390,7 +391,7 @@ static emlio__job_t *
 s_unhold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j)
 {
     emlio__job_t *job = j->held_head;
-    j->held_head = job->held_next;
+    j->held_head = job->sched.held_next;
     if (!j->held_head)
         j->held_tail = NULL;
     if (--j->n_held == 0)
@@ -410,17 +411,18 @@ s_feed(emlio_server_t *self, void *work, emlio__trainjob_t *j)
         emlio__job_t *job = j->held_head;
         if (!j->flow.n && !atomic_load(&j->inflight)) {
             s_unhold(jobs, j);
-            atomic_fetch_add(&j->wait_ns, emlio__now_ns() - job->queued_ns);
+            atomic_fetch_add(&j->wait_ns,
+                             emlio__now_ns() - job->sched.queued_ns);
             if (s_send(self, work, job) < 0)
                 s_drop_unsent(self, job); /* stopping */
             continue;
         }
         if (j->queued_cost + atomic_load(&j->inflight_cost) >= cap)
             return;
-        if (emlio__fairq_push(&jobs->q, &j->flow, &job->fq) < 0)
+        if (emlio__fairq_push(&jobs->q, &j->flow, &job->sched.fq) < 0)
             return; /* the ring could not grow: it stays held */
         s_unhold(jobs, j);
-        j->queued_cost += job->fq.cost;
+        j->queued_cost += job->sched.fq.cost;
         atomic_fetch_add(&j->queued, 1);
     }
 }
@@ -441,9 +443,10 @@ s_dispatch(emlio_server_t *self, void *work)
     while ((it = emlio__fairq_peek(&jobs->q))) {
         emlio__fairq_pop(&jobs->q);
         emlio__job_t *job = s_of_item(it);
-        job->tjob->queued_cost -= job->fq.cost;
-        atomic_fetch_sub(&job->tjob->queued, 1);
-        atomic_fetch_add(&job->tjob->wait_ns, emlio__now_ns() - job->queued_ns);
+        job->sched.tjob->queued_cost -= job->sched.fq.cost;
+        atomic_fetch_sub(&job->sched.tjob->queued, 1);
+        atomic_fetch_add(&job->sched.tjob->wait_ns,
+                         emlio__now_ns() - job->sched.queued_ns);
         if (s_send(self, work, job) < 0)
             s_drop_unsent(self, job); /* stopping */
     }
@@ -549,16 +552,16 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
         emlio__srv_jobs_attach(self, peer, NULL, 0, 0, text, sizeof(text)) < 0)
         return emlio__srv_send_work(self, work, job); /* served, unscheduled */
     emlio__trainjob_t *j = peer->tjob;
-    job->tjob = j;
-    job->share = self->core->share && (peer->share || self->cfg.share_all) &&
-                 !atomic_load(&j->share_refused);
+    job->sched.tjob = j;
+    job->io.share = self->core->share && (peer->share || self->cfg.share_all) &&
+                    !atomic_load(&j->share_refused);
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
     atomic_fetch_add(&j->samples, job->msg.n_items);
-    job->fq.cost = s_cost(self, job);
+    job->sched.fq.cost = s_cost(self, job);
     if (self->jobs.mode == EMLIO__SCHED_FIFO)
         return s_send(self, work, job);
-    job->queued_ns = emlio__now_ns();
+    job->sched.queued_ns = emlio__now_ns();
     bool before = s_wants(j);
     s_hold(&self->jobs, j, job);
     s_demand(&self->jobs, j, before);
@@ -609,10 +612,10 @@ emlio__srv_jobs_tag(emlio__job_t *job)
         return -1;
     uint8_t *p = zmq_msg_data(&tagged);
     /* Only a dispatched GET holds a slot to give back. */
-    emlio__trainjob_t *holder = job->dispatched ? job->tjob : NULL;
-    uint64_t cost = holder ? job->fq.cost : 0;
+    emlio__trainjob_t *holder = job->sched.dispatched ? job->sched.tjob : NULL;
+    uint64_t cost = holder ? job->sched.fq.cost : 0;
     memcpy(p, &holder, sizeof(holder));
-    memcpy(p + sizeof(job->tjob), &cost, sizeof(cost));
+    memcpy(p + sizeof(job->sched.tjob), &cost, sizeof(cost));
     memcpy(p + S_TAG, zmq_msg_data(&job->identity), len);
     zmq_msg_close(&job->identity);
     zmq_msg_init(&job->identity);
@@ -621,7 +624,7 @@ emlio__srv_jobs_tag(emlio__job_t *job)
      * No reference: until then the slot itself keeps the job known (a
      * job is forgotten only with nothing in flight); the frame that will
      * outlive the frontend takes one (server_request.c). */
-    job->dispatched = false;
+    job->sched.dispatched = false;
     return 0;
 }
 
@@ -648,15 +651,15 @@ emlio__srv_jobs_untag(zmq_msg_t *identity, emlio__trainjob_t **tjob,
 void
 emlio__srv_jobs_get_freed(emlio__job_t *job)
 {
-    emlio__trainjob_t *j = job->tjob;
+    emlio__trainjob_t *j = job->sched.tjob;
     if (!j)
         return;
-    if (job->io_bytes)
-        atomic_fetch_add(&j->disk_bytes, job->io_bytes);
-    if (job->shared_bytes)
-        atomic_fetch_add(&j->shared_bytes, job->shared_bytes);
+    if (job->io.bytes)
+        atomic_fetch_add(&j->disk_bytes, job->io.bytes);
+    if (job->io.shared_bytes)
+        atomic_fetch_add(&j->shared_bytes, job->io.shared_bytes);
     atomic_fetch_sub(&j->live, 1);
-    job->tjob = NULL;
+    job->sched.tjob = NULL;
 }
 
 /* Forgets the jobs with no stream, no GET and nothing in flight. */
@@ -703,17 +706,16 @@ emlio__srv_jobs_drop_queued(emlio_server_t *self)
     emlio__fairq_item_t *it;
     while ((it = emlio__fairq_peek(&self->jobs.q))) {
         emlio__fairq_pop(&self->jobs.q);
-        emlio__job_t *job =
-            (emlio__job_t *)((char *)it - offsetof(emlio__job_t, fq));
-        job->tjob->queued_cost -= job->fq.cost;
-        atomic_fetch_sub(&job->tjob->queued, 1);
+        emlio__job_t *job = s_of_item(it);
+        job->sched.tjob->queued_cost -= job->sched.fq.cost;
+        atomic_fetch_sub(&job->sched.tjob->queued, 1);
         emlio__srv_job_drop(self, job);
     }
     for (size_t i = 0; i < self->jobs.n; i++) {
         emlio__trainjob_t *j = self->jobs.table[i];
         while (j->held_head) {
             emlio__job_t *job = j->held_head;
-            j->held_head = job->held_next;
+            j->held_head = job->sched.held_next;
             emlio__srv_job_drop(self, job);
         }
         j->held_tail = NULL;

@@ -2,8 +2,8 @@
  * threads turn a GET into views of its samples (through each shard's
  * format), serializer threads turn views into one BATCH of zero-copy frames
  * (or an ERROR), and release tokens end the frames' uses of the shards
- * once ZeroMQ lets go of them. See server_internal.h for the seam where a
- * transform stage goes.
+ * once ZeroMQ lets go of them. A GET with a transform passes through the
+ * transform stage (server_xf.c) between the two.
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_internal.h"
@@ -309,7 +309,7 @@ s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
 }
 
 /* Copies the small sample frames of a packed job into one
- * pooled buffer, up to job->pack_cap bytes, right after reading them while
+ * pooled buffer, up to job->pack.cap bytes, right after reading them while
  * they are in cache, and ends the views' holds on the shards: the batch
  * then goes as one frame and a table instead of a ZeroMQ message per
  * sample. Without a buffer the views stay frames of their own. */
@@ -320,21 +320,21 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
     size_t want = 0;
     for (size_t i = 0; i < nf; i++) {
         size_t len = job->views[i].len;
-        if (len <= job->pack_max && want + len <= job->pack_cap)
+        if (len <= job->pack.max && want + len <= job->pack.cap)
             want += len;
     }
     if (want == 0)
         return;
-    job->pack =
-        emlio__srv_pack_get(&self->core->pack_pool, want, &job->pack_size);
-    if (!job->pack)
+    job->pack.buf =
+        emlio__srv_pack_get(&self->core->pack_pool, want, &job->pack.size);
+    if (!job->pack.buf)
         return;
     const emlio__view_t *advised = NULL;
     for (size_t i = 0; i < nf; i++) {
         emlio__view_t *v = &job->views[i];
-        if (v->len > job->pack_max || job->pack_len + v->len > want)
+        if (v->len > job->pack.max || job->pack.len + v->len > want)
             continue;
-        memcpy(job->pack + job->pack_len, v->data, v->len);
+        memcpy(job->pack.buf + job->pack.len, v->data, v->len);
         emlio__shard_t *shard = &self->core->set.shards[v->shard];
         /* Copied: with drop_behind not read again this epoch (once per
          * sample, whose fields are consecutive views). */
@@ -345,17 +345,17 @@ s_pack_job(emlio_server_t *self, emlio__job_t *job)
                                 EMLIO_ADVISE_DONTNEED);
         advised = v;
         emlio__view_release(v, shard);
-        v->data = job->pack + job->pack_len;
+        v->data = job->pack.buf + job->pack.len;
         v->packed = true;
-        job->pack_len += v->len;
+        job->pack.len += v->len;
     }
 }
 
 emlio__wire_io_t
 emlio__srv_job_io(emlio__srv_core_t *core, const emlio__job_t *job)
 {
-    return (emlio__wire_io_t){ emlio__srv_disk_share(core), job->io_bytes,
-                               job->shared_bytes, NULL };
+    return (emlio__wire_io_t){ emlio__srv_disk_share(core), job->io.bytes,
+                               job->io.shared_bytes, NULL };
 }
 
 int
@@ -445,9 +445,9 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
     if (!eng)
         return;
     emlio__io_req_t *reqs = emlio_calloc(get->n_items, sizeof(*reqs));
-    job->io_holds = emlio_calloc(get->n_items, sizeof(*job->io_holds));
+    job->io.holds = emlio_calloc(get->n_items, sizeof(*job->io.holds));
     size_t n = 0;
-    for (size_t i = 0; reqs && job->io_holds && i < get->n_items; i++) {
+    for (size_t i = 0; reqs && job->io.holds && i < get->n_items; i++) {
         const emlio__wire_item_t *item = &get->items[i];
         if (item->shard >= self->core->set.n)
             continue;
@@ -456,11 +456,11 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
             continue;
         /* A sharing job's records of mapped shards come out of the shared
          * cache's chunks (s_read_job), not from reads of their own. */
-        if (job->share && !shard->ops->open_record)
+        if (job->io.share && !shard->ops->open_record)
             continue;
         if (shard->ops->open_record) {
             if (s_stage_file(shard, (size_t)item->record, &reqs[n]))
-                job->io_holds[n++] = NULL; /* a file of its own: no hold */
+                job->io.holds[n++] = NULL; /* a file of its own: no hold */
             continue;
         }
         if (!shard->ops->extent || emlio__shard_acquire(shard) < 0)
@@ -472,12 +472,12 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
             r->owner = shard;
             r->fd = shard->fd;
             r->align = emlio__shard_io_align(shard);
-            job->io_holds[n++] = shard;
+            job->io.holds[n++] = shard;
         } else {
             emlio__shard_release(shard);
         }
     }
-    job->n_io_holds = n;
+    job->io.n_holds = n;
     size_t merged = s_merge_reads(reqs, n);
     size_t staged = emlio__ioengine_stage(eng, job, reqs, merged);
     /* The rest are read one by one when taken. What the staged ones take
@@ -487,7 +487,7 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
         uint64_t a = reqs[i].align ? reqs[i].align : 1;
         uint64_t lo = reqs[i].offset / a * a;
         uint64_t hi = (reqs[i].offset + reqs[i].len + a - 1) / a * a;
-        job->io_bytes += hi - lo;
+        job->io.bytes += hi - lo;
     }
     emlio_free(reqs);
 }
@@ -496,15 +496,15 @@ s_stage_reads(emlio_server_t *self, emlio__job_t *job)
 static void
 s_unstage(emlio_server_t *self, emlio__job_t *job)
 {
-    if (!job->io_holds)
+    if (!job->io.holds)
         return;
     emlio__ioengine_release(emlio__ioengine_thread(self->core->io_depth), job);
-    for (size_t i = 0; i < job->n_io_holds; i++)
-        if (job->io_holds[i])
-            emlio__shard_release(job->io_holds[i]);
-    emlio_free(job->io_holds);
-    job->io_holds = NULL;
-    job->n_io_holds = 0;
+    for (size_t i = 0; i < job->io.n_holds; i++)
+        if (job->io.holds[i])
+            emlio__shard_release(job->io.holds[i]);
+    emlio_free(job->io.holds);
+    job->io.holds = NULL;
+    job->io.n_holds = 0;
 }
 
 static void
@@ -539,7 +539,7 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
     /* A derived CRC leaves the stored checksum to the client's check: not
      * when the bytes are decoded here (checked before decoding) or when
      * the client does not check at all. */
-    if (job->xf || get->unchecked)
+    if (job->xf.spec || get->unchecked)
         rd.derive_crc_min = 0;
     for (size_t i = 0; i < n; i++) {
         const emlio__wire_item_t *item = &get->items[i];
@@ -568,7 +568,7 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
             return;
         job->n_views += rc == 0;
     }
-    if (job->packed && job->pack_cap)
+    if (job->pack.on && job->pack.cap)
         s_pack_job(self, job);
 }
 
@@ -606,21 +606,21 @@ s_check_share_use(emlio_server_t *self, emlio__trainjob_t *j,
 static void
 s_read_job(emlio_server_t *self, emlio__job_t *job)
 {
-    if (!job->share) {
+    if (!job->io.share) {
         s_read_items(self, job);
         return;
     }
     emlio__share_tally_t tally = { 0 };
-    emlio__share_scope_set(self->core->share, (uint64_t)(uintptr_t)job->tjob,
-                           &tally);
+    emlio__share_scope_set(self->core->share,
+                           (uint64_t)(uintptr_t)job->sched.tjob, &tally);
     s_read_items(self, job);
     emlio__share_scope_set(NULL, 0, NULL);
     if (job->msg.segs)
-        emlio__srv_jobs_note_cursor(&self->jobs, job->tjob, job->msg.segs,
+        emlio__srv_jobs_note_cursor(&self->jobs, job->sched.tjob, job->msg.segs,
                                     job->msg.cursor);
-    job->io_bytes += tally.loaded;
-    job->shared_bytes += tally.shared;
-    s_check_share_use(self, job->tjob, &tally);
+    job->io.bytes += tally.loaded;
+    job->io.shared_bytes += tally.shared;
+    s_check_share_use(self, job->sched.tjob, &tally);
 }
 
 /* Each sample's record described by its format (a file's name for an
@@ -669,7 +669,7 @@ s_batch_header(emlio_server_t *self, emlio__job_t *job, size_t nf,
         }
         for (size_t i = 0; i < nf; i++) {
             const emlio__view_t *v = &job->views[i];
-            spans[i].off = v->packed ? (uint64_t)(v->data - job->pack)
+            spans[i].off = v->packed ? (uint64_t)(v->data - job->pack.buf)
                                      : EMLIO_WIRE_PACK_OWN;
             spans[i].len = v->len;
         }
@@ -691,12 +691,12 @@ s_batch_frames(emlio__job_t *job, emlio__srv_release_t *rel, size_t nf,
                zmq_msg_t *frames, uint64_t *bytes)
 {
     size_t k = 0;
-    if (job->pack_len) {
-        rel->owned[nf] = (s_owned_t){ rel, job->pack, job->pack_size };
-        (void)zmq_msg_init_data(&frames[k++], job->pack, job->pack_len,
+    if (job->pack.len) {
+        rel->owned[nf] = (s_owned_t){ rel, job->pack.buf, job->pack.size };
+        (void)zmq_msg_init_data(&frames[k++], job->pack.buf, job->pack.len,
                                 s_packed_free, &rel->owned[nf]);
-        job->pack = NULL; /* now the frame's */
-        *bytes += job->pack_len;
+        job->pack.buf = NULL; /* now the frame's */
+        *bytes += job->pack.len;
     }
     for (size_t i = 0; i < nf; i++) {
         emlio__view_t *v = &job->views[i];
@@ -734,7 +734,8 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     zmq_msg_t *frames = NULL;
     emlio__srv_release_t *rel = NULL;
     uint64_t bytes = 0;
-    if (job->code == 0 && job->xf && emlio__srv_xf_serialize(self, done, job))
+    if (job->code == 0 && job->xf.spec &&
+        emlio__srv_xf_serialize(self, done, job))
         return; /* a tensor batch, sent */
     if (job->code == 0) {
         frames = emlio_calloc(nf + 1, sizeof(*frames));
@@ -764,12 +765,12 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
         rel->core = self->core;
         rel->n = nf;
         rel->owned = (s_owned_t *)(void *)(rel->items + nf);
-        rel->charge = job->charge;
-        job->charge = (emlio__copy_charge_t){ 0 };
+        rel->charge = job->copy.charge;
+        job->copy.charge = (emlio__copy_charge_t){ 0 };
         size_t frames_n = 0;
         for (size_t i = 0; i < nf; i++)
             frames_n += !job->views[i].packed;
-        frames_n += job->pack_len != 0;
+        frames_n += job->pack.len != 0;
         atomic_init(&rel->left, (unsigned)frames_n + 1);
         atomic_fetch_add(&self->core->refs, 1);
         atomic_fetch_add(&self->core->batches_in_flight, 1);
@@ -780,7 +781,7 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
         atomic_fetch_add(&self->count.requests, 1);
         atomic_fetch_add(&self->count.samples, n);
         atomic_fetch_add(&self->count.bytes, bytes);
-        atomic_fetch_add(&self->count.packed_bytes, job->pack_len);
+        atomic_fetch_add(&self->count.packed_bytes, job->pack.len);
         emlio__srv_send_parts(done, &job->identity, &header, frames, k, 0);
         s_release_unref(rel); /* the sender's reference */
         emlio_free(frames);
@@ -807,12 +808,13 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
     for (size_t i = 0; job->views && i < job->n_views * job->per; i++)
         emlio__srv_view_release(self, &job->views[i]);
     emlio_free(job->views);
-    if (job->pack) /* no batch took the packed buffer */
-        emlio__srv_pack_put(&self->core->pack_pool, job->pack, job->pack_size);
+    if (job->pack.buf) /* no batch took the packed buffer */
+        emlio__srv_pack_put(&self->core->pack_pool, job->pack.buf,
+                            job->pack.size);
     /* A job that ends without a batch (an error, a tensor, a drop) gives
      * its copy charge back here; a batch's token took it over. */
-    emlio__srv_copy_release(&job->charge);
-    emlio__srv_copy_acct_unref(&job->waits_on);
+    emlio__srv_copy_release(&job->copy.charge);
+    emlio__srv_copy_acct_unref(&job->copy.waits_on);
     emlio__srv_xf_job_free(job);
     emlio__wire_msg_release(&job->msg);
     zmq_msg_close(&job->header);
@@ -822,26 +824,24 @@ emlio__srv_job_free(emlio_server_t *self, emlio__job_t *job)
 void
 emlio__srv_job_drop(emlio_server_t *self, emlio__job_t *job)
 {
-    if (job->dispatched) /* its window slot, given back without a reply */
-        emlio__srv_jobs_reply_left(job->tjob, job->fq.cost);
+    if (job->sched.dispatched) /* its window slot, given back without a reply */
+        emlio__srv_jobs_reply_left(job->sched.tjob, job->sched.fq.cost);
     zmq_msg_close(&job->identity);
     emlio__srv_job_free(self, job);
 }
 
 /* Hands a job the read stage has finished (views, or an error) to the next
- * stage. THE SEAM for a transform stage (see server_internal.h): today the
- * next stage is serialization; a transform pool would take the job here
- * (its own bounded queue, its own threads below the readers in priority),
- * turn the views into one owned block view, and push the job on to
- * ser_queue. A job with an error skips the transform and goes straight
- * to the serializer, which answers ERROR. Blocking on a full queue is the
- * daemon's backpressure. */
+ * stage: the transform stage for a GET with a transform (server_xf.c: the
+ * pool, niced below the readers, makes one block of its samples and pushes
+ * the job on to ser_queue), else the serializers. A job with an error
+ * skips the transform and goes straight to the serializer, which answers
+ * ERROR. Blocking on a full queue is the daemon's backpressure. */
 static void
 s_read_done(emlio_server_t *self, emlio__job_t *job)
 {
     /* A GET with a transform goes to the transform pool, which pushes it
      * on to ser_queue when its last sample is done. */
-    if (job->code == 0 && job->xf && emlio__srv_xf_start(self, job))
+    if (job->code == 0 && job->xf.spec && emlio__srv_xf_start(self, job))
         return;
     if (emlio__queue_push(self->thr.ser_queue, job) < 0)
         emlio__srv_job_drop(self, job);

@@ -1,7 +1,7 @@
 /* server_request.c - the frontend thread, the only one that touches the
- * client socket: HELLO answered with WELCOME, GET admitted (credits,
- * readahead) and passed to a reader, finished replies forwarded to their
- * clients and the idle expiry run between polls (shards are watched by
+ * client socket: HELLO answered with WELCOME, GET decoded and put to the
+ * gate (server_gate.c), finished replies forwarded to their clients and
+ * the idle expiry run between polls (shards are watched by
  * the shard cache's own thread: shard_cache.h).
  * SPDX-License-Identifier: MIT
  */
@@ -71,77 +71,6 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
     int rc = s_send_error_reply(self, peer, identity, id, code, text);
     if (rc == -EAGAIN && peer)
         emlio__srv_peer_flooding(self, peer);
-}
-
-/* The chunk of shard i that holds record r: records per chunk from the
- * shard's mean record size, so a chunk is about EMLIO__SRV_RA_CHUNK bytes.
- * Sets *per to the records per chunk. Returns the chunk's stamp, or NULL
- * (out of memory: the caller advises the record alone). */
-static uint32_t *
-s_ra_chunk(emlio_server_t *self, uint32_t i, uint64_t r, size_t *per)
-{
-    const emlio__shard_t *shard = &self->core->set.shards[i];
-    size_t count = emlio__shard_count(shard);
-    uint64_t mean = emlio__shard_size(shard) / EMLIO_MAX(count, 1);
-    *per = (size_t)EMLIO_MAX(EMLIO__SRV_RA_CHUNK / EMLIO_MAX(mean, 1), 1);
-    if (!self->adm.ra_stamp) {
-        self->adm.ra_stamp =
-            emlio_calloc(self->core->set.n, sizeof(*self->adm.ra_stamp));
-        self->adm.ra_t0_ns = emlio__now_ns();
-        if (!self->adm.ra_stamp)
-            return NULL;
-        self->adm.ra_n = self->core->set.n;
-    }
-    if (!self->adm.ra_stamp[i]) {
-        self->adm.ra_stamp[i] =
-            emlio_calloc(count / *per + 1, sizeof(**self->adm.ra_stamp));
-        if (!self->adm.ra_stamp[i])
-            return NULL;
-    }
-    return &self->adm.ra_stamp[i][r / *per];
-}
-
-/* Plan-driven readahead: the client asks for batches well before it needs
- * them, so telling the kernel now which records are coming overlaps the
- * disk with the work on earlier batches. One madvise per record was a
- * system call per sample (16% of the daemon at 512 B samples, with the
- * data in the page cache): a record's whole chunk (~1 MiB of its shard) is
- * advised instead, at most once per EMLIO__SRV_RA_REFRESH_MS, and the
- * plan's shuffle window reads the rest of the chunk soon anyway. Items
- * are checked later; bad ones are skipped here. */
-static void
-s_readahead(emlio_server_t *self, const emlio__wire_msg_t *get)
-{
-    uint32_t now_ms = 0;
-    for (size_t i = 0; i < get->n_items; i++) {
-        const emlio__wire_item_t *item = &get->items[i];
-        if (item->shard >= self->core->set.n)
-            continue;
-        const emlio__shard_t *shard = &self->core->set.shards[item->shard];
-        size_t count = emlio__shard_count(shard);
-        /* A shard read with exact reads gets none: a chunk of readahead
-         * per record is what read a cold dataset 16-64 times over. Nor
-         * does one served from its mapping while the dataset is read
-         * (--io auto found it resident): advice would pull its missing
-         * chunks into a page cache the dataset does not fit. */
-        if (item->record >= count || emlio__shard_reads_io(shard) ||
-            atomic_load_explicit(&self->core->io_reading, memory_order_relaxed))
-            continue;
-        size_t per = 1;
-        uint32_t *stamp = s_ra_chunk(self, item->shard, item->record, &per);
-        if (!now_ms)
-            now_ms = (uint32_t)((emlio__now_ns() - self->adm.ra_t0_ns) /
-                                1000000ull) +
-                     1;
-        if (stamp && *stamp && now_ms - *stamp < EMLIO__SRV_RA_REFRESH_MS)
-            continue;
-        size_t first =
-            stamp ? (size_t)(item->record / per * per) : (size_t)item->record;
-        size_t n = stamp ? EMLIO_MIN(per, count - first) : 1;
-        emlio__shard_advise(shard, first, n, EMLIO_ADVISE_WILLNEED);
-        if (stamp)
-            *stamp = now_ms;
-    }
 }
 
 /* HELLO: admits the connection (alone, or into its client's session) and
@@ -314,10 +243,7 @@ s_frontend_request(emlio_server_t *self, void *work)
      * almost nothing and cannot outrun it (the receive queue is unbounded:
      * see emlio_server_bind). A reading client is never affected: it always
      * gets one reply per request. */
-    emlio__peer_t *known =
-        emlio__srv_peer_find(self, zmq_msg_data(&job->identity),
-                             zmq_msg_size(&job->identity), false);
-    if (known && known->stalled && known->outstanding >= self->cfg.max_credit) {
+    if (emlio__srv_gate_unread(self, &job->identity)) {
         atomic_fetch_add(&self->count.errors, 1);
         goto drop;
     }
@@ -341,59 +267,19 @@ s_frontend_request(emlio_server_t *self, void *work)
                                "unexpected message type from a client");
         goto drop_header;
     }
-    rc = emlio__srv_xf_admit(self, job, err);
-    if (rc < 0) {
-        s_frontend_reply_error(self, &job->identity, job->msg.id, rc, err);
+    emlio__peer_t *peer;
+    emlio__refusal_t why;
+    switch (emlio__srv_gate_get(self, job, &peer, &why)) {
+    case EMLIO__GATE_GO:
+        (void)emlio__srv_gate_dispatch(self, work, job, peer);
+        return; /* the scheduler or a worker owns the job now (or it went) */
+    case EMLIO__GATE_PARK:
+        return; /* the gate holds it until the copy budget has room */
+    case EMLIO__GATE_REFUSE:
+        s_frontend_reply_error(self, &job->identity, job->msg.id, why.code,
+                               why.text);
         goto drop_header;
     }
-    emlio__peer_t *peer = emlio__srv_peer_find(
-        self, zmq_msg_data(&job->identity), zmq_msg_size(&job->identity), true);
-    if (!peer || peer->outstanding >= self->cfg.max_credit) {
-        char text[128];
-        if (!peer)
-            snprintf(text, sizeof(text),
-                     "too many client connections (limit %" PRIu32 ")",
-                     self->cfg.max_clients);
-        else
-            snprintf(text, sizeof(text),
-                     "too many outstanding requests (limit %" PRIu32 ")",
-                     self->cfg.max_credit);
-        /* A refusal for credit has its own code: the client asks again on
-         * it and on nothing else (its text is for people, not peers). */
-        s_frontend_reply_error(self, &job->identity, job->msg.id,
-                               peer ? EMLIO_ECREDIT : EMLIO_ELIMIT, text);
-        goto drop_header;
-    }
-    job->fields = peer->fields;
-    if (job->xf && job->fields) {
-        s_frontend_reply_error(self, &job->identity, job->msg.id, EMLIO_EINVAL,
-                               "transforms decode the one default field of "
-                               "a sample; this client asked for fields");
-        goto drop_header;
-    }
-    peer->outstanding++;
-    /* The only place the count grows, so a peer that ever has two GETs
-     * unanswered is seen here. */
-    emlio__srv_peer_coalesce(self, peer);
-    /* Raw samples go packed (a tensor batch is one frame already). */
-    job->packed = !job->xf;
-    job->pack_max = job->packed ? peer->pack_max : 0;
-    char text[EMLIO_ERRMSG_LEN];
-    rc = emlio__srv_copy_admit(self, job, peer, text, sizeof(text));
-    if (rc < 0) {
-        peer->outstanding--;
-        s_frontend_reply_error(self, &job->identity, job->msg.id, rc, text);
-        goto drop_header;
-    }
-    if (self->cfg.readahead)
-        s_readahead(self, &job->msg);
-    if (rc == 1)
-        return; /* parked until the copy budget has room */
-    if (emlio__srv_jobs_submit(self, work, job, peer) < 0) {
-        peer->outstanding--;
-        goto drop;
-    }
-    return; /* the scheduler or a worker owns the job now */
 drop:
     zmq_msg_close(&job->identity);
 drop_header:
@@ -615,8 +501,8 @@ emlio__srv_frontend_main(void *arg)
         if (n_items == 4 && (items[3].revents & ZMQ_POLLIN))
             emlio__srv_jobs_kick(self, work);
         /* Replies freed budget: parked GETs go first, in order. */
-        if (self->adm.n_pending)
-            emlio__srv_copy_pending_run(self, work);
+        if (self->adm.n_parked)
+            emlio__srv_gate_parked_run(self, work);
         for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); i++) {
             s_frontend_request(self, work);
             int events = 0;
@@ -627,7 +513,7 @@ emlio__srv_frontend_main(void *arg)
             items[0].revents = (short)(events & ZMQ_POLLIN);
         }
     }
-    emlio__srv_copy_pending_drop(self);
+    emlio__srv_gate_parked_drop(self);
     emlio__srv_jobs_drop_queued(self);
     return NULL;
 }

@@ -32,10 +32,10 @@ emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text)
                              self->own.fields_spec);
     const emlio_transform_t *t = NULL;
     int rc = emlio__xfspec_lookup(&self->xf, get->xf_spec, get->xf_spec_len, &t,
-                                  &job->xf_users, text);
+                                  &job->xf.users, text);
     if (rc < 0)
         return rc;
-    job->xf = t;
+    job->xf.spec = t;
     job->srv = self;
     return 0;
 }
@@ -53,19 +53,19 @@ s_block_free(void *data, void *hint)
 static void
 s_xf_judge(emlio_server_t *self, emlio__job_t *job)
 {
-    emlio__xf_job_t *xj = &job->xf_job;
-    size_t out = emlio_transform_output_bytes(job->xf);
+    emlio__xf_job_t *xj = &job->xf.run;
+    size_t out = emlio_transform_output_bytes(job->xf.spec);
     bool skip = self->cfg.on_corrupt == EMLIO_ON_CORRUPT_SKIP;
     size_t k = 0;
     for (size_t i = 0; i < xj->n; i++) {
         const emlio__xf_sample_t *s = &xj->samples[i];
-        const emlio__wire_sample_t *w = &job->xf_wire[i];
+        const emlio__wire_sample_t *w = &job->xf.wire[i];
         const emlio__shard_t *shard = &self->core->set.shards[w->shard];
         if (s->rc == 0) {
             if (k != i)
                 memmove(xj->block + k * out, xj->block + i * out, out);
-            job->xf_wire[k] = *w;
-            job->xf_wire[k].crc = s->crc;
+            job->xf.wire[k] = *w;
+            job->xf.wire[k].crc = s->crc;
             k++;
             continue;
         }
@@ -91,7 +91,7 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
                      "cannot decode %.200s: %.280s", where, why);
         }
     }
-    job->xf_kept = k;
+    job->xf.kept = k;
     for (size_t i = 0; i < job->n_views * job->per; i++)
         emlio__srv_view_release(self, &job->views[i]);
     job->n_views = 0;
@@ -114,10 +114,10 @@ emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
 {
     size_t n = job->n_views;
     size_t per = job->per;
-    size_t out = emlio_transform_output_bytes(job->xf);
-    job->xf_samples = emlio_calloc(n ? n : 1, sizeof(*job->xf_samples));
-    job->xf_wire = emlio_calloc(n ? n : 1, sizeof(*job->xf_wire));
-    uint8_t *block = job->xf_samples && job->xf_wire
+    size_t out = emlio_transform_output_bytes(job->xf.spec);
+    job->xf.samples = emlio_calloc(n ? n : 1, sizeof(*job->xf.samples));
+    job->xf.wire = emlio_calloc(n ? n : 1, sizeof(*job->xf.wire));
+    uint8_t *block = job->xf.samples && job->xf.wire
                          ? emlio__xf_block_get(self->xf.blocks, n * out)
                          : NULL;
     if (!block) {
@@ -128,23 +128,23 @@ emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
     for (size_t i = 0; i < n; i++) {
         const emlio__view_t *v = &job->views[i * per];
         const char *name = self->core->set.shards[v->shard].name;
-        job->xf_samples[i] = (emlio__xf_sample_t){
+        job->xf.samples[i] = (emlio__xf_sample_t){
             v->data, v->len, emlio_transform_sample_key(name, v->record), 0, 0
         };
-        job->xf_wire[i] =
+        job->xf.wire[i] =
             (emlio__wire_sample_t){ v->shard, v->record, v->label, 0 };
     }
-    job->xf_job = (emlio__xf_job_t){ .transform = job->xf,
+    job->xf.run = (emlio__xf_job_t){ .transform = job->xf.spec,
                                      .ws_max_bytes = self->xf.ws_max_bytes,
                                      .seed = job->msg.xf_seed,
                                      .epoch = job->msg.xf_epoch,
-                                     .samples = job->xf_samples,
+                                     .samples = job->xf.samples,
                                      .n = n,
                                      .block = block,
                                      .want_crc = true,
                                      .done = s_xf_done,
                                      .userdata = job };
-    int rc = emlio__xf_job_start(&job->xf_job, self->xf.pool);
+    int rc = emlio__xf_job_start(&job->xf.run, self->xf.pool);
     if (rc < 0) {
         job->code = rc;
         snprintf(job->text, sizeof(job->text), "cannot transform: %s",
@@ -157,15 +157,15 @@ emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
 bool
 emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
 {
-    size_t n = job->xf_kept;
-    size_t out = emlio_transform_output_bytes(job->xf);
-    emlio__wire_tensor_t shape = { emlio_transform_height(job->xf),
-                                   emlio_transform_width(job->xf), 3,
-                                   (uint64_t)atomic_load(&job->xf_job.cpu_ns) };
+    size_t n = job->xf.kept;
+    size_t out = emlio_transform_output_bytes(job->xf.spec);
+    emlio__wire_tensor_t shape = { emlio_transform_height(job->xf.spec),
+                                   emlio_transform_width(job->xf.spec), 3,
+                                   (uint64_t)atomic_load(&job->xf.run.cpu_ns) };
     emlio_buf_t buf = EMLIO_BUF_INIT;
     zmq_msg_t header, frame;
     if (emlio__wire_encode_batch_tensor(
-            &buf, job->msg.id, job->xf_wire, n, &shape,
+            &buf, job->msg.id, job->xf.wire, n, &shape,
             emlio__srv_job_io(self->core, job)) < 0 ||
         emlio__srv_header_msg(&header, &buf) < 0) {
         emlio_buf_release(&buf);
@@ -175,9 +175,9 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
     }
     /* Zero-copy: the frame gives the block back to its pool when ZeroMQ
      * is done with it (the pool outlives the server if need be). */
-    (void)zmq_msg_init_data(&frame, job->xf_job.block, n * out, s_block_free,
+    (void)zmq_msg_init_data(&frame, job->xf.run.block, n * out, s_block_free,
                             NULL);
-    job->xf_job.block = NULL;
+    job->xf.run.block = NULL;
     /* Counted before the send, as plain batches are (server_pipeline.c). */
     atomic_fetch_add(&self->count.requests, 1);
     atomic_fetch_add(&self->count.samples, n);
@@ -189,14 +189,14 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
 void
 emlio__srv_xf_job_free(emlio__job_t *job)
 {
-    if (job->xf_users) /* the spec may be evicted once nobody uses it */
-        atomic_fetch_sub(job->xf_users, 1);
-    job->xf_users = NULL;
-    emlio__xf_block_put(job->xf_job.block);
-    job->xf_job.block = NULL;
-    emlio__xf_job_cleanup(&job->xf_job);
-    emlio_free(job->xf_samples);
-    emlio_free(job->xf_wire);
-    job->xf_samples = NULL;
-    job->xf_wire = NULL;
+    if (job->xf.users) /* the spec may be evicted once nobody uses it */
+        atomic_fetch_sub(job->xf.users, 1);
+    job->xf.users = NULL;
+    emlio__xf_block_put(job->xf.run.block);
+    job->xf.run.block = NULL;
+    emlio__xf_job_cleanup(&job->xf.run);
+    emlio_free(job->xf.samples);
+    emlio_free(job->xf.wire);
+    job->xf.samples = NULL;
+    job->xf.wire = NULL;
 }

@@ -840,7 +840,8 @@ s_packed_job(emlio__wire_item_t *items, uint32_t shard)
 {
     for (uint32_t r = 0; r < RECORDS; r++)
         items[r] = (emlio__wire_item_t){ shard, r };
-    emlio__job_t job = { .packed = true, .pack_max = EMLIO_SERVER_PACK_LARGE };
+    emlio__job_t job = { .pack = { .on = true,
+                                   .max = EMLIO_SERVER_PACK_LARGE } };
     job.msg.items = items;
     job.msg.n_items = RECORDS;
     return job;
@@ -958,14 +959,14 @@ test_server_packing_never_waits_for_the_budget(void **state)
     for (int k = 0; k < 4; k++) {
         jobs[k] = s_packed_job(items, 0);
         /* Admitted at once (0), none parked to wait (1). */
-        assert_int_equal(
-            emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)), 0);
-        assert_int_equal(jobs[k].pack_cap, want[k]);
-        assert_int_equal(jobs[k].charge.bytes, want[k]);
+        assert_int_equal(emlio__srv_copy_admit(srv, &jobs[k], &peer, false,
+                                               text, sizeof(text)),
+                         0);
+        assert_int_equal(jobs[k].pack.cap, want[k]);
+        assert_int_equal(jobs[k].copy.charge.bytes, want[k]);
     }
-    assert_int_equal(srv->adm.n_pending, 0);
     for (int k = 0; k < 4; k++)
-        emlio__srv_copy_release(&jobs[k].charge);
+        emlio__srv_copy_release(&jobs[k].copy.charge);
     assert_int_equal(atomic_load(&peer.copy->bytes), 0);
     emlio__srv_copy_acct_unref(&peer.copy);
     emlio_server_destroy(&srv);
@@ -1005,26 +1006,34 @@ test_server_packing_leaves_the_budget_to_parked_gets(void **state)
     emlio__job_t jobs[4];
     for (int k = 0; k < 3; k++) { /* shard 1: copies, charged 1.5 MB */
         jobs[k] = s_packed_job(items[k], 1);
-        assert_int_equal(
-            emlio__srv_copy_admit(srv, &jobs[k], &peer, text, sizeof(text)),
-            k == 2);
+        /* The third does not fit: the gate would park it (1). */
+        assert_int_equal(emlio__srv_copy_admit(srv, &jobs[k], &peer, false,
+                                               text, sizeof(text)),
+                         k == 2);
     }
-    assert_int_equal(jobs[0].charge.bytes, cfg.max_copy_bytes / 2);
-    assert_int_equal(srv->adm.n_pending, 1);
-    assert_int_equal(jobs[2].pack_cap, 0);
-    emlio__srv_copy_release(&jobs[0].charge);
+    assert_int_equal(jobs[0].copy.charge.bytes, cfg.max_copy_bytes / 2);
+    assert_int_equal(jobs[2].pack.cap, 0);
+    assert_int_equal(jobs[2].copy.charge.bytes, 0);
+    emlio__srv_copy_release(&jobs[0].copy.charge);
+    /* With the third parked (queued), a GET of the leased shard 0 packs
+     * nothing. */
     jobs[3] = s_packed_job(items[3], 0);
     assert_int_equal(
-        emlio__srv_copy_admit(srv, &jobs[3], &peer, text, sizeof(text)), 0);
-    assert_int_equal(jobs[3].pack_cap, 0);
-    assert_int_equal(jobs[3].charge.bytes, 0);
-    /* What the release freed is still there for the parked GET. */
-    assert_true(atomic_load(&peer.copy->bytes) + jobs[2].copy_want <=
+        emlio__srv_copy_admit(srv, &jobs[3], &peer, true, text, sizeof(text)),
+        0);
+    assert_int_equal(jobs[3].pack.cap, 0);
+    assert_int_equal(jobs[3].copy.charge.bytes, 0);
+    /* What the release freed is still there for the parked GET, which the
+     * gate's way out then charges. */
+    assert_true(atomic_load(&peer.copy->bytes) + jobs[2].copy.want <=
                 cfg.max_copy_bytes);
-    srv->adm.n_pending = 0;            /* never started: nothing sends it */
-    emlio__srv_copy_pending_drop(srv); /* frees the list */
-    emlio__srv_copy_acct_unref(&jobs[2].waits_on);
-    emlio__srv_copy_release(&jobs[1].charge);
+    assert_true(emlio__srv_copy_charge_if_fits(srv, &jobs[2], peer.copy));
+    assert_int_equal(jobs[2].copy.charge.bytes, jobs[2].copy.want);
+    /* And no more than the budget's rest fits now. */
+    jobs[0].copy.want = cfg.max_copy_bytes - atomic_load(&peer.copy->bytes) + 1;
+    assert_false(emlio__srv_copy_charge_if_fits(srv, &jobs[0], peer.copy));
+    emlio__srv_copy_release(&jobs[2].copy.charge);
+    emlio__srv_copy_release(&jobs[1].copy.charge);
     emlio__srv_copy_acct_unref(&peer.copy);
     emlio_server_destroy(&srv);
     emlio_ctx_destroy(&ctx);
