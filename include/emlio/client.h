@@ -119,8 +119,9 @@ typedef struct emlio_client_config {
      * for in parts of about this many bytes (by the dataset's mean sample
      * size), spread over the streams and reassembled here, so that each
      * part is checked while it is still in the CPU's cache at both ends:
-     * over loopback, batches of 256 x 110 KB cost 0.67-0.70 CPU-s/GB as one
-     * GET and ~0.5 in parts (docs/performance.md). 0 (default) = 2 MiB;
+     * over loopback, batches of 256 x 110 KB cost 0.68-0.70 CPU-s/GB as one
+     * GET and 0.53-0.58 in parts (docs/performance.md, "A batch in parts").
+     * 0 (default) = 2 MiB;
      * UINT64_MAX = one GET per daemon per batch. Parts never make a batch
      * look different to the caller. */
     uint64_t request_bytes;

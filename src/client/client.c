@@ -319,7 +319,7 @@ emlio_client_begin_epoch(emlio_client_t *self, uint64_t epoch)
     if (!self->inv.n_shards)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "connect before starting an epoch");
-    int rc = emlio__window_check_batch(self);
+    int rc = emlio__budget_check_batch(self);
     if (rc < 0)
         return rc;
     emlio__client_xf_begin_epoch(&self->xf, s_path_rate(self),
@@ -404,7 +404,7 @@ s_next(emlio_client_t *self, emlio_batch_t **batch_out)
                 self->fig.first_batch_ns = now;
             if (waited)
                 self->fig.wait_ns += now - wait_start;
-            emlio__window_adapt(self, starved);
+            emlio__budget_adapt(self, starved);
             *batch_out = b;
             return 1;
         }
@@ -433,7 +433,7 @@ s_next(emlio_client_t *self, emlio_batch_t **batch_out)
         int left = (int)((limit - (now - last_progress)) / 1000000) + 1;
         /* Parts held back while streams join are sent when they have
          * joined, or when the wait for them ends (client_budget.c). */
-        int join_ms = emlio__window_join_wait_ms(self, now);
+        int join_ms = emlio__budget_join_wait_ms(self, now);
         if (join_ms >= 0 && join_ms < left)
             left = join_ms;
         rc = zmq_poll(self->conn.poll, (int)s_poll_items(self), left);
@@ -555,17 +555,17 @@ emlio_client_streams(const emlio_client_t *self, emlio_stream_stats_t *out,
                 continue;
             emlio__netpath_info_t info;
             double rtt = 0;
-            if (daemon->fd[s] >= 0 &&
-                emlio__netpath_info(daemon->fd[s], &info) == 0)
+            if (daemon->streams[s].fd >= 0 &&
+                emlio__netpath_info(daemon->streams[s].fd, &info) == 0)
                 rtt = info.rtt_us / 1e3;
             out[n] = (emlio_stream_stats_t){
                 .daemon = d,
                 .stream = s,
-                .ready = daemon->ready[s],
-                .io_thread = daemon->lane[s],
-                .mb_per_s = daemon->rx_rate[s] / 1e6,
+                .ready = daemon->streams[s].ready,
+                .io_thread = daemon->streams[s].lane,
+                .mb_per_s = daemon->streams[s].rx_rate / 1e6,
                 .rtt_ms = rtt,
-                .bytes = daemon->rx_bytes[s],
+                .bytes = daemon->streams[s].rx_bytes,
             };
         }
     }

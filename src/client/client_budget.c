@@ -9,12 +9,13 @@
 /* The auto-sized window never exceeds this many bytes in flight. */
 #define S_MAX_INFLIGHT_BYTES (512ull << 20)
 /* Rate growth that justifies growing the window further while the
- * consumer starves (emlio__window_adapt). */
+ * consumer starves (emlio__budget_adapt). */
 #define S_WINDOW_MIN_GAIN    0.05
 /* Bytes one GET asks for unless cfg.request_bytes says otherwise: parts of
  * 1.8-3.5 MB (16-32 samples of 110 KB) cost the least CPU per byte over
- * loopback; a whole batch of 28 MB cost 40% more, its bytes out of cache
- * when checked; below ~1 MB the cost per GET shows (docs/performance.md). */
+ * loopback (0.49 CPU-s/GB); a whole batch of 28 MB as one GET cost 0.73,
+ * its bytes out of cache when checked (docs/performance.md, "A batch in
+ * parts"). Smaller parts pay the fixed cost of a GET more often. */
 #define S_PART_BYTES         (2ull << 20)
 
 /* The most batches worth having in flight over `streams` streams: a
@@ -105,7 +106,7 @@ s_mean_bytes(const emlio_client_t *self, uint64_t *records)
 }
 
 int
-emlio__window_check_batch(emlio_client_t *self)
+emlio__budget_check_batch(emlio_client_t *self)
 {
     uint64_t records;
     s_split_parts(self, s_mean_bytes(self, &records));
@@ -127,7 +128,7 @@ emlio__window_check_batch(emlio_client_t *self)
 
 /* Sizes the window bounds from the daemons' credits and a memory cap. */
 void
-emlio__window_init(emlio_client_t *self)
+emlio__budget_init(emlio_client_t *self)
 {
     uint64_t records;
     uint64_t mean = s_mean_bytes(self, &records);
@@ -138,7 +139,7 @@ emlio__window_init(emlio_client_t *self)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         uint32_t ready = 0;
         for (uint32_t k = 0; k < self->conn.daemons[d].n_streams; k++)
-            ready += self->conn.daemons[d].ready[k];
+            ready += self->conn.daemons[d].streams[k].ready;
         credits = EMLIO_MIN(credits, self->conn.daemons[d].max_credit * ready);
     }
     credits /= self->win.parts_max;
@@ -154,7 +155,7 @@ emlio__window_init(emlio_client_t *self)
          * first epoch is sized for, from the first RTT sample: growing from
          * a few batches would take many round trips on a long path (no
          * serial warm-up), while on a short one this is a few batches.
-         * Then grow while the consumer starves (emlio__window_adapt). */
+         * Then grow while the consumer starves (emlio__budget_adapt). */
         uint64_t streams =
             (uint64_t)self->conn.tuner.min_streams * self->conn.n_daemons;
         uint64_t start = EMLIO_MAX(4, 2 * streams);
@@ -169,10 +170,10 @@ emlio__window_init(emlio_client_t *self)
 /* The auto-sized window keeps what it grew to, within the bounds of now
  * (streams, and so credits, may have been added). */
 void
-emlio__window_rebound(emlio_client_t *self)
+emlio__budget_rebound(emlio_client_t *self)
 {
     uint32_t window = self->win.limit;
-    emlio__window_init(self);
+    emlio__budget_init(self);
     /* Streams were added, or a new epoch begins: growth may pay again. */
     self->win.grow_rate = 0;
     self->win.grown_out = false;
@@ -184,15 +185,16 @@ emlio__window_rebound(emlio_client_t *self)
  * (connect to WELCOME: a few round trips) ends; 0 when none is joining.
  * Until then a batch's parts wait for them rather than all queue on the
  * streams already joined: at 100 ms a batch of 1024 x 110 KB sent on
- * stream 0 alone took 1.5-1.9 s to arrive, one TCP window per round trip,
- * against 0.7 s spread over the streams (docs/performance.md). Bounded,
+ * stream 0 alone took up to 1.9 s to arrive (0.69-1.92 s), one TCP window
+ * per round trip, against 0.75-0.79 s spread over the streams
+ * (docs/performance.md, "A batch in parts"). Bounded,
  * so a stream that never joins delays nothing for long. */
 static uint64_t
 s_join_deadline(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
 {
     bool joining = false;
     for (uint32_t k = 0; k < daemon->n_streams && !joining; k++)
-        joining = !daemon->ready[k] && !daemon->down[k];
+        joining = !daemon->streams[k].ready && !daemon->streams[k].down;
     if (!joining || !daemon->opened_ns)
         return 0;
     /* TCP's handshake, ZeroMQ's (ZMTP greetings, and CURVE's when on),
@@ -203,7 +205,7 @@ s_join_deadline(const emlio_client_t *self, const emlio__cdaemon_t *daemon)
 }
 
 int
-emlio__window_join_wait_ms(const emlio_client_t *self, uint64_t now)
+emlio__budget_join_wait_ms(const emlio_client_t *self, uint64_t now)
 {
     uint64_t first = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
@@ -246,17 +248,17 @@ s_stream_cap(const emlio_client_t *self, const emlio__cdaemon_t *daemon,
  * while it is down would reach the daemon after reconnecting together
  * with their resends (emlio__window_resend), two credits for one. */
 uint32_t
-emlio__window_free_stream(const emlio_client_t *self,
+emlio__budget_free_stream(const emlio_client_t *self,
                           const emlio__cdaemon_t *daemon, uint64_t now)
 {
     uint64_t cap = s_stream_cap(self, daemon, now);
     uint32_t best = UINT32_MAX;
     for (uint32_t k = 0; k < daemon->n_streams; k++) {
-        if (!daemon->ready[k] || daemon->down[k] ||
-            daemon->sock_outstanding[k] >= cap)
+        if (!daemon->streams[k].ready || daemon->streams[k].down ||
+            daemon->streams[k].outstanding >= cap)
             continue;
         if (best == UINT32_MAX ||
-            daemon->sock_outstanding[k] < daemon->sock_outstanding[best])
+            daemon->streams[k].outstanding < daemon->streams[best].outstanding)
             best = k;
     }
     return best;
@@ -266,10 +268,10 @@ emlio__window_free_stream(const emlio_client_t *self,
  * a batch, whichever daemons hold its samples, can be requested now
  * without any connection going past the credits its daemon grants
  * (WELCOME max_credit): each of its parts then finds a stream in
- * emlio__window_free_stream. The window's bounds are sized from the same
- * credits (emlio__window_init); this holds even while streams are down. */
+ * emlio__budget_free_stream. The window's bounds are sized from the same
+ * credits (emlio__budget_init); this holds even while streams are down. */
 bool
-emlio__window_has_credit(const emlio_client_t *self)
+emlio__budget_has_credit(const emlio_client_t *self)
 {
     uint64_t now = emlio__now_ns();
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
@@ -277,9 +279,9 @@ emlio__window_has_credit(const emlio_client_t *self)
         uint64_t cap = s_stream_cap(self, daemon, now);
         uint64_t left = 0;
         for (uint32_t k = 0; k < daemon->n_streams; k++)
-            if (daemon->ready[k] && !daemon->down[k] &&
-                daemon->sock_outstanding[k] < cap)
-                left += cap - daemon->sock_outstanding[k];
+            if (daemon->streams[k].ready && !daemon->streams[k].down &&
+                daemon->streams[k].outstanding < cap)
+                left += cap - daemon->streams[k].outstanding;
         if (left < EMLIO_MAX(self->win.parts_max, 1))
             return false;
     }
@@ -292,7 +294,7 @@ emlio__window_has_credit(const emlio_client_t *self)
  * Tensors the daemons decode stay one part per daemon: each GET comes back
  * as one block, handed over without a copy only when it is the batch's. */
 void
-emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
+emlio__budget_make_parts(emlio_client_t *self, emlio_batch_t *b,
                          const emlio_plan_sample_t *plan, size_t n)
 {
     uint32_t share[EMLIO__CLIENT_MAX_DAEMONS] = { 0 };
@@ -337,7 +339,7 @@ emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
  * full, toward about twice the bandwidth-delay product measured as
  * (batches delivered per second) x (fastest request round trip). */
 void
-emlio__window_adapt(emlio_client_t *self, bool starved)
+emlio__budget_adapt(emlio_client_t *self, bool starved)
 {
     if (self->cfg.inflight)
         return;
@@ -348,7 +350,7 @@ emlio__window_adapt(emlio_client_t *self, bool starved)
     uint32_t streams = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         for (uint32_t k = 0; k < self->conn.daemons[d].n_streams; k++)
-            streams += self->conn.daemons[d].ready[k];
+            streams += self->conn.daemons[d].streams[k].ready;
     uint64_t batches = self->win.n_delivered - self->win.adapt_batches;
     double rate = (double)batches * 1e9 / (double)dt;
     double bdp = rate * (double)self->win.min_latency_ns / 1e9;

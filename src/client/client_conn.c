@@ -20,12 +20,13 @@ emlio__client_disconnect(emlio_client_t *self)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         emlio__cdaemon_t *daemon = &self->conn.daemons[d];
         for (uint32_t s = 0; s < daemon->n_streams; s++) {
-            if (daemon->socks[s]) {
-                zmq_socket_monitor(daemon->socks[s], NULL, 0);
-                zmq_close(daemon->socks[s]);
+            emlio__cstream_t *st = &daemon->streams[s];
+            if (st->sock) {
+                zmq_socket_monitor(st->sock, NULL, 0);
+                zmq_close(st->sock);
             }
-            if (daemon->mons[s])
-                zmq_close(daemon->mons[s]);
+            if (st->mon)
+                zmq_close(st->mon);
         }
         emlio_free(daemon->endpoint);
         emlio_free(daemon->local_id);
@@ -75,8 +76,9 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
     void *sock = zmq_socket(zctx, ZMQ_DEALER);
     if (!sock)
         return -1;
-    daemon->socks[s] = sock;
-    daemon->fd[s] = -1;
+    emlio__cstream_t *st = &daemon->streams[s];
+    st->sock = sock;
+    st->fd = -1;
     daemon->n_streams = EMLIO_MAX(daemon->n_streams, s + 1);
     /* Credits bound what can be queued, so the high-water marks never need
      * to drop or block; heartbeats notice a dead peer; reconnects back off
@@ -88,8 +90,7 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
     int ipv6 = emlio__netpath_ipv6_endpoint(daemon->endpoint);
     /* Its I/O thread is fixed when it connects (iolanes.h). */
     uint64_t affinity;
-    daemon->lane[s] =
-        (uint8_t)emlio__iolanes_place(&self->conn.lanes, &affinity);
+    st->lane = (uint8_t)emlio__iolanes_place(&self->conn.lanes, &affinity);
     if (zmq_setsockopt(sock, ZMQ_AFFINITY, &affinity, sizeof(affinity)) != 0 ||
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
         zmq_setsockopt(sock, ZMQ_IPV6, &ipv6, sizeof(ipv6)) != 0 ||
@@ -130,7 +131,7 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
     void *mon = zmq_socket(zctx, ZMQ_PAIR);
     if (!mon)
         return -1;
-    daemon->mons[s] = mon;
+    st->mon = mon;
     if (zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0)
         return -1;
     if (zmq_connect(mon, ep) != 0)
@@ -142,16 +143,17 @@ s_open_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t d,
 static void
 s_close_stream(emlio_client_t *self, emlio__cdaemon_t *daemon, uint32_t s)
 {
-    if (daemon->socks[s]) {
-        emlio__iolanes_remove(&self->conn.lanes, daemon->lane[s]);
-        zmq_socket_monitor(daemon->socks[s], NULL, 0);
-        zmq_close(daemon->socks[s]);
+    emlio__cstream_t *st = &daemon->streams[s];
+    if (st->sock) {
+        emlio__iolanes_remove(&self->conn.lanes, st->lane);
+        zmq_socket_monitor(st->sock, NULL, 0);
+        zmq_close(st->sock);
     }
-    if (daemon->mons[s])
-        zmq_close(daemon->mons[s]);
-    daemon->socks[s] = daemon->mons[s] = NULL;
-    daemon->ready[s] = false;
-    daemon->fd[s] = -1;
+    if (st->mon)
+        zmq_close(st->mon);
+    st->sock = st->mon = NULL;
+    st->ready = false;
+    st->fd = -1;
     if (daemon->n_streams == s + 1)
         daemon->n_streams = s;
 }
@@ -184,7 +186,7 @@ s_send_hello(emlio_client_t *self, uint32_t d, uint32_t s)
     };
     if (emlio__wire_encode_hello(&self->scratch, &hello) < 0)
         return -ENOMEM;
-    while (zmq_send(self->conn.daemons[d].socks[s], self->scratch.data,
+    while (zmq_send(self->conn.daemons[d].streams[s].sock, self->scratch.data,
                     self->scratch.len, ZMQ_DONTWAIT) < 0)
         if (errno != EINTR)
             return -errno;
@@ -226,27 +228,28 @@ int
 emlio__client_handle_events(emlio_client_t *self, uint32_t d, uint32_t s)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
+    emlio__cstream_t *st = &daemon->streams[s];
     uint16_t event = 0;
     uint32_t value = 0;
     int rc;
-    while ((rc = s_read_event(daemon->mons[s], &event, &value)) > 0) {
+    while ((rc = s_read_event(st->mon, &event, &value)) > 0) {
         switch (event) {
         case ZMQ_EVENT_CONNECTED:
-            daemon->fd[s] = (int)value; /* for TCP_INFO */
+            st->fd = (int)value; /* for TCP_INFO */
             /* A reconnected stream, or one opened before the plan knew
              * the RTT, gets the buffer of the plan now (best effort). */
             (void)emlio__netpath_apply_recv((int)value, &self->conn.rcvbuf);
             break;
         case ZMQ_EVENT_DISCONNECTED:
-            daemon->fd[s] = -1;
-            daemon->down[s] = true;
+            st->fd = -1;
+            st->down = true;
             emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
                       "lost connection %u to daemon '%s'; reconnecting", s,
                       daemon->endpoint);
             break;
         case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
-            if (daemon->down[s]) {
-                daemon->down[s] = false;
+            if (st->down) {
+                st->down = false;
                 emlio_log(self->ctx, EMLIO_LOG_INFO, "client",
                           "reconnected %u to daemon '%s'; asking again for "
                           "what was in flight",
@@ -407,7 +410,7 @@ static int
 s_closed_before_hello(emlio_client_t *self, emlio__cdaemon_t *daemon,
                       uint32_t d)
 {
-    zmq_pollitem_t mon = { daemon->mons[0], 0, ZMQ_POLLIN, 0 };
+    zmq_pollitem_t mon = { daemon->streams[0].mon, 0, ZMQ_POLLIN, 0 };
     while (zmq_poll(&mon, 1, S_PROBE_MS) > 0) {
         int rc = emlio__client_handle_events(self, d, 0);
         if (rc < 0)
@@ -428,7 +431,7 @@ static int
 s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             emlio__wire_msg_t *msg, zmq_msg_t *frame, uint64_t deadline_ns)
 {
-    void *sock = daemon->socks[0];
+    void *sock = daemon->streams[0].sock;
     uint64_t t0 = emlio__now_ns();
     bool early = false; /* the first epoch's streams are open */
     /* ZeroMQ retries a refused connect quietly until connect_timeout_ms;
@@ -450,7 +453,8 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
         int left =
             now >= deadline_ns ? 0 : (int)((deadline_ns - now) / 1000000);
         zmq_pollitem_t items[2] = { { sock, 0, ZMQ_POLLIN, 0 },
-                                    { daemon->mons[0], 0, ZMQ_POLLIN, 0 } };
+                                    { daemon->streams[0].mon, 0, ZMQ_POLLIN,
+                                      0 } };
         int ready = 0;
         if (left > 0)
             while ((ready = zmq_poll(items, 2, left)) < 0 && errno == EINTR)
@@ -459,7 +463,7 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             int rc = emlio__client_handle_events(self, d, 0);
             if (rc < 0)
                 return rc;
-            if (!early && daemon->fd[0] >= 0) {
+            if (!early && daemon->streams[0].fd >= 0) {
                 early = true;
                 s_open_early(self, d);
             }
@@ -591,10 +595,11 @@ s_rebuild_poll(emlio_client_t *self)
     size_t i = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         for (uint32_t s = 0; s < self->conn.daemons[d].n_streams; s++, i++) {
-            poll[i] = (zmq_pollitem_t){ self->conn.daemons[d].socks[s], 0,
-                                        ZMQ_POLLIN, 0 };
-            poll[n + i] = (zmq_pollitem_t){ self->conn.daemons[d].mons[s], 0,
-                                            ZMQ_POLLIN, 0 };
+            poll[i] = (zmq_pollitem_t){ self->conn.daemons[d].streams[s].sock,
+                                        0, ZMQ_POLLIN, 0 };
+            poll[n + i] =
+                (zmq_pollitem_t){ self->conn.daemons[d].streams[s].mon, 0,
+                                  ZMQ_POLLIN, 0 };
             pd[i] = d;
             ps[i] = s;
         }
@@ -636,7 +641,7 @@ emlio__client_add_streams_each(emlio_client_t *self, const uint32_t *want)
                 break;
             }
             if (!daemon->max_streams)
-                daemon->ready[s] = true;
+                daemon->streams[s].ready = true;
             daemon->opened_ns = emlio__now_ns();
             added = true;
         }
@@ -744,7 +749,7 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
             return emlio__seterr(self->err, -errno,
                                  "cannot connect to '%s': %s", daemon->endpoint,
                                  zmq_strerror(errno));
-        daemon->ready[0] = true;
+        daemon->streams[0].ready = true;
     }
     return 0;
 }
@@ -917,7 +922,7 @@ s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
     daemon->max_credit = credit;
     daemon->max_batch = batch;
     if (self->current.n_batches)
-        emlio__window_rebound(self);
+        emlio__budget_rebound(self);
 }
 
 /* The daemon's answer to a stream's HELLO (ids of generation 0, or a
@@ -934,12 +939,12 @@ s_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
         return 1; /* not ours: ignore */
     if (msg->type == EMLIO_MSG_WELCOME) {
         s_take_limits(self, daemon, msg);
-        if (!daemon->ready[s]) {
-            daemon->ready[s] = true;
+        if (!daemon->streams[s].ready) {
+            daemon->streams[s].ready = true;
             emlio_log(self->ctx, EMLIO_LOG_DEBUG, "client",
                       "stream %" PRIu64 " of '%s' joined", s, daemon->endpoint);
             if (self->current.n_batches && !self->cfg.inflight)
-                emlio__window_rebound(self); /* more streams, more credits */
+                emlio__budget_rebound(self); /* more streams, more credits */
         }
         return 1;
     }
@@ -959,11 +964,11 @@ emlio__client_handshake_reply(emlio_client_t *self, uint32_t d, uint32_t stream,
      * refusal (id 0) on a stream still waiting for one is its HELLO's
      * too. */
     bool hello_id = EMLIO__ID_GEN(msg->id) == 0 && msg->id != 0;
-    bool answer =
-        (hello_id &&
-         (msg->type == EMLIO_MSG_WELCOME || msg->type == EMLIO_MSG_ERROR)) ||
-        (msg->id == 0 && msg->type == EMLIO_MSG_WELCOME) ||
-        (msg->id == 0 && msg->type == EMLIO_MSG_ERROR &&
-         msg->code == EMLIO_EVERSION && !self->conn.daemons[d].ready[stream]);
+    bool answer = (hello_id && (msg->type == EMLIO_MSG_WELCOME ||
+                                msg->type == EMLIO_MSG_ERROR)) ||
+                  (msg->id == 0 && msg->type == EMLIO_MSG_WELCOME) ||
+                  (msg->id == 0 && msg->type == EMLIO_MSG_ERROR &&
+                   msg->code == EMLIO_EVERSION &&
+                   !self->conn.daemons[d].streams[stream].ready);
     return answer ? s_joined(self, d, stream, msg) : 0;
 }

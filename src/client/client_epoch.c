@@ -186,7 +186,7 @@ emlio__epoch_fill_ahead(emlio_client_t *self)
     }
     while (self->win.n_slots < self->win.limit &&
            self->ahead.next_to_send < self->ahead.n_batches &&
-           emlio__window_has_credit(self)) {
+           emlio__budget_has_credit(self)) {
         int rc = emlio__window_request(self, &self->ahead,
                                        self->ahead.next_to_send++);
         if (rc < 0)

@@ -61,25 +61,26 @@
 
 /* ---- connections and streams (client_conn.c) --------------------------- */
 
+/* One stream to a daemon: a DEALER socket and what the client knows of
+ * its connection. */
+typedef struct emlio__cstream {
+    void *sock;             /* the DEALER */
+    void *mon;              /* PAIR receiving its connection events */
+    uint32_t outstanding;   /* GETs in flight: the daemon grants max_credit per
+                               connection */
+    bool down;              /* lost its connection; reconnecting */
+    bool ready;             /* may carry GETs: joined the session */
+    int fd;                 /* its TCP socket (TCP_INFO), or -1 */
+    uint8_t lane;           /* its I/O thread (iolanes.h) */
+    uint64_t rx_bytes;      /* sample bytes received */
+    uint64_t rx_bytes_tick; /* rx_bytes at the last tuner tick */
+    double rx_rate;         /* bytes/s over the last tuner tick */
+} emlio__cstream_t;
+
 typedef struct emlio__cdaemon {
     char *endpoint;
-    uint32_t n_streams;                                   /* streams opened */
-    void *socks[EMLIO__CLIENT_MAX_STREAMS];               /* one DEALER each */
-    uint32_t sock_outstanding[EMLIO__CLIENT_MAX_STREAMS]; /* GETs in flight
-                                                             per stream: the
-                                                             daemon grants
-                                                             max_credit per
-                                                             connection */
-    void *mons[EMLIO__CLIENT_MAX_STREAMS]; /* PAIR sockets receiving each
-                                              stream's connection events */
-    bool down[EMLIO__CLIENT_MAX_STREAMS];  /* stream lost its connection */
-    bool ready[EMLIO__CLIENT_MAX_STREAMS]; /* may carry GETs: joined the
-                                              session */
-    int fd[EMLIO__CLIENT_MAX_STREAMS]; /* its TCP socket (TCP_INFO), or -1 */
-    uint8_t lane[EMLIO__CLIENT_MAX_STREAMS]; /* its I/O thread (iolanes.h) */
-    uint64_t rx_bytes[EMLIO__CLIENT_MAX_STREAMS]; /* sample bytes received */
-    uint64_t rx_bytes_tick[EMLIO__CLIENT_MAX_STREAMS];
-    double rx_rate[EMLIO__CLIENT_MAX_STREAMS]; /* bytes/s, last tuner tick */
+    uint32_t n_streams; /* streams opened */
+    emlio__cstream_t streams[EMLIO__CLIENT_MAX_STREAMS];
     uint32_t max_streams;       /* the daemon's session limit; 0 = a daemon
                                    without sessions (each stream a client) */
     uint64_t sndbuf;            /* its send buffer per connection; 0 =
@@ -432,22 +433,22 @@ int emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
                       size_t j, uint32_t *next, uint32_t *pos);
 
 /* client_budget.c: the window's bounds, a batch's parts, streams' credits */
-void emlio__window_init(emlio_client_t *self);
-void emlio__window_rebound(emlio_client_t *self);
-void emlio__window_adapt(emlio_client_t *self, bool starved);
-bool emlio__window_has_credit(const emlio_client_t *self);
-uint32_t emlio__window_free_stream(const emlio_client_t *self,
+void emlio__budget_init(emlio_client_t *self);
+void emlio__budget_rebound(emlio_client_t *self);
+void emlio__budget_adapt(emlio_client_t *self, bool starved);
+bool emlio__budget_has_credit(const emlio_client_t *self);
+uint32_t emlio__budget_free_stream(const emlio_client_t *self,
                                    const emlio__cdaemon_t *daemon,
                                    uint64_t now);
-void emlio__window_make_parts(emlio_client_t *self, emlio_batch_t *b,
+void emlio__budget_make_parts(emlio_client_t *self, emlio_batch_t *b,
                               const emlio_plan_sample_t *plan, size_t n);
 /* 0 when a batch of cfg.batch_size can be asked for in parts within every
  * daemon's limits (samples per GET, credits), else EMLIO_ELIMIT with the
- * reason. Sizes the parts as emlio__window_init does. */
-int emlio__window_check_batch(emlio_client_t *self);
+ * reason. Sizes the parts as emlio__budget_init does. */
+int emlio__budget_check_batch(emlio_client_t *self);
 /* Milliseconds until a wait for streams to join ends (the longest the
  * client may sleep before asking for more), or -1 when none is going on. */
-int emlio__window_join_wait_ms(const emlio_client_t *self, uint64_t now);
+int emlio__budget_join_wait_ms(const emlio_client_t *self, uint64_t now);
 
 /* client_tensor.c */
 bool emlio__tensor_active(const emlio_client_t *self);

@@ -118,7 +118,7 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
     }
     size_t bytes = zmq_msg_size(frame);
     b->bytes += bytes;
-    daemon->rx_bytes[stream] += bytes;
+    daemon->streams[stream].rx_bytes += bytes;
     self->conn.total_bytes += bytes;
     emlio__client_xf_note_server(&self->xf, msg->n_samples, msg->xf_ns);
     return 0;

@@ -20,9 +20,9 @@ emlio__client_plan_rcvbuf(emlio_client_t *self)
                              &self->conn.rcvbuf);
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
         for (uint32_t s = 0; s < self->conn.daemons[d].n_streams; s++)
-            if (self->conn.daemons[d].fd[s] >= 0)
-                (void)emlio__netpath_apply_recv(self->conn.daemons[d].fd[s],
-                                                &self->conn.rcvbuf);
+            if (self->conn.daemons[d].streams[s].fd >= 0)
+                (void)emlio__netpath_apply_recv(
+                    self->conn.daemons[d].streams[s].fd, &self->conn.rcvbuf);
 }
 
 /* Samples the kernel's view of our streams: the path's RTT floor (lowest
@@ -35,8 +35,9 @@ emlio__client_sample_paths(emlio_client_t *self)
         emlio__cdaemon_t *daemon = &self->conn.daemons[d];
         for (uint32_t s = 0; s < daemon->n_streams; s++) {
             emlio__netpath_info_t info;
-            if (daemon->fd[s] < 0 ||
-                emlio__netpath_info(daemon->fd[s], &info) < 0 || !info.rtt_us)
+            if (daemon->streams[s].fd < 0 ||
+                emlio__netpath_info(daemon->streams[s].fd, &info) < 0 ||
+                !info.rtt_us)
                 continue;
             uint32_t low = info.min_rtt_us ? info.min_rtt_us : info.rtt_us;
             floor_us = EMLIO_MIN(floor_us, low);
@@ -204,10 +205,11 @@ emlio__client_tune(emlio_client_t *self, uint64_t waiting_ns)
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         emlio__cdaemon_t *daemon = &self->conn.daemons[d];
         for (uint32_t s = 0; s < daemon->n_streams; s++) {
-            daemon->rx_rate[s] =
-                (double)(daemon->rx_bytes[s] - daemon->rx_bytes_tick[s]) * 1e9 /
-                (double)dt;
-            daemon->rx_bytes_tick[s] = daemon->rx_bytes[s];
+            daemon->streams[s].rx_rate =
+                (double)(daemon->streams[s].rx_bytes -
+                         daemon->streams[s].rx_bytes_tick) *
+                1e9 / (double)dt;
+            daemon->streams[s].rx_bytes_tick = daemon->streams[s].rx_bytes;
         }
     }
     s_advise(self);

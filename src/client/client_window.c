@@ -105,8 +105,9 @@ emlio__window_drop(emlio_client_t *self, uint32_t keep)
             emlio__part_t *part = &b->parts[p];
             if (part->done)
                 continue;
-            uint32_t *out =
-                &self->conn.daemons[part->daemon].sock_outstanding[part->sock];
+            uint32_t *out = &self->conn.daemons[part->daemon]
+                                 .streams[part->sock]
+                                 .outstanding;
             if (*out)
                 (*out)--;
             if (self->win.outstanding_parts)
@@ -147,9 +148,9 @@ emlio__window_begin(emlio_client_t *self, uint64_t now)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     }
     if (!self->win.limit) {
-        emlio__window_init(self);
+        emlio__budget_init(self);
     } else if (!self->cfg.inflight) {
-        emlio__window_rebound(self);
+        emlio__budget_rebound(self);
     }
     self->win.next_deliver = 0;
     self->win.n_delivered = 0;
@@ -177,17 +178,17 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock,
         /* The least-loaded stream that may carry GETs: replies come back
          * out of order, so round robin alone could push one connection
          * past its credits. The caller checked that one has a credit
-         * left (emlio__window_has_credit). */
-        sock = emlio__window_free_stream(self, daemon, now);
+         * left (emlio__budget_has_credit). */
+        sock = emlio__budget_free_stream(self, daemon, now);
         assert(sock != UINT32_MAX);
-        daemon->sock_outstanding[sock]++;
+        daemon->streams[sock].outstanding++;
         part->sock = sock;
     }
     emlio__wire_xf_t xf = {
         .seed = self->cfg.seed,
         .epoch = b->epoch,
         .unchecked = !self->cfg.verify,
-        .pipelined = daemon->sock_outstanding[sock] > 1,
+        .pipelined = daemon->streams[sock].outstanding > 1,
         .segs = self->inv.share ? self->inv.segs : 0,
         .cursor = b->cursor,
         /* Decoded here: the reply names the records, for the errors. */
@@ -199,8 +200,8 @@ s_send_part(emlio_client_t *self, emlio_batch_t *b, uint32_t p, uint32_t sock,
                                daemon->dataset, self->win.items, part->n,
                                &xf) < 0)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    while (zmq_send(daemon->socks[sock], self->scratch.data, self->scratch.len,
-                    0) < 0) {
+    while (zmq_send(daemon->streams[sock].sock, self->scratch.data,
+                    self->scratch.len, 0) < 0) {
         if (errno != EINTR)
             return emlio__seterr(self->err, -errno,
                                  "cannot send to daemon '%s': %s",
@@ -236,7 +237,7 @@ emlio__window_resend(emlio_client_t *self, uint32_t d, uint32_t sock,
 
 /* Sends the GETs of batch `index` of epoch ep (the current one or the one
  * ahead): each daemon's share of its samples in parts
- * (emlio__window_make_parts). */
+ * (emlio__budget_make_parts). */
 int
 emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
                       size_t index)
@@ -261,7 +262,7 @@ emlio__window_request(emlio_client_t *self, const emlio__epoch_t *ep,
             b->flen[i * self->inv.n_fields + f] = 0;
         }
     }
-    emlio__window_make_parts(self, b, plan, n);
+    emlio__budget_make_parts(self, b, plan, n);
     self->win.slots[self->win.n_slots++] = b;
     uint64_t now = emlio__now_ns();
     for (uint32_t p = 0; p < b->n_parts; p++) {
@@ -288,7 +289,7 @@ emlio__window_fill(emlio_client_t *self)
     }
     while (self->win.n_slots < self->win.limit &&
            self->current.next_to_send < self->current.n_batches &&
-           emlio__window_has_credit(self)) {
+           emlio__budget_has_credit(self)) {
         size_t i = self->current.next_to_send++;
         if (emlio__window_is_delivered(self, i))
             continue; /* resumed from saved state */
@@ -482,7 +483,8 @@ emlio__batch_recv_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
     zmq_msg_t *frame = &b->frames[b->n_frames];
     zmq_msg_init(frame);
     if (!zmq_msg_more((zmq_msg_t *)prev) ||
-        zmq_msg_recv(frame, self->conn.daemons[d].socks[stream], 0) < 0) {
+        zmq_msg_recv(frame, self->conn.daemons[d].streams[stream].sock, 0) <
+            0) {
         zmq_msg_close(frame);
         return NULL;
     }
@@ -515,7 +517,7 @@ s_sample_done(emlio_client_t *self, uint32_t d, uint32_t stream,
                              s->record, self->inv.shards[s->shard].name,
                              daemon->endpoint);
     b->bytes += sample_len;
-    daemon->rx_bytes[stream] += sample_len;
+    daemon->streams[stream].rx_bytes += sample_len;
     self->conn.total_bytes += sample_len;
     return 0;
 }
@@ -645,7 +647,7 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
     if (rc >= 0) {
         self->win.refused_since_ns = 0;
         part->done = true;
-        daemon->sock_outstanding[part->sock]--;
+        daemon->streams[part->sock].outstanding--;
         self->win.outstanding_parts--;
         self->win.outstanding_samples -= part->n;
         rc = 1;
@@ -727,7 +729,7 @@ int
 emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    void *sock = daemon->socks[stream];
+    void *sock = daemon->streams[stream].sock;
     zmq_msg_t header;
     zmq_msg_init(&header);
     if (zmq_msg_recv(&header, sock, ZMQ_DONTWAIT) < 0) {

@@ -870,7 +870,7 @@ test_client_new_lane_takes_each_daemons_share(void **state)
     assert_int_equal(d0->n_streams, 8);
     assert_int_equal(d1->n_streams, n1);
     for (uint32_t s = 4; s < 8; s++)
-        assert_int_equal(d0->lane[s], 1);
+        assert_int_equal(d0->streams[s].lane, 1);
     emlio_client_stats_t st;
     emlio_client_stats(c, &st);
     assert_int_equal(st.io_threads, 2);
