@@ -20,27 +20,38 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Touch what the callers touch, so ASan checks the borrowed
          * pointers really lie inside the input. */
         volatile uint8_t sink = 0;
-        for (size_t i = 0; i < msg.name_len; i++)
-            sink ^= (uint8_t)msg.name[i];
-        for (size_t i = 0; i < msg.n_shards; i++)
-            for (size_t j = 0; j < msg.shards[i].name_len; j++)
-                sink ^= (uint8_t)msg.shards[i].name[j];
-        for (size_t i = 0; i < msg.text_len; i++)
-            sink ^= (uint8_t)msg.text[i];
-        for (size_t i = 0; i < msg.n_where; i++)
-            for (size_t j = 0; j < msg.where[i].len; j++)
-                sink ^= (uint8_t)msg.where[i].s[j];
+        const char *name = msg.type == EMLIO_MSG_HELLO     ? msg.hello.name
+                           : msg.type == EMLIO_MSG_WELCOME ? msg.welcome.name
+                                                           : NULL;
+        size_t name_len = msg.type == EMLIO_MSG_HELLO     ? msg.hello.name_len
+                          : msg.type == EMLIO_MSG_WELCOME ? msg.welcome.name_len
+                                                          : 0;
+        for (size_t i = 0; i < name_len; i++)
+            sink ^= (uint8_t)name[i];
+        if (msg.type == EMLIO_MSG_WELCOME)
+            for (size_t i = 0; i < msg.welcome.n_shards; i++)
+                for (size_t j = 0; j < msg.welcome.shards[i].name_len; j++)
+                    sink ^= (uint8_t)msg.welcome.shards[i].name[j];
+        if (msg.type == EMLIO_MSG_ERROR)
+            for (size_t i = 0; i < msg.error.text_len; i++)
+                sink ^= (uint8_t)msg.error.text[i];
+        const emlio__msg_batch_t *b = &msg.batch;
+        if (msg.type == EMLIO_MSG_BATCH) {
+            for (size_t i = 0; i < b->n_where; i++)
+                for (size_t j = 0; j < b->where[i].len; j++)
+                    sink ^= (uint8_t)b->where[i].s[j];
+        }
         /* A packed BATCH's table, against the frames a client might have
          * received: a packed frame of the input's own size, and none. */
-        if (msg.packed) {
-            int own = emlio__wire_pack_check(msg.spans, msg.n_spans,
-                                             msg.n_spans, true, size, err);
+        if (msg.type == EMLIO_MSG_BATCH && b->packed) {
+            int own = emlio__wire_pack_check(b->spans, b->n_spans, b->n_spans,
+                                             true, size, err);
             /* Every span it accepts lies inside the frame. */
-            for (size_t i = 0; own >= 0 && i < msg.n_spans; i++)
-                if (msg.spans[i].off != EMLIO_WIRE_PACK_OWN)
-                    for (uint64_t j = 0; j < msg.spans[i].len; j++)
-                        sink ^= data[msg.spans[i].off + j];
-            (void)emlio__wire_pack_check(msg.spans, msg.n_spans, msg.n_samples,
+            for (size_t i = 0; own >= 0 && i < b->n_spans; i++)
+                if (b->spans[i].off != EMLIO_WIRE_PACK_OWN)
+                    for (uint64_t j = 0; j < b->spans[i].len; j++)
+                        sink ^= data[b->spans[i].off + j];
+            (void)emlio__wire_pack_check(b->spans, b->n_spans, b->n_samples,
                                          false, 0, err);
         }
         (void)sink;

@@ -498,9 +498,10 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
                                  daemon->endpoint, why);
         }
         if (msg->type == EMLIO_MSG_ERROR) {
-            int code = s_remote_code(msg->code);
+            int code = s_remote_code(msg->error.code);
             emlio__seterr(self->err, code, "daemon '%s' refused us: %.*s",
-                          daemon->endpoint, (int)msg->text_len, msg->text);
+                          daemon->endpoint, (int)msg->error.text_len,
+                          msg->error.text);
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
             return code;
@@ -510,13 +511,13 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             zmq_msg_close(frame);
             continue; /* a stale reply from an earlier session */
         }
-        if (msg->version != EMLIO_WIRE_VERSION) {
+        if (msg->welcome.version != EMLIO_WIRE_VERSION) {
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
             return emlio__seterr(
                 self->err, EMLIO_EVERSION,
                 "daemon '%s' speaks protocol %" PRIu64 ", we speak %d",
-                daemon->endpoint, msg->version, EMLIO_WIRE_VERSION);
+                daemon->endpoint, msg->welcome.version, EMLIO_WIRE_VERSION);
         }
         self->win.min_latency_ns = emlio__now_ns() - t0;
         return 0;
@@ -533,11 +534,11 @@ s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
      * them (it predates them): its samples would not be what the caller
      * named. */
     bool as_asked =
-        !self->n_want_fields || msg->n_fields == self->n_want_fields;
+        !self->n_want_fields || msg->welcome.n_fields == self->n_want_fields;
     for (size_t i = 0; as_asked && i < self->n_want_fields; i++)
-        as_asked =
-            strlen(self->want_fields[i]) == msg->fields[i].len &&
-            !memcmp(self->want_fields[i], msg->fields[i].s, msg->fields[i].len);
+        as_asked = strlen(self->want_fields[i]) == msg->welcome.fields[i].len &&
+                   !memcmp(self->want_fields[i], msg->welcome.fields[i].s,
+                           msg->welcome.fields[i].len);
     if (!as_asked)
         return emlio__seterr(self->err, EMLIO_EMISMATCH,
                              "daemon '%s' did not serve the fields asked for "
@@ -545,28 +546,30 @@ s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
                              "with --fields instead)",
                              daemon->endpoint);
     if (first) {
-        self->inv.n_fields = msg->n_fields ? msg->n_fields : 1;
-        if (!msg->n_fields)
+        self->inv.n_fields = msg->welcome.n_fields ? msg->welcome.n_fields : 1;
+        if (!msg->welcome.n_fields)
             return 0;
         self->inv.fields =
-            emlio_calloc(msg->n_fields, sizeof(*self->inv.fields));
+            emlio_calloc(msg->welcome.n_fields, sizeof(*self->inv.fields));
         if (!self->inv.fields)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        for (size_t i = 0; i < msg->n_fields; i++) {
-            self->inv.fields[i] = emlio_malloc(msg->fields[i].len + 1);
+        for (size_t i = 0; i < msg->welcome.n_fields; i++) {
+            self->inv.fields[i] = emlio_malloc(msg->welcome.fields[i].len + 1);
             if (!self->inv.fields[i])
                 return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-            memcpy(self->inv.fields[i], msg->fields[i].s, msg->fields[i].len);
-            self->inv.fields[i][msg->fields[i].len] = '\0';
+            memcpy(self->inv.fields[i], msg->welcome.fields[i].s,
+                   msg->welcome.fields[i].len);
+            self->inv.fields[i][msg->welcome.fields[i].len] = '\0';
         }
         return 0;
     }
-    bool same = (msg->n_fields ? msg->n_fields : 1) == self->inv.n_fields;
-    for (size_t i = 0; same && i < msg->n_fields; i++)
-        same =
-            self->inv.fields &&
-            strlen(self->inv.fields[i]) == msg->fields[i].len &&
-            !memcmp(self->inv.fields[i], msg->fields[i].s, msg->fields[i].len);
+    bool same = (msg->welcome.n_fields ? msg->welcome.n_fields : 1) ==
+                self->inv.n_fields;
+    for (size_t i = 0; same && i < msg->welcome.n_fields; i++)
+        same = self->inv.fields &&
+               strlen(self->inv.fields[i]) == msg->welcome.fields[i].len &&
+               !memcmp(self->inv.fields[i], msg->welcome.fields[i].s,
+                       msg->welcome.fields[i].len);
     if (!same)
         return emlio__seterr(self->err, EMLIO_EMISMATCH,
                              "daemon '%s' serves other fields than '%s'",
@@ -846,22 +849,24 @@ emlio__client_dial(emlio_client_t *self, const char *endpoints)
             goto out;
         got++;
         emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-        snprintf(
-            daemon->dataset, sizeof(daemon->dataset), "%.*s",
-            (int)EMLIO_MIN(msgs[d].dataset_len, sizeof(daemon->dataset) - 1),
-            msgs[d].dataset);
-        daemon->max_batch =
-            msgs[d].max_batch ? msgs[d].max_batch : S_ASSUMED_MAX_BATCH;
-        daemon->max_credit =
-            msgs[d].max_credit ? msgs[d].max_credit : S_ASSUMED_MAX_CREDIT;
-        daemon->max_copy = msgs[d].max_copy_bytes;
-        daemon->share_window = msgs[d].share_window;
-        daemon->share_all = msgs[d].share;
-        daemon->share_segs = msgs[d].segs;
-        daemon->share_cursor = msgs[d].cursor;
-        daemon->max_streams =
-            (uint32_t)EMLIO_MIN(msgs[d].max_streams, EMLIO__CLIENT_MAX_STREAMS);
-        daemon->sndbuf = msgs[d].sndbuf;
+        snprintf(daemon->dataset, sizeof(daemon->dataset), "%.*s",
+                 (int)EMLIO_MIN(msgs[d].welcome.dataset_len,
+                                sizeof(daemon->dataset) - 1),
+                 msgs[d].welcome.dataset);
+        daemon->max_batch = msgs[d].welcome.max_batch
+                                ? msgs[d].welcome.max_batch
+                                : S_ASSUMED_MAX_BATCH;
+        daemon->max_credit = msgs[d].welcome.max_credit
+                                 ? msgs[d].welcome.max_credit
+                                 : S_ASSUMED_MAX_CREDIT;
+        daemon->max_copy = msgs[d].welcome.max_copy_bytes;
+        daemon->share_window = msgs[d].welcome.share_window;
+        daemon->share_all = msgs[d].welcome.share;
+        daemon->share_segs = msgs[d].welcome.share_segs;
+        daemon->share_cursor = msgs[d].welcome.share_cursor;
+        daemon->max_streams = (uint32_t)EMLIO_MIN(msgs[d].welcome.max_streams,
+                                                  EMLIO__CLIENT_MAX_STREAMS);
+        daemon->sndbuf = msgs[d].welcome.sndbuf;
         rc = s_take_fields(self, daemon, &msgs[d], d == 0);
         if (rc == 0)
             rc = emlio__tensor_take_welcome(self, daemon, &msgs[d]);
@@ -906,12 +911,14 @@ s_take_limits(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     /* The short WELCOME of a session's further streams carries no limits
      * (nor do old daemons'): what we have stands. */
-    if (msg->max_copy_bytes)
-        daemon->max_copy = msg->max_copy_bytes;
-    if (!msg->max_credit && !msg->max_batch)
+    if (msg->welcome.max_copy_bytes)
+        daemon->max_copy = msg->welcome.max_copy_bytes;
+    if (!msg->welcome.max_credit && !msg->welcome.max_batch)
         return;
-    uint64_t credit = msg->max_credit ? msg->max_credit : S_ASSUMED_MAX_CREDIT;
-    uint64_t batch = msg->max_batch ? msg->max_batch : S_ASSUMED_MAX_BATCH;
+    uint64_t credit = msg->welcome.max_credit ? msg->welcome.max_credit
+                                              : S_ASSUMED_MAX_CREDIT;
+    uint64_t batch =
+        msg->welcome.max_batch ? msg->welcome.max_batch : S_ASSUMED_MAX_BATCH;
     if (credit == daemon->max_credit && batch == daemon->max_batch)
         return;
     emlio_log(
@@ -951,7 +958,8 @@ s_joined(emlio_client_t *self, uint32_t d, uint32_t stream,
     emlio_log(self->ctx, EMLIO_LOG_WARN, "client",
               "daemon '%s' refused stream %" PRIu64
               ": %.*s; staying at %" PRIu64 " streams",
-              daemon->endpoint, s, (int)msg->text_len, msg->text, s);
+              daemon->endpoint, s, (int)msg->error.text_len, msg->error.text,
+              s);
     daemon->max_streams = (uint32_t)EMLIO_MAX(s, 1);
     return 1;
 }
@@ -968,7 +976,7 @@ emlio__client_handshake_reply(emlio_client_t *self, uint32_t d, uint32_t stream,
                                 msg->type == EMLIO_MSG_ERROR)) ||
                   (msg->id == 0 && msg->type == EMLIO_MSG_WELCOME) ||
                   (msg->id == 0 && msg->type == EMLIO_MSG_ERROR &&
-                   msg->code == EMLIO_EVERSION &&
+                   msg->error.code == EMLIO_EVERSION &&
                    !self->conn.daemons[d].streams[stream].ready);
     return answer ? s_joined(self, d, stream, msg) : 0;
 }

@@ -197,7 +197,7 @@ s_str_eq(const emlio__wire_str_t *a, const emlio__wire_str_t *b)
 }
 
 static bool
-s_lists_equal(const emlio__wire_msg_t *a, const emlio__wire_msg_t *b)
+s_lists_equal(const emlio__msg_welcome_t *a, const emlio__msg_welcome_t *b)
 {
     if (a->n_classes != b->n_classes)
         return false;
@@ -208,7 +208,7 @@ s_lists_equal(const emlio__wire_msg_t *a, const emlio__wire_msg_t *b)
 }
 
 static bool
-s_is_imagefolder(const emlio__wire_msg_t *m)
+s_is_imagefolder(const emlio__msg_welcome_t *m)
 {
     return m->format && m->format_len == 11 &&
            !memcmp(m->format, "imagefolder", 11);
@@ -240,15 +240,15 @@ s_classes_by_index(emlio_client_t *self, const emlio__wire_msg_t *msgs,
     size_t n = 0;
     uint32_t *who = NULL; /* the daemon that named label i first */
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        n = EMLIO_MAX(n, msgs[d].n_classes);
+        n = EMLIO_MAX(n, msgs[d].welcome.n_classes);
     who = emlio_calloc(n, sizeof(*who));
     if (!who)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
         names[i].s = NULL;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        for (size_t i = 0; i < msgs[d].n_classes; i++) {
-            const emlio__wire_str_t *c = &msgs[d].classes[i];
+        for (size_t i = 0; i < msgs[d].welcome.n_classes; i++) {
+            const emlio__wire_str_t *c = &msgs[d].welcome.classes[i];
             if (!names[i].s) {
                 names[i] = (s_name_t){ c->s, c->len };
                 who[i] = d;
@@ -280,9 +280,9 @@ s_classes_union(emlio_client_t *self, const emlio__wire_msg_t *msgs,
 {
     size_t n = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        for (size_t i = 0; i < msgs[d].n_classes; i++)
-            names[n++] =
-                (s_name_t){ msgs[d].classes[i].s, msgs[d].classes[i].len };
+        for (size_t i = 0; i < msgs[d].welcome.n_classes; i++)
+            names[n++] = (s_name_t){ msgs[d].welcome.classes[i].s,
+                                     msgs[d].welcome.classes[i].len };
     assert(n == total);
     qsort(names, n, sizeof(*names), s_cmp_names);
     size_t u = 0;
@@ -291,15 +291,16 @@ s_classes_union(emlio_client_t *self, const emlio__wire_msg_t *msgs,
             names[u++] = names[i];
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
         emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-        if (!msgs[d].n_classes)
+        if (!msgs[d].welcome.n_classes)
             continue;
         daemon->label_map =
-            emlio_calloc(msgs[d].n_classes, sizeof(*daemon->label_map));
+            emlio_calloc(msgs[d].welcome.n_classes, sizeof(*daemon->label_map));
         if (!daemon->label_map)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        daemon->n_label_map = msgs[d].n_classes;
-        for (size_t i = 0; i < msgs[d].n_classes; i++) {
-            s_name_t key = { msgs[d].classes[i].s, msgs[d].classes[i].len };
+        daemon->n_label_map = msgs[d].welcome.n_classes;
+        for (size_t i = 0; i < msgs[d].welcome.n_classes; i++) {
+            s_name_t key = { msgs[d].welcome.classes[i].s,
+                             msgs[d].welcome.classes[i].len };
             const s_name_t *p =
                 bsearch(&key, names, u, sizeof(*names), s_cmp_names);
             assert(p);
@@ -318,17 +319,17 @@ s_classes_union(emlio_client_t *self, const emlio__wire_msg_t *msgs,
 static int
 s_merge_classes(emlio_client_t *self, const emlio__wire_msg_t *msgs)
 {
-    const emlio__wire_msg_t *first = NULL;
+    const emlio__msg_welcome_t *first = NULL;
     bool same = true, folders = true;
     size_t total = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        if (!msgs[d].n_classes)
+        if (!msgs[d].welcome.n_classes)
             continue;
         if (!first)
-            first = &msgs[d];
-        same &= s_lists_equal(first, &msgs[d]);
-        folders &= s_is_imagefolder(&msgs[d]);
-        total += msgs[d].n_classes;
+            first = &msgs[d].welcome;
+        same &= s_lists_equal(first, &msgs[d].welcome);
+        folders &= s_is_imagefolder(&msgs[d].welcome);
+        total += msgs[d].welcome.n_classes;
     }
     if (!first)
         return 0;
@@ -356,7 +357,7 @@ emlio__client_merge_inventory(emlio_client_t *self,
 {
     size_t n = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {
-        const emlio__wire_msg_t *m = &msgs[d];
+        const emlio__msg_welcome_t *m = &msgs[d].welcome;
         if (m->format && !self->inv.format[0] &&
             m->format_len < sizeof(self->inv.format)) {
             memcpy(self->inv.format, m->format, m->format_len);
@@ -369,8 +370,8 @@ emlio__client_merge_inventory(emlio_client_t *self,
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     size_t k = 0;
     for (uint32_t d = 0; d < self->conn.n_daemons; d++)
-        for (size_t i = 0; i < msgs[d].n_shards; i++) {
-            const emlio__wire_shard_t *s = &msgs[d].shards[i];
+        for (size_t i = 0; i < msgs[d].welcome.n_shards; i++) {
+            const emlio__wire_shard_t *s = &msgs[d].welcome.shards[i];
             e[k++] = (s_entry_t){ s->name,     s->name_len,
                                   s->records,  s->bytes,
                                   s->digest,   d,

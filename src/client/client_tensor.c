@@ -37,7 +37,7 @@ s_recv_tensor_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
                              "daemon '%s' announced a tensor frame for request "
                              "%" PRIu64 " and sent none",
                              daemon->endpoint, msg->id);
-    size_t want = msg->n_samples * emlio__tensor_out_bytes(self);
+    size_t want = msg->batch.n_samples * emlio__tensor_out_bytes(self);
     if (zmq_msg_more(frame) || zmq_msg_size(frame) != want)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' sent a tensor frame of %zu bytes%s "
@@ -45,8 +45,8 @@ s_recv_tensor_frame(emlio_client_t *self, uint32_t d, uint32_t stream,
                              "%" PRIu64 " x %" PRIu64 " x 3 make %zu",
                              daemon->endpoint, zmq_msg_size(frame),
                              zmq_msg_more(frame) ? " and more frames" : "",
-                             msg->id, msg->n_samples, msg->shape[1],
-                             msg->shape[2], want);
+                             msg->id, msg->batch.n_samples, msg->batch.shape[1],
+                             msg->batch.shape[2], want);
     *out = frame;
     return 0;
 }
@@ -63,7 +63,7 @@ s_check_kind(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
                              "daemon '%s' sent tensors for request %" PRIu64
                              ", which asked for encoded samples",
                              ep, msg->id);
-    if (!msg->has_shape)
+    if (!msg->batch.has_shape)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' sent encoded samples for request "
                              "%" PRIu64 ", which asked for tensors (does it "
@@ -71,12 +71,14 @@ s_check_kind(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
                              ep, msg->id);
     uint32_t h = emlio_transform_height(self->xf.transform);
     uint32_t w = emlio_transform_width(self->xf.transform);
-    if (msg->shape[1] != h || msg->shape[2] != w || msg->shape[3] != 3)
-        return emlio__seterr(
-            self->err, EMLIO_EPROTO,
-            "daemon '%s' sent %" PRIu64 " x %" PRIu64 " x %" PRIu64
-            " tensors where %" PRIu32 " x %" PRIu32 " x 3 were asked",
-            ep, msg->shape[1], msg->shape[2], msg->shape[3], h, w);
+    if (msg->batch.shape[1] != h || msg->batch.shape[2] != w ||
+        msg->batch.shape[3] != 3)
+        return emlio__seterr(self->err, EMLIO_EPROTO,
+                             "daemon '%s' sent %" PRIu64 " x %" PRIu64
+                             " x %" PRIu64 " tensors where %" PRIu32
+                             " x %" PRIu32 " x 3 were asked",
+                             ep, msg->batch.shape[1], msg->batch.shape[2],
+                             msg->batch.shape[3], h, w);
     return 0;
 }
 
@@ -96,7 +98,7 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
     size_t nf = self->inv.n_fields ? self->inv.n_fields : 1;
     uint8_t *data = zmq_msg_data(frame);
     uint32_t next = 0;
-    for (size_t j = 0; j < msg->n_samples; j++) {
+    for (size_t j = 0; j < msg->batch.n_samples; j++) {
         uint32_t pos;
         rc = emlio__part_match(self, d, b, part, msg, j, &next, &pos);
         if (rc < 0)
@@ -104,11 +106,11 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
         emlio_sample_t *s = &b->samples[pos];
         s->data = data + j * out;
         s->len = out;
-        s->label = emlio__client_label(self, d, msg->samples[j].label);
+        s->label = emlio__client_label(self, d, msg->batch.samples[j].label);
         b->fdata[pos * nf] = s->data;
         b->flen[pos * nf] = out;
         if (self->cfg.verify &&
-            emlio_crc32c(0, s->data, out) != msg->samples[j].crc)
+            emlio_crc32c(0, s->data, out) != msg->batch.samples[j].crc)
             return emlio__seterr(self->err, EMLIO_ECORRUPT,
                                  "the tensor of sample %" PRIu64
                                  " of shard '%s' from daemon '%s' does not "
@@ -120,7 +122,8 @@ emlio__tensor_file_part(emlio_client_t *self, uint32_t d, uint32_t stream,
     b->bytes += bytes;
     daemon->streams[stream].rx_bytes += bytes;
     self->conn.total_bytes += bytes;
-    emlio__client_xf_note_server(&self->xf, msg->n_samples, msg->xf_ns);
+    emlio__client_xf_note_server(&self->xf, msg->batch.n_samples,
+                                 msg->batch.xf_ns);
     return 0;
 }
 
@@ -302,8 +305,8 @@ emlio__tensor_take_welcome(emlio_client_t *self, emlio__cdaemon_t *daemon,
 {
     if (!emlio__tensor_active(self))
         return 0;
-    uint64_t threads = msg->xf_threads;
-    emlio__client_xf_add_daemon(&self->xf, threads, msg->core_mw);
+    uint64_t threads = msg->welcome.xf_threads;
+    emlio__client_xf_add_daemon(&self->xf, threads, msg->welcome.core_mw);
     if (self->xf.decode_at == EMLIO_DECODE_SERVER && threads == 0)
         return emlio__seterr(self->err, EMLIO_EINVAL,
                              "daemon '%s' does not decode (it runs with "

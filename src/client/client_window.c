@@ -418,7 +418,7 @@ emlio__part_match(emlio_client_t *self, uint32_t d, const emlio_batch_t *b,
                   size_t j, uint32_t *next, uint32_t *pos)
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
-    const emlio__wire_sample_t *ws = &msg->samples[j];
+    const emlio__wire_sample_t *ws = &msg->batch.samples[j];
     while (*next < part->n) {
         const emlio_sample_t *s = &b->samples[part->positions[*next]];
         if (daemon->local_id[s->shard] == ws->shard && s->record == ws->record)
@@ -450,14 +450,14 @@ static void
 s_note_where(emlio_batch_t *b, const emlio__wire_msg_t *msg, size_t j,
              uint32_t pos)
 {
-    if (!msg->where || j >= msg->n_where)
+    if (!msg->batch.where || j >= msg->batch.n_where)
         return;
     if (!b->where) {
         b->where = emlio_calloc(b->cap, EMLIO__WHERE_ROOM);
         if (!b->where)
             return;
     }
-    const emlio__wire_str_t *w = &msg->where[j];
+    const emlio__wire_str_t *w = &msg->batch.where[j];
     char *out = &b->where[(size_t)pos * EMLIO__WHERE_ROOM];
     size_t len = EMLIO_MIN(w->len, (size_t)EMLIO_WIRE_MAX_WHERE);
     for (size_t i = 0; i < len; i++) {
@@ -542,7 +542,7 @@ s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
     uint32_t crc = 0;
     size_t sample_len = 0;
     for (size_t f = 0; f < nf; f++) {
-        const emlio__wire_span_t *span = &msg->spans[j * nf + f];
+        const emlio__wire_span_t *span = &msg->batch.spans[j * nf + f];
         const uint8_t *data;
         if (span->off != EMLIO_WIRE_PACK_OWN) {
             data = packed + span->off; /* checked: inside the frame */
@@ -564,7 +564,7 @@ s_file_packed_sample(emlio_client_t *self, uint32_t d, uint32_t stream,
             crc = emlio_crc32c(crc, data, (size_t)span->len);
         sample_len += (size_t)span->len;
     }
-    return s_sample_done(self, d, stream, b, pos, &msg->samples[j], crc,
+    return s_sample_done(self, d, stream, b, pos, &msg->batch.samples[j], crc,
                          sample_len);
 }
 
@@ -579,8 +579,8 @@ s_file_packed(emlio_client_t *self, uint32_t d, uint32_t stream,
 {
     emlio__cdaemon_t *daemon = &self->conn.daemons[d];
     bool any = false;
-    for (size_t i = 0; i < msg->n_spans && !any; i++)
-        any = msg->spans[i].off != EMLIO_WIRE_PACK_OWN;
+    for (size_t i = 0; i < msg->batch.n_spans && !any; i++)
+        any = msg->batch.spans[i].off != EMLIO_WIRE_PACK_OWN;
     zmq_msg_t *prev = header;
     const uint8_t *packed = NULL;
     size_t packed_len = 0;
@@ -596,16 +596,16 @@ s_file_packed(emlio_client_t *self, uint32_t d, uint32_t stream,
         packed_len = zmq_msg_size(frame);
     }
     char why[EMLIO_ERRMSG_LEN];
-    int rc = emlio__wire_pack_check(msg->spans, msg->n_spans,
-                                    msg->n_samples * self->inv.n_fields, any,
-                                    packed_len, why);
+    int rc = emlio__wire_pack_check(msg->batch.spans, msg->batch.n_spans,
+                                    msg->batch.n_samples * self->inv.n_fields,
+                                    any, packed_len, why);
     if (rc < 0)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' sent a bad batch for request "
                              "%" PRIu64 ": %s",
                              daemon->endpoint, msg->id, why);
     uint32_t next = 0;
-    for (size_t j = 0; j < msg->n_samples && rc >= 0; j++)
+    for (size_t j = 0; j < msg->batch.n_samples && rc >= 0; j++)
         rc = s_file_packed_sample(self, d, stream, b, part, msg, j, &next,
                                   packed, &prev);
     return rc < 0 ? rc : 0;
@@ -625,19 +625,19 @@ s_file_part(emlio_client_t *self, uint32_t d, uint32_t stream, emlio_batch_t *b,
     uint64_t bytes0 = b->bytes;
     /* Samples, not frames: with several fields, or own frames beside a
      * packed one, a batch's earlier parts hold more frames than samples. */
-    if (msg->n_samples > part->n)
+    if (msg->batch.n_samples > part->n)
         return emlio__seterr(self->err, EMLIO_EPROTO,
                              "daemon '%s' answered request %" PRIu64
                              " with %zu samples, more than asked",
-                             daemon->endpoint, msg->id, msg->n_samples);
+                             daemon->endpoint, msg->id, msg->batch.n_samples);
     uint64_t now = emlio__now_ns();
     if (now - part->sent_ns < self->win.min_latency_ns ||
         !self->win.min_latency_ns)
         self->win.min_latency_ns = now - part->sent_ns;
     int rc = 1;
-    if (msg->has_shape || b->xf_server)
+    if (msg->batch.has_shape || b->xf_server)
         rc = emlio__tensor_file_part(self, d, stream, b, part, msg, header);
-    else if (msg->packed)
+    else if (msg->batch.packed)
         rc = s_file_packed(self, d, stream, b, part, msg, header);
     else
         rc = emlio__seterr(self->err, EMLIO_EPROTO,
@@ -694,7 +694,7 @@ s_match_part(emlio_client_t *self, uint32_t d, const emlio__wire_msg_t *msg,
 static bool
 s_refused_for_credit(const emlio__wire_msg_t *msg)
 {
-    return msg->type == EMLIO_MSG_ERROR && msg->code == EMLIO_ECREDIT;
+    return msg->type == EMLIO_MSG_ERROR && msg->error.code == EMLIO_ECREDIT;
 }
 
 /* The daemon refused part of b for credit although we keep within its
@@ -715,9 +715,10 @@ s_ask_again(emlio_client_t *self, uint32_t d, emlio_batch_t *b,
     if (!self->win.refused_since_ns)
         self->win.refused_since_ns = now;
     if (now - self->win.refused_since_ns > S_REFUSED_NS)
-        return emlio__seterr(
-            self->err, EMLIO_ELIMIT, "daemon '%s' failed a request: %.*s",
-            self->conn.daemons[d].endpoint, (int)msg->text_len, msg->text);
+        return emlio__seterr(self->err, EMLIO_ELIMIT,
+                             "daemon '%s' failed a request: %.*s",
+                             self->conn.daemons[d].endpoint,
+                             (int)msg->error.text_len, msg->error.text);
     self->fig.retries++;
     int rc = s_send_part(self, b, (uint32_t)(part - b->parts), part->sock, now);
     return rc < 0 ? rc : 1;
@@ -764,18 +765,19 @@ emlio__window_receive(emlio_client_t *self, uint32_t d, uint32_t stream)
         if (part && s_refused_for_credit(&msg)) {
             rc = s_ask_again(self, d, b, part, &msg);
         } else if (msg.type == EMLIO_MSG_ERROR && (part || msg.id == 0)) {
-            int code = msg.code <= -1000 && msg.code > -2000 ? (int)msg.code
-                                                             : EMLIO_EPROTO;
-            rc = emlio__seterr(self->err, code,
-                               "daemon '%s' failed a request: %.*s",
-                               daemon->endpoint, (int)msg.text_len, msg.text);
+            int code = msg.error.code <= -1000 && msg.error.code > -2000
+                           ? (int)msg.error.code
+                           : EMLIO_EPROTO;
+            rc = emlio__seterr(
+                self->err, code, "daemon '%s' failed a request: %.*s",
+                daemon->endpoint, (int)msg.error.text_len, msg.error.text);
         } else if (part) {
-            if (msg.has_disk) {
-                daemon->disk = msg.disk;
+            if (msg.batch.has_disk) {
+                daemon->disk = msg.batch.disk;
                 daemon->disk_at_ns = emlio__now_ns();
             }
-            b->disk_read += msg.read;
-            b->shared += msg.shared;
+            b->disk_read += msg.batch.read;
+            b->shared += msg.batch.shared;
             rc = s_file_part(self, d, stream, b, part, &msg, &header);
         } /* else stale, duplicate or unsolicited: ignore */
     }

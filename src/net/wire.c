@@ -692,8 +692,93 @@ s_key_is(const char *key, size_t len, const char *want)
     return strlen(want) == len && memcmp(key, want, len) == 0;
 }
 
+/* What the decoder reads, whatever the type: every key it knows, in one
+ * struct, sorted into the type's own (s_flat_t) at the end. The
+ * keys of a map may come in any order, the type's among them. */
+typedef struct s_flat {
+    int type;         /* enum emlio_msg_type */
+    uint64_t version; /* HELLO, WELCOME */
+    uint64_t id;      /* GET, BATCH, ERROR: the request id */
+    const char *name; /* HELLO: client name; WELCOME: server name */
+    size_t name_len;
+    const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
+    size_t dataset_len;
+    uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
+    uint64_t max_credit; /* WELCOME: GETs one connection may have out */
+    uint64_t session;    /* HELLO: the client's session (0 = none) */
+    const char *job;     /* HELLO: the job it belongs to (NULL: none;
+                            its session is a job of its own) */
+    size_t job_len;
+    uint64_t weight;       /* HELLO: the job's requested weight (0: 1) */
+    bool share;            /* "share": HELLO, the job reads through the
+                              daemon's shared cache; WELCOME, the daemon
+                              serves every job so (--share-all), and
+                              clients plan from the shared schedule */
+    uint64_t share_window; /* WELCOME: bytes a window of the shared
+                              schedule may hold (0: no shared reads) */
+    /* GET: "segs", "cursor": the shared schedule's segments and the
+     * cursor of the GET's batch (a job that shares reads; segs 0: not
+     * said). WELCOME: "share_segs", "share_cursor": where the jobs that
+     * share reads are now, for a job that joins them (docs/planner.md). */
+    uint64_t segs;
+    uint64_t cursor;
+    uint64_t stream;         /* HELLO: this connection's stream number; > 0
+                                joins an existing session */
+    uint64_t max_streams;    /* WELCOME: connections one session may have */
+    uint64_t sndbuf;         /* WELCOME: send buffer per connection, bytes */
+    uint64_t max_copy_bytes; /* WELCOME: copied reply bytes one connection
+                                may hold (any version; 0 = not said) */
+    bool joined;             /* WELCOME: reply to a join (no inventory) */
+    int64_t code;            /* ERROR: an EMLIO_E* code */
+    const char *text;        /* ERROR: human-readable reason */
+    size_t text_len;
+    emlio__wire_shard_t *shards; /* WELCOME */
+    size_t n_shards;
+    emlio__wire_item_t *items; /* GET */
+    size_t n_items;
+    emlio__wire_sample_t *samples; /* BATCH */
+    size_t n_samples;
+    emlio__wire_span_t *spans; /* BATCH v4: the offset table ("pack"), one
+                                  span per sample frame; NULL: none came */
+    size_t n_spans;
+    bool packed; /* BATCH: the header has a "pack" table (even empty) */
+    emlio__wire_str_t *fields; /* WELCOME: field names (none = one
+                                 unnamed field); HELLO: the fields the
+                                 client asks for (none = the daemon's) */
+    size_t n_fields;
+    /* Transforms (docs/protocol.md 5.6). */
+    uint64_t xf_threads; /* WELCOME: the daemon's transform threads (0 =
+                            it does not transform) */
+    uint64_t core_mw;    /* WELCOME: the daemon host's power per busy core,
+                            milliwatts (0 = unknown) */
+    const char *xf_spec; /* GET: transform spec (borrowed); NULL = raw */
+    size_t xf_spec_len;
+    uint64_t xf_seed;  /* GET: the RNG seed of the transform */
+    uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
+    bool unchecked;    /* GET: the client does not check sample CRCs */
+    bool has_disk;     /* BATCH: "disk" was sent */
+    int disk;          /* BATCH: the daemon's device-wait share, percent */
+    uint64_t read;     /* BATCH: "rd", bytes read for it (0: not said) */
+    uint64_t shared;   /* BATCH: "sh", of its bytes, those copied from a
+                          read another job made (0: not said) */
+    bool pipelined;    /* GET: the client has other GETs in flight on this
+                          connection (their replies may share segments) */
+    bool describe;     /* GET: the reply names each sample's record
+                          ("where"), for the client's own messages */
+    emlio__wire_str_t *where; /* BATCH: where each sample's record lies, one
+                                 per quadruple ("where"; NULL: not sent) */
+    size_t n_where;
+    bool has_shape;    /* BATCH: a tensor batch (one frame) */
+    uint64_t shape[4]; /* BATCH: samples, height, width, channels */
+    uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
+    emlio__wire_str_t *classes; /* WELCOME: label i's name (optional) */
+    size_t n_classes;
+    const char *format; /* WELCOME: the dataset's format (borrowed) */
+    size_t format_len;
+} s_flat_t;
+
 static bool
-s_decode_shards(s_reader_t *r, emlio__wire_msg_t *msg)
+s_decode_shards(s_reader_t *r, s_flat_t *msg)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 4)) /* fixarray + three one-byte values */
@@ -753,7 +838,7 @@ s_decode_strs(s_reader_t *r, emlio__wire_str_t **out, size_t *n_out,
 }
 
 static bool
-s_decode_fields(s_reader_t *r, emlio__wire_msg_t *msg)
+s_decode_fields(s_reader_t *r, s_flat_t *msg)
 {
     return s_decode_strs(r, &msg->fields, &msg->n_fields, EMLIO_WIRE_MAX_FIELDS,
                          1, EMLIO_WIRE_MAX_NAME, "too many fields",
@@ -763,7 +848,7 @@ s_decode_fields(s_reader_t *r, emlio__wire_msg_t *msg)
 /* WELCOME's class names: 1..EMLIO_WIRE_MAX_CLASSES strings of
  * 1..EMLIO_WIRE_MAX_NAME bytes (label i's name at i). */
 static bool
-s_decode_classes(s_reader_t *r, emlio__wire_msg_t *msg)
+s_decode_classes(s_reader_t *r, s_flat_t *msg)
 {
     return s_decode_strs(r, &msg->classes, &msg->n_classes,
                          EMLIO_WIRE_MAX_CLASSES, 1, EMLIO_WIRE_MAX_NAME,
@@ -771,7 +856,7 @@ s_decode_classes(s_reader_t *r, emlio__wire_msg_t *msg)
 }
 
 static bool
-s_decode_items(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
+s_decode_items(s_reader_t *r, s_flat_t *msg, size_t max_items)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -796,7 +881,7 @@ s_decode_items(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
 }
 
 static bool
-s_decode_samples(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
+s_decode_samples(s_reader_t *r, s_flat_t *msg, size_t max_items)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -828,7 +913,7 @@ s_decode_samples(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
  * EMLIO_WIRE_MAX_WHERE bytes (its count is checked against the samples
  * once the whole header is read). */
 static bool
-s_decode_where(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
+s_decode_where(s_reader_t *r, s_flat_t *msg, size_t max_items)
 {
     return s_decode_strs(r, &msg->where, &msg->n_where, max_items, 0,
                          EMLIO_WIRE_MAX_WHERE, "too many records in where",
@@ -839,7 +924,7 @@ s_decode_where(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
  * -1 for a span in its own frame (checked against the frames by
  * emlio__wire_pack_check, which knows them). */
 static bool
-s_decode_pack(s_reader_t *r, emlio__wire_msg_t *msg, size_t max_items)
+s_decode_pack(s_reader_t *r, s_flat_t *msg, size_t max_items)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -888,8 +973,8 @@ static const unsigned s_required[] = {
     [EMLIO_MSG_ERROR] = S_HAS_T | S_HAS_ID | S_HAS_CODE,
 };
 
-void
-emlio__wire_msg_release(emlio__wire_msg_t *msg)
+static void
+s_flat_release(s_flat_t *msg)
 {
     emlio_free(msg->shards);
     emlio_free(msg->items);
@@ -901,11 +986,145 @@ emlio__wire_msg_release(emlio__wire_msg_t *msg)
     memset(msg, 0, sizeof(*msg));
 }
 
+void
+emlio__wire_msg_release(emlio__wire_msg_t *msg)
+{
+    switch (msg->type) {
+    case EMLIO_MSG_HELLO:
+        emlio_free(msg->hello.fields);
+        break;
+    case EMLIO_MSG_WELCOME:
+        emlio_free(msg->welcome.shards);
+        emlio_free(msg->welcome.fields);
+        emlio_free(msg->welcome.classes);
+        break;
+    case EMLIO_MSG_GET:
+        emlio_free(msg->get.items);
+        break;
+    case EMLIO_MSG_BATCH:
+        emlio_free(msg->batch.samples);
+        emlio_free(msg->batch.spans);
+        emlio_free(msg->batch.where);
+        break;
+    default:
+        break;
+    }
+    memset(msg, 0, sizeof(*msg));
+}
+
+/* Moves what the type defines from f into msg (f keeps the rest, for
+ * s_flat_release). */
+static void
+s_sort(s_flat_t *f, emlio__wire_msg_t *msg)
+{
+    memset(msg, 0, sizeof(*msg));
+    msg->type = f->type;
+    msg->id = f->id;
+    switch (f->type) {
+    case EMLIO_MSG_HELLO:
+        msg->hello = (emlio__msg_hello_t){
+            .version = f->version,
+            .name = f->name,
+            .name_len = f->name_len,
+            .session = f->session,
+            .stream = f->stream,
+            .job = f->job,
+            .job_len = f->job_len,
+            .weight = f->weight,
+            .share = f->share,
+            .fields = f->fields,
+            .n_fields = f->n_fields,
+        };
+        f->fields = NULL;
+        break;
+    case EMLIO_MSG_WELCOME:
+        msg->welcome = (emlio__msg_welcome_t){
+            .version = f->version,
+            .joined = f->joined,
+            .name = f->name,
+            .name_len = f->name_len,
+            .dataset = f->dataset,
+            .dataset_len = f->dataset_len,
+            .format = f->format,
+            .format_len = f->format_len,
+            .max_batch = f->max_batch,
+            .max_credit = f->max_credit,
+            .max_streams = f->max_streams,
+            .sndbuf = f->sndbuf,
+            .max_copy_bytes = f->max_copy_bytes,
+            .xf_threads = f->xf_threads,
+            .core_mw = f->core_mw,
+            .share = f->share,
+            .share_window = f->share_window,
+            .share_segs = f->segs,
+            .share_cursor = f->cursor,
+            .shards = f->shards,
+            .n_shards = f->n_shards,
+            .fields = f->fields,
+            .n_fields = f->n_fields,
+            .classes = f->classes,
+            .n_classes = f->n_classes,
+        };
+        f->shards = NULL;
+        f->fields = NULL;
+        f->classes = NULL;
+        break;
+    case EMLIO_MSG_GET:
+        msg->get = (emlio__msg_get_t){
+            .dataset = f->dataset,
+            .dataset_len = f->dataset_len,
+            .items = f->items,
+            .n_items = f->n_items,
+            .xf_spec = f->xf_spec,
+            .xf_spec_len = f->xf_spec_len,
+            .xf_seed = f->xf_seed,
+            .xf_epoch = f->xf_epoch,
+            .flags = { .unchecked = f->unchecked,
+                       .pipelined = f->pipelined,
+                       .describe = f->describe },
+            .segs = f->segs,
+            .cursor = f->cursor,
+        };
+        f->items = NULL;
+        break;
+    case EMLIO_MSG_BATCH:
+        msg->batch = (emlio__msg_batch_t){
+            .samples = f->samples,
+            .n_samples = f->n_samples,
+            .packed = f->packed,
+            .spans = f->spans,
+            .n_spans = f->n_spans,
+            .where = f->where,
+            .n_where = f->n_where,
+            .has_disk = f->has_disk,
+            .disk = f->disk,
+            .read = f->read,
+            .shared = f->shared,
+            .has_shape = f->has_shape,
+            .xf_ns = f->xf_ns,
+        };
+        memcpy(msg->batch.shape, f->shape, sizeof(f->shape));
+        f->samples = NULL;
+        f->spans = NULL;
+        f->where = NULL;
+        break;
+    case EMLIO_MSG_ERROR:
+        msg->error = (emlio__msg_error_t){
+            .code = f->code,
+            .text = f->text,
+            .text_len = f->text_len,
+        };
+        break;
+    default:
+        break;
+    }
+}
+
 /* The shape of a tensor BATCH: [samples, height, width, channels], each
  * bounded so that their product cannot overflow (checked by the client
  * against what it asked for). */
 static bool
-s_decode_shape(s_reader_t *r, emlio__wire_msg_t *msg)
+s_decode_shape(s_reader_t *r, s_flat_t *msg)
 {
     uint64_t n;
     if (!s_read_array(r, &n, 1))
@@ -931,30 +1150,30 @@ typedef struct s_uint_key {
 } s_uint_key_t;
 
 static const s_uint_key_t s_uint_keys[] = {
-    { "v", offsetof(emlio__wire_msg_t, version), S_HAS_V },
-    { "id", offsetof(emlio__wire_msg_t, id), S_HAS_ID },
-    { "max_batch", offsetof(emlio__wire_msg_t, max_batch), S_HAS_LIMITS },
-    { "max_credit", offsetof(emlio__wire_msg_t, max_credit), 0 },
-    { "session", offsetof(emlio__wire_msg_t, session), 0 },
-    { "stream", offsetof(emlio__wire_msg_t, stream), 0 },
-    { "max_streams", offsetof(emlio__wire_msg_t, max_streams), 0 },
-    { "sndbuf", offsetof(emlio__wire_msg_t, sndbuf), 0 },
-    { "xf_threads", offsetof(emlio__wire_msg_t, xf_threads), 0 },
-    { "core_mw", offsetof(emlio__wire_msg_t, core_mw), 0 },
-    { "max_copy_bytes", offsetof(emlio__wire_msg_t, max_copy_bytes), 0 },
-    { "seed", offsetof(emlio__wire_msg_t, xf_seed), S_HAS_SEED },
-    { "epoch", offsetof(emlio__wire_msg_t, xf_epoch), S_HAS_EPOCH },
-    { "xf_ns", offsetof(emlio__wire_msg_t, xf_ns), 0 },
-    { "weight", offsetof(emlio__wire_msg_t, weight), 0 },
-    { "share_window", offsetof(emlio__wire_msg_t, share_window), 0 },
-    { "sh", offsetof(emlio__wire_msg_t, shared), 0 },
+    { "v", offsetof(s_flat_t, version), S_HAS_V },
+    { "id", offsetof(s_flat_t, id), S_HAS_ID },
+    { "max_batch", offsetof(s_flat_t, max_batch), S_HAS_LIMITS },
+    { "max_credit", offsetof(s_flat_t, max_credit), 0 },
+    { "session", offsetof(s_flat_t, session), 0 },
+    { "stream", offsetof(s_flat_t, stream), 0 },
+    { "max_streams", offsetof(s_flat_t, max_streams), 0 },
+    { "sndbuf", offsetof(s_flat_t, sndbuf), 0 },
+    { "xf_threads", offsetof(s_flat_t, xf_threads), 0 },
+    { "core_mw", offsetof(s_flat_t, core_mw), 0 },
+    { "max_copy_bytes", offsetof(s_flat_t, max_copy_bytes), 0 },
+    { "seed", offsetof(s_flat_t, xf_seed), S_HAS_SEED },
+    { "epoch", offsetof(s_flat_t, xf_epoch), S_HAS_EPOCH },
+    { "xf_ns", offsetof(s_flat_t, xf_ns), 0 },
+    { "weight", offsetof(s_flat_t, weight), 0 },
+    { "share_window", offsetof(s_flat_t, share_window), 0 },
+    { "sh", offsetof(s_flat_t, shared), 0 },
 };
 
 /* Decodes the value of one header key into msg; unknown keys are skipped.
  * Sets the key's S_HAS_ bit in *seen. */
 static bool
-s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
-             size_t klen, size_t max_items, unsigned *seen)
+s_decode_key(s_reader_t *r, s_flat_t *msg, const char *key, size_t klen,
+             size_t max_items, unsigned *seen)
 {
     for (size_t k = 0; k < sizeof(s_uint_keys) / sizeof(s_uint_keys[0]); k++) {
         if (!s_key_is(key, klen, s_uint_keys[k].key))
@@ -1053,10 +1272,12 @@ s_decode_key(s_reader_t *r, emlio__wire_msg_t *msg, const char *key,
 }
 
 int
-emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
+emlio__wire_decode(emlio__wire_msg_t *out, const uint8_t *buf, size_t len,
                    size_t max_items, char *errbuf)
 {
     s_reader_t r = { buf, buf + len, errbuf, false };
+    memset(out, 0, sizeof(*out));
+    s_flat_t flat, *msg = &flat;
     memset(msg, 0, sizeof(*msg));
     if (max_items == 0 || max_items > EMLIO_WIRE_MAX_SAMPLES)
         max_items = EMLIO_WIRE_MAX_SAMPLES;
@@ -1107,8 +1328,10 @@ emlio__wire_decode(emlio__wire_msg_t *msg, const uint8_t *buf, size_t len,
         s_fail(&r, "trailing bytes after the header");
         goto fail;
     }
+    s_sort(msg, out);
+    s_flat_release(msg); /* what the type does not define */
     return (int)len;
 fail:
-    emlio__wire_msg_release(msg);
+    s_flat_release(msg);
     return EMLIO_EPROTO;
 }

@@ -88,89 +88,121 @@ typedef struct emlio__wire_sample {
     uint32_t crc;  /* CRC-32C of the sample's frame */
 } emlio__wire_sample_t;
 
-/* A decoded message. Strings are borrowed from the frame that was decoded,
- * so the frame must outlive the message; arrays are owned and freed by
- * emlio__wire_msg_release. */
-typedef struct emlio__wire_msg {
-    int type;         /* enum emlio_msg_type */
-    uint64_t version; /* HELLO, WELCOME */
-    uint64_t id;      /* GET, BATCH, ERROR: the request id */
-    const char *name; /* HELLO: client name; WELCOME: server name */
+/* Decoded messages (docs/protocol.md 5), one struct per message type.
+ * Strings are borrowed from the frame that was decoded, so the frame must
+ * outlive the message; arrays are owned and freed by
+ * emlio__wire_msg_release. Keys a message type does not define are
+ * skipped, as unknown keys are. */
+
+/* HELLO (5.1): who the client is and which session it joins. */
+typedef struct emlio__msg_hello {
+    uint64_t version;
+    const char *name; /* the client's */
     size_t name_len;
-    const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
-    size_t dataset_len;
-    uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
-    uint64_t max_credit; /* WELCOME: GETs one connection may have out */
-    uint64_t session;    /* HELLO: the client's session (0 = none) */
-    const char *job;     /* HELLO: the job it belongs to (NULL: none;
-                            its session is a job of its own) */
+    uint64_t session; /* 0 = none: each connection is a client */
+    uint64_t stream;  /* > 0 joins the session stream 0 opened */
+    const char *job;  /* the job it belongs to (NULL: its session is one) */
     size_t job_len;
-    uint64_t weight;       /* HELLO: the job's requested weight (0: 1) */
-    bool share;            /* "share": HELLO, the job reads through the
-                              daemon's shared cache; WELCOME, the daemon
-                              serves every job so (--share-all), and
-                              clients plan from the shared schedule */
-    uint64_t share_window; /* WELCOME: bytes a window of the shared
-                              schedule may hold (0: no shared reads) */
-    /* GET: "segs", "cursor": the shared schedule's segments and the
-     * cursor of the GET's batch (a job that shares reads; segs 0: not
-     * said). WELCOME: "share_segs", "share_cursor": where the jobs that
-     * share reads are now, for a job that joins them (docs/planner.md). */
-    uint64_t segs;
-    uint64_t cursor;
-    uint64_t stream;         /* HELLO: this connection's stream number; > 0
-                                joins an existing session */
-    uint64_t max_streams;    /* WELCOME: connections one session may have */
-    uint64_t sndbuf;         /* WELCOME: send buffer per connection, bytes */
-    uint64_t max_copy_bytes; /* WELCOME: copied reply bytes one connection
-                                may hold (any version; 0 = not said) */
-    bool joined;             /* WELCOME: reply to a join (no inventory) */
-    int64_t code;            /* ERROR: an EMLIO_E* code */
-    const char *text;        /* ERROR: human-readable reason */
-    size_t text_len;
-    emlio__wire_shard_t *shards; /* WELCOME */
-    size_t n_shards;
-    emlio__wire_item_t *items; /* GET */
-    size_t n_items;
-    emlio__wire_sample_t *samples; /* BATCH */
-    size_t n_samples;
-    emlio__wire_span_t *spans; /* BATCH v4: the offset table ("pack"), one
-                                  span per sample frame; NULL: none came */
-    size_t n_spans;
-    bool packed; /* BATCH: the header has a "pack" table (even empty) */
-    emlio__wire_str_t *fields; /* WELCOME: field names (none = one
-                                 unnamed field); HELLO: the fields the
-                                 client asks for (none = the daemon's) */
+    uint64_t weight;           /* the job's requested weight (0: 1) */
+    bool share;                /* it reads through the daemon's shared cache */
+    emlio__wire_str_t *fields; /* the fields it asks for (none: the
+                                  daemon's) */
     size_t n_fields;
-    /* Transforms (docs/protocol.md 5.6). */
-    uint64_t xf_threads; /* WELCOME: the daemon's transform threads (0 =
-                            it does not transform) */
-    uint64_t core_mw;    /* WELCOME: the daemon host's power per busy core,
-                            milliwatts (0 = unknown) */
-    const char *xf_spec; /* GET: transform spec (borrowed); NULL = raw */
-    size_t xf_spec_len;
-    uint64_t xf_seed;  /* GET: the RNG seed of the transform */
-    uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
-    bool unchecked;    /* GET: the client does not check sample CRCs */
-    bool has_disk;     /* BATCH: "disk" was sent */
-    int disk;          /* BATCH: the daemon's device-wait share, percent */
-    uint64_t read;     /* BATCH: "rd", bytes read for it (0: not said) */
-    uint64_t shared;   /* BATCH: "sh", of its bytes, those copied from a
-                          read another job made (0: not said) */
-    bool pipelined;    /* GET: the client has other GETs in flight on this
-                          connection (their replies may share segments) */
-    bool describe;     /* GET: the reply names each sample's record
-                          ("where"), for the client's own messages */
-    emlio__wire_str_t *where; /* BATCH: where each sample's record lies, one
-                                 per quadruple ("where"; NULL: not sent) */
-    size_t n_where;
-    bool has_shape;    /* BATCH: a tensor batch (one frame) */
-    uint64_t shape[4]; /* BATCH: samples, height, width, channels */
-    uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
-    emlio__wire_str_t *classes; /* WELCOME: label i's name (optional) */
-    size_t n_classes;
-    const char *format; /* WELCOME: the dataset's format (borrowed) */
+} emlio__msg_hello_t;
+
+/* WELCOME (5.2): the daemon's limits and inventory, or (joined) the short
+ * answer to a further stream's HELLO. */
+typedef struct emlio__msg_welcome {
+    uint64_t version;
+    bool joined;      /* a join: no inventory */
+    const char *name; /* the daemon's */
+    size_t name_len;
+    const char *dataset; /* its fingerprint (hex) */
+    size_t dataset_len;
+    const char *format; /* the dataset's format */
     size_t format_len;
+    uint64_t max_batch;      /* samples per GET it accepts */
+    uint64_t max_credit;     /* GETs one connection may have out */
+    uint64_t max_streams;    /* connections one session may have */
+    uint64_t sndbuf;         /* send buffer per connection, bytes */
+    uint64_t max_copy_bytes; /* copied reply bytes one connection may hold
+                                (0 = not said) */
+    uint64_t xf_threads;     /* its transform threads (0: it does not) */
+    uint64_t core_mw;        /* power per busy core, milliwatts (0 = unknown) */
+    bool share;              /* it shares every job's reads (--share-all) */
+    uint64_t share_window;   /* bytes of a window of the shared schedule (0:
+                                no shared reads) */
+    uint64_t share_segs;   /* where the jobs that share reads are now, for a */
+    uint64_t share_cursor; /* job that joins them (docs/planner.md) */
+    emlio__wire_shard_t *shards;
+    size_t n_shards;
+    emlio__wire_str_t *fields; /* field names (none: one unnamed field) */
+    size_t n_fields;
+    emlio__wire_str_t *classes; /* label i's name (optional) */
+    size_t n_classes;
+} emlio__msg_welcome_t;
+
+/* What a GET says of itself beyond its samples (5.3). */
+typedef struct emlio__msg_get_flags {
+    bool unchecked; /* the client does not check sample CRCs */
+    bool pipelined; /* other GETs of the client are in flight on this
+                       connection */
+    bool describe;  /* the reply names each sample's record ("where") */
+} emlio__msg_get_flags_t;
+
+/* GET (5.3): one batch, or one part of one. */
+typedef struct emlio__msg_get {
+    const char *dataset; /* the fingerprint the client planned with */
+    size_t dataset_len;
+    emlio__wire_item_t *items;
+    size_t n_items;
+    const char *xf_spec; /* transform spec (5.6); NULL = raw samples */
+    size_t xf_spec_len;
+    uint64_t xf_seed;  /* the transform's RNG seed */
+    uint64_t xf_epoch; /* the epoch the batch belongs to */
+    emlio__msg_get_flags_t flags;
+    uint64_t segs;   /* a job that shares reads: the shared schedule's */
+    uint64_t cursor; /* segments and its batch's cursor (segs 0: none) */
+} emlio__msg_get_t;
+
+/* BATCH (5.4): the samples of one GET, raw or as one tensor (5.6). */
+typedef struct emlio__msg_batch {
+    emlio__wire_sample_t *samples;
+    size_t n_samples;
+    bool packed;               /* the header has a "pack" table (even empty) */
+    emlio__wire_span_t *spans; /* that table, one span per sample frame */
+    size_t n_spans;
+    emlio__wire_str_t *where; /* where each sample's record lies (NULL: not
+                                 sent) */
+    size_t n_where;
+    bool has_disk;     /* "disk" was sent: */
+    int disk;          /* the daemon's device-wait share, percent */
+    uint64_t read;     /* "rd": bytes read for it (0: not said) */
+    uint64_t shared;   /* "sh": of those, copied from another job's read */
+    bool has_shape;    /* a tensor batch (one frame) of */
+    uint64_t shape[4]; /* samples, height, width, channels */
+    uint64_t xf_ns;    /* CPU ns the daemon spent transforming */
+} emlio__msg_batch_t;
+
+/* ERROR (5.5): a request failed. */
+typedef struct emlio__msg_error {
+    int64_t code;     /* an EMLIO_E* code */
+    const char *text; /* for people, not peers */
+    size_t text_len;
+} emlio__msg_error_t;
+
+/* A decoded message: its type says which member holds it. */
+typedef struct emlio__wire_msg {
+    int type;    /* enum emlio_msg_type */
+    uint64_t id; /* the request id (GET, BATCH, ERROR; a HELLO's echo) */
+
+    union {
+        emlio__msg_hello_t hello;
+        emlio__msg_welcome_t welcome;
+        emlio__msg_get_t get;
+        emlio__msg_batch_t batch;
+        emlio__msg_error_t error;
+    };
 } emlio__wire_msg_t;
 
 /* What a GET asks beyond its items: a transform (NULL spec: the raw

@@ -62,7 +62,7 @@ emlio__srv_copy_release(emlio__copy_charge_t *charge)
 static uint64_t
 s_estimate(const emlio_server_t *self, emlio__job_t *job)
 {
-    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__msg_get_t *get = &job->msg.get;
     const emlio__shardset_t *set = &self->core->set;
     /* A GET with a transform also makes one tensor block of every sample
      * (server_xf.c): fresh memory like a copy, held until its frame

@@ -32,7 +32,7 @@ s_somewhere(const emlio_server_t *self, const char *name)
 
 /* Checks the HELLO's names; 0 or an error with text. */
 static int
-s_check(const emlio_server_t *self, const emlio__wire_msg_t *hello, char *text)
+s_check(const emlio_server_t *self, const emlio__msg_hello_t *hello, char *text)
 {
     for (size_t i = 0; i < hello->n_fields; i++) {
         const emlio__wire_str_t *f = &hello->fields[i];
@@ -69,7 +69,7 @@ s_check(const emlio_server_t *self, const emlio__wire_msg_t *hello, char *text)
 
 /* Whether fs lists exactly the HELLO's names, in its order. */
 static bool
-s_same(const emlio__fieldset_t *fs, const emlio__wire_msg_t *hello)
+s_same(const emlio__fieldset_t *fs, const emlio__msg_hello_t *hello)
 {
     if (fs->n != hello->n_fields)
         return false;
@@ -94,7 +94,7 @@ s_free(emlio__fieldset_t *fs)
 }
 
 static emlio__fieldset_t *
-s_new(const emlio__wire_msg_t *hello)
+s_new(const emlio__msg_hello_t *hello)
 {
     emlio__fieldset_t *fs = emlio_calloc(1, sizeof(*fs));
     if (!fs)
@@ -128,7 +128,7 @@ s_new(const emlio__wire_msg_t *hello)
 }
 
 int
-emlio__srv_fields_resolve(emlio_server_t *self, const emlio__wire_msg_t *hello,
+emlio__srv_fields_resolve(emlio_server_t *self, const emlio__msg_hello_t *hello,
                           const emlio__fieldset_t **out, char *text)
 {
     *out = NULL;

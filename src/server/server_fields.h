@@ -45,7 +45,7 @@ typedef struct emlio__srv_fieldsets {
  * that no shard has), EMLIO_ELIMIT or EMLIO_ENOMEM, with text (EMLIO_ERRMSG_LEN
  * bytes). Frontend thread. */
 int emlio__srv_fields_resolve(struct emlio_server *self,
-                              const emlio__wire_msg_t *hello,
+                              const emlio__msg_hello_t *hello,
                               const emlio__fieldset_t **out, char *text);
 
 /* The full WELCOME for a session of fs (NULL: the daemon's own); NULL

@@ -82,7 +82,7 @@ s_ra_chunk(emlio_server_t *self, uint32_t i, uint64_t r, size_t *per)
  * plan's shuffle window reads the rest of the chunk soon anyway. Items
  * are checked later; bad ones are skipped here. */
 static void
-s_readahead(emlio_server_t *self, const emlio__wire_msg_t *get)
+s_readahead(emlio_server_t *self, const emlio__msg_get_t *get)
 {
     uint32_t now_ms = 0;
     for (size_t i = 0; i < get->n_items; i++) {
@@ -199,7 +199,7 @@ emlio__srv_gate_get(emlio_server_t *self, emlio__job_t *job,
         return EMLIO__GATE_REFUSE;
     }
     if (self->cfg.readahead)
-        s_readahead(self, &job->msg);
+        s_readahead(self, &job->msg.get);
     if (rc == 1) {
         emlio__gate_verdict_t parked = s_park(self, job, peer, why);
         if (parked == EMLIO__GATE_REFUSE)

@@ -287,7 +287,7 @@ emlio__srv_jobs_detach(emlio_server_t *self, emlio__peer_t *peer)
 static uint64_t
 s_cost(const emlio_server_t *self, const emlio__job_t *job)
 {
-    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__msg_get_t *get = &job->msg.get;
     const emlio__shardset_t *set = &self->core->set;
     uint64_t total = job->xf.spec
                          ? (uint64_t)get->n_items *
@@ -557,7 +557,7 @@ emlio__srv_jobs_submit(emlio_server_t *self, void *work, emlio__job_t *job,
                     !atomic_load(&j->share_refused);
     atomic_fetch_add(&j->live, 1);
     atomic_fetch_add(&j->requests, 1);
-    atomic_fetch_add(&j->samples, job->msg.n_items);
+    atomic_fetch_add(&j->samples, job->msg.get.n_items);
     job->sched.fq.cost = s_cost(self, job);
     if (self->jobs.mode == EMLIO__SCHED_FIFO)
         return s_send(self, work, job);

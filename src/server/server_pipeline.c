@@ -292,7 +292,7 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio__shard_t *shard,
 #define S_PREFETCH_DATA  4
 
 static void
-s_prefetch(emlio_server_t *self, const emlio__wire_msg_t *get, size_t i,
+s_prefetch(emlio_server_t *self, const emlio__msg_get_t *get, size_t i,
            bool data)
 {
     if (i >= get->n_items || get->items[i].shard >= self->core->set.n)
@@ -438,7 +438,7 @@ s_merge_reads(emlio__io_req_t *reqs, size_t n)
 static void
 s_stage_reads(emlio_server_t *self, emlio__job_t *job)
 {
-    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__msg_get_t *get = &job->msg.get;
     if (!self->core->io_engine || !get->n_items)
         return;
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
@@ -510,7 +510,7 @@ s_unstage(emlio_server_t *self, emlio__job_t *job)
 static void
 s_read_items(emlio_server_t *self, emlio__job_t *job)
 {
-    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__msg_get_t *get = &job->msg.get;
     size_t n = get->n_items;
     size_t per = emlio__srv_fields_per(self, job->fields); /* frames/sample */
     job->per = per;
@@ -539,7 +539,7 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
     /* A derived CRC leaves the stored checksum to the client's check: not
      * when the bytes are decoded here (checked before decoding) or when
      * the client does not check at all. */
-    if (job->xf.spec || get->unchecked)
+    if (job->xf.spec || get->flags.unchecked)
         rd.derive_crc_min = 0;
     for (size_t i = 0; i < n; i++) {
         const emlio__wire_item_t *item = &get->items[i];
@@ -615,9 +615,9 @@ s_read_job(emlio_server_t *self, emlio__job_t *job)
                            (uint64_t)(uintptr_t)job->sched.tjob, &tally);
     s_read_items(self, job);
     emlio__share_scope_set(NULL, 0, NULL);
-    if (job->msg.segs)
-        emlio__srv_jobs_note_cursor(&self->jobs, job->sched.tjob, job->msg.segs,
-                                    job->msg.cursor);
+    if (job->msg.get.segs)
+        emlio__srv_jobs_note_cursor(&self->jobs, job->sched.tjob,
+                                    job->msg.get.segs, job->msg.get.cursor);
     job->io.bytes += tally.loaded;
     job->io.shared_bytes += tally.shared;
     s_check_share_use(self, job->sched.tjob, &tally);
@@ -658,10 +658,11 @@ s_batch_header(emlio_server_t *self, emlio__job_t *job, size_t nf,
     size_t n = job->n_views;
     emlio__wire_sample_t *samples = emlio_calloc(n ? n : 1, sizeof(*samples));
     emlio__wire_span_t *spans = emlio_calloc(nf ? nf : 1, sizeof(*spans));
-    char **where = job->msg.describe ? s_describe_views(self, job) : NULL;
+    char **where =
+        job->msg.get.flags.describe ? s_describe_views(self, job) : NULL;
     int rc = EMLIO_ENOMEM;
     io.where = where;
-    if (samples && spans && (where || !job->msg.describe)) {
+    if (samples && spans && (where || !job->msg.get.flags.describe)) {
         for (size_t i = 0; i < n; i++) {
             const emlio__view_t *v = &job->views[i * job->per];
             samples[i] =
@@ -728,7 +729,6 @@ s_batch_frames(emlio__job_t *job, emlio__srv_release_t *rel, size_t nf,
 static void
 s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
 {
-    const emlio__wire_msg_t *get = &job->msg;
     size_t n = job->n_views;
     size_t nf = n * job->per;
     zmq_msg_t *frames = NULL;
@@ -791,9 +791,9 @@ s_serialize_job(emlio_server_t *self, void *done, emlio__job_t *job)
     emlio_free(rel);
     atomic_fetch_add(&self->count.errors, 1);
     emlio_log(self->ctx, EMLIO_LOG_WARN, "server", "request %" PRIu64 ": %s",
-              get->id, job->text);
-    emlio__srv_send_error(done, &job->identity, get->id, job->code, job->text,
-                          0);
+              job->msg.id, job->text);
+    emlio__srv_send_error(done, &job->identity, job->msg.id, job->code,
+                          job->text, 0);
     emlio_free(frames);
 }
 

@@ -79,7 +79,7 @@ s_frontend_reply_error(emlio_server_t *self, zmq_msg_t *identity, uint64_t id,
 static void
 s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
 {
-    const emlio__wire_msg_t *hello = &job->msg;
+    const emlio__msg_hello_t *hello = &job->msg.hello;
     const uint8_t *id = zmq_msg_data(&job->identity);
     size_t id_len = zmq_msg_size(&job->identity);
     emlio__peer_t *peer = emlio__srv_peer_find(self, id, id_len, false);
@@ -97,7 +97,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
                 snprintf(text, sizeof(text),
                          "too many clients (limit %" PRIu32 ")",
                          self->cfg.max_clients);
-            s_frontend_reply_error(self, &job->identity, hello->id,
+            s_frontend_reply_error(self, &job->identity, job->msg.id,
                                    EMLIO_ELIMIT, text);
             return;
         }
@@ -114,7 +114,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
     char ftext[EMLIO_ERRMSG_LEN];
     int frc = emlio__srv_fields_resolve(self, hello, &fields, ftext);
     if (frc < 0) {
-        s_frontend_reply_error(self, &job->identity, hello->id, frc, ftext);
+        s_frontend_reply_error(self, &job->identity, job->msg.id, frc, ftext);
         return;
     }
     peer->fields = fields;
@@ -123,7 +123,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
     int jrc = emlio__srv_jobs_attach(self, peer, hello->job, hello->job_len,
                                      hello->weight, why, sizeof(why));
     if (jrc < 0) {
-        s_frontend_reply_error(self, &job->identity, hello->id, jrc, why);
+        s_frontend_reply_error(self, &job->identity, job->msg.id, jrc, why);
         return;
     }
     /* Copies: a zero-copy WELCOME could outlive the server in a ZeroMQ
@@ -132,7 +132,7 @@ s_frontend_hello(emlio_server_t *self, emlio__job_t *job)
     emlio_buf_t joined = EMLIO_BUF_INIT;
     const emlio_buf_t *reply = NULL;
     if (hello->session && hello->stream > 0) {
-        if (emlio__wire_encode_joined(&joined, hello->id,
+        if (emlio__wire_encode_joined(&joined, job->msg.id,
                                       self->core->set.fingerprint) < 0) {
             emlio_buf_release(&joined);
             zmq_msg_close(&job->identity);
@@ -200,13 +200,13 @@ s_request_source(emlio_server_t *self, emlio__job_t *job)
 static bool
 s_hello_version_ok(emlio_server_t *self, emlio__job_t *job)
 {
-    if (job->msg.version == EMLIO_WIRE_VERSION)
+    if (job->msg.hello.version == EMLIO_WIRE_VERSION)
         return true;
     char text[EMLIO_ERRMSG_LEN];
     snprintf(text, sizeof(text),
              "protocol version %" PRIu64 " not supported: this daemon "
              "speaks version %d only; upgrade the client",
-             job->msg.version, EMLIO_WIRE_VERSION);
+             job->msg.hello.version, EMLIO_WIRE_VERSION);
     s_frontend_reply_error(self, &job->identity, 0, EMLIO_EVERSION, text);
     return false;
 }

@@ -22,7 +22,7 @@
 int
 emlio__srv_xf_admit(emlio_server_t *self, emlio__job_t *job, char *text)
 {
-    const emlio__wire_msg_t *get = &job->msg;
+    const emlio__msg_get_t *get = &job->msg.get;
     if (!get->xf_spec)
         return 0;
     if (self->own.n_fields)
@@ -136,8 +136,8 @@ emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job)
     }
     job->xf.run = (emlio__xf_job_t){ .transform = job->xf.spec,
                                      .ws_max_bytes = self->xf.ws_max_bytes,
-                                     .seed = job->msg.xf_seed,
-                                     .epoch = job->msg.xf_epoch,
+                                     .seed = job->msg.get.xf_seed,
+                                     .epoch = job->msg.get.xf_epoch,
                                      .samples = job->xf.samples,
                                      .n = n,
                                      .block = block,

@@ -352,14 +352,14 @@ test_server_copy_budget(void **state)
     emlio__wire_msg_t msg;
     zmq_msg_t header;
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_WELCOME);
-    assert_int_equal(msg.max_copy_bytes, 500 * 1024);
+    assert_int_equal(msg.welcome.max_copy_bytes, 500 * 1024);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
 
     s_get_same(dealer, srv, 1, 4096);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
-    assert_int_equal(msg.code, EMLIO_ELIMIT);
-    assert_non_null(strstr(msg.text, "--max-copy-bytes"));
+    assert_int_equal(msg.error.code, EMLIO_ELIMIT);
+    assert_non_null(strstr(msg.error.text, "--max-copy-bytes"));
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     /* Eight GETs of two copies each: 3.2 MB asked at once, at most two
@@ -368,7 +368,7 @@ test_server_copy_budget(void **state)
         s_get_same(dealer, srv, id, 2);
     for (int k = 0; k < 8; k++) {
         assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
-        assert_int_equal(msg.n_samples, 2);
+        assert_int_equal(msg.batch.n_samples, 2);
         emlio__wire_msg_release(&msg);
         zmq_msg_close(&header);
     }
@@ -493,11 +493,11 @@ test_server_fields_get_before_hello_is_served(void **state)
     zmq_msg_t header;
     s_get_same(dealer, srv, 1, 1);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
-    assert_true(msg.packed);
-    assert_int_equal(msg.n_samples, 1);
-    assert_int_equal(msg.n_spans, 2);
-    assert_int_equal(msg.spans[0].len, 600);
-    assert_int_equal(msg.spans[1].len, 1);
+    assert_true(msg.batch.packed);
+    assert_int_equal(msg.batch.n_samples, 1);
+    assert_int_equal(msg.batch.n_spans, 2);
+    assert_int_equal(msg.batch.spans[0].len, 600);
+    assert_int_equal(msg.batch.spans[1].len, 1);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     /* A HELLO of another version is refused, naming the one spoken. */
@@ -508,8 +508,8 @@ test_server_fields_get_before_hello_is_served(void **state)
     v[2] = 3; /* "v": 3 */
     assert_int_equal(zmq_send(dealer, buf.data, buf.len, 0), (int)buf.len);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
-    assert_int_equal(msg.code, EMLIO_EVERSION);
-    assert_non_null(strstr(msg.text, "speaks version 4 only"));
+    assert_int_equal(msg.error.code, EMLIO_EVERSION);
+    assert_non_null(strstr(msg.error.text, "speaks version 4 only"));
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     assert_int_equal(s_encode_hello(&buf, "test"), 0);
@@ -520,7 +520,7 @@ test_server_fields_get_before_hello_is_served(void **state)
     zmq_msg_close(&header);
     s_get_same(dealer, srv, 2, 1);
     assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
-    assert_int_equal(msg.n_spans, 2);
+    assert_int_equal(msg.batch.n_spans, 2);
     emlio__wire_msg_release(&msg);
     zmq_msg_close(&header);
     s_teardown(dealer, zctx, &srv, &ctx, dir);
@@ -563,11 +563,11 @@ test_server_deleted_file_is_skipped_or_named(void **state)
         zmq_msg_t header;
         if (skip) {
             assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_BATCH);
-            assert_int_equal(msg.n_samples, 1);
+            assert_int_equal(msg.batch.n_samples, 1);
         } else {
             assert_int_equal(s_reply(dealer, &msg, &header), EMLIO_MSG_ERROR);
-            assert_non_null(strstr(msg.text, "cat/b.jpg"));
-            assert_non_null(strstr(msg.text, strerror(ENOENT)));
+            assert_non_null(strstr(msg.error.text, "cat/b.jpg"));
+            assert_non_null(strstr(msg.error.text, strerror(ENOENT)));
         }
         emlio__wire_msg_release(&msg);
         zmq_msg_close(&header);
@@ -737,8 +737,8 @@ s_recv_one(void *dealer, size_t *n, bool *intact)
     assert_true(emlio__wire_decode(&msg, zmq_msg_data(&frame),
                                    zmq_msg_size(&frame), RECORDS, why) >= 0);
     int type = (int)msg.type;
-    *n = type == EMLIO_MSG_BATCH ? msg.n_samples : 0;
-    uint32_t want = *n ? msg.samples[0].crc : 0;
+    *n = type == EMLIO_MSG_BATCH ? msg.batch.n_samples : 0;
+    uint32_t want = *n ? msg.batch.samples[0].crc : 0;
     emlio__wire_msg_release(&msg);
     *intact = false;
     if (*n) {
@@ -842,8 +842,8 @@ s_packed_job(emlio__wire_item_t *items, uint32_t shard)
         items[r] = (emlio__wire_item_t){ shard, r };
     emlio__job_t job = { .pack = { .on = true,
                                    .max = EMLIO_SERVER_PACK_LARGE } };
-    job.msg.items = items;
-    job.msg.n_items = RECORDS;
+    job.msg.get.items = items;
+    job.msg.get.n_items = RECORDS;
     return job;
 }
 
@@ -887,18 +887,18 @@ test_server_pack_mode_decides_large_frames(void **state)
         assert_true(emlio__wire_decode(&msg, zmq_msg_data(&head),
                                        zmq_msg_size(&head), RECORDS, why) >= 0);
         assert_int_equal(msg.type, EMLIO_MSG_BATCH);
-        assert_int_equal(msg.n_samples, RECORDS);
-        assert_int_equal(msg.n_spans, RECORDS);
+        assert_int_equal(msg.batch.n_samples, RECORDS);
+        assert_int_equal(msg.batch.n_spans, RECORDS);
         bool large = modes[m] == EMLIO_PACK_LARGE;
         if (large) {
             assert_true(zmq_msg_recv(&packed, dealer, 0) >= 0);
-            assert_int_equal(emlio__wire_pack_check(msg.spans, msg.n_spans,
-                                                    RECORDS, true,
-                                                    zmq_msg_size(&packed), why),
+            assert_int_equal(emlio__wire_pack_check(
+                                 msg.batch.spans, msg.batch.n_spans, RECORDS,
+                                 true, zmq_msg_size(&packed), why),
                              0);
         }
         for (size_t j = 0; j < RECORDS; j++) {
-            const emlio__wire_span_t *span = &msg.spans[j];
+            const emlio__wire_span_t *span = &msg.batch.spans[j];
             assert_int_equal(span->len, 70000);
             assert_int_equal(span->off == EMLIO_WIRE_PACK_OWN, !large);
             uint32_t crc;
@@ -913,7 +913,7 @@ test_server_pack_mode_decides_large_frames(void **state)
                 crc = emlio_crc32c(0, zmq_msg_data(&own), zmq_msg_size(&own));
                 zmq_msg_close(&own);
             }
-            assert_int_equal(crc == msg.samples[j].crc, j != 3);
+            assert_int_equal(crc == msg.batch.samples[j].crc, j != 3);
         }
         emlio__wire_msg_release(&msg);
         zmq_msg_close(&packed);

@@ -48,12 +48,12 @@ test_wire_get_round_trip(void **state)
                      (int)buf.len);
     assert_int_equal(msg.type, EMLIO_MSG_GET);
     assert_int_equal(msg.id, 99);
-    assert_int_equal(msg.dataset_len, 4);
-    assert_memory_equal(msg.dataset, "abcd", 4);
-    assert_int_equal(msg.n_items, 3);
+    assert_int_equal(msg.get.dataset_len, 4);
+    assert_memory_equal(msg.get.dataset, "abcd", 4);
+    assert_int_equal(msg.get.n_items, 3);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(msg.items[i].shard, items[i].shard);
-        assert_int_equal(msg.items[i].record, items[i].record);
+        assert_int_equal(msg.get.items[i].shard, items[i].shard);
+        assert_int_equal(msg.get.items[i].record, items[i].record);
     }
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
@@ -73,12 +73,13 @@ test_wire_batch_round_trip(void **state)
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_BATCH);
     assert_int_equal(msg.id, 1ull << 50);
-    assert_int_equal(msg.n_samples, 2);
-    assert_int_equal(msg.samples[0].label, -1);
-    assert_int_equal(msg.samples[0].crc, 0xdeadbeef);
-    assert_int_equal(msg.samples[1].label, 1000000);
-    assert_int_equal(msg.samples[1].record, 4);
-    assert_false(msg.has_disk); /* left out: a daemon that does not read */
+    assert_int_equal(msg.batch.n_samples, 2);
+    assert_int_equal(msg.batch.samples[0].label, -1);
+    assert_int_equal(msg.batch.samples[0].crc, 0xdeadbeef);
+    assert_int_equal(msg.batch.samples[1].label, 1000000);
+    assert_int_equal(msg.batch.samples[1].record, 4);
+    assert_false(
+        msg.batch.has_disk); /* left out: a daemon that does not read */
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -97,10 +98,11 @@ test_wire_shard_digest_round_trip(void **state)
     assert_int_equal(
         s_welcome(&buf, "emliod/x", "ff00", 64, 8, 64, 1 << 22, shards, 2), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
-    assert_int_equal(msg.n_shards, 2);
-    assert_true(msg.shards[0].digest == ((UINT64_C(1) << 32) | 0x89822376u));
-    assert_int_equal(msg.shards[1].digest, 0);
-    assert_int_equal(msg.shards[1].records, 64);
+    assert_int_equal(msg.welcome.n_shards, 2);
+    assert_true(msg.welcome.shards[0].digest ==
+                ((UINT64_C(1) << 32) | 0x89822376u));
+    assert_int_equal(msg.welcome.shards[1].digest, 0);
+    assert_int_equal(msg.welcome.shards[1].records, 64);
     emlio__wire_msg_release(&msg);
     /* Without any digest the entries are the three elements of before. */
     shards[0].digest = 0;
@@ -125,47 +127,47 @@ test_wire_welcome_hello_error_round_trip(void **state)
         s_welcome(&buf, "emliod/x", "ff00", 64, 8, 64, 1 << 22, shards, 2), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_WELCOME);
-    assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
-    assert_int_equal(msg.max_batch, 64);
-    assert_int_equal(msg.max_credit, 8);
-    assert_int_equal(msg.max_streams, 64);
-    assert_int_equal(msg.sndbuf, 1 << 22);
-    assert_false(msg.joined);
-    assert_int_equal(msg.n_shards, 2);
-    assert_int_equal(msg.shards[1].name_len, 14);
-    assert_memory_equal(msg.shards[1].name, "sub/b.tfrecord", 14);
-    assert_int_equal(msg.shards[1].bytes, 16);
+    assert_int_equal(msg.welcome.version, EMLIO_WIRE_VERSION);
+    assert_int_equal(msg.welcome.max_batch, 64);
+    assert_int_equal(msg.welcome.max_credit, 8);
+    assert_int_equal(msg.welcome.max_streams, 64);
+    assert_int_equal(msg.welcome.sndbuf, 1 << 22);
+    assert_false(msg.welcome.joined);
+    assert_int_equal(msg.welcome.n_shards, 2);
+    assert_int_equal(msg.welcome.shards[1].name_len, 14);
+    assert_memory_equal(msg.welcome.shards[1].name, "sub/b.tfrecord", 14);
+    assert_int_equal(msg.welcome.shards[1].bytes, 16);
     emlio__wire_msg_release(&msg);
 
     assert_int_equal(s_hello(&buf, "me", 0, 0, 0), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_HELLO);
-    assert_int_equal(msg.name_len, 2);
-    assert_int_equal(msg.session, 0);
+    assert_int_equal(msg.hello.name_len, 2);
+    assert_int_equal(msg.hello.session, 0);
     emlio__wire_msg_release(&msg);
 
     /* A session HELLO joining stream 5, and the short reply to a join. */
     assert_int_equal(s_hello(&buf, "me", 0xfeedbeefcafeull, 5, 77), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_HELLO);
-    assert_int_equal(msg.session, 0xfeedbeefcafeull);
-    assert_int_equal(msg.stream, 5);
+    assert_int_equal(msg.hello.session, 0xfeedbeefcafeull);
+    assert_int_equal(msg.hello.stream, 5);
     assert_int_equal(msg.id, 77);
     emlio__wire_msg_release(&msg);
     assert_int_equal(emlio__wire_encode_joined(&buf, 77, "ff00"), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_WELCOME);
-    assert_true(msg.joined);
+    assert_true(msg.welcome.joined);
     assert_int_equal(msg.id, 77);
-    assert_int_equal(msg.n_shards, 0);
+    assert_int_equal(msg.welcome.n_shards, 0);
     emlio__wire_msg_release(&msg);
 
     assert_int_equal(emlio__wire_encode_error(&buf, 3, EMLIO_ECORRUPT, "bad"),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, NULL) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_ERROR);
-    assert_int_equal(msg.code, EMLIO_ECORRUPT);
-    assert_int_equal(msg.text_len, 3);
+    assert_int_equal(msg.error.code, EMLIO_ECORRUPT);
+    assert_int_equal(msg.error.text_len, 3);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -259,16 +261,16 @@ test_wire_packed_batch_round_trip(void **state)
     assert_int_equal(emlio__wire_decode(&msg, buf.data, buf.len, 0, err),
                      (int)buf.len);
     assert_int_equal(msg.type, EMLIO_MSG_BATCH);
-    assert_true(msg.packed);
-    assert_int_equal(msg.n_samples, 3);
-    assert_int_equal(msg.n_spans, 3);
+    assert_true(msg.batch.packed);
+    assert_int_equal(msg.batch.n_samples, 3);
+    assert_int_equal(msg.batch.n_spans, 3);
     for (int i = 0; i < 3; i++) {
-        assert_true(msg.spans[i].off == spans[i].off);
-        assert_true(msg.spans[i].len == spans[i].len);
+        assert_true(msg.batch.spans[i].off == spans[i].off);
+        assert_true(msg.batch.spans[i].len == spans[i].len);
     }
     /* One own frame follows a packed frame of 104 bytes. */
-    assert_int_equal(emlio__wire_pack_check(msg.spans, 3, 3, true, 104, err),
-                     1);
+    assert_int_equal(
+        emlio__wire_pack_check(msg.batch.spans, 3, 3, true, 104, err), 1);
     emlio__wire_msg_release(&msg);
     /* Every span in its own frame: no packed frame at all. */
     emlio__wire_span_t own[2] = { { EMLIO_WIRE_PACK_OWN, 3 },
@@ -280,12 +282,13 @@ test_wire_packed_batch_round_trip(void **state)
                                  (emlio__wire_io_t){ 7, 0, 0, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_true(msg.packed);
-    assert_true(msg.has_disk);
-    assert_int_equal(msg.disk, 7);
-    assert_int_equal(msg.read, 0); /* not said */
-    assert_int_equal(msg.n_spans, 0);
-    assert_int_equal(emlio__wire_pack_check(msg.spans, 0, 0, false, 0, err), 0);
+    assert_true(msg.batch.packed);
+    assert_true(msg.batch.has_disk);
+    assert_int_equal(msg.batch.disk, 7);
+    assert_int_equal(msg.batch.read, 0); /* not said */
+    assert_int_equal(msg.batch.n_spans, 0);
+    assert_int_equal(
+        emlio__wire_pack_check(msg.batch.spans, 0, 0, false, 0, err), 0);
     emlio__wire_msg_release(&msg);
     /* The device's figures ride every BATCH. */
     assert_int_equal(
@@ -293,11 +296,11 @@ test_wire_packed_batch_round_trip(void **state)
                                  (emlio__wire_io_t){ 250, 1234567, 0, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_true(msg.packed);
-    assert_int_equal(msg.n_spans, 1);
-    assert_true(msg.has_disk); /* a share above 100% is sent as 100 */
-    assert_int_equal(msg.disk, 100);
-    assert_int_equal(msg.read, 1234567); /* "rd": the bytes read for it */
+    assert_true(msg.batch.packed);
+    assert_int_equal(msg.batch.n_spans, 1);
+    assert_true(msg.batch.has_disk); /* a share above 100% is sent as 100 */
+    assert_int_equal(msg.batch.disk, 100);
+    assert_int_equal(msg.batch.read, 1234567); /* "rd": the bytes read for it */
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -388,9 +391,9 @@ test_wire_bad_pack_tables_rejected(void **state)
         emlio__wire_encode_batch(&buf, 6, s, 1, spans, 5, EMLIO_WIRE_NO_IO), 0);
     /* max_items 1: at most EMLIO_WIRE_MAX_FIELDS spans, so 5 still fit. */
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 1, err) > 0);
-    assert_int_equal(
-        emlio__wire_pack_check(msg.spans, msg.n_spans, 1, true, 0, err),
-        EMLIO_EPROTO);
+    assert_int_equal(emlio__wire_pack_check(msg.batch.spans, msg.batch.n_spans,
+                                            1, true, 0, err),
+                     EMLIO_EPROTO);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -447,19 +450,19 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, &xf), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
     assert_int_equal(msg.type, EMLIO_MSG_GET);
-    assert_int_equal(msg.xf_spec_len, strlen(xf.spec));
-    assert_memory_equal(msg.xf_spec, xf.spec, msg.xf_spec_len);
-    assert_int_equal(msg.xf_seed, 42);
-    assert_int_equal(msg.xf_epoch, 7);
-    assert_int_equal(msg.n_items, 2);
+    assert_int_equal(msg.get.xf_spec_len, strlen(xf.spec));
+    assert_memory_equal(msg.get.xf_spec, xf.spec, msg.get.xf_spec_len);
+    assert_int_equal(msg.get.xf_seed, 42);
+    assert_int_equal(msg.get.xf_epoch, 7);
+    assert_int_equal(msg.get.n_items, 2);
     emlio__wire_msg_release(&msg);
 
     /* A plain GET has no transform. */
     assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, NULL), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_null(msg.xf_spec);
-    assert_false(msg.unchecked); /* not sent unless asked */
-    assert_false(msg.pipelined);
+    assert_null(msg.get.xf_spec);
+    assert_false(msg.get.flags.unchecked); /* not sent unless asked */
+    assert_false(msg.get.flags.pipelined);
     emlio__wire_msg_release(&msg);
 
     /* A client that does not check CRCs says so, with or without a
@@ -468,10 +471,10 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(emlio__wire_encode_get(&buf, 6, "ff", items, 2, &plain),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_null(msg.xf_spec);
-    assert_true(msg.unchecked);
-    assert_false(msg.pipelined);
-    assert_int_equal(msg.n_items, 2);
+    assert_null(msg.get.xf_spec);
+    assert_true(msg.get.flags.unchecked);
+    assert_false(msg.get.flags.pipelined);
+    assert_int_equal(msg.get.n_items, 2);
     emlio__wire_msg_release(&msg);
 
     /* A client with other GETs in flight on the connection says so, beside
@@ -482,11 +485,11 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(emlio__wire_encode_get(&buf, 7, "ff", items, 2, &piped),
                      0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_true(msg.pipelined);
-    assert_true(msg.unchecked);
-    assert_int_equal(msg.xf_epoch, 2);
-    assert_int_equal(msg.n_items, 2);
-    assert_int_equal(msg.items[1].record, 3);
+    assert_true(msg.get.flags.pipelined);
+    assert_true(msg.get.flags.unchecked);
+    assert_int_equal(msg.get.xf_epoch, 2);
+    assert_int_equal(msg.get.n_items, 2);
+    assert_int_equal(msg.get.items[1].record, 3);
     emlio__wire_msg_release(&msg);
 
     emlio__wire_sample_t s[2] = { { 1, 9, 3, 11 }, { 0, 3, -1, 12 } };
@@ -496,13 +499,13 @@ test_wire_v3_transform_round_trip(void **state)
                                         (emlio__wire_io_t){ 42, 0, 0, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_true(msg.has_shape);
-    assert_int_equal(msg.shape[0], 2);
-    assert_int_equal(msg.shape[1], 224);
-    assert_int_equal(msg.shape[2], 200);
-    assert_int_equal(msg.shape[3], 3);
-    assert_int_equal(msg.xf_ns, 123456);
-    assert_int_equal(msg.samples[1].crc, 12);
+    assert_true(msg.batch.has_shape);
+    assert_int_equal(msg.batch.shape[0], 2);
+    assert_int_equal(msg.batch.shape[1], 224);
+    assert_int_equal(msg.batch.shape[2], 200);
+    assert_int_equal(msg.batch.shape[3], 3);
+    assert_int_equal(msg.batch.xf_ns, 123456);
+    assert_int_equal(msg.batch.samples[1].crc, 12);
     emlio__wire_msg_release(&msg);
 
     /* A shape that disagrees with the samples is refused. */
@@ -538,14 +541,14 @@ test_wire_v3_transform_round_trip(void **state)
                                 .format = "tar" };
     assert_int_equal(emlio__wire_encode_welcome(&buf, &w), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
-    assert_int_equal(msg.xf_threads, 4);
-    assert_int_equal(msg.core_mw, 15000);
-    assert_int_equal(msg.n_classes, 2);
-    assert_int_equal(msg.format_len, 3);
-    assert_memory_equal(msg.format, "tar", 3);
-    assert_int_equal(msg.classes[1].len, 3);
-    assert_memory_equal(msg.classes[1].s, "dog", 3);
+    assert_int_equal(msg.welcome.version, EMLIO_WIRE_VERSION);
+    assert_int_equal(msg.welcome.xf_threads, 4);
+    assert_int_equal(msg.welcome.core_mw, 15000);
+    assert_int_equal(msg.welcome.n_classes, 2);
+    assert_int_equal(msg.welcome.format_len, 3);
+    assert_memory_equal(msg.welcome.format, "tar", 3);
+    assert_int_equal(msg.welcome.classes[1].len, 3);
+    assert_memory_equal(msg.welcome.classes[1].s, "dog", 3);
     emlio__wire_msg_release(&msg);
 
     /* Shared reads: HELLO "share", WELCOME "share_window", BATCH "sh";
@@ -558,15 +561,15 @@ test_wire_v3_transform_round_trip(void **state)
                               .share = true };
     assert_int_equal(emlio__wire_encode_hello(&buf, &h), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_true(msg.share);
-    assert_int_equal(msg.weight, 2);
-    assert_int_equal(msg.job_len, 5);
+    assert_true(msg.hello.share);
+    assert_int_equal(msg.hello.weight, 2);
+    assert_int_equal(msg.hello.job_len, 5);
     emlio__wire_msg_release(&msg);
     h.weight = 0;
     h.share = false;
     assert_int_equal(emlio__wire_encode_hello(&buf, &h), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_false(msg.share);
+    assert_false(msg.hello.share);
     emlio__wire_msg_release(&msg);
     /* The fields a client asks for, in its order. */
     char f0[] = "json", f1[] = "jpg";
@@ -576,16 +579,16 @@ test_wire_v3_transform_round_trip(void **state)
     h.n_fields = 2;
     assert_int_equal(emlio__wire_encode_hello(&buf, &h), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.n_fields, 2);
-    assert_int_equal(msg.fields[0].len, 4);
-    assert_memory_equal(msg.fields[0].s, "json", 4);
-    assert_memory_equal(msg.fields[1].s, "jpg", 3);
+    assert_int_equal(msg.hello.n_fields, 2);
+    assert_int_equal(msg.hello.fields[0].len, 4);
+    assert_memory_equal(msg.hello.fields[0].s, "json", 4);
+    assert_memory_equal(msg.hello.fields[1].s, "jpg", 3);
     emlio__wire_msg_release(&msg);
     w.share_window = 128u << 20;
     assert_int_equal(emlio__wire_encode_welcome(&buf, &w), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.share_window, 128u << 20);
-    assert_int_equal(msg.segs, 0);
+    assert_int_equal(msg.welcome.share_window, 128u << 20);
+    assert_int_equal(msg.welcome.share_segs, 0);
     emlio__wire_msg_release(&msg);
     /* A joiner's WELCOME: the prebuilt one with the cursor added, the
      * rest as it was; a base that is no map is refused. */
@@ -593,10 +596,10 @@ test_wire_v3_transform_round_trip(void **state)
     assert_int_equal(
         emlio__wire_welcome_add_cursor(&joined, &buf, 7, UINT64_MAX - 1), 0);
     assert_true(emlio__wire_decode(&msg, joined.data, joined.len, 0, err) > 0);
-    assert_int_equal(msg.share_window, 128u << 20);
-    assert_int_equal(msg.n_shards, 1);
-    assert_int_equal(msg.segs, 7);
-    assert_true(msg.cursor == UINT64_MAX - 1);
+    assert_int_equal(msg.welcome.share_window, 128u << 20);
+    assert_int_equal(msg.welcome.n_shards, 1);
+    assert_int_equal(msg.welcome.share_segs, 7);
+    assert_true(msg.welcome.share_cursor == UINT64_MAX - 1);
     emlio__wire_msg_release(&msg);
     emlio_buf_t bad = EMLIO_BUF_INIT;
     assert_int_equal(emlio_buf_add(&bad, "\x93", 1), 0);
@@ -609,9 +612,9 @@ test_wire_v3_transform_round_trip(void **state)
     emlio__wire_xf_t at = { .segs = 9, .cursor = 40 };
     assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", &item, 1, &at), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.segs, 9);
-    assert_int_equal(msg.cursor, 40);
-    assert_null(msg.xf_spec);
+    assert_int_equal(msg.get.segs, 9);
+    assert_int_equal(msg.get.cursor, 40);
+    assert_null(msg.get.xf_spec);
     emlio__wire_msg_release(&msg);
     emlio__wire_sample_t one = { 0 };
     assert_int_equal(
@@ -619,13 +622,13 @@ test_wire_v3_transform_round_trip(void **state)
                                  (emlio__wire_io_t){ -1, 9, 7, NULL }),
         0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.read, 9);
-    assert_int_equal(msg.shared, 7);
+    assert_int_equal(msg.batch.read, 9);
+    assert_int_equal(msg.batch.shared, 7);
     emlio__wire_msg_release(&msg);
     /* Every HELLO says the one version. */
     assert_int_equal(s_hello(&buf, "c", 0, 0, 0), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.version, EMLIO_WIRE_VERSION);
+    assert_int_equal(msg.welcome.version, EMLIO_WIRE_VERSION);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 }
@@ -670,13 +673,13 @@ test_wire_describe_and_where(void **state)
     emlio__wire_xf_t ask = { .describe = true, .pipelined = true };
     assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, &ask), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_true(msg.describe);
-    assert_true(msg.pipelined);
-    assert_int_equal(msg.n_items, 2);
+    assert_true(msg.get.flags.describe);
+    assert_true(msg.get.flags.pipelined);
+    assert_int_equal(msg.get.n_items, 2);
     emlio__wire_msg_release(&msg);
     assert_int_equal(emlio__wire_encode_get(&buf, 5, "ff", items, 2, NULL), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_false(msg.describe); /* not sent unless asked */
+    assert_false(msg.get.flags.describe); /* not sent unless asked */
     emlio__wire_msg_release(&msg);
 
     char long_name[EMLIO_WIRE_MAX_WHERE + 50];
@@ -689,22 +692,22 @@ test_wire_describe_and_where(void **state)
     io.where = where;
     assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, NULL, 0, io), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.n_where, 2);
-    assert_int_equal(msg.where[0].len, strlen(where[0]));
-    assert_memory_equal(msg.where[0].s, where[0], msg.where[0].len);
-    assert_int_equal(msg.where[1].len, EMLIO_WIRE_MAX_WHERE); /* cut */
+    assert_int_equal(msg.batch.n_where, 2);
+    assert_int_equal(msg.batch.where[0].len, strlen(where[0]));
+    assert_memory_equal(msg.batch.where[0].s, where[0], msg.batch.where[0].len);
+    assert_int_equal(msg.batch.where[1].len, EMLIO_WIRE_MAX_WHERE); /* cut */
     emlio__wire_msg_release(&msg);
     /* Packed, too; and a batch that was not asked carries none. */
     emlio__wire_span_t spans[2] = { { 0, 4 }, { 4, 4 } };
     assert_int_equal(emlio__wire_encode_batch(&buf, 9, s, 2, spans, 2, io), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_int_equal(msg.n_where, 2);
-    assert_true(msg.packed);
+    assert_int_equal(msg.batch.n_where, 2);
+    assert_true(msg.batch.packed);
     emlio__wire_msg_release(&msg);
     assert_int_equal(
         emlio__wire_encode_batch(&buf, 9, s, 2, spans, 2, EMLIO_WIRE_NO_IO), 0);
     assert_true(emlio__wire_decode(&msg, buf.data, buf.len, 0, err) > 0);
-    assert_null(msg.where);
+    assert_null(msg.batch.where);
     emlio__wire_msg_release(&msg);
     emlio_buf_release(&buf);
 
@@ -712,7 +715,7 @@ test_wire_describe_and_where(void **state)
     s_batch_with_where(&sb, 2, 10);
     assert_true(emlio__wire_decode(&msg, (const uint8_t *)sb.data, sb.size, 0,
                                    err) > 0);
-    assert_int_equal(msg.n_where, 2);
+    assert_int_equal(msg.batch.n_where, 2);
     emlio__wire_msg_release(&msg);
     msgpack_sbuffer_destroy(&sb);
     s_batch_with_where(&sb, 3, 10);
