@@ -512,12 +512,13 @@ s_handshake(emlio_client_t *self, emlio__cdaemon_t *daemon,
             continue; /* a stale reply from an earlier session */
         }
         if (msg->welcome.version != EMLIO_WIRE_VERSION) {
+            uint64_t version = msg->welcome.version; /* release zeroes it */
             emlio__wire_msg_release(msg);
             zmq_msg_close(frame);
-            return emlio__seterr(
-                self->err, EMLIO_EVERSION,
-                "daemon '%s' speaks protocol %" PRIu64 ", we speak %d",
-                daemon->endpoint, msg->welcome.version, EMLIO_WIRE_VERSION);
+            return emlio__seterr(self->err, EMLIO_EVERSION,
+                                 "daemon '%s' speaks protocol %" PRIu64
+                                 ", we speak %d",
+                                 daemon->endpoint, version, EMLIO_WIRE_VERSION);
         }
         self->win.min_latency_ns = emlio__now_ns() - t0;
         return 0;

@@ -195,18 +195,20 @@ emlio__srv_gate_get(emlio_server_t *self, emlio__job_t *job,
                                sizeof(why->text));
     if (rc < 0) {
         peer->outstanding--;
+        *peer_out = NULL;
         why->code = rc;
         return EMLIO__GATE_REFUSE;
     }
+    emlio__gate_verdict_t verdict =
+        rc == 1 ? s_park(self, job, peer, why) : EMLIO__GATE_GO;
+    if (verdict == EMLIO__GATE_REFUSE) {
+        peer->outstanding--;
+        *peer_out = NULL;
+        return verdict;
+    }
     if (self->cfg.readahead)
         s_readahead(self, &job->msg.get);
-    if (rc == 1) {
-        emlio__gate_verdict_t parked = s_park(self, job, peer, why);
-        if (parked == EMLIO__GATE_REFUSE)
-            peer->outstanding--;
-        return parked;
-    }
-    return EMLIO__GATE_GO;
+    return verdict;
 }
 
 int

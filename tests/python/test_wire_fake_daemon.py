@@ -4,6 +4,8 @@
 - a daemon that speaks versions 1 to 3 only refuses libemlio's HELLO (4)
   with EMLIO_EVERSION: the fetch fails saying so, naming the daemon, and
   never says another version (section 15: there is one);
+- a daemon that answers HELLO with the WELCOME of another version is
+  refused, the message naming the version it said;
 - a daemon whose BATCH of raw samples has no offset table, or a bad one
   (overlapping spans, a span past the packed frame, too few pairs):
   libemlio refuses it with a message naming the table (section 5.4.1).
@@ -44,11 +46,12 @@ def sample(record):
 
 class FakeDaemon(threading.Thread):
     """A ROUTER that speaks versions 1 to `top`; `bad` names the offset table
-    fault of its packed batches (v4 only)."""
+    fault of its packed batches (v4 only); `welcome_v`, the version its
+    WELCOME says (None: the HELLO's)."""
 
-    def __init__(self, top, bad=None):
+    def __init__(self, top, bad=None, welcome_v=None):
         super().__init__(daemon=True)
-        self.top, self.bad = top, bad
+        self.top, self.bad, self.welcome_v = top, bad, welcome_v
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -67,7 +70,7 @@ class FakeDaemon(threading.Thread):
                               "msg": "protocol version %d not supported (server "
                                      "speaks 1 to %d)" % (v, self.top)})
             return
-        w = {"t": T_WELCOME, "v": v, "name": "fake", "dataset": "00000000deadbeef",
+        w = {"t": T_WELCOME, "v": self.welcome_v or v, "name": "fake", "dataset": "00000000deadbeef",
              "max_batch": 64, "max_credit": 16, "max_streams": 64,
              "id": h.get("id", 0)}
         if h.get("session") and h.get("stream", 0) > 0:
@@ -124,8 +127,8 @@ def fetch(port, *extra):
 
 
 class FakeDaemonTest(unittest.TestCase):
-    def serve(self, top, bad=None):
-        d = FakeDaemon(top, bad)
+    def serve(self, top, bad=None, welcome_v=None):
+        d = FakeDaemon(top, bad, welcome_v)
         d.start()
         self.addCleanup(d.join)
         self.addCleanup(setattr, d, "stop", True)
@@ -138,6 +141,13 @@ class FakeDaemonTest(unittest.TestCase):
         self.assertIn("tcp://127.0.0.1:%d" % d.port, r.stderr)
         self.assertIn("protocol version 4 not supported", r.stderr)
         self.assertTrue(d.hellos and all(v == 4 for v in d.hellos), d.hellos)
+
+    def test_welcome_of_another_version_is_refused(self):
+        d = self.serve(4, welcome_v=7)
+        r = fetch(d.port)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertIn("daemon 'tcp://127.0.0.1:%d' speaks protocol 7, we speak 4"
+                      % d.port, r.stderr)
 
     def test_v4_daemon_packed_batches_verified(self):
         d = self.serve(4)
