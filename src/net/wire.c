@@ -696,84 +696,63 @@ s_key_is(const char *key, size_t len, const char *want)
  * struct, sorted into the type's own (s_flat_t) at the end. The
  * keys of a map may come in any order, the type's among them. */
 typedef struct s_flat {
-    int type;         /* enum emlio_msg_type */
-    uint64_t version; /* HELLO, WELCOME */
-    uint64_t id;      /* GET, BATCH, ERROR: the request id */
-    const char *name; /* HELLO: client name; WELCOME: server name */
+    int type;
+    uint64_t version;
+    uint64_t id;
+    const char *name;
     size_t name_len;
-    const char *dataset; /* WELCOME, GET: dataset fingerprint (hex) */
+    const char *dataset;
     size_t dataset_len;
-    uint64_t max_batch;  /* WELCOME: samples per GET the server accepts */
-    uint64_t max_credit; /* WELCOME: GETs one connection may have out */
-    uint64_t session;    /* HELLO: the client's session (0 = none) */
-    const char *job;     /* HELLO: the job it belongs to (NULL: none;
-                            its session is a job of its own) */
+    uint64_t max_batch;
+    uint64_t max_credit;
+    uint64_t session;
+    const char *job;
     size_t job_len;
-    uint64_t weight;       /* HELLO: the job's requested weight (0: 1) */
-    bool share;            /* "share": HELLO, the job reads through the
-                              daemon's shared cache; WELCOME, the daemon
-                              serves every job so (--share-all), and
-                              clients plan from the shared schedule */
-    uint64_t share_window; /* WELCOME: bytes a window of the shared
-                              schedule may hold (0: no shared reads) */
-    /* GET: "segs", "cursor": the shared schedule's segments and the
-     * cursor of the GET's batch (a job that shares reads; segs 0: not
-     * said). WELCOME: "share_segs", "share_cursor": where the jobs that
-     * share reads are now, for a job that joins them (docs/planner.md). */
+    uint64_t weight;
+    bool share;
+    uint64_t share_window;
     uint64_t segs;
     uint64_t cursor;
-    uint64_t stream;         /* HELLO: this connection's stream number; > 0
-                                joins an existing session */
-    uint64_t max_streams;    /* WELCOME: connections one session may have */
-    uint64_t sndbuf;         /* WELCOME: send buffer per connection, bytes */
-    uint64_t max_copy_bytes; /* WELCOME: copied reply bytes one connection
-                                may hold (any version; 0 = not said) */
-    bool joined;             /* WELCOME: reply to a join (no inventory) */
-    int64_t code;            /* ERROR: an EMLIO_E* code */
-    const char *text;        /* ERROR: human-readable reason */
+    uint64_t stream;
+    uint64_t max_streams;
+    uint64_t sndbuf;
+    uint64_t max_copy_bytes;
+    bool joined;
+    int64_t code;
+    const char *text;
     size_t text_len;
-    emlio__wire_shard_t *shards; /* WELCOME */
+    emlio__wire_shard_t *shards;
     size_t n_shards;
-    emlio__wire_item_t *items; /* GET */
+    emlio__wire_item_t *items;
     size_t n_items;
-    emlio__wire_sample_t *samples; /* BATCH */
+    emlio__wire_sample_t *samples;
     size_t n_samples;
-    emlio__wire_span_t *spans; /* BATCH v4: the offset table ("pack"), one
-                                  span per sample frame; NULL: none came */
+    emlio__wire_span_t *spans;
     size_t n_spans;
-    bool packed; /* BATCH: the header has a "pack" table (even empty) */
-    emlio__wire_str_t *fields; /* WELCOME: field names (none = one
-                                 unnamed field); HELLO: the fields the
-                                 client asks for (none = the daemon's) */
+    bool packed;
+    emlio__wire_str_t *fields;
     size_t n_fields;
-    /* Transforms (docs/protocol.md 5.6). */
-    uint64_t xf_threads; /* WELCOME: the daemon's transform threads (0 =
-                            it does not transform) */
-    uint64_t core_mw;    /* WELCOME: the daemon host's power per busy core,
-                            milliwatts (0 = unknown) */
-    const char *xf_spec; /* GET: transform spec (borrowed); NULL = raw */
+    uint64_t xf_threads;
+    uint64_t core_mw;
+    const char *xf_spec;
     size_t xf_spec_len;
-    uint64_t xf_seed;  /* GET: the RNG seed of the transform */
-    uint64_t xf_epoch; /* GET: the epoch the batch belongs to */
-    bool unchecked;    /* GET: the client does not check sample CRCs */
-    bool has_disk;     /* BATCH: "disk" was sent */
-    int disk;          /* BATCH: the daemon's device-wait share, percent */
-    uint64_t read;     /* BATCH: "rd", bytes read for it (0: not said) */
-    uint64_t shared;   /* BATCH: "sh", of its bytes, those copied from a
-                          read another job made (0: not said) */
-    bool pipelined;    /* GET: the client has other GETs in flight on this
-                          connection (their replies may share segments) */
-    bool describe;     /* GET: the reply names each sample's record
-                          ("where"), for the client's own messages */
-    emlio__wire_str_t *where; /* BATCH: where each sample's record lies, one
-                                 per quadruple ("where"; NULL: not sent) */
+    uint64_t xf_seed;
+    uint64_t xf_epoch;
+    bool unchecked;
+    bool has_disk;
+    int disk;
+    uint64_t read;
+    uint64_t shared;
+    bool pipelined;
+    bool describe;
+    emlio__wire_str_t *where;
     size_t n_where;
-    bool has_shape;    /* BATCH: a tensor batch (one frame) */
-    uint64_t shape[4]; /* BATCH: samples, height, width, channels */
-    uint64_t xf_ns;    /* BATCH: CPU ns the daemon spent transforming */
-    emlio__wire_str_t *classes; /* WELCOME: label i's name (optional) */
+    bool has_shape;
+    uint64_t shape[4];
+    uint64_t xf_ns;
+    emlio__wire_str_t *classes;
     size_t n_classes;
-    const char *format; /* WELCOME: the dataset's format (borrowed) */
+    const char *format;
     size_t format_len;
 } s_flat_t;
 

@@ -285,11 +285,6 @@ typedef struct emlio__wire_welcome {
 
 #define EMLIO_WIRE_MAX_CLASSES 1000000u /* class names in one WELCOME */
 
-#define EMLIO_WIRE_MSG_INIT \
-    {                       \
-        0                   \
-    }
-
 /* Frees the arrays of msg and resets it. Accepts an already-released msg. */
 void emlio__wire_msg_release(emlio__wire_msg_t *msg);
 
