@@ -6,7 +6,10 @@
 # rank's time to its first batch (fetch's resume_s, reading and merging
 # every state, plus first_batch_s), the state files' sizes, and
 # checks that the union of every run's --ids is the uninterrupted epoch's
-# plan exactly once (10^6 distinct ids, none repeated).
+# plan exactly once (10^6 distinct ids, none repeated), that every rank of
+# every run delivered a subsequence of an uninterrupted 4-rank run's global
+# order (--in-order), and that every resumed rank reached its first batch
+# in under 1 s (resume_s + first_batch_s); exits 1 when any fails.
 #   bench/elastic.sh [SHARDS [RECORDS]]      (default 100 x 10000)
 # WEIGHTS=1: the same with two sources of that size (two daemons), an
 # epoch of 1.2 x one source, the weights changed from 1:1 (4 ranks) to
@@ -102,15 +105,57 @@ run() { # run NAME WORLD STOP_AFTER_S [ARGS...]: one run, all its ranks
         kill -INT "${rp[@]}" 2>/dev/null
     fi
     for p in "${rp[@]}"; do wait "$p"; done
-    local lines
+    local lines first
     lines=$(cat "$T/$name".*.ids | wc -l)
-    printf '%-3s %d ranks: %8d samples' "$name" "$world" "$lines"
+    printf '%-5s %d ranks: %8d samples' "$name" "$world" "$lines"
     for r in $(seq 0 $((world - 1))); do
-        printf ', rank %d resume+first batch %s s' "$r" \
-            "$(tail -n 1 "$T/$name.$r.out" | /usr/bin/python3 -c \
-                'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["resume_s"] + d["first_batch_s"], 3))' 2>/dev/null)"
+        first=$(tail -n 1 "$T/$name.$r.out" | /usr/bin/python3 -c \
+            'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["resume_s"] + d["first_batch_s"], 3))' 2>/dev/null)
+        printf ', rank %d resume+first batch %s s' "$r" "$first"
+        echo "$name $r ${first:-none}" >>"$T/firsts"
     done
     printf ', states %s bytes\n' "$(cat "$T/$name"/*.state | wc -c)"
+}
+
+# slow_starts RUN...: the ranks of the resumed RUNs whose resume and first
+# batch took 1 s or more (or that printed none), one line each.
+slow_starts() {
+    local run
+    for run in "$@"; do
+        awk -v r="$run" '$1 == r && ($3 == "none" || $3 + 0 >= 1)' "$T/firsts"
+    done
+}
+
+# out_of_order KEYS RUN...: the ids files of RUN whose samples (KEYS: the
+# awk fields naming a sample) are not a subsequence of the uninterrupted
+# run's global order, one name each.
+out_of_order() {
+    local keys=$1 f
+    shift
+    for f in $(for run in "$@"; do ls "$T/$run".*.ids; done); do
+        grep -v ' pad$' "$f" | awk "{print $keys}" | /usr/bin/python3 -c '
+import sys
+pos = {l: i for i, l in enumerate(open(sys.argv[1]).read().splitlines())}
+seq = [pos.get(l, -1) for l in sys.stdin.read().splitlines()]
+sys.exit(0 if -1 not in seq and seq == sorted(seq) else 1)' "$T/order" || echo "$f"
+    done
+}
+
+# global_order KEYS: the uninterrupted run's global sequence in $T/order:
+# its 4 ranks' batches taken in turn (rank r holds every global batch's
+# r-th quarter), each rank's ids in its order.
+global_order() {
+    /usr/bin/python3 - "$1" "$T"/whole.[0-3].ids >"$T/order" <<'PY'
+import sys
+keys = [int(k.strip("$")) - 1 for k in sys.argv[1].split(",")]
+ranks = []
+for path in sys.argv[2:]:
+    rows = [l.split() for l in open(path) if not l.rstrip().endswith(" pad")]
+    ranks.append([" ".join(r[k] for k in keys) for r in rows])
+# Contiguous slices: rank r holds global positions [r * n / 4, ...).
+for seq in ranks:
+    print("\n".join(seq))
+PY
 }
 
 if [ "$WEIGHTS" = 1 ]; then
@@ -124,16 +169,27 @@ if [ "$WEIGHTS" = 1 ]; then
     dups=$(uniq -d "$T/union" | wc -l)
     na=$(grep -c '^a ' "$T/union")
     nb=$(grep -c '^b ' "$T/union")
+    slow=$(slow_starts b c)
     echo "union: $(wc -l <"$T/union") samples, $dups repeated; a $na (quota $((E / 4))), b $nb (quota $((E * 3 / 4)))"
-    [ "$dups" = 0 ] && [ "$na" = $((E / 4)) ] && [ "$nb" = $((E * 3 / 4)) ]
+    echo "resumed ranks at 1 s or more to their first batch: ${slow:-none}"
+    [ "$dups" = 0 ] && [ "$na" = $((E / 4)) ] && [ "$nb" = $((E * 3 / 4)) ] &&
+        [ -z "$slow" ]
     exit
 fi
 echo "epoch of $N samples, $SHARDS shards; global batch 192"
+run whole 4 0
+global_order '$2,$3'
 run a 4 1.0
 run b 2 1.0 --resume-from "$T/a"
 run c 3 0 --resume-from "$T/b" --verify
 cat "$T"/[abc].*.ids | grep -v ' pad$' | awk '{print $2, $3}' | sort >"$T/union"
 dups=$(uniq -d "$T/union" | wc -l)
 distinct=$(uniq "$T/union" | wc -l)
-echo "union: $(wc -l <"$T/union") samples, $distinct distinct, $dups repeated (epoch: $N)"
-[ "$distinct" = "$N" ] && [ "$dups" = 0 ]
+same=$(cmp -s "$T/union" <(sort "$T/order") && echo yes || echo no)
+disorder=$(out_of_order '$2, $3' a b c)
+slow=$(slow_starts b c)
+echo "union: $(wc -l <"$T/union") samples, $distinct distinct, $dups repeated (epoch: $N); the uninterrupted run's samples: $same"
+echo "ranks out of the uninterrupted global order: ${disorder:-none}"
+echo "resumed ranks at 1 s or more to their first batch: ${slow:-none}"
+[ "$distinct" = "$N" ] && [ "$dups" = 0 ] && [ "$same" = yes ] &&
+    [ -z "$disorder" ] && [ -z "$slow" ]
