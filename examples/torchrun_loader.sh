@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # examples/torchrun_loader.sh - starts one PyTorch process per GPU (or CPU
 # slot) with torchrun; each streams its rank's share of every epoch from
-# several emliod daemons through emlio.torch.EmlioDataset.
+# several emliod daemons through emlio.Loader (examples/torchrun_rank.py).
 #
 #   EMLIO_DAEMONS=tcp://storage1:5555,tcp://storage2:5555 \
 #       examples/torchrun_loader.sh --epochs 2
+#
+# A restart on fewer processes (docs/planner.md, "Elastic resume"): keep
+# the global batch (here 4 x 48 = 2 x 96 = 192). The first run stops after
+# 100 batches a rank, as a preempted job would, each rank saving its state
+# in ckpt/; the second, on 2 processes, gives every rank all 4 states and
+# delivers exactly the samples the first had not:
+#
+#   NPROC_PER_NODE=4 examples/torchrun_loader.sh --batch 48 \
+#       --state-dir ckpt --stop-after 100
+#   NPROC_PER_NODE=2 examples/torchrun_loader.sh --batch 96 \
+#       --resume-from ckpt --state-dir ckpt2
 #
 # Several training nodes: run it on each with NNODES, NODE_RANK and
 # MASTER_ADDR (the rendezvous host) set; one node alone uses --standalone.

@@ -73,6 +73,16 @@ class ArgumentTest(unittest.TestCase):
             emlio.Loader(NOWHERE, 8, None, connect_timeout_ms=200)
         self.assertIn("positional", str(cm.exception))
 
+    def test_batch_size_and_a_daemon_are_required(self):
+        # Both first parameters have defaults so that sources= can stand
+        # in for endpoints (issue 33): leaving either out is still named.
+        with self.assertRaises(TypeError) as cm:
+            emlio.Loader(NOWHERE, connect_timeout_ms=200)
+        self.assertIn("needs batch_size", str(cm.exception))
+        with self.assertRaises(TypeError) as cm:
+            emlio.Loader(batch_size=8, connect_timeout_ms=200)
+        self.assertIn("needs endpoints (or sources=)", str(cm.exception))
+
     def test_wrong_types_raise_type_error(self):
         self.type_error("batch_size", batch_size="32")
         self.type_error("batch_size", batch_size=32.0)

@@ -42,7 +42,8 @@ class SourcesTest(unittest.TestCase):
         # (each of its 40 twice).
         srcs = [{"name": "a", "endpoints": self.ea, "weight": 1},
                 ("b", [self.eb], 1.0)]
-        with emlio.Loader(None, 16, sources=srcs, seed=3) as loader:
+        # No endpoints: the sources name the daemons.
+        with emlio.Loader(sources=srcs, batch_size=16, seed=3) as loader:
             self.assertEqual(loader.source_names, ["a", "b"])
             for epoch in range(2):
                 per = collections.Counter()
@@ -76,8 +77,10 @@ class SourcesTest(unittest.TestCase):
             from emlio.torch import EmlioDataset
         except ImportError as e:
             self.skipTest("PyTorch not importable: %s" % e)
-        ds = EmlioDataset(None, 20, sources=[("a", self.ea, 1),
-                                             ("b", self.eb, 1)], seed=5)
+        ds = EmlioDataset(sources=[("a", self.ea, 1), ("b", self.eb, 1)],
+                          batch_size=20, seed=5)
+        with self.assertRaises(TypeError):  # keyword-only after two
+            EmlioDataset(None, 20, 0)
         items = list(iter(ds))
         # (data, offsets, labels) per batch: 160 samples in batches of 20.
         self.assertEqual(len(items), 8)

@@ -720,7 +720,8 @@ class Loader:
     Finish the first, or ``close()`` it (leaving a ``for`` loop does).
     """
 
-    def __init__(self, endpoints, batch_size, *, epochs=None, shuffle=True,
+    def __init__(self, endpoints=None, batch_size=None, *, epochs=None,
+                 shuffle=True,
                  seed=0, rank=None, world_size=None, in_order=False,
                  state=None, streams=0, inflight=0, drop_last=False,
                  verify=True, timeout_ms=60000, connect_timeout_ms=10000,
@@ -749,6 +750,12 @@ class Loader:
         # A forked child (DataLoader workers) inherits this object but must
         # not touch the parent's ZeroMQ context: close() only forgets it there.
         self._pid = os.getpid()
+        # endpoints may be left out for sources= (they name the daemons),
+        # so both have defaults; a batch size is still required.
+        if batch_size is None:
+            raise TypeError("Loader() needs batch_size")
+        if endpoints is None and sources is None:
+            raise TypeError("Loader() needs endpoints (or sources=)")
         args = _args.check_all(_args.LOADER_ARGS, locals())
         self.sources = None
         if args["sources"] is not None:

@@ -5,7 +5,8 @@
 
     from emlio.torch import EmlioDataset, DataLoader
     ds = EmlioDataset("tcp://node1:5555", batch_size=256, seed=1)
-    loader = DataLoader(ds, num_workers=4)        # batch_size=None implied
+    loader = DataLoader(ds)   # batch_size=None implied; num_workers=0:
+                              # EMLIO's threads are in C already
     for epoch in range(10):
         for data, offsets, labels in tqdm(loader):  # len(loader) = batches
             jpeg_i = data[offsets[i]:offsets[i + 1]]   # uint8 tensor
@@ -120,10 +121,14 @@ class EmlioDataset(IterableDataset):
     memory as (B, 3, H, W), channels_last; no copy).
     """
 
-    def __init__(self, endpoints, batch_size, rank=None, world_size=None,
-                 output="concat", skip_pad=False, state=None, transform=None,
-                 layout="HWC", **loader_kw):
+    def __init__(self, endpoints=None, batch_size=None, *, rank=None,
+                 world_size=None, output="concat", skip_pad=False, state=None,
+                 transform=None, layout="HWC", **loader_kw):
         super().__init__()
+        if batch_size is None:
+            raise TypeError("EmlioDataset() needs batch_size")
+        if endpoints is None and loader_kw.get("sources") is None:
+            raise TypeError("EmlioDataset() needs endpoints (or sources=)")
         if output not in ("concat", "list"):
             raise ValueError("invalid output=%r: expected 'concat' or "
                              "'list'" % (output,))
