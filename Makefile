@@ -1,5 +1,5 @@
 # EMLIO - one non-recursive Makefile.
-#   make            libemlio.a, libemlio.so.MAJOR, emliod, emlio, man pages,
+#   make            libemlio.a, libemlio.so.ABI, emliod, emlio, man pages,
 #                   libemlio.pc, and the benchmark relay (build/bin/emlio-relay)
 #   make install    into $(DESTDIR)$(PREFIX) (PREFIX=/usr/local); make uninstall
 #   make test       every test; last line "N passed, N failed"
@@ -18,7 +18,11 @@ VERSION := $(shell cat VERSION)
 VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 VERSION_MINOR := $(word 2,$(subst ., ,$(VERSION)))
 VERSION_PATCH := $(word 3,$(subst ., ,$(VERSION)))
-SONAME := libemlio.so.$(VERSION_MAJOR)
+# The ABI's version: MAJOR, or 0.MINOR while MAJOR is 0, where every minor
+# release may change the ABI (0.2 renamed functions and grew structs), so
+# a program built against 0.1 is refused at load time, not run wrong.
+ABI := $(if $(filter 0,$(VERSION_MAJOR)),0.$(VERSION_MINOR),$(VERSION_MAJOR))
+SONAME := libemlio.so.$(ABI)
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
@@ -135,12 +139,14 @@ $(LIB_REAL): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDFLAGS_ALL) $(DEP_LIBS)
 
-$(B)/lib/$(SONAME): | $(LIB_REAL)
+# The links follow VERSION: after a bump, a build tree's old links would
+# point the programs' link at the old SONAME.
+$(B)/lib/$(SONAME): VERSION | $(LIB_REAL)
 	ln -sfn libemlio.so.$(VERSION) $@
-$(B)/lib/libemlio.so: | $(B)/lib/$(SONAME)
+$(B)/lib/libemlio.so: VERSION | $(B)/lib/$(SONAME)
 	ln -sfn $(SONAME) $@
 # The build tree's old path, used by the Python tests and bench/.
-$(B)/libemlio.so: | $(LIB_REAL)
+$(B)/libemlio.so: VERSION | $(LIB_REAL)
 	ln -sfn lib/libemlio.so.$(VERSION) $@
 
 $(B)/libemlio-common.a: $(COMMON_OBJ)

@@ -62,7 +62,7 @@ extern "C" {
 EMLIO_EXPORT int emlio_version(void);
 
 /* The run-time version as text, EMLIO_VERSION_STRING of the library
- * actually loaded ("0.1.0"). Static; never NULL. */
+ * actually loaded ("0.2.0"). Static; never NULL. */
 EMLIO_EXPORT const char *emlio_version_string(void);
 
 /* sizeof() of the public structs as this library was built, so bindings

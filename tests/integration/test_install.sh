@@ -12,7 +12,9 @@ set -u
 . tests/integration/lib.sh
 
 VERSION=$(cat VERSION)
+# The SONAME's version (the Makefile's ABI): MAJOR, or 0.MINOR on 0.x.
 MAJOR=${VERSION%%.*}
+[ "$MAJOR" = 0 ] && MAJOR=$(echo "$VERSION" | cut -d. -f1,2)
 STAGE=$T/stage
 PREFIX=/opt/emlio-test
 ROOT=$STAGE$PREFIX

@@ -69,7 +69,10 @@ def _version():
 
 
 def _soname(version):
-    return "libemlio.so.%s" % version.split(".")[0]
+    """The SONAME of that version: libemlio.so.MAJOR, or .0.MINOR while
+    MAJOR is 0 (the Makefile's ABI rule)."""
+    major, minor = version.split(".")[:2]
+    return "libemlio.so.%s" % (major if major != "0" else "0." + minor)
 
 
 def _installed_library(version):

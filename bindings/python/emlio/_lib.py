@@ -13,7 +13,7 @@ The library is looked up, in order:
 3. in a source tree, ``$B/libemlio.so`` where ``B`` is the build directory
    (default ``build``), relative to the repository root;
 4. ``pkg-config --variable=libdir libemlio`` now;
-5. the system loader (``libemlio.so.MAJOR`` on ``LD_LIBRARY_PATH``, the
+5. the system loader (``libemlio.so.ABI`` on ``LD_LIBRARY_PATH``, the
    ldconfig cache).
 
 The run-time ``emlio_version()`` is checked against the version these
@@ -46,7 +46,9 @@ def _binding_version():
 
 # The C API version these bindings were written against (VERSION).
 BINDING_VERSION = _binding_version()
-_SONAME = "libemlio.so.%d" % BINDING_VERSION[0]
+# The Makefile's ABI rule: MAJOR, or 0.MINOR while MAJOR is 0.
+_SONAME = "libemlio.so.%s" % (
+    BINDING_VERSION[0] if BINDING_VERSION[0] else "0.%d" % BINDING_VERSION[1])
 
 EMLIO_SHUFFLE_NONE = 0
 EMLIO_SHUFFLE_WINDOW = 1
