@@ -373,6 +373,10 @@ void emlio__sources_release(emlio_client_t *self);
  * fingerprint, so a resume state names the sources it was of (the
  * weights it records apart: they may change mid-epoch). */
 uint64_t emlio__sources_fold(const emlio_client_t *self, uint64_t h);
+/* Source s's own fingerprint: its daemons' dataset fingerprints, in
+ * order. A resume state keeps one per source, so a
+ * refusal can name the source whose data changed. */
+uint64_t emlio__source_digest(const emlio_client_t *self, uint32_t s);
 /* client_inventory.c: the shards of every daemon's WELCOME (msgs, one per
  * daemon) merged by name where their content is the same, the job's class
  * list, each daemon's label map, and the format. Refuses (EMLIO_EMISMATCH,

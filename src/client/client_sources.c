@@ -208,6 +208,19 @@ emlio__sources_fold(const emlio_client_t *self, uint64_t h)
     return s_fnv(h, &strat, 1);
 }
 
+uint64_t
+emlio__source_digest(const emlio_client_t *self, uint32_t s)
+{
+    /* Not its name: a renamed source is refused as such (the names are
+     * in the dataset fingerprint), not as other data. */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t d = 0; d < self->conn.n_daemons; d++)
+        if (self->conn.daemons[d].source == s)
+            h = s_fnv(h, self->conn.daemons[d].dataset,
+                      strlen(self->conn.daemons[d].dataset) + 1);
+    return h;
+}
+
 size_t
 emlio_client_source_count(const emlio_client_t *self)
 {

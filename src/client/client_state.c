@@ -12,24 +12,25 @@
 
 /* ---- resume state ------------------------------------------------------ */
 
-/* Layout (little endian): "EMLS", u32 format 5, u64 seed, u32 world, rank,
+/* Layout (little endian): "EMLS", u32 format 6, u64 seed, u32 world, rank,
  * batch_size, shuffle, window_shards, drop_last, char dataset[16],
  * u64 epoch, u64 n_batches, u64 share_join, u64 n_spans,
  * n_spans x (u64 begin, u64 end), bitmap[(n_batches + 7) / 8], the blend
  * section, u32 crc32c of all the bytes before it (docs/protocol.md,
  * "Resume state"). The spans are the epoch's global positions earlier
  * runs of the job consumed: the plan the bitmap names covers the rest.
- * The blend section says which weights the positions are of: u32
- * n_sources, u32 n_layers, each earlier blend of the epoch (the weights
- * changed in it) with the spans consumed under it, then the saving run's
- * blend; a blend is u64 epoch_samples and per source u64 weight (IEEE
- * 754 bits), u64 samples. The bitmap names batches of one order, so the
- * format follows the plan version: format 1 was plan version 1. Formats
- * 2 (no share_join: read as 0), 3 (no spans) and 4 (no blend section)
- * are read still. */
+ * The blend section says which sources and weights the positions are
+ * of: u32 n_sources, u32 n_layers, per source the u64 fingerprint of its
+ * data (emlio__source_digest), each earlier blend of the epoch (the
+ * weights changed in it) with the spans consumed under it, then the
+ * saving run's blend; a blend is u64 epoch_samples and per source u64
+ * weight (IEEE 754 bits), u64 samples. The bitmap names batches of one
+ * order, so the format follows the plan version: format 1 was plan
+ * version 1. Formats 2 (no share_join: read as 0), 3 (no spans), 4 (no
+ * blend section) and 5 (no sources' fingerprints) are read still. */
 #define S_STATE_MAGIC "EMLS"
 
-#define S_STATE_FORMAT 5u
+#define S_STATE_FORMAT 6u
 _Static_assert(EMLIO_PLAN_VERSION == 2,
                "another plan order needs another resume state format");
 
@@ -150,7 +151,7 @@ s_section_bytes(const emlio_client_t *self, const emlio__resume_t *res)
 {
     if (!self->n_src)
         return 8;
-    size_t len = 8 + s_blend_bytes(self->n_src);
+    size_t len = 8 + 8 * (size_t)self->n_src + s_blend_bytes(self->n_src);
     for (size_t i = 0; res && i < res->n_layers; i++)
         len += s_blend_bytes(self->n_src) + 8 + 16 * res->layers[i].n;
     return len;
@@ -166,6 +167,8 @@ s_put_section(const emlio_client_t *self, const emlio__resume_t *res,
     p += 8;
     if (!self->n_src)
         return;
+    for (uint32_t s = 0; s < self->n_src; s++, p += 8)
+        s_put64(p, emlio__source_digest(self, s));
     for (size_t i = 0; i < n_layers; i++) {
         const emlio__layer_t *l = &res->layers[i];
         p = s_put_blend(p, l->blend.src, self->n_src, l->blend.epoch_samples);
@@ -230,12 +233,15 @@ typedef struct s_state {
     uint64_t n_spans;
     const uint8_t *spans; /* n_spans x 16 bytes */
     const uint8_t *bitmap;
-    /* Format 5: the blend section, its earlier blends' count, and the
-     * saving run's blend record (NULL without sources or before 5). */
+    /* Format 5: the blend section, its earlier blends' count, where they
+     * begin, and the saving run's blend record (NULL without sources or
+     * before 5); format 6: the sources' fingerprints (else NULL). */
     const uint8_t *section;
     size_t section_len;
     uint32_t n_layers;
+    const uint8_t *layers;
     const uint8_t *blend;
+    const uint8_t *digests;
 } s_state_t;
 
 /* A blob's "which", for messages: "resume state" alone, or numbered when
@@ -250,10 +256,12 @@ s_which(char *buf, size_t cap, size_t index, size_t n)
     return buf;
 }
 
-/* Walks the blend section of st: the sources this client has, at most
- * EMLIO_PLAN_MAX_LAYERS earlier blends, every size within the blob. */
+/* Walks the blend section of st (of that format): the sources this
+ * client has, at most EMLIO_PLAN_MAX_LAYERS earlier blends, every size
+ * within the blob. */
 static int
-s_parse_section(emlio_client_t *self, s_state_t *st, const char *which)
+s_parse_section(emlio_client_t *self, s_state_t *st, uint32_t format,
+                const char *which)
 {
     const uint8_t *p = st->section;
     size_t left = st->section_len;
@@ -273,6 +281,17 @@ s_parse_section(emlio_client_t *self, s_state_t *st, const char *which)
                              n_layers);
     p += 8;
     left -= 8;
+    st->digests = NULL;
+    if (format >= 6 && n_src) {
+        if (left < 8 * (size_t)n_src)
+            return emlio__seterr(self->err, EMLIO_ESTATE,
+                                 "%s is damaged: its sizes do not add up",
+                                 which);
+        st->digests = p;
+        p += 8 * (size_t)n_src;
+        left -= 8 * (size_t)n_src;
+    }
+    st->layers = p;
     size_t blend = s_blend_bytes(n_src);
     for (uint32_t i = 0; n_src && i < n_layers; i++) {
         uint64_t n = left >= blend + 8 ? s_get64(p + blend) : UINT64_MAX;
@@ -290,6 +309,58 @@ s_parse_section(emlio_client_t *self, s_state_t *st, const char *which)
     st->n_layers = n_layers;
     st->blend = n_src ? p : NULL;
     return 0;
+}
+
+/* The first of this client's sources whose data is none of st's sources'
+ * (its fingerprint is not among theirs), or NULL: none, only their order
+ * differs, or st has no fingerprints. */
+static const char *
+s_changed_source(const emlio_client_t *self, const s_state_t *st)
+{
+    for (uint32_t i = 0; st->digests && i < self->n_src; i++) {
+        uint64_t mine = emlio__source_digest(self, i);
+        bool found = false;
+        for (uint32_t k = 0; k < self->n_src && !found; k++)
+            found = s_get64(st->digests + 8 * (size_t)k) == mine;
+        if (!found)
+            return self->src[i].name;
+    }
+    return NULL;
+}
+
+/* Whether the parsed blob st describes this client's job: seed, dataset
+ * (with sources: the source whose data changed, named), shuffle, window
+ * and drop_last; not the world, rank or batch, which the callers check
+ * their way. Returns 0 or EMLIO_ESTATE saying what differs. */
+static int
+s_same_job(emlio_client_t *self, const uint8_t *blob, const s_state_t *st,
+           const char *which)
+{
+    uint8_t mine[S_STATE_FIXED2];
+    s_put_params(self, mine);
+    /* Past magic, format, and world, rank and batch size. */
+    if (!memcmp(mine + 8, blob + 8, 8) && !memcmp(mine + 28, blob + 28, 28))
+        return 0;
+    const char *source =
+        memcmp(mine + 40, blob + 40, 16) ? s_changed_source(self, st) : NULL;
+    if (source)
+        return emlio__seterr(self->err, EMLIO_ESTATE,
+                             "%s was made with other data in source '%s': "
+                             "its daemons serve another dataset than they "
+                             "did, or it names other daemons",
+                             which, source);
+    /* The sources' names and stratify are folded into the dataset's
+     * fingerprint; their weights are recorded apart. */
+    const char *what = memcmp(mine + 40, blob + 40, 16)
+                           ? (self->n_src ? "dataset or sources (their "
+                                            "names, order, or stratify)"
+                                          : "dataset")
+                       : memcmp(mine + 8, blob + 8, 8) ? "seed"
+                       : memcmp(mine + 28, blob + 28, 4)
+                           ? "shuffle"
+                           : "shard window or drop_last";
+    return emlio__seterr(self->err, EMLIO_ESTATE, "%s was made with another %s",
+                         which, what);
 }
 
 /* Checks a blob's framing and that it describes this client's job (seed,
@@ -323,23 +394,6 @@ s_parse(emlio_client_t *self, const uint8_t *blob, size_t len,
     if (len < fixed + 4)
         return emlio__seterr(self->err, EMLIO_ESTATE,
                              "%s is damaged or not an emlio state", which);
-    uint8_t mine[S_STATE_FIXED2];
-    s_put_params(self, mine);
-    /* Past magic, format, and world, rank and batch size. */
-    if (memcmp(mine + 8, blob + 8, 8) || memcmp(mine + 28, blob + 28, 28)) {
-        /* The sources' names and stratify are folded into the dataset's
-         * fingerprint; their weights are recorded apart. */
-        const char *what = memcmp(mine + 40, blob + 40, 16)
-                               ? (self->n_src ? "dataset or sources (their "
-                                                "names, order, or stratify)"
-                                              : "dataset")
-                           : memcmp(mine + 8, blob + 8, 8) ? "seed"
-                           : memcmp(mine + 28, blob + 28, 4)
-                               ? "shuffle"
-                               : "shard window or drop_last";
-        return emlio__seterr(self->err, EMLIO_ESTATE,
-                             "%s was made with another %s", which, what);
-    }
     st->world = s_get32(blob + 16);
     st->rank = s_get32(blob + 20);
     st->batch_size = s_get32(blob + 24);
@@ -360,7 +414,9 @@ s_parse(emlio_client_t *self, const uint8_t *blob, size_t len,
     st->section_len = room - 16 * st->n_spans - (size_t)bitmap;
     st->n_layers = 0;
     st->blend = NULL;
-    return format < 5 ? 0 : s_parse_section(self, st, which);
+    st->digests = NULL;
+    int rc = format < 5 ? 0 : s_parse_section(self, st, format, which);
+    return rc < 0 ? rc : s_same_job(self, blob, st, which);
 }
 
 static bool
@@ -432,7 +488,7 @@ s_set_resume(emlio_client_t *self, const s_state_t *st, const char *which)
     if (st->n_layers &&
         !(res->layers = emlio_calloc(st->n_layers, sizeof(*res->layers))))
         rc = emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-    const uint8_t *p = st->section + 8;
+    const uint8_t *p = st->layers;
     for (uint32_t i = 0; i < st->n_layers && rc == 0; i++) {
         emlio__layer_t *l = &res->layers[i];
         res->n_layers++;

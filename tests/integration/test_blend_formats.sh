@@ -171,14 +171,19 @@ check "a 2-rank blend saved its states" test -s "$T/st/r0" -a -s "$T/st/r1"
 check "they resume on one rank" "$EMLIO" fetch --source "a=$EPA" \
     --source "d=$EPD@2" --batch 16 --epochs 2 --seed 3 --quiet --verify \
     --resume-from "$T/st" --ids "$T/st.res.ids"
-check "against another dataset for a source: refused" refused \
-    "another dataset or sources" --source "a=$EPB" --source "d=$EPD@2" \
+check "against another dataset for a source: refused, naming it" refused \
+    "other data in source 'a'" --source "a=$EPB" --source "d=$EPD@2" \
     --batch 16 --seed 3 --resume-from "$T/st"
-check "with a source more: refused" refused "another dataset or sources" \
+check "with a source more: refused, counting them" refused \
+    "made with 2 sources, this run has 3" \
     --source "a=$EPA" --source "d=$EPD@2" --source "e=$EPE" --batch 16 \
     --seed 3 --resume-from "$T/st"
-check "with a source less: refused" refused "another dataset or sources" \
+check "with a source less: refused, counting them" refused \
+    "made with 2 sources, this run has 1" \
     --source "a=$EPA" --batch 16 --seed 3 --resume-from "$T/st"
+check "with the sources renamed: refused" refused "another dataset or sources" \
+    --source "x=$EPA" --source "d=$EPD@2" --batch 16 --seed 3 \
+    --resume-from "$T/st"
 cp "$T/st/r0" "$T/dup0"
 cp "$T/st/r0" "$T/dup1"
 check "one rank's state given twice: refused" refused "rank 0" \

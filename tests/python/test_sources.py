@@ -130,6 +130,48 @@ class SourcesTest(unittest.TestCase):
                 ld.load_state_dict(states[0])
             self.assertIn("every rank's state", str(cm.exception))
 
+    def test_a_state_names_the_source_whose_data_changed(self):
+        # Format 6 keeps a fingerprint per source: a state resumed with
+        # source 'b' served by a daemon of other data is refused naming
+        # 'b'; with the two daemons swapped, as sources in another order;
+        # the same state as format 5 (no fingerprints) still resumes.
+        import struct
+        from emlio import _state
+        srcs = [("a", self.ea, 1), ("b", self.eb, 1)]
+        with emlio.Loader(sources=srcs, batch_size=4, seed=2,
+                          epoch_samples=40) as ld:
+            for i, _ in enumerate(ld.epoch(0)):
+                if i == 1:
+                    break
+            state = ld.state_dict()
+        blob = state["emlio_state"]
+        self.assertEqual(struct.unpack_from("<I", blob, 4)[0], 6)
+        c, _ = _support.make_dataset(os.path.join(self.tmp, "c"), 44, 2)
+        other = _support.Daemon(c)
+        try:
+            with emlio.Loader(sources=[("a", self.ea, 1),
+                                       ("b", other.endpoint, 1)],
+                              batch_size=4, seed=2, epoch_samples=40) as ld:
+                with self.assertRaises(emlio.StateError) as cm:
+                    ld.load_state_dict(state)
+        finally:
+            other.stop()
+        self.assertIn("other data in source 'b'", str(cm.exception))
+        swapped = [("a", self.eb, 1), ("b", self.ea, 1)]
+        with emlio.Loader(sources=swapped, batch_size=4, seed=2,
+                          epoch_samples=40) as ld:
+            with self.assertRaises(emlio.StateError) as cm:
+                ld.load_state_dict(state)
+        self.assertIn("names, order", str(cm.exception))
+        header, epoch, n, done = _state.parse(blob)
+        fixed, tail, section = _state._split(header)
+        five = (fixed[:4] + struct.pack("<I", 5) + fixed[8:] + tail +
+                section[:8] + section[8 + 16:])
+        with emlio.Loader(sources=srcs, batch_size=4, seed=2,
+                          epoch_samples=40) as ld:
+            left = ld.load_state_dict(_state.make(five, epoch, n, done))
+            self.assertEqual(left, 8)  # 40 samples, 2 of 10 batches taken
+
     def test_bad_sources_are_refused(self):
         with self.assertRaises(emlio.EmlioError) as cm:
             emlio.Loader(None, 8, sources=[("a", self.ea, 0)])

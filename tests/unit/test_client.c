@@ -465,13 +465,14 @@ test_client_resume_state_delivers_the_rest(void **state)
     /* A blob saved against the previous plan order (format 1) names the
      * batches of another order: refused, saying so. */
     uint32_t crc = emlio_crc32c(0, blob, len - 4);
+    uint8_t format_now = blob[4];
     blob[4] = 1;
     uint32_t old = emlio_crc32c(0, blob, len - 4);
     for (int i = 0; i < 4; i++)
         blob[len - 4 + i] = (uint8_t)(old >> (8 * i));
     assert_int_equal(emlio_client_load_state(d, blob, len), EMLIO_ESTATE);
     assert_non_null(strstr(emlio_client_errmsg(d), "plan version 1"));
-    blob[4] = 5;
+    blob[4] = format_now;
     for (int i = 0; i < 4; i++)
         blob[len - 4 + i] = (uint8_t)(crc >> (8 * i));
     /* Format 2 (before the shared schedule's join cursor, at 72..79) is

@@ -3,13 +3,14 @@
 # SPDX-License-Identifier: MIT
 """The resume state blob of ``emlio_client_save_state`` (src/client/client_state.c):
 
-    "EMLS", u32 format 5, u64 seed, u32 world, rank, batch_size, shuffle,
+    "EMLS", u32 format 6, u64 seed, u32 world, rank, batch_size, shuffle,
     window_shards, drop_last, char dataset[16]    (56 bytes)
     u64 epoch, u64 n_batches, u64 share_join (format 3 on),
     u64 n_spans, n_spans x (u64 begin, u64 end) (format 4 on),
     bitmap[(n + 7) / 8],
     the blend section (format 5): u32 n_sources, u32 n_layers, the
-    epoch's earlier blends with their spans, the saving run's blend,
+    sources' u64 fingerprints (format 6), the epoch's earlier blends with
+    their spans, the saving run's blend,
     u32 crc32c of the rest
 
 (the spans: global positions of the epoch earlier runs of the job
@@ -122,7 +123,9 @@ def without_spans(header):
     if struct.unpack_from("<I", header, 4)[0] < 4:
         return bytes(header)
     if section:
+        fmt = struct.unpack_from("<I", header, 4)[0]
         n_src = struct.unpack_from("<I", section, 0)[0]
+        digests = section[8:8 + 8 * n_src] if fmt >= 6 else b""
         blend = section[len(section) - (8 + 16 * n_src):] if n_src else b""
-        section = struct.pack("<II", n_src, 0) + blend
+        section = struct.pack("<II", n_src, 0) + digests + blend
     return fixed + tail[:8] + struct.pack("<Q", 0) + section
