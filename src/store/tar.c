@@ -4,7 +4,6 @@
 #include "emlio_internal.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,7 +13,6 @@
 #include "tar_impl.h"
 
 #define BLOCK             512
-#define INDEX_MAX_BYTES   ((size_t)1 << 30)
 #define PAX_MAX_BYTES     ((uint64_t)1 << 20)
 #define DALI_INDEX_PREFIX "v1.2 "
 
@@ -499,14 +497,10 @@ emlio__tar_t *
 emlio__tar_new(const char *path)
 {
     emlio__tar_t *self = emlio_calloc(1, sizeof(*self));
-    if (!self)
-        return NULL;
-    self->path = emlio_strdup(path);
-    if (!self->path) {
+    if (self && emlio__mapfile_init(&self->file, path) < 0) {
         emlio_free(self);
         return NULL;
     }
-    self->root = EMLIO__ROOT_NONE;
     return self;
 }
 
@@ -514,10 +508,7 @@ void
 emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
                    const char *rel)
 {
-    size_t n = strlen(self->path), m = strlen(rel);
-    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
-    self->root = *root;
-    self->skip = n - m;
+    emlio__mapfile_confine(&self->file, root, rel);
 }
 
 void
@@ -526,10 +517,8 @@ emlio__tar_destroy(emlio__tar_t **self_p)
     if (!self_p || !*self_p)
         return;
     emlio__tar_t *self = *self_p;
-    if (self->base)
-        munmap((void *)self->base, self->size);
     emlio__tar_drop(self);
-    emlio_free(self->path);
+    emlio__mapfile_release(&self->file);
     emlio_free(self);
     *self_p = NULL;
 }
@@ -537,53 +526,37 @@ emlio__tar_destroy(emlio__tar_t **self_p)
 int
 emlio__tar_open(emlio__tar_t *self)
 {
-    assert(self && !self->open);
-    struct stat st;
-    size_t indexed = self->size;
-    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
-                             &self->base, &self->size, &st, self->err);
+    assert(self && !self->file.open);
+    size_t indexed = self->file.size;
+    int rc = emlio__mapfile_open(&self->file);
     if (rc < 0)
         return rc;
-    self->mtime = st.st_mtim;
-    self->open = true;
-    if (self->table && self->size != indexed)
-        return emlio__seterr(self->err, -ESTALE,
-                             "'%s' changed since it was indexed", self->path);
+    if (self->table && self->file.size != indexed)
+        return emlio__seterr(self->file.err, -ESTALE,
+                             "'%s' changed since it was indexed",
+                             self->file.path);
     return 0;
 }
 
 int
 emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st)
 {
-    assert(self && !self->base);
-    const uint8_t *base;
-    size_t size;
-    int rc = emlio__map_fd(fd, st, self->path, &base, &size, self->err);
-    if (rc < 0)
-        return rc;
-    self->base = base;
-    self->size = size;
-    self->mtime = st->st_mtim;
-    self->open = true;
-    return 0;
+    return emlio__mapfile_map_fd(&self->file, fd, st);
 }
 
 void
 emlio__tar_unmap(emlio__tar_t *self)
 {
-    assert(self);
-    emlio__map_drop(self->base, self->size);
-    self->base = NULL;
-    self->open = false;
+    emlio__mapfile_unmap(&self->file);
 }
 
 int
 emlio__tar_scan(emlio__tar_t *self)
 {
-    assert(self && self->open);
+    assert(self && self->file.open);
     emlio__tar_drop(self);
-    return emlio__tar_scan_mem(self->base, self->size, self->path, &self->idx,
-                               self->err);
+    return emlio__tar_scan_mem(self->file.base, self->file.size,
+                               self->file.path, &self->idx, self->file.err);
 }
 
 /* Where two indexes of one shard differ, as a sample number; -1 when
@@ -617,10 +590,11 @@ s_check_index(emlio__tar_t *self, const char *idx_path)
 {
     emlio__tar_index_t walked;
     char err[EMLIO_ERRMSG_LEN];
-    int rc = s_scan(self->base, self->size, self->path, false, &walked, err);
+    int rc = s_scan(self->file.base, self->file.size, self->file.path, false,
+                    &walked, err);
     if (rc < 0) {
         emlio__tar_index_release(&self->idx);
-        return emlio__seterr(self->err, rc, "%s", err);
+        return emlio__seterr(self->file.err, rc, "%s", err);
     }
     ssize_t at = s_index_diff(&self->idx, &walked);
     size_t listed = self->idx.n_samples, found = walked.n_samples;
@@ -628,60 +602,26 @@ s_check_index(emlio__tar_t *self, const char *idx_path)
     if (at < 0)
         return (int)listed;
     emlio__tar_index_release(&self->idx);
-    return emlio__seterr(self->err, EMLIO_EFORMAT,
+    return emlio__seterr(self->file.err, EMLIO_EFORMAT,
                          "index '%s' does not describe '%s' (%zu samples "
                          "listed, %zu found; first difference at sample %zd)",
-                         idx_path, self->path, listed, found, at);
+                         idx_path, self->file.path, listed, found, at);
 }
 
 int
 emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
 {
-    assert(self && self->open);
-    /* The index beside the shard is opened beneath the shard's root; any
-     * other path as the caller named it. Never a FIFO (beneath.h). */
-    bool beside =
-        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
-    emlio__root_t none = EMLIO__ROOT_NONE;
-    struct stat st;
-    int fd =
-        emlio__open_beneath(beside ? &self->root : &none,
-                            beside ? idx_path + self->skip : idx_path, 0, &st);
-    if (fd < 0)
-        return emlio__seterr(self->err, fd, "cannot open '%s': %s", idx_path,
-                             emlio__open_why(fd));
-    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
-        close(fd);
-        return emlio__seterr(self->err, EMLIO_EFORMAT, "cannot use index '%s'",
-                             idx_path);
-    }
-    if (st.st_mtim.tv_sec < self->mtime.tv_sec ||
-        (st.st_mtim.tv_sec == self->mtime.tv_sec &&
-         st.st_mtim.tv_nsec < self->mtime.tv_nsec)) {
-        close(fd);
-        return emlio__seterr(self->err, -ESTALE,
-                             "index '%s' is older than '%s'", idx_path,
-                             self->path);
-    }
-    size_t len = (size_t)st.st_size;
-    char *text = emlio_malloc(len ? len : 1);
-    if (!text) {
-        close(fd);
-        return EMLIO_ENOMEM;
-    }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, text + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
+    assert(self && self->file.open);
+    char *text;
+    size_t got;
+    int rc =
+        emlio__mapfile_read_beside(&self->file, idx_path, true, &text, &got);
+    if (rc < 0)
+        return rc;
     emlio__tar_drop(self);
-    int rc = emlio__tar_parse_index(text, got, idx_path, self->base, self->size,
-                                    self->path, &self->idx, self->err);
+    rc = emlio__tar_parse_index(text, got, idx_path, self->file.base,
+                                self->file.size, self->file.path, &self->idx,
+                                self->file.err);
     emlio_free(text);
     if (rc >= 0)
         rc = s_check_index(self, idx_path);
@@ -725,13 +665,13 @@ emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path)
 const char *
 emlio__tar_path(const emlio__tar_t *self)
 {
-    return self->path;
+    return self->file.path;
 }
 
 const char *
 emlio__tar_errmsg(const emlio__tar_t *self)
 {
-    return self->err;
+    return self->file.err;
 }
 
 size_t
@@ -743,7 +683,7 @@ emlio__tar_count(const emlio__tar_t *self)
 uint64_t
 emlio__tar_size(const emlio__tar_t *self)
 {
-    return self->size;
+    return self->file.size;
 }
 
 const emlio__tar_index_t *
@@ -853,10 +793,11 @@ emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
         if (!s_servable(self, i, field)) {
             if (dropped++ == 0 && example) {
                 /* The member's own name, from its ustar header. */
-                const uint8_t *h = self->base + idx->members[a].offset - BLOCK;
+                const uint8_t *h =
+                    self->file.base + idx->members[a].offset - BLOCK;
                 snprintf(example, len, "'%.*s' in '%s' at offset %" PRIu64,
                          (int)emlio__tarh_strnlen(h, 100), (const char *)h,
-                         self->path, idx->members[a].offset - BLOCK);
+                         self->file.path, idx->members[a].offset - BLOCK);
             }
             for (uint32_t k = a; idx->names && k < z; k++)
                 emlio_free(idx->names[k]);
@@ -880,7 +821,7 @@ emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
 const uint8_t *
 emlio__tar_data(const emlio__tar_t *self, size_t member)
 {
-    return self->base + self->idx.members[member].offset;
+    return self->file.base + self->idx.members[member].offset;
 }
 
 int
@@ -949,15 +890,14 @@ emlio__tar_header_ok(const uint8_t *h, uint64_t len)
 int
 emlio__tar_blank(emlio__tar_t *self)
 {
-    assert(self);
-    return emlio__map_blank(self->base, self->size);
+    return emlio__mapfile_blank(&self->file);
 }
 
 int
 emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n, int advice)
 {
     const emlio__tar_index_t *idx = &self->idx;
-    if (!self->base || first >= idx->n_samples || n == 0)
+    if (!self->file.base || first >= idx->n_samples || n == 0)
         return 0;
     emlio__tar_ready(self);
     if (idx->first[first] == idx->first[EMLIO_MIN(first + n, idx->n_samples)])
@@ -965,12 +905,9 @@ emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n, int advice)
     size_t last = EMLIO_MIN(first + n, idx->n_samples) - 1;
     const emlio__tar_member_t *a = &idx->members[idx->first[first]];
     const emlio__tar_member_t *z = &idx->members[idx->first[last + 1] - 1];
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t lo = (a->offset - BLOCK) / (uint64_t)page * (uint64_t)page;
-    uint64_t hi = z->offset + z->len;
-    if (madvise((void *)(self->base + lo), (size_t)(hi - lo),
-                advice == EMLIO_ADVISE_DONTNEED ? MADV_DONTNEED
-                                                : MADV_WILLNEED) < 0)
-        return -errno;
-    return 0;
+    /* Anything but "not needed" is "needed soon", as before. */
+    return emlio__mapfile_advise(
+        &self->file, a->offset - BLOCK, z->offset + z->len,
+        advice == EMLIO_ADVISE_DONTNEED ? EMLIO_ADVISE_DONTNEED
+                                        : EMLIO_ADVISE_WILLNEED);
 }

@@ -8,16 +8,11 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 
+#include "mapfile.h"
 #include "tar.h"
 
 struct emlio__tar {
-    char *path;
-    emlio__root_t root; /* where path is opened (beneath.h) */
-    size_t skip;        /* path + skip is path relative to root */
-    const uint8_t *base;
-    size_t size;
-    struct timespec mtime;
-    bool open;
+    emlio__mapfile_t file; /* the archive, its mapping, its last error */
     emlio__tar_index_t idx;
     /* A table from the dataset index (dsindex.h): idx.members and
      * idx.first point into it; checked on first read (S_TABLE_*). */
@@ -30,7 +25,6 @@ struct emlio__tar {
     char *pruned_key;
     uint64_t pruned;
     char *pruned_example;
-    char err[EMLIO_ERRMSG_LEN];
 };
 
 enum { S_TABLE_OK = 0, S_TABLE_UNCHECKED, S_TABLE_CHECKING };

@@ -218,9 +218,10 @@ s_table_replace(emlio__tar_t *self)
     emlio__tar_index_t walked;
     char err[EMLIO_ERRMSG_LEN];
     size_t want = self->idx.n_samples;
-    int rc = self->base ? emlio__tar_scan_mem(self->base, self->size,
-                                              self->path, &walked, err)
-                        : EMLIO_EFORMAT;
+    int rc = self->file.base
+                 ? emlio__tar_scan_mem(self->file.base, self->file.size,
+                                       self->file.path, &walked, err)
+                 : EMLIO_EFORMAT;
     /* Not emlio__tar_drop: readers wait on table_state until this is
      * done, and what the prune left out stays as it was remembered. */
     self->idx.members = NULL; /* borrowed */
@@ -257,8 +258,8 @@ emlio__tar_ready(const emlio__tar_t *cself)
         return state == S_TABLE_OK ? 0 : EMLIO_EFORMAT;
     }
     if (emlio_crc32c(0, self->table, self->table_len) != self->table_crc ||
-        !emlio__tar_table_ok(&self->idx, self->size)) {
-        if (!self->base) {
+        !emlio__tar_table_ok(&self->idx, self->file.size)) {
+        if (!self->file.base) {
             /* Closed by the shard cache: nothing to rebuild from now (a
              * size estimate asked); the read that maps it checks again. */
             atomic_store(&self->table_state, S_TABLE_UNCHECKED);
@@ -300,9 +301,10 @@ emlio__tar_adopt(emlio__tar_t *self, const void *table, size_t len,
     emlio__tar_index_t idx;
     const char *key, *example;
     uint64_t dropped;
-    if (self->open && size != self->size)
-        return emlio__seterr(self->err, -ESTALE,
-                             "'%s' changed since it was indexed", self->path);
+    if (self->file.open && size != self->file.size)
+        return emlio__seterr(self->file.err, -ESTALE,
+                             "'%s' changed since it was indexed",
+                             self->file.path);
     int rc = emlio__tar_table_read(table, len, records, &idx, &key, &example,
                                    &dropped);
     if (rc == 0 && strcmp(key, "-") != 0 && strcmp(key, prune) != 0) {
@@ -312,14 +314,15 @@ emlio__tar_adopt(emlio__tar_t *self, const void *table, size_t len,
         rc = EMLIO_EFORMAT;
     }
     if (rc < 0)
-        return emlio__seterr(self->err, rc, "index table of '%s' does not fit",
-                             self->path);
+        return emlio__seterr(self->file.err, rc,
+                             "index table of '%s' does not fit",
+                             self->file.path);
     emlio__tar_drop(self);
     self->idx = idx;
     self->table = table;
     self->table_len = len;
     self->table_crc = crc;
-    self->size = (size_t)size;
+    self->file.size = (size_t)size;
     if (strcmp(key, "-") != 0)
         s_remember(self, key, dropped, example);
     atomic_store(&self->table_state, S_TABLE_UNCHECKED);

@@ -3,28 +3,16 @@
  */
 #include "emlio_internal.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "crc32c.h"
 #include "mapfile.h"
 #include "tfrecord.h"
 
-/* An index file is a few dozen bytes per record of at least 16 bytes; a
- * bigger one is not an index of anything we could map. */
-#define INDEX_MAX_BYTES ((size_t)1 << 30)
-
 struct emlio_tfrecord {
-    char *path;
-    emlio__root_t root;  /* where path is opened (beneath.h) */
-    size_t skip;         /* path + skip is path relative to root */
-    const uint8_t *base; /* NULL when the file is empty */
-    size_t size;
-    bool open;
+    emlio__mapfile_t file; /* the shard, its mapping, its last error */
     emlio_tfrecord_loc_t *locs;
     size_t n;
     /* A table taken from the dataset index (dsindex.h) is borrowed from
@@ -33,7 +21,6 @@ struct emlio_tfrecord {
     bool borrowed;
     uint32_t table_crc;
     atomic_int table_state;
-    char err[EMLIO_ERRMSG_LEN];
 };
 
 enum { S_TABLE_OK = 0, S_TABLE_UNCHECKED, S_TABLE_CHECKING, S_TABLE_BAD };
@@ -312,14 +299,10 @@ emlio_tfrecord_new(const char *path)
 {
     assert(path);
     emlio_tfrecord_t *self = emlio_calloc(1, sizeof(*self));
-    if (!self)
-        return NULL;
-    self->path = emlio_strdup(path);
-    if (!self->path) {
+    if (self && emlio__mapfile_init(&self->file, path) < 0) {
         emlio_free(self);
         return NULL;
     }
-    self->root = EMLIO__ROOT_NONE;
     return self;
 }
 
@@ -341,15 +324,17 @@ emlio__tfrecord_adopt(emlio_tfrecord_t *self, const void *table, size_t len,
     assert(self);
     if (records > INT_MAX || len != records * sizeof(emlio_tfrecord_loc_t) ||
         ((uintptr_t)table % _Alignof(emlio_tfrecord_loc_t)) != 0)
-        return emlio__seterr(self->err, EMLIO_EFORMAT,
-                             "index table of '%s' has a bad size", self->path);
-    if (self->open && size != self->size)
-        return emlio__seterr(self->err, -ESTALE,
-                             "'%s' changed since it was indexed", self->path);
+        return emlio__seterr(self->file.err, EMLIO_EFORMAT,
+                             "index table of '%s' has a bad size",
+                             self->file.path);
+    if (self->file.open && size != self->file.size)
+        return emlio__seterr(self->file.err, -ESTALE,
+                             "'%s' changed since it was indexed",
+                             self->file.path);
     s_reset_index(self);
     self->locs = (emlio_tfrecord_loc_t *)(uintptr_t)table;
     self->n = (size_t)records;
-    self->size = (size_t)size;
+    self->file.size = (size_t)size;
     self->borrowed = true;
     self->table_crc = crc;
     atomic_store(&self->table_state, S_TABLE_UNCHECKED);
@@ -392,8 +377,8 @@ s_table_check(emlio_tfrecord_t *self)
     state = S_TABLE_OK;
     if (emlio_crc32c(0, self->locs, self->n * sizeof(*self->locs)) !=
             self->table_crc ||
-        !s_table_sane(self->locs, self->n, self->size)) {
-        if (!self->base) {
+        !s_table_sane(self->locs, self->n, self->file.size)) {
+        if (!self->file.base) {
             /* Not mapped now (the shard cache has it closed): nothing to
              * rescan; checked again at the next use, which maps it. */
             atomic_store(&self->table_state, S_TABLE_UNCHECKED);
@@ -402,9 +387,10 @@ s_table_check(emlio_tfrecord_t *self)
         emlio_tfrecord_loc_t *locs = NULL;
         size_t n = 0;
         char err[EMLIO_ERRMSG_LEN];
-        int rc = self->base
-                     ? emlio__tfrecord_scan_mem(self->base, self->size, false,
-                                                self->path, &locs, &n, err)
+        int rc = self->file.base
+                     ? emlio__tfrecord_scan_mem(self->file.base,
+                                                self->file.size, false,
+                                                self->file.path, &locs, &n, err)
                      : EMLIO_EFORMAT;
         if (rc >= 0 && n == self->n) {
             self->locs = locs; /* the mapped table stays mapped */
@@ -436,10 +422,8 @@ emlio_tfrecord_destroy(emlio_tfrecord_t **self_p)
     if (!self_p || !*self_p)
         return;
     emlio_tfrecord_t *self = *self_p;
-    if (self->base)
-        munmap((void *)self->base, self->size);
     s_reset_index(self);
-    emlio_free(self->path);
+    emlio__mapfile_release(&self->file);
     emlio_free(self);
     *self_p = NULL;
 }
@@ -448,21 +432,18 @@ int
 emlio_tfrecord_open(emlio_tfrecord_t *self)
 {
     assert(self);
-    if (self->open)
-        return emlio__seterr(self->err, EMLIO_EINVAL, "'%s' is already open",
-                             self->path);
-    struct stat st;
-    size_t indexed = self->size;
-    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
-                             &self->base, &self->size, &st, self->err);
+    if (self->file.open)
+        return emlio__seterr(self->file.err, EMLIO_EINVAL,
+                             "'%s' is already open", self->file.path);
+    size_t indexed = self->file.size;
+    int rc = emlio__mapfile_open(&self->file);
     if (rc < 0)
         return rc;
-    self->open = true;
-    if (self->borrowed && self->size != indexed)
-        return emlio__seterr(self->err, -ESTALE,
+    if (self->borrowed && self->file.size != indexed)
+        return emlio__seterr(self->file.err, -ESTALE,
                              "'%s' changed since it was indexed: %zu bytes, "
                              "indexed at %zu",
-                             self->path, self->size, indexed);
+                             self->file.path, self->file.size, indexed);
     return 0;
 }
 
@@ -470,122 +451,51 @@ void
 emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
                         const char *rel)
 {
-    size_t n = strlen(self->path), m = strlen(rel);
-    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
-    self->root = *root;
-    self->skip = n - m;
+    emlio__mapfile_confine(&self->file, root, rel);
 }
 
 int
 emlio__tfrecord_map_fd(emlio_tfrecord_t *self, int fd, const struct stat *st)
 {
-    assert(self && !self->base);
-    const uint8_t *base;
-    size_t size;
-    int rc = emlio__map_fd(fd, st, self->path, &base, &size, self->err);
-    if (rc < 0)
-        return rc;
-    self->base = base;
-    self->size = size;
-    self->open = true;
-    return 0;
+    return emlio__mapfile_map_fd(&self->file, fd, st);
 }
 
 void
 emlio__tfrecord_unmap(emlio_tfrecord_t *self)
 {
-    assert(self);
-    emlio__map_drop(self->base, self->size);
-    self->base = NULL;
-    self->open = false;
+    emlio__mapfile_unmap(&self->file);
 }
 
 int
 emlio__tfrecord_blank(emlio_tfrecord_t *self)
 {
-    assert(self);
-    return emlio__map_blank(self->base, self->size);
+    return emlio__mapfile_blank(&self->file);
 }
 
 int
 emlio_tfrecord_scan(emlio_tfrecord_t *self, bool verify_data)
 {
-    assert(self && self->open);
+    assert(self && self->file.open);
     s_reset_index(self);
-    return emlio__tfrecord_scan_mem(self->base, self->size, verify_data,
-                                    self->path, &self->locs, &self->n,
-                                    self->err);
-}
-
-/* Reads the whole index file at path (rel beneath root) into a fresh
- * buffer. */
-static int
-s_read_file(const emlio__root_t *root, const char *rel, const char *path,
-            char **data_out, size_t *len_out, char *errbuf)
-{
-    struct stat st;
-    int fd = emlio__open_beneath(root, rel, 0, &st);
-    if (fd < 0)
-        return emlio__seterr(errbuf, fd, "cannot open index '%s': %s", path,
-                             emlio__open_why(fd));
-    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
-        close(fd);
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "index '%s' is not a regular file of at most "
-                             "%zu bytes",
-                             path, INDEX_MAX_BYTES);
-    }
-    size_t cap = (size_t)st.st_size;
-    char *data = emlio_malloc(cap + 1);
-    if (!data) {
-        close(fd);
-        return emlio__seterr(errbuf, EMLIO_ENOMEM,
-                             "out of memory reading index '%s'", path);
-    }
-    /* Read what fstat promised; a file that shrinks meanwhile just gives
-     * fewer bytes, one that grows is cut at the size we saw. */
-    size_t len = 0;
-    while (len < cap) {
-        ssize_t got = read(fd, data + len, cap - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            int rc = -errno;
-            emlio_free(data);
-            close(fd);
-            return emlio__seterr(errbuf, rc, "cannot read index '%s': %s", path,
-                                 emlio_strerror(rc));
-        }
-        if (got == 0)
-            break;
-        len += (size_t)got;
-    }
-    close(fd);
-    *data_out = data;
-    *len_out = len;
-    return 0;
+    return emlio__tfrecord_scan_mem(self->file.base, self->file.size,
+                                    verify_data, self->file.path, &self->locs,
+                                    &self->n, self->file.err);
 }
 
 int
 emlio_tfrecord_load_index(emlio_tfrecord_t *self, const char *idx_path)
 {
-    assert(self && self->open && idx_path);
+    assert(self && self->file.open && idx_path);
     s_reset_index(self);
-    char *text = NULL;
-    size_t len = 0;
-    /* The index beside the shard is opened beneath the shard's root; any
-     * other path as the caller named it. */
-    bool beside =
-        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
-    emlio__root_t none = EMLIO__ROOT_NONE;
-    int rc = s_read_file(beside ? &self->root : &none,
-                         beside ? idx_path + self->skip : idx_path, idx_path,
-                         &text, &len, self->err);
+    char *text;
+    size_t len;
+    int rc =
+        emlio__mapfile_read_beside(&self->file, idx_path, false, &text, &len);
     if (rc < 0)
         return rc;
-    rc = emlio__tfrecord_parse_index(text, len, idx_path, self->base,
-                                     self->size, self->path, &self->locs,
-                                     &self->n, self->err);
+    rc = emlio__tfrecord_parse_index(text, len, idx_path, self->file.base,
+                                     self->file.size, self->file.path,
+                                     &self->locs, &self->n, self->file.err);
     emlio_free(text);
     return rc;
 }
@@ -632,7 +542,7 @@ const char *
 emlio_tfrecord_path(const emlio_tfrecord_t *self)
 {
     assert(self);
-    return self->path;
+    return self->file.path;
 }
 
 const void *
@@ -653,7 +563,7 @@ uint64_t
 emlio_tfrecord_size(const emlio_tfrecord_t *self)
 {
     assert(self);
-    return self->size;
+    return self->file.size;
 }
 
 const emlio_tfrecord_loc_t *
@@ -676,10 +586,10 @@ emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
     const emlio_tfrecord_loc_t *loc = &self->locs[i];
     /* The index was checked when it was built, but the check is two
      * compares and keeps a corrupted entry from reading outside the map. */
-    if (loc->offset > self->size || loc->len > EMLIO_TFRECORD_MAX_RECORD ||
-        loc->len + EMLIO_TFRECORD_OVERHEAD > self->size - loc->offset)
+    if (loc->offset > self->file.size || loc->len > EMLIO_TFRECORD_MAX_RECORD ||
+        loc->len + EMLIO_TFRECORD_OVERHEAD > self->file.size - loc->offset)
         return EMLIO_EFORMAT;
-    const uint8_t *p = self->base + loc->offset + 12;
+    const uint8_t *p = self->file.base + loc->offset + 12;
     *data = p;
     *len = (size_t)loc->len;
     if (stored_crc)
@@ -690,7 +600,7 @@ emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
 void
 emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i, bool data)
 {
-    if (i >= self->n || !self->base)
+    if (i >= self->n || !self->file.base)
         return;
     const emlio_tfrecord_loc_t *loc = &self->locs[i];
     if (!data) {
@@ -698,7 +608,7 @@ emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i, bool data)
         return;
     }
     /* Prefetch instructions do not fault, so a bad entry is harmless. */
-    const uint8_t *p = self->base + loc->offset;
+    const uint8_t *p = self->file.base + loc->offset;
     /* A record up to 8 KB is read whole (parsed, CRCed): fetch all its lines,
      * since a shuffled read starts each record on a cold line and the
      * CRC loop would otherwise wait for them one by one. */
@@ -729,38 +639,17 @@ emlio_tfrecord_advise(const emlio_tfrecord_t *self, size_t first, size_t n,
     assert(self);
     if (first > self->n || n > self->n - first)
         return -EINVAL;
-    if (n == 0 || !self->base)
+    if (n == 0)
         return 0;
-    int how;
-    switch (advice) {
-    case EMLIO_ADVISE_WILLNEED:
-        how = MADV_WILLNEED;
-        break;
-    case EMLIO_ADVISE_DONTNEED:
-        how = MADV_DONTNEED;
-        break;
-    default:
-        return -EINVAL;
-    }
     const emlio_tfrecord_loc_t *last = &self->locs[first + n - 1];
-    uint64_t start = self->locs[first].offset;
-    uint64_t stop = last->offset + last->len + EMLIO_TFRECORD_OVERHEAD;
-    if (stop > self->size || start >= stop)
-        return -EINVAL;
-    /* madvise wants a page-aligned start; the mapping itself is page
-     * aligned, and its last page is whole, so rounding out stays inside. */
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t mask = (uint64_t)(page > 0 ? page : 4096) - 1;
-    uint64_t lo = start & ~mask;
-    uint64_t hi = (stop + mask) & ~mask;
-    if (madvise((void *)(self->base + lo), (size_t)(hi - lo), how) < 0)
-        return -errno;
-    return 0;
+    return emlio__mapfile_advise(
+        &self->file, self->locs[first].offset,
+        last->offset + last->len + EMLIO_TFRECORD_OVERHEAD, advice);
 }
 
 const char *
 emlio_tfrecord_errmsg(const emlio_tfrecord_t *self)
 {
     assert(self);
-    return self->err;
+    return self->file.err;
 }
