@@ -8,7 +8,6 @@
 #include "crc32c.h"
 #include "format.h"
 #include "iobuf.h"
-#include "shardset.h"
 #include "tar.h"
 
 static void *
@@ -130,11 +129,12 @@ s_advise(const void *impl, size_t first, size_t n, int advice)
 /* Member i with the header block before it, which must still describe it:
  * a rewritten archive whose members moved is refused, not served. */
 static int
-s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
-            const uint8_t **data, size_t *len, uint32_t *stored,
-            emlio__shardset_log_fn *log, void *userdata)
+s_read_copy(const void *impl, emlio__read_ctx_t *ctx, size_t i,
+            uint8_t **buf_out, const uint8_t **data, size_t *len,
+            uint32_t *stored)
 {
-    const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
+    const emlio__tar_index_t *idx = emlio__tar_index(impl);
+    *buf_out = NULL;
     *stored = 0;
     if (i >= idx->n_members)
         return EMLIO_ENOTFOUND;
@@ -143,14 +143,13 @@ s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
         return EMLIO_EFORMAT;
     uint8_t *buf;
     const uint8_t *head;
-    int rc = emlio__shard_pread(shard, m->offset - 512, (size_t)m->len + 512,
-                                &buf, &head, log, userdata);
+    int rc =
+        ctx->pread(ctx, m->offset - 512, (size_t)m->len + 512, &buf, &head);
     if (rc < 0)
         return rc;
     if (!emlio__tar_header_ok(head, m->len)) {
         emlio__iobuf_free(buf);
-        emlio__shard_mark_changed(shard, "a member's header no longer matches",
-                                  log, userdata);
+        ctx->changed = "a member's header no longer matches";
         return -ESTALE;
     }
     *buf_out = buf;
@@ -186,9 +185,9 @@ s_extent(const void *impl, size_t i, uint64_t *offset, size_t *len)
 }
 
 static int
-s_has_field(const emlio__shard_t *shard, const char *field)
+s_has_field(const void *impl, const char *field)
 {
-    const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
+    const emlio__tar_index_t *idx = emlio__tar_index(impl);
     for (size_t k = 0; k < idx->n_fields; k++)
         if (strcmp(idx->fields[k], field) == 0)
             return 1;
@@ -196,20 +195,20 @@ s_has_field(const emlio__shard_t *shard, const char *field)
 }
 
 /* Points view at member m of a shard the caller has acquired: into the
- * mapping (the view holds one more use of the shard) when it is leased,
- * else into a private copy read with pread. */
+ * mapping (held: the view keeps a use of the shard) when ctx says so,
+ * else into a private copy read with ctx->pread. */
 static int
-s_member_view(emlio__shard_t *shard, size_t m, const emlio__read_opts_t *o,
+s_member_view(const void *impl, emlio__read_ctx_t *ctx, size_t m,
               emlio__view_t *view)
 {
-    if (emlio__shard_maps(shard)) {
-        emlio__view_map(view, shard, emlio__tar_data(shard->impl, m),
-                        (size_t)emlio__tar_index(shard->impl)->members[m].len);
+    if (ctx->maps) {
+        emlio__view_map(view, emlio__tar_data(impl, m),
+                        (size_t)emlio__tar_index(impl)->members[m].len);
         return 0;
     }
     uint32_t stored;
-    return emlio__shard_read_copy(shard, m, &view->owned, &view->data,
-                                  &view->len, &stored, o->log, o->userdata);
+    return s_read_copy(impl, ctx, m, &view->owned, &view->data, &view->len,
+                       &stored);
 }
 
 /* A label member that is not an integer is an error, not a silent -1
@@ -234,25 +233,23 @@ s_parse(const uint8_t *data, size_t len, const emlio__read_opts_t *o,
  * none; EMLIO__FORMAT_EBADLABEL when it is not a number), read as the
  * sample's data is. */
 static int
-s_label(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-        int64_t *label, const char **missing)
+s_label(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+        const emlio__read_opts_t *o, int64_t *label, const char **missing)
 {
     size_t m;
     *label = -1;
-    if (emlio__tar_find(shard->impl, (size_t)record, o->label_field, &m) < 0)
+    if (emlio__tar_find(impl, (size_t)record, o->label_field, &m) < 0)
         return 0;
-    if (emlio__shard_maps(shard)) {
-        const emlio__tar_member_t *mem =
-            &emlio__tar_index(shard->impl)->members[m];
-        return s_parse(emlio__tar_data(shard->impl, m), (size_t)mem->len, o,
-                       label, missing);
+    if (ctx->maps) {
+        const emlio__tar_member_t *mem = &emlio__tar_index(impl)->members[m];
+        return s_parse(emlio__tar_data(impl, m), (size_t)mem->len, o, label,
+                       missing);
     }
     uint8_t *copy;
     const uint8_t *data;
     size_t len;
     uint32_t stored;
-    int rc = emlio__shard_read_copy(shard, m, &copy, &data, &len, &stored,
-                                    o->log, o->userdata);
+    int rc = s_read_copy(impl, ctx, m, &copy, &data, &len, &stored);
     if (rc < 0)
         return rc;
     rc = s_parse(data, len, o, label, missing);
@@ -264,24 +261,24 @@ s_label(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
  * first image member by default) alone; the label from the label member.
  * A sample without a member asked for is EMLIO__FORMAT_EMISSING. */
 static int
-s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-       emlio__view_t *views, const char **missing)
+s_read(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+       const emlio__read_opts_t *o, emlio__view_t *views, const char **missing)
 {
     size_t nf = o->n_fields ? o->n_fields : 1;
     int rc = 0;
     for (size_t f = 0; f < nf && rc == 0; f++) {
         const char *field = o->n_fields ? o->fields[f] : o->field;
         size_t m;
-        rc = emlio__tar_find(shard->impl, (size_t)record, field, &m);
+        rc = emlio__tar_find(impl, (size_t)record, field, &m);
         if (rc == -ENOENT && o->n_fields)
             *missing = field;
         if (rc == -ENOENT)
             rc = EMLIO__FORMAT_EMISSING;
         else if (rc == 0)
-            rc = s_member_view(shard, m, o, &views[f]);
+            rc = s_member_view(impl, ctx, m, &views[f]);
     }
     if (rc == 0)
-        rc = s_label(shard, record, o, &views[0].label, missing);
+        rc = s_label(impl, ctx, record, o, &views[0].label, missing);
     if (rc == 0 && !o->n_fields)
         views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
     return rc;
@@ -289,17 +286,17 @@ s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 
 /* Every member of the sample, in order; the label from "cls". */
 static int
-s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
-         void *userdata, int64_t *label)
+s_record(const void *impl, size_t r, emlio_dataset_field_fn *fn, void *userdata,
+         int64_t *label)
 {
-    const emlio__tar_index_t *idx = emlio__tar_index(shard->impl);
+    const emlio__tar_index_t *idx = emlio__tar_index(impl);
     int rc = 0;
-    *label = emlio__tar_label(shard->impl, r, "cls");
+    *label = emlio__tar_label(impl, r, "cls");
     for (uint32_t m = idx->first[r]; m < idx->first[r + 1] && rc == 0; m++) {
         const char *field = idx->fields[idx->members[m].field];
         const uint8_t *data;
         size_t len;
-        rc = emlio__tar_field(shard->impl, r, field, &data, &len);
+        rc = emlio__tar_field(impl, r, field, &data, &len);
         if (rc == 0)
             rc = fn(userdata, field, data, len);
     }
@@ -307,9 +304,9 @@ s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
 }
 
 static size_t
-s_prune(emlio__shard_t *shard, const char *field, char *example, size_t len)
+s_prune(void *impl, const char *field, char *example, size_t len)
 {
-    return emlio__tar_prune(shard->impl, field, example, len);
+    return emlio__tar_prune(impl, field, example, len);
 }
 
 /* Every member of the sample, with their headers. */
@@ -352,7 +349,6 @@ const emlio__format_ops_t emlio__format_tar = {
     .prune = s_prune,
     .offset = s_offset,
     .advise = s_advise,
-    .describe = emlio__format_describe_offset,
     .has_field = s_has_field,
     .read = s_read,
     .record = s_record,

@@ -9,7 +9,6 @@
 #include "emlio/example.h"
 #include "format.h"
 #include "iobuf.h"
-#include "shardset.h"
 #include "tfrecord.h"
 
 static void *
@@ -134,11 +133,13 @@ s_advise(const void *impl, size_t first, size_t n, int advice)
 /* Record i with its framing, read with pread; *stored is its stored CRC
  * (the caller checks it, as for mapped reads). */
 static int
-s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
-            const uint8_t **data, size_t *len, uint32_t *stored,
-            emlio__shardset_log_fn *log, void *userdata)
+s_read_copy(const void *impl, emlio__read_ctx_t *ctx, size_t i,
+            uint8_t **buf_out, const uint8_t **data, size_t *len,
+            uint32_t *stored)
 {
-    const emlio_tfrecord_t *file = shard->impl;
+    const emlio_tfrecord_t *file = impl;
+    *buf_out = NULL;
+    *stored = 0;
     if (i >= emlio_tfrecord_count(file))
         return EMLIO_ENOTFOUND;
     const emlio_tfrecord_loc_t *loc = emlio_tfrecord_loc(file, i);
@@ -146,9 +147,8 @@ s_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
         return EMLIO_EFORMAT;
     uint8_t *buf;
     const uint8_t *rec;
-    int rc = emlio__shard_pread(shard, loc->offset,
-                                (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD,
-                                &buf, &rec, log, userdata);
+    int rc = ctx->pread(ctx, loc->offset,
+                        (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD, &buf, &rec);
     if (rc < 0)
         return rc;
     uint32_t masked =
@@ -177,26 +177,25 @@ s_extent(const void *impl, size_t i, uint64_t *offset, size_t *len)
 
 /* Example keys are only known per record. */
 static int
-s_has_field(const emlio__shard_t *shard, const char *field)
+s_has_field(const void *impl, const char *field)
 {
-    (void)shard;
+    (void)impl;
     (void)field;
     return -1;
 }
 
 /* Record `record` of a shard the caller has acquired: in the mapping when
- * the shard is leased (*copy NULL), else in a private copy (*copy, the
- * caller's to free). */
+ * ctx says so (*copy NULL), else in a private copy (*copy, the caller's to
+ * free). */
 static int
-s_bytes(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
+s_bytes(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
         uint8_t **copy, const uint8_t **rec, size_t *rec_len, uint32_t *stored)
 {
     *copy = NULL;
-    if (emlio__shard_maps(shard))
-        return emlio_tfrecord_record(shard->impl, (size_t)record, rec, rec_len,
+    if (ctx->maps)
+        return emlio_tfrecord_record(impl, (size_t)record, rec, rec_len,
                                      stored);
-    return emlio__shard_read_copy(shard, (size_t)record, copy, rec, rec_len,
-                                  stored, o->log, o->userdata);
+    return s_read_copy(impl, ctx, (size_t)record, copy, rec, rec_len, stored);
 }
 
 /* Below this many sample bytes, the record's CRC is computed over the
@@ -242,17 +241,18 @@ s_sample_crc(const emlio__read_opts_t *o, const uint8_t *rec, size_t rec_len,
 
 /* One sample's bytes (the Example's image, or the whole record) and CRC. */
 static int
-s_read_one(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-           emlio__view_t *out, const char **missing)
+s_read_one(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+           const emlio__read_opts_t *o, emlio__view_t *out,
+           const char **missing)
 {
     const uint8_t *rec;
     size_t rec_len;
     uint32_t stored;
-    int rc = s_bytes(shard, record, o, &out->owned, &rec, &rec_len, &stored);
+    int rc = s_bytes(impl, ctx, record, &out->owned, &rec, &rec_len, &stored);
     if (rc < 0)
         return rc;
     if (!out->owned) /* the frame will point into the mapping */
-        emlio__view_map(out, shard, rec, rec_len);
+        emlio__view_map(out, rec, rec_len);
     out->data = rec;
     out->len = rec_len;
     out->label = -1;
@@ -280,13 +280,13 @@ s_read_one(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
 
 /* One Example feature as the frame of field f. */
 static int
-s_feature_view(emlio__shard_t *shard, const emlio_example_field_t *ex,
-               bool copied, emlio__view_t *view)
+s_feature_view(const emlio_example_field_t *ex, bool copied,
+               emlio__view_t *view)
 {
     if (ex->kind == EMLIO_FEATURE_BYTES && copied)
         return emlio__view_copy(view, ex->bytes, ex->bytes_len);
     if (ex->kind == EMLIO_FEATURE_BYTES) {
-        emlio__view_map(view, shard, ex->bytes, ex->bytes_len);
+        emlio__view_map(view, ex->bytes, ex->bytes_len);
         return 0;
     }
     if (ex->kind == EMLIO_FEATURE_INT64)
@@ -301,7 +301,7 @@ s_feature_view(emlio__shard_t *shard, const emlio_example_field_t *ex,
 
 /* The fields of an Example, one frame per configured key. */
 static int
-s_read_fields(emlio__shard_t *shard, uint64_t record,
+s_read_fields(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
               const emlio__read_opts_t *o, emlio__view_t *views,
               const char **missing)
 {
@@ -310,7 +310,7 @@ s_read_fields(emlio__shard_t *shard, uint64_t record,
     const uint8_t *rec;
     size_t rec_len;
     uint32_t stored;
-    int rc = s_bytes(shard, record, o, &copy, &rec, &rec_len, &stored);
+    int rc = s_bytes(impl, ctx, record, &copy, &rec, &rec_len, &stored);
     if (rc == 0 && o->verify && emlio_crc32c(0, rec, rec_len) != stored)
         rc = EMLIO_ECORRUPT;
     emlio_example_field_t ex[EMLIO__FORMAT_MAX_FIELDS + 1];
@@ -332,7 +332,7 @@ s_read_fields(emlio__shard_t *shard, uint64_t record,
         if (ex[f].count && (ex[f].kind == EMLIO_FEATURE_BYTES ||
                             ex[f].kind == EMLIO_FEATURE_INT64 ||
                             ex[f].kind == EMLIO_FEATURE_FLOAT)) {
-            rc = s_feature_view(shard, &ex[f], copy != NULL, &views[f]);
+            rc = s_feature_view(&ex[f], copy != NULL, &views[f]);
         } else {
             *missing = o->fields[f];
             rc = EMLIO__FORMAT_EMISSING;
@@ -343,12 +343,12 @@ s_read_fields(emlio__shard_t *shard, uint64_t record,
 }
 
 static int
-s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-       emlio__view_t *views, const char **missing)
+s_read(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+       const emlio__read_opts_t *o, emlio__view_t *views, const char **missing)
 {
     if (o->n_fields)
-        return s_read_fields(shard, record, o, views, missing);
-    return s_read_one(shard, record, o, views, missing);
+        return s_read_fields(impl, ctx, record, o, views, missing);
+    return s_read_one(impl, ctx, record, o, views, missing);
 }
 
 /* The TFRecord label as emliod finds it by default. */
@@ -364,12 +364,12 @@ s_default_label(const uint8_t *rec, size_t len)
 
 /* The whole record is the one field, named "". */
 static int
-s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
-         void *userdata, int64_t *label)
+s_record(const void *impl, size_t r, emlio_dataset_field_fn *fn, void *userdata,
+         int64_t *label)
 {
     const uint8_t *data;
     size_t len;
-    int rc = emlio_tfrecord_record(shard->impl, r, &data, &len, NULL);
+    int rc = emlio_tfrecord_record(impl, r, &data, &len, NULL);
     if (rc < 0)
         return rc;
     *label = s_default_label(data, len);
@@ -411,7 +411,6 @@ const emlio__format_ops_t emlio__format_tfrecord = {
     .offset = s_offset,
     .advise = s_advise,
     .prefetch = s_prefetch,
-    .describe = emlio__format_describe_offset,
     .has_field = s_has_field,
     .read = s_read,
     .record = s_record,

@@ -174,7 +174,8 @@ s_prune_one(s_load_t *load, size_t i)
     size_t len = 0;
     const void *before =
         load->from_index[i] ? shard->ops->index_table(shard->impl, &len) : NULL;
-    shard->ops->prune(shard, load->opts->prune_field, example, sizeof(example));
+    shard->ops->prune(shard->impl, load->opts->prune_field, example,
+                      sizeof(example));
     if (before && shard->ops->index_table(shard->impl, &len) != before)
         load->from_index[i] = false;
 }
@@ -293,7 +294,7 @@ emlio__shard_identity(emlio__shardset_t *self, size_t i)
     emlio__shard_t *shard = &self->shards[i];
     const uint64_t known = UINT64_C(1) << 32;
     if (shard->ops->identity)
-        return known | shard->ops->identity(shard);
+        return known | shard->ops->identity(shard->impl);
     if (!shard->ops->index_table)
         return 0;
     size_t len = 0;
