@@ -91,7 +91,8 @@ s_index_file(emlio_dataset_t *self, emlio__shard_t *shard, const char *path,
         }
     }
     if (rc < 0)
-        return emlio__seterr(self->err, rc, "%s", ops->errmsg(shard->impl));
+        return emlio__seterr(self->err, rc, "%s",
+                             emlio__shard_file(shard)->err);
     return rc;
 }
 

@@ -5,14 +5,14 @@
 #include "emlio_internal.h"
 
 #include "format.h"
+#include "imagefolder.h"
 #include "iobuf.h"
+#include "tar.h"
+#include "tfrecord.h"
 
-/* Adding a format: its adapter file, and its line here (with its extern).
- * File formats come first; a tree format is tried only when no shard file
- * is found. */
-extern const emlio__format_ops_t emlio__format_tfrecord;
-extern const emlio__format_ops_t emlio__format_tar;
-extern const emlio__format_ops_t emlio__format_imagefolder;
+/* Adding a format: its reader, which defines its table and declares it in
+ * its header, and its line here. File formats come first; a tree format is
+ * tried only when no shard file is found. */
 
 const emlio__format_ops_t *const emlio__formats[] = {
     &emlio__format_tfrecord,

@@ -27,6 +27,7 @@
 
 #include "beneath.h"
 #include "emlio/dataset.h"
+#include "mapfile.h"
 
 /* Log hook for non-fatal events (an index that could not be written). */
 typedef void emlio__shardset_log_fn(void *userdata, const char *msg);
@@ -147,19 +148,16 @@ typedef struct emlio__format_ops {
     /* ---- loading (file formats) ---- */
     /* Creates the handle for path (opens nothing); NULL when out of memory. */
     void *(*create)(const char *path);
-    /* From now on opens the file and its index beneath root (beneath.h),
-     * rel being the file's path relative to the root; the root's
-     * descriptor is borrowed for the loading calls below. */
-    void (*confine)(void *impl, const emlio__root_t *root, const char *rel);
-    /* Opens (maps) the file. Returns 0 or < 0 (see errmsg). */
+    /* The handle's mapped file (mapfile.h): the shard set confines it
+     * beneath the data root, maps it from the descriptor the shard cache
+     * opened, leased and checked (at load and at every reopen), unmaps it
+     * (the cache's close: index and size stay, so count, size and offset
+     * still answer), blanks it when the file changed, and quotes its path
+     * and last error (the loading calls' messages). */
+    emlio__mapfile_t *(*file)(void *impl);
+    /* Opens (maps) the file by its path. Returns 0 or < 0 (see file's
+     * err). */
     int (*open)(void *impl);
-    /* Maps the file from fd, which the shard cache opened, leased and
-     * checked (st: its fstat); fd stays the caller's. The cache's way in,
-     * at load and at every reopen. Returns 0 or < 0 (see errmsg). */
-    int (*map_fd)(void *impl, int fd, const struct stat *st);
-    /* Drops the mapping but keeps the index and the size (count, size,
-     * offset, describe still answer): the cache's close. */
-    void (*unmap)(void *impl);
     /* Loads the index file idx; the record count or < 0 (-ENOENT: none). */
     int (*load_index)(void *impl, const char *idx);
     /* Scans the file for its records; the count or < 0. */
@@ -180,10 +178,6 @@ typedef struct emlio__format_ops {
     int (*adopt_table)(void *impl, const void *table, size_t len,
                        uint64_t records, uint64_t size, uint32_t crc,
                        const char *prune);
-    const char *(*errmsg)(const void *impl);
-    const char *(*path)(const void *impl);
-    /* Replaces the mapping by zero pages (see emlio__mapfile_blank). */
-    int (*blank)(void *impl);
     /* A copying read of record (TFRecord) or member (tar) i with
      * ctx->pread into a fresh buffer (*buf_out, the caller's to free;
      * NULL on failure): see emlio__shard_read_copy for what each format

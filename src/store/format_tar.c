@@ -16,28 +16,17 @@ s_create(const char *path)
     return emlio__tar_new(path);
 }
 
-static void
-s_confine(void *impl, const emlio__root_t *root, const char *rel)
+/* The mapped file, for the shard set to confine, map, unmap and blank. */
+static emlio__mapfile_t *
+s_file(void *impl)
 {
-    emlio__tar_confine(impl, root, rel);
+    return emlio__tar_file(impl);
 }
 
 static int
 s_open(void *impl)
 {
     return emlio__tar_open(impl);
-}
-
-static int
-s_map_fd(void *impl, int fd, const struct stat *st)
-{
-    return emlio__tar_map_fd(impl, fd, st);
-}
-
-static void
-s_unmap(void *impl)
-{
-    emlio__tar_unmap(impl);
 }
 
 static int
@@ -75,24 +64,6 @@ s_adopt_table(void *impl, const void *table, size_t len, uint64_t records,
               uint64_t size, uint32_t crc, const char *prune)
 {
     return emlio__tar_adopt(impl, table, len, records, size, crc, prune);
-}
-
-static const char *
-s_errmsg(const void *impl)
-{
-    return emlio__tar_errmsg(impl);
-}
-
-static const char *
-s_path(const void *impl)
-{
-    return emlio__tar_path(impl);
-}
-
-static int
-s_blank(void *impl)
-{
-    return emlio__tar_blank(impl);
 }
 
 static void
@@ -328,18 +299,13 @@ const emlio__format_ops_t emlio__format_tar = {
     .what = "*.tar shards",
     .mapped = true,
     .create = s_create,
-    .confine = s_confine,
+    .file = s_file,
     .open = s_open,
-    .map_fd = s_map_fd,
-    .unmap = s_unmap,
     .load_index = s_load_index,
     .scan = s_scan,
     .write_index = s_write_index,
     .index_table = s_index_table,
     .adopt_table = s_adopt_table,
-    .errmsg = s_errmsg,
-    .path = s_path,
-    .blank = s_blank,
     .read_copy = s_read_copy,
     .extent = s_extent,
     .destroy = s_destroy,

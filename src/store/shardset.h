@@ -35,7 +35,7 @@ typedef struct emlio__shardset_opts emlio__shardset_opts_t;
  * (another process has them open for writing, a file system without
  * leases, a foreign owner without CAP_LEASE) are read with pread into a
  * private copy, which a shrinking file cannot fault. ImageFolder files
- * are always read into copies (emlio__folder_read checks size and mtime
+ * are always read into copies (imagefolder.c checks size and mtime
  * on every read), so nothing here applies to them. */
 struct emlio__shard {
     char *name;                     /* path relative to the data directory */
@@ -90,6 +90,13 @@ static inline bool
 emlio__shard_maps(const emlio__shard_t *shard)
 {
     return shard->leased && !emlio__shard_reads_io(shard);
+}
+
+/* A mapped shard's file (mapfile.h), as its format keeps it. */
+static inline emlio__mapfile_t *
+emlio__shard_file(const emlio__shard_t *shard)
+{
+    return shard->ops->file(shard->impl);
 }
 
 /* Records of the shard. */

@@ -538,6 +538,12 @@ emlio__tar_open(emlio__tar_t *self)
     return 0;
 }
 
+emlio__mapfile_t *
+emlio__tar_file(emlio__tar_t *self)
+{
+    return &self->file;
+}
+
 int
 emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st)
 {

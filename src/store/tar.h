@@ -21,6 +21,8 @@
 #define EMLIO_TAR_H
 
 #include "beneath.h"
+#include "format.h"
+#include "mapfile.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -101,6 +103,8 @@ emlio__tar_t *emlio__tar_new(const char *path);
 void emlio__tar_destroy(emlio__tar_t **self_p);
 /* Maps the file read-only. Returns 0 or -errno (message in errmsg). */
 int emlio__tar_open(emlio__tar_t *self);
+/* The archive's mapped file (mapfile.h). */
+emlio__mapfile_t *emlio__tar_file(emlio__tar_t *self);
 /* Maps the file from fd (open on the handle's file, st its fstat) for a
  * handle not mapped now; the fd stays the caller's (the shard cache). */
 int emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st);
@@ -196,5 +200,8 @@ int64_t emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field);
  */
 int emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n,
                       int advice);
+
+/* Tar (WebDataset) behind the format interface (format.h; format_tar.c). */
+extern const emlio__format_ops_t emlio__format_tar;
 
 #endif /* EMLIO_TAR_H */

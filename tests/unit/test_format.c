@@ -38,9 +38,7 @@ test_format_every_entry_is_complete(void **state)
             assert_non_null(ops->load_index);
             assert_non_null(ops->scan);
             assert_non_null(ops->write_index);
-            assert_non_null(ops->errmsg);
-            assert_non_null(ops->path);
-            assert_non_null(ops->blank);
+            assert_non_null(ops->file);
             assert_non_null(ops->read_copy);
         } else {
             trees++;

@@ -1,8 +1,6 @@
-/* format_imagefolder.c - an ImageFolder tree behind the format interface:
- * one shard per class directory, one record per image file, the label the
- * class's index; fields "image" and "label". Files are read into copies
- * (emlio__folder_read checks size and mtime on every read), so no lease,
- * user count or mapping applies.
+/* imagefolder_tree.c - an ImageFolder tree read as shards: its class
+ * directories (one shard each, labelled by their sorted order), listed
+ * from the file-list cache or walked, with what was left out logged.
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_internal.h"
@@ -17,146 +15,6 @@
 #include "imagefolder.h"
 #include "iobuf.h"
 #include "ioengine.h"
-
-static void
-s_destroy(void *impl)
-{
-    emlio__folder_t *folder = impl;
-    emlio__folder_destroy(&folder);
-}
-
-static size_t
-s_count(const void *impl)
-{
-    return emlio__folder_count(impl);
-}
-
-static uint64_t
-s_size(const void *impl)
-{
-    return emlio__folder_size(impl);
-}
-
-static uint64_t
-s_record_bytes(const void *impl, size_t i)
-{
-    return emlio__folder_file_size(impl, i);
-}
-
-/* Records are files: no offset to name. */
-static uint64_t
-s_offset(const void *impl, size_t i)
-{
-    (void)impl;
-    (void)i;
-    return 0;
-}
-
-static int
-s_has_field(const void *impl, const char *field)
-{
-    (void)impl;
-    return !strcmp(field, "image") || !strcmp(field, "label");
-}
-
-/* A record's file, opened for a staged read (--io read). */
-static int
-s_open_record(const void *impl, size_t i, const void **key, size_t *len)
-{
-    int fd = emlio__folder_open_record(impl, i, key);
-    if (fd >= 0)
-        *len = (size_t)emlio__folder_file_size(impl, i);
-    return fd;
-}
-
-/* The image file as a view of its own copy: the one a reader staged
- * (--io read, ioengine.h), else read now. A staged read that came short
- * is a file changed since the listing, as for a read now. */
-static int
-s_image_view(const void *impl, const emlio__read_ctx_t *ctx, uint64_t record,
-             emlio__view_t *view)
-{
-    uint8_t *buf;
-    const uint8_t *data;
-    size_t len = (size_t)emlio__folder_file_size(impl, (size_t)record);
-    int rc = 0;
-    if (ctx->read_io && record < emlio__folder_count(impl)) {
-        const void *key = emlio__folder_key(impl, (size_t)record);
-        rc = emlio__ioengine_take(emlio__ioengine_thread(0), key, -1, 0, len,
-                                  &buf, &data);
-        if (rc == -ESTALE)
-            return EMLIO_EFORMAT;
-        if (rc < 0)
-            return -EIO;
-    }
-    if (rc == 0) {
-        uint8_t *copy;
-        rc = emlio__folder_read(impl, (size_t)record, &copy, &len);
-        if (rc < 0)
-            return rc;
-        buf = copy;
-        data = copy;
-    }
-    view->owned = buf;
-    view->data = data;
-    view->len = len;
-    return 0;
-}
-
-static int
-s_read(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
-       const emlio__read_opts_t *o, emlio__view_t *views, const char **missing)
-{
-    int64_t label = emlio__folder_label(impl);
-    int rc = 0;
-    views[0].label = label;
-    if (!o->n_fields) {
-        rc = s_image_view(impl, ctx, record, &views[0]);
-        if (rc == 0)
-            views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
-        return rc;
-    }
-    for (size_t f = 0; f < o->n_fields && rc == 0; f++) {
-        if (strcmp(o->fields[f], "image") == 0) {
-            rc = s_image_view(impl, ctx, record, &views[f]);
-        } else if (strcmp(o->fields[f], "label") == 0) {
-            rc = emlio__view_int64(&views[f], label);
-        } else {
-            *missing = o->fields[f];
-            rc = EMLIO__FORMAT_EMISSING;
-        }
-    }
-    return rc;
-}
-
-/* The image, under its extension in lower case ("image" when it has
- * none, or a long one; .jpeg is "jpg": one field for one kind of file). */
-static int
-s_record(const void *impl, size_t r, emlio_dataset_field_fn *fn, void *userdata,
-         int64_t *label)
-{
-    uint8_t *data;
-    size_t len;
-    *label = emlio__folder_label(impl);
-    int rc = emlio__folder_read(impl, r, &data, &len);
-    if (rc < 0)
-        return rc;
-    const char *file = emlio__folder_file(impl, r);
-    const char *dot = strrchr(file, '.');
-    char ext[16] = "image";
-    if (dot && strlen(dot + 1) < sizeof(ext)) {
-        for (size_t k = 0; dot[1 + k]; k++) {
-            char c = dot[1 + k];
-            ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-            ext[k + 1] = '\0';
-        }
-    }
-    if (!strcmp(ext, "jpeg"))
-        snprintf(ext, sizeof(ext), "jpg");
-    rc = fn(userdata, ext, data, len);
-    emlio__iobuf_free(data);
-    return rc;
-}
 
 /* What the listing of the root left out, for the log. */
 typedef struct s_left {
@@ -443,8 +301,9 @@ s_fd_headroom(const emlio__root_t *base, char *errbuf)
                          n, (unsigned long long)lim.rlim_cur, S_FD_HEADROOM);
 }
 
-static int
-s_load_tree(const emlio__tree_load_t *load, const char *dir, char *errbuf)
+int
+emlio__folder_load_tree(const emlio__tree_load_t *load, const char *dir,
+                        char *errbuf)
 {
     emlio__names_t classes = { 0 };
     s_left_t left = { 0 };
@@ -464,43 +323,3 @@ s_load_tree(const emlio__tree_load_t *load, const char *dir, char *errbuf)
     emlio__names_release(&classes);
     return rc < 0 ? rc : (int)n;
 }
-
-static int64_t
-s_shard_label(const void *impl)
-{
-    return emlio__folder_label(impl);
-}
-
-static const char *
-s_member_name(const void *impl, size_t r)
-{
-    return emlio__folder_file(impl, r);
-}
-
-static uint32_t
-s_identity(const void *impl)
-{
-    return emlio__folder_identity(impl);
-}
-
-const emlio__format_ops_t emlio__format_imagefolder = {
-    .name = "imagefolder",
-    .suffix = NULL,
-    .what = "class directories",
-    .mapped = false,
-    .changed_code = EMLIO_EFORMAT,
-    .load_tree = s_load_tree,
-    .destroy = s_destroy,
-    .count = s_count,
-    .size = s_size,
-    .record_bytes = s_record_bytes,
-    .offset = s_offset,
-    .advise = NULL, /* files are read whole, once */
-    .has_field = s_has_field,
-    .read = s_read,
-    .open_record = s_open_record,
-    .member_name = s_member_name,
-    .shard_label = s_shard_label,
-    .record = s_record,
-    .identity = s_identity,
-};
