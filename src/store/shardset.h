@@ -297,7 +297,7 @@ void emlio__shard_describe(const emlio__shard_t *shard, uint64_t record,
  * - TFRecord: i is a record; reads its framing and data; *data and *len
  *   are the record's payload inside the copy and *stored its stored CRC
  *   (the caller checks it, as for mapped reads);
- * - tar: i is a member (an index into emlio__tar_index()->members); reads
+ * - tar: i is a member (an index into the index's members); reads
  *   the member's header with its data and checks the header as an index
  *   load does (emlio__tar_header_ok); *data and *len are the member's
  *   data and *stored is 0 (tar has no checksum of the data).
