@@ -2,19 +2,29 @@
  * and the dataset tools call instead of knowing TFRecord, tar or ImageFolder.
  * SPDX-License-Identifier: MIT
  *
- * A format is one table of operations (emlio__format_ops_t) and the file
- * that implements it (format_tfrecord.c, format_tar.c,
- * format_imagefolder.c, each a thin adapter over its reader: tfrecord.c,
- * tar.c, imagefolder.c). The shard set finds a shard's format once, at
- * load, and keeps it in shard->ops; from then on every caller goes through
+ * A format is one table of operations (emlio__format_ops_t) that its
+ * reader defines over its own handle: tfrecord.c, tar.c and imagefolder.c
+ * (their headers declare the tables; format.c lists them). The shard set
+ * finds a shard's format once, at load, and keeps the table in shard->ops
+ * and the handle in shard->impl; from then on every caller goes through
  * the table, the way SQLite's pager goes through its VFS. Adding a format
- * is one new adapter file plus one entry in emlio__formats (format.c).
+ * is one reader plus one entry in emlio__formats (format.c).
+ *
+ * The formats sit below the shard set: an operation takes the format's
+ * handle (void *impl) and, to read, a read context (emlio__read_ctx_t)
+ * that the shard set binds to the shard for that read, never the shard
+ * itself. Leases, users, descriptors and the mark of a changed shard stay
+ * in the shard set (shardset.h); a format says what it needs through the
+ * context (pread, changed) and marks the views it points into the mapping
+ * (emlio__view_map), and the shard set acts on it.
  *
  * Two shapes of format exist:
  * - file formats (suffix set): one shard per file with that suffix,
- *   mapped read-only (see shardset.h on leases and copying reads);
+ *   mapped read-only through the handle's emlio__mapfile_t (ops->file; see
+ *   shardset.h on leases and copying reads);
  * - tree formats (suffix NULL, load_tree set): the data directory itself
- *   is read as a tree when no shard file is found, as ImageFolder is.
+ *   is read as a tree when no shard file is found, as ImageFolder is; its
+ *   shards are added through emlio__tree_load_t.add.
  */
 #ifndef EMLIO_FORMAT_H
 #define EMLIO_FORMAT_H

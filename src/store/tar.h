@@ -114,7 +114,7 @@ typedef struct emlio__tar_pruned {
     const char *example;
 } emlio__tar_pruned_t;
 
-/* The dataset index's record table of a tar shard (tar_table.c; layout in
+/* The dataset index's record table of a tar shard (tar_index.c; layout in
  * docs/protocol.md 9.1): idx and what pruned it, in one fresh buffer
  * (*out, *len; the caller frees it). Returns 0 or EMLIO_ENOMEM. */
 int emlio__tar_table_write(const emlio__tar_index_t *idx,
