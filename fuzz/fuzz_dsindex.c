@@ -31,7 +31,7 @@ s_fix_crc(uint8_t *copy, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A tar entry's table read back and bounds-checked as a first read
- * does (tar_table.c). */
+ * does (tar_index.c). */
 static void
 s_tar_table(const uint8_t *t, const emlio__dsindex_entry_t *e,
             volatile uint8_t *sink)

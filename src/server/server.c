@@ -400,7 +400,7 @@ s_check_fields(emlio_server_t *self)
         bool found = false, unknown = false;
         for (size_t i = 0; i < self->core->set.n && !found; i++) {
             const emlio__shard_t *shard = &self->core->set.shards[i];
-            int has = shard->ops->has_field(shard, want);
+            int has = shard->ops->has_field(shard->impl, want);
             found = has > 0;
             unknown |= has < 0; /* Example keys: checked per record */
         }
@@ -435,7 +435,7 @@ s_check_labels(emlio_server_t *self)
     const char *want = self->own.label_field;
     bool found = false, unknown = false;
     for (size_t i = 0; i < set->n && self->own.label_field_set; i++) {
-        int has = set->shards[i].ops->has_field(&set->shards[i], want);
+        int has = set->shards[i].ops->has_field(set->shards[i].impl, want);
         found |= has > 0;
         unknown |= has < 0;
     }
@@ -456,7 +456,7 @@ s_check_labels(emlio_server_t *self)
     emlio__view_t views[EMLIO_WIRE_MAX_FIELDS];
     memset(views, 0, per * sizeof(views[0]));
     const char *missing = "";
-    int rc = emlio__format_read(shard, 0, &self->rd, views, &missing);
+    int rc = emlio__shard_read(shard, 0, &self->rd, views, &missing);
     for (size_t f = 0; f < per; f++)
         emlio__view_release(&views[f], shard);
     if (rc == EMLIO__FORMAT_EBADLABEL)

@@ -25,7 +25,7 @@ s_somewhere(const emlio_server_t *self, const char *name)
 {
     const emlio__shardset_t *set = &self->core->set;
     for (size_t i = 0; i < set->n; i++)
-        if (set->shards[i].ops->has_field(&set->shards[i], name) != 0)
+        if (set->shards[i].ops->has_field(set->shards[i].impl, name) != 0)
             return true;
     return false;
 }

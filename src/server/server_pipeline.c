@@ -202,7 +202,7 @@ s_read_verdict(emlio_server_t *self, emlio__job_t *job, emlio__shard_t *shard,
         rc = -ESTALE; /* changed on disk, not rotten: say so */
     /* Only after ENOTFOUND is excluded may the format describe record. */
     if (rc != EMLIO_ENOTFOUND)
-        ops->describe(shard, record, where, sizeof(where));
+        emlio__shard_describe(shard, record, where, sizeof(where));
     uint64_t offset =
         rc == EMLIO_ENOTFOUND ? 0 : emlio__shard_offset(shard, (size_t)record);
     if (rc == -ESTALE && skip) {
@@ -389,7 +389,7 @@ s_stage_file(emlio__shard_t *shard, size_t record, emlio__io_req_t *r)
 {
     const void *key;
     size_t len;
-    int fd = shard->ops->open_record(shard, record, &key, &len);
+    int fd = shard->ops->open_record(shard->impl, record, &key, &len);
     if (fd < 0)
         return false;
     *r = (emlio__io_req_t){ .owner = key,
@@ -559,7 +559,7 @@ s_read_items(emlio_server_t *self, emlio__job_t *job)
             view[f].record = item->record;
         }
         const char *missing = self->own.field ? self->own.field : "(image)";
-        int rc = emlio__format_read(shard, item->record, &rd, view, &missing);
+        int rc = emlio__shard_read(shard, item->record, &rd, view, &missing);
         if (rc < 0)
             for (size_t f = 0; f < per; f++)
                 emlio__srv_view_release(self, &view[f]);
@@ -642,8 +642,8 @@ s_describe_views(emlio_server_t *self, const emlio__job_t *job)
         const emlio__shard_t *shard = &self->core->set.shards[v->shard];
         where[i] = text + i * room;
         where[i][0] = '\0';
-        if (shard->ops && shard->ops->describe)
-            shard->ops->describe(shard, v->record, where[i], room);
+        if (shard->ops)
+            emlio__shard_describe(shard, v->record, where[i], room);
     }
     return where;
 }

@@ -75,8 +75,8 @@ s_xf_judge(emlio_server_t *self, emlio__job_t *job)
         /* Where it is, as the format says it: an ImageFolder's file
          * ("file 'cat/x.jpg' (record 7)"), a shard's record and offset. */
         char where[EMLIO_ERRMSG_LEN / 2];
-        if (shard->ops && shard->ops->describe)
-            shard->ops->describe(shard, w->record, where, sizeof(where));
+        if (shard->ops)
+            emlio__shard_describe(shard, w->record, where, sizeof(where));
         else
             snprintf(where, sizeof(where), "record %" PRIu64 " of '%s'",
                      w->record, shard->name);

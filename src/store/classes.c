@@ -107,7 +107,7 @@ s_from_shards(const emlio__shardset_t *set, char ***names)
     size_t n = 0;
     for (size_t i = 0; i < set->n; i++) {
         const emlio__shard_t *s = &set->shards[i];
-        int64_t label = s->ops->shard_label ? s->ops->shard_label(s) : -1;
+        int64_t label = s->ops->shard_label ? s->ops->shard_label(s->impl) : -1;
         if (label < 0)
             return 0; /* some shard mixes labels: no names */
         if ((size_t)label + 1 > n)
@@ -120,7 +120,7 @@ s_from_shards(const emlio__shardset_t *set, char ***names)
         return EMLIO_ENOMEM;
     for (size_t i = 0; i < set->n; i++) {
         const emlio__shard_t *s = &set->shards[i];
-        size_t label = (size_t)s->ops->shard_label(s);
+        size_t label = (size_t)s->ops->shard_label(s->impl);
         if (!v[label] && !(v[label] = emlio_strdup(s->name))) {
             emlio__classes_free(v, n);
             return EMLIO_ENOMEM;

@@ -19,6 +19,10 @@
 
 #include "format.h"
 
+/* The shard set's types (shardset.h), named here without its header. */
+typedef struct emlio__shard emlio__shard_t;
+typedef struct emlio__shardset emlio__shardset_t;
+
 #define EMLIO__CLASSES_MAX_FILE (16u << 20)
 
 /* Fills *names (n strings, emlio_malloc'd; free with emlio__classes_free)

@@ -91,7 +91,8 @@ s_index_file(emlio_dataset_t *self, emlio__shard_t *shard, const char *path,
         }
     }
     if (rc < 0)
-        return emlio__seterr(self->err, rc, "%s", ops->errmsg(shard->impl));
+        return emlio__seterr(self->err, rc, "%s",
+                             emlio__shard_file(shard)->err);
     return rc;
 }
 
@@ -190,8 +191,9 @@ emlio_dataset_record_name(emlio_dataset_t *self, size_t s, size_t r)
     if (s >= self->set.n || r >= emlio__shard_count(&self->set.shards[s]))
         return NULL;
     const emlio__shard_t *shard = &self->set.shards[s];
-    const char *member =
-        shard->ops->member_name ? shard->ops->member_name(shard, r) : NULL;
+    const char *member = shard->ops->member_name
+                             ? shard->ops->member_name(shard->impl, r)
+                             : NULL;
     if (!member)
         return NULL;
     snprintf(self->name, sizeof(self->name), "%s/%s", shard->name, member);
@@ -215,7 +217,7 @@ emlio_dataset_record(const emlio_dataset_t *self, size_t s, size_t r,
     int rc = shard->ops->mapped ? emlio__shard_acquire(use) : 0;
     if (rc < 0)
         return rc;
-    rc = shard->ops->record(shard, r, fn, userdata, &lab);
+    rc = shard->ops->record(shard->impl, r, fn, userdata, &lab);
     if (shard->ops->mapped)
         emlio__shard_release(use);
     if (label)

@@ -2,23 +2,34 @@
  * and the dataset tools call instead of knowing TFRecord, tar or ImageFolder.
  * SPDX-License-Identifier: MIT
  *
- * A format is one table of operations (emlio__format_ops_t) and the file
- * that implements it (format_tfrecord.c, format_tar.c,
- * format_imagefolder.c, each a thin adapter over its reader: tfrecord.c,
- * tar.c, imagefolder.c). The shard set finds a shard's format once, at
- * load, and keeps it in shard->ops; from then on every caller goes through
+ * A format is one table of operations (emlio__format_ops_t) that its
+ * reader defines over its own handle: tfrecord.c, tar.c and imagefolder.c
+ * (their headers declare the tables; format.c lists them). The shard set
+ * finds a shard's format once, at load, and keeps the table in shard->ops
+ * and the handle in shard->impl; from then on every caller goes through
  * the table, the way SQLite's pager goes through its VFS. Adding a format
- * is one new adapter file plus one entry in emlio__formats (format.c).
+ * is one reader plus one entry in emlio__formats (format.c).
+ *
+ * The formats sit below the shard set: an operation takes the format's
+ * handle (void *impl) and, to read, a read context (emlio__read_ctx_t)
+ * that the shard set binds to the shard for that read, never the shard
+ * itself. Leases, users, descriptors and the mark of a changed shard stay
+ * in the shard set (shardset.h); a format says what it needs through the
+ * context (pread, changed) and marks the views it points into the mapping
+ * (emlio__view_map), and the shard set acts on it.
  *
  * Two shapes of format exist:
  * - file formats (suffix set): one shard per file with that suffix,
- *   mapped read-only (see shardset.h on leases and copying reads);
+ *   mapped read-only through the handle's emlio__mapfile_t (ops->file; see
+ *   shardset.h on leases and copying reads);
  * - tree formats (suffix NULL, load_tree set): the data directory itself
- *   is read as a tree when no shard file is found, as ImageFolder is.
+ *   is read as a tree when no shard file is found, as ImageFolder is; its
+ *   shards are added through emlio__tree_load_t.add.
  */
 #ifndef EMLIO_FORMAT_H
 #define EMLIO_FORMAT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,10 +37,8 @@
 
 #include "beneath.h"
 #include "emlio/dataset.h"
+#include "mapfile.h"
 
-typedef struct emlio__shard emlio__shard_t;
-typedef struct emlio__shardset emlio__shardset_t;
-typedef struct emlio__shardset_opts emlio__shardset_opts_t;
 /* Log hook for non-fatal events (an index that could not be written). */
 typedef void emlio__shardset_log_fn(void *userdata, const char *msg);
 
@@ -92,6 +101,48 @@ typedef struct emlio__read_opts {
     void *userdata;
 } emlio__read_opts_t;
 
+/* What one read of a shard may use besides the format's own handle,
+ * bound by the shard set (shardset.c) for that read: the shard set owns
+ * the shard's descriptor, its lease and its users, so a format never sees
+ * the shard and never calls back into the shard set. */
+typedef struct emlio__read_ctx {
+    /* Take record bytes from the mapping (zero-copy: the shard is leased
+     * and not read through the I/O engine); else read copies with pread. */
+    bool maps;
+    /* --io read (ioengine.h): a reader may have staged this record's
+     * bytes; a tree format takes them from the engine. */
+    bool read_io;
+    /* Reads bytes [offset, offset + want) of the shard's file into a fresh
+     * buffer (*buf_out, freed with emlio__iobuf_free), *data pointing at
+     * offset's byte in it: the buffer a reader staged for exactly this
+     * range, else one read now. Returns 0, -ESTALE (the file became
+     * shorter: the shard set has marked the shard changed), -EIO,
+     * EMLIO_EFORMAT (no descriptor to read) or EMLIO_ENOMEM. */
+    int (*pread)(struct emlio__read_ctx *ctx, uint64_t offset, size_t want,
+                 uint8_t **buf_out, const uint8_t **data);
+    void *arg; /* the shard set's, for pread */
+    /* Set by the format: the file no longer says what the index does (a
+     * tar member's header changed), why in words; the shard set marks the
+     * shard changed when the read returns. */
+    const char *changed;
+} emlio__read_ctx_t;
+
+/* A tree format's load: where the shard set's data directory is and how
+ * it is read, and the shard set's hook to add a shard. */
+typedef struct emlio__tree_load {
+    const emlio__root_t *root; /* the data directory: every open beneath */
+    bool rescan;               /* ignore listing caches */
+    bool write_index;          /* write a listing cache */
+    const atomic_bool *cancel; /* set from another thread: stop; may be NULL */
+    emlio__shardset_log_fn *log;
+    void *userdata;
+    /* Appends a shard called name (copied) whose handle is impl (taken
+     * over in every case: destroyed by the shard set, or at once when the
+     * add fails). Returns 0 or EMLIO_ENOMEM. */
+    int (*add)(void *arg, const char *name, void *impl);
+    void *arg;
+} emlio__tree_load_t;
+
 typedef struct emlio__format_ops {
     const char *name;   /* "tfrecord": --format, messages, inspect */
     const char *suffix; /* ".tfrecord"; NULL for a tree format */
@@ -107,19 +158,16 @@ typedef struct emlio__format_ops {
     /* ---- loading (file formats) ---- */
     /* Creates the handle for path (opens nothing); NULL when out of memory. */
     void *(*create)(const char *path);
-    /* From now on opens the file and its index beneath root (beneath.h),
-     * rel being the file's path relative to the root; the root's
-     * descriptor is borrowed for the loading calls below. */
-    void (*confine)(void *impl, const emlio__root_t *root, const char *rel);
-    /* Opens (maps) the file. Returns 0 or < 0 (see errmsg). */
+    /* The handle's mapped file (mapfile.h): the shard set confines it
+     * beneath the data root, maps it from the descriptor the shard cache
+     * opened, leased and checked (at load and at every reopen), unmaps it
+     * (the cache's close: index and size stay, so count, size and offset
+     * still answer), blanks it when the file changed, and quotes its path
+     * and last error (the loading calls' messages). */
+    emlio__mapfile_t *(*file)(void *impl);
+    /* Opens (maps) the file by its path. Returns 0 or < 0 (see file's
+     * err). */
     int (*open)(void *impl);
-    /* Maps the file from fd, which the shard cache opened, leased and
-     * checked (st: its fstat); fd stays the caller's. The cache's way in,
-     * at load and at every reopen. Returns 0 or < 0 (see errmsg). */
-    int (*map_fd)(void *impl, int fd, const struct stat *st);
-    /* Drops the mapping but keeps the index and the size (count, size,
-     * offset, describe still answer): the cache's close. */
-    void (*unmap)(void *impl);
     /* Loads the index file idx; the record count or < 0 (-ENOENT: none). */
     int (*load_index)(void *impl, const char *idx);
     /* Scans the file for its records; the count or < 0. */
@@ -140,15 +188,13 @@ typedef struct emlio__format_ops {
     int (*adopt_table)(void *impl, const void *table, size_t len,
                        uint64_t records, uint64_t size, uint32_t crc,
                        const char *prune);
-    const char *(*errmsg)(const void *impl);
-    const char *(*path)(const void *impl);
-    /* Replaces the mapping by zero pages (see emlio__tfrecord_blank). */
-    int (*blank)(void *impl);
-    /* A copying read of record (TFRecord) or member (tar) i with pread:
-     * see emlio__shard_read_copy. */
-    int (*read_copy)(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
-                     const uint8_t **data, size_t *len, uint32_t *stored,
-                     emlio__shardset_log_fn *log, void *userdata);
+    /* A copying read of record (TFRecord) or member (tar) i with
+     * ctx->pread into a fresh buffer (*buf_out, the caller's to free;
+     * NULL on failure): see emlio__shard_read_copy for what each format
+     * reads and answers. */
+    int (*read_copy)(const void *impl, emlio__read_ctx_t *ctx, size_t i,
+                     uint8_t **buf_out, const uint8_t **data, size_t *len,
+                     uint32_t *stored);
     /* The byte range (offset and length in the file) that the copying
      * reads of sample i fall in: TFRecord, the record read_copy reads; tar,
      * every member of the sample with its header, which read_copy's reads
@@ -160,17 +206,15 @@ typedef struct emlio__format_ops {
      * len bytes, checked as a read checks it. Returns the descriptor
      * (the caller's to close) with *key naming the file for the take, or
      * < 0 (a changed file: EMLIO_EFORMAT). NULL: not staged. */
-    int (*open_record)(const emlio__shard_t *shard, size_t i, const void **key,
+    int (*open_record)(const void *impl, size_t i, const void **key,
                        size_t *len);
 
     /* ---- loading (tree formats) ---- */
-    /* Reads dir (whose stat is root) as a tree and appends its shards to
-     * set. Returns the number of shards added (0: the tree has none) or
-     * < 0 with errbuf set. */
-    int (*load_tree)(emlio__shardset_t *set, const char *dir,
-                     const struct stat *root,
-                     const emlio__shardset_opts_t *opts,
-                     emlio__shardset_log_fn *log, void *userdata, char *errbuf);
+    /* Reads dir (opened as load->root) as a tree and adds its shards
+     * through load->add. Returns the number of shards added (0: the tree
+     * has none) or < 0 with errbuf set (shards added so far stay added). */
+    int (*load_tree)(const emlio__tree_load_t *load, const char *dir,
+                     char *errbuf);
 
     /* ---- every format ---- */
     void (*destroy)(void *impl);
@@ -187,44 +231,44 @@ typedef struct emlio__format_ops {
      * only (data false), or, once that is in cache, the record's first and
      * last bytes (data true). Never faults, never blocks; may be NULL. */
     void (*prefetch)(const void *impl, size_t i, bool data);
-    /* Where record i lives, for messages: "record 7 in shard 'a.tar' at
-     * offset 1536", "file 'cat/x.jpg' (record 7)". */
-    void (*describe)(const emlio__shard_t *shard, uint64_t record, char *buf,
-                     size_t len);
-    /* Whether field can be served from shard: 1 yes, 0 no, -1 only known
-     * per record (TFRecord Example keys). */
-    int (*has_field)(const emlio__shard_t *shard, const char *field);
+    /* Whether field can be served from the shard: 1 yes, 0 no, -1 only
+     * known per record (TFRecord Example keys). */
+    int (*has_field)(const void *impl, const char *field);
     /* Reads sample `record` of a shard the caller uses (acquired, when
-     * mapped) into views: views[0] only when o->n_fields is 0 (with its
-     * label and crc), else views[0, n_fields) (label in views[0]; the
-     * caller computes the crc). Each view holds what its frame needs; on
-     * failure the caller releases them. Returns 0, EMLIO__FORMAT_EMISSING
-     * (name in *missing), EMLIO_ECORRUPT, EMLIO_ENOTFOUND, ... */
-    int (*read)(emlio__shard_t *shard, uint64_t record,
+     * mapped) into views, through ctx: views[0] only when o->n_fields is
+     * 0 (with its label and crc), else views[0, n_fields) (label in
+     * views[0]; the caller computes the crc). A view into the mapping is
+     * marked held (emlio__view_map) and the caller takes a use of the
+     * shard for it; a copy is the view's own. On failure the caller
+     * releases the views. Returns 0, EMLIO__FORMAT_EMISSING (name in
+     * *missing), EMLIO_ECORRUPT, EMLIO_ENOTFOUND, ... */
+    int (*read)(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
                 const emlio__read_opts_t *o, emlio__view_t *views,
                 const char **missing);
-    /* The label every record of shard has (an ImageFolder class), or -1
-     * when records carry their own; NULL = -1. Names the classes. */
-    int64_t (*shard_label)(const emlio__shard_t *shard);
+    /* The label every record of the shard has (an ImageFolder class), or
+     * -1 when records carry their own; NULL = -1. Names the classes. */
+    int64_t (*shard_label)(const void *impl);
     /* Drops the samples that cannot be served as field says (one field, a
      * list "jpg,cls" of which each is needed, or NULL: an image), before
      * the inventory is counted; returns how many, example naming the
      * first. NULL: every sample can be. */
-    size_t (*prune)(emlio__shard_t *shard, const char *field, char *example,
-                    size_t len);
+    size_t (*prune)(void *impl, const char *field, char *example, size_t len);
     /* A tree format's name of record r inside its shard (the file of an
-     * ImageFolder class), for the tools; NULL (the pointer) for formats
-     * whose records have no names of their own. */
-    const char *(*member_name)(const emlio__shard_t *shard, size_t r);
+     * ImageFolder class), for the tools and for messages ("file
+     * 'cat/x.jpg' (record 7)"; without it: "record 7 in shard 'a.tar' at
+     * offset 1536", see emlio__shard_describe); NULL (the pointer) for
+     * formats whose records have no names of their own. */
+    const char *(*member_name)(const void *impl, size_t r);
     /* Every field of sample r, in order, to fn (the tools' view of a
-     * record: emlio_dataset_record), and its default label. */
-    int (*record)(const emlio__shard_t *shard, size_t r,
-                  emlio_dataset_field_fn *fn, void *userdata, int64_t *label);
+     * record: emlio_dataset_record), and its default label. The caller
+     * uses the shard (acquired, when mapped). */
+    int (*record)(const void *impl, size_t r, emlio_dataset_field_fn *fn,
+                  void *userdata, int64_t *label);
     /* Tree formats: a CRC-32C of what the shard holds (an ImageFolder
      * class: its files' paths and sizes), equal wherever a copy of it
      * sits. NULL: file formats, whose record table is the identity (see
      * emlio__shard_identity). */
-    uint32_t (*identity)(const emlio__shard_t *shard);
+    uint32_t (*identity)(const void *impl);
 } emlio__format_ops_t;
 
 /* Every format, file formats first, in the order a directory's shards are
@@ -234,29 +278,15 @@ extern const emlio__format_ops_t *const emlio__formats[];
 /* The format called name, or NULL. */
 const emlio__format_ops_t *emlio__format_find(const char *name);
 
-/* Reads sample `record` of shard into views[0, max(1, o->n_fields)),
- * label and CRC (over the frames, in order) in views[0]: acquires a mapped
- * shard for the read (-ESTALE when it changed on disk; the views keep
- * their own uses) and dispatches to shard->ops->read. On failure the
- * caller releases the views (emlio__view_release). */
-int emlio__format_read(emlio__shard_t *shard, uint64_t record,
-                       const emlio__read_opts_t *o, emlio__view_t *views,
-                       const char **missing);
-
-/* A describe for formats whose records sit at offsets in one file. */
-void emlio__format_describe_offset(const emlio__shard_t *shard, uint64_t record,
-                                   char *buf, size_t len);
-
 /* View helpers for the format implementations. */
-/* Points view into shard's mapping, holding one use of the shard. */
-void emlio__view_map(emlio__view_t *view, emlio__shard_t *shard,
-                     const uint8_t *data, size_t len);
+/* Points view into the shard's mapping and marks it held: the shard set
+ * takes one use of the shard for it when the read returns, and gives it
+ * back when the view is released (emlio__view_release, shardset.h). */
+void emlio__view_map(emlio__view_t *view, const uint8_t *data, size_t len);
 /* A private copy of data[0, len). Returns 0 or EMLIO_ENOMEM. */
 int emlio__view_copy(emlio__view_t *view, const void *data, size_t len);
 /* A private copy of v as 8 little-endian bytes (a number field). */
 int emlio__view_int64(emlio__view_t *view, int64_t v);
-/* Ends what view holds: its use of shard's mapping or its private copy. */
-void emlio__view_release(emlio__view_t *view, emlio__shard_t *shard);
 
 /* A growable list of names, for directory walks. */
 typedef struct emlio__names {

@@ -1,5 +1,6 @@
 /* imagefolder.c - class directories of image files served as shards: the
- * walk, the packed listing, checked reads (the file-list cache is in
+ * walk, the packed listing, checked reads, and the format's table (the
+ * tree's load is in imagefolder_tree.c, the file-list cache in
  * imagefolder_cache.c).
  * SPDX-License-Identifier: MIT
  */
@@ -12,8 +13,11 @@
 
 #include "beneath.h"
 #include "crc32c.h"
+#include "format.h"
+#include "imagefolder.h"
 #include "imagefolder_list.h"
 #include "iobuf.h"
+#include "ioengine.h"
 
 /* A file or directory found by a walk, before packing. */
 typedef struct {
@@ -401,33 +405,50 @@ emlio__folder_count(const emlio__folder_t *self)
     return self->n;
 }
 
-uint64_t
-emlio__folder_size(const emlio__folder_t *self)
+/* ---- the format's table (format.h): a class is a shard ---- */
+
+/* The format's size: the sum of the listed files' sizes. */
+static uint64_t
+s_size(const void *impl)
 {
+    const emlio__folder_t *self = impl;
     return self->bytes;
 }
 
-int64_t
-emlio__folder_label(const emlio__folder_t *self)
+/* The format's shard_label: the class's index among the sorted classes. */
+static int64_t
+s_shard_label(const void *impl)
 {
+    const emlio__folder_t *self = impl;
     return self->label;
 }
 
-const char *
-emlio__folder_file(const emlio__folder_t *self, size_t i)
+/* The format's member_name: record i's path relative to the class
+ * directory (borrowed). */
+static const char *
+s_member_name(const void *impl, size_t i)
 {
+    const emlio__folder_t *self = impl;
     return i < self->n ? self->names + self->files[i].name : "";
 }
 
-uint64_t
-emlio__folder_file_size(const emlio__folder_t *self, size_t i)
+/* The format's record_bytes: record i's size as listed (0 for none). */
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
 {
+    const emlio__folder_t *self = impl;
     return i < self->n ? self->files[i].size : 0;
 }
 
-uint32_t
-emlio__folder_identity(const emlio__folder_t *self)
+/* The format's identity: a CRC-32C over the listing, each file's path
+ * relative to the class, a NUL and its size as 8 bytes little-endian, in
+ * listing order. Two nodes holding the same files of a class agree; a
+ * class split between them by files does not (mtimes, which copies do not
+ * keep, are left out). */
+static uint32_t
+s_identity(const void *impl)
 {
+    const emlio__folder_t *self = impl;
     uint32_t crc = 0;
     for (size_t i = 0; i < self->n; i++) {
         const emlio__folder_file_t *f = &self->files[i];
@@ -438,12 +459,6 @@ emlio__folder_identity(const emlio__folder_t *self)
         crc = emlio_crc32c(crc, size, sizeof(size));
     }
     return crc;
-}
-
-const void *
-emlio__folder_key(const emlio__folder_t *self, size_t i)
-{
-    return i < self->n ? (const void *)&self->files[i] : NULL;
 }
 
 const char *
@@ -485,9 +500,12 @@ s_read_whole(int fd, size_t want, uint8_t **data)
     return 0;
 }
 
-int
-emlio__folder_open_record(const emlio__folder_t *self, size_t i,
-                          const void **key)
+/* Opens file i for a read, checked against the listing: returns the
+ * descriptor (the caller's to close), EMLIO_ENOTFOUND, EMLIO_EFORMAT
+ * (changed since the listing) or -errno; *key (if asked) names the file
+ * for as long as self lives. Thread-safe. */
+static int
+s_open_file(const emlio__folder_t *self, size_t i, const void **key)
 {
     if (i >= self->n)
         return EMLIO_ENOTFOUND;
@@ -515,13 +533,16 @@ emlio__folder_open_record(const emlio__folder_t *self, size_t i,
     return fd;
 }
 
-int
-emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
-                   size_t *len)
+/* Reads record i into a fresh buffer (*data, freed with
+ * emlio__iobuf_free). Returns 0, EMLIO_ENOTFOUND (no record i),
+ * EMLIO_EFORMAT (the file's size changed since the listing), -errno or
+ * EMLIO_ENOMEM. Thread-safe. */
+static int
+s_read_file(const emlio__folder_t *self, size_t i, uint8_t **data, size_t *len)
 {
     *data = NULL;
     *len = 0;
-    int fd = emlio__folder_open_record(self, i, NULL);
+    int fd = s_open_file(self, i, NULL);
     if (fd < 0)
         return fd;
     size_t size = (size_t)self->files[i].size;
@@ -531,3 +552,155 @@ emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
         *len = size;
     return rc;
 }
+
+static void
+s_destroy(void *impl)
+{
+    emlio__folder_t *folder = impl;
+    emlio__folder_destroy(&folder);
+}
+
+static size_t
+s_count(const void *impl)
+{
+    return emlio__folder_count(impl);
+}
+
+/* Records are files: no offset to name. */
+static uint64_t
+s_offset(const void *impl, size_t i)
+{
+    (void)impl;
+    (void)i;
+    return 0;
+}
+
+static int
+s_has_field(const void *impl, const char *field)
+{
+    (void)impl;
+    return !strcmp(field, "image") || !strcmp(field, "label");
+}
+
+/* A record's file, opened for a staged read (--io read). */
+static int
+s_open_record(const void *impl, size_t i, const void **key, size_t *len)
+{
+    int fd = s_open_file(impl, i, key);
+    if (fd >= 0)
+        *len = (size_t)s_record_bytes(impl, i);
+    return fd;
+}
+
+/* The image file as a view of its own copy: the one a reader staged
+ * (--io read, ioengine.h), else read now. A staged read that came short
+ * is a file changed since the listing, as for a read now. */
+static int
+s_image_view(const void *impl, const emlio__read_ctx_t *ctx, uint64_t record,
+             emlio__view_t *view)
+{
+    uint8_t *buf;
+    const uint8_t *data;
+    const emlio__folder_t *self = impl;
+    size_t len = (size_t)s_record_bytes(impl, (size_t)record);
+    int rc = 0;
+    if (ctx->read_io && record < self->n) {
+        const void *key = &self->files[record];
+        rc = emlio__ioengine_take(emlio__ioengine_thread(0), key, -1, 0, len,
+                                  &buf, &data);
+        if (rc == -ESTALE)
+            return EMLIO_EFORMAT;
+        if (rc < 0)
+            return -EIO;
+    }
+    if (rc == 0) {
+        uint8_t *copy;
+        rc = s_read_file(impl, (size_t)record, &copy, &len);
+        if (rc < 0)
+            return rc;
+        buf = copy;
+        data = copy;
+    }
+    view->owned = buf;
+    view->data = data;
+    view->len = len;
+    return 0;
+}
+
+static int
+s_read(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+       const emlio__read_opts_t *o, emlio__view_t *views, const char **missing)
+{
+    int64_t label = s_shard_label(impl);
+    int rc = 0;
+    views[0].label = label;
+    if (!o->n_fields) {
+        rc = s_image_view(impl, ctx, record, &views[0]);
+        if (rc == 0)
+            views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
+        return rc;
+    }
+    for (size_t f = 0; f < o->n_fields && rc == 0; f++) {
+        if (strcmp(o->fields[f], "image") == 0) {
+            rc = s_image_view(impl, ctx, record, &views[f]);
+        } else if (strcmp(o->fields[f], "label") == 0) {
+            rc = emlio__view_int64(&views[f], label);
+        } else {
+            *missing = o->fields[f];
+            rc = EMLIO__FORMAT_EMISSING;
+        }
+    }
+    return rc;
+}
+
+/* The image, under its extension in lower case ("image" when it has
+ * none, or a long one; .jpeg is "jpg": one field for one kind of file). */
+static int
+s_record(const void *impl, size_t r, emlio_dataset_field_fn *fn, void *userdata,
+         int64_t *label)
+{
+    uint8_t *data;
+    size_t len;
+    *label = s_shard_label(impl);
+    int rc = s_read_file(impl, r, &data, &len);
+    if (rc < 0)
+        return rc;
+    const char *file = s_member_name(impl, r);
+    const char *dot = strrchr(file, '.');
+    char ext[16] = "image";
+    if (dot && strlen(dot + 1) < sizeof(ext)) {
+        for (size_t k = 0; dot[1 + k]; k++) {
+            char c = dot[1 + k];
+            ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+            ext[k + 1] = '\0';
+        }
+    }
+    if (!strcmp(ext, "jpeg"))
+        snprintf(ext, sizeof(ext), "jpg");
+    rc = fn(userdata, ext, data, len);
+    emlio__iobuf_free(data);
+    return rc;
+}
+
+/* Listed in emlio__formats (format.c). */
+const emlio__format_ops_t emlio__format_imagefolder = {
+    .name = "imagefolder",
+    .suffix = NULL,
+    .what = "class directories",
+    .mapped = false,
+    .changed_code = EMLIO_EFORMAT,
+    .load_tree = emlio__folder_load_tree,
+    .destroy = s_destroy,
+    .count = s_count,
+    .size = s_size,
+    .record_bytes = s_record_bytes,
+    .offset = s_offset,
+    .advise = NULL, /* files are read whole, once */
+    .has_field = s_has_field,
+    .read = s_read,
+    .open_record = s_open_record,
+    .member_name = s_member_name,
+    .shard_label = s_shard_label,
+    .record = s_record,
+    .identity = s_identity,
+};

@@ -16,7 +16,7 @@
  * changed file is an error naming it, never a short or padded sample.
  * Nothing is held open between reads: no descriptor per class.
  *
- * Thread rules: scan from one thread; then emlio__folder_read from many.
+ * Thread rules: scan from one thread; then the format's reads from many.
  */
 #ifndef EMLIO_IMAGEFOLDER_H
 #define EMLIO_IMAGEFOLDER_H
@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "beneath.h"
+#include "format.h"
 
 typedef struct emlio__folder emlio__folder_t;
 
@@ -55,35 +56,9 @@ size_t emlio__folder_empty(const emlio__folder_t *self, const char **example);
 size_t emlio__folder_unreadable(const emlio__folder_t *self,
                                 const char **example);
 
+/* Records (image files) listed. */
 size_t emlio__folder_count(const emlio__folder_t *self);
-/* Sum of the listed files' sizes. */
-uint64_t emlio__folder_size(const emlio__folder_t *self);
-int64_t emlio__folder_label(const emlio__folder_t *self);
-/* Path of record i relative to the class directory (borrowed). */
-const char *emlio__folder_file(const emlio__folder_t *self, size_t i);
-/* Size of record i's file as listed (0 for no record i). */
-uint64_t emlio__folder_file_size(const emlio__folder_t *self, size_t i);
-/* CRC-32C over the listing: each file's path relative to the class, a NUL
- * and its size as 8 bytes little-endian, in listing order. Two nodes
- * holding the same files of a class agree; a class split between them
- * by files does not (mtimes, which copies do not keep, are left out). */
-uint32_t emlio__folder_identity(const emlio__folder_t *self);
 const char *emlio__folder_errmsg(const emlio__folder_t *self);
-
-/* Reads record i into a fresh buffer (*data, freed with emlio__iobuf_free).
- * Returns 0, EMLIO_ENOTFOUND (no record i), EMLIO_EFORMAT (the file's size
- * changed since the listing), -errno or EMLIO_ENOMEM. Thread-safe. */
-/* Opens file i for a read of its own (a staged one, ioengine.h), checked
- * as emlio__folder_read checks it: returns the descriptor (the caller's
- * to close; the file's size is emlio__folder_file_size), EMLIO_ENOTFOUND,
- * EMLIO_EFORMAT (changed since the listing) or -errno. *key (if asked)
- * names the file for as long as self lives. Thread-safe. */
-int emlio__folder_open_record(const emlio__folder_t *self, size_t i,
-                              const void **key);
-/* The key emlio__folder_open_record gives for file i (NULL: no file i). */
-const void *emlio__folder_key(const emlio__folder_t *self, size_t i);
-int emlio__folder_read(const emlio__folder_t *self, size_t i, uint8_t **data,
-                       size_t *len);
 
 /* Was this class walked (every file stat'ed) by the scan of this load, or
  * taken from the file-list cache (its directories stat'ed, no file)? */
@@ -123,5 +98,21 @@ int emlio__folder_cache_check(const uint8_t *data, size_t len, bool follow,
                               char *why);
 /* Sets a cache's checksum after an edit (tests forge lists with it). */
 int emlio__folder_cache_seal(uint8_t *data, size_t len);
+
+/* The tree format's load_tree (format.h; imagefolder_tree.c): the
+ * non-hidden subdirectories of dir, sorted, each a shard (a handle of
+ * this module) added through load->add; their listing from
+ * dir/.emlio-files when it still describes them, else walked (and the
+ * list written again with load->write_index). A class without images is
+ * an error, as in torchvision. Returns the number of classes or < 0 with
+ * errbuf set. */
+int emlio__folder_load_tree(const emlio__tree_load_t *load, const char *dir,
+                            char *errbuf);
+
+/* ImageFolder behind the format interface (format.h): one shard per class
+ * directory, one record per image file, the label the class's index;
+ * fields "image" and "label". Files are read into copies (size and mtime
+ * checked at every read), so no lease, user count or mapping applies. */
+extern const emlio__format_ops_t emlio__format_imagefolder;
 
 #endif /* EMLIO_IMAGEFOLDER_H */

@@ -15,7 +15,7 @@
  *
  *   reader (server_pipeline.c)                         this module
  *     emlio__ioengine_stage(GET, and the next) ----> io_uring (or pread)
- *     format read op -> emlio__shard_pread ----> emlio__ioengine_take()
+ *     format read op -> ctx->pread (shard set) -> emlio__ioengine_take()
  *                                                  (the staged buffer,
  *                                                   or a plain pread)
  *     emlio__ioengine_release(GET)       (what it staged and did not take)

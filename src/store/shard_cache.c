@@ -198,7 +198,7 @@ static void
 s_drop(emlio__shard_cache_t *self, emlio__shard_t *shard, bool unmap)
 {
     if (unmap)
-        shard->ops->unmap(shard->impl);
+        emlio__mapfile_unmap(emlio__shard_file(shard));
     if (shard->fd >= 0) {
         if (shard->leased)
             (void)fcntl(shard->fd, F_SETLEASE, F_UNLCK);
@@ -331,7 +331,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
         self->cap = cap;
     }
     struct stat st;
-    const char *path = shard->ops->path(shard->impl);
+    const char *path = emlio__shard_file(shard)->path;
     int fd = s_open_leased(self, shard, self->lease && !copy, &st);
     if (fd < 0 && (first || fd != -ENOENT))
         return emlio__seterr(errbuf, fd, "cannot open '%s': %s", path,
@@ -353,7 +353,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
     }
     int rc = self->lease ? s_note_fd(self, fd, s_index(self, shard)) : 0;
     if (rc == 0 && !copy)
-        rc = shard->ops->map_fd(shard->impl, fd, &st);
+        rc = emlio__mapfile_map_fd(emlio__shard_file(shard), fd, &st);
     if (rc < 0 || !self->lease) { /* the tools keep the mapping only */
         if ((size_t)fd < self->n_fd)
             self->by_fd[fd] = S_NONE;
@@ -364,7 +364,7 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
         return emlio__seterr(errbuf, rc, "out of memory opening '%s'",
                              shard->name);
     if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", shard->ops->errmsg(shard->impl));
+        return emlio__seterr(errbuf, rc, "%s", emlio__shard_file(shard)->err);
     shard->fd = fd;
     s_slot_add(self, shard);
     self->opens++;
@@ -457,7 +457,7 @@ s_release_changed(emlio__shard_cache_t *self, emlio__shard_t *shard,
     if (!shard->leased ||
         now - shard->changed_ns < (uint64_t)self->grace_ms * 1000000ull)
         return false;
-    shard->ops->blank(shard->impl);
+    (void)emlio__mapfile_blank(emlio__shard_file(shard));
     s_log(self,
           "shard '%s': %u frames still in flight after %u ms; their bytes "
           "were replaced by zeros",

@@ -44,6 +44,10 @@
 
 #include "format.h"
 
+/* The shard set's types (shardset.h), named here without its header. */
+typedef struct emlio__shard emlio__shard_t;
+typedef struct emlio__shardset emlio__shardset_t;
+
 typedef struct emlio__shard_cache emlio__shard_cache_t;
 
 /* Descriptors the daemon keeps for everything but shards and client

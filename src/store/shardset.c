@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "iobuf.h"
 #include "ioengine.h"
 #include "shard_cache.h"
@@ -297,6 +298,57 @@ emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
     return rc < 0 ? s_read_verdict(shard, rc, log, userdata) : 0;
 }
 
+/* One read of a shard as its format sees it: the context (format.h) and
+ * what binding it to the shard needs. */
+typedef struct {
+    emlio__read_ctx_t ctx;
+    emlio__shard_t *shard;
+    emlio__shardset_log_fn *log;
+    void *userdata;
+} s_reader_t;
+
+/* The context's pread: the shard's descriptor, or EMLIO_EFORMAT when it
+ * has none (tree formats' reads are copies already; tools map without
+ * one). */
+static int
+s_reader_pread(emlio__read_ctx_t *ctx, uint64_t offset, size_t want,
+               uint8_t **buf_out, const uint8_t **data)
+{
+    s_reader_t *r = ctx->arg;
+    *buf_out = NULL;
+    if (r->shard->fd < 0)
+        return EMLIO_EFORMAT;
+    return emlio__shard_pread(r->shard, offset, want, buf_out, data, r->log,
+                              r->userdata);
+}
+
+/* Binds r to shard for one read: whether it is read from the mapping
+ * now, and its pread. */
+static void
+s_reader_init(s_reader_t *r, emlio__shard_t *shard, emlio__shardset_log_fn *log,
+              void *userdata)
+{
+    memset(r, 0, sizeof(*r));
+    r->shard = shard;
+    r->log = log;
+    r->userdata = userdata;
+    r->ctx.maps = emlio__shard_maps(shard);
+    r->ctx.read_io = emlio__shard_reads_io(shard);
+    r->ctx.pread = s_reader_pread;
+    r->ctx.arg = r;
+}
+
+/* What the format found while reading: a file that no longer says what
+ * its index does is marked changed here, on the shard the format never
+ * saw. */
+static void
+s_reader_done(s_reader_t *r)
+{
+    if (r->ctx.changed)
+        emlio__shard_mark_changed(r->shard, r->ctx.changed, r->log,
+                                  r->userdata);
+}
+
 int
 emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
                        const uint8_t **data, size_t *len, uint32_t *stored,
@@ -306,8 +358,73 @@ emlio__shard_read_copy(emlio__shard_t *shard, size_t i, uint8_t **buf_out,
     *stored = 0;
     if (shard->fd < 0 || !shard->ops->read_copy)
         return EMLIO_EFORMAT; /* tree formats' reads are copies already */
-    return shard->ops->read_copy(shard, i, buf_out, data, len, stored, log,
-                                 userdata);
+    s_reader_t r;
+    s_reader_init(&r, shard, log, userdata);
+    int rc = shard->ops->read_copy(shard->impl, &r.ctx, i, buf_out, data, len,
+                                   stored);
+    s_reader_done(&r);
+    return rc;
+}
+
+int
+emlio__shard_read(emlio__shard_t *shard, uint64_t record,
+                  const emlio__read_opts_t *o, emlio__view_t *views,
+                  const char **missing)
+{
+    /* A mapped shard that changed on disk is never touched again, since its
+     * mapping may now lie past the end of the file; while it is read, this
+     * read is one of its users. */
+    bool mapped = shard->ops->mapped;
+    int rc = mapped ? emlio__shard_acquire(shard) : 0;
+    if (rc < 0)
+        return rc;
+    s_reader_t r;
+    s_reader_init(&r, shard, o->log, o->userdata);
+    rc = shard->ops->read(shard->impl, &r.ctx, record, o, views, missing);
+    /* Each view into the mapping keeps the shard in use until it is
+     * released, however the read ended (the caller releases them all). */
+    size_t per = o->n_fields ? o->n_fields : 1;
+    for (size_t f = 0; f < per; f++)
+        if (views[f].held)
+            emlio__shard_hold(shard);
+    s_reader_done(&r);
+    if (mapped)
+        emlio__shard_release(shard);
+    if (rc < 0 || !o->n_fields)
+        return rc;
+    /* Multi-field samples: one CRC over the frames in field order. */
+    uint32_t crc = 0;
+    for (size_t f = 0; f < o->n_fields; f++)
+        crc = emlio_crc32c(crc, views[f].data, views[f].len);
+    views[0].crc = crc;
+    return 0;
+}
+
+void
+emlio__view_release(emlio__view_t *view, emlio__shard_t *shard)
+{
+    if (view->held)
+        emlio__shard_release(shard);
+    emlio__iobuf_free(view->owned);
+    view->held = false;
+    view->owned = NULL;
+}
+
+void
+emlio__shard_describe(const emlio__shard_t *shard, uint64_t record, char *buf,
+                      size_t len)
+{
+    const char *member =
+        shard->ops->member_name && record < SIZE_MAX
+            ? shard->ops->member_name(shard->impl, (size_t)record)
+            : NULL;
+    if (member)
+        snprintf(buf, len, "file '%s/%s' (record %" PRIu64 ")", shard->name,
+                 member, record);
+    else
+        snprintf(buf, len,
+                 "record %" PRIu64 " in shard '%s' at offset %" PRIu64, record,
+                 shard->name, emlio__shard_offset(shard, (size_t)record));
 }
 
 int
@@ -419,7 +536,7 @@ s_field_nowhere(const emlio__shardset_t *self, const char *list)
         for (size_t i = 0; i < self->n && !somewhere; i++) {
             const emlio__shard_t *shard = &self->shards[i];
             somewhere = !shard->ops->has_field ||
-                        shard->ops->has_field(shard, one) != 0;
+                        shard->ops->has_field(shard->impl, one) != 0;
         }
         if (!somewhere)
             return p;
@@ -445,7 +562,7 @@ s_prune(emlio__shardset_t *self, const char *dir,
         emlio__shard_t *shard = &self->shards[i];
         if (shard->ops->prune)
             dropped +=
-                shard->ops->prune(shard, opts->prune_field,
+                shard->ops->prune(shard->impl, opts->prune_field,
                                   dropped ? NULL : example, sizeof(example));
         after += emlio__shard_count(shard);
     }
@@ -526,6 +643,32 @@ s_cache_new(emlio__shardset_t *self, size_t shards,
                                   userdata, errbuf);
 }
 
+/* A tree format's load adding to self (see emlio__tree_load_t). */
+typedef struct {
+    emlio__shardset_t *set;
+    const emlio__format_ops_t *ops;
+} s_tree_t;
+
+/* Adds a shard of a tree format: read by copies (fd -1), so never leased,
+ * never counting users. */
+static int
+s_tree_add(void *arg, const char *name, void *impl)
+{
+    s_tree_t *tree = arg;
+    char *copy = emlio_strdup(name);
+    if (!copy || emlio__shardset_grow(tree->set, 1) < 0) {
+        emlio_free(copy);
+        tree->ops->destroy(impl);
+        return EMLIO_ENOMEM;
+    }
+    emlio__shard_t *shard = &tree->set->shards[tree->set->n++];
+    shard->name = copy;
+    shard->ops = tree->ops;
+    shard->impl = impl;
+    shard->fd = -1;
+    return 0;
+}
+
 /* Loads the shard files found (one list per file format; see
  * emlio__shardset_load_files), or, when there are none, the first wanted
  * tree format. Returns the tree's shard count, 0 or < 0. */
@@ -548,10 +691,23 @@ s_load_all(emlio__shardset_t *self, const char *dir, const struct stat *root,
     }
     /* A tree is what is left when no shard files are found (or what was
      * asked for); files of other formats inside it are ignored then. */
-    for (size_t k = 0; emlio__formats[k]; k++)
-        if (want[k] && emlio__formats[k]->load_tree)
-            return emlio__formats[k]->load_tree(self, dir, root, opts, log,
-                                                userdata, errbuf);
+    (void)root; /* a tree's mtime changes when its listing is cached */
+    for (size_t k = 0; emlio__formats[k]; k++) {
+        if (!want[k] || !emlio__formats[k]->load_tree)
+            continue;
+        s_tree_t tree = { .set = self, .ops = emlio__formats[k] };
+        emlio__tree_load_t load = {
+            .root = &self->root,
+            .rescan = opts->rescan,
+            .write_index = opts->write_index,
+            .cancel = opts->cancel,
+            .log = log,
+            .userdata = userdata,
+            .add = s_tree_add,
+            .arg = &tree,
+        };
+        return emlio__formats[k]->load_tree(&load, dir, errbuf);
+    }
     return 0;
 }
 

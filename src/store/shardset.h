@@ -22,6 +22,10 @@
 #include "dsindex.h"
 #include "format.h"
 
+typedef struct emlio__shard emlio__shard_t;
+typedef struct emlio__shardset emlio__shardset_t;
+typedef struct emlio__shardset_opts emlio__shardset_opts_t;
+
 /* One shard. A mapped shard (TFRecord, tar) that changes under a running daemon
  * must never be read through its mapping once the change is visible (a shrunk
  * file raises SIGBUS on access), so every access to the mapping, including a
@@ -31,7 +35,7 @@
  * (another process has them open for writing, a file system without
  * leases, a foreign owner without CAP_LEASE) are read with pread into a
  * private copy, which a shrinking file cannot fault. ImageFolder files
- * are always read into copies (emlio__folder_read checks size and mtime
+ * are always read into copies (imagefolder.c checks size and mtime
  * on every read), so nothing here applies to them. */
 struct emlio__shard {
     char *name;                     /* path relative to the data directory */
@@ -86,6 +90,13 @@ static inline bool
 emlio__shard_maps(const emlio__shard_t *shard)
 {
     return shard->leased && !emlio__shard_reads_io(shard);
+}
+
+/* A mapped shard's file (mapfile.h), as its format keeps it. */
+static inline emlio__mapfile_t *
+emlio__shard_file(const emlio__shard_t *shard)
+{
+    return shard->ops->file(shard->impl);
 }
 
 /* Records of the shard. */
@@ -225,8 +236,8 @@ emlio__shardset_cancelled(const emlio__shardset_opts_t *opts)
     return opts->cancel && atomic_load(opts->cancel);
 }
 
-/* Makes room for more shards at self->shards[self->n]; zeroed. For a tree
- * format's load_tree. Returns 0 or EMLIO_ENOMEM. */
+/* Makes room for more shards at self->shards[self->n]; zeroed. Returns 0
+ * or EMLIO_ENOMEM. */
 int emlio__shardset_grow(emlio__shardset_t *self, size_t more);
 
 /* Reads bytes [offset, offset + want) of a mapped shard's file into a
@@ -234,8 +245,8 @@ int emlio__shardset_grow(emlio__shardset_t *self, size_t more);
  * *data pointing at offset's byte in it: the buffer a reader staged for
  * exactly this range with read_io (ioengine.h), else one read now. A
  * short read means the file shrank under us: the shard is marked changed
- * and the answer is -ESTALE; else 0, -EIO or EMLIO_ENOMEM. For a
- * format's read_copy. */
+ * and the answer is -ESTALE; else 0, -EIO or EMLIO_ENOMEM. What a read
+ * context's pread (format.h) does for a format. */
 int emlio__shard_pread(emlio__shard_t *shard, uint64_t offset, size_t want,
                        uint8_t **buf_out, const uint8_t **data,
                        emlio__shardset_log_fn *log, void *userdata);
@@ -260,12 +271,33 @@ unsigned emlio__shard_io_align_file(emlio__shard_t *shard, int fd);
  * process has touched, so such shards look cold and are read. */
 bool emlio__shard_resident(emlio__shard_t *shard, uint64_t *bytes);
 
+/* Reads sample `record` of shard into views[0, max(1, o->n_fields)),
+ * label and CRC (over the frames, in order) in views[0]: acquires a mapped
+ * shard for the read (-ESTALE when it changed on disk), binds a read
+ * context (format.h) to it, dispatches to shard->ops->read, takes one use
+ * of the shard for each view left pointing into its mapping and marks the
+ * shard changed when the format found it so. On failure the caller
+ * releases the views (emlio__view_release). */
+int emlio__shard_read(emlio__shard_t *shard, uint64_t record,
+                      const emlio__read_opts_t *o, emlio__view_t *views,
+                      const char **missing);
+
+/* Ends what view holds: its use of shard's mapping (shard may be NULL for
+ * a view that holds none) or its private copy. */
+void emlio__view_release(emlio__view_t *view, emlio__shard_t *shard);
+
+/* Where record lives, for messages: "file 'cat/x.jpg' (record 7)" for a
+ * format whose records have names (member_name), else "record 7 in shard
+ * 'a.tar' at offset 1536". */
+void emlio__shard_describe(const emlio__shard_t *shard, uint64_t record,
+                           char *buf, size_t len);
+
 /* A copying read (mapped shards without a lease) with pread into a fresh
  * buffer, by format (ops->read_copy):
  * - TFRecord: i is a record; reads its framing and data; *data and *len
  *   are the record's payload inside the copy and *stored its stored CRC
  *   (the caller checks it, as for mapped reads);
- * - tar: i is a member (an index into emlio__tar_index()->members); reads
+ * - tar: i is a member (an index into the index's members); reads
  *   the member's header with its data and checks the header as an index
  *   load does (emlio__tar_header_ok); *data and *len are the member's
  *   data and *stored is 0 (tar has no checksum of the data).

@@ -98,7 +98,7 @@ s_index_mapped(emlio__shard_t *shard, s_load_t *load, char *errbuf)
 {
     const emlio__shardset_opts_t *opts = load->opts;
     const emlio__format_ops_t *ops = shard->ops;
-    const char *path = ops->path(shard->impl);
+    const char *path = emlio__shard_file(shard)->path;
     char idx[PATH_MAX];
     char msg[PATH_MAX + EMLIO_ERRMSG_LEN + 64];
     if (snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx))
@@ -109,12 +109,12 @@ s_index_mapped(emlio__shard_t *shard, s_load_t *load, char *errbuf)
         return rc;
     if (rc != -ENOENT) {
         snprintf(msg, sizeof(msg), "ignoring index '%s': %s; rescanning", idx,
-                 ops->errmsg(shard->impl));
+                 emlio__shard_file(shard)->err);
         s_log(load, msg);
     }
     rc = ops->scan(shard->impl, opts->verify_data);
     if (rc < 0)
-        return emlio__seterr(errbuf, rc, "%s", ops->errmsg(shard->impl));
+        return emlio__seterr(errbuf, rc, "%s", emlio__shard_file(shard)->err);
     if (opts->write_index) {
         int wrc = ops->write_index(shard->impl, idx);
         if (wrc < 0)
@@ -147,7 +147,7 @@ static void
 s_keep_sidecar(emlio__shard_t *shard, s_load_t *load)
 {
     char rel[PATH_MAX], idx[PATH_MAX];
-    const char *path = shard->ops->path(shard->impl);
+    const char *path = emlio__shard_file(shard)->path;
     struct stat st;
     if (snprintf(rel, sizeof(rel), "%s.idx", shard->name) >= (int)sizeof(rel) ||
         snprintf(idx, sizeof(idx), "%s.idx", path) >= (int)sizeof(idx) ||
@@ -174,7 +174,8 @@ s_prune_one(s_load_t *load, size_t i)
     size_t len = 0;
     const void *before =
         load->from_index[i] ? shard->ops->index_table(shard->impl, &len) : NULL;
-    shard->ops->prune(shard, load->opts->prune_field, example, sizeof(example));
+    shard->ops->prune(shard->impl, load->opts->prune_field, example,
+                      sizeof(example));
     if (before && shard->ops->index_table(shard->impl, &len) != before)
         load->from_index[i] = false;
 }
@@ -188,8 +189,7 @@ s_load_one(s_load_t *load, size_t i, char *errbuf)
 {
     emlio__shardset_t *set = load->set;
     emlio__shard_t *shard = &set->shards[i];
-    const emlio__format_ops_t *ops = shard->ops;
-    const char *path = ops->path(shard->impl);
+    const char *path = emlio__shard_file(shard)->path;
     struct stat *st = &load->st[i];
     /* The identity the index entry is checked against (and written with):
      * taken before any open, so a file replaced in between is found stale
@@ -293,7 +293,7 @@ emlio__shard_identity(emlio__shardset_t *self, size_t i)
     emlio__shard_t *shard = &self->shards[i];
     const uint64_t known = UINT64_C(1) << 32;
     if (shard->ops->identity)
-        return known | shard->ops->identity(shard);
+        return known | shard->ops->identity(shard->impl);
     if (!shard->ops->index_table)
         return 0;
     size_t len = 0;
@@ -398,7 +398,8 @@ s_add_shards(emlio__shardset_t *self, const char *dir, emlio__names_t *found)
             shard->impl = ops->create(path);
             if (!shard->impl)
                 return EMLIO_ENOMEM;
-            ops->confine(shard->impl, &self->root, shard->name);
+            emlio__mapfile_confine(emlio__shard_file(shard), &self->root,
+                                   shard->name);
         }
     }
     return 0;

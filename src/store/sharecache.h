@@ -19,7 +19,8 @@
  *
  *   reader thread (server_pipeline.c)
  *     emlio__share_scope_set(cache, job, &tally)   for one GET
- *       format read op -> emlio__shard_pread -> emlio__share_cache_read
+ *       format read op -> ctx->pread -> emlio__shard_pread
+ *         -> emlio__share_cache_read
  *     emlio__share_scope_set(NULL, 0, NULL)
  *     tally: bytes read from the device, shared with, or own to the job
  *

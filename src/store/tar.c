@@ -1,481 +1,20 @@
-/* tar.c - WebDataset tar shards: header walk, wds2idx indexes, members.
+/* tar.c - WebDataset tar shards: the handle over the mapped archive, its
+ * samples and fields, what a prune leaves out, and its table of format
+ * operations (format.h). Reading an archive is tar_scan.c; its indexes on
+ * disk, tar_index.c.
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_internal.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <sched.h>
 
-#include "mapfile.h"
+#include "crc32c.h"
+#include "iobuf.h"
 #include "tar.h"
-#include "tar_header.h"
-#include "tar_impl.h"
 
-#define BLOCK             512
-#define INDEX_MAX_BYTES   ((size_t)1 << 30)
-#define PAX_MAX_BYTES     ((uint64_t)1 << 20)
-#define DALI_INDEX_PREFIX "v1.2 "
+static int s_ready(const emlio__tar_t *cself);
 
-void
-emlio__tar_index_release(emlio__tar_index_t *idx)
-{
-    if (idx->names)
-        for (size_t i = 0; i < idx->n_members; i++)
-            emlio_free(idx->names[i]);
-    emlio_free(idx->names);
-    for (size_t i = 0; i < idx->n_fields; i++)
-        emlio_free(idx->fields[i]);
-    emlio_free(idx->fields);
-    emlio_free(idx->members);
-    emlio_free(idx->first);
-    memset(idx, 0, sizeof(*idx));
-}
-
-/* ---- building an index ------------------------------------------------ */
-
-typedef struct {
-    emlio__tar_index_t *idx;
-    size_t cap_members;
-    size_t cap_samples;
-    char *key; /* the current sample's key */
-    size_t key_len;
-    size_t key_cap;
-} s_builder_t;
-
-/* Splits path[0, len) as webdataset does. Returns false for a member that
- * is not part of any sample (no key). */
-static bool
-s_split(const char *path, size_t len, size_t *key_len, const char **field,
-        size_t *field_len)
-{
-    const char *slash = NULL;
-    for (size_t i = len; i > 0; i--)
-        if (path[i - 1] == '/') {
-            slash = path + i - 1;
-            break;
-        }
-    const char *base = slash ? slash + 1 : path;
-    const char *end = path + len;
-    const char *dot = memchr(base, '.', (size_t)(end - base));
-    if (!dot || dot == base)
-        return false;
-    *key_len = (size_t)(dot - path);
-    *field = dot + 1;
-    *field_len = (size_t)(end - dot - 1);
-    return true;
-}
-
-static int
-s_field_id(emlio__tar_index_t *idx, const char *field, size_t len, uint32_t *id)
-{
-    for (size_t i = 0; i < idx->n_fields; i++)
-        if (strlen(idx->fields[i]) == len &&
-            memcmp(idx->fields[i], field, len) == 0) {
-            *id = (uint32_t)i;
-            return 0;
-        }
-    if (idx->n_fields >= EMLIO_TAR_MAX_FIELDS)
-        return EMLIO_EFORMAT;
-    char **fields =
-        emlio_reallocarray(idx->fields, idx->n_fields + 1, sizeof(*fields));
-    if (!fields)
-        return EMLIO_ENOMEM;
-    idx->fields = fields;
-    char *copy = emlio_malloc(len + 1);
-    if (!copy)
-        return EMLIO_ENOMEM;
-    for (size_t i = 0; i < len; i++) {
-        char c = field[i];
-        copy[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-    }
-    copy[len] = '\0';
-    /* Lower-casing may make it equal to a known one. */
-    for (size_t i = 0; i < idx->n_fields; i++)
-        if (strcmp(idx->fields[i], copy) == 0) {
-            emlio_free(copy);
-            *id = (uint32_t)i;
-            return 0;
-        }
-    idx->fields[idx->n_fields] = copy;
-    *id = (uint32_t)idx->n_fields++;
-    return 0;
-}
-
-/* Adds one regular member; starts a new sample when its key differs from
- * the current one. name may be NULL-free bytes [0, len). */
-static int
-s_add_member(s_builder_t *b, const char *path, size_t len, uint64_t offset,
-             uint64_t size, bool keep_name, const char *name, char *errbuf,
-             uint64_t header_off)
-{
-    size_t key_len, field_len;
-    const char *field;
-    if (!s_split(path, len, &key_len, &field, &field_len))
-        return 0;
-    emlio__tar_index_t *idx = b->idx;
-    uint32_t id;
-    int rc = s_field_id(idx, field, field_len, &id);
-    if (rc == EMLIO_EFORMAT)
-        return emlio__seterr(errbuf, rc,
-                             "more than %d fields in '%s' at offset %" PRIu64,
-                             EMLIO_TAR_MAX_FIELDS, name, header_off);
-    if (rc < 0)
-        return rc;
-    bool same = idx->n_samples > 0 && key_len == b->key_len &&
-                memcmp(path, b->key, key_len) == 0;
-    if (same) {
-        for (uint32_t m = idx->first[idx->n_samples - 1]; m < idx->n_members;
-             m++)
-            if (idx->members[m].field == id)
-                return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                                     "duplicate field '%s' of sample '%.*s' "
-                                     "in '%s' at offset %" PRIu64,
-                                     idx->fields[id], (int)key_len, path, name,
-                                     header_off);
-    } else {
-        if (idx->n_samples + 2 > b->cap_samples) {
-            size_t cap = b->cap_samples ? b->cap_samples * 2 : 64;
-            uint32_t *first =
-                emlio_reallocarray(idx->first, cap, sizeof(*first));
-            if (!first)
-                return EMLIO_ENOMEM;
-            idx->first = first;
-            b->cap_samples = cap;
-        }
-        if (idx->n_members > UINT32_MAX - 1 || idx->n_samples >= INT_MAX)
-            return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                                 "too many members in '%s'", name);
-        idx->first[idx->n_samples++] = (uint32_t)idx->n_members;
-        if (key_len + 1 > b->key_cap) {
-            char *key = emlio_realloc(b->key, key_len + 1);
-            if (!key)
-                return EMLIO_ENOMEM;
-            b->key = key;
-            b->key_cap = key_len + 1;
-        }
-        memcpy(b->key, path, key_len);
-        b->key_len = key_len;
-    }
-    if (idx->n_members == b->cap_members) {
-        size_t cap = b->cap_members ? b->cap_members * 2 : 64;
-        emlio__tar_member_t *members =
-            emlio_reallocarray(idx->members, cap, sizeof(*members));
-        if (!members)
-            return EMLIO_ENOMEM;
-        idx->members = members;
-        if (keep_name) {
-            char **names = emlio_reallocarray(idx->names, cap, sizeof(*names));
-            if (!names)
-                return EMLIO_ENOMEM;
-            idx->names = names;
-        }
-        b->cap_members = cap;
-    }
-    if (keep_name) {
-        char *copy = emlio_malloc(len + 1);
-        if (!copy)
-            return EMLIO_ENOMEM;
-        memcpy(copy, path, len);
-        copy[len] = '\0';
-        idx->names[idx->n_members] = copy;
-    }
-    idx->members[idx->n_members++] = (emlio__tar_member_t){ offset, size, id };
-    idx->first[idx->n_samples] = (uint32_t)idx->n_members;
-    return 0;
-}
-
-static int
-s_builder_finish(s_builder_t *b, int rc)
-{
-    emlio_free(b->key);
-    if (rc < 0) {
-        emlio__tar_index_release(b->idx);
-        return rc;
-    }
-    if (b->idx->n_samples == 0) {
-        emlio__tar_index_release(b->idx);
-        return 0;
-    }
-    return (int)b->idx->n_samples;
-}
-
-static int
-s_scan(const uint8_t *base, size_t size, const char *name, bool keep_names,
-       emlio__tar_index_t *out, char *errbuf)
-{
-    memset(out, 0, sizeof(*out));
-    s_builder_t b = { .idx = out };
-    char *long_name = emlio_malloc(EMLIO_TAR_MAX_NAME);
-    char *path = emlio_malloc(EMLIO_TAR_MAX_NAME + 2);
-    if (!long_name || !path) {
-        emlio_free(long_name);
-        emlio_free(path);
-        return s_builder_finish(&b, EMLIO_ENOMEM);
-    }
-    size_t long_len = 0;
-    bool have_long = false;
-    uint64_t pax_size = 0;
-    bool have_pax_size = false;
-    uint64_t off = 0;
-    int rc = 0;
-    while (rc == 0) {
-        if (size - off < BLOCK) {
-            if (off == size)
-                break; /* no end-of-archive blocks: accepted, as tar does */
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "truncated tar header in '%s' at offset "
-                               "%" PRIu64,
-                               name, off);
-            break;
-        }
-        const uint8_t *h = base + off;
-        if (emlio__tarh_zero_block(h))
-            break; /* end of archive; the rest is padding */
-        if (!emlio__tarh_checksum_ok(h)) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "bad tar header checksum in '%s' at offset "
-                               "%" PRIu64 "%s",
-                               name, off, off == 0 ? " (not a tar file?)" : "");
-            break;
-        }
-        uint64_t len;
-        if (!emlio__tarh_number(h + 124, 12, &len)) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "bad member size in '%s' at offset %" PRIu64,
-                               name, off);
-            break;
-        }
-        uint8_t type = h[156];
-        if (have_pax_size && emlio__tarh_regular(type))
-            len = pax_size;
-        uint64_t data = off + BLOCK;
-        if (len > size - data) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "truncated tar member in '%s' at offset "
-                               "%" PRIu64 ": %" PRIu64 " bytes of data, "
-                               "%" PRIu64 " left in the file",
-                               name, off, len, (uint64_t)(size - data));
-            break;
-        }
-        uint64_t padded = (len + BLOCK - 1) / BLOCK * BLOCK;
-        uint64_t next = padded > size - data ? size : data + padded;
-        if (type == 'L') { /* GNU long name of the next member */
-            size_t n = emlio__tarh_strnlen(base + data, (size_t)len);
-            if (n == 0 || n >= EMLIO_TAR_MAX_NAME) {
-                rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                                   "bad long name in '%s' at offset %" PRIu64,
-                                   name, off);
-                break;
-            }
-            memcpy(long_name, base + data, n);
-            long_len = n;
-            have_long = true;
-        } else if (type == 'x') { /* pax header of the next member */
-            if (len > PAX_MAX_BYTES ||
-                emlio__tarh_pax(base + data, (size_t)len, long_name, &long_len,
-                                &have_long, &pax_size, &have_pax_size) < 0) {
-                rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                                   "bad pax header in '%s' at offset %" PRIu64,
-                                   name, off);
-                break;
-            }
-        } else {
-            if (emlio__tarh_regular(type)) {
-                size_t n;
-                if (have_long) {
-                    memcpy(path, long_name, long_len);
-                    n = long_len;
-                } else {
-                    size_t nl = emlio__tarh_strnlen(h, 100);
-                    size_t pl = 0;
-                    if (memcmp(h + 257, "ustar", 5) == 0)
-                        pl = emlio__tarh_strnlen(h + 345, 155);
-                    n = 0;
-                    if (pl) {
-                        memcpy(path, h + 345, pl);
-                        path[pl] = '/';
-                        n = pl + 1;
-                    }
-                    memcpy(path + n, h, nl);
-                    n += nl;
-                }
-                /* "./a.jpg" names the same member as "a.jpg". */
-                const char *p = path;
-                while (n >= 2 && p[0] == '.' && p[1] == '/') {
-                    p += 2;
-                    n -= 2;
-                }
-                rc = s_add_member(&b, p, n, data, len, keep_names, name, errbuf,
-                                  off);
-                if (rc < 0)
-                    break;
-            }
-            /* 'g', 'K', '5', links, devices: nothing to serve. */
-            have_long = false;
-            have_pax_size = false;
-        }
-        off = next;
-    }
-    emlio_free(long_name);
-    emlio_free(path);
-    return s_builder_finish(&b, rc);
-}
-
-int
-emlio__tar_scan_mem(const uint8_t *base, size_t size, const char *name,
-                    emlio__tar_index_t *out, char *errbuf)
-{
-    return s_scan(base, size, name, true, out, errbuf);
-}
-
-/* ---- DALI wds2idx v1.2 ----------------------------------------------------
- */
-
-static bool
-s_parse_u64(const char **p, const char *end, uint64_t *out)
-{
-    const char *s = *p;
-    uint64_t v = 0;
-    if (s == end || *s < '0' || *s > '9')
-        return false;
-    while (s < end && *s >= '0' && *s <= '9') {
-        if (v > (UINT64_MAX - 9) / 10)
-            return false;
-        v = v * 10 + (uint64_t)(*s - '0');
-        s++;
-    }
-    *p = s;
-    *out = v;
-    return true;
-}
-
-/* The next space-free token of [*p, end) on this line. */
-static bool
-s_token(const char **p, const char *end, const char **tok, size_t *len)
-{
-    const char *s = *p;
-    while (s < end && *s == ' ')
-        s++;
-    const char *t = s;
-    while (s < end && *s != ' ' && *s != '\n')
-        s++;
-    if (s == t)
-        return false;
-    *tok = t;
-    *len = (size_t)(s - t);
-    *p = s;
-    return true;
-}
-
-int
-emlio__tar_parse_index(const char *text, size_t len, const char *idx_name,
-                       const uint8_t *base, size_t size, const char *name,
-                       emlio__tar_index_t *out, char *errbuf)
-{
-    memset(out, 0, sizeof(*out));
-    s_builder_t b = { .idx = out };
-    const char *p = text;
-    const char *end = text + len;
-    size_t plen = strlen(DALI_INDEX_PREFIX);
-    uint64_t declared = 0;
-    if (len < plen || memcmp(text, DALI_INDEX_PREFIX, plen) != 0)
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "'%s' is not a wds2idx v1.2 index", idx_name);
-    p += plen;
-    if (!s_parse_u64(&p, end, &declared) || p == end || *p != '\n')
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "bad first line in index '%s'", idx_name);
-    p++;
-    int rc = 0;
-    size_t line = 1;
-    uint64_t last_end = 0;
-    size_t samples = 0;
-    while (p < end && rc == 0) {
-        line++;
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol) {
-            rc = EMLIO_EFORMAT;
-            break;
-        }
-        size_t before = out->n_samples;
-        bool first_in_line = true;
-        while (rc == 0) {
-            const char *ext, *mname;
-            size_t ext_len, mname_len;
-            uint64_t off = 0, msize = 0;
-            if (!s_token(&p, eol, &ext, &ext_len))
-                break;
-            while (p < eol && *p == ' ')
-                p++;
-            if (!s_parse_u64(&p, eol, &off)) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            while (p < eol && *p == ' ')
-                p++;
-            if (!s_parse_u64(&p, eol, &msize) ||
-                !s_token(&p, eol, &mname, &mname_len)) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            /* The member's own header sits just before its data. */
-            if (off % BLOCK || off < last_end + BLOCK || off > size ||
-                msize > size - off ||
-                !emlio__tarh_checksum_ok(base + off - BLOCK) ||
-                !emlio__tarh_regular(base[off - BLOCK + 156])) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            uint64_t hsize;
-            if (!emlio__tarh_number(base + off - BLOCK + 124, 12, &hsize) ||
-                hsize != msize) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            size_t key_len, field_len;
-            const char *field;
-            if (!s_split(mname, mname_len, &key_len, &field, &field_len) ||
-                field_len != ext_len || memcmp(field, ext, ext_len) != 0) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            /* Members of one line share a key; the next line starts a new
-             * sample (a key seen on the previous line would merge). */
-            bool new_sample = first_in_line;
-            if (!first_in_line &&
-                (key_len != b.key_len || memcmp(mname, b.key, key_len) != 0)) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            if (new_sample && out->n_samples > 0 && key_len == b.key_len &&
-                memcmp(mname, b.key, key_len) == 0) {
-                rc = EMLIO_EFORMAT;
-                break;
-            }
-            rc = s_add_member(&b, mname, mname_len, off, msize, false, name,
-                              errbuf, off - BLOCK);
-            if (rc < 0)
-                break;
-            first_in_line = false;
-            last_end = off + msize;
-        }
-        if (rc == 0 && (p != eol || out->n_samples != before + 1))
-            rc = EMLIO_EFORMAT;
-        p = eol + 1;
-        samples++;
-    }
-    if (rc == 0 && samples != declared)
-        rc = EMLIO_EFORMAT;
-    if (rc == EMLIO_EFORMAT)
-        emlio__seterr(errbuf, rc, "index '%s' line %zu does not describe '%s'",
-                      idx_name, line, name);
-    return s_builder_finish(&b, rc);
-}
-
-/* ---- the handle -----------------------------------------------------------
- */
+/* ---- the handle ------------------------------------------------------- */
 
 void
 emlio__tar_drop(emlio__tar_t *self)
@@ -499,25 +38,11 @@ emlio__tar_t *
 emlio__tar_new(const char *path)
 {
     emlio__tar_t *self = emlio_calloc(1, sizeof(*self));
-    if (!self)
-        return NULL;
-    self->path = emlio_strdup(path);
-    if (!self->path) {
+    if (self && emlio__mapfile_init(&self->file, path) < 0) {
         emlio_free(self);
         return NULL;
     }
-    self->root = EMLIO__ROOT_NONE;
     return self;
-}
-
-void
-emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
-                   const char *rel)
-{
-    size_t n = strlen(self->path), m = strlen(rel);
-    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
-    self->root = *root;
-    self->skip = n - m;
 }
 
 void
@@ -526,10 +51,8 @@ emlio__tar_destroy(emlio__tar_t **self_p)
     if (!self_p || !*self_p)
         return;
     emlio__tar_t *self = *self_p;
-    if (self->base)
-        munmap((void *)self->base, self->size);
     emlio__tar_drop(self);
-    emlio_free(self->path);
+    emlio__mapfile_release(&self->file);
     emlio_free(self);
     *self_p = NULL;
 }
@@ -537,229 +60,37 @@ emlio__tar_destroy(emlio__tar_t **self_p)
 int
 emlio__tar_open(emlio__tar_t *self)
 {
-    assert(self && !self->open);
-    struct stat st;
-    size_t indexed = self->size;
-    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
-                             &self->base, &self->size, &st, self->err);
+    assert(self && !self->file.open);
+    size_t indexed = self->file.size;
+    int rc = emlio__mapfile_open(&self->file);
     if (rc < 0)
         return rc;
-    self->mtime = st.st_mtim;
-    self->open = true;
-    if (self->table && self->size != indexed)
-        return emlio__seterr(self->err, -ESTALE,
-                             "'%s' changed since it was indexed", self->path);
+    if (self->table && self->file.size != indexed)
+        return emlio__seterr(self->file.err, -ESTALE,
+                             "'%s' changed since it was indexed",
+                             self->file.path);
     return 0;
-}
-
-int
-emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st)
-{
-    assert(self && !self->base);
-    const uint8_t *base;
-    size_t size;
-    int rc = emlio__map_fd(fd, st, self->path, &base, &size, self->err);
-    if (rc < 0)
-        return rc;
-    self->base = base;
-    self->size = size;
-    self->mtime = st->st_mtim;
-    self->open = true;
-    return 0;
-}
-
-void
-emlio__tar_unmap(emlio__tar_t *self)
-{
-    assert(self);
-    emlio__map_drop(self->base, self->size);
-    self->base = NULL;
-    self->open = false;
 }
 
 int
 emlio__tar_scan(emlio__tar_t *self)
 {
-    assert(self && self->open);
+    assert(self && self->file.open);
     emlio__tar_drop(self);
-    return emlio__tar_scan_mem(self->base, self->size, self->path, &self->idx,
-                               self->err);
-}
-
-/* Where two indexes of one shard differ, as a sample number; -1 when
- * they are the same (members, offsets, sizes, fields and samples). */
-static ssize_t
-s_index_diff(const emlio__tar_index_t *a, const emlio__tar_index_t *b)
-{
-    size_t n = a->n_samples < b->n_samples ? a->n_samples : b->n_samples;
-    for (size_t i = 0; i < n; i++) {
-        if (a->first[i + 1] - a->first[i] != b->first[i + 1] - b->first[i])
-            return (ssize_t)i;
-        for (uint32_t k = 0; k < a->first[i + 1] - a->first[i]; k++) {
-            const emlio__tar_member_t *ma = &a->members[a->first[i] + k];
-            const emlio__tar_member_t *mb = &b->members[b->first[i] + k];
-            if (ma->offset != mb->offset || ma->len != mb->len ||
-                strcmp(a->fields[ma->field], b->fields[mb->field]) != 0)
-                return (ssize_t)i;
-        }
-    }
-    return a->n_samples == b->n_samples ? -1 : (ssize_t)n;
-}
-
-/* An index is a hint: it is kept only when it says what a header walk of
- * the shard finds. Checking each listed member's header already touched
- * every header page, so the walk costs about what the check did; what it
- * adds is the members the index left out (samples silently dropped) and
- * the names in the headers themselves (a label member listed as the
- * image, a member moved to another sample). */
-static int
-s_check_index(emlio__tar_t *self, const char *idx_path)
-{
-    emlio__tar_index_t walked;
-    char err[EMLIO_ERRMSG_LEN];
-    int rc = s_scan(self->base, self->size, self->path, false, &walked, err);
-    if (rc < 0) {
-        emlio__tar_index_release(&self->idx);
-        return emlio__seterr(self->err, rc, "%s", err);
-    }
-    ssize_t at = s_index_diff(&self->idx, &walked);
-    size_t listed = self->idx.n_samples, found = walked.n_samples;
-    emlio__tar_index_release(&walked);
-    if (at < 0)
-        return (int)listed;
-    emlio__tar_index_release(&self->idx);
-    return emlio__seterr(self->err, EMLIO_EFORMAT,
-                         "index '%s' does not describe '%s' (%zu samples "
-                         "listed, %zu found; first difference at sample %zd)",
-                         idx_path, self->path, listed, found, at);
-}
-
-int
-emlio__tar_load_index(emlio__tar_t *self, const char *idx_path)
-{
-    assert(self && self->open);
-    /* The index beside the shard is opened beneath the shard's root; any
-     * other path as the caller named it. Never a FIFO (beneath.h). */
-    bool beside =
-        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
-    emlio__root_t none = EMLIO__ROOT_NONE;
-    struct stat st;
-    int fd =
-        emlio__open_beneath(beside ? &self->root : &none,
-                            beside ? idx_path + self->skip : idx_path, 0, &st);
-    if (fd < 0)
-        return emlio__seterr(self->err, fd, "cannot open '%s': %s", idx_path,
-                             emlio__open_why(fd));
-    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
-        close(fd);
-        return emlio__seterr(self->err, EMLIO_EFORMAT, "cannot use index '%s'",
-                             idx_path);
-    }
-    if (st.st_mtim.tv_sec < self->mtime.tv_sec ||
-        (st.st_mtim.tv_sec == self->mtime.tv_sec &&
-         st.st_mtim.tv_nsec < self->mtime.tv_nsec)) {
-        close(fd);
-        return emlio__seterr(self->err, -ESTALE,
-                             "index '%s' is older than '%s'", idx_path,
-                             self->path);
-    }
-    size_t len = (size_t)st.st_size;
-    char *text = emlio_malloc(len ? len : 1);
-    if (!text) {
-        close(fd);
-        return EMLIO_ENOMEM;
-    }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, text + got, len - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    emlio__tar_drop(self);
-    int rc = emlio__tar_parse_index(text, got, idx_path, self->base, self->size,
-                                    self->path, &self->idx, self->err);
-    emlio_free(text);
-    if (rc >= 0)
-        rc = s_check_index(self, idx_path);
-    return rc;
-}
-
-int
-emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path)
-{
-    const emlio__tar_index_t *idx = &self->idx;
-    if (!idx->names || idx->n_samples == 0)
-        return -EINVAL;
-    emlio_buf_t text = EMLIO_BUF_INIT;
-    int rc = emlio_buf_addf(&text, "v1.2 %zu\n", idx->n_samples);
-    for (size_t s = 0; s < idx->n_samples && rc == 0; s++) {
-        for (uint32_t m = idx->first[s]; m < idx->first[s + 1] && rc == 0;
-             m++) {
-            const char *nm = idx->names[m];
-            for (const char *c = nm; *c; c++)
-                if (*c == ' ' || *c == '\n' || *c == '\t' || *c == '\r')
-                    rc = -EINVAL;
-            if (rc == 0)
-                rc = emlio_buf_addf(&text, "%s%s %" PRIu64 " %" PRIu64 " %s",
-                                    m == idx->first[s] ? "" : " ",
-                                    idx->fields[idx->members[m].field],
-                                    idx->members[m].offset, idx->members[m].len,
-                                    nm);
-        }
-        if (rc == 0)
-            rc = emlio_buf_addf(&text, "\n");
-    }
-    if (rc < 0) {
-        emlio_buf_release(&text);
-        return rc == -EINVAL ? rc : -ENOMEM;
-    }
-    rc = emlio__write_file_atomic(idx_path, text.data, text.len);
-    emlio_buf_release(&text);
-    return rc;
-}
-
-const char *
-emlio__tar_path(const emlio__tar_t *self)
-{
-    return self->path;
+    return emlio__tar_scan_mem(self->file.base, self->file.size,
+                               self->file.path, &self->idx, self->file.err);
 }
 
 const char *
 emlio__tar_errmsg(const emlio__tar_t *self)
 {
-    return self->err;
+    return self->file.err;
 }
 
 size_t
 emlio__tar_count(const emlio__tar_t *self)
 {
     return self->idx.n_samples;
-}
-
-uint64_t
-emlio__tar_size(const emlio__tar_t *self)
-{
-    return self->size;
-}
-
-const emlio__tar_index_t *
-emlio__tar_index(const emlio__tar_t *self)
-{
-    emlio__tar_ready(self);
-    return &self->idx;
-}
-
-uint64_t
-emlio__tar_offset(const emlio__tar_t *self, size_t i)
-{
-    if (i >= self->idx.n_samples || emlio__tar_ready(self) < 0 ||
-        self->idx.first[i] >= self->idx.n_members)
-        return 0;
-    return self->idx.members[self->idx.first[i]].offset;
 }
 
 static bool
@@ -811,7 +142,7 @@ emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
 {
     /* A table that failed its check and could not be rebuilt (the shard
      * read by copying, not mapped) serves nothing until it is. */
-    if (i < self->idx.n_samples && emlio__tar_ready(self) < 0)
+    if (i < self->idx.n_samples && s_ready(self) < 0)
         return EMLIO_EFORMAT;
     return s_find(self, i, field, member);
 }
@@ -841,9 +172,8 @@ s_servable(const emlio__tar_t *self, size_t i, const char *field)
     return true;
 }
 
-size_t
-emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
-                     size_t len)
+static size_t
+s_prune_now(emlio__tar_t *self, const char *field, char *example, size_t len)
 {
     emlio__tar_index_t *idx = &self->idx;
     size_t kept = 0, dropped = 0;
@@ -853,10 +183,12 @@ emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
         if (!s_servable(self, i, field)) {
             if (dropped++ == 0 && example) {
                 /* The member's own name, from its ustar header. */
-                const uint8_t *h = self->base + idx->members[a].offset - BLOCK;
+                const uint8_t *h =
+                    self->file.base + idx->members[a].offset - EMLIO__TAR_BLOCK;
                 snprintf(example, len, "'%.*s' in '%s' at offset %" PRIu64,
                          (int)emlio__tarh_strnlen(h, 100), (const char *)h,
-                         self->path, idx->members[a].offset - BLOCK);
+                         self->file.path,
+                         idx->members[a].offset - EMLIO__TAR_BLOCK);
             }
             for (uint32_t k = a; idx->names && k < z; k++)
                 emlio_free(idx->names[k]);
@@ -880,7 +212,7 @@ emlio__tar_prune_now(emlio__tar_t *self, const char *field, char *example,
 const uint8_t *
 emlio__tar_data(const emlio__tar_t *self, size_t member)
 {
-    return self->base + self->idx.members[member].offset;
+    return self->file.base + self->idx.members[member].offset;
 }
 
 int
@@ -937,40 +269,525 @@ emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field)
     return emlio__tar_parse_label(p, n);
 }
 
-bool
-emlio__tar_header_ok(const uint8_t *h, uint64_t len)
+/* Copies a borrowed table's arrays, so the index may change. */
+static int
+s_unborrow(emlio__tar_t *self)
 {
-    uint64_t hsize;
-    return emlio__tarh_checksum_ok(h) && emlio__tarh_regular(h[156]) &&
-           emlio__tarh_number(h + 124, 12, &hsize) &&
-           (hsize == len || hsize == 0);
-}
-
-int
-emlio__tar_blank(emlio__tar_t *self)
-{
-    assert(self);
-    return emlio__map_blank(self->base, self->size);
-}
-
-int
-emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n, int advice)
-{
-    const emlio__tar_index_t *idx = &self->idx;
-    if (!self->base || first >= idx->n_samples || n == 0)
+    emlio__tar_index_t *idx = &self->idx;
+    if (!self->table)
         return 0;
-    emlio__tar_ready(self);
+    size_t nm = idx->n_members, ns = idx->n_samples + 1;
+    emlio__tar_member_t *members = emlio_reallocarray(NULL, nm + 1, 24);
+    uint32_t *first = emlio_reallocarray(NULL, ns, sizeof(*first));
+    if (!members || !first) {
+        emlio_free(members);
+        emlio_free(first);
+        return EMLIO_ENOMEM;
+    }
+    memcpy(members, idx->members, nm * sizeof(*members));
+    memcpy(first, idx->first, ns * sizeof(*first));
+    idx->members = members;
+    idx->first = first;
+    self->table = NULL;
+    return 0;
+}
+
+/* Remembers a prune's outcome under key (see emlio__tar_pruned_t). */
+static void
+s_remember(emlio__tar_t *self, const char *key, uint64_t dropped,
+           const char *example)
+{
+    emlio_free(self->pruned_key);
+    emlio_free(self->pruned_example);
+    self->pruned_key = emlio_strdup(key);
+    self->pruned_example = emlio_strdup(example);
+    self->pruned = dropped;
+}
+
+/* A borrowed table that fails its check is rebuilt from the mapping and
+ * pruned as it was; failing that, its samples have no members (every
+ * read of them fails) rather than members outside the file. */
+static void
+s_table_replace(emlio__tar_t *self)
+{
+    emlio__tar_index_t walked;
+    char err[EMLIO_ERRMSG_LEN];
+    size_t want = self->idx.n_samples;
+    int rc = self->file.base
+                 ? emlio__tar_scan_mem(self->file.base, self->file.size,
+                                       self->file.path, &walked, err)
+                 : EMLIO_EFORMAT;
+    /* Not emlio__tar_drop: readers wait on table_state until this is
+     * done, and what the prune left out stays as it was remembered. */
+    self->idx.members = NULL; /* borrowed */
+    self->idx.first = NULL;
+    self->table = NULL;
+    emlio__tar_index_release(&self->idx);
+    if (rc >= 0) {
+        self->idx = walked;
+        const char *key = self->pruned_key;
+        if (key)
+            s_prune_now(self, strcmp(key, "*") ? key : NULL, NULL, 0);
+    }
+    if (rc < 0 || self->idx.n_samples != want) {
+        emlio__tar_index_release(&self->idx);
+        self->idx.n_samples = want;
+        self->idx.first = emlio_calloc(want + 1, sizeof(uint32_t));
+        if (!self->idx.first) /* then nothing at all can be read */
+            self->idx.n_samples = 0;
+    }
+}
+
+/* Whether the index may be read: one load once checked. A borrowed
+ * table is checked (CRC and bounds) by the first reader, others waiting;
+ * one that fails is replaced (s_adopt_table). Always 0: what readers see
+ * afterwards is safe to read. */
+static int
+s_ready(const emlio__tar_t *cself)
+{
+    emlio__tar_t *self = (emlio__tar_t *)(uintptr_t)cself;
+    int state = atomic_load_explicit(&self->table_state, memory_order_acquire);
+    if (state == S_TABLE_OK)
+        return 0;
+    state = S_TABLE_UNCHECKED;
+    if (!atomic_compare_exchange_strong(&self->table_state, &state,
+                                        S_TABLE_CHECKING)) {
+        while ((state = atomic_load(&self->table_state)) == S_TABLE_CHECKING)
+            sched_yield();
+        return state == S_TABLE_OK ? 0 : EMLIO_EFORMAT;
+    }
+    if (emlio_crc32c(0, self->table, self->table_len) != self->table_crc ||
+        !emlio__tar_table_ok(&self->idx, self->file.size)) {
+        if (!self->file.base) {
+            /* Closed by the shard cache: nothing to rebuild from now (a
+             * size estimate asked); the read that maps it checks again. */
+            atomic_store(&self->table_state, S_TABLE_UNCHECKED);
+            return EMLIO_EFORMAT;
+        }
+        s_table_replace(self);
+    }
+    atomic_store(&self->table_state, S_TABLE_OK);
+    return 0;
+}
+
+/* The format's prune (format.h): drops the samples that have no member
+ * field (a list "jpg,cls,json": that lack any of them; NULL: no image
+ * member, where emlio__tar_default_field would pick another one) from the
+ * index, so they are neither counted nor served. Returns how many were
+ * dropped; example (len bytes) names the first ("'README.txt' in 'a.tar'
+ * at offset 0"). A prune remembered from the dataset index answers
+ * without a walk. */
+static size_t
+s_prune(void *impl, const char *field, char *example, size_t len)
+{
+    emlio__tar_t *self = impl;
+    const char *key = field ? field : "*";
+    if (self->pruned_key && strcmp(self->pruned_key, key) == 0) {
+        if (example && self->pruned)
+            snprintf(example, len, "%s",
+                     self->pruned_example ? self->pruned_example : "?");
+        return (size_t)self->pruned;
+    }
+    char first[PATH_MAX + 128] = "";
+    s_ready(self);
+    if (s_unborrow(self) < 0)
+        return 0; /* out of memory: nothing left out */
+    size_t dropped = s_prune_now(self, field, first, sizeof(first));
+    s_remember(self, key, dropped, first);
+    if (example && dropped)
+        snprintf(example, len, "%s", first);
+    return dropped;
+}
+
+/* The format's adopt_table: takes the shard's index from a dataset index
+ * table (emlio__tar_table_read; borrowed from a mapping that outlives the
+ * handle) of a file of size bytes, when it was pruned as prune asks ("-",
+ * "*" or a field; a table not pruned is taken for any). Needs no open
+ * file. The table is checked against crc and emlio__tar_table_ok when the
+ * shard is first read; a bad one is replaced by a rescan of the mapping
+ * (pruned the same way), or, when that fails, by samples without members.
+ * Returns the sample count or EMLIO_EFORMAT / -ESTALE / EMLIO_ENOMEM. */
+static int
+s_adopt_table(void *impl, const void *table, size_t len, uint64_t records,
+              uint64_t size, uint32_t crc, const char *prune)
+{
+    emlio__tar_t *self = impl;
+    emlio__tar_index_t idx;
+    const char *key, *example;
+    uint64_t dropped;
+    if (self->file.open && size != self->file.size)
+        return emlio__seterr(self->file.err, -ESTALE,
+                             "'%s' changed since it was indexed",
+                             self->file.path);
+    int rc = emlio__tar_table_read(table, len, records, &idx, &key, &example,
+                                   &dropped);
+    if (rc == 0 && strcmp(key, "-") != 0 && strcmp(key, prune) != 0) {
+        idx.members = NULL; /* pruned for another field */
+        idx.first = NULL;
+        emlio__tar_index_release(&idx);
+        rc = EMLIO_EFORMAT;
+    }
+    if (rc < 0)
+        return emlio__seterr(self->file.err, rc,
+                             "index table of '%s' does not fit",
+                             self->file.path);
+    emlio__tar_drop(self);
+    self->idx = idx;
+    self->table = table;
+    self->table_len = len;
+    self->table_crc = crc;
+    self->file.size = (size_t)size;
+    if (strcmp(key, "-") != 0)
+        s_remember(self, key, dropped, example);
+    atomic_store(&self->table_state, S_TABLE_UNCHECKED);
+    return (int)records;
+}
+
+/* The format's index_table: the table to store in the dataset index (*len
+ * bytes; valid until the next adopt, scan or load). NULL when out of
+ * memory. */
+static const void *
+s_index_table(void *impl, size_t *len)
+{
+    emlio__tar_t *self = impl;
+    if (self->table) { /* as adopted: not pruned or replaced since */
+        *len = self->table_len;
+        return self->table;
+    }
+    emlio_free(self->table_buf);
+    self->table_buf = NULL;
+    emlio__tar_pruned_t p = {
+        .key = self->pruned_key ? self->pruned_key : "-",
+        .dropped = self->pruned,
+        .example = self->pruned_example ? self->pruned_example : "",
+    };
+    if (emlio__tar_table_write(&self->idx, &p, &self->table_buf, len) < 0)
+        return NULL;
+    return self->table_buf;
+}
+
+/* The format's advise: page-cache advice for samples [first, first + n),
+ * over their members with their headers. */
+static void
+s_advise(const void *impl, size_t first, size_t n, int advice)
+{
+    const emlio__tar_t *self = impl;
+    const emlio__tar_index_t *idx = &self->idx;
+    if (!self->file.base || first >= idx->n_samples || n == 0)
+        return;
+    s_ready(self);
     if (idx->first[first] == idx->first[EMLIO_MIN(first + n, idx->n_samples)])
-        return 0; /* no members (a table that failed its check) */
+        return; /* no members (a table that failed its check) */
     size_t last = EMLIO_MIN(first + n, idx->n_samples) - 1;
     const emlio__tar_member_t *a = &idx->members[idx->first[first]];
     const emlio__tar_member_t *z = &idx->members[idx->first[last + 1] - 1];
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t lo = (a->offset - BLOCK) / (uint64_t)page * (uint64_t)page;
-    uint64_t hi = z->offset + z->len;
-    if (madvise((void *)(self->base + lo), (size_t)(hi - lo),
-                advice == EMLIO_ADVISE_DONTNEED ? MADV_DONTNEED
-                                                : MADV_WILLNEED) < 0)
-        return -errno;
+    /* Anything but "not needed" is "needed soon"; best effort. */
+    (void)emlio__mapfile_advise(
+        &self->file, a->offset - EMLIO__TAR_BLOCK, z->offset + z->len,
+        advice == EMLIO_ADVISE_DONTNEED ? EMLIO_ADVISE_DONTNEED
+                                        : EMLIO_ADVISE_WILLNEED);
+}
+
+/* ---- the format's table (format.h) ----
+ * The entries that only call one of the typed emlio__tar_* functions
+ * (which the tests call too) adapt the handle's type and do nothing else. */
+
+static void *
+s_create(const char *path)
+{
+    return emlio__tar_new(path);
+}
+
+/* The mapped file, for the shard set to confine, map, unmap and blank. */
+static emlio__mapfile_t *
+s_file(void *impl)
+{
+    return &((emlio__tar_t *)impl)->file;
+}
+
+/* The format's size: the archive's, kept while it is unmapped. */
+static uint64_t
+s_size(const void *impl)
+{
+    return ((const emlio__tar_t *)impl)->file.size;
+}
+
+/* The index, once a borrowed table passed its check (s_ready). */
+static const emlio__tar_index_t *
+s_index(const void *impl)
+{
+    const emlio__tar_t *self = impl;
+    s_ready(self);
+    return &self->idx;
+}
+
+/* The format's offset: sample i's first member's data, for messages. */
+static uint64_t
+s_offset(const void *impl, size_t i)
+{
+    const emlio__tar_t *self = impl;
+    if (i >= self->idx.n_samples || s_ready(self) < 0 ||
+        self->idx.first[i] >= self->idx.n_members)
+        return 0;
+    return self->idx.members[self->idx.first[i]].offset;
+}
+
+static int
+s_open(void *impl)
+{
+    return emlio__tar_open(impl);
+}
+
+static int
+s_load_index(void *impl, const char *idx)
+{
+    return emlio__tar_load_index(impl, idx);
+}
+
+static int
+s_scan(void *impl, bool verify_data)
+{
+    (void)verify_data; /* tar has no checksum of the data */
+    return emlio__tar_scan(impl);
+}
+
+/* An empty tar gets no index; nor does one taken from the dataset index,
+ * which keeps no member names (its .idx cannot be written without a
+ * scan). */
+static int
+s_write_index(const void *impl, const char *idx)
+{
+    if (emlio__tar_count(impl) == 0 || !s_index(impl)->names)
+        return 0;
+    return emlio__tar_write_index(impl, idx);
+}
+
+static void
+s_destroy(void *impl)
+{
+    emlio__tar_t *tar = impl;
+    emlio__tar_destroy(&tar);
+}
+
+static size_t
+s_count(const void *impl)
+{
+    return emlio__tar_count(impl);
+}
+
+/* Member i with the header block before it, which must still describe it:
+ * a rewritten archive whose members moved is refused, not served. */
+static int
+s_read_copy(const void *impl, emlio__read_ctx_t *ctx, size_t i,
+            uint8_t **buf_out, const uint8_t **data, size_t *len,
+            uint32_t *stored)
+{
+    const emlio__tar_index_t *idx = s_index(impl);
+    *buf_out = NULL;
+    *stored = 0;
+    if (i >= idx->n_members)
+        return EMLIO_ENOTFOUND;
+    const emlio__tar_member_t *m = &idx->members[i];
+    if (m->offset < 512 || m->len > SIZE_MAX - 512)
+        return EMLIO_EFORMAT;
+    uint8_t *buf;
+    const uint8_t *head;
+    int rc =
+        ctx->pread(ctx, m->offset - 512, (size_t)m->len + 512, &buf, &head);
+    if (rc < 0)
+        return rc;
+    if (!emlio__tar_header_ok(head, m->len)) {
+        emlio__iobuf_free(buf);
+        ctx->changed = "a member's header no longer matches";
+        return -ESTALE;
+    }
+    *buf_out = buf;
+    *data = head + 512;
+    *len = (size_t)m->len;
     return 0;
 }
+
+/* Sample i's members with their headers: one range, since a sample's
+ * members are consecutive in the archive. */
+static int
+s_extent(const void *impl, size_t i, uint64_t *offset, size_t *len)
+{
+    const emlio__tar_index_t *idx = s_index(impl);
+    if (i >= idx->n_samples || idx->first[i] >= idx->first[i + 1] ||
+        idx->first[i + 1] > idx->n_members)
+        return EMLIO_ENOTFOUND;
+    const emlio__tar_member_t *m = &idx->members[idx->first[i]];
+    if (m->offset < 512)
+        return EMLIO_EFORMAT;
+    uint64_t from = m->offset - 512, to = from;
+    for (uint32_t k = idx->first[i]; k < idx->first[i + 1]; k++) {
+        const emlio__tar_member_t *mk = &idx->members[k];
+        if (mk->offset < from + 512 || mk->len > UINT64_MAX - mk->offset)
+            return EMLIO_EFORMAT;
+        to = EMLIO_MAX(to, mk->offset + mk->len);
+    }
+    if (to - from > SIZE_MAX)
+        return EMLIO_EFORMAT;
+    *offset = from;
+    *len = (size_t)(to - from);
+    return 0;
+}
+
+static int
+s_has_field(const void *impl, const char *field)
+{
+    const emlio__tar_index_t *idx = s_index(impl);
+    for (size_t k = 0; k < idx->n_fields; k++)
+        if (strcmp(idx->fields[k], field) == 0)
+            return 1;
+    return 0;
+}
+
+/* Points view at member m of a shard the caller has acquired: into the
+ * mapping (held: the view keeps a use of the shard) when ctx says so,
+ * else into a private copy read with ctx->pread. */
+static int
+s_member_view(const void *impl, emlio__read_ctx_t *ctx, size_t m,
+              emlio__view_t *view)
+{
+    if (ctx->maps) {
+        emlio__view_map(view, emlio__tar_data(impl, m),
+                        (size_t)s_index(impl)->members[m].len);
+        return 0;
+    }
+    uint32_t stored;
+    return s_read_copy(impl, ctx, m, &view->owned, &view->data, &view->len,
+                       &stored);
+}
+
+/* A label member that is not an integer is an error, not a silent -1
+ * (every label -1 is what a --label-field typo looked like). */
+static int
+s_parse(const uint8_t *data, size_t len, const emlio__read_opts_t *o,
+        int64_t *label, const char **missing)
+{
+    *label = emlio__tar_parse_label(data, len);
+    if (*label != -1)
+        return 0;
+    size_t k = 0; /* "-1" itself, white space around it allowed */
+    while (k < len && (data[k] == ' ' || data[k] == '\t'))
+        k++;
+    if (len - k >= 2 && data[k] == '-' && data[k + 1] == '1')
+        return 0;
+    *missing = o->label_field;
+    return EMLIO__FORMAT_EBADLABEL;
+}
+
+/* The label of sample `record` from its label member (-1 when it has
+ * none; EMLIO__FORMAT_EBADLABEL when it is not a number), read as the
+ * sample's data is. */
+static int
+s_label(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+        const emlio__read_opts_t *o, int64_t *label, const char **missing)
+{
+    size_t m;
+    *label = -1;
+    if (emlio__tar_find(impl, (size_t)record, o->label_field, &m) < 0)
+        return 0;
+    if (ctx->maps) {
+        const emlio__tar_member_t *mem = &s_index(impl)->members[m];
+        return s_parse(emlio__tar_data(impl, m), (size_t)mem->len, o, label,
+                       missing);
+    }
+    uint8_t *copy;
+    const uint8_t *data;
+    size_t len;
+    uint32_t stored;
+    int rc = s_read_copy(impl, ctx, m, &copy, &data, &len, &stored);
+    if (rc < 0)
+        return rc;
+    rc = s_parse(data, len, o, label, missing);
+    emlio__iobuf_free(copy);
+    return rc;
+}
+
+/* One frame per field named in o->fields, or the configured member (the
+ * first image member by default) alone; the label from the label member.
+ * A sample without a member asked for is EMLIO__FORMAT_EMISSING. */
+static int
+s_read(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+       const emlio__read_opts_t *o, emlio__view_t *views, const char **missing)
+{
+    size_t nf = o->n_fields ? o->n_fields : 1;
+    int rc = 0;
+    for (size_t f = 0; f < nf && rc == 0; f++) {
+        const char *field = o->n_fields ? o->fields[f] : o->field;
+        size_t m;
+        rc = emlio__tar_find(impl, (size_t)record, field, &m);
+        if (rc == -ENOENT && o->n_fields)
+            *missing = field;
+        if (rc == -ENOENT)
+            rc = EMLIO__FORMAT_EMISSING;
+        else if (rc == 0)
+            rc = s_member_view(impl, ctx, m, &views[f]);
+    }
+    if (rc == 0)
+        rc = s_label(impl, ctx, record, o, &views[0].label, missing);
+    if (rc == 0 && !o->n_fields)
+        views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
+    return rc;
+}
+
+/* Every member of the sample, in order; the label from "cls". */
+static int
+s_record(const void *impl, size_t r, emlio_dataset_field_fn *fn, void *userdata,
+         int64_t *label)
+{
+    const emlio__tar_index_t *idx = s_index(impl);
+    int rc = 0;
+    *label = emlio__tar_label(impl, r, "cls");
+    for (uint32_t m = idx->first[r]; m < idx->first[r + 1] && rc == 0; m++) {
+        const char *field = idx->fields[idx->members[m].field];
+        const uint8_t *data;
+        size_t len;
+        rc = emlio__tar_field(impl, r, field, &data, &len);
+        if (rc == 0)
+            rc = fn(userdata, field, data, len);
+    }
+    return rc;
+}
+
+/* Every member of the sample, with their headers. */
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    const emlio__tar_index_t *idx = s_index(impl);
+    uint64_t n = 0;
+    if (i >= idx->n_samples)
+        return 0;
+    for (uint32_t m = idx->first[i]; m < idx->first[i + 1]; m++)
+        n += idx->members[m].len + 512;
+    return n;
+}
+
+const emlio__format_ops_t emlio__format_tar = {
+    .name = "tar",
+    .suffix = ".tar",
+    .what = "*.tar shards",
+    .mapped = true,
+    .create = s_create,
+    .file = s_file,
+    .open = s_open,
+    .load_index = s_load_index,
+    .scan = s_scan,
+    .write_index = s_write_index,
+    .index_table = s_index_table,
+    .adopt_table = s_adopt_table,
+    .read_copy = s_read_copy,
+    .extent = s_extent,
+    .destroy = s_destroy,
+    .count = s_count,
+    .size = s_size,
+    .record_bytes = s_record_bytes,
+    .prune = s_prune,
+    .offset = s_offset,
+    .advise = s_advise,
+    .has_field = s_has_field,
+    .read = s_read,
+    .record = s_record,
+};

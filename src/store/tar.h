@@ -1,4 +1,7 @@
 /* tar.h - WebDataset tar shards: mapped, indexed, members zero-copy.
+ * The module's private header: tar.c (the handle and its format table),
+ * tar_scan.c (reading an archive's headers) and tar_index.c (its indexes
+ * on disk) share it.
  * SPDX-License-Identifier: MIT
  *
  * A WebDataset shard is a tar archive (POSIX ustar, GNU long names 'L',
@@ -20,16 +23,44 @@
 #ifndef EMLIO_TAR_H
 #define EMLIO_TAR_H
 
-#include "beneath.h"
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "beneath.h"
+#include "format.h"
+#include "mapfile.h"
+
 /* Longest member path we accept (GNU long names and pax paths included). */
 #define EMLIO_TAR_MAX_NAME   4096
 /* Fields (distinct extensions) per shard; more is not a WebDataset. */
 #define EMLIO_TAR_MAX_FIELDS 256
+/* A header, and the unit members are padded to. */
+#define EMLIO__TAR_BLOCK     512
+
+/* ---- the parts of a header, as bytes (tar_scan.c) ---- */
+/* Octal (NUL/space padded) or GNU base-256 number field p[0, n). */
+bool emlio__tarh_number(const uint8_t *p, size_t n, uint64_t *out);
+/* Whether the 512-byte header h carries a right checksum. */
+bool emlio__tarh_checksum_ok(const uint8_t *h);
+/* Whether h is all zero (the end of an archive). */
+bool emlio__tarh_zero_block(const uint8_t *h);
+/* The length of the NUL-terminated field p[0, n). */
+size_t emlio__tarh_strnlen(const uint8_t *p, size_t n);
+/* Whether typeflag names a regular file member. */
+bool emlio__tarh_regular(uint8_t type);
+/* Reads the "path" (into path[0, EMLIO_TAR_MAX_NAME)) and "size" records
+ * of a pax extended header data[0, len). 0 or EMLIO_EFORMAT. */
+int emlio__tarh_pax(const uint8_t *data, size_t len, char *path,
+                    size_t *path_len, bool *have_path, uint64_t *size,
+                    bool *have_size);
+/* Whether h (512 bytes) is the header of a regular member of len bytes:
+ * the check index loads make, for copying reads that read the header with
+ * the data. A header whose own size field is 0 passes (pax sizes, for
+ * members of 8 GiB and more, leave it so). */
+bool emlio__tar_header_ok(const uint8_t *h, uint64_t len);
 
 typedef struct emlio__tar_member {
     uint64_t offset; /* of the data, a multiple of 512 */
@@ -58,6 +89,11 @@ void emlio__tar_index_release(emlio__tar_index_t *idx);
  * on failure. Never reads outside base[0, size). */
 int emlio__tar_scan_mem(const uint8_t *base, size_t size, const char *name,
                         emlio__tar_index_t *out, char *errbuf);
+/* emlio__tar_scan_mem, keeping the member names (for writing a wds2idx
+ * index) only with keep_names: an index load's check of the archive
+ * needs none. */
+int emlio__tar_walk(const uint8_t *base, size_t size, const char *name,
+                    bool keep_names, emlio__tar_index_t *out, char *errbuf);
 
 /* Parses a wds2idx v1.2 index text[0, len) named idx_name and checks it
  * against the shard base[0, size) named name: every member's header just
@@ -78,7 +114,7 @@ typedef struct emlio__tar_pruned {
     const char *example;
 } emlio__tar_pruned_t;
 
-/* The dataset index's record table of a tar shard (tar_table.c; layout in
+/* The dataset index's record table of a tar shard (tar_index.c; layout in
  * docs/protocol.md 9.1): idx and what pruned it, in one fresh buffer
  * (*out, *len; the caller frees it). Returns 0 or EMLIO_ENOMEM. */
 int emlio__tar_table_write(const emlio__tar_index_t *idx,
@@ -95,89 +131,52 @@ int emlio__tar_table_read(const uint8_t *t, size_t len, uint64_t samples,
  * bytes and every field exists: what reads rely on. Reads all of idx. */
 bool emlio__tar_table_ok(const emlio__tar_index_t *idx, uint64_t size);
 
-typedef struct emlio__tar emlio__tar_t;
+/* ---- the handle (tar.c) ---- */
+
+typedef struct emlio__tar {
+    emlio__mapfile_t file; /* the archive, its mapping, its last error */
+    emlio__tar_index_t idx;
+    /* A table from the dataset index (dsindex.h): idx.members and
+     * idx.first point into it; checked on first read (S_TABLE_*). */
+    const uint8_t *table;
+    size_t table_len;
+    uint32_t table_crc;
+    atomic_int table_state;
+    uint8_t *table_buf; /* what the format's index_table built */
+    /* The last prune: its key ("*" or the field), what it dropped. */
+    char *pruned_key;
+    uint64_t pruned;
+    char *pruned_example;
+} emlio__tar_t;
+
+enum { S_TABLE_OK = 0, S_TABLE_UNCHECKED, S_TABLE_CHECKING };
 
 emlio__tar_t *emlio__tar_new(const char *path);
 void emlio__tar_destroy(emlio__tar_t **self_p);
 /* Maps the file read-only. Returns 0 or -errno (message in errmsg). */
 int emlio__tar_open(emlio__tar_t *self);
-/* Maps the file from fd (open on the handle's file, st its fstat) for a
- * handle not mapped now; the fd stays the caller's (the shard cache). */
-int emlio__tar_map_fd(emlio__tar_t *self, int fd, const struct stat *st);
-/* Unmaps the file, keeping its index and size (the shard cache's close);
- * nothing may read the members' data until it is mapped again. */
-void emlio__tar_unmap(emlio__tar_t *self);
-/* Opens the shard (and the index beside it) beneath root from now on:
- * rel is the end of the handle's path relative to the root (see
- * emlio__tfrecord_confine). */
-void emlio__tar_confine(emlio__tar_t *self, const emlio__root_t *root,
-                        const char *rel);
 /* Builds the index by walking the headers. Returns the sample count or an
  * error as emlio__tar_scan_mem. */
 int emlio__tar_scan(emlio__tar_t *self);
-/* Loads idx_path when it is not older than the shard and describes it.
- * Returns the sample count, -ENOENT, -ESTALE (older than the shard),
- * EMLIO_EFORMAT or EMLIO_ENOMEM. */
-int emlio__tar_load_index(emlio__tar_t *self, const char *idx_path);
-/* Writes the index in DALI's wds2idx v1.2 format, atomically. Members
- * whose names hold white space cannot be written (-EINVAL). Needs the
- * member names, so only after a scan. Returns 0 or -errno. */
-int emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path);
+/* Forgets the index (a borrowed table's arrays are not ours) and what
+ * pruned it. */
+void emlio__tar_drop(emlio__tar_t *self);
 
-const char *emlio__tar_path(const emlio__tar_t *self);
 const char *emlio__tar_errmsg(const emlio__tar_t *self);
 size_t emlio__tar_count(const emlio__tar_t *self);
-uint64_t emlio__tar_size(const emlio__tar_t *self);
-const emlio__tar_index_t *emlio__tar_index(const emlio__tar_t *self);
-/* Offset of sample i's first member's data (for messages and advice). */
-uint64_t emlio__tar_offset(const emlio__tar_t *self, size_t i);
 
 /* Finds sample i's member for field (exact, lower case), or with field
  * NULL the member emlio__tar_default_field picks, and stores its index
- * into emlio__tar_index(self)->members in *member. Returns 0,
- * EMLIO_ENOTFOUND (no sample i) or -ENOENT (no such member). */
+ * into the index's members in *member. Returns 0, EMLIO_ENOTFOUND (no
+ * sample i) or -ENOENT (no such member). */
 int emlio__tar_find(const emlio__tar_t *self, size_t i, const char *field,
                     size_t *member);
 /* Where member's data starts in the mapping (valid while the handle
- * lives and the file is not truncated; see emlio__tar_blank). */
+ * lives and the file is not truncated; see emlio__mapfile_blank). */
 const uint8_t *emlio__tar_data(const emlio__tar_t *self, size_t member);
-/* Whether h (512 bytes) is the header of a regular member of len bytes:
- * the check index loads make, for copying reads that read the header with
- * the data. A header whose own size field is 0 passes (pax sizes, for
- * members of 8 GiB and more, leave it so). */
-bool emlio__tar_header_ok(const uint8_t *h, uint64_t len);
 /* A label member's value, p[0, n) (ASCII decimal, blanks around it); -1
  * when it is not a number. */
 int64_t emlio__tar_parse_label(const uint8_t *p, size_t n);
-/* Replaces the mapping by zero pages of the same size in place, as
- * emlio__tfrecord_blank does. Returns 0 or -errno. */
-int emlio__tar_blank(emlio__tar_t *self);
-
-/* Takes the shard's index from a dataset index table (see
- * emlio__tar_table_read; borrowed from a mapping that outlives the
- * handle) of a file of size bytes, when it was pruned as prune asks
- * ("-", "*" or a field; a table not pruned is taken for any). Needs no
- * open file. The table is checked against crc and emlio__tar_table_ok
- * when the shard is first read; a bad one is replaced by a rescan of the
- * mapping (pruned the same way), or, when that fails, by samples without
- * members. Returns the sample count or EMLIO_EFORMAT / -ESTALE /
- * EMLIO_ENOMEM. */
-int emlio__tar_adopt(emlio__tar_t *self, const void *table, size_t len,
-                     uint64_t records, uint64_t size, uint32_t crc,
-                     const char *prune);
-/* The table to store in the dataset index (*len bytes; valid until the
- * next adopt, scan or load). NULL when out of memory. */
-const void *emlio__tar_table(emlio__tar_t *self, size_t *len);
-
-/* Drops the samples that have no member field (a list "jpg,cls,json": that
- * lack any of them; NULL: no image member, where emlio__tar_default_field
- * would pick another one) from the index,
- * so they are neither counted nor served. Returns how many were dropped;
- * example (len bytes) names the first ("'README.txt' in 'a.tar' at offset
- * 0"). */
-size_t emlio__tar_prune(emlio__tar_t *self, const char *field, char *example,
-                        size_t len);
-
 /* Finds field `field` (exact, lower case) of sample i and points *data
  * into the mapping (zero-copy, valid while the handle lives). Returns 0,
  * EMLIO_ENOTFOUND (no sample i) or -ENOENT (the sample lacks the field). */
@@ -192,9 +191,21 @@ int emlio__tar_default_field(const emlio__tar_t *self, size_t i,
 /* The label of sample i from its member `field` (ASCII decimal, as
  * webdataset's "cls"); -1 when absent or not a number. */
 int64_t emlio__tar_label(const emlio__tar_t *self, size_t i, const char *field);
-/* Page-cache advice for samples [first, first + n), as emlio_tfrecord_advise.
- */
-int emlio__tar_advise(const emlio__tar_t *self, size_t first, size_t n,
-                      int advice);
+
+/* ---- the indexes on disk (tar_index.c) ---- */
+/* Loads idx_path when it is not older than the shard and describes it
+ * (checked against a walk of the headers). Returns the sample count,
+ * -ENOENT, -ESTALE (older than the shard), EMLIO_EFORMAT or
+ * EMLIO_ENOMEM. */
+int emlio__tar_load_index(emlio__tar_t *self, const char *idx_path);
+/* Writes the index in DALI's wds2idx v1.2 format, atomically. Members
+ * whose names hold white space cannot be written (-EINVAL). Needs the
+ * member names, so only after a scan. Returns 0 or -errno. */
+int emlio__tar_write_index(const emlio__tar_t *self, const char *idx_path);
+
+/* Tar (WebDataset) behind the format interface (format.h): a sample is
+ * the run of members sharing a key; a field is a member's extension
+ * ("jpg", "cls"). */
+extern const emlio__format_ops_t emlio__format_tar;
 
 #endif /* EMLIO_TAR_H */

@@ -1,30 +1,22 @@
-/* tfrecord.c - memory-mapped TFRecord shards, their scan and DALI indexes.
+/* tfrecord.c - memory-mapped TFRecord shards: the handle, its DALI
+ * index, its records, and its table of format operations (format.h).
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_internal.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "crc32c.h"
+#include "emlio/example.h"
+#include "format.h"
+#include "iobuf.h"
 #include "mapfile.h"
 #include "tfrecord.h"
 
-/* An index file is a few dozen bytes per record of at least 16 bytes; a
- * bigger one is not an index of anything we could map. */
-#define INDEX_MAX_BYTES ((size_t)1 << 30)
-
 struct emlio_tfrecord {
-    char *path;
-    emlio__root_t root;  /* where path is opened (beneath.h) */
-    size_t skip;         /* path + skip is path relative to root */
-    const uint8_t *base; /* NULL when the file is empty */
-    size_t size;
-    bool open;
+    emlio__mapfile_t file; /* the shard, its mapping, its last error */
     emlio_tfrecord_loc_t *locs;
     size_t n;
     /* A table taken from the dataset index (dsindex.h) is borrowed from
@@ -33,18 +25,9 @@ struct emlio_tfrecord {
     bool borrowed;
     uint32_t table_crc;
     atomic_int table_state;
-    char err[EMLIO_ERRMSG_LEN];
 };
 
 enum { S_TABLE_OK = 0, S_TABLE_UNCHECKED, S_TABLE_CHECKING, S_TABLE_BAD };
-
-static inline uint64_t
-s_le64(const uint8_t *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 |
-           (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 |
-           (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
 
 static inline uint32_t
 s_le32(const uint8_t *p)
@@ -53,273 +36,15 @@ s_le32(const uint8_t *p)
            (uint32_t)p[3] << 24;
 }
 
-static inline void
-s_put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void
-s_put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* A growable array of locations; the parsers fill one and hand it over. */
-typedef struct {
-    emlio_tfrecord_loc_t *locs;
-    size_t n;
-    size_t cap;
-} s_locvec_t;
-
-static int
-s_locvec_push(s_locvec_t *v, uint64_t offset, uint64_t len)
-{
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        emlio_tfrecord_loc_t *locs =
-            emlio_reallocarray(v->locs, cap, sizeof(*locs));
-        if (!locs)
-            return EMLIO_ENOMEM;
-        v->locs = locs;
-        v->cap = cap;
-    }
-    v->locs[v->n].offset = offset;
-    v->locs[v->n].len = len;
-    v->n++;
-    return 0;
-}
-
-/* Hands the vector to the caller, or frees it on failure, so both parsers
- * keep the "nothing allocated on error" promise in one place. */
-static int
-s_locvec_finish(s_locvec_t *v, int rc, emlio_tfrecord_loc_t **locs_out,
-                size_t *n_out)
-{
-    if (rc == 0 && v->n > INT_MAX)
-        rc = EMLIO_EFORMAT;
-    if (rc < 0) {
-        emlio_free(v->locs);
-        *locs_out = NULL;
-        *n_out = 0;
-        return rc;
-    }
-    *locs_out = v->locs;
-    *n_out = v->n;
-    return (int)v->n;
-}
-
-/* Checks the record header at off: 12 bytes present, the length CRC, the
- * length limit and the record inside [0, size). Stores the data length. */
-static int
-s_check_header(const uint8_t *base, size_t size, uint64_t off, const char *name,
-               uint64_t *len_out, char *errbuf)
-{
-    if (size - off < 12)
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "truncated record header in '%s' at offset "
-                             "%" PRIu64 "%s",
-                             name, off,
-                             off == 0 ? " (not a tfrecord file?)" : "");
-    const uint8_t *p = base + off;
-    uint64_t len = s_le64(p);
-    if (emlio_crc32c_unmask(s_le32(p + 8)) != emlio_crc32c(0, p, 8))
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "bad length crc in '%s' at offset %" PRIu64 "%s",
-                             name, off,
-                             off == 0 ? " (not a tfrecord file?)" : "");
-    if (len > EMLIO_TFRECORD_MAX_RECORD)
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "record of %" PRIu64 " bytes in '%s' at offset "
-                             "%" PRIu64 " exceeds the %u byte limit",
-                             len, name, off, EMLIO_TFRECORD_MAX_RECORD);
-    if (len + EMLIO_TFRECORD_OVERHEAD > size - off)
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "truncated record in '%s' at offset %" PRIu64
-                             ": %" PRIu64 " bytes of data, %" PRIu64
-                             " left in the file",
-                             name, off, len, (uint64_t)(size - off - 12));
-    *len_out = len;
-    return 0;
-}
-
-int
-emlio__tfrecord_scan_mem(const uint8_t *base, size_t size, bool verify_data,
-                         const char *name, emlio_tfrecord_loc_t **locs_out,
-                         size_t *n_out, char *errbuf)
-{
-    s_locvec_t v = { NULL, 0, 0 };
-    uint64_t off = 0;
-    int rc = 0;
-    while (off < size) {
-        uint64_t len;
-        rc = s_check_header(base, size, off, name, &len, errbuf);
-        if (rc < 0)
-            break;
-        if (verify_data) {
-            const uint8_t *data = base + off + 12;
-            uint32_t stored = emlio_crc32c_unmask(s_le32(data + len));
-            if (emlio_crc32c(0, data, len) != stored) {
-                rc = emlio__seterr(errbuf, EMLIO_ECORRUPT,
-                                   "bad data crc in '%s' at offset %" PRIu64,
-                                   name, off);
-                break;
-            }
-        }
-        rc = s_locvec_push(&v, off, len);
-        if (rc < 0) {
-            emlio__seterr(errbuf, rc, "out of memory indexing '%s'", name);
-            break;
-        }
-        off += len + EMLIO_TFRECORD_OVERHEAD;
-    }
-    if (rc == 0 && v.n > INT_MAX)
-        emlio__seterr(errbuf, EMLIO_EFORMAT, "too many records in '%s'", name);
-    return s_locvec_finish(&v, rc, locs_out, n_out);
-}
-
-/* Parses an unsigned decimal at *pp (before end) into *out; moves *pp past
- * it. Returns false when there is no digit or the value overflows. */
-static bool
-s_parse_u64(const char **pp, const char *end, uint64_t *out)
-{
-    const char *p = *pp;
-    uint64_t v = 0;
-    if (p == end || *p < '0' || *p > '9')
-        return false;
-    while (p < end && *p >= '0' && *p <= '9') {
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-        p++;
-    }
-    *pp = p;
-    *out = v;
-    return true;
-}
-
-static const char *
-s_skip_blanks(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
-        p++;
-    return p;
-}
-
-int
-emlio__tfrecord_parse_index(const char *text, size_t len, const char *idx_name,
-                            const uint8_t *base, size_t size, const char *name,
-                            emlio_tfrecord_loc_t **locs_out, size_t *n_out,
-                            char *errbuf)
-{
-    s_locvec_t v = { NULL, 0, 0 };
-    const char *p = text;
-    const char *end = len ? text + len : text; /* text may be NULL if 0 */
-    uint64_t expect = 0; /* where the next record must start */
-    size_t line = 0;
-    int rc = 0;
-    while (p < end && rc == 0) {
-        const char *eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol)
-            eol = end;
-        line++;
-        /* DALI reads the index with operator>>, so be as lenient about
-         * blanks and CRLF line ends as it is, but demand two numbers. */
-        const char *q = s_skip_blanks(p, eol);
-        p = eol < end ? eol + 1 : end;
-        if (q == eol)
-            continue;
-        uint64_t off;
-        uint64_t total;
-        bool ok = s_parse_u64(&q, eol, &off);
-        const char *sep = q;
-        q = s_skip_blanks(q, eol);
-        ok = ok && q > sep && s_parse_u64(&q, eol, &total);
-        if (!ok || s_skip_blanks(q, eol) != eol) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "malformed line %zu in index '%s'", line,
-                               idx_name);
-            break;
-        }
-        if (off != expect) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "index '%s' does not match '%s': line %zu "
-                               "has offset %" PRIu64 ", expected %" PRIu64,
-                               idx_name, name, line, off, expect);
-            break;
-        }
-        if (total < EMLIO_TFRECORD_OVERHEAD || off >= size ||
-            total > size - off) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "index '%s' does not match '%s': line %zu "
-                               "describes %" PRIu64 " bytes at offset "
-                               "%" PRIu64 " of a %zu byte file",
-                               idx_name, name, line, total, off, size);
-            break;
-        }
-        uint64_t rec_len;
-        rc = s_check_header(base, size, off, name, &rec_len, errbuf);
-        if (rc < 0)
-            break;
-        if (rec_len != total - EMLIO_TFRECORD_OVERHEAD) {
-            rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                               "index '%s' does not match '%s': line %zu "
-                               "says %" PRIu64 " bytes at offset %" PRIu64
-                               ", the record has %" PRIu64,
-                               idx_name, name, line, total, off,
-                               rec_len + EMLIO_TFRECORD_OVERHEAD);
-            break;
-        }
-        rc = s_locvec_push(&v, off, rec_len);
-        if (rc < 0)
-            emlio__seterr(errbuf, rc, "out of memory loading index '%s'",
-                          idx_name);
-        expect = off + total;
-    }
-    if (rc == 0 && expect != size)
-        rc = emlio__seterr(errbuf, EMLIO_EFORMAT,
-                           "index '%s' does not match '%s': it covers "
-                           "%" PRIu64 " of %zu bytes",
-                           idx_name, name, expect, size);
-    if (rc == 0 && v.n > INT_MAX)
-        emlio__seterr(errbuf, EMLIO_EFORMAT, "too many records in '%s'",
-                      idx_name);
-    return s_locvec_finish(&v, rc, locs_out, n_out);
-}
-
-int
-emlio_tfrecord_append(emlio_buf_t *out, const uint8_t *data, size_t len)
-{
-    int rc = emlio_buf_grow(out, len + EMLIO_TFRECORD_OVERHEAD);
-    if (rc < 0)
-        return rc;
-    uint8_t *p = out->data + out->len;
-    s_put_le64(p, len);
-    s_put_le32(p + 8, emlio_crc32c_mask(emlio_crc32c(0, p, 8)));
-    if (len)
-        memcpy(p + 12, data, len);
-    s_put_le32(p + 12 + len, emlio_crc32c_mask(emlio_crc32c(0, data, len)));
-    out->len += len + EMLIO_TFRECORD_OVERHEAD;
-    out->data[out->len] = 0; /* the spare byte emlio_buf_grow keeps */
-    return 0;
-}
-
 emlio_tfrecord_t *
 emlio_tfrecord_new(const char *path)
 {
     assert(path);
     emlio_tfrecord_t *self = emlio_calloc(1, sizeof(*self));
-    if (!self)
-        return NULL;
-    self->path = emlio_strdup(path);
-    if (!self->path) {
+    if (self && emlio__mapfile_init(&self->file, path) < 0) {
         emlio_free(self);
         return NULL;
     }
-    self->root = EMLIO__ROOT_NONE;
     return self;
 }
 
@@ -334,22 +59,34 @@ s_reset_index(emlio_tfrecord_t *self)
     atomic_store(&self->table_state, S_TABLE_OK);
 }
 
-int
-emlio__tfrecord_adopt(emlio_tfrecord_t *self, const void *table, size_t len,
-                      uint64_t records, uint64_t size, uint32_t crc)
+/* The format's adopt_table (format.h): takes the record table from the
+ * dataset index (dsindex.h): table[0, len) holds `records`
+ * emlio_tfrecord_loc_t, borrowed from a mapping that outlives the handle,
+ * for a file of size bytes (checked again by open). The table is checked
+ * against crc when a record is first asked for; a mismatch rescans the
+ * mapping (same count) or refuses every record with EMLIO_EFORMAT. Needs
+ * no open file. TFRecord has no prune, so every table fits whatever
+ * prune says. Returns the record count, EMLIO_EFORMAT (a table of the
+ * wrong size) or -ESTALE (the mapped file has another size). */
+static int
+s_adopt_table(void *impl, const void *table, size_t len, uint64_t records,
+              uint64_t size, uint32_t crc, const char *prune)
 {
-    assert(self);
+    emlio_tfrecord_t *self = impl;
+    (void)prune;
     if (records > INT_MAX || len != records * sizeof(emlio_tfrecord_loc_t) ||
         ((uintptr_t)table % _Alignof(emlio_tfrecord_loc_t)) != 0)
-        return emlio__seterr(self->err, EMLIO_EFORMAT,
-                             "index table of '%s' has a bad size", self->path);
-    if (self->open && size != self->size)
-        return emlio__seterr(self->err, -ESTALE,
-                             "'%s' changed since it was indexed", self->path);
+        return emlio__seterr(self->file.err, EMLIO_EFORMAT,
+                             "index table of '%s' has a bad size",
+                             self->file.path);
+    if (self->file.open && size != self->file.size)
+        return emlio__seterr(self->file.err, -ESTALE,
+                             "'%s' changed since it was indexed",
+                             self->file.path);
     s_reset_index(self);
     self->locs = (emlio_tfrecord_loc_t *)(uintptr_t)table;
     self->n = (size_t)records;
-    self->size = (size_t)size;
+    self->file.size = (size_t)size;
     self->borrowed = true;
     self->table_crc = crc;
     atomic_store(&self->table_state, S_TABLE_UNCHECKED);
@@ -392,8 +129,8 @@ s_table_check(emlio_tfrecord_t *self)
     state = S_TABLE_OK;
     if (emlio_crc32c(0, self->locs, self->n * sizeof(*self->locs)) !=
             self->table_crc ||
-        !s_table_sane(self->locs, self->n, self->size)) {
-        if (!self->base) {
+        !s_table_sane(self->locs, self->n, self->file.size)) {
+        if (!self->file.base) {
             /* Not mapped now (the shard cache has it closed): nothing to
              * rescan; checked again at the next use, which maps it. */
             atomic_store(&self->table_state, S_TABLE_UNCHECKED);
@@ -402,9 +139,10 @@ s_table_check(emlio_tfrecord_t *self)
         emlio_tfrecord_loc_t *locs = NULL;
         size_t n = 0;
         char err[EMLIO_ERRMSG_LEN];
-        int rc = self->base
-                     ? emlio__tfrecord_scan_mem(self->base, self->size, false,
-                                                self->path, &locs, &n, err)
+        int rc = self->file.base
+                     ? emlio__tfrecord_scan_mem(self->file.base,
+                                                self->file.size, false,
+                                                self->file.path, &locs, &n, err)
                      : EMLIO_EFORMAT;
         if (rc >= 0 && n == self->n) {
             self->locs = locs; /* the mapped table stays mapped */
@@ -436,10 +174,8 @@ emlio_tfrecord_destroy(emlio_tfrecord_t **self_p)
     if (!self_p || !*self_p)
         return;
     emlio_tfrecord_t *self = *self_p;
-    if (self->base)
-        munmap((void *)self->base, self->size);
     s_reset_index(self);
-    emlio_free(self->path);
+    emlio__mapfile_release(&self->file);
     emlio_free(self);
     *self_p = NULL;
 }
@@ -448,144 +184,45 @@ int
 emlio_tfrecord_open(emlio_tfrecord_t *self)
 {
     assert(self);
-    if (self->open)
-        return emlio__seterr(self->err, EMLIO_EINVAL, "'%s' is already open",
-                             self->path);
-    struct stat st;
-    size_t indexed = self->size;
-    int rc = emlio__map_file(&self->root, self->path + self->skip, self->path,
-                             &self->base, &self->size, &st, self->err);
+    if (self->file.open)
+        return emlio__seterr(self->file.err, EMLIO_EINVAL,
+                             "'%s' is already open", self->file.path);
+    size_t indexed = self->file.size;
+    int rc = emlio__mapfile_open(&self->file);
     if (rc < 0)
         return rc;
-    self->open = true;
-    if (self->borrowed && self->size != indexed)
-        return emlio__seterr(self->err, -ESTALE,
+    if (self->borrowed && self->file.size != indexed)
+        return emlio__seterr(self->file.err, -ESTALE,
                              "'%s' changed since it was indexed: %zu bytes, "
                              "indexed at %zu",
-                             self->path, self->size, indexed);
+                             self->file.path, self->file.size, indexed);
     return 0;
-}
-
-void
-emlio__tfrecord_confine(emlio_tfrecord_t *self, const emlio__root_t *root,
-                        const char *rel)
-{
-    size_t n = strlen(self->path), m = strlen(rel);
-    assert(m <= n && strcmp(self->path + n - m, rel) == 0);
-    self->root = *root;
-    self->skip = n - m;
-}
-
-int
-emlio__tfrecord_map_fd(emlio_tfrecord_t *self, int fd, const struct stat *st)
-{
-    assert(self && !self->base);
-    const uint8_t *base;
-    size_t size;
-    int rc = emlio__map_fd(fd, st, self->path, &base, &size, self->err);
-    if (rc < 0)
-        return rc;
-    self->base = base;
-    self->size = size;
-    self->open = true;
-    return 0;
-}
-
-void
-emlio__tfrecord_unmap(emlio_tfrecord_t *self)
-{
-    assert(self);
-    emlio__map_drop(self->base, self->size);
-    self->base = NULL;
-    self->open = false;
-}
-
-int
-emlio__tfrecord_blank(emlio_tfrecord_t *self)
-{
-    assert(self);
-    return emlio__map_blank(self->base, self->size);
 }
 
 int
 emlio_tfrecord_scan(emlio_tfrecord_t *self, bool verify_data)
 {
-    assert(self && self->open);
+    assert(self && self->file.open);
     s_reset_index(self);
-    return emlio__tfrecord_scan_mem(self->base, self->size, verify_data,
-                                    self->path, &self->locs, &self->n,
-                                    self->err);
-}
-
-/* Reads the whole index file at path (rel beneath root) into a fresh
- * buffer. */
-static int
-s_read_file(const emlio__root_t *root, const char *rel, const char *path,
-            char **data_out, size_t *len_out, char *errbuf)
-{
-    struct stat st;
-    int fd = emlio__open_beneath(root, rel, 0, &st);
-    if (fd < 0)
-        return emlio__seterr(errbuf, fd, "cannot open index '%s': %s", path,
-                             emlio__open_why(fd));
-    if ((uint64_t)st.st_size > INDEX_MAX_BYTES) {
-        close(fd);
-        return emlio__seterr(errbuf, EMLIO_EFORMAT,
-                             "index '%s' is not a regular file of at most "
-                             "%zu bytes",
-                             path, INDEX_MAX_BYTES);
-    }
-    size_t cap = (size_t)st.st_size;
-    char *data = emlio_malloc(cap + 1);
-    if (!data) {
-        close(fd);
-        return emlio__seterr(errbuf, EMLIO_ENOMEM,
-                             "out of memory reading index '%s'", path);
-    }
-    /* Read what fstat promised; a file that shrinks meanwhile just gives
-     * fewer bytes, one that grows is cut at the size we saw. */
-    size_t len = 0;
-    while (len < cap) {
-        ssize_t got = read(fd, data + len, cap - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            int rc = -errno;
-            emlio_free(data);
-            close(fd);
-            return emlio__seterr(errbuf, rc, "cannot read index '%s': %s", path,
-                                 emlio_strerror(rc));
-        }
-        if (got == 0)
-            break;
-        len += (size_t)got;
-    }
-    close(fd);
-    *data_out = data;
-    *len_out = len;
-    return 0;
+    return emlio__tfrecord_scan_mem(self->file.base, self->file.size,
+                                    verify_data, self->file.path, &self->locs,
+                                    &self->n, self->file.err);
 }
 
 int
 emlio_tfrecord_load_index(emlio_tfrecord_t *self, const char *idx_path)
 {
-    assert(self && self->open && idx_path);
+    assert(self && self->file.open && idx_path);
     s_reset_index(self);
-    char *text = NULL;
-    size_t len = 0;
-    /* The index beside the shard is opened beneath the shard's root; any
-     * other path as the caller named it. */
-    bool beside =
-        self->root.fd >= 0 && strncmp(idx_path, self->path, self->skip) == 0;
-    emlio__root_t none = EMLIO__ROOT_NONE;
-    int rc = s_read_file(beside ? &self->root : &none,
-                         beside ? idx_path + self->skip : idx_path, idx_path,
-                         &text, &len, self->err);
+    char *text;
+    size_t len;
+    int rc =
+        emlio__mapfile_read_beside(&self->file, idx_path, false, &text, &len);
     if (rc < 0)
         return rc;
-    rc = emlio__tfrecord_parse_index(text, len, idx_path, self->base,
-                                     self->size, self->path, &self->locs,
-                                     &self->n, self->err);
+    rc = emlio__tfrecord_parse_index(text, len, idx_path, self->file.base,
+                                     self->file.size, self->file.path,
+                                     &self->locs, &self->n, self->file.err);
     emlio_free(text);
     return rc;
 }
@@ -632,12 +269,15 @@ const char *
 emlio_tfrecord_path(const emlio_tfrecord_t *self)
 {
     assert(self);
-    return self->path;
+    return self->file.path;
 }
 
-const void *
-emlio__tfrecord_table(const emlio_tfrecord_t *self, size_t *len)
+/* The format's index_table: the record table, what the dataset index
+ * stores (*len bytes). */
+static const void *
+s_index_table(void *impl, size_t *len)
 {
+    const emlio_tfrecord_t *self = impl;
     *len = self->n * sizeof(*self->locs);
     return self->locs;
 }
@@ -653,7 +293,7 @@ uint64_t
 emlio_tfrecord_size(const emlio_tfrecord_t *self)
 {
     assert(self);
-    return self->size;
+    return self->file.size;
 }
 
 const emlio_tfrecord_loc_t *
@@ -676,10 +316,10 @@ emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
     const emlio_tfrecord_loc_t *loc = &self->locs[i];
     /* The index was checked when it was built, but the check is two
      * compares and keeps a corrupted entry from reading outside the map. */
-    if (loc->offset > self->size || loc->len > EMLIO_TFRECORD_MAX_RECORD ||
-        loc->len + EMLIO_TFRECORD_OVERHEAD > self->size - loc->offset)
+    if (loc->offset > self->file.size || loc->len > EMLIO_TFRECORD_MAX_RECORD ||
+        loc->len + EMLIO_TFRECORD_OVERHEAD > self->file.size - loc->offset)
         return EMLIO_EFORMAT;
-    const uint8_t *p = self->base + loc->offset + 12;
+    const uint8_t *p = self->file.base + loc->offset + 12;
     *data = p;
     *len = (size_t)loc->len;
     if (stored_crc)
@@ -687,10 +327,14 @@ emlio_tfrecord_record(const emlio_tfrecord_t *self, size_t i,
     return 0;
 }
 
-void
-emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i, bool data)
+/* The format's prefetch: record i into the CPU caches, its index entry
+ * (data false), or its framing and stored CRC (data true, the index entry
+ * read). Does nothing for i out of range; never faults. */
+static void
+s_prefetch(const void *impl, size_t i, bool data)
 {
-    if (i >= self->n || !self->base)
+    const emlio_tfrecord_t *self = impl;
+    if (i >= self->n || !self->file.base)
         return;
     const emlio_tfrecord_loc_t *loc = &self->locs[i];
     if (!data) {
@@ -698,7 +342,7 @@ emlio__tfrecord_prefetch(const emlio_tfrecord_t *self, size_t i, bool data)
         return;
     }
     /* Prefetch instructions do not fault, so a bad entry is harmless. */
-    const uint8_t *p = self->base + loc->offset;
+    const uint8_t *p = self->file.base + loc->offset;
     /* A record up to 8 KB is read whole (parsed, CRCed): fetch all its lines,
      * since a shuffled read starts each record on a cold line and the
      * CRC loop would otherwise wait for them one by one. */
@@ -729,38 +373,370 @@ emlio_tfrecord_advise(const emlio_tfrecord_t *self, size_t first, size_t n,
     assert(self);
     if (first > self->n || n > self->n - first)
         return -EINVAL;
-    if (n == 0 || !self->base)
+    if (n == 0)
         return 0;
-    int how;
-    switch (advice) {
-    case EMLIO_ADVISE_WILLNEED:
-        how = MADV_WILLNEED;
-        break;
-    case EMLIO_ADVISE_DONTNEED:
-        how = MADV_DONTNEED;
-        break;
-    default:
-        return -EINVAL;
-    }
     const emlio_tfrecord_loc_t *last = &self->locs[first + n - 1];
-    uint64_t start = self->locs[first].offset;
-    uint64_t stop = last->offset + last->len + EMLIO_TFRECORD_OVERHEAD;
-    if (stop > self->size || start >= stop)
-        return -EINVAL;
-    /* madvise wants a page-aligned start; the mapping itself is page
-     * aligned, and its last page is whole, so rounding out stays inside. */
-    long page = sysconf(_SC_PAGESIZE);
-    uint64_t mask = (uint64_t)(page > 0 ? page : 4096) - 1;
-    uint64_t lo = start & ~mask;
-    uint64_t hi = (stop + mask) & ~mask;
-    if (madvise((void *)(self->base + lo), (size_t)(hi - lo), how) < 0)
-        return -errno;
-    return 0;
+    return emlio__mapfile_advise(
+        &self->file, self->locs[first].offset,
+        last->offset + last->len + EMLIO_TFRECORD_OVERHEAD, advice);
 }
 
 const char *
 emlio_tfrecord_errmsg(const emlio_tfrecord_t *self)
 {
     assert(self);
-    return self->err;
+    return self->file.err;
 }
+
+/* ---- the format's table (format.h) ----
+ * The public emlio_tfrecord_* functions are typed and the table's entries
+ * take the handle as void *: the few entries below that only call one of
+ * them adapt the type and do nothing else. */
+
+static void *
+s_create(const char *path)
+{
+    return emlio_tfrecord_new(path);
+}
+
+static void
+s_destroy(void *impl)
+{
+    emlio_tfrecord_t *file = impl;
+    emlio_tfrecord_destroy(&file);
+}
+
+/* The mapped file, for the shard set to confine, map, unmap and blank. */
+static emlio__mapfile_t *
+s_file(void *impl)
+{
+    return &((emlio_tfrecord_t *)impl)->file;
+}
+
+static int
+s_open(void *impl)
+{
+    return emlio_tfrecord_open(impl);
+}
+
+static int
+s_load_index(void *impl, const char *idx)
+{
+    return emlio_tfrecord_load_index(impl, idx);
+}
+
+static int
+s_scan(void *impl, bool verify_data)
+{
+    return emlio_tfrecord_scan(impl, verify_data);
+}
+
+static int
+s_write_index(const void *impl, const char *idx)
+{
+    return emlio_tfrecord_write_index(impl, idx);
+}
+
+static size_t
+s_count(const void *impl)
+{
+    return emlio_tfrecord_count(impl);
+}
+
+static uint64_t
+s_size(const void *impl)
+{
+    return emlio_tfrecord_size(impl);
+}
+
+static void
+s_advise(const void *impl, size_t first, size_t n, int advice)
+{
+    (void)emlio_tfrecord_advise(impl, first, n, advice);
+}
+
+static uint64_t
+s_offset(const void *impl, size_t i)
+{
+    const emlio_tfrecord_t *self = impl;
+    return i < self->n ? self->locs[i].offset : 0;
+}
+
+/* Record i with its framing, read with pread; *stored is its stored CRC
+ * (the caller checks it, as for mapped reads). */
+static int
+s_read_copy(const void *impl, emlio__read_ctx_t *ctx, size_t i,
+            uint8_t **buf_out, const uint8_t **data, size_t *len,
+            uint32_t *stored)
+{
+    const emlio_tfrecord_t *file = impl;
+    *buf_out = NULL;
+    *stored = 0;
+    if (i >= emlio_tfrecord_count(file))
+        return EMLIO_ENOTFOUND;
+    const emlio_tfrecord_loc_t *loc = emlio_tfrecord_loc(file, i);
+    if (loc->len > EMLIO_TFRECORD_MAX_RECORD)
+        return EMLIO_EFORMAT;
+    uint8_t *buf;
+    const uint8_t *rec;
+    int rc = ctx->pread(ctx, loc->offset,
+                        (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD, &buf, &rec);
+    if (rc < 0)
+        return rc;
+    *buf_out = buf;
+    *data = rec + 12;
+    *len = (size_t)loc->len;
+    *stored = emlio_crc32c_unmask(s_le32(rec + 12 + loc->len));
+    return 0;
+}
+
+/* The range s_read_copy reads: the record with its framing. */
+static int
+s_extent(const void *impl, size_t i, uint64_t *offset, size_t *len)
+{
+    if (i >= emlio_tfrecord_count(impl))
+        return EMLIO_ENOTFOUND;
+    const emlio_tfrecord_loc_t *loc = emlio_tfrecord_loc(impl, i);
+    if (loc->len > EMLIO_TFRECORD_MAX_RECORD)
+        return EMLIO_EFORMAT;
+    *offset = loc->offset;
+    *len = (size_t)loc->len + EMLIO_TFRECORD_OVERHEAD;
+    return 0;
+}
+
+/* Example keys are only known per record. */
+static int
+s_has_field(const void *impl, const char *field)
+{
+    (void)impl;
+    (void)field;
+    return -1;
+}
+
+/* Record `record` of a shard the caller has acquired: in the mapping when
+ * ctx says so (*copy NULL), else in a private copy (*copy, the caller's to
+ * free). */
+static int
+s_bytes(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+        uint8_t **copy, const uint8_t **rec, size_t *rec_len, uint32_t *stored)
+{
+    *copy = NULL;
+    if (ctx->maps)
+        return emlio_tfrecord_record(impl, (size_t)record, rec, rec_len,
+                                     stored);
+    return s_read_copy(impl, ctx, (size_t)record, copy, rec, rec_len, stored);
+}
+
+/* Below this many sample bytes, the record's CRC is computed over the
+ * whole record rather than combined from its parts. A combine is one
+ * carry-less multiply per set bit of the length (crc32c.c; it was 32
+ * shift steps per bit, 13% of the daemon at 512 B samples), cheaper than
+ * CRCing a sample's bytes a second time down to a few hundred bytes. */
+#define S_COMBINE_MIN 256
+
+/* The sample's CRC in out->crc, and with verify the record's stored CRC
+ * checked: by combining the CRCs of the parts before, inside and after the
+ * sample bytes, so no byte of a large sample is read twice (a small one
+ * is, see S_COMBINE_MIN). A large sample served from the mapping with
+ * o->derive_crc_min set is not read at all: its CRC is what the stored CRC
+ * says it must be, and the client's check finds any difference. */
+static int
+s_sample_crc(const emlio__read_opts_t *o, const uint8_t *rec, size_t rec_len,
+             uint32_t stored, emlio__view_t *out)
+{
+    size_t before = (size_t)(out->data - rec);
+    size_t after = rec_len - before - out->len;
+    if (o->verify && o->derive_crc_min && !out->owned &&
+        out->len >= o->derive_crc_min) {
+        uint32_t head = emlio_crc32c(0, rec, before);
+        uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
+        out->crc = emlio_crc32c_middle(stored, head, tail, out->len, after);
+        return 0;
+    }
+    out->crc = emlio_crc32c(0, out->data, out->len);
+    if (!o->verify)
+        return 0;
+    uint32_t whole = out->crc;
+    if ((before || after) && out->len < S_COMBINE_MIN) {
+        whole = emlio_crc32c(0, rec, rec_len);
+    } else if (before || after) {
+        uint32_t head = emlio_crc32c(0, rec, before);
+        uint32_t tail = emlio_crc32c(0, out->data + out->len, after);
+        whole = emlio_crc32c_combine(head, out->crc, out->len);
+        whole = emlio_crc32c_combine(whole, tail, after);
+    }
+    return whole == stored ? 0 : EMLIO_ECORRUPT;
+}
+
+/* One sample's bytes (the Example's image, or the whole record) and CRC. */
+static int
+s_read_one(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+           const emlio__read_opts_t *o, emlio__view_t *out,
+           const char **missing)
+{
+    const uint8_t *rec;
+    size_t rec_len;
+    uint32_t stored;
+    int rc = s_bytes(impl, ctx, record, &out->owned, &rec, &rec_len, &stored);
+    if (rc < 0)
+        return rc;
+    if (!out->owned) /* the frame will point into the mapping */
+        emlio__view_map(out, rec, rec_len);
+    out->data = rec;
+    out->len = rec_len;
+    out->label = -1;
+    if (!o->raw) {
+        emlio_example_field_t fields[2] = {
+            { .key = o->bytes_key, .key_len = o->bytes_key_len },
+            { .key = o->label_key, .key_len = o->label_key_len },
+        };
+        /* Records that are not Examples, or lack the key, pass as raw. */
+        if (emlio_example_parse(rec, rec_len, fields, 2) > 0) {
+            if (fields[0].kind == EMLIO_FEATURE_BYTES && fields[0].count) {
+                out->data = fields[0].bytes;
+                out->len = fields[0].bytes_len;
+            }
+            if (fields[1].kind == EMLIO_FEATURE_INT64 && fields[1].count)
+                out->label = fields[1].int64;
+            else if (o->label_required) {
+                *missing = o->label_key;
+                return EMLIO__FORMAT_EBADLABEL;
+            }
+        }
+    }
+    return s_sample_crc(o, rec, rec_len, stored, out);
+}
+
+/* One Example feature as the frame of field f. */
+static int
+s_feature_view(const emlio_example_field_t *ex, bool copied,
+               emlio__view_t *view)
+{
+    if (ex->kind == EMLIO_FEATURE_BYTES && copied)
+        return emlio__view_copy(view, ex->bytes, ex->bytes_len);
+    if (ex->kind == EMLIO_FEATURE_BYTES) {
+        emlio__view_map(view, ex->bytes, ex->bytes_len);
+        return 0;
+    }
+    if (ex->kind == EMLIO_FEATURE_INT64)
+        return emlio__view_int64(view, ex->int64);
+    uint32_t bits; /* EMLIO_FEATURE_FLOAT */
+    uint8_t le[4];
+    memcpy(&bits, &ex->f32, 4);
+    for (int k = 0; k < 4; k++)
+        le[k] = (uint8_t)(bits >> (8 * k));
+    return emlio__view_copy(view, le, 4);
+}
+
+/* The fields of an Example, one frame per configured key. */
+static int
+s_read_fields(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+              const emlio__read_opts_t *o, emlio__view_t *views,
+              const char **missing)
+{
+    size_t nf = o->n_fields;
+    uint8_t *copy;
+    const uint8_t *rec;
+    size_t rec_len;
+    uint32_t stored;
+    int rc = s_bytes(impl, ctx, record, &copy, &rec, &rec_len, &stored);
+    if (rc == 0 && o->verify && emlio_crc32c(0, rec, rec_len) != stored)
+        rc = EMLIO_ECORRUPT;
+    emlio_example_field_t ex[EMLIO__FORMAT_MAX_FIELDS + 1];
+    if (rc == 0) {
+        memset(ex, 0, sizeof(ex));
+        for (size_t f = 0; f < nf; f++) {
+            ex[f].key = o->fields[f];
+            ex[f].key_len = strlen(o->fields[f]);
+        }
+        ex[nf].key = o->label_key;
+        ex[nf].key_len = o->label_key_len;
+        if (emlio_example_parse(rec, rec_len, ex, nf + 1) < 0)
+            rc = EMLIO_EFORMAT;
+    }
+    views[0].label = -1;
+    if (rc == 0 && ex[nf].kind == EMLIO_FEATURE_INT64 && ex[nf].count)
+        views[0].label = ex[nf].int64;
+    for (size_t f = 0; f < nf && rc == 0; f++) {
+        if (ex[f].count && (ex[f].kind == EMLIO_FEATURE_BYTES ||
+                            ex[f].kind == EMLIO_FEATURE_INT64 ||
+                            ex[f].kind == EMLIO_FEATURE_FLOAT)) {
+            rc = s_feature_view(&ex[f], copy != NULL, &views[f]);
+        } else {
+            *missing = o->fields[f];
+            rc = EMLIO__FORMAT_EMISSING;
+        }
+    }
+    emlio__iobuf_free(copy);
+    return rc;
+}
+
+static int
+s_read(const void *impl, emlio__read_ctx_t *ctx, uint64_t record,
+       const emlio__read_opts_t *o, emlio__view_t *views, const char **missing)
+{
+    if (o->n_fields)
+        return s_read_fields(impl, ctx, record, o, views, missing);
+    return s_read_one(impl, ctx, record, o, views, missing);
+}
+
+/* The TFRecord label as emliod finds it by default. */
+static int64_t
+s_default_label(const uint8_t *rec, size_t len)
+{
+    emlio_example_field_t f = { .key = "image/class/label", .key_len = 17 };
+    if (emlio_example_parse(rec, len, &f, 1) > 0 &&
+        f.kind == EMLIO_FEATURE_INT64 && f.count)
+        return f.int64;
+    return -1;
+}
+
+/* The whole record is the one field, named "". */
+static int
+s_record(const void *impl, size_t r, emlio_dataset_field_fn *fn, void *userdata,
+         int64_t *label)
+{
+    const uint8_t *data;
+    size_t len;
+    int rc = emlio_tfrecord_record(impl, r, &data, &len, NULL);
+    if (rc < 0)
+        return rc;
+    *label = s_default_label(data, len);
+    return fn(userdata, "", data, len);
+}
+
+static uint64_t
+s_record_bytes(const void *impl, size_t i)
+{
+    if (i >= emlio_tfrecord_count(impl))
+        return 0;
+    return emlio_tfrecord_loc(impl, i)->len + EMLIO_TFRECORD_OVERHEAD;
+}
+
+/* Listed in emlio__formats (format.c). */
+const emlio__format_ops_t emlio__format_tfrecord = {
+    .name = "tfrecord",
+    .suffix = ".tfrecord",
+    .what = "*.tfrecord shards",
+    .mapped = true,
+    .create = s_create,
+    .file = s_file,
+    .open = s_open,
+    .load_index = s_load_index,
+    .scan = s_scan,
+    .write_index = s_write_index,
+    .index_table = s_index_table,
+    .adopt_table = s_adopt_table,
+    .read_copy = s_read_copy,
+    .extent = s_extent,
+    .destroy = s_destroy,
+    .count = s_count,
+    .size = s_size,
+    .record_bytes = s_record_bytes,
+    .offset = s_offset,
+    .advise = s_advise,
+    .prefetch = s_prefetch,
+    .has_field = s_has_field,
+    .read = s_read,
+    .record = s_record,
+};

@@ -178,7 +178,7 @@ check "plan --connect with a bad port names it" \
 
 # A corrupt record is never delivered. Samples too large to pack (above
 # 16 KiB, as here) are sent with a CRC derived from the record's stored CRC,
-# their bytes unread by the daemon (format_tfrecord.c): the client's check
+# their bytes unread by the daemon (tfrecord.c): the client's check
 # finds the flip and names the sample; smaller ones the daemon checks, and
 # names with their offset (below).
 mkdir -p "$T/bad"

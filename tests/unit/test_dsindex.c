@@ -141,8 +141,8 @@ s_check_record(emlio__shardset_t *set, size_t i, uint64_t r, char fill)
     emlio__view_t view;
     const char *missing = "";
     memset(&view, 0, sizeof(view));
-    assert_int_equal(
-        emlio__format_read(&set->shards[i], r, &o, &view, &missing), 0);
+    assert_int_equal(emlio__shard_read(&set->shards[i], r, &o, &view, &missing),
+                     0);
     assert_int_equal(view.len, PAYLOAD);
     assert_int_equal(view.data[0], (uint8_t)(fill + r % 7));
     emlio__view_release(&view, &set->shards[i]);
@@ -450,8 +450,8 @@ s_check_tar_sample(emlio__shardset_t *set, size_t i, uint64_t r)
     emlio__view_t view;
     const char *missing = "";
     memset(&view, 0, sizeof(view));
-    assert_int_equal(
-        emlio__format_read(&set->shards[i], r, &o, &view, &missing), 0);
+    assert_int_equal(emlio__shard_read(&set->shards[i], r, &o, &view, &missing),
+                     0);
     assert_int_equal(view.len, 300);
     assert_int_equal(view.data[0], (uint8_t)('a' + r % 26));
     assert_int_equal(view.label, (int64_t)(r % 10));

@@ -6,6 +6,7 @@
 #include "emlio_test.h"
 
 #include "format.h"
+#include "shardset.h"
 
 static void
 test_format_every_entry_is_complete(void **state)
@@ -22,7 +23,6 @@ test_format_every_entry_is_complete(void **state)
         assert_non_null(ops->count);
         assert_non_null(ops->size);
         assert_non_null(ops->offset);
-        assert_non_null(ops->describe);
         assert_non_null(ops->has_field);
         assert_non_null(ops->read);
         assert_non_null(ops->record);
@@ -38,9 +38,7 @@ test_format_every_entry_is_complete(void **state)
             assert_non_null(ops->load_index);
             assert_non_null(ops->scan);
             assert_non_null(ops->write_index);
-            assert_non_null(ops->errmsg);
-            assert_non_null(ops->path);
-            assert_non_null(ops->blank);
+            assert_non_null(ops->file);
             assert_non_null(ops->read_copy);
         } else {
             trees++;
@@ -66,6 +64,13 @@ test_format_views_own_or_hold(void **state)
     assert_int_equal(v.data[7], 0xff);
     assert_false(v.held);
     emlio__view_release(&v, NULL); /* a copy needs no shard */
+    assert_null(v.owned);
+    /* A view into a mapping is only marked: the shard set, not the
+     * format, takes the shard's use for it. */
+    static const uint8_t bytes[4] = { 1, 2, 3, 4 };
+    emlio__view_map(&v, bytes, sizeof(bytes));
+    assert_true(v.held);
+    assert_ptr_equal(v.data, bytes);
     assert_null(v.owned);
 }
 

@@ -74,8 +74,7 @@ s_read_all(emlio__shardset_t *set)
             emlio__view_t view = { 0 };
             emlio__read_opts_t o = { 0 };
             const char *missing = NULL;
-            int rc =
-                emlio__format_read(&set->shards[s], r, &o, &view, &missing);
+            int rc = emlio__shard_read(&set->shards[s], r, &o, &view, &missing);
             if (rc == 0) {
                 assert_false(view.len == 13 &&
                              memcmp(view.data, "SECRET", 6) == 0);
@@ -215,7 +214,7 @@ test_paths_a_fifo_never_blocks(void **state)
     emlio__view_t view = { 0 };
     emlio__read_opts_t o = { 0 };
     const char *missing = NULL;
-    assert_int_equal(emlio__format_read(&set.shards[0], 0, &o, &view, &missing),
+    assert_int_equal(emlio__shard_read(&set.shards[0], 0, &o, &view, &missing),
                      EMLIO_EFORMAT);
     emlio__view_release(&view, &set.shards[0]);
     emlio__shardset_release(&set);

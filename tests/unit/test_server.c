@@ -685,7 +685,7 @@ test_server_client_within_credits_is_never_closed(void **state)
 /* A record whose stored CRC does not match is never served, whether the
  * flipped byte is in the image or after it, and whatever the image's size:
  * small images are checked over the whole record, large ones by combining
- * the CRCs of its parts (format_tfrecord.c, S_COMBINE_MIN). */
+ * the CRCs of its parts (tfrecord.c, S_COMBINE_MIN). */
 static void
 test_server_corrupt_records_of_any_size_are_refused(void **state)
 {

@@ -1,8 +1,6 @@
-/* format_imagefolder.c - an ImageFolder tree behind the format interface:
- * one shard per class directory, one record per image file, the label the
- * class's index; fields "image" and "label". Files are read into copies
- * (emlio__folder_read checks size and mtime on every read), so no lease,
- * user count or mapping applies.
+/* imagefolder_tree.c - an ImageFolder tree read as shards: its class
+ * directories (one shard each, labelled by their sorted order), listed
+ * from the file-list cache or walked, with what was left out logged.
  * SPDX-License-Identifier: MIT
  */
 #include "emlio_internal.h"
@@ -17,158 +15,6 @@
 #include "imagefolder.h"
 #include "iobuf.h"
 #include "ioengine.h"
-#include "shardset.h"
-
-/* Defined at the end; the tree loader stamps it on the shards it makes. */
-extern const emlio__format_ops_t emlio__format_imagefolder;
-
-static void
-s_destroy(void *impl)
-{
-    emlio__folder_t *folder = impl;
-    emlio__folder_destroy(&folder);
-}
-
-static size_t
-s_count(const void *impl)
-{
-    return emlio__folder_count(impl);
-}
-
-static uint64_t
-s_size(const void *impl)
-{
-    return emlio__folder_size(impl);
-}
-
-static uint64_t
-s_record_bytes(const void *impl, size_t i)
-{
-    return emlio__folder_file_size(impl, i);
-}
-
-/* Records are files: no offset to name. */
-static uint64_t
-s_offset(const void *impl, size_t i)
-{
-    (void)impl;
-    (void)i;
-    return 0;
-}
-
-static void
-s_describe(const emlio__shard_t *shard, uint64_t record, char *buf, size_t len)
-{
-    snprintf(buf, len, "file '%s/%s' (record %" PRIu64 ")", shard->name,
-             emlio__folder_file(shard->impl, (size_t)record), record);
-}
-
-static int
-s_has_field(const emlio__shard_t *shard, const char *field)
-{
-    (void)shard;
-    return !strcmp(field, "image") || !strcmp(field, "label");
-}
-
-/* A record's file, opened for a staged read (--io read). */
-static int
-s_open_record(const emlio__shard_t *shard, size_t i, const void **key,
-              size_t *len)
-{
-    int fd = emlio__folder_open_record(shard->impl, i, key);
-    if (fd >= 0)
-        *len = (size_t)emlio__folder_file_size(shard->impl, i);
-    return fd;
-}
-
-/* The image file as a view of its own copy: the one a reader staged
- * (--io read, ioengine.h), else read now. A staged read that came short
- * is a file changed since the listing, as for a read now. */
-static int
-s_image_view(emlio__shard_t *shard, uint64_t record, emlio__view_t *view)
-{
-    uint8_t *buf;
-    const uint8_t *data;
-    size_t len = (size_t)emlio__folder_file_size(shard->impl, (size_t)record);
-    int rc = 0;
-    if (emlio__shard_reads_io(shard) &&
-        record < emlio__folder_count(shard->impl)) {
-        const void *key = emlio__folder_key(shard->impl, (size_t)record);
-        rc = emlio__ioengine_take(emlio__ioengine_thread(0), key, -1, 0, len,
-                                  &buf, &data);
-        if (rc == -ESTALE)
-            return EMLIO_EFORMAT;
-        if (rc < 0)
-            return -EIO;
-    }
-    if (rc == 0) {
-        uint8_t *copy;
-        rc = emlio__folder_read(shard->impl, (size_t)record, &copy, &len);
-        if (rc < 0)
-            return rc;
-        buf = copy;
-        data = copy;
-    }
-    view->owned = buf;
-    view->data = data;
-    view->len = len;
-    return 0;
-}
-
-static int
-s_read(emlio__shard_t *shard, uint64_t record, const emlio__read_opts_t *o,
-       emlio__view_t *views, const char **missing)
-{
-    int64_t label = emlio__folder_label(shard->impl);
-    int rc = 0;
-    views[0].label = label;
-    if (!o->n_fields) {
-        rc = s_image_view(shard, record, &views[0]);
-        if (rc == 0)
-            views[0].crc = emlio_crc32c(0, views[0].data, views[0].len);
-        return rc;
-    }
-    for (size_t f = 0; f < o->n_fields && rc == 0; f++) {
-        if (strcmp(o->fields[f], "image") == 0) {
-            rc = s_image_view(shard, record, &views[f]);
-        } else if (strcmp(o->fields[f], "label") == 0) {
-            rc = emlio__view_int64(&views[f], label);
-        } else {
-            *missing = o->fields[f];
-            rc = EMLIO__FORMAT_EMISSING;
-        }
-    }
-    return rc;
-}
-
-/* The image, under its extension in lower case ("image" when it has
- * none, or a long one; .jpeg is "jpg": one field for one kind of file). */
-static int
-s_record(const emlio__shard_t *shard, size_t r, emlio_dataset_field_fn *fn,
-         void *userdata, int64_t *label)
-{
-    uint8_t *data;
-    size_t len;
-    *label = emlio__folder_label(shard->impl);
-    int rc = emlio__folder_read(shard->impl, r, &data, &len);
-    if (rc < 0)
-        return rc;
-    const char *file = emlio__folder_file(shard->impl, r);
-    const char *dot = strrchr(file, '.');
-    char ext[16] = "image";
-    if (dot && strlen(dot + 1) < sizeof(ext)) {
-        for (size_t k = 0; dot[1 + k]; k++) {
-            char c = dot[1 + k];
-            ext[k] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-            ext[k + 1] = '\0';
-        }
-    }
-    if (!strcmp(ext, "jpeg"))
-        snprintf(ext, sizeof(ext), "jpg");
-    rc = fn(userdata, ext, data, len);
-    emlio__iobuf_free(data);
-    return rc;
-}
 
 /* What the listing of the root left out, for the log. */
 typedef struct s_left {
@@ -320,22 +166,22 @@ s_cache_load(const emlio__root_t *base, const char *cache,
 /* Logs what the walk left out: symlinks and unreadable subdirectories,
  * one line each with a count and an example. */
 static void
-s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
+s_log_skipped(emlio__folder_t *const *folders, size_t n, const s_left_t *left,
               emlio__shardset_log_fn *log, void *userdata)
 {
     size_t links = left->links, unread = left->unread, empty = 0;
     const char *link = left->link, *dir = left->dir, *file = "";
-    for (size_t i = first; i < set->n; i++) {
+    for (size_t i = 0; i < n; i++) {
         const char *ex;
-        size_t k = emlio__folder_links(set->shards[i].impl, &ex);
+        size_t k = emlio__folder_links(folders[i], &ex);
         if (k && !links)
             link = ex;
         links += k;
-        k = emlio__folder_unreadable(set->shards[i].impl, &ex);
+        k = emlio__folder_unreadable(folders[i], &ex);
         if (k && !unread)
             dir = ex;
         unread += k;
-        k = emlio__folder_empty(set->shards[i].impl, &ex);
+        k = emlio__folder_empty(folders[i], &ex);
         if (k && !empty)
             file = ex;
         empty += k;
@@ -364,42 +210,34 @@ s_log_skipped(const emlio__shardset_t *set, size_t first, const s_left_t *left,
     }
 }
 
-/* The class directories as shards: their listing from ROOT/.emlio-files
- * when it still describes the tree, else from a walk (then cached). */
+/* The class directories as shards (folders[i] for classes->v[i], the
+ * shard set's once added): their listing from ROOT/.emlio-files when it
+ * still describes the tree, else from a walk (then cached). */
 static int
-s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
-               const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
-               void *userdata, char *errbuf)
+s_load_folders(const emlio__tree_load_t *load, const char *dir,
+               const emlio__names_t *classes, emlio__folder_t **folders,
+               char *errbuf)
 {
-    size_t first = set->n;
-    emlio__folder_t **folders = emlio_calloc(classes->n, sizeof(*folders));
-    if (!folders)
-        return EMLIO_ENOMEM;
     int rc = 0;
     for (size_t i = 0; i < classes->n && rc == 0; i++) {
-        emlio__shard_t *shard = &set->shards[set->n];
-        shard->name = classes->v[i]; /* the name moves into the shard */
-        shard->ops = &emlio__format_imagefolder;
-        shard->fd = -1; /* read by copies: no lease */
-        classes->v[i] = NULL;
-        set->n++;
-        folders[i] =
-            emlio__folder_new(dir, shard->name, (int64_t)i, &set->root);
-        shard->impl = folders[i];
-        if (!folders[i])
-            rc = EMLIO_ENOMEM;
+        emlio__folder_t *folder =
+            emlio__folder_new(dir, classes->v[i], (int64_t)i, load->root);
+        rc =
+            folder ? load->add(load->arg, classes->v[i], folder) : EMLIO_ENOMEM;
+        if (rc == 0)
+            folders[i] = folder;
     }
     char cache[PATH_MAX];
     snprintf(cache, sizeof(cache), "%s/.emlio-files", dir);
     bool rewrite = true;
-    if (rc == 0 && !opts->rescan)
-        s_cache_load(&set->root, cache, folders, classes->n, &rewrite, log,
-                     userdata);
+    if (rc == 0 && !load->rescan)
+        s_cache_load(load->root, cache, folders, classes->n, &rewrite,
+                     load->log, load->userdata);
     /* Only the classes the cache did not describe are walked. */
     for (size_t i = 0; i < classes->n && rc >= 0; i++) {
         if (emlio__folder_cached(folders[i]))
             continue;
-        if (emlio__shardset_cancelled(opts))
+        if (load->cancel && atomic_load(load->cancel))
             rc = emlio__seterr(errbuf, -ECANCELED,
                                "loading '%s' was interrupted", dir);
         else if ((rc = emlio__folder_scan(folders[i])) < 0)
@@ -409,11 +247,11 @@ s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
         if (emlio__folder_count(folders[i]) == 0) /* as torchvision */
             rc = emlio__seterr(errbuf, EMLIO_ENOTFOUND,
                                "class directory '%s/%s' has no images", dir,
-                               set->shards[first + i].name);
-    if (rc >= 0 && rewrite && opts->write_index) {
-        int wrc = emlio__folder_cache_write(cache, set->root.follow, folders,
+                               classes->v[i]);
+    if (rc >= 0 && rewrite && load->write_index) {
+        int wrc = emlio__folder_cache_write(cache, load->root->follow, folders,
                                             classes->n);
-        if (wrc < 0 && log) {
+        if (wrc < 0 && load->log) {
             /* The file list lives in the data directory, whatever
              * --index-dir says: the remedy for a denied write is not to
              * try. */
@@ -425,10 +263,9 @@ s_load_folders(emlio__shardset_t *set, const char *dir, emlio__names_t *classes,
                      "cannot write file list '%s': %s; the next start walks "
                      "the class directories again%s",
                      cache, emlio_strerror(wrc), advice);
-            log(userdata, msg);
+            load->log(load->userdata, msg);
         }
     }
-    emlio_free(folders);
     return rc < 0 ? rc : 0;
 }
 
@@ -464,66 +301,25 @@ s_fd_headroom(const emlio__root_t *base, char *errbuf)
                          n, (unsigned long long)lim.rlim_cur, S_FD_HEADROOM);
 }
 
-static int
-s_load_tree(emlio__shardset_t *set, const char *dir, const struct stat *root,
-            const emlio__shardset_opts_t *opts, emlio__shardset_log_fn *log,
-            void *userdata, char *errbuf)
+int
+emlio__folder_load_tree(const emlio__tree_load_t *load, const char *dir,
+                        char *errbuf)
 {
-    (void)root; /* its mtime changes when the cache is written into it */
     emlio__names_t classes = { 0 };
-    size_t first = set->n;
     s_left_t left = { 0 };
-    int rc = s_classes(&set->root, dir, &classes, &left, errbuf);
-    if (rc == 0 && classes.n)
-        rc = emlio__shardset_grow(set, classes.n);
-    if (rc == 0 && classes.n)
-        rc = s_load_folders(set, dir, &classes, opts, log, userdata, errbuf);
+    emlio__folder_t **folders = NULL;
+    int rc = s_classes(load->root, dir, &classes, &left, errbuf);
+    if (rc == 0 && classes.n) {
+        folders = emlio_calloc(classes.n, sizeof(*folders));
+        rc = folders ? s_load_folders(load, dir, &classes, folders, errbuf)
+                     : EMLIO_ENOMEM;
+    }
     if (rc >= 0)
-        s_log_skipped(set, first, &left, log, userdata);
-    if (rc >= 0 && set->root.fd >= 0)
-        rc = s_fd_headroom(&set->root, errbuf);
+        s_log_skipped(folders, classes.n, &left, load->log, load->userdata);
+    if (rc >= 0 && load->root->fd >= 0)
+        rc = s_fd_headroom(load->root, errbuf);
     size_t n = classes.n;
+    emlio_free(folders);
     emlio__names_release(&classes);
     return rc < 0 ? rc : (int)n;
 }
-
-static int64_t
-s_shard_label(const emlio__shard_t *shard)
-{
-    return emlio__folder_label(shard->impl);
-}
-
-static const char *
-s_member_name(const emlio__shard_t *shard, size_t r)
-{
-    return emlio__folder_file(shard->impl, r);
-}
-
-static uint32_t
-s_identity(const emlio__shard_t *shard)
-{
-    return emlio__folder_identity(shard->impl);
-}
-
-const emlio__format_ops_t emlio__format_imagefolder = {
-    .name = "imagefolder",
-    .suffix = NULL,
-    .what = "class directories",
-    .mapped = false,
-    .changed_code = EMLIO_EFORMAT,
-    .load_tree = s_load_tree,
-    .destroy = s_destroy,
-    .count = s_count,
-    .size = s_size,
-    .record_bytes = s_record_bytes,
-    .offset = s_offset,
-    .advise = NULL, /* files are read whole, once */
-    .describe = s_describe,
-    .has_field = s_has_field,
-    .read = s_read,
-    .open_record = s_open_record,
-    .member_name = s_member_name,
-    .shard_label = s_shard_label,
-    .record = s_record,
-    .identity = s_identity,
-};
