@@ -5,15 +5,12 @@
 #ifndef EMLIO_CLIENT_INTERNAL_H
 #define EMLIO_CLIENT_INTERNAL_H
 
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <zmq.h>
 
 #include "client_xf.h"
-#include "iolanes.h"
-#include "netpath.h"
-#include "tuner.h"
-#include "wire.h"
+#include "net.h"
 
 /* The client lives in five files, one per room, each owning one part of
  * struct emlio_client:

@@ -7,7 +7,7 @@
  */
 #include "client_internal.h"
 
-#include "crc32c.h"
+#include "base.h"
 #include "plan_rest.h"
 
 /* ---- resume state ------------------------------------------------------ */

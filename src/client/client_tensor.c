@@ -9,7 +9,7 @@
  */
 #include "client_internal.h"
 
-#include "crc32c.h"
+#include "base.h"
 
 bool
 emlio__tensor_active(const emlio_client_t *self)

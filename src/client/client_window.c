@@ -4,7 +4,7 @@
  */
 #include "client_internal.h"
 
-#include "crc32c.h"
+#include "base.h"
 
 void
 emlio__batch_free(emlio_batch_t *b)

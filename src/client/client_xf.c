@@ -1,14 +1,14 @@
 /* client_xf.c - the client's transform stage (see client_xf.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "client_xf.h"
 #include "emlio/energy.h"
-#include "ioengine.h"
+#include "store.h"
 
 /* Decoded blocks kept for reuse: a window's worth of 256 x 224^2 x 3. */
 #define S_KEEP_BLOCKS_BYTES (512u << 20)

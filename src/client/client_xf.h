@@ -28,8 +28,7 @@
 #include <stdint.h>
 
 #include "emlio/client.h"
-#include "placement.h"
-#include "xfstage.h"
+#include "xf.h"
 
 typedef struct emlio__client_xf_item emlio__client_xf_item_t;
 

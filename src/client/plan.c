@@ -4,7 +4,7 @@
  * The algorithm and its generator are specified in docs/planner.md.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "plan_blend.h"
 #include "plan_rest.h"

@@ -3,7 +3,7 @@
  * to a record (plan_blend.h; docs/planner.md, "Sources").
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <math.h>
 

@@ -2,7 +2,7 @@
  * consumed spans kept sorted, and rest positions mapped to global ones.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "plan_rest.h"
 

@@ -2,7 +2,7 @@
  * accounting, the model and the report.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * time so that libemlio neither links against nor requires the driver.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <dlfcn.h>
 

@@ -2,7 +2,7 @@
  * tree, the perf power PMU, and the parsers of their small text files.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <ctype.h>
 #include <dirent.h>

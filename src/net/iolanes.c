@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "banned.h"
+#include "base.h"
 
 void
 emlio__iolanes_init(emlio__iolanes_t *self, uint32_t threads, int prefix,

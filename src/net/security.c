@@ -2,7 +2,7 @@
  * whose public key is authorized.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* wire.c - encoding (msgpack-c) and bounded decoding of protocol messages.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <msgpack.h>
 

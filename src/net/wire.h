@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "base.h"
 
 /* The one protocol version: named fields, transforms (a GET may ask the
  * daemon to decode and augment, the BATCH then carries one tensor frame,

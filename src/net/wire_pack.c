@@ -4,7 +4,7 @@
  * are in wire.c with the rest of the header.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "wire.h"
 

@@ -1,7 +1,7 @@
 /* fairq.c - weighted deficit round robin (see fairq.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "fairq.h"
 

@@ -5,7 +5,7 @@
  * server_internal.h.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,13 +13,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "classes.h"
 #include "emlio/energy.h"
-#include "iobuf.h"
-#include "ioengine.h"
 #include "server_internal.h"
-#include "shard_cache.h"
-#include "sharecache.h"
+#include "store.h"
 
 /* What a client is told of this host's power per busy core when the
  * configuration does not say: the energy model's (a labelled model). */

@@ -3,7 +3,7 @@
  * sessions, limits, idle expiry and eviction. Frontend thread only.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,7 +15,6 @@
 #include <arpa/inet.h>
 #include <stdarg.h>
 
-#include "keyindex.h"
 #include "server_internal.h"
 
 /* ---- peers: client connections by routing id, grouped in sessions ----- */

@@ -16,7 +16,7 @@
  * (server_gate.c; its credit stays used, so a client cannot queue more
  * than its credits) until earlier replies free enough.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <zmq.h>
 

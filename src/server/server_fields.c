@@ -2,7 +2,7 @@
  * server_fields.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "server_fields.h"
 #include "server_internal.h"

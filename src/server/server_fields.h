@@ -15,8 +15,8 @@
 
 #include <stddef.h>
 
-#include "buf.h"
-#include "wire.h"
+#include "base.h"
+#include "net.h"
 
 struct emlio_server;
 

@@ -27,7 +27,7 @@
  * A GET that passes gate 4 holds one credit of its peer until its reply
  * is sent or it is dropped; gate 5's refusal gives it back.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <zmq.h>
 

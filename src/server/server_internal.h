@@ -38,17 +38,12 @@
 #include <stdatomic.h>
 #include <zmq.h>
 
-#include "buf.h"
-#include "format.h"
-#include "keyindex.h"
-#include "netpath.h"
-#include "queue.h"
-#include "security.h"
+#include "base.h"
+#include "net.h"
 #include "server_fields.h"
 #include "server_jobs.h"
 #include "server_xfspec.h"
-#include "shardset.h"
-#include "wire.h"
+#include "store.h"
 
 /* The send high-water mark of each client connection, in messages. A
  * connection that keeps within its credits has at most max_credit replies

@@ -16,16 +16,14 @@
  * middle of a request costs at most a staged read freed unused.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
-#include "iobuf.h"
-#include "ioengine.h"
 #include "server_internal.h"
-#include "sharecache.h"
+#include "store.h"
 
 /* How often --io auto looks again, and in how small steps its thread
  * checks that the daemon stops. */

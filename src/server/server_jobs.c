@@ -4,7 +4,7 @@
  * See server_jobs.h for what a job is and how the scheduler shares the
  * pipeline; docs/fairness.md for the operator's view.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <ctype.h>
 #include <inttypes.h>

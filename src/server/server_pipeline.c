@@ -6,14 +6,12 @@
  * transform stage (server_xf.c) between the two.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <zmq.h>
 
-#include "iobuf.h"
-#include "ioengine.h"
 #include "server_internal.h"
-#include "sharecache.h"
+#include "store.h"
 
 /* Lives as long as ZeroMQ holds any frame of one sent batch: the mapping
  * must stay, and with drop_behind its pages are let go after the last. */

@@ -5,7 +5,7 @@
  * the shard cache's own thread: shard_cache.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -13,7 +13,7 @@
  * way, so a client's window bounds the daemon's decode memory as it bounds
  * its read memory.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <zmq.h>
 

@@ -1,7 +1,7 @@
 /* server_xfspec.c - specs and pool of the daemon's transform stage.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "server_xfspec.h"
 

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "xfstage.h"
+#include "xf.h"
 
 #define EMLIO__XFSPEC_MAX 16
 

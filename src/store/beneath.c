@@ -2,7 +2,7 @@
  * beneath.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>

@@ -1,7 +1,7 @@
 /* classes.c - a dataset's class names (see classes.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 /* dataset.c - a data directory opened as emliod opens it, for the tools.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "shardset.h"
 

@@ -2,7 +2,7 @@
  * dsindex.h; format in docs/protocol.md).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "crc32c.h"
 #include "dsindex.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -1,7 +1,7 @@
 /* example.c - zero-copy protobuf wire parsing and building of tf.train.Example.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "emlio/example.h"
 

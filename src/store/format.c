@@ -2,7 +2,7 @@
  * and name lists.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "format.h"
 #include "imagefolder.h"

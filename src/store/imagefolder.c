@@ -4,7 +4,7 @@
  * imagefolder_cache.c).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "beneath.h"
-#include "crc32c.h"
 #include "format.h"
 #include "imagefolder.h"
 #include "imagefolder_list.h"

@@ -7,14 +7,13 @@
  * table 8-byte aligned so the entries are used where they lie in the
  * buffer read: header (64 bytes) | classes | directories | files | names.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "beneath.h"
-#include "crc32c.h"
 #include "imagefolder_list.h"
 
 #define S_MAGIC    "emlio-if"

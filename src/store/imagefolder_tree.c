@@ -3,14 +3,13 @@
  * from the file-list cache or walked, with what was left out logged.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "crc32c.h"
 #include "format.h"
 #include "imagefolder.h"
 #include "iobuf.h"

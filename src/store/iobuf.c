@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "emlio_internal.h"
+#include "base.h"
 
 #define S_MAGIC     0x494f4246u /* "IOBF" */
 #define S_MIN       ((size_t)4096)

@@ -17,7 +17,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "emlio_internal.h"
+#include "base.h"
 #include "iobuf.h"
 
 #ifdef EMLIO_HAVE_URING

@@ -1,7 +1,7 @@
 /* mapfile.c - one file mapped whole, read-only (see mapfile.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -2,7 +2,7 @@
  * and the watcher thread of their leases (see shard_cache.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #include <poll.h>

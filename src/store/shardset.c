@@ -1,7 +1,7 @@
 /* shardset.c - discovering, mapping and indexing the shards of a directory.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "crc32c.h"
 #include "iobuf.h"
 #include "ioengine.h"
 #include "shard_cache.h"

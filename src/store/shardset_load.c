@@ -2,7 +2,7 @@
  * their records from the dataset index (dsindex.h) when it is current.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <fcntl.h>
 #if defined(__GLIBC__)
@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "crc32c.h"
 #include "shard_cache.h"
 #include "shardset.h"
 

@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: MIT
  * See sharecache.h for what it is for.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <pthread.h>

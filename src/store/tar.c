@@ -4,11 +4,10 @@
  * disk, tar_index.c.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <sched.h>
 
-#include "crc32c.h"
 #include "iobuf.h"
 #include "tar.h"
 

@@ -4,7 +4,7 @@
  * layout in docs/protocol.md 9.1).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "tar.h"
 

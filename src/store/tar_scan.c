@@ -4,7 +4,7 @@
  * against the archive (the parsers of untrusted bytes, fuzzed on memory).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include "tar.h"
 

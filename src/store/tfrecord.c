@@ -2,13 +2,12 @@
  * index, its records, and its table of format operations (format.h).
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 
-#include "crc32c.h"
 #include "emlio/example.h"
 #include "format.h"
 #include "iobuf.h"

@@ -5,7 +5,7 @@
 #ifndef EMLIO_TFRECORD_PRIV_H
 #define EMLIO_TFRECORD_PRIV_H
 
-#include "buf.h"
+#include "base.h"
 #include "emlio/tfrecord.h"
 #include "format.h"
 

@@ -3,9 +3,8 @@
  * memory), and the framing of one record for writers.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
-#include "crc32c.h"
 #include "tfrecord.h"
 
 static inline uint64_t

@@ -5,7 +5,7 @@
  * allocation: both libraries report through longjmp to here.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <setjmp.h>
 

@@ -6,7 +6,7 @@
  * +, -, *, / and (int) casts); the per-pixel loops are integer only.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: MIT
  * The model and the rule are in placement.h.
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <math.h>
 

@@ -4,12 +4,11 @@
  * from the counter-based generator, and owns the per-thread workspace.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <locale.h>
 #include <math.h>
 
-#include "counter_rng.h"
 #include "transform_ws.h"
 
 #define MAX_OPS       16

@@ -1,12 +1,11 @@
 /* xfstage.c - a batch of encoded samples into one tensor block.
  * SPDX-License-Identifier: MIT
  */
-#include "emlio_internal.h"
+#include "base.h"
 
 #include <pthread.h>
 #include <time.h>
 
-#include "crc32c.h"
 #include "xfstage.h"
 
 /* ---- tensor blocks ----------------------------------------------------- */

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base.h"
 #include "emlio/transform.h"
-#include "workpool.h"
 
 /* ---- tensor blocks ----------------------------------------------------- */
 

@@ -107,6 +107,10 @@ done)
 # other.
 declare -A may=([base]="" [net]="base" [store]="base" [xf]="base" [energy]="base"
     [client]="base net store xf energy" [server]="base net store xf energy")
+# And through one door: another folder's headers are reached through its
+# face header alone, which says what the room offers (base.h, net.h, ...).
+declare -A face=([base]=base.h [net]=net.h [store]=store.h [xf]=xf.h
+    [energy]=energy.h)
 bad="" folders=""
 for d in src/*/; do
     d=$(basename "$d")
@@ -121,10 +125,11 @@ for f in src/*/*.[ch]; do
             h=$(basename "$(dirname "$home")")
             [ "$h" = "$d" ] && continue
             case " ${may[$d]:-} " in *" $h "*) ;; *) bad+=" $f:$inc($h)" ;; esac
+            [ "$inc" = "${face[$h]:-}" ] || bad+=" $f:$inc(not $h's face, ${face[$h]:-none})"
         done
     done
 done
-check "src/ is folders only, each including only what its rule allows${bad:+ (not:$bad)}" \
+check "src/ is folders only, each including only what its rule allows, through faces${bad:+ (not:$bad)}" \
     test -z "$bad" -a -z "$(ls src/*.[ch] 2>/dev/null)"
 check "the floor plan has its seven rooms (base net store xf energy client server)" \
     test "$(echo $folders | tr ' ' '\n' | sort | tr '\n' ' ')" = "base client energy net server store xf "
