@@ -55,10 +55,13 @@ check "two ranks fetch their shares" test $? -eq 0
 cat "$T/r0.ids" "$T/r1.ids" | grep -v ' pad$' | sort >"$T/union.sorted"
 check "two ranks' union: the same bytes" cmp -s "$T/union.sorted" "$T/ref.sorted"
 
-# A client killed with SIGKILL mid-epoch and resumed from its state.
+# A client killed with SIGKILL mid-epoch and resumed from its state. Each
+# batch is held 50 ms (--compute-s) so the epoch lasts 3 s at least: on a
+# loaded machine the client once finished all 120 before this shell got
+# round to the kill.
 "$EMLIO" fetch --connect "$D" --batch 2 --inflight 1 --streams 1 --seed 5 \
     --transform "$SPEC" --decode-at auto --transform-threads 1 \
-    --state "$T/state" --ids "$T/k.ids" --digests --quiet \
+    --compute-s 0.05 --state "$T/state" --ids "$T/k.ids" --digests --quiet \
     >"$T/k.out" 2>"$T/k.err" &
 fpid=$!
 for _ in $(seq 1 400); do
