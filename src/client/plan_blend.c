@@ -58,6 +58,9 @@ s_nomem(char *err)
                          "cannot plan epoch: out of memory for the sources");
 }
 
+/* The largest epoch a blend plans: its quotas are shares in double. */
+#define S_MAX_EPOCH ((uint64_t)1 << 53)
+
 /* Sizes and checks each source, and the epoch's total. */
 static int
 s_check_sources(emlio__blend_t *b, const emlio_plan_params_t *p,
@@ -89,6 +92,15 @@ s_check_sources(emlio__blend_t *b, const emlio_plan_params_t *p,
                              "the sources' weights add up past the largest "
                              "number: scale them down");
     b->total = p->epoch_samples ? p->epoch_samples : sum;
+    /* The shares are computed in double, exact below 2^53 samples; past
+     * it the floors may add up past 2^64 (a resume state's blend read
+     * from disk asked for 2^64 - 6, and the quotas' loop ran ~2^64
+     * times). Refused, not rounded. */
+    if (b->total > S_MAX_EPOCH)
+        return emlio__seterr(err, EMLIO_EINVAL,
+                             "an epoch of %" PRIu64 " samples is more than "
+                             "the planner's 2^53",
+                             b->total);
     if (fixed > b->total)
         return emlio__seterr(err, EMLIO_EINVAL,
                              "the sources' fixed sample counts add up to "

@@ -281,6 +281,19 @@ test_blend_bad_input(void **state)
     assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), 0);
     assert_int_equal(emlio_plan_source_quota(plan, 1), 0);
     assert_int_equal(emlio_plan_dataset_size(plan), 10);
+    /* An epoch near 2^64 (a damaged resume state's blend) made the
+     * floors of 1:3 add up past 2^64 and the rounding loop run ~2^64
+     * times; past 2^53 it is refused. */
+    src[1].weight = 3;
+    v.shards[1].records = 10;
+    p.epoch_samples = UINT64_MAX - 5;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
+    assert_non_null(
+        strstr(emlio_plan_errmsg(plan), "more than the planner's 2^53"));
+    p.epoch_samples = ((uint64_t)1 << 53) + 1;
+    assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
+    v.shards[1].records = 0;
+    src[1].weight = 1e-12;
     src[0].samples = 20; /* fixed counts above the epoch */
     p.epoch_samples = 15;
     assert_int_equal(emlio_plan_build(plan, v.shards, v.n, &p), EMLIO_EINVAL);
