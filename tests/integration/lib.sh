@@ -82,15 +82,23 @@ start_daemon() {
         >"$T/$name.out" 2>"$T/$name.err" &
     DPID=$!
     PIDS+=("$DPID")
-    EP=""
-    for _ in $(seq 1 200); do
-        EP=$(sed -n 's/^emliod: listening on //p' "$T/$name.out")
-        [ -n "$EP" ] && return 0
-        kill -0 "$DPID" 2>/dev/null || break
-        sleep 0.05
-    done
+    EP=$(listen_addr "$T/$name.out" emliod "$DPID") && return 0
     echo "daemon $name did not start:"
     cat "$T/$name.err"
+    return 1
+}
+
+# listen_addr FILE WHO [PID]: waits (10 s at most) for the line "WHO:
+# listening on ADDR" in FILE and prints ADDR; fails at once when PID, if
+# given, has exited, since no line will come.
+listen_addr() {
+    local addr
+    for _ in $(seq 1 200); do
+        addr=$(sed -n "s/^$2: listening on //p" "$1")
+        [ -n "$addr" ] && echo "$addr" && return 0
+        [ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || return 1
+        sleep 0.05
+    done
     return 1
 }
 

@@ -63,11 +63,7 @@ check "delay line starts (50 ms RTT)" start_path 25
 "$EMLIOD" --data "$T/shards" --bind "tcp://$NEAR:*" --sndbuf kernel \
     --log-level warn >"$T/d.out" 2>"$T/d.err" &
 PIDS+=($!)
-for _ in $(seq 1 200); do
-    EP=$(sed -n 's/^emliod: listening on //p' "$T/d.out")
-    [ -n "$EP" ] && break
-    sleep 0.05
-done
+EP=$(listen_addr "$T/d.out" emliod "$!")
 check "daemon listens on the near address" test -n "$EP"
 
 # A window-limited path: 4 MiB / 50 ms = ~84 MB/s per stream.
