@@ -71,6 +71,25 @@ make_dataset() {
         "$EMLIO" pack "$1/img" "$1/shards" --shard-bytes "$5" --quiet >/dev/null
 }
 
+# gradient_ppm FILE W H: a W x H RGB gradient as a binary PPM (NumPy): an
+# image that cjpeg turns into a small JPEG of many pixels.
+gradient_ppm() {
+    /usr/bin/python3 - "$@" <<'EOF'
+import sys
+import numpy as np
+path, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+x = np.linspace(0, 255, w, dtype=np.float32)[None, :]
+y = np.linspace(0, 255, h, dtype=np.float32)[:, None]
+img = np.empty((h, w, 3), np.uint8)
+img[..., 0] = x
+img[..., 1] = y
+img[..., 2] = (x + y) / 2
+with open(path, "wb") as f:
+    f.write(b"P6\n%d %d\n255\n" % (w, h))
+    f.write(img.tobytes())
+EOF
+}
+
 # start_daemon NAME DATA_DIR [ARGS...]: starts emliod on a free loopback
 # port (BIND, if set, instead of tcp://127.0.0.1:*) and waits (bounded) for
 # its "listening on" line. Sets EP and DPID.
