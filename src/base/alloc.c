@@ -79,6 +79,26 @@ emlio_reallocarray(void *ptr, size_t n, size_t size)
     return emlio_realloc(ptr, n * size);
 }
 
+int
+emlio__grow(void *array_p, size_t *cap, size_t n, size_t size, size_t first)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : first;
+    if (want <= n)
+        want = n + 1;
+    /* The pointer is copied in and out as bytes: it may be an int * or a
+     * struct's, which a void ** must not be used to write. */
+    void *array;
+    memcpy(&array, array_p, sizeof(array));
+    void *grown = emlio_reallocarray(array, want, size);
+    if (!grown)
+        return EMLIO_ENOMEM;
+    memcpy(array_p, &grown, sizeof(grown));
+    *cap = want;
+    return 0;
+}
+
 char *
 emlio_strdup(const char *s)
 {
