@@ -121,6 +121,19 @@ listen_addr() {
     return 1
 }
 
+# wait_for FILE PATTERN SECONDS [PID]: polls until FILE has a line
+# matching PATTERN (grep -E), or the deadline passes; fails at once when
+# PID, if given, has exited, since no line will come.
+wait_for() {
+    local deadline=$((SECONDS + $3))
+    while [ $SECONDS -le $deadline ]; do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        [ -z "${4:-}" ] || kill -0 "$4" 2>/dev/null || return 1
+        sleep 0.02
+    done
+    return 1
+}
+
 # wait_lines FILE N: waits (20 s at most) until FILE has N lines.
 wait_lines() {
     for _ in $(seq 1 800); do

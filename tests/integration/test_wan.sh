@@ -37,11 +37,7 @@ start_path() {
         --far-addr "$FAR" --near-dev "wn$$" --far-dev "wf$$" \
         >"$T/dl.out" 2>"$T/dl.err" &
     DL=$!
-    for _ in $(seq 1 100); do
-        grep -q ready "$T/dl.out" && return 0
-        kill -0 "$DL" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_for "$T/dl.out" ready 5 "$DL" && return 0
     cat "$T/dl.err"
     return 1
 }
