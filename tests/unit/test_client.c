@@ -105,6 +105,18 @@ s_connect(fixture_t *f, emlio_server_t *srv, const emlio_client_config_t *cfg)
     return c;
 }
 
+/* A client of cfg whose connect to ep returns rc (a failure); kept for
+ * what the caller checks next. */
+static emlio_client_t *
+s_connect_fails(fixture_t *f, const emlio_client_config_t *cfg, const char *ep,
+                int rc)
+{
+    emlio_client_t *c = emlio_client_new(f->ctx, cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, ep), rc);
+    return c;
+}
+
 /* Rank `rank` of `world`: batch, order and shuffle as given, seed 3, four
  * batches in flight, connected to the fixture's daemon. */
 static emlio_client_t *
@@ -193,6 +205,20 @@ test_client_epoch_delivers_every_sample_once(void **state)
     assert_null(c);
 }
 
+/* A client of batch 4 with 6 requests in flight, which asks ahead for
+ * the next epoch up to end_epoch. */
+static emlio_client_t *
+s_ahead(fixture_t *f, bool in_order, uint64_t end_epoch)
+{
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 4;
+    cfg.in_order = in_order;
+    cfg.inflight = 6;
+    cfg.end_epoch = end_epoch;
+    return s_connect(f, f->srv, &cfg);
+}
+
 /* With end_epoch set, epoch e + 1 is requested while e's last batches
  * arrive (the daemon has answered more than epoch e's requests when e
  * ends), handed over only after begin_epoch(e + 1), and every epoch stays
@@ -203,13 +229,7 @@ test_client_epochs_overlap_exactly_once(void **state)
 {
     fixture_t *f = *state;
     for (int in_order = 0; in_order < 2; in_order++) {
-        emlio_client_config_t cfg;
-        emlio_client_config_init(&cfg);
-        cfg.batch_size = 4;
-        cfg.in_order = in_order;
-        cfg.inflight = 6;
-        cfg.end_epoch = 3;
-        emlio_client_t *c = s_connect(f, f->srv, &cfg);
+        emlio_client_t *c = s_ahead(f, in_order, 3);
         emlio_server_stats_t before, after;
         emlio_server_stats(f->srv, &before);
         int n0 = emlio_client_begin_epoch(c, 0);
@@ -230,12 +250,7 @@ test_client_epochs_overlap_exactly_once(void **state)
         emlio_client_destroy(&c);
     }
     /* end_epoch 1: after epoch 0 nothing more is asked. */
-    emlio_client_config_t cfg;
-    emlio_client_config_init(&cfg);
-    cfg.batch_size = 4;
-    cfg.inflight = 6;
-    cfg.end_epoch = 1;
-    emlio_client_t *c = s_connect(f, f->srv, &cfg);
+    emlio_client_t *c = s_ahead(f, false, 1);
     emlio_server_stats_t before, after;
     emlio_server_stats(f->srv, &before);
     int n0 = emlio_client_begin_epoch(c, 0);
@@ -746,19 +761,14 @@ test_client_misuse_and_bad_endpoints(void **state)
     /* Something listens but never answers: the connect timeout. */
     char silent[64];
     int lfd = s_silent_listener(silent, sizeof(silent));
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, silent), EMLIO_ETIMEDOUT);
+    c = s_connect_fails(f, &cfg, silent, EMLIO_ETIMEDOUT);
     assert_non_null(strstr(emlio_client_errmsg(c), silent));
     close(lfd);
     emlio_client_destroy(&c);
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1,,x"),
-                     EMLIO_EINVAL);
+    c = s_connect_fails(f, &cfg, "tcp://127.0.0.1:1,,x", EMLIO_EINVAL);
     emlio_client_destroy(&c);
     cfg.curve_server_key = "too short";
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
-                     EMLIO_EINVAL);
+    c = s_connect_fails(f, &cfg, emlio_server_endpoint(f->srv), EMLIO_EINVAL);
     emlio_client_destroy(&c);
     emlio_client_destroy(NULL);
     emlio_batch_release(NULL);
@@ -772,9 +782,8 @@ test_client_connect_can_be_retried(void **state)
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
     cfg.connect_timeout_ms = 200;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1"),
-                     -ECONNREFUSED);
+    emlio_client_t *c =
+        s_connect_fails(f, &cfg, "tcp://127.0.0.1:1", -ECONNREFUSED);
     assert_int_equal(emlio_client_shard_count(c), 0);
     assert_int_equal(emlio_client_daemon_count(c), 0);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
