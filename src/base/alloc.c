@@ -12,6 +12,20 @@
 static atomic_long s_fail_countdown; /* 0: off; 1: the next one fails */
 static atomic_long s_fail_seen;      /* allocations since it was armed */
 
+char *
+emlio__memdupz(const void *p, size_t len)
+{
+    if (len == SIZE_MAX)
+        return NULL;
+    char *copy = emlio_malloc(len + 1);
+    if (!copy)
+        return NULL;
+    if (len)
+        memcpy(copy, p, len);
+    copy[len] = '\0';
+    return copy;
+}
+
 void
 emlio__alloc_fail_at(long n)
 {

@@ -61,6 +61,10 @@ int emlio__grow(void *array_p, size_t *cap, size_t n, size_t size,
 void emlio__alloc_fail_at(long n);
 long emlio__alloc_count(void);
 char *emlio_strdup(const char *s);
+/* A NUL-terminated copy of the len bytes at p, which need not be a string
+ * (git's xmemdupz): for names taken from the wire or a file. NULL on
+ * failure. */
+char *emlio__memdupz(const void *p, size_t len);
 
 /* Size of the per-handle error-message buffers. */
 #define EMLIO_ERRMSG_LEN 512

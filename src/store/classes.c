@@ -83,12 +83,10 @@ s_split(const char *dir, char *text, char ***names, emlio__shardset_log_fn *log,
             emlio__classes_free(v, n);
             return EMLIO_ENOMEM;
         }
-        if (!(v[n] = emlio_malloc(len + 1))) {
-            emlio__classes_free(v, n);
+        if (!(v[n++] = emlio__memdupz(p, len))) {
+            emlio__classes_free(v, n - 1);
             return EMLIO_ENOMEM;
         }
-        memcpy(v[n], p, len);
-        v[n++][len] = '\0';
         p = nl ? nl + 1 : p + len;
     }
     *names = v;

@@ -295,11 +295,9 @@ s_add_member(s_builder_t *b, const char *path, size_t len, uint64_t offset,
         b->cap_members = cap;
     }
     if (keep_name) {
-        char *copy = emlio_malloc(len + 1);
+        char *copy = emlio__memdupz(path, len);
         if (!copy)
             return EMLIO_ENOMEM;
-        memcpy(copy, path, len);
-        copy[len] = '\0';
         idx->names[idx->n_members] = copy;
     }
     idx->members[idx->n_members++] = (emlio__tar_member_t){ offset, size, id };
