@@ -26,13 +26,7 @@
 
 #include "crc32c.h"
 
-static double
-s_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
+#include "bench_clock.h"
 
 /* GB/s over passes of buffer total, sample by sample: at least five and
  * at least 2 GB in all (a short run times the 512-bit units' wake-up and
@@ -46,11 +40,12 @@ s_rate(const uint8_t *buf, size_t total, size_t sample, uint32_t *sum)
         passes = 5;
     for (size_t i = 0; i < n; i++)
         *sum ^= emlio_crc32c(0, buf + i * sample, sample);
-    double t0 = s_now();
+    double t0 = bench_seconds(CLOCK_MONOTONIC);
     for (size_t pass = 0; pass < passes; pass++)
         for (size_t i = 0; i < n; i++)
             *sum ^= emlio_crc32c(0, buf + i * sample, sample);
-    return (double)passes * (double)(n * sample) / (s_now() - t0) / 1e9;
+    return (double)passes * (double)(n * sample) /
+           (bench_seconds(CLOCK_MONOTONIC) - t0) / 1e9;
 }
 
 /* ---- frames written by this thread or another --------------------------- */
@@ -94,9 +89,9 @@ s_handoff_rate(bool other, const int cpus[2], uint32_t *sum)
     if (!other) {
         for (unsigned k = 0; k < HANDOFF; k++) {
             memset(s_frames[k % FRAMES], (int)k, FRAME);
-            double t0 = s_now();
+            double t0 = bench_seconds(CLOCK_MONOTONIC);
             *sum ^= emlio_crc32c(0, s_frames[k % FRAMES], FRAME);
-            spent += s_now() - t0;
+            spent += bench_seconds(CLOCK_MONOTONIC) - t0;
         }
         return HANDOFF * (double)FRAME / spent / 1e9;
     }
@@ -108,9 +103,9 @@ s_handoff_rate(bool other, const int cpus[2], uint32_t *sum)
     for (unsigned k = 0; k < HANDOFF; k++) {
         while (atomic_load(&s_turn) != 2 * k + 1)
             ;
-        double t0 = s_now();
+        double t0 = bench_seconds(CLOCK_MONOTONIC);
         *sum ^= emlio_crc32c(0, s_frames[k % FRAMES], FRAME);
-        spent += s_now() - t0;
+        spent += bench_seconds(CLOCK_MONOTONIC) - t0;
         atomic_store(&s_turn, 2 * k + 2);
     }
     pthread_join(t, NULL);

@@ -25,27 +25,14 @@ T=$(mktemp -d /tmp/emlio-elastic.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
 
-/usr/bin/python3 - "$T/d" "$SHARDS" "$RECORDS" <<'PY' || exit 1
+# The framing is the shared pure-Python one, as in the tests.
+PYTHONPATH=scripts /usr/bin/python3 - "$T/d" "$SHARDS" "$RECORDS" <<'PY' || exit 1
 import os, struct, sys
+from tfrecord_raw import frame
 out, shards, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-def masked(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    c ^= 0xFFFFFFFF
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 parts = []
 for r in range(records):
-    data = struct.pack("<QQ", r, r * 2654435761 & 0xFFFFFFFFFFFFFFFF)
-    head = struct.pack("<Q", len(data))
-    parts += [head, struct.pack("<I", masked(head)), data,
-              struct.pack("<I", masked(data))]
+    parts.append(frame(struct.pack("<QQ", r, r * 2654435761 & 0xFFFFFFFFFFFFFFFF)))
 os.makedirs(out)
 first = os.path.join(out, "s00000.tfrecord")
 with open(first, "wb") as f:

@@ -12,7 +12,7 @@
 # start and after the epoch) and one JSON line with every figure. The
 # shards are kept in $DATA (default /tmp/emlio-many-SHARDS) for reruns;
 # they are written once (every shard the same RECORDS records of 96 B,
-# made here with a CRC-32C in Python; shards differ by name, which the
+# framed by scripts/tfrecord_raw.py; shards differ by name, which the
 # dataset fingerprint covers). Build first: make -j2.
 #
 # Measured 2026-12-01 on the 2-core CI VM (cores shared with other jobs):
@@ -37,29 +37,12 @@ trap '[ -n "$DPID" ] && kill "$DPID" 2>/dev/null; wait 2>/dev/null; rm -rf "$OUT
 
 if [ ! -f "$DATA/.complete" ]; then
     rm -rf "$DATA"
-    /usr/bin/python3 - "$DATA" "$SHARDS" "$RECORDS" <<'EOF' || exit 1
-import os, struct, sys
+    PYTHONPATH=scripts /usr/bin/python3 - "$DATA" "$SHARDS" "$RECORDS" <<'EOF' || exit 1
+import os, sys
+from tfrecord_raw import frame
 out, shards, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for b in data:
-        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-def masked(data):
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-shard = b""
-for r in range(records):
-    data = bytes((r * 7 + i) & 0xFF for i in range(96))
-    head = struct.pack("<Q", len(data))
-    shard += head + struct.pack("<I", masked(head)) + data
-    shard += struct.pack("<I", masked(data))
+shard = b"".join(frame(bytes((r * 7 + i) & 0xFF for i in range(96)))
+                 for r in range(records))
 per_dir = 1000  # a flat directory of 100k entries is slow to list
 for s in range(shards):
     d = os.path.join(out, "d%03d" % (s // per_dir))

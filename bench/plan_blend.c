@@ -19,15 +19,9 @@
 
 #include "emlio/plan.h"
 
-#define SHARDS 1000
+#include "bench_clock.h"
 
-static double
-s_cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define SHARDS 1000
 
 /* ns per sample of rank 0's whole epoch, best of 3; *check gets a sum of
  * the records so the work cannot be optimised away. */
@@ -42,7 +36,7 @@ s_run(const emlio_plan_shard_t *shards, const emlio_plan_params_t *p,
             fprintf(stderr, "plan: %s\n", emlio_plan_errmsg(plan));
             exit(1);
         }
-        double t0 = s_cpu();
+        double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         unsigned long long sum = 0, n_all = 0;
         for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
             size_t n;
@@ -51,7 +45,8 @@ s_run(const emlio_plan_shard_t *shards, const emlio_plan_params_t *p,
                 sum += s[i].record + s[i].source;
             n_all += n;
         }
-        double ns = (s_cpu() - t0) * 1e9 / (double)n_all;
+        double ns = (bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t0) * 1e9 /
+                    (double)n_all;
         best = ns < best ? ns : best;
         *check += sum;
     }
@@ -97,12 +92,12 @@ main(int argc, char **argv)
     p.layers = &layer;
     p.n_layers = 1;
     emlio_plan_t *plan = emlio_plan_new();
-    double t0 = s_cpu();
+    double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
     if (emlio_plan_build(plan, shards, SHARDS, &p) < 0) {
         fprintf(stderr, "plan: %s\n", emlio_plan_errmsg(plan));
         return 1;
     }
-    double build = s_cpu() - t0;
+    double build = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t0;
     size_t memory = emlio_plan_memory(plan);
     emlio_plan_destroy(&plan);
     double layered = s_run(shards, &p, &check);

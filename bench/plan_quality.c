@@ -13,18 +13,12 @@
 #include <math.h>
 #include <time.h>
 
+#include "bench_clock.h"
+
 #define SHARDS  100
 #define RECORDS 1000
 #define N       (SHARDS * RECORDS)
 #define BATCH   256
-
-static double
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Counts inversions of a[0..n) by merge sort, using tmp as scratch. */
 static uint64_t
@@ -155,17 +149,17 @@ s_time_build(const emlio_plan_shard_t *shards, size_t n, uint32_t world,
         p.world = world;
         p.batch_size = 256;
         p.epoch = (uint64_t)i;
-        double t0 = s_now();
+        double t0 = bench_seconds(CLOCK_MONOTONIC);
         if (emlio_plan_build(plan, shards, n, &p) < 0) {
             fprintf(stderr, "plan_quality: %s\n", emlio_plan_errmsg(plan));
             exit(1);
         }
-        *build = EMLIO_MIN(*build, s_now() - t0);
+        *build = EMLIO_MIN(*build, bench_seconds(CLOCK_MONOTONIC) - t0);
         for (size_t b = 0; b < emlio_plan_batch_count(plan); b++) {
             size_t len;
             emlio_plan_batch(plan, b, &len);
         }
-        best = EMLIO_MIN(best, s_now() - t0);
+        best = EMLIO_MIN(best, bench_seconds(CLOCK_MONOTONIC) - t0);
     }
     emlio_plan_destroy(&plan);
     return best;

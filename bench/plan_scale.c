@@ -21,15 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH 256
+#include "bench_clock.h"
 
-static double
-s_cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define BATCH 256
 
 /* A field of /proc/self/status in kB (VmRSS, VmHWM), or -1. */
 static long
@@ -118,36 +112,37 @@ s_row(uint64_t n, size_t shards, uint32_t world)
     emlio_plan_params_t p;
     for (uint64_t e = 0; e < 3; e++) {
         s_params(&p, world, 0, e);
-        double t0 = s_cpu();
+        double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         if (emlio_plan_build(plan, inv, shards, &p) < 0)
             s_fail(plan);
-        double t1 = s_cpu();
+        double t1 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         size_t len;
         volatile const emlio_plan_sample_t *s = emlio_plan_batch(plan, 0, &len);
         (void)s;
-        double t2 = s_cpu();
+        double t2 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
         build = EMLIO_MIN(build, t1 - t0);
         first = EMLIO_MIN(first, t2 - t0);
     }
     long peak = s_status_kb("VmHWM") - rss0;
     /* `emlio plan --world W --summary`: every rank built once. */
-    double t0 = s_cpu();
+    double t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
     for (uint32_t r = 0; r < world; r++) {
         s_params(&p, world, r, 0);
         if (emlio_plan_build(plan, inv, shards, &p) < 0)
             s_fail(plan);
     }
-    double summary = s_cpu() - t0;
+    double summary = bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t0;
     /* Batches per second over the first 4000 batches of the last rank. */
     size_t nb = EMLIO_MIN(emlio_plan_batch_count(plan), (size_t)4000);
     uint64_t sum = 0;
-    t0 = s_cpu();
+    t0 = bench_seconds(CLOCK_PROCESS_CPUTIME_ID);
     for (size_t b = 0; b < nb; b++) {
         size_t len;
         const emlio_plan_sample_t *s = emlio_plan_batch(plan, b, &len);
         sum += s[len - 1].record;
     }
-    double rate = (double)nb * BATCH / EMLIO_MAX(s_cpu() - t0, 1e-9);
+    double rate = (double)nb * BATCH /
+                  EMLIO_MAX(bench_seconds(CLOCK_PROCESS_CPUTIME_ID) - t0, 1e-9);
     size_t held = 0;
 #ifdef EMLIO_PLAN_VERSION
     held = emlio_plan_memory(plan);

@@ -17,13 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "bench_clock.h"
 
 int
 main(int argc, char **argv)
@@ -56,7 +50,7 @@ main(int argc, char **argv)
      * sent batch frees it). */
     for (int r = 0; r <= rounds; r++) {
         if (r == 1)
-            t = s_now();
+            t = bench_seconds(CLOCK_MONOTONIC);
         for (size_t i = 0; i < n; i++) {
             int fd = openat(dfd, names[i], O_RDONLY | O_NOATIME);
             uint8_t *buf = malloc(sizes[i] + 1);
@@ -67,12 +61,12 @@ main(int argc, char **argv)
         }
     }
     printf("openat+pread+close  %.1f us/file\n",
-           (s_now() - t) / (rounds * (double)n) * 1e6);
+           (bench_seconds(CLOCK_MONOTONIC) - t) / (rounds * (double)n) * 1e6);
     /* 2: openat + mmap + touch every page + munmap. */
     long page = sysconf(_SC_PAGESIZE);
     for (int r = 0; r <= rounds; r++) {
         if (r == 1)
-            t = s_now();
+            t = bench_seconds(CLOCK_MONOTONIC);
         for (size_t i = 0; i < n; i++) {
             int fd = openat(dfd, names[i], O_RDONLY | O_NOATIME);
             uint8_t *p = mmap(NULL, sizes[i], PROT_READ, MAP_PRIVATE, fd, 0);
@@ -83,14 +77,14 @@ main(int argc, char **argv)
         }
     }
     printf("openat+mmap+munmap  %.1f us/file\n",
-           (s_now() - t) / (rounds * (double)n) * 1e6);
+           (bench_seconds(CLOCK_MONOTONIC) - t) / (rounds * (double)n) * 1e6);
     /* 3: descriptors opened once, pread per sample. */
     int *fds = malloc(n * sizeof(*fds));
     for (size_t i = 0; i < n; i++)
         fds[i] = openat(dfd, names[i], O_RDONLY | O_NOATIME);
     for (int r = 0; r <= rounds; r++) {
         if (r == 1)
-            t = s_now();
+            t = bench_seconds(CLOCK_MONOTONIC);
         for (size_t i = 0; i < n; i++) {
             uint8_t *buf = malloc(sizes[i] + 1);
             ssize_t got = pread(fds[i], buf, sizes[i] + 1, 0);
@@ -99,7 +93,7 @@ main(int argc, char **argv)
         }
     }
     printf("cached fd + pread   %.1f us/file\n",
-           (s_now() - t) / (rounds * (double)n) * 1e6);
+           (bench_seconds(CLOCK_MONOTONIC) - t) / (rounds * (double)n) * 1e6);
     /* 4: the copy alone (memcpy of the same sizes from a warm buffer). */
     size_t max = 0;
     for (size_t i = 0; i < n; i++)
@@ -108,7 +102,7 @@ main(int argc, char **argv)
     memset(src, 1, max);
     for (int r = 0; r <= rounds; r++) {
         if (r == 1)
-            t = s_now();
+            t = bench_seconds(CLOCK_MONOTONIC);
         for (size_t i = 0; i < n; i++) {
             uint8_t *buf = malloc(sizes[i] + 1);
             memcpy(buf, src, sizes[i]);
@@ -117,7 +111,7 @@ main(int argc, char **argv)
         }
     }
     printf("malloc+memcpy only  %.1f us/file  (%zu files, checksum %llu)\n",
-           (s_now() - t) / (rounds * (double)n) * 1e6, n,
+           (bench_seconds(CLOCK_MONOTONIC) - t) / (rounds * (double)n) * 1e6, n,
            (unsigned long long)sum);
     return 0;
 }

@@ -44,16 +44,10 @@
 
 #include "emlio.h"
 
+#include "bench_clock.h"
+
 #define RECORDS 20000
 #define PAYLOAD 128
-
-static double
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void
 s_die(const char *what)
@@ -145,7 +139,7 @@ s_start(const char *emliod, const char *dir, const char *mode, long links)
     int out[2];
     if (pipe(out) != 0)
         s_die("pipe");
-    double t0 = s_now();
+    double t0 = bench_seconds(CLOCK_MONOTONIC);
     pid_t pid = fork();
     if (pid == 0) {
         dup2(out[1], 1);
@@ -160,7 +154,7 @@ s_start(const char *emliod, const char *dir, const char *mode, long links)
     bool up = false;
     while (!up && f && fgets(line, sizeof(line), f))
         up = strstr(line, "listening on") != NULL;
-    double secs = s_now() - t0;
+    double secs = bench_seconds(CLOCK_MONOTONIC) - t0;
     long long rb = s_proc(pid, "io", "read_bytes");
     long long rss = s_proc(pid, "status", "VmRSS");
     long long anon = s_proc(pid, "status", "RssAnon");

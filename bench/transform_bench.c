@@ -19,18 +19,12 @@
 
 #include "emlio.h"
 
+#include "bench_clock.h"
+
 typedef struct file {
     uint8_t *data;
     size_t len;
 } file_t;
-
-static double
-s_cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int
 s_load(const char *path, file_t *f)
@@ -112,19 +106,19 @@ main(int argc, char **argv)
             fprintf(stderr, "transform_bench: %s: %s\n", g.gl_pathv[i], err);
             return 1;
         }
-    double t0 = s_cpu();
+    double t0 = bench_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (int r = 0; r < rounds; r++)
         for (size_t i = 0; i < n; i++)
             emlio_transform_apply(t, ws, files[i].data, files[i].len, 1,
                                   (uint64_t)r + 1, i, out, err, sizeof(err));
-    double emlio_s = s_cpu() - t0;
+    double emlio_s = bench_seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
     uint8_t *buf = NULL;
     size_t cap = 0;
-    t0 = s_cpu();
+    t0 = bench_seconds(CLOCK_THREAD_CPUTIME_ID);
     for (int r = 0; r < rounds; r++)
         for (size_t i = 0; i < n; i++)
             s_full_decode(&files[i], &buf, &cap);
-    double full_s = s_cpu() - t0;
+    double full_s = bench_seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
     size_t images = n * (size_t)rounds;
     printf("emlio %zu %.4f %.1f\n", images, emlio_s, images / emlio_s);
     printf("libjpeg_full_decode %zu %.4f %.1f\n", images, full_s,

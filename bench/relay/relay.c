@@ -131,14 +131,6 @@ struct relay {
     double cpu0;
 };
 
-static uint64_t
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static double
 s_cpu_s(void)
 {
@@ -421,7 +413,7 @@ s_stats_line(relay_t *self, FILE *out, const char *what, const s_late_t *l,
 void
 relay_print_stats(relay_t *self, FILE *out)
 {
-    double secs = (double)(s_now() - self->start_ns) / 1e9;
+    double secs = (double)(tool_now_ns() - self->start_ns) / 1e9;
     s_stats_line(self, out, "total", &self->late_all, secs,
                  self->bytes[0] + self->bytes[1]);
 }
@@ -603,7 +595,7 @@ s_dir_read(relay_t *self, s_conn_t *c, int i)
             s_seg_t seg = { .carrier = d->tail,
                             .off = (uint32_t)car->used,
                             .len = (uint32_t)n,
-                            .due_ns = s_now() + self->delay_ns };
+                            .due_ns = tool_now_ns() + self->delay_ns };
             if (s_seg_push(d, seg) < 0) {
                 s_conn_close(self, c, true);
                 return;
@@ -617,7 +609,7 @@ s_dir_read(relay_t *self, s_conn_t *c, int i)
         }
         if (n == 0) {
             d->eof_in = true;
-            d->eof_due = s_now() + self->delay_ns;
+            d->eof_due = tool_now_ns() + self->delay_ns;
             d->reading = false;
             break;
         }
@@ -642,7 +634,7 @@ s_dir_read(relay_t *self, s_conn_t *c, int i)
         s_conn_close(self, c, true);
         return;
     }
-    s_dir_flush(self, c, i, s_now());
+    s_dir_flush(self, c, i, tool_now_ns());
 }
 
 /* Sends whatever of direction i is due by now, within the rate limit, and
@@ -801,7 +793,7 @@ s_conn_connected(relay_t *self, s_conn_t *c)
     }
     c->connecting = false;
     c->dir[1].reading = true;
-    uint64_t now = s_now();
+    uint64_t now = tool_now_ns();
     c->dir[0].ready_ns = now;
     c->dir[1].ready_ns = now;
     if (s_update(self, c, 1) < 0 || s_update(self, c, 0) < 0) {
@@ -853,7 +845,7 @@ s_accept(relay_t *self)
         for (int i = 0; i < 2; i++) {
             c->dir[i].tail = S_NO_CARRIER;
             c->dir[i].tokens = self->burst;
-            c->dir[i].tok_ns = s_now();
+            c->dir[i].tok_ns = tool_now_ns();
         }
         c->dir[0].reading = true;
         self->slots[slot] = c;
@@ -991,7 +983,7 @@ relay_run(relay_t *self, int stop_fd)
     }
     /* The default 50 us timer slack would show up as lateness. */
     (void)prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-    self->start_ns = s_now();
+    self->start_ns = tool_now_ns();
     self->iv_start_ns = self->start_ns;
     self->cpu0 = s_cpu_s();
     uint64_t stats_ns = self->opts.stats_interval_s > 0
@@ -999,7 +991,7 @@ relay_run(relay_t *self, int stop_fd)
                             : 0;
 
     for (;;) {
-        uint64_t now = s_now();
+        uint64_t now = tool_now_ns();
         uint64_t deadline = S_NONE;
         for (uint32_t k = 0; k < self->nlive; k++) {
             s_conn_t *c = self->live[k];
@@ -1063,7 +1055,7 @@ relay_run(relay_t *self, int stop_fd)
                 s_dir_t *d = &c->dir[1 - side];
                 if (d->blocked) {
                     d->blocked = false;
-                    d->ready_ns = s_now();
+                    d->ready_ns = tool_now_ns();
                     s_dir_flush(self, c, 1 - side, d->ready_ns);
                 }
                 if (c->dead)

@@ -12,6 +12,20 @@
 static atomic_long s_fail_countdown; /* 0: off; 1: the next one fails */
 static atomic_long s_fail_seen;      /* allocations since it was armed */
 
+char *
+emlio__memdupz(const void *p, size_t len)
+{
+    if (len == SIZE_MAX)
+        return NULL;
+    char *copy = emlio_malloc(len + 1);
+    if (!copy)
+        return NULL;
+    if (len)
+        memcpy(copy, p, len);
+    copy[len] = '\0';
+    return copy;
+}
+
 void
 emlio__alloc_fail_at(long n)
 {
@@ -77,6 +91,26 @@ emlio_reallocarray(void *ptr, size_t n, size_t size)
     if (size && n > SIZE_MAX / size)
         return NULL;
     return emlio_realloc(ptr, n * size);
+}
+
+int
+emlio__grow(void *array_p, size_t *cap, size_t n, size_t size, size_t first)
+{
+    if (n < *cap)
+        return 0;
+    size_t want = *cap ? *cap * 2 : first;
+    if (want <= n)
+        want = n + 1;
+    /* The pointer is copied in and out as bytes: it may be an int * or a
+     * struct's, which a void ** must not be used to write. */
+    void *array;
+    memcpy(&array, array_p, sizeof(array));
+    void *grown = emlio_reallocarray(array, want, size);
+    if (!grown)
+        return EMLIO_ENOMEM;
+    memcpy(array_p, &grown, sizeof(grown));
+    *cap = want;
+    return 0;
 }
 
 char *

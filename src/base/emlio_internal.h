@@ -46,6 +46,13 @@ void *emlio_calloc(size_t n, size_t size);
 void *emlio_realloc(void *ptr, size_t len);
 /* realloc(ptr, n * size), failing instead of overflowing. */
 void *emlio_reallocarray(void *ptr, size_t n, size_t size);
+/* Makes room for element n in the array *array_p of *cap elements of size
+ * bytes (git's ALLOC_GROW): when n is past the end, the capacity doubles,
+ * from first for an empty array. array_p is the address of the array's
+ * pointer, of any element type. On failure the array and *cap are as they
+ * were. Returns 0 or EMLIO_ENOMEM. */
+int emlio__grow(void *array_p, size_t *cap, size_t n, size_t size,
+                size_t first);
 
 /* Tests only: makes the nth allocation from now (1 = the next) fail once,
  * process-wide; 0 turns it off. emlio__alloc_count says how many
@@ -54,6 +61,10 @@ void *emlio_reallocarray(void *ptr, size_t n, size_t size);
 void emlio__alloc_fail_at(long n);
 long emlio__alloc_count(void);
 char *emlio_strdup(const char *s);
+/* A NUL-terminated copy of the len bytes at p, which need not be a string
+ * (git's xmemdupz): for names taken from the wire or a file. NULL on
+ * failure. */
+char *emlio__memdupz(const void *p, size_t len);
 
 /* Size of the per-handle error-message buffers. */
 #define EMLIO_ERRMSG_LEN 512

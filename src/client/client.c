@@ -48,11 +48,9 @@ s_parse_fields(emlio_client_t *self, const char *spec, char *errbuf)
         if (!v)
             return EMLIO_ENOMEM;
         self->want_fields = v;
-        char *name = emlio_malloc(n + 1);
+        char *name = emlio__memdupz(p, n);
         if (!name)
             return EMLIO_ENOMEM;
-        memcpy(name, p, n);
-        name[n] = '\0';
         v[self->n_want_fields++] = name;
         if (!p[n])
             return 0;

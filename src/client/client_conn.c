@@ -555,12 +555,10 @@ s_take_fields(emlio_client_t *self, const emlio__cdaemon_t *daemon,
         if (!self->inv.fields)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         for (size_t i = 0; i < msg->welcome.n_fields; i++) {
-            self->inv.fields[i] = emlio_malloc(msg->welcome.fields[i].len + 1);
+            self->inv.fields[i] = emlio__memdupz(msg->welcome.fields[i].s,
+                                                 msg->welcome.fields[i].len);
             if (!self->inv.fields[i])
                 return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-            memcpy(self->inv.fields[i], msg->welcome.fields[i].s,
-                   msg->welcome.fields[i].len);
-            self->inv.fields[i][msg->welcome.fields[i].len] = '\0';
         }
         return 0;
     }
@@ -734,11 +732,9 @@ s_open_daemons(emlio_client_t *self, const char *endpoints)
             return emlio__seterr(self->err, EMLIO_EINVAL,
                                  "empty endpoint in '%s'", endpoints);
         emlio__cdaemon_t *daemon = &self->conn.daemons[self->conn.n_daemons++];
-        daemon->endpoint = emlio_malloc(len + 1);
+        daemon->endpoint = emlio__memdupz(p, len);
         if (!daemon->endpoint)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        memcpy(daemon->endpoint, p, len);
-        daemon->endpoint[len] = 0;
         daemon->source = self->src_of_daemon ? self->src_of_daemon[i] : 0;
         char why[512];
         if (emlio__netpath_resolve(daemon->endpoint, why, sizeof(why)) < 0)

@@ -222,11 +222,9 @@ s_set_classes(emlio_client_t *self, const s_name_t *names, size_t n)
         return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
     self->inv.n_classes = n;
     for (size_t i = 0; i < n; i++) {
-        self->inv.classes[i] = emlio_malloc(names[i].len + 1);
+        self->inv.classes[i] = emlio__memdupz(names[i].s, names[i].len);
         if (!self->inv.classes[i])
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        memcpy(self->inv.classes[i], names[i].s, names[i].len);
-        self->inv.classes[i][names[i].len] = '\0';
     }
     return 0;
 }

@@ -328,15 +328,10 @@ emlio__window_compact(emlio_client_t *self, emlio_batch_t *b)
             b->samples[k++] = b->samples[i];
             continue;
         }
-        if (self->win.n_skipped == self->win.cap_skipped) {
-            size_t cap = self->win.cap_skipped ? self->win.cap_skipped * 2 : 16;
-            emlio_sample_t *v =
-                emlio_reallocarray(self->win.skipped, cap, sizeof(*v));
-            if (!v)
-                return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-            self->win.skipped = v;
-            self->win.cap_skipped = cap;
-        }
+        if (emlio__grow(&self->win.skipped, &self->win.cap_skipped,
+                        self->win.n_skipped, sizeof(*self->win.skipped),
+                        16) < 0)
+            return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         emlio_sample_t *s = &self->win.skipped[self->win.n_skipped++];
         *s = b->samples[i];
         s->data = NULL;

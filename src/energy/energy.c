@@ -59,15 +59,8 @@ struct emlio_energy {
 emlio__energy_counter_t *
 emlio__energy_set_add(emlio__energy_set_t *set)
 {
-    if (set->n == set->cap) {
-        size_t cap = set->cap ? set->cap * 2 : 8;
-        emlio__energy_counter_t *v =
-            emlio_reallocarray(set->v, cap, sizeof(*v));
-        if (!v)
-            return NULL;
-        set->v = v;
-        set->cap = cap;
-    }
+    if (emlio__grow(&set->v, &set->cap, set->n, sizeof(*set->v), 8) < 0)
+        return NULL;
     emlio__energy_counter_t *c = &set->v[set->n++];
     memset(c, 0, sizeof(*c));
     c->fd = -1;

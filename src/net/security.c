@@ -125,15 +125,10 @@ s_load_keys(emlio__zap_t *self, const char *dir, char *errbuf)
         if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
             emlio_curve_read_key(path, key) != 0)
             continue; /* not a key file: READMEs and the like */
-        if (self->n_keys == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint8_t(*keys)[32] =
-                emlio_reallocarray(self->keys, cap, sizeof(*keys));
-            if (!keys) {
-                rc = EMLIO_ENOMEM;
-                break;
-            }
-            self->keys = keys;
+        if (emlio__grow(&self->keys, &cap, self->n_keys, sizeof(*self->keys),
+                        16) < 0) {
+            rc = EMLIO_ENOMEM;
+            break;
         }
         zmq_z85_decode(self->keys[self->n_keys++], key);
     }

@@ -24,15 +24,8 @@ emlio__fairq_push(emlio__fairq_t *q, emlio__fairq_flow_t *flow,
                   emlio__fairq_item_t *item)
 {
     if (!flow->in_ring) {
-        if (q->n_ring == q->cap) {
-            size_t cap = q->cap ? 2 * q->cap : 8;
-            emlio__fairq_flow_t **ring =
-                emlio_reallocarray(q->ring, cap, sizeof(*ring));
-            if (!ring)
-                return EMLIO_ENOMEM;
-            q->ring = ring;
-            q->cap = cap;
-        }
+        if (emlio__grow(&q->ring, &q->cap, q->n_ring, sizeof(*q->ring), 8) < 0)
+            return EMLIO_ENOMEM;
         /* A newcomer waits for its turn behind the flows already there:
          * placed just before the cursor, it comes last in this round. */
         size_t at = q->cursor;

@@ -363,11 +363,9 @@ s_parse_fields(emlio_server_t *self)
         if (!fields)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
         self->own.fields = fields;
-        char *name = emlio_malloc(len + 1);
+        char *name = emlio__memdupz(p, len);
         if (!name)
             return emlio__seterr(self->err, EMLIO_ENOMEM, "out of memory");
-        memcpy(name, p, len);
-        name[len] = '\0';
         for (size_t i = 0; i < self->own.n_fields; i++)
             if (strcmp(self->own.fields[i], name) == 0) {
                 emlio__seterr(self->err, EMLIO_EINVAL,

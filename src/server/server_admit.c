@@ -230,15 +230,9 @@ emlio__srv_conn_add(emlio_server_t *self, int fd, uint64_t now)
 {
     emlio__conn_t *conn = emlio__srv_conn_find(self, fd);
     if (!conn) {
-        if (self->adm.n_conns == self->adm.cap_conns) {
-            size_t cap = self->adm.cap_conns ? self->adm.cap_conns * 2 : 64;
-            emlio__conn_t *conns =
-                emlio_reallocarray(self->adm.conns, cap, sizeof(*conns));
-            if (!conns)
-                return NULL;
-            self->adm.conns = conns;
-            self->adm.cap_conns = cap;
-        }
+        if (emlio__grow(&self->adm.conns, &self->adm.cap_conns,
+                        self->adm.n_conns, sizeof(*self->adm.conns), 64) < 0)
+            return NULL;
         conn = &self->adm.conns[self->adm.n_conns];
         conn->fd = fd;
         if (emlio__keyindex_put(&self->adm.conn_index, &fd, sizeof(fd),
@@ -559,15 +553,9 @@ emlio__srv_peer_add(emlio_server_t *self, const uint8_t *id, size_t len,
         if (self->adm.n_clients >= self->cfg.max_clients)
             return NULL;
     }
-    if (self->adm.n_peers == self->adm.cap_peers) {
-        size_t cap = self->adm.cap_peers ? self->adm.cap_peers * 2 : 16;
-        emlio__peer_t *peers =
-            emlio_reallocarray(self->adm.peers, cap, sizeof(*peers));
-        if (!peers)
-            return NULL;
-        self->adm.peers = peers;
-        self->adm.cap_peers = cap;
-    }
+    if (emlio__grow(&self->adm.peers, &self->adm.cap_peers, self->adm.n_peers,
+                    sizeof(*self->adm.peers), 16) < 0)
+        return NULL;
     emlio__peer_t *peer = &self->adm.peers[self->adm.n_peers];
     memcpy(peer->id, id, len);
     peer->id_len = (uint8_t)len;

@@ -67,10 +67,7 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
     /* A GET with a transform also makes one tensor block of every sample
      * (server_xf.c): fresh memory like a copy, held until its frame
      * is sent. */
-    uint64_t total = job->xf.spec
-                         ? (uint64_t)get->n_items *
-                               emlio_transform_output_bytes(job->xf.spec)
-                         : 0;
+    uint64_t total = emlio__srv_xf_bytes(job);
     uint64_t pack = 0;
     uint32_t last = UINT32_MAX; /* the shard whose mean is in `mean` */
     uint64_t mean = 0;
@@ -81,8 +78,7 @@ s_estimate(const emlio_server_t *self, emlio__job_t *job)
             continue;
         const emlio__shard_t *shard = &set->shards[item->shard];
         if (job->pack.on && item->shard != last) {
-            size_t count = emlio__shard_count(shard);
-            mean = count ? emlio__shard_size(shard) / count : 0;
+            mean = emlio__shard_mean_record(shard);
             last = item->shard;
         }
         /* What the packed frame may take of this sample: twice its

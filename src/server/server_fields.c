@@ -104,11 +104,9 @@ s_new(const emlio__msg_hello_t *hello)
     fs->names = emlio_calloc(hello->n_fields, sizeof(*fs->names));
     for (size_t i = 0; fs->names && i < hello->n_fields; i++) {
         const emlio__wire_str_t *f = &hello->fields[i];
-        fs->names[i] = emlio_malloc(f->len + 1);
+        fs->names[i] = emlio__memdupz(f->s, f->len);
         if (!fs->names[i])
             break;
-        memcpy(fs->names[i], f->s, f->len);
-        fs->names[i][f->len] = '\0';
         fs->n++;
         total += f->len + 1;
     }

@@ -139,15 +139,9 @@ static emlio__gate_verdict_t
 s_park(emlio_server_t *self, emlio__job_t *job, emlio__peer_t *peer,
        emlio__refusal_t *why)
 {
-    if (self->adm.n_parked == self->adm.cap_parked) {
-        size_t cap = self->adm.cap_parked ? 2 * self->adm.cap_parked : 16;
-        emlio__job_t **parked =
-            emlio_reallocarray(self->adm.parked, cap, sizeof(*parked));
-        if (!parked)
-            return s_refuse(why, EMLIO_ENOMEM, "out of memory");
-        self->adm.parked = parked;
-        self->adm.cap_parked = cap;
-    }
+    if (emlio__grow(&self->adm.parked, &self->adm.cap_parked,
+                    self->adm.n_parked, sizeof(*self->adm.parked), 16) < 0)
+        return s_refuse(why, EMLIO_ENOMEM, "out of memory");
     if (peer->copy)
         atomic_fetch_add(&peer->copy->refs, 1);
     job->copy.waits_on = peer->copy;

@@ -534,5 +534,8 @@ bool emlio__srv_xf_start(emlio_server_t *self, emlio__job_t *job);
 bool emlio__srv_xf_serialize(emlio_server_t *self, void *done,
                              emlio__job_t *job);
 void emlio__srv_xf_job_free(emlio__job_t *job);
+/* The tensor blocks the job's transform makes of its GET's samples (0
+ * without one), which the copy budget and the fair queue both count. */
+uint64_t emlio__srv_xf_bytes(const emlio__job_t *job);
 
 #endif /* EMLIO_SERVER_INTERNAL_H */

@@ -289,10 +289,7 @@ s_cost(const emlio_server_t *self, const emlio__job_t *job)
 {
     const emlio__msg_get_t *get = &job->msg.get;
     const emlio__shardset_t *set = &self->core->set;
-    uint64_t total = job->xf.spec
-                         ? (uint64_t)get->n_items *
-                               emlio_transform_output_bytes(job->xf.spec)
-                         : 0;
+    uint64_t total = emlio__srv_xf_bytes(job);
     uint32_t last = UINT32_MAX;
     uint64_t mean = 0;
     for (size_t i = 0; i < get->n_items; i++) {
@@ -300,8 +297,7 @@ s_cost(const emlio_server_t *self, const emlio__job_t *job)
         if (s >= set->n)
             continue;
         if (s != last) {
-            size_t count = emlio__shard_count(&set->shards[s]);
-            mean = count ? emlio__shard_size(&set->shards[s]) / count : 0;
+            mean = emlio__shard_mean_record(&set->shards[s]);
             last = s;
         }
         total += mean;

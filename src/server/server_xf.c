@@ -186,6 +186,15 @@ emlio__srv_xf_serialize(emlio_server_t *self, void *done, emlio__job_t *job)
     return true;
 }
 
+uint64_t
+emlio__srv_xf_bytes(const emlio__job_t *job)
+{
+    if (!job->xf.spec)
+        return 0;
+    return (uint64_t)job->msg.get.n_items *
+           emlio_transform_output_bytes(job->xf.spec);
+}
+
 void
 emlio__srv_xf_job_free(emlio__job_t *job)
 {

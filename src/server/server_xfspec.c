@@ -106,11 +106,9 @@ emlio__xfspec_lookup(emlio__xfspecs_t *xf, const char *spec, size_t len,
                      "transform spec holds a NUL byte");
             return EMLIO_EINVAL;
         }
-        char *text = emlio_malloc(len + 1);
+        char *text = emlio__memdupz(spec, len);
         if (!text)
             return EMLIO_ENOMEM;
-        memcpy(text, spec, len);
-        text[len] = '\0';
         emlio_transform_t *t = NULL;
         char err[EMLIO_ERRMSG_LEN];
         int rc = emlio_transform_parse(text, &t, err, sizeof(err));

@@ -79,21 +79,14 @@ s_split(const char *dir, char *text, char ***names, emlio__shardset_log_fn *log,
             emlio__classes_free(v, n);
             return 0;
         }
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            char **w = emlio_reallocarray(v, cap, sizeof(*w));
-            if (!w) {
-                emlio__classes_free(v, n);
-                return EMLIO_ENOMEM;
-            }
-            v = w;
-        }
-        if (!(v[n] = emlio_malloc(len + 1))) {
+        if (emlio__grow(&v, &cap, n, sizeof(*v), 64) < 0) {
             emlio__classes_free(v, n);
             return EMLIO_ENOMEM;
         }
-        memcpy(v[n], p, len);
-        v[n++][len] = '\0';
+        if (!(v[n++] = emlio__memdupz(p, len))) {
+            emlio__classes_free(v, n - 1);
+            return EMLIO_ENOMEM;
+        }
         p = nl ? nl + 1 : p + len;
     }
     *names = v;

@@ -62,14 +62,9 @@ emlio__view_int64(emlio__view_t *view, int64_t v)
 int
 emlio__names_push(emlio__names_t *names, const char *name)
 {
-    if (names->n == names->cap) {
-        size_t cap = names->cap ? names->cap * 2 : 64;
-        char **v = emlio_reallocarray(names->v, cap, sizeof(*v));
-        if (!v)
-            return EMLIO_ENOMEM;
-        names->v = v;
-        names->cap = cap;
-    }
+    if (emlio__grow(&names->v, &names->cap, names->n, sizeof(*names->v), 64) <
+        0)
+        return EMLIO_ENOMEM;
     names->v[names->n] = emlio_strdup(name);
     if (!names->v[names->n])
         return EMLIO_ENOMEM;

@@ -140,14 +140,8 @@ s_founds_release(s_founds_t *f)
 static int
 s_founds_push(s_founds_t *f, const char *rel, const struct stat *st)
 {
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 64;
-        s_found_t *v = emlio_reallocarray(f->v, cap, sizeof(*v));
-        if (!v)
-            return EMLIO_ENOMEM;
-        f->v = v;
-        f->cap = cap;
-    }
+    if (emlio__grow(&f->v, &f->cap, f->n, sizeof(*f->v), 64) < 0)
+        return EMLIO_ENOMEM;
     char *copy = emlio_strdup(rel);
     if (!copy)
         return EMLIO_ENOMEM;

@@ -321,15 +321,10 @@ s_open(emlio__shard_cache_t *self, emlio__shard_t *shard, bool first,
         ;
     bool copy = self->lease && !first && self->n_open >= self->budget;
     /* With every open shard in use the list grows past the budget. */
-    if (self->n_open == self->cap) {
-        size_t cap = self->cap ? self->cap * 2 : 16;
-        uint32_t *slots = emlio_reallocarray(self->slots, cap, sizeof(*slots));
-        if (!slots)
-            return emlio__seterr(errbuf, EMLIO_ENOMEM,
-                                 "out of memory opening '%s'", shard->name);
-        self->slots = slots;
-        self->cap = cap;
-    }
+    if (emlio__grow(&self->slots, &self->cap, self->n_open,
+                    sizeof(*self->slots), 16) < 0)
+        return emlio__seterr(errbuf, EMLIO_ENOMEM, "out of memory opening '%s'",
+                             shard->name);
     struct stat st;
     const char *path = emlio__shard_file(shard)->path;
     int fd = s_open_leased(self, shard, self->lease && !copy, &st);

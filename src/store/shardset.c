@@ -842,6 +842,13 @@ emlio__shard_size(const emlio__shard_t *shard)
 }
 
 uint64_t
+emlio__shard_mean_record(const emlio__shard_t *shard)
+{
+    size_t count = emlio__shard_count(shard);
+    return count ? emlio__shard_size(shard) / count : 0;
+}
+
+uint64_t
 emlio__shard_offset(const emlio__shard_t *shard, size_t i)
 {
     return shard->ops->offset(shard->impl, i);

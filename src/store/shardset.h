@@ -103,6 +103,9 @@ emlio__shard_file(const emlio__shard_t *shard)
 size_t emlio__shard_count(const emlio__shard_t *shard);
 /* Bytes of the shard (file size; sum of files for a class directory). */
 uint64_t emlio__shard_size(const emlio__shard_t *shard);
+/* The shard's bytes over its records (0 for none): what the server
+ * charges for a record it does not look up. */
+uint64_t emlio__shard_mean_record(const emlio__shard_t *shard);
 /* Byte offset of record i in the shard's file, for messages (0 for an
  * ImageFolder class, whose records are files). */
 uint64_t emlio__shard_offset(const emlio__shard_t *shard, size_t i);

@@ -261,15 +261,10 @@ s_add_member(s_builder_t *b, const char *path, size_t len, uint64_t offset,
                                      idx->fields[id], (int)key_len, path, name,
                                      header_off);
     } else {
-        if (idx->n_samples + 2 > b->cap_samples) {
-            size_t cap = b->cap_samples ? b->cap_samples * 2 : 64;
-            uint32_t *first =
-                emlio_reallocarray(idx->first, cap, sizeof(*first));
-            if (!first)
-                return EMLIO_ENOMEM;
-            idx->first = first;
-            b->cap_samples = cap;
-        }
+        /* Room for this sample and the end marker after it. */
+        if (emlio__grow(&idx->first, &b->cap_samples, idx->n_samples + 1,
+                        sizeof(*idx->first), 64) < 0)
+            return EMLIO_ENOMEM;
         if (idx->n_members > UINT32_MAX - 1 || idx->n_samples >= INT_MAX)
             return emlio__seterr(errbuf, EMLIO_EFORMAT,
                                  "too many members in '%s'", name);
@@ -300,11 +295,9 @@ s_add_member(s_builder_t *b, const char *path, size_t len, uint64_t offset,
         b->cap_members = cap;
     }
     if (keep_name) {
-        char *copy = emlio_malloc(len + 1);
+        char *copy = emlio__memdupz(path, len);
         if (!copy)
             return EMLIO_ENOMEM;
-        memcpy(copy, path, len);
-        copy[len] = '\0';
         idx->names[idx->n_members] = copy;
     }
     idx->members[idx->n_members++] = (emlio__tar_member_t){ offset, size, id };

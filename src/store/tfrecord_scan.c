@@ -46,15 +46,8 @@ typedef struct {
 static int
 s_locvec_push(s_locvec_t *v, uint64_t offset, uint64_t len)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        emlio_tfrecord_loc_t *locs =
-            emlio_reallocarray(v->locs, cap, sizeof(*locs));
-        if (!locs)
-            return EMLIO_ENOMEM;
-        v->locs = locs;
-        v->cap = cap;
-    }
+    if (emlio__grow(&v->locs, &v->cap, v->n, sizeof(*v->locs), 64) < 0)
+        return EMLIO_ENOMEM;
     v->locs[v->n].offset = offset;
     v->locs[v->n].len = len;
     v->n++;

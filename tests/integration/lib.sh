@@ -71,6 +71,25 @@ make_dataset() {
         "$EMLIO" pack "$1/img" "$1/shards" --shard-bytes "$5" --quiet >/dev/null
 }
 
+# gradient_ppm FILE W H: a W x H RGB gradient as a binary PPM (NumPy): an
+# image that cjpeg turns into a small JPEG of many pixels.
+gradient_ppm() {
+    /usr/bin/python3 - "$@" <<'EOF'
+import sys
+import numpy as np
+path, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+x = np.linspace(0, 255, w, dtype=np.float32)[None, :]
+y = np.linspace(0, 255, h, dtype=np.float32)[:, None]
+img = np.empty((h, w, 3), np.uint8)
+img[..., 0] = x
+img[..., 1] = y
+img[..., 2] = (x + y) / 2
+with open(path, "wb") as f:
+    f.write(b"P6\n%d %d\n255\n" % (w, h))
+    f.write(img.tobytes())
+EOF
+}
+
 # start_daemon NAME DATA_DIR [ARGS...]: starts emliod on a free loopback
 # port (BIND, if set, instead of tcp://127.0.0.1:*) and waits (bounded) for
 # its "listening on" line. Sets EP and DPID.
@@ -82,15 +101,36 @@ start_daemon() {
         >"$T/$name.out" 2>"$T/$name.err" &
     DPID=$!
     PIDS+=("$DPID")
-    EP=""
-    for _ in $(seq 1 200); do
-        EP=$(sed -n 's/^emliod: listening on //p' "$T/$name.out")
-        [ -n "$EP" ] && return 0
-        kill -0 "$DPID" 2>/dev/null || break
-        sleep 0.05
-    done
+    EP=$(listen_addr "$T/$name.out" emliod "$DPID") && return 0
     echo "daemon $name did not start:"
     cat "$T/$name.err"
+    return 1
+}
+
+# listen_addr FILE WHO [PID]: waits (10 s at most) for the line "WHO:
+# listening on ADDR" in FILE and prints ADDR; fails at once when PID, if
+# given, has exited, since no line will come.
+listen_addr() {
+    local addr
+    for _ in $(seq 1 200); do
+        addr=$(sed -n "s/^$2: listening on //p" "$1")
+        [ -n "$addr" ] && echo "$addr" && return 0
+        [ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+# wait_for FILE PATTERN SECONDS [PID]: polls until FILE has a line
+# matching PATTERN (grep -E), or the deadline passes; fails at once when
+# PID, if given, has exited, since no line will come.
+wait_for() {
+    local deadline=$((SECONDS + $3))
+    while [ $SECONDS -le $deadline ]; do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        [ -z "${4:-}" ] || kill -0 "$4" 2>/dev/null || return 1
+        sleep 0.02
+    done
     return 1
 }
 

@@ -155,23 +155,10 @@ check "inspect text lists the keys" grep -q "image/encoded" <<<"$OUT"
 # An independent reader (Python, no TensorFlow): framing, CRC32C, Example
 # fields, labels in torchvision order and bytes equal to the source files.
 s_python_read() {
-    /usr/bin/python3 - "$T/src" "$T/dst" <<'EOF'
+    PYTHONPATH=scripts /usr/bin/python3 - "$T/src" "$T/dst" <<'EOF'
 import os, struct, sys
+from tfrecord_raw import masked_crc32c as masked
 src, dst = sys.argv[1], sys.argv[2]
-table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = table[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-def masked(b):
-    c = crc32c(b)
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 def varint(b, i):
     v = s = 0
     while True:

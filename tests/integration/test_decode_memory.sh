@@ -26,21 +26,8 @@ fi
 
 # An ImageFolder of one class: 4 large progressive images and 8 small ones.
 mkdir -p "$T/img/a"
-/usr/bin/python3 - "$T" <<'EOF'
-import sys
-import numpy as np
-t = sys.argv[1]
-for name, (w, h) in (("big", (6000, 5000)), ("small", (320, 240))):
-    x = np.linspace(0, 255, w, dtype=np.float32)[None, :]
-    y = np.linspace(0, 255, h, dtype=np.float32)[:, None]
-    img = np.empty((h, w, 3), np.uint8)
-    img[..., 0] = x
-    img[..., 1] = y
-    img[..., 2] = (x + y) / 2
-    with open("%s/%s.ppm" % (t, name), "wb") as f:
-        f.write(b"P6\n%d %d\n255\n" % (w, h))
-        f.write(img.tobytes())
-EOF
+gradient_ppm "$T/big.ppm" 6000 5000
+gradient_ppm "$T/small.ppm" 320 240
 for i in 0 1 2 3; do
     cjpeg -quality 85 -sample 1x1 -progressive "$T/big.ppm" >"$T/img/a/big$i.jpg" || break
 done

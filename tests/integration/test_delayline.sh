@@ -42,11 +42,7 @@ start_dl() {
     "$DL" --netns "$NS" --near-dev "$NEAR_DEV" --far-dev "$FAR_DEV" \
         --near-addr "$NEAR" --far-addr "$FAR" "$@" >"$T/dl.out" 2>"$T/dl.err" &
     DLPID=$!
-    for _ in $(seq 1 100); do
-        grep -q "^delayline: ready" "$T/dl.out" && return 0
-        kill -0 "$DLPID" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_for "$T/dl.out" "^delayline: ready" 5 "$DLPID" && return 0
     cat "$T/dl.err"
     return 1
 }

@@ -96,12 +96,7 @@ check "replica: each sample once" cmp -s "$T/rep.e0" "$T/all"
 "$EMLIO_RELAY" --listen 127.0.0.1:0 --connect "${EP3#tcp://}" --delay-ms 15 \
     >"$T/relay.out" 2>"$T/relay.err" &
 PIDS+=($!)
-RELAY=""
-for _ in $(seq 1 100); do
-    RELAY=$(sed -n 's/^emlio-relay: listening on //p' "$T/relay.out")
-    [ -n "$RELAY" ] && break
-    sleep 0.05
-done
+RELAY=$(listen_addr "$T/relay.out" emlio-relay)
 check "relay starts" test -n "$RELAY"
 d3total=$(cat "$T"/d3/*.idx | wc -l)
 "$EMLIO" fetch --connect "tcp://$RELAY" --batch 4 --inflight 1 --streams 1 \

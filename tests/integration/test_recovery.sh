@@ -26,13 +26,7 @@ start_relay() {
     "$EMLIO_RELAY" --listen 127.0.0.1:0 --connect "127.0.0.1:$1" \
         --delay-ms 5 >"$T/relay.out" 2>"$T/relay.err" &
     PIDS+=($!)
-    RELAY=""
-    for _ in $(seq 1 100); do
-        RELAY=$(sed -n 's/^emlio-relay: listening on //p' "$T/relay.out")
-        [ -n "$RELAY" ] && return 0
-        sleep 0.05
-    done
-    return 1
+    RELAY=$(listen_addr "$T/relay.out" emlio-relay)
 }
 # start_daemon NAME [emliod options]: emliod on $port, its output in
 # $T/NAME.out and .err. Sets DPID.

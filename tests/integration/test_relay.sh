@@ -7,21 +7,8 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.sh
 PY=/usr/bin/python3
-tmp=$T
-bad() { fail "$@"; }
 
-# wait_for FILE PATTERN SECONDS: polls until FILE has a line matching
-# PATTERN, or the deadline passes.
-wait_for() {
-    local deadline=$((SECONDS + $3))
-    while [ $SECONDS -le $deadline ]; do
-        grep -qE "$2" "$1" 2>/dev/null && return 0
-        sleep 0.02
-    done
-    return 1
-}
-
-cat >"$tmp/helper.py" <<'EOF'
+cat >"$T/helper.py" <<'EOF'
 import hashlib, random, socket, socketserver, statistics, sys, threading, time
 
 def echo_server():
@@ -124,27 +111,27 @@ if [ ! -x "$EMLIO" ]; then
 fi
 
 # Echo server on a port the kernel picks.
-$PY "$tmp/helper.py" server >"$tmp/server.out" 2>&1 &
+$PY "$T/helper.py" server >"$T/server.out" 2>&1 &
 PIDS+=($!)
-if ! wait_for "$tmp/server.out" '^port [0-9]+' 10; then
-    bad "echo server did not start"
+if ! wait_for "$T/server.out" '^port [0-9]+' 10; then
+    fail "echo server did not start"
     echo "$PASSED passed, $FAILED failed"
     exit 1
 fi
-sport=$(sed -nE 's/^port ([0-9]+)/\1/p' "$tmp/server.out")
+sport=$(sed -nE 's/^port ([0-9]+)/\1/p' "$T/server.out")
 
 # start_relay NAME ARGS...: starts a relay, sets rport and rpid.
 start_relay() {
     local name=$1
     shift
     "$EMLIO_RELAY" --listen 127.0.0.1:0 --connect "127.0.0.1:$sport" "$@" \
-        >"$tmp/$name.out" 2>"$tmp/$name.err" &
+        >"$T/$name.out" 2>"$T/$name.err" &
     rpid=$!
     PIDS+=($rpid)
     rport=
-    if wait_for "$tmp/$name.out" '^emlio-relay: listening on ' 10; then
+    if wait_for "$T/$name.out" '^emlio-relay: listening on ' 10; then
         rport=$(sed -nE 's/^emlio-relay: listening on .*:([0-9]+)$/\1/p' \
-            "$tmp/$name.out")
+            "$T/$name.out")
     fi
     [ -n "$rport" ]
 }
@@ -168,78 +155,78 @@ stop_relay() {
 # (1) 50 MB echoed through a relay with a small delay: intact both ways,
 # and the half-close travels both ways (the client reads to EOF).
 if start_relay integrity --delay-ms 2; then
-    out=$(timeout 60 $PY "$tmp/helper.py" checksum "$rport" 50000000 2>&1)
+    out=$(timeout 60 $PY "$T/helper.py" checksum "$rport" 50000000 2>&1)
     if echo "$out" | grep -q 'bytes 50000000 .* MATCH'; then
         ok "50 MB intact both ways with EOF propagation ($out)"
     else
-        bad "integrity: $out"
+        fail "integrity: $out"
     fi
     stop_relay
     rc=$?
-    if [ $rc -eq 0 ] && grep -q 'late p50' "$tmp/integrity.err"; then
-        ok "SIGTERM exits 0 and prints stats: $(tail -n 1 "$tmp/integrity.err")"
+    if [ $rc -eq 0 ] && grep -q 'late p50' "$T/integrity.err"; then
+        ok "SIGTERM exits 0 and prints stats: $(tail -n 1 "$T/integrity.err")"
     else
-        bad "SIGTERM exit status $rc; stderr: $(cat "$tmp/integrity.err")"
+        fail "SIGTERM exit status $rc; stderr: $(cat "$T/integrity.err")"
     fi
 else
-    bad "relay did not report its port: $(cat "$tmp/integrity.err")"
+    fail "relay did not report its port: $(cat "$T/integrity.err")"
 fi
 
 # (2) --delay-ms 20: ping-pong round trip at least 40 ms (no upper bound:
 # how much longer depends on the machine's load, issue 20).
 if start_relay delay --delay-ms 20; then
-    out=$(timeout 30 $PY "$tmp/helper.py" pingpong "$rport" 2>&1)
+    out=$(timeout 30 $PY "$T/helper.py" pingpong "$rport" 2>&1)
     med=$(echo "$out" | sed -nE 's/^median_ms ([0-9.]+).*/\1/p')
     if [ -n "$med" ] && awk -v m="$med" 'BEGIN { exit !(m >= 40) }'; then
         ok "delay 20 ms: round trip $out"
     else
-        bad "delay 20 ms: round trip $out"
+        fail "delay 20 ms: round trip $out"
     fi
     stop_relay
 else
-    bad "relay (delay) did not start: $(cat "$tmp/delay.err")"
+    fail "relay (delay) did not start: $(cat "$T/delay.err")"
 fi
 
 # (3) --rate-mbit 100: 25 MB each way takes at least ~1.8 s (2.0 nominal).
 if start_relay rate --delay-ms 0 --rate-mbit 100; then
-    out=$(timeout 60 $PY "$tmp/helper.py" checksum "$rport" 25000000 2>&1)
+    out=$(timeout 60 $PY "$T/helper.py" checksum "$rport" 25000000 2>&1)
     secs=$(echo "$out" | sed -nE 's/.* secs ([0-9.]+) .*/\1/p')
     if echo "$out" | grep -q MATCH && [ -n "$secs" ] &&
         awk -v s="$secs" 'BEGIN { exit !(s >= 1.8) }'; then
         ok "rate 100 Mbit/s: 25 MB in $secs s"
     else
-        bad "rate 100 Mbit/s: $out"
+        fail "rate 100 Mbit/s: $out"
     fi
     stop_relay
 else
-    bad "relay (rate) did not start: $(cat "$tmp/rate.err")"
+    fail "relay (rate) did not start: $(cat "$T/rate.err")"
 fi
 
 # (4) 64 concurrent connections, 1 MB each, all intact.
 if start_relay multi --delay-ms 5; then
-    out=$(timeout 120 $PY "$tmp/helper.py" multi "$rport" 64 1000000 2>&1)
+    out=$(timeout 120 $PY "$T/helper.py" multi "$rport" 64 1000000 2>&1)
     if echo "$out" | grep -q '^multi ok 64 of 64'; then
         ok "64 concurrent connections intact"
     else
-        bad "64 connections: $out"
+        fail "64 connections: $out"
     fi
     stop_relay
 else
-    bad "relay (multi) did not start: $(cat "$tmp/multi.err")"
+    fail "relay (multi) did not start: $(cat "$T/multi.err")"
 fi
 
 # (4b) the splice mode passes the same integrity and concurrency checks.
 if start_relay splice --delay-ms 1 --mode splice; then
-    out=$(timeout 60 $PY "$tmp/helper.py" checksum "$rport" 20000000 2>&1)
-    out2=$(timeout 120 $PY "$tmp/helper.py" multi "$rport" 64 300000 2>&1)
+    out=$(timeout 60 $PY "$T/helper.py" checksum "$rport" 20000000 2>&1)
+    out2=$(timeout 120 $PY "$T/helper.py" multi "$rport" 64 300000 2>&1)
     if echo "$out" | grep -q MATCH && echo "$out2" | grep -q '^multi ok 64 of 64'; then
         ok "splice mode: 20 MB and 64 connections intact"
     else
-        bad "splice mode: $out / $out2"
+        fail "splice mode: $out / $out2"
     fi
     stop_relay
 else
-    bad "relay (splice) did not start: $(cat "$tmp/splice.err")"
+    fail "relay (splice) did not start: $(cat "$T/splice.err")"
 fi
 
 # (5) bad arguments: non-zero exit and a message naming the problem.
@@ -253,7 +240,7 @@ expect_fail() {
     if [ $rc -eq "$code" ] && echo "$err" | grep -qE "$pattern"; then
         ok "relay $* -> exit $rc: $(echo "$err" | head -n 1)"
     else
-        bad "relay $* -> exit $rc (want $code, /$pattern/): $err"
+        fail "relay $* -> exit $rc (want $code, /$pattern/): $err"
     fi
 }
 expect_fail 2 "cannot listen on '127.0.0.1:99999': invalid port" \
@@ -269,7 +256,7 @@ expect_fail 1 "cannot listen on '127.0.0.1:$sport': Address already in use" \
 if "$EMLIO_RELAY" --help | grep -q 'netem'; then
     ok "--help prints usage"
 else
-    bad "--help"
+    fail "--help"
 fi
 
 finish

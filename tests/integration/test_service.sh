@@ -57,12 +57,7 @@ printf '# a comment line\n\nmax-credit = 64\n' >>"$T/a.conf"
 "$EMLIOD" --config "$T/a.conf" >"$T/cfg.out" 2>"$T/cfg.err" &
 DPID=$!
 PIDS+=("$DPID")
-EP=""
-for _ in $(seq 1 200); do
-    EP=$(sed -n 's/^emliod: listening on //p' "$T/cfg.out")
-    [ -n "$EP" ] && break
-    sleep 0.05
-done
+EP=$(listen_addr "$T/cfg.out" emliod "$DPID")
 check "emliod --config FILE serves (endpoint $EP)" test -n "$EP"
 "$EMLIO" fetch --connect "$EP" --batch 8 --verify --quiet >"$T/f.out" 2>&1
 check "fetch from the configured daemon: exactly once" \

@@ -174,20 +174,10 @@ wait "$DPID" 2>/dev/null
 # jpegtran's usual 10-scan progression decodes.
 if command -v cjpeg >/dev/null && command -v jpegtran >/dev/null; then
     mkdir -p "$T/bomb/a" "$T/prog/a"
+    gradient_ppm "$T/big.ppm" 6000 5000
     /usr/bin/python3 - "$T" <<'EOF2'
 import sys
-import numpy as np
 t = sys.argv[1]
-w, h = 6000, 5000
-x = np.linspace(0, 255, w, dtype=np.float32)[None, :]
-y = np.linspace(0, 255, h, dtype=np.float32)[:, None]
-img = np.empty((h, w, 3), np.uint8)
-img[..., 0] = x
-img[..., 1] = y
-img[..., 2] = (x + y) / 2
-with open(t + "/big.ppm", "wb") as f:
-    f.write(b"P6\n%d %d\n255\n" % (w, h))
-    f.write(img.tobytes())
 lines = ["0,1,2: 0 0 0 0;"] + ["%d: %d %d 0 0;" % (c, k, k)
                               for c in range(3) for k in range(1, 34)]
 open(t + "/scans.txt", "w").write("\n".join(lines) + "\n")

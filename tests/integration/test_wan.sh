@@ -37,11 +37,7 @@ start_path() {
         --far-addr "$FAR" --near-dev "wn$$" --far-dev "wf$$" \
         >"$T/dl.out" 2>"$T/dl.err" &
     DL=$!
-    for _ in $(seq 1 100); do
-        grep -q ready "$T/dl.out" && return 0
-        kill -0 "$DL" 2>/dev/null || break
-        sleep 0.05
-    done
+    wait_for "$T/dl.out" ready 5 "$DL" && return 0
     cat "$T/dl.err"
     return 1
 }
@@ -63,11 +59,7 @@ check "delay line starts (50 ms RTT)" start_path 25
 "$EMLIOD" --data "$T/shards" --bind "tcp://$NEAR:*" --sndbuf kernel \
     --log-level warn >"$T/d.out" 2>"$T/d.err" &
 PIDS+=($!)
-for _ in $(seq 1 200); do
-    EP=$(sed -n 's/^emliod: listening on //p' "$T/d.out")
-    [ -n "$EP" ] && break
-    sleep 0.05
-done
+EP=$(listen_addr "$T/d.out" emliod "$!")
 check "daemon listens on the near address" test -n "$EP"
 
 # A window-limited path: 4 MiB / 50 ms = ~84 MB/s per stream.

@@ -25,6 +25,17 @@ sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 os.environ.setdefault("EMLIO_LIBRARY", os.path.join(BUILD, "libemlio.so"))
 
 
+def import_torch():
+    """(torch, "") where torch imports, else (None, why): the torch tests
+    skip, saying why and which Debian package brings it."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        return None, ("torch is not importable (%s): apt-get install "
+                      "python3-torch" % exc)
+    return torch, ""
+
+
 def run(*argv, timeout=120):
     """Runs a command; returns its stdout, raising with stderr on failure."""
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

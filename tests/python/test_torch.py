@@ -11,14 +11,10 @@ import unittest
 import _support
 from _support import DatasetCase
 
-try:
-    import torch
+torch, WHY = _support.import_torch()
+HAVE_TORCH = torch is not None
+if HAVE_TORCH:
     from torch.utils.data import DataLoader
-    HAVE_TORCH = True
-    WHY = ""
-except ImportError as exc:  # pragma: no cover - depends on the machine
-    HAVE_TORCH = False
-    WHY = "torch is not importable (%s): apt-get install python3-torch" % exc
 
 try:
     import torchvision.io

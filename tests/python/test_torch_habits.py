@@ -10,16 +10,10 @@ import unittest
 import _support
 from _support import DatasetCase
 
-try:
-    import torch
-    import torch.utils.data as tud
-    HAVE_TORCH = True
-    WHY = ""
-except ImportError as exc:  # pragma: no cover - depends on the machine
-    HAVE_TORCH = False
-    WHY = "torch is not importable (%s): apt-get install python3-torch" % exc
-
+torch, WHY = _support.import_torch()
+HAVE_TORCH = torch is not None
 if HAVE_TORCH:
+    import torch.utils.data as tud
     import emlio
     from emlio.torch import DataLoader, EmlioDataset, split_batch
 

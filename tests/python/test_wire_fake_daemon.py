@@ -29,14 +29,10 @@ T_HELLO, T_WELCOME, T_GET, T_BATCH, T_ERROR = 1, 2, 3, 4, 5
 EVERSION = -1007
 RECORDS = 300
 
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
+# CRC-32C: the binding's pure-Python one, which scripts/tfrecord_raw.py loads
+# by path, so that libemlio is only what the test runs.
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from tfrecord_raw import crc32c  # noqa: E402
 
 
 def sample(record):

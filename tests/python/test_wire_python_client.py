@@ -44,27 +44,10 @@ MAX_BATCH = 50     # likewise
 TIMEOUT_S = 20.0   # per reply
 
 
-# ---- CRC-32C (Castagnoli), table-driven, pure Python ---------------------
-
-def _crc32c_table():
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def crc32c(data, crc=0):
-    crc ^= 0xFFFFFFFF
-    table = _CRC_TABLE
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+# CRC-32C: the binding's pure-Python one, which scripts/tfrecord_raw.py loads
+# by path, so that libemlio stays out of this client.
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from tfrecord_raw import crc32c  # noqa: E402
 
 
 def fnv1a64(data, h=0xCBF29CE484222325):

@@ -95,20 +95,50 @@ s_teardown(void **state)
     return 0;
 }
 
+/* A client of cfg connected to srv, the one daemon. */
 static emlio_client_t *
-s_client(fixture_t *f, uint32_t batch, bool in_order, int shuffle)
+s_connect(fixture_t *f, emlio_server_t *srv, const emlio_client_config_t *cfg)
+{
+    emlio_client_t *c = emlio_client_new(f->ctx, cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    return c;
+}
+
+/* A client of cfg whose connect to ep returns rc (a failure); kept for
+ * what the caller checks next. */
+static emlio_client_t *
+s_connect_fails(fixture_t *f, const emlio_client_config_t *cfg, const char *ep,
+                int rc)
+{
+    emlio_client_t *c = emlio_client_new(f->ctx, cfg);
+    assert_non_null(c);
+    assert_int_equal(emlio_client_connect(c, ep), rc);
+    return c;
+}
+
+/* Rank `rank` of `world`: batch, order and shuffle as given, seed 3, four
+ * batches in flight, connected to the fixture's daemon. */
+static emlio_client_t *
+s_job(fixture_t *f, uint32_t world, uint32_t rank, uint32_t batch,
+      bool in_order, int shuffle)
 {
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
     cfg.batch_size = batch;
+    cfg.world = world;
+    cfg.rank = rank;
     cfg.in_order = in_order;
     cfg.shuffle = shuffle;
     cfg.seed = 3;
     cfg.inflight = 4;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_non_null(c);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
-    return c;
+    return s_connect(f, f->srv, &cfg);
+}
+
+static emlio_client_t *
+s_client(fixture_t *f, uint32_t batch, bool in_order, int shuffle)
+{
+    return s_job(f, 1, 0, batch, in_order, shuffle);
 }
 
 /* Checks a sample's bytes and label against what s_write_dataset wrote. */
@@ -175,6 +205,20 @@ test_client_epoch_delivers_every_sample_once(void **state)
     assert_null(c);
 }
 
+/* A client of batch 4 with 6 requests in flight, which asks ahead for
+ * the next epoch up to end_epoch. */
+static emlio_client_t *
+s_ahead(fixture_t *f, bool in_order, uint64_t end_epoch)
+{
+    emlio_client_config_t cfg;
+    emlio_client_config_init(&cfg);
+    cfg.batch_size = 4;
+    cfg.in_order = in_order;
+    cfg.inflight = 6;
+    cfg.end_epoch = end_epoch;
+    return s_connect(f, f->srv, &cfg);
+}
+
 /* With end_epoch set, epoch e + 1 is requested while e's last batches
  * arrive (the daemon has answered more than epoch e's requests when e
  * ends), handed over only after begin_epoch(e + 1), and every epoch stays
@@ -185,15 +229,7 @@ test_client_epochs_overlap_exactly_once(void **state)
 {
     fixture_t *f = *state;
     for (int in_order = 0; in_order < 2; in_order++) {
-        emlio_client_config_t cfg;
-        emlio_client_config_init(&cfg);
-        cfg.batch_size = 4;
-        cfg.in_order = in_order;
-        cfg.inflight = 6;
-        cfg.end_epoch = 3;
-        emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-        assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
-                         1);
+        emlio_client_t *c = s_ahead(f, in_order, 3);
         emlio_server_stats_t before, after;
         emlio_server_stats(f->srv, &before);
         int n0 = emlio_client_begin_epoch(c, 0);
@@ -214,13 +250,7 @@ test_client_epochs_overlap_exactly_once(void **state)
         emlio_client_destroy(&c);
     }
     /* end_epoch 1: after epoch 0 nothing more is asked. */
-    emlio_client_config_t cfg;
-    emlio_client_config_init(&cfg);
-    cfg.batch_size = 4;
-    cfg.inflight = 6;
-    cfg.end_epoch = 1;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    emlio_client_t *c = s_ahead(f, false, 1);
     emlio_server_stats_t before, after;
     emlio_server_stats(f->srv, &before);
     int n0 = emlio_client_begin_epoch(c, 0);
@@ -277,8 +307,7 @@ s_parts_epoch(fixture_t *f, uint32_t max_credit, uint32_t max_batch,
     cfg.shuffle = EMLIO_SHUFFLE_NONE;
     cfg.request_bytes = request_bytes;
     cfg.end_epoch = 1; /* nothing of epoch 1 requested ahead */
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    emlio_client_t *c = s_connect(f, srv, &cfg);
     int batches = emlio_client_begin_epoch(c, 0);
     assert_int_equal(batches, (SHARDS * RECORDS + 6) / 7);
     emlio_batch_t *b;
@@ -341,8 +370,7 @@ test_client_batch_beyond_the_daemons_limits_is_refused(void **state)
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
     cfg.batch_size = 7;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    emlio_client_t *c = s_connect(f, srv, &cfg);
     assert_int_equal(emlio_client_begin_epoch(c, 0), EMLIO_ELIMIT);
     assert_non_null(strstr(emlio_client_errmsg(c), emlio_server_endpoint(srv)));
     assert_non_null(strstr(emlio_client_errmsg(c), "limit of 1"));
@@ -350,8 +378,7 @@ test_client_batch_beyond_the_daemons_limits_is_refused(void **state)
     emlio_client_destroy(&c);
     cfg.batch_size = 2;
     cfg.end_epoch = 1;
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    c = s_connect(f, srv, &cfg);
     assert_int_equal(emlio_client_begin_epoch(c, 0), SHARDS * RECORDS / 2);
     emlio_batch_t *b;
     int rc, samples = 0;
@@ -403,8 +430,7 @@ test_client_parts_of_multi_field_samples(void **state)
     cfg.shuffle = EMLIO_SHUFFLE_NONE;
     cfg.request_bytes = 3 * (JPG + 2048); /* a member is ~21.5 KB of tar */
     cfg.end_epoch = 1;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(srv)), 1);
+    emlio_client_t *c = s_connect(f, srv, &cfg);
     assert_int_equal(emlio_client_begin_epoch(c, 0), 1);
     emlio_batch_t *b;
     assert_int_equal(emlio_client_next(c, &b), 1);
@@ -516,25 +542,12 @@ test_client_resume_state_delivers_the_rest(void **state)
 
 /* ---- elastic resume ------------------------------------------------------ */
 
-/* Rank `rank` of `world` with batch `batch`, the job's other settings as
- * s_client's. */
+/* Rank `rank` of `world` with batch `batch`, shuffled by windows. */
 static emlio_client_t *
 s_rank(fixture_t *f, uint32_t world, uint32_t rank, uint32_t batch,
        bool in_order)
 {
-    emlio_client_config_t cfg;
-    emlio_client_config_init(&cfg);
-    cfg.batch_size = batch;
-    cfg.world = world;
-    cfg.rank = rank;
-    cfg.in_order = in_order;
-    cfg.shuffle = EMLIO_SHUFFLE_WINDOW;
-    cfg.seed = 3;
-    cfg.inflight = 4;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_non_null(c);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
-    return c;
+    return s_job(f, world, rank, batch, in_order, EMLIO_SHUFFLE_WINDOW);
 }
 
 /* Takes up to `max` batches (all: SIZE_MAX) from c, counting the samples
@@ -695,8 +708,7 @@ test_client_elastic_resume_refuses_states_of_another_run(void **state)
     cfg.world = 2;
     cfg.seed = 4;
     cfg.shuffle = EMLIO_SHUFFLE_WINDOW;
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
+    c = s_connect(f, f->srv, &cfg);
     assert_int_equal(
         emlio_client_load_states(c, (const uint8_t *const *)a, a_len, 4),
         EMLIO_ESTATE);
@@ -749,19 +761,14 @@ test_client_misuse_and_bad_endpoints(void **state)
     /* Something listens but never answers: the connect timeout. */
     char silent[64];
     int lfd = s_silent_listener(silent, sizeof(silent));
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, silent), EMLIO_ETIMEDOUT);
+    c = s_connect_fails(f, &cfg, silent, EMLIO_ETIMEDOUT);
     assert_non_null(strstr(emlio_client_errmsg(c), silent));
     close(lfd);
     emlio_client_destroy(&c);
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1,,x"),
-                     EMLIO_EINVAL);
+    c = s_connect_fails(f, &cfg, "tcp://127.0.0.1:1,,x", EMLIO_EINVAL);
     emlio_client_destroy(&c);
     cfg.curve_server_key = "too short";
-    c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
-                     EMLIO_EINVAL);
+    c = s_connect_fails(f, &cfg, emlio_server_endpoint(f->srv), EMLIO_EINVAL);
     emlio_client_destroy(&c);
     emlio_client_destroy(NULL);
     emlio_batch_release(NULL);
@@ -775,9 +782,8 @@ test_client_connect_can_be_retried(void **state)
     emlio_client_config_t cfg;
     emlio_client_config_init(&cfg);
     cfg.connect_timeout_ms = 200;
-    emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-    assert_int_equal(emlio_client_connect(c, "tcp://127.0.0.1:1"),
-                     -ECONNREFUSED);
+    emlio_client_t *c =
+        s_connect_fails(f, &cfg, "tcp://127.0.0.1:1", -ECONNREFUSED);
     assert_int_equal(emlio_client_shard_count(c), 0);
     assert_int_equal(emlio_client_daemon_count(c), 0);
     assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)), 1);
@@ -807,10 +813,7 @@ test_client_io_threads_by_config_and_locality(void **state)
         cfg.batch_size = 4;
         cfg.io_threads = cases[k].io_threads;
         cfg.streams = cases[k].streams;
-        emlio_client_t *c = emlio_client_new(f->ctx, &cfg);
-        assert_non_null(c);
-        assert_int_equal(emlio_client_connect(c, emlio_server_endpoint(f->srv)),
-                         1);
+        emlio_client_t *c = s_connect(f, f->srv, &cfg);
         emlio_client_stats_t st;
         emlio_client_stats(c, &st);
         emlio_stream_stats_t ss[8];

@@ -58,10 +58,20 @@ s_write_shard(const char *path, int records, char fill)
     s_age(path);
 }
 
+/* The path of shard i of dir: a TFRecord of s_make or a tar of
+ * s_make_tars. */
+typedef void s_path_fn(char *out, size_t len, const char *dir, int i);
+
 static void
 s_shard_path(char *out, size_t len, const char *dir, int i)
 {
     snprintf(out, len, "%s/s%05d.tfrecord", dir, i);
+}
+
+static void
+s_tar_path(char *out, size_t len, const char *dir, int i)
+{
+    snprintf(out, len, "%s/t%03d.tar", dir, i);
 }
 
 static void
@@ -133,16 +143,48 @@ s_resident(const char *path)
     return n;
 }
 
+/* Drops shards [0, n) of dir, named by path_of, from the page cache. */
+static void
+s_evict_shards(const char *dir, int n, s_path_fn *path_of)
+{
+    char path[PATH_MAX];
+    for (int i = 0; i < n; i++) {
+        path_of(path, sizeof(path), dir, i);
+        s_evict(path);
+    }
+}
+
+/* Pages of shards [0, n) of dir, named by path_of, in the page cache. */
+static size_t
+s_resident_shards(const char *dir, int n, s_path_fn *path_of)
+{
+    char path[PATH_MAX];
+    size_t pages = 0;
+    for (int i = 0; i < n; i++) {
+        path_of(path, sizeof(path), dir, i);
+        pages += s_resident(path);
+    }
+    return pages;
+}
+
+/* Reads record r of shard i with o into view, which the caller releases. */
+static void
+s_read(emlio__shardset_t *set, size_t i, uint64_t r,
+       const emlio__read_opts_t *o, emlio__view_t *view)
+{
+    const char *missing = "";
+    memset(view, 0, sizeof(*view));
+    assert_int_equal(emlio__shard_read(&set->shards[i], r, o, view, &missing),
+                     0);
+}
+
 /* Reads record r of shard i (its CRC checked) and compares a byte. */
 static void
 s_check_record(emlio__shardset_t *set, size_t i, uint64_t r, char fill)
 {
     emlio__read_opts_t o = { .raw = true, .verify = true };
     emlio__view_t view;
-    const char *missing = "";
-    memset(&view, 0, sizeof(view));
-    assert_int_equal(emlio__shard_read(&set->shards[i], r, &o, &view, &missing),
-                     0);
+    s_read(set, i, r, &o, &view);
     assert_int_equal(view.len, PAYLOAD);
     assert_int_equal(view.data[0], (uint8_t)(fill + r % 7));
     emlio__view_release(&view, &set->shards[i]);
@@ -161,21 +203,13 @@ test_dsindex_cached_start_reads_no_data(void **state)
     assert_int_equal(s_load_count(dir, NULL, NULL), SHARDS); /* builds */
     snprintf(path, sizeof(path), "%s/%s", dir, EMLIO__DSINDEX_NAME);
     assert_int_equal(access(path, R_OK), 0);
-    for (int i = 0; i < SHARDS; i++) {
-        s_shard_path(path, sizeof(path), dir, i);
-        s_evict(path);
-    }
+    s_evict_shards(dir, SHARDS, s_shard_path);
     s_log_t log = { 0 };
     assert_int_equal(s_load(&set, dir, NULL, &log), 0);
     assert_int_equal(set.indexed, SHARDS);
     assert_int_equal(log.n, 0);
     assert_int_equal(set.records, (uint64_t)SHARDS * RECORDS);
-    size_t resident = 0;
-    for (int i = 0; i < SHARDS; i++) {
-        s_shard_path(path, sizeof(path), dir, i);
-        resident += s_resident(path);
-    }
-    assert_int_equal(resident, 0);
+    assert_int_equal(s_resident_shards(dir, SHARDS, s_shard_path), 0);
     s_check_record(&set, 3, 999, 'a' + 3); /* served, CRC checked */
     s_shard_path(path, sizeof(path), dir, 3);
     assert_true(s_resident(path) > 0); /* what a read brings in is seen */
@@ -419,7 +453,7 @@ s_make_tars(char *dir, size_t len)
             test_tar_member(&tar, name, 1, (char)('0' + j % 10));
         }
         assert_int_equal(emlio_buf_add(&tar, (uint8_t[1024]){ 0 }, 1024), 0);
-        snprintf(path, sizeof(path), "%s/t%03d.tar", dir, i);
+        s_tar_path(path, sizeof(path), dir, i);
         test_write_file(path, tar.data, tar.len);
         emlio_buf_release(&tar);
         s_age(path);
@@ -448,10 +482,7 @@ s_check_tar_sample(emlio__shardset_t *set, size_t i, uint64_t r)
 {
     emlio__read_opts_t o = { .label_field = "cls" };
     emlio__view_t view;
-    const char *missing = "";
-    memset(&view, 0, sizeof(view));
-    assert_int_equal(emlio__shard_read(&set->shards[i], r, &o, &view, &missing),
-                     0);
+    s_read(set, i, r, &o, &view);
     assert_int_equal(view.len, 300);
     assert_int_equal(view.data[0], (uint8_t)('a' + r % 26));
     assert_int_equal(view.label, (int64_t)(r % 10));
@@ -472,21 +503,13 @@ test_dsindex_tar_shards(void **state)
     assert_int_equal(s_load_tars(&set, dir, NULL, &log), TARS);
     assert_non_null(strstr(log.all, "left out 1 of 1001 samples"));
     emlio__shardset_release(&set);
-    for (int i = 0; i < TARS; i++) {
-        snprintf(path, sizeof(path), "%s/t%03d.tar", dir, i);
-        s_evict(path);
-    }
+    s_evict_shards(dir, TARS, s_tar_path);
     memset(&log, 0, sizeof(log));
     assert_int_equal(s_load_tars(&set, dir, NULL, &log), 0);
     assert_non_null(strstr(log.all, "left out 1 of 1001 samples"));
     assert_non_null(strstr(log.all, "README.txt"));
     assert_int_equal(set.records, TARS * TAR_SAMPLES);
-    size_t resident = 0;
-    for (int i = 0; i < TARS; i++) {
-        snprintf(path, sizeof(path), "%s/t%03d.tar", dir, i);
-        resident += s_resident(path);
-    }
-    assert_int_equal(resident, 0);
+    assert_int_equal(s_resident_shards(dir, TARS, s_tar_path), 0);
     s_check_tar_sample(&set, 0, 0); /* after the dropped README */
     s_check_tar_sample(&set, 7, 49);
     const emlio__dsindex_entry_t *e =

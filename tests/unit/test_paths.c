@@ -30,10 +30,13 @@ typedef struct s_tree {
     char secret[128];
 } s_tree_t;
 
-static void
+/* Writes the path of rel in the tree to out (PATH_MAX bytes); returns out,
+ * so that the call can stand where the path is used. */
+static char *
 s_path(char *out, const s_tree_t *t, const char *rel)
 {
     snprintf(out, PATH_MAX, "%s/%s", t->root, rel);
+    return out;
 }
 
 /* tmp/secret (outside the root) and tmp/data/cat/{a,b}.jpg. */
@@ -46,12 +49,9 @@ s_tree(s_tree_t *t)
     assert_int_equal(mkdir(t->root, 0755), 0);
     test_write_file(t->secret, "SECRET-SECRET", 13);
     char p[PATH_MAX];
-    s_path(p, t, "cat");
-    assert_int_equal(mkdir(p, 0755), 0);
-    s_path(p, t, "cat/a.jpg");
-    test_write_file(p, "aaaa", 4);
-    s_path(p, t, "cat/b.jpg");
-    test_write_file(p, "bbbbbb", 6);
+    assert_int_equal(mkdir(s_path(p, t, "cat"), 0755), 0);
+    test_write_file(s_path(p, t, "cat/a.jpg"), "aaaa", 4);
+    test_write_file(s_path(p, t, "cat/b.jpg"), "bbbbbb", 6);
 }
 
 static int
@@ -92,14 +92,10 @@ test_paths_open_beneath_refuses_what_is_outside(void **state)
     s_tree_t t;
     s_tree(&t);
     char p[PATH_MAX];
-    s_path(p, &t, "cat/out.jpg");
-    assert_int_equal(symlink(t.secret, p), 0);
-    s_path(p, &t, "cat/in.jpg");
-    assert_int_equal(symlink("a.jpg", p), 0);
-    s_path(p, &t, "cat/up.jpg");
-    assert_int_equal(symlink("../../secret", p), 0);
-    s_path(p, &t, "cat/fifo.jpg");
-    assert_int_equal(mkfifo(p, 0644), 0);
+    assert_int_equal(symlink(t.secret, s_path(p, &t, "cat/out.jpg")), 0);
+    assert_int_equal(symlink("a.jpg", s_path(p, &t, "cat/in.jpg")), 0);
+    assert_int_equal(symlink("../../secret", s_path(p, &t, "cat/up.jpg")), 0);
+    assert_int_equal(mkfifo(s_path(p, &t, "cat/fifo.jpg"), 0644), 0);
     for (int follow = 0; follow < 2; follow++)
         for (unsigned how = 0; how <= EMLIO__OPEN_NOOPENAT2;
              how += EMLIO__OPEN_NOOPENAT2) {
@@ -153,18 +149,15 @@ test_paths_imagefolder_links_out_of_the_root_are_never_served(void **state)
     s_tree_t t;
     s_tree(&t);
     char p[PATH_MAX];
-    s_path(p, &t, "cat/shadow.jpg");
-    assert_int_equal(symlink(t.secret, p), 0);
-    s_path(p, &t, "cat/c.jpg");
-    assert_int_equal(symlink("a.jpg", p), 0);
+    assert_int_equal(symlink(t.secret, s_path(p, &t, "cat/shadow.jpg")), 0);
+    assert_int_equal(symlink("a.jpg", s_path(p, &t, "cat/c.jpg")), 0);
     /* A class directory that is a link out of the root. */
     char outside[256];
     snprintf(outside, sizeof(outside), "%s/elsewhere", t.tmp);
     assert_int_equal(mkdir(outside, 0755), 0);
     snprintf(p, sizeof(p), "%s/x.jpg", outside);
     test_write_file(p, "SECRET-SECRET", 13);
-    s_path(p, &t, "dog");
-    assert_int_equal(symlink(outside, p), 0);
+    assert_int_equal(symlink(outside, s_path(p, &t, "dog")), 0);
 
     for (int follow = 0; follow < 2; follow++) {
         emlio__shardset_t set;
@@ -198,8 +191,7 @@ test_paths_a_fifo_never_blocks(void **state)
     s_tree(&t);
     char p[PATH_MAX];
     /* The file list is a FIFO: ignored (one line), the tree is listed. */
-    s_path(p, &t, ".emlio-files");
-    assert_int_equal(mkfifo(p, 0644), 0);
+    assert_int_equal(mkfifo(s_path(p, &t, ".emlio-files"), 0644), 0);
     emlio__shardset_t set;
     s_log_t log = { 0 };
     char err[EMLIO_ERRMSG_LEN] = "";
@@ -221,16 +213,14 @@ test_paths_a_fifo_never_blocks(void **state)
 
     /* A shard that is a FIFO is not a shard; an index that is one is
      * ignored and rebuilt. */
-    s_path(p, &t, "x.tar");
-    assert_int_equal(mkfifo(p, 0644), 0);
+    assert_int_equal(mkfifo(s_path(p, &t, "x.tar"), 0644), 0);
     s_path(p, &t, "y.tfrecord");
     emlio_buf_t file = EMLIO_BUF_INIT;
     assert_int_equal(emlio_tfrecord_append(&file, (const uint8_t *)"abc", 3),
                      0);
     test_write_file(p, file.data, file.len);
     emlio_buf_release(&file);
-    s_path(p, &t, "y.tfrecord.idx");
-    assert_int_equal(mkfifo(p, 0644), 0);
+    assert_int_equal(mkfifo(s_path(p, &t, "y.tfrecord.idx"), 0644), 0);
     memset(&log, 0, sizeof(log));
     opts.format = "tfrecord";
     assert_int_equal(
@@ -251,16 +241,13 @@ test_paths_shard_links_follow_the_rule(void **state)
     emlio_buf_t file = EMLIO_BUF_INIT;
     assert_int_equal(emlio_tfrecord_append(&file, (const uint8_t *)"abc", 3),
                      0);
-    s_path(p, &t, "a.tfrecord");
-    test_write_file(p, file.data, file.len);
+    test_write_file(s_path(p, &t, "a.tfrecord"), file.data, file.len);
     char out[PATH_MAX];
     snprintf(out, sizeof(out), "%s/out.tfrecord", t.tmp);
     test_write_file(out, file.data, file.len);
     emlio_buf_release(&file);
-    s_path(p, &t, "b.tfrecord");
-    assert_int_equal(symlink("a.tfrecord", p), 0);
-    s_path(p, &t, "c.tfrecord");
-    assert_int_equal(symlink(out, p), 0);
+    assert_int_equal(symlink("a.tfrecord", s_path(p, &t, "b.tfrecord")), 0);
+    assert_int_equal(symlink(out, s_path(p, &t, "c.tfrecord")), 0);
     for (int follow = 0; follow < 2; follow++) {
         emlio__shardset_t set;
         s_log_t log = { 0 };
@@ -397,12 +384,9 @@ test_paths_file_list_trusts_directories(void **state)
     s_tree_t t;
     s_tree(&t);
     char p[PATH_MAX];
-    s_path(p, &t, "dog");
-    assert_int_equal(mkdir(p, 0755), 0);
-    s_path(p, &t, "dog/sub");
-    assert_int_equal(mkdir(p, 0755), 0);
-    s_path(p, &t, "dog/sub/d.png");
-    test_write_file(p, "dd", 2);
+    assert_int_equal(mkdir(s_path(p, &t, "dog"), 0755), 0);
+    assert_int_equal(mkdir(s_path(p, &t, "dog/sub"), 0755), 0);
+    test_write_file(s_path(p, &t, "dog/sub/d.png"), "dd", 2);
     s_age(&t, "cat");
     s_age(&t, "dog");
     s_age(&t, "dog/sub");
@@ -425,8 +409,7 @@ test_paths_file_list_trusts_directories(void **state)
     emlio__shardset_release(&set);
 
     /* A new image in a nested directory: dog alone is listed again. */
-    s_path(p, &t, "dog/sub/e.png");
-    test_write_file(p, "eee", 3);
+    test_write_file(s_path(p, &t, "dog/sub/e.png"), "eee", 3);
     assert_int_equal(s_load(&set, &t, false, &log, err), 2);
     s_how(&set, &cached, &listed);
     assert_int_equal(cached, 1);
@@ -455,12 +438,9 @@ test_paths_file_list_trusts_directories(void **state)
     /* A file rewritten in place leaves its directory as it was: the
      * class is trusted, and the read finds the file changed (size and
      * mtime are checked at every read). A new class is listed alone. */
-    s_path(p, &t, "cat/a.jpg");
-    test_write_file(p, "AAAAA", 5);
-    s_path(p, &t, "eel");
-    assert_int_equal(mkdir(p, 0755), 0);
-    s_path(p, &t, "eel/e.jpg");
-    test_write_file(p, "e", 1);
+    test_write_file(s_path(p, &t, "cat/a.jpg"), "AAAAA", 5);
+    assert_int_equal(mkdir(s_path(p, &t, "eel"), 0755), 0);
+    test_write_file(s_path(p, &t, "eel/e.jpg"), "e", 1);
     memset(&log, 0, sizeof(log));
     assert_int_equal(s_load(&set, &t, false, &log, err), 3);
     s_how(&set, &cached, &listed);
@@ -482,10 +462,8 @@ test_paths_file_list_out_of_memory(void **state)
     s_tree_t t;
     s_tree(&t);
     char p[PATH_MAX];
-    s_path(p, &t, "dog");
-    assert_int_equal(mkdir(p, 0755), 0);
-    s_path(p, &t, "dog/d.png");
-    test_write_file(p, "dd", 2);
+    assert_int_equal(mkdir(s_path(p, &t, "dog"), 0755), 0);
+    test_write_file(s_path(p, &t, "dog/d.png"), "dd", 2);
     s_age(&t, "cat");
     s_age(&t, "dog");
     emlio__shardset_t set;

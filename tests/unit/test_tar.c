@@ -215,25 +215,53 @@ s_five_samples(emlio_buf_t *tar)
     s_end(tar);
 }
 
+/* The five samples as s.tar in a temporary directory of their own, for the
+ * tests of its index file. */
+typedef struct {
+    char dir[64];
+    char path[128]; /* dir/s.tar */
+    char idxp[160]; /* its index: dir/s.tar.idx */
+    emlio_buf_t tar;
+} s_shard_t;
+
+static void
+s_shard_init(s_shard_t *self)
+{
+    test_mkdtemp(self->dir, sizeof(self->dir));
+    snprintf(self->path, sizeof(self->path), "%s/s.tar", self->dir);
+    snprintf(self->idxp, sizeof(self->idxp), "%s.idx", self->path);
+    emlio_buf_init(&self->tar);
+    s_five_samples(&self->tar);
+    test_write_file(self->path, self->tar.data, self->tar.len);
+}
+
+static void
+s_shard_release(s_shard_t *self)
+{
+    emlio_buf_release(&self->tar);
+    test_rmtree(self->dir);
+}
+
+/* The shard at path, opened. */
+static emlio__tar_t *
+s_open(const char *path)
+{
+    emlio__tar_t *t = emlio__tar_new(path);
+    assert_non_null(t);
+    assert_int_equal(emlio__tar_open(t), 0);
+    return t;
+}
+
 static void
 test_tar_index_round_trip_and_stale(void **state)
 {
     (void)state;
-    char dir[64], path[128], idxp[160];
-    test_mkdtemp(dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/s.tar", dir);
-    snprintf(idxp, sizeof(idxp), "%s.idx", path);
-    emlio_buf_t tar = EMLIO_BUF_INIT;
-    s_five_samples(&tar);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(tar.data, 1, tar.len, f), tar.len);
-    fclose(f);
-    emlio__tar_t *t = emlio__tar_new(path);
-    assert_int_equal(emlio__tar_open(t), 0);
-    assert_int_equal(emlio__tar_load_index(t, idxp), -ENOENT);
+    s_shard_t sh;
+    s_shard_init(&sh);
+    emlio__tar_t *t = s_open(sh.path);
+    assert_int_equal(emlio__tar_load_index(t, sh.idxp), -ENOENT);
     assert_int_equal(emlio__tar_scan(t), 5);
-    assert_int_equal(emlio__tar_write_index(t, idxp), 0);
+    assert_int_equal(emlio__tar_write_index(t, sh.idxp), 0);
     assert_int_equal(emlio__tar_label(t, 3, "cls"), 6);
     const uint8_t *d;
     size_t len;
@@ -243,9 +271,8 @@ test_tar_index_round_trip_and_stale(void **state)
     assert_int_equal(emlio__tar_field(t, 5, "jpg", &d, &len), EMLIO_ENOTFOUND);
     emlio__tar_destroy(&t);
     /* Loaded back: the same samples. */
-    t = emlio__tar_new(path);
-    assert_int_equal(emlio__tar_open(t), 0);
-    assert_int_equal(emlio__tar_load_index(t, idxp), 5);
+    t = s_open(sh.path);
+    assert_int_equal(emlio__tar_load_index(t, sh.idxp), 5);
     assert_int_equal(emlio__tar_label(t, 2, "cls"), 4);
     emlio__tar_destroy(&t);
     /* An index that does not describe the file is refused. */
@@ -254,20 +281,18 @@ test_tar_index_round_trip_and_stale(void **state)
     emlio__tar_index_t idx;
     char err[EMLIO_ERRMSG_LEN];
     assert_int_equal(emlio__tar_parse_index((const char *)text.data, text.len,
-                                            "x.idx", tar.data, tar.len, "s.tar",
-                                            &idx, err),
+                                            "x.idx", sh.tar.data, sh.tar.len,
+                                            "s.tar", &idx, err),
                      EMLIO_EFORMAT);
     assert_non_null(strstr(err, "line 2"));
     /* Older than the shard: stale. */
     struct timespec old[2] = { { 1000, 0 }, { 1000, 0 } };
-    assert_int_equal(utimensat(AT_FDCWD, idxp, old, 0), 0);
-    t = emlio__tar_new(path);
-    assert_int_equal(emlio__tar_open(t), 0);
-    assert_int_equal(emlio__tar_load_index(t, idxp), -ESTALE);
+    assert_int_equal(utimensat(AT_FDCWD, sh.idxp, old, 0), 0);
+    t = s_open(sh.path);
+    assert_int_equal(emlio__tar_load_index(t, sh.idxp), -ESTALE);
     emlio__tar_destroy(&t);
     emlio_buf_release(&text);
-    emlio_buf_release(&tar);
-    test_rmtree(dir);
+    s_shard_release(&sh);
 }
 
 /* An index is a hint: one that leaves a sample out, or lists a label
@@ -277,13 +302,8 @@ static void
 test_tar_index_that_lies_is_refused(void **state)
 {
     (void)state;
-    char dir[64], path[128], idxp[160];
-    test_mkdtemp(dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/s.tar", dir);
-    snprintf(idxp, sizeof(idxp), "%s.idx", path);
-    emlio_buf_t tar = EMLIO_BUF_INIT;
-    s_five_samples(&tar);
-    test_write_file(path, tar.data, tar.len);
+    s_shard_t sh;
+    s_shard_init(&sh);
     /* Member j: header at j * 1024, data at j * 1024 + 512. */
     const char *lies[] = {
         /* sample k2 left out */
@@ -301,10 +321,9 @@ test_tar_index_that_lies_is_refused(void **state)
         "jpg 8704 7 k4.jpg cls 9728 1 k4.cls\n",
     };
     for (size_t k = 0; k < EMLIO_ARRAY_SIZE(lies); k++) {
-        test_write_file(idxp, lies[k], strlen(lies[k]));
-        emlio__tar_t *t = emlio__tar_new(path);
-        assert_int_equal(emlio__tar_open(t), 0);
-        assert_int_equal(emlio__tar_load_index(t, idxp), EMLIO_EFORMAT);
+        test_write_file(sh.idxp, lies[k], strlen(lies[k]));
+        emlio__tar_t *t = s_open(sh.path);
+        assert_int_equal(emlio__tar_load_index(t, sh.idxp), EMLIO_EFORMAT);
         assert_non_null(strstr(emlio__tar_errmsg(t), "does not describe"));
         assert_int_equal(emlio__tar_count(t), 0);
         emlio__tar_destroy(&t);
@@ -316,13 +335,11 @@ test_tar_index_that_lies_is_refused(void **state)
                         "jpg 4608 7 k2.jpg cls 5632 1 k2.cls\n"
                         "jpg 6656 7 k3.jpg cls 7680 1 k3.cls\n"
                         "jpg 8704 7 k4.jpg cls 9728 1 k4.cls\n";
-    test_write_file(idxp, truth, strlen(truth));
-    emlio__tar_t *t = emlio__tar_new(path);
-    assert_int_equal(emlio__tar_open(t), 0);
-    assert_int_equal(emlio__tar_load_index(t, idxp), 5);
+    test_write_file(sh.idxp, truth, strlen(truth));
+    emlio__tar_t *t = s_open(sh.path);
+    assert_int_equal(emlio__tar_load_index(t, sh.idxp), 5);
     emlio__tar_destroy(&t);
-    emlio_buf_release(&tar);
-    test_rmtree(dir);
+    s_shard_release(&sh);
 }
 
 int

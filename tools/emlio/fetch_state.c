@@ -3,6 +3,7 @@
  */
 #include "tool_util.h"
 
+#include "dataset_util.h"
 #include "fetch_state.h"
 
 #include <dirent.h>
@@ -172,39 +173,24 @@ int
 fetch_state_load(const char *path, fetch_state_t *st)
 {
     memset(st, 0, sizeof(*st));
-    FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOENT)
+    emlio_buf_t buf = EMLIO_BUF_INIT;
+    int rc = dataset_read_file(path, &buf);
+    if (rc == -ENOENT)
         return 0;
-    if (!f) {
-        fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n", path,
-                strerror(errno));
+    if (rc < 0) {
+        if (rc == EMLIO_ENOMEM)
+            fprintf(stderr, "emlio fetch: out of memory\n");
+        else
+            fprintf(stderr, "emlio fetch: cannot read state '%s': %s\n", path,
+                    strerror(-rc));
+        emlio_buf_release(&buf);
         return -1;
     }
-    uint8_t *data = NULL;
     size_t len = 0;
-    size_t cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 4096;
-            uint8_t *more = realloc(data, cap);
-            if (!more) {
-                fclose(f);
-                free(data);
-                fprintf(stderr, "emlio fetch: out of memory\n");
-                return -1;
-            }
-            data = more;
-        }
-        size_t n = fread(data + len, 1, cap - len, f);
-        len += n;
-        if (n == 0)
-            break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
+    uint8_t *data = emlio_buf_detach(&buf, &len);
     size_t head = 0;
     uint32_t path_len = 0;
-    if (!bad && len >= S_HEAD + 4 && !memcmp(data, "EMF3", 4) &&
+    if (len >= S_HEAD + 4 && !memcmp(data, "EMF3", 4) &&
         (path_len = (uint32_t)s_le64_n(data + S_HEAD, 4)) < PATH_MAX &&
         len - S_HEAD - 4 >= path_len) {
         st->has_hash = true;
@@ -212,18 +198,18 @@ fetch_state_load(const char *path, fetch_state_t *st)
         head = S_HEAD + 4 + path_len;
         if (path_len &&
             !(st->ids_path = strndup((char *)data + S_HEAD + 4, path_len))) {
-            free(data);
+            emlio_free(data);
             fprintf(stderr, "emlio fetch: out of memory\n");
             return -1;
         }
-    } else if (!bad && len >= S_HEAD && !memcmp(data, "EMF2", 4)) {
+    } else if (len >= S_HEAD && !memcmp(data, "EMF2", 4)) {
         st->has_hash = true;
         st->ids_hash = s_le64(data + 12);
         head = S_HEAD;
-    } else if (!bad && len >= 12 && !memcmp(data, "EMFS", 4)) {
+    } else if (len >= 12 && !memcmp(data, "EMFS", 4)) {
         head = 12;
     } else {
-        free(data);
+        emlio_free(data);
         fprintf(stderr,
                 "emlio fetch: cannot resume from '%s': not a state file\n",
                 path);
@@ -288,7 +274,7 @@ fetch_state_check_ids(const fetch_state_t *st, const char *state_path,
 void
 fetch_state_release(fetch_state_t *st)
 {
-    free(st->blob);
+    emlio_free(st->blob);
     free(st->ids_path);
     memset(st, 0, sizeof(*st));
 }
