@@ -151,6 +151,7 @@ struct emlio__shardset {
     emlio__root_t root; /* the data directory: every open is beneath it */
     emlio__shard_t *shards;
     size_t n;
+    size_t cap; /* shards allocated (emlio__shardset_grow) */
     uint64_t records;
     uint64_t bytes;
     size_t mapped;    /* TFRecord and tar shards */
@@ -239,8 +240,9 @@ emlio__shardset_cancelled(const emlio__shardset_opts_t *opts)
     return opts->cancel && atomic_load(opts->cancel);
 }
 
-/* Makes room for more shards at self->shards[self->n]; zeroed. Returns 0
- * or EMLIO_ENOMEM. */
+/* Makes room for more shards at self->shards[self->n]; zeroed. The
+ * capacity at least doubles, so a tree adding its classes one by one
+ * costs O(n), not O(n^2). Returns 0 or EMLIO_ENOMEM. */
 int emlio__shardset_grow(emlio__shardset_t *self, size_t more);
 
 /* Reads bytes [offset, offset + want) of a mapped shard's file into a

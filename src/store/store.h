@@ -30,7 +30,7 @@
 #include "iobuf.h"
 #include "ioengine.h"
 #include "shard_cache.h"
-#include "sharecache.h"
 #include "shardset.h"
+#include "sharecache.h"
 
 #endif /* EMLIO_STORE_H */

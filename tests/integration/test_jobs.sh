@@ -56,10 +56,13 @@ check "the job named by \$EMLIO_JOB weighs the default 2" \
 check "a departed job is logged with what it received" \
     bash -c "sleep 2.5; grep -q 'job low left after .* MB sent' '$T/d.err'"
 
-# Two ranks of one job are one job; its metrics count both.
-fetch r0.json --job sweep --rank 0 --world 2 --verify &
+# Two ranks of one job are one job; its metrics count both. Each holds its
+# 10 batches 0.2 s (--compute-s), so the two overlap for 2 s: a job whose
+# last stream leaves is forgotten, and under load rank 0 once finished
+# before rank 1's HELLO, which then logged a second arrival.
+fetch r0.json --job sweep --rank 0 --world 2 --verify --compute-s 0.2 &
 p0=$!
-fetch r1.json --job sweep --rank 1 --world 2 --verify &
+fetch r1.json --job sweep --rank 1 --world 2 --verify --compute-s 0.2 &
 p1=$!
 wait "$p0"
 r0=$?
