@@ -145,7 +145,13 @@ check "the 30 ms ids list 3 x 1200 distinct samples" test \
 check "delay line restarts (0.05 ms RTT)" start_path 0.025
 fetch_far fast --epochs 3 --verify
 check "fetch over 0.05 ms succeeds" grep -q '"verified": true' "$T/fast.out"
-check "the tuner stays at 2 streams on a fast path" test \
-    "$(json_field "$T/fast.out" streams)" -eq 2
+# Two a lane: a client whose ZeroMQ I/O thread runs full takes another
+# and opens as many streams again on it (client_tune.c, s_spread_lanes),
+# which a sanitized build on a busy host does for CPU, not for the path
+# (1 run in 3 under ASan). The tuner itself adds none for the window.
+lanes=$(sed -n 's/.*spreading over \([0-9]*\) of.*/\1/p' "$T/fast.err" | tail -n 1)
+streams=$(json_field "$T/fast.out" streams)
+check "the tuner stays at 2 streams a lane on a fast path ($streams on ${lanes:-1})" \
+    test "$streams" -eq $((2 * ${lanes:-1}))
 check "no window advice on a fast path" sh -c "! grep -q window-limited '$T/fast.err'"
 finish
