@@ -7,7 +7,6 @@
  */
 #include "client_internal.h"
 
-#include "base.h"
 #include "plan_rest.h"
 
 /* ---- resume state ------------------------------------------------------ */

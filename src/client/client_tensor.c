@@ -9,8 +9,6 @@
  */
 #include "client_internal.h"
 
-#include "base.h"
-
 bool
 emlio__tensor_active(const emlio_client_t *self)
 {

@@ -4,8 +4,6 @@
  */
 #include "client_internal.h"
 
-#include "base.h"
-
 void
 emlio__batch_free(emlio_batch_t *b)
 {
