@@ -402,9 +402,14 @@ s_stage_file(emlio__shard_t *shard, size_t record, emlio__io_req_t *r)
 /* Records next to each other in a file (a plan without shuffling, a tar
  * sample's neighbour past its padding) become one read of up to
  * S_MERGE_MAX bytes, at the device's sequential rate rather than one
- * request each; the readers then take each record's part of it
- * (ioengine.h). Returns how many requests are left in reqs. */
-#define S_MERGE_MAX ((size_t)4 << 20)
+ * request each; the readers then take each record's part of it, a
+ * reference to the one buffer (ioengine.h), which lives until the reply
+ * is sent. S_MERGE_MAX leaves room for the direct read's alignment on
+ * both ends inside 4 MiB, a size class of the buffer pool (iobuf.h): a
+ * span just over it would take a 5 MiB buffer, a quarter more memory than
+ * the copy budget charged for it. Returns how many requests are left in
+ * reqs. */
+#define S_MERGE_MAX (((size_t)4 << 20) - 2 * EMLIO__IOBUF_ALIGN)
 #define S_MERGE_GAP ((uint64_t)4096)
 
 static size_t

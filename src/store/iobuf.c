@@ -5,6 +5,7 @@
 #include "iobuf.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -19,14 +20,18 @@
  * come from malloc, 16-aligned, and are not pooled. */
 #define S_SMALL_MAX ((size_t)2048)
 
-/* Just in front of every buffer's data; 16 bytes, so small buffers stay
+/* Just in front of every buffer's data; 32 bytes, so small buffers stay
  * 16-aligned. Larger ones sit EMLIO__IOBUF_ALIGN bytes into their block,
- * the header in the last 16 bytes of that prefix. */
+ * the header in the last 32 bytes of that prefix. */
 typedef struct s_head {
     uint32_t magic;
     uint32_t cls;
-    uint64_t size; /* usable bytes after the header */
+    uint64_t size;             /* usable bytes after the header */
+    atomic_uint_fast32_t refs; /* holders: 1 from alloc, +1 per ref */
+    uint32_t pad[sizeof(atomic_uint_fast32_t) == 8 ? 2 : 3];
 } s_head_t;
+
+_Static_assert(sizeof(s_head_t) == 32, "iobuf header size");
 
 /* An idle buffer links to the next one of its class through its data. */
 typedef struct s_idle {
@@ -104,8 +109,10 @@ emlio__iobuf_alloc(size_t len)
             s_pool.out += size;
         }
         pthread_mutex_unlock(&s_pool.lock);
-        if (hit)
+        if (hit) {
+            atomic_store_explicit(&s_head(hit)->refs, 1, memory_order_relaxed);
             return (uint8_t *)hit;
+        }
     }
     if (size > SIZE_MAX - EMLIO__IOBUF_ALIGN)
         return NULL;
@@ -124,11 +131,22 @@ emlio__iobuf_alloc(size_t len)
     }
     s_head_t *h = s_head(data);
     *h = (s_head_t){ .magic = S_MAGIC, .cls = cls, .size = size };
+    atomic_init(&h->refs, 1);
     pthread_mutex_lock(&s_pool.lock);
     s_pool.allocs++;
     s_pool.out += size;
     pthread_mutex_unlock(&s_pool.lock);
     return data;
+}
+
+uint8_t *
+emlio__iobuf_ref(uint8_t *buf)
+{
+    s_head_t *h = s_head(buf);
+    if (h->magic != S_MAGIC)
+        abort();
+    atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
+    return buf;
 }
 
 void
@@ -139,6 +157,10 @@ emlio__iobuf_free(void *buf)
     s_head_t *h = s_head(buf);
     if (h->magic != S_MAGIC)
         abort(); /* not ours: a mix-up with emlio_free is a bug */
+    /* Others still hold it: parts of one merged read (ioengine.c). The
+     * release pairs with their writes before they let go. */
+    if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1)
+        return;
     size_t size = (size_t)h->size;
     bool kept = false;
     pthread_mutex_lock(&s_pool.lock);

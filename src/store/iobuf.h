@@ -32,8 +32,13 @@
 /* A buffer of at least len bytes (a reused one where the pool has one of
  * its class), or NULL when out of memory. */
 uint8_t *emlio__iobuf_alloc(size_t len);
-/* Gives buf back to the pool (or to malloc, past the idle limit); NULL is
- * a no-op. */
+/* One more holder of buf (returned): the buffer goes back to the pool at
+ * the last emlio__iobuf_free. The records of one merged read are handed
+ * out this way, each pointing into the one buffer the device read into,
+ * instead of a copy each. Holders only read it. */
+uint8_t *emlio__iobuf_ref(uint8_t *buf);
+/* Lets go of buf: back to the pool (or to malloc, past the idle limit)
+ * once its last holder has let go; NULL is a no-op. */
 void emlio__iobuf_free(void *buf);
 /* How many idle bytes the pool may keep (default
  * EMLIO__IOBUF_DEFAULT_IDLE); a lower limit frees the excess now. */

@@ -680,21 +680,18 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
     return queued;
 }
 
-/* A part of a finished staged read (a tar member of a staged sample),
- * copied out: the read stays for the sample's other parts until its job
- * releases it. */
+/* A part of a finished staged read (a record of a merged read, a tar
+ * member of a staged sample): a reference to the buffer the device read
+ * into, not a copy, since the parts of a read go out in the same reply.
+ * The read stays for its other parts until its job releases it. */
 static int
-s_take_part(const s_staged_t *s, uint64_t offset, size_t len, uint8_t **buf,
+s_take_part(const s_staged_t *s, uint64_t offset, uint8_t **buf,
             const uint8_t **data)
 {
     if (s->rc < 0)
         return s->rc;
-    uint8_t *part = emlio__iobuf_alloc(len);
-    if (!part)
-        return 0; /* read it on its own */
-    memcpy(part, s->buf + s->sp.skew + (offset - s->req.offset), len);
-    *buf = part;
-    *data = part;
+    *buf = emlio__iobuf_ref(s->buf);
+    *data = s->buf + s->sp.skew + (offset - s->req.offset);
     atomic_fetch_add_explicit(&s_count.taken, 1, memory_order_relaxed);
     return 1;
 }
@@ -726,7 +723,7 @@ emlio__ioengine_take(emlio__ioengine_t *eng, const void *owner, int fd,
         s_finish(eng, s);
         s = &eng->staged[i];
         if (s->req.offset != offset || s->req.len != len)
-            return s_take_part(s, offset, len, buf, data);
+            return s_take_part(s, offset, buf, data);
         eng->next_take = i + 1;
         int rc = s->rc;
         if (rc == 0) {
