@@ -12,7 +12,7 @@ test_pkgs=(libjpeg-turbo-progs python3 python3-numpy python3-zmq
     python3-msgpack python3-torch python3-torchvision python3-pil iperf3 iproute2
     procps psmisc bc curl influxdb prometheus nginx-light
     python3-matplotlib python3-protobuf python3-crcmod linux-perf python3-fusepy
-    python3-venv python3-pip python3-setuptools python3-wheel man-db
+    fio python3-venv python3-pip python3-setuptools python3-wheel man-db
     groff-base systemd)
 
 pkgs=("${build_pkgs[@]}")
