@@ -129,6 +129,9 @@ run_cell() { # run_cell NAME SHARE LATE
     printf '%s\n' "${names[@]}" >"$T/jobs"
     wait "${pids[@]}"
     local s1 t1; s1=$(sectors); t1=$(date +%s%N)
+    # The daemon logs each job a second after it leaves (what it got,
+    # read, shared, and its time paced to its group): kept with KEEP.
+    [ -n "${KEEP:-}" ] && sleep 1.5
     kill "$DPID"; wait "$DPID" 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then # KEEP=DIR: the cell's daemon log and JSON
         mkdir -p "$KEEP"

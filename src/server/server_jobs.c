@@ -395,16 +395,68 @@ s_unhold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j)
     return job;
 }
 
+/* Group pacing of jobs that share reads (docs/fairness.md, "Shared
+ * reads"). The shared cache holds two segments of the shared schedule
+ * (four windows). A job whose readers run S_PACE_LAG segments or more
+ * ahead of another sharing job that is reading would evict the chunks
+ * that job is still copying, and from then on both read alone. So its
+ * GETs past that wait, up to S_PACE_MAX_NS each, while it keeps one in
+ * flight: the job ahead slows to one GET at a time, the one behind has
+ * the pipeline's share and catches up. A job further behind than
+ * S_PACE_REACH segments has lost the cache already: waiting for it would
+ * only make the group read at its pace (it reads alone, from the
+ * device), so the others go on. A job counts as reading while a GET of
+ * it was read in the last S_PACE_ACTIVE_NS. */
+#define S_PACE_LAG       2
+#define S_PACE_REACH     4
+#define S_PACE_MAX_NS    (250 * 1000000ull)
+#define S_PACE_ACTIVE_NS (500 * 1000000ull)
+
+static bool
+s_group_waits(const emlio__srv_jobs_t *jobs, emlio__trainjob_t *j,
+              const emlio__job_t *job, uint64_t now)
+{
+    const emlio__msg_get_t *get = &job->msg.get;
+    if (!atomic_load(&j->inflight) ||
+        (j->pace_since_ns && now - j->pace_since_ns >= S_PACE_MAX_NS))
+        return false;
+    for (size_t i = 0; i < jobs->n; i++) {
+        emlio__trainjob_t *k = jobs->table[i];
+        uint64_t at = atomic_load(&k->read_ns);
+        if (k == j || !at || now - at >= S_PACE_ACTIVE_NS ||
+            !atomic_load(&k->peers) || atomic_load(&k->read_segs) != get->segs)
+            continue;
+        uint64_t behind = atomic_load(&k->read_cursor);
+        if (get->cursor >= behind + S_PACE_LAG &&
+            get->cursor <= behind + S_PACE_REACH)
+            return true;
+    }
+    return false;
+}
+
 /* Moves j's held GETs on: the first of a job with nothing queued or in
  * flight straight to the readers, the rest into the fair queue while the
- * job is under its cap. */
+ * job is under its cap and not ahead of its sharing group. */
 static void
 s_feed(emlio_server_t *self, void *work, emlio__trainjob_t *j)
 {
     emlio__srv_jobs_t *jobs = &self->jobs;
     uint64_t cap = s_cap(jobs, j);
+    uint64_t now = 0;
     while (j->held_head) {
         emlio__job_t *job = j->held_head;
+        if (job->io.share && job->msg.get.segs) {
+            now = now ? now : emlio__now_ns();
+            if (s_group_waits(jobs, j, job, now)) {
+                if (!j->pace_since_ns)
+                    j->pace_since_ns = now;
+                return;
+            }
+            if (j->pace_since_ns) {
+                atomic_fetch_add(&j->paced_ns, now - j->pace_since_ns);
+                j->pace_since_ns = 0;
+            }
+        }
         if (!j->flow.n && !atomic_load(&j->inflight)) {
             s_unhold(jobs, j);
             atomic_fetch_add(&j->wait_ns,
@@ -492,10 +544,17 @@ s_note_cursor(emlio__srv_jobs_t *jobs, const emlio__trainjob_t *by,
 }
 
 void
-emlio__srv_jobs_note_cursor(emlio__srv_jobs_t *jobs,
-                            const emlio__trainjob_t *by, uint64_t segs,
-                            uint64_t cursor)
+emlio__srv_jobs_note_cursor(emlio__srv_jobs_t *jobs, emlio__trainjob_t *by,
+                            uint64_t segs, uint64_t cursor)
 {
+    /* The job's own place, for the pacing (s_group_waits). Two readers may
+     * race here; the loser's cursor is at most a GET behind. */
+    if (atomic_load(&by->read_segs) != segs ||
+        cursor > atomic_load(&by->read_cursor)) {
+        atomic_store(&by->read_cursor, cursor);
+        atomic_store(&by->read_segs, segs);
+    }
+    atomic_store(&by->read_ns, emlio__now_ns());
     pthread_mutex_lock(&jobs->lock);
     s_note_cursor(jobs, by, segs, cursor);
     pthread_mutex_unlock(&jobs->lock);
@@ -675,12 +734,14 @@ s_forget(emlio_server_t *self)
             emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                       "job %s left after %.1f s: %.1f MB sent, %.1f MB/s, "
                       "%.1f MB read from the device, %.1f MB from "
-                      "others' shared reads, %.2f s queued",
+                      "others' shared reads, %.2f s queued, %.2f s paced "
+                      "to its sharing group",
                       j->name, s, (double)b / 1e6,
                       s > 0 ? (double)b / 1e6 / s : 0.0,
                       (double)atomic_load(&j->disk_bytes) / 1e6,
                       (double)atomic_load(&j->shared_bytes) / 1e6,
-                      (double)atomic_load(&j->wait_ns) / 1e9);
+                      (double)atomic_load(&j->wait_ns) / 1e9,
+                      (double)atomic_load(&j->paced_ns) / 1e9);
         }
         pthread_mutex_lock(&jobs->lock);
         jobs->table[i] = jobs->table[--jobs->n];

@@ -91,7 +91,14 @@ typedef struct emlio__trainjob {
     atomic_uint_fast64_t share_loaded;
     atomic_uint_fast64_t share_used;
     atomic_bool share_refused;
-    atomic_uint_fast64_t wait_ns; /* its GETs' time in the fair queue */
+    /* The furthest cursor of the shared schedule its readers read a GET
+     * of this job at lately (segments read_segs, at read_ns; 0: none):
+     * where it is, for the group pacing of the jobs ahead of it. */
+    atomic_uint_fast64_t read_segs, read_cursor, read_ns;
+    atomic_uint_fast64_t paced_ns; /* its GETs' time held back to the group */
+    uint64_t pace_since_ns;        /* its first held GET waits for the group
+                                      since (0: not; frontend only) */
+    atomic_uint_fast64_t wait_ns;  /* its GETs' time in the fair queue */
     /* Where its first WELCOME told it to join the shared schedule
      * (emlio__srv_jobs_join): every later rank of the job is told the
      * same, so that its ranks plan one order (frontend only). */
@@ -201,8 +208,8 @@ void emlio__srv_jobs_tick(struct emlio_server *self, void *work);
 
 /* A reader read a sharing GET of job `by` at (segs, cursor): any thread. */
 void emlio__srv_jobs_note_cursor(emlio__srv_jobs_t *jobs,
-                                 const struct emlio__trainjob *by,
-                                 uint64_t segs, uint64_t cursor);
+                                 struct emlio__trainjob *by, uint64_t segs,
+                                 uint64_t cursor);
 
 /* Where a job that shares reads should begin in the shared schedule, for
  * the WELCOME of peer's stream 0 (after its HELLO attached it): the

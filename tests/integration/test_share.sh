@@ -171,6 +171,39 @@ LB=$(field late.json bytes)
 LS=$(field late.json shared_bytes)
 check "... the late job got $(ratio $LS $LB)x of its bytes from shared reads" \
     test "$LS" -ge $((LB * 3 / 10))
+# Group pacing (docs/fairness.md, "Shared reads"): a sharing job two
+# segments of the schedule ahead of another that is reading would evict
+# the chunks that one still copies; its GETs past that wait (up to 250 ms
+# each, one kept in flight), and the daemon logs the time. A slow job and
+# a fast one: the fast one is paced, both still get every sample once; a
+# job alone never is. The slow one keeps 2 batches in
+# flight, so that its readers' cursor stays where it consumes (a deep
+# window would have the daemon read its whole epoch ahead). They start 2.5 s
+# after the jobs above, whose cursor a new job would otherwise join (the
+# daemon keeps it 2 s), far from where the slow one reads.
+sleep 2.5
+fetch pslow.json --job pace-slow --seed 21 --share --epochs 3 --compute-s 0.03 \
+    --inflight 2 &
+BG+=($!)
+for _ in $(seq 300); do
+    curl -s "$MURL" | grep -q '^emlio_job_bytes_total{job="pace-slow"} [1-9]' && break
+    sleep 0.1
+done
+fetch pfast.json --job pace-fast --seed 22 --share --epochs 3
+wait "${BG[@]}"
+BG=()
+check "paced jobs: both verified, every sample once per epoch" \
+    test "$(field pslow.json verified)$(field pfast.json verified)" = TrueTrue
+paced() { # paced JOB: the seconds the daemon logged it paced
+    sed -n "s/.*job $1 left after .*, \([0-9.]*\) s paced to its sharing group.*/\1/p" \
+        "$T/d.err" | tail -1
+}
+fetch plone.json --job pace-lone --seed 23 --share
+sleep 2.5 # a job is logged a second after it leaves
+check "a job ahead of a slower sharing job is paced ($(paced pace-fast) s)" \
+    /usr/bin/python3 -c "import sys; sys.exit(0 if float('$(paced pace-fast)' or 0) > 0 else 1)"
+check "... a job alone never is ($(paced pace-lone) s)" test "$(paced pace-lone)" = 0.00
+
 # Its resume state keeps the cursor: alone (nothing to join) it goes on
 # from the saved one. (An epoch it finished leaves a state of the next.)
 fetch resumed.json --job late --seed 12 --share --epochs 3 \
