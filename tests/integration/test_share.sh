@@ -171,6 +171,15 @@ LB=$(field late.json bytes)
 LS=$(field late.json shared_bytes)
 check "... the late job got $(ratio $LS $LB)x of its bytes from shared reads" \
     test "$LS" -ge $((LB * 3 / 10))
+# fetch's last line is the run's: its shared and device bytes are the sums
+# of the epochs' lines (they were the last epoch's, half of a 2-epoch run).
+epoch_sums() { /usr/bin/python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ep = [l for l in lines if "epoch" in l]
+print(len(ep), sum(l["shared_bytes"] for l in ep), sum(l["disk_read_bytes"] for l in ep))' "$1"; }
+check "... its last line sums its 2 epochs' shared and device bytes" \
+    test "$(epoch_sums "$T/late.json")" = "2 $LS $(field late.json disk_read_bytes)"
 # Group pacing (docs/fairness.md, "Shared reads"): a sharing job two
 # segments of the schedule ahead of another that is reading would evict
 # the chunks that one still copies; its GETs past that wait (up to 250 ms

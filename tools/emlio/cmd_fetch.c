@@ -193,7 +193,7 @@ s_print_epoch(uint64_t epoch, const emlio_client_stats_t *st, uint64_t samples,
     }
     if (n_src)
         printf("}");
-    fetch_path_json(stdout, client);
+    fetch_path_json(stdout, client, NULL);
     fetch_path_xf_json(stdout, client);
     printf("}\n");
 }
@@ -304,6 +304,9 @@ typedef struct s_fetch {
     double compute_s; /* --compute-s: each batch held this long */
     double computed;  /* seconds spent holding batches so far */
     double energy_j;
+    /* The daemons' device reads and shared-cache bytes of every epoch so
+     * far: the client's figures are the current epoch's. */
+    uint64_t disk_read_bytes, shared_bytes;
     char energy_source[24];
     double last_progress;
     bool progress_drawn;    /* a redrawn line is on the terminal */
@@ -969,6 +972,8 @@ s_run_epoch(s_fetch_t *self)
     emlio_client_stats_t st;
     emlio_client_stats(self->client, &st);
     self->wait_s += st.wait_s;
+    self->disk_read_bytes += st.disk_read_bytes;
+    self->shared_bytes += st.shared_bytes;
     self->inflight = st.inflight;
     self->resumed = false;
     uint64_t n = self->samples - samples0;
@@ -1022,7 +1027,10 @@ s_print_summary(const s_fetch_t *self, double seconds, double cpu_s)
            bytes ? energy_j / ((double)bytes / 1e9) : 0, self->skipped,
            fetch_ramp_seconds(&self->ramp, seconds), self->computed,
            seconds > 0 ? self->computed / seconds : 0, self->resume_s);
-    fetch_path_json(stdout, self->client);
+    fetch_path_totals_t run = { .bytes = bytes,
+                                .disk_read_bytes = self->disk_read_bytes,
+                                .shared_bytes = self->shared_bytes };
+    fetch_path_json(stdout, self->client, &run);
     printf("}\n");
     fflush(stdout);
 }

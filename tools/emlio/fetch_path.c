@@ -11,10 +11,16 @@
 #define MAX_REPORTED_STREAMS 256
 
 void
-fetch_path_json(FILE *out, const emlio_client_t *client)
+fetch_path_json(FILE *out, const emlio_client_t *client,
+                const fetch_path_totals_t *run)
 {
     emlio_client_stats_t st;
     emlio_client_stats(client, &st);
+    if (run) {
+        st.bytes = run->bytes;
+        st.disk_read_bytes = run->disk_read_bytes;
+        st.shared_bytes = run->shared_bytes;
+    }
     fprintf(
         out,
         ", \"rtt_ms\": %.3f, \"streams\": %u, \"io_threads\": %u"

@@ -9,10 +9,20 @@
 
 #include "emlio.h"
 
+/* Figures of a whole run, for its summary line: the client's stats hold
+ * the current epoch's. */
+typedef struct fetch_path_totals {
+    uint64_t bytes;           /* delivered */
+    uint64_t disk_read_bytes; /* the daemons' device reads for them */
+    uint64_t shared_bytes;    /* of bytes, from other jobs' shared reads */
+} fetch_path_totals_t;
+
 /* Appends `, "rtt_ms": .., "streams": .., "limit": "..", "window_kib": ..,
  * "path_mb_per_s": .., "stream_mb_per_s": [..]` to a JSON object being
- * written to out. */
-void fetch_path_json(FILE *out, const emlio_client_t *client);
+ * written to out. disk_read_bytes, read_amp and shared_bytes are the
+ * current epoch's, or run's when given (the summary line). */
+void fetch_path_json(FILE *out, const emlio_client_t *client,
+                     const fetch_path_totals_t *run);
 
 /* Appends `, "transform": {decode_at, server_share, decided, batches on
  * each side, CPU ms per image on each side, threads, the placement's
