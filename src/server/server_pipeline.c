@@ -438,10 +438,24 @@ s_merge_reads(emlio__io_req_t *reqs, size_t n)
  * shard stays used until s_unstage, so its descriptor cannot close and
  * be reused under the read. What is not staged (a format without
  * extents, a shard that will not open) is read one by one as before. */
+/* A sharing GET whose job was refused the cache (s_check_share_use)
+ * after the GET was admitted is read as any other: the refusal takes
+ * effect for the GETs already queued and read ahead, not only for those
+ * that arrive later, so a client's deep window of random GETs cannot keep
+ * the device reading a chunk per record for it meanwhile. */
+static void
+s_share_recheck(emlio__job_t *job)
+{
+    if (job->io.share && job->sched.tjob &&
+        atomic_load(&job->sched.tjob->share_refused))
+        job->io.share = false;
+}
+
 static void
 s_stage_reads(emlio_server_t *self, emlio__job_t *job)
 {
     const emlio__msg_get_t *get = &job->msg.get;
+    s_share_recheck(job);
     if (!self->core->io_engine || !get->n_items)
         return;
     emlio__ioengine_t *eng = emlio__ioengine_thread(self->core->io_depth);
@@ -609,6 +623,7 @@ s_check_share_use(emlio_server_t *self, emlio__trainjob_t *j,
 static void
 s_read_job(emlio_server_t *self, emlio__job_t *job)
 {
+    s_share_recheck(job);
     if (!job->io.share) {
         s_read_items(self, job);
         return;
