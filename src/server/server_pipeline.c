@@ -432,12 +432,6 @@ s_merge_reads(emlio__io_req_t *reqs, size_t n)
     return n ? m + 1 : 0;
 }
 
-/* --io read: the records of a job's request go to the device at once, in
- * request order (io_uring keeps them in flight), into buffers the
- * format's copying reads then take (ioengine.h). Each staged record's
- * shard stays used until s_unstage, so its descriptor cannot close and
- * be reused under the read. What is not staged (a format without
- * extents, a shard that will not open) is read one by one as before. */
 /* A sharing GET whose job was refused the cache (s_check_share_use)
  * after the GET was admitted is read as any other: the refusal takes
  * effect for the GETs already queued and read ahead, not only for those
@@ -451,6 +445,12 @@ s_share_recheck(emlio__job_t *job)
         job->io.share = false;
 }
 
+/* --io read: the records of a job's request go to the device at once, in
+ * request order (io_uring keeps them in flight), into buffers the
+ * format's copying reads then take (ioengine.h). Each staged record's
+ * shard stays used until s_unstage, so its descriptor cannot close and
+ * be reused under the read. What is not staged (a format without
+ * extents, a shard that will not open) is read one by one as before. */
 static void
 s_stage_reads(emlio_server_t *self, emlio__job_t *job)
 {

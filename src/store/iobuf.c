@@ -27,8 +27,8 @@ typedef struct s_head {
     uint32_t magic;
     uint32_t cls;
     uint64_t size;             /* usable bytes after the header */
-    atomic_uint_fast32_t refs; /* holders: 1 from alloc, +1 per ref */
-    uint32_t pad[sizeof(atomic_uint_fast32_t) == 8 ? 2 : 3];
+    atomic_uint refs;          /* holders: 1 from alloc, +1 per ref */
+    uint32_t pad[3];
 } s_head_t;
 
 _Static_assert(sizeof(s_head_t) == 32, "iobuf header size");

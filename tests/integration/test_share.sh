@@ -185,9 +185,9 @@ check "... its last line sums its 2 epochs' shared and device bytes" \
 # the chunks that one still copies; its GETs past that wait (up to 250 ms
 # each, one kept in flight), and the daemon logs the time. A slow job and
 # a fast one: the fast one is paced, both still get every sample once; a
-# job alone never is. The slow one keeps 2 batches in
-# flight, so that its readers' cursor stays where it consumes (a deep
-# window would have the daemon read its whole epoch ahead). They start 2.5 s
+# job alone never is. The slow one keeps 2 batches in flight, so that its
+# readers' cursor stays where it consumes (a deep window would have the
+# daemon read its whole epoch ahead). They start 2.5 s
 # after the jobs above, whose cursor a new job would otherwise join (the
 # daemon keeps it 2 s), far from where the slow one reads.
 sleep 2.5
