@@ -411,13 +411,17 @@ s_unhold(emlio__srv_jobs_t *jobs, emlio__trainjob_t *j)
 #define S_PACE_REACH     4
 #define S_PACE_MAX_NS    (250 * 1000000ull)
 #define S_PACE_ACTIVE_NS (500 * 1000000ull)
+/* Each held sharing GET looks at every job: with more jobs than this known
+ * (a thousand clients, each a job of its own) pacing is off, so that the
+ * frontend's dispatch never costs jobs x jobs. */
+#define S_PACE_MAX_JOBS  64
 
 static bool
 s_group_waits(const emlio__srv_jobs_t *jobs, emlio__trainjob_t *j,
               const emlio__job_t *job, uint64_t now)
 {
     const emlio__msg_get_t *get = &job->msg.get;
-    if (!atomic_load(&j->inflight) ||
+    if (jobs->n > S_PACE_MAX_JOBS || !atomic_load(&j->inflight) ||
         (j->pace_since_ns && now - j->pace_since_ns >= S_PACE_MAX_NS))
         return false;
     for (size_t i = 0; i < jobs->n; i++) {

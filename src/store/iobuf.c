@@ -26,8 +26,8 @@
 typedef struct s_head {
     uint32_t magic;
     uint32_t cls;
-    uint64_t size;             /* usable bytes after the header */
-    atomic_uint refs;          /* holders: 1 from alloc, +1 per ref */
+    uint64_t size;    /* usable bytes after the header */
+    atomic_uint refs; /* holders: 1 from alloc, +1 per ref */
     uint32_t pad[3];
 } s_head_t;
 
