@@ -287,21 +287,25 @@ emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool)
     job->units = u;
     job->transformed = distinct;
     atomic_init(&job->remaining, distinct);
+    /* Every unit is made before the first is queued: once the last one is,
+     * the job may finish on a pool thread and its done() free it (the
+     * daemon's serializer frees the job that holds it), so nothing of the
+     * job is read after that submit. Reading job->n past it was a
+     * use-after-free that ASan caught with 1-sample GETs under load. */
+    s_unit_t *units = u->unit;
     size_t k = 0;
-    for (size_t i = 0; i < job->n; i++) {
-        if (u->same_as[i] != i)
-            continue;
-        u->unit[k] = (s_unit_t){ { s_unit_run }, job, i };
-        int rc = emlio__workpool_submit(pool, &u->unit[k].work);
-        k++;
+    for (size_t i = 0; i < job->n; i++)
+        if (u->same_as[i] == i)
+            units[k++] = (s_unit_t){ { s_unit_run }, job, i };
+    for (size_t q = 0; q < distinct; q++) {
+        int rc = emlio__workpool_submit(pool, &units[q].work);
         if (rc < 0) {
             /* Only while the pool is being destroyed: the units already
-             * queued still run; account for the rest as failed so that
-             * done still runs exactly once. */
-            for (size_t m = i; m < job->n; m++) {
-                if (u->same_as[m] != m)
-                    continue;
-                job->samples[m].rc = rc;
+             * queued still run. Units q.. are still ours, so the job lives
+             * until the last of them is counted as failed, and done runs
+             * exactly once. */
+            for (size_t m = q; m < distinct; m++) {
+                job->samples[units[m].index].rc = rc;
                 atomic_fetch_add(&job->failed, 1);
                 if (atomic_fetch_sub(&job->remaining, 1) == 1)
                     s_finish(job);

@@ -87,7 +87,9 @@ struct emlio__xf_job {
 };
 
 /* Submits every sample of job to pool. 0, or EMLIO_ENOMEM /
- * EMLIO_ECLOSED (nothing submitted, done not called). */
+ * EMLIO_ECLOSED (nothing submitted, done not called). On 0, done may
+ * already have run on a worker, so the caller must not touch job (nor
+ * what done frees) after a successful start. */
 int emlio__xf_job_start(emlio__xf_job_t *job, emlio__workpool_t *pool);
 
 /* Sample i's failure in its own words (the transform's text, or its

@@ -138,11 +138,71 @@ test_xfstage_a_record_named_twice_is_decoded_once(void **state)
     emlio_transform_destroy(&t);
 }
 
+/* A done() that frees its job, as the daemon's does (its serializer frees
+ * the GET that holds the job): start must not read the job after queuing
+ * its last unit. Before the fix it read job->n there, a use-after-free
+ * ASan saw in CI with one-sample GETs. A race, so it is run 100,000 times:
+ * under make check's ASan the old start failed 3 runs in 4 (an optimized
+ * build keeps job->n in a register and passes). The job is scribbled
+ * before it is freed, so a read of it is garbage, not a stale value. */
+static void
+s_done_and_free(emlio__xf_job_t *job)
+{
+    s_wait_t *w = job->userdata;
+    emlio__xf_job_cleanup(job);
+    free(job->block);
+    memset(job, 0xff, sizeof(*job));
+    free(job);
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static void
+test_xfstage_start_leaves_a_job_its_done_frees(void **state)
+{
+    (void)state;
+    char err[EMLIO_ERRBUF_SIZE];
+    emlio_transform_t *t = NULL;
+    assert_int_equal(
+        emlio_transform_parse("center_crop(8)", &t, err, sizeof(err)), 0);
+    int rc = 0;
+    emlio__workpool_t *pool = emlio__xf_pool_new(2, 0, "test-xf", &rc);
+    assert_non_null(pool);
+    /* Junk fails at once, so the worker's done() races start's return. */
+    static const uint8_t junk[] = "not a jpeg";
+    for (int round = 0; round < 100000; round++) {
+        emlio__xf_sample_t sample = { .data = junk,
+                                      .len = sizeof(junk),
+                                      .key = (uint64_t)round };
+        s_wait_t w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                       false };
+        emlio__xf_job_t *job = calloc(1, sizeof(*job));
+        assert_non_null(job);
+        job->transform = t;
+        job->samples = &sample;
+        job->n = 1;
+        job->block = calloc(1, emlio_transform_output_bytes(t));
+        job->done = s_done_and_free;
+        job->userdata = &w;
+        assert_int_equal(emlio__xf_job_start(job, pool), 0);
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        assert_int_not_equal(sample.rc, 0);
+    }
+    emlio__workpool_destroy(&pool);
+    emlio_transform_destroy(&t);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_xfstage_a_record_named_twice_is_decoded_once),
+        cmocka_unit_test(test_xfstage_start_leaves_a_job_its_done_frees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
