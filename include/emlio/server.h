@@ -340,6 +340,9 @@ typedef struct emlio_server_stats {
      * often auto switched between map and read while serving. */
     uint32_t io_mapped_shards;
     uint32_t io_switches;
+    /* Of io_reads, those read into buffers registered with io_uring (the
+     * read-ahead arena): no page pinning per read. */
+    uint64_t io_fixed_reads;
 } emlio_server_stats_t;
 
 EMLIO_EXPORT void emlio_server_stats(const emlio_server_t *self,

@@ -1013,6 +1013,7 @@ emlio_server_stats(const emlio_server_t *self, emlio_server_stats_t *out)
     out->io_errors = io.errors;
     out->io_ahead_bytes = io.ahead;
     out->io_direct_reads = io.direct;
+    out->io_fixed_reads = io.fixed;
     out->io_wait_ns = io.wait_ns;
     out->io_read = atomic_load(&self->core->io_reading);
     out->io_mapped_shards = atomic_load(&self->core->io_mapped);

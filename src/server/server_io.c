@@ -185,6 +185,50 @@ s_fit_copies(emlio_server_t *self, uint64_t limit, uint64_t need)
               room >> 20);
 }
 
+/* The buffers the device reads into come from one arena registered with
+ * every reader's ring (iobuf.h): a direct read then skips pinning and
+ * unpinning its pages, which is per 4 KiB page and so per byte. Sized to
+ * what the readers hold: twice the read-ahead (staged, then waiting to be
+ * sent), within a quarter of the memory limit. Its pages stay resident,
+ * inside the engine's share of the limit (EMLIO_SERVER_IO_MIN_MEMORY).
+ * Reads past it take buffers from the heap, as before. */
+static void
+s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
+{
+    const char *e = getenv("EMLIO_IO_FIXED");
+    if (e && !strcmp(e, "0")) {
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: registered buffers disabled by EMLIO_IO_FIXED=0");
+        return;
+    }
+    uint64_t bytes = 2 * ahead;
+    if (limit && limit / 4 < bytes)
+        bytes = limit / 4;
+    bytes = EMLIO_MAX(bytes, (uint64_t)8 << 20);
+    void *base;
+    size_t have;
+    if (!emlio__iobuf_arena(&base, &have) &&
+        emlio__iobuf_arena_init((size_t)bytes) < 0) {
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: no memory for %" PRIu64 " MiB of registered read "
+                  "buffers: reads pin their pages each time",
+                  bytes >> 20);
+        return;
+    }
+    (void)emlio__iobuf_arena(&base, &have);
+    const char *why = emlio__io_fixed_refusal();
+    if (why)
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: registered read buffers %s: reads pin their pages "
+                  "each time",
+                  why);
+    else
+        emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                  "io: %zu MiB of read buffers registered with io_uring "
+                  "(fixed buffers: no page pinning per read)",
+                  have >> 20);
+}
+
 uint64_t
 emlio__srv_share_window(const emlio__srv_core_t *core)
 {
@@ -265,6 +309,8 @@ emlio__srv_io_choose(emlio_server_t *self)
     if (refusal)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                   "io: io_uring %s: reads go through pread", refusal);
+    else
+        s_arena_start(self, ahead, limit);
     return 0;
 }
 

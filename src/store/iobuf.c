@@ -2,14 +2,34 @@
  * SPDX-License-Identifier: MIT
  * See iobuf.h for why.
  */
+#define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include "iobuf.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "base.h"
+
+/* Arena blocks are poisoned while idle and past each buffer's length, so
+ * ASan still sees overruns into them (they are not malloc's). */
+#if defined(__SANITIZE_ADDRESS__)
+#    define S_ASAN 1
+#elif defined(__has_feature)
+#    if __has_feature(address_sanitizer)
+#        define S_ASAN 1
+#    endif
+#endif
+#ifdef S_ASAN
+#    include <sanitizer/asan_interface.h>
+#    define S_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#    define S_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#    define S_POISON(p, n)   ((void)(p), (void)(n))
+#    define S_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 #define S_MAGIC     0x494f4246u /* "IOBF" */
 #define S_MIN       ((size_t)4096)
@@ -28,7 +48,8 @@ typedef struct s_head {
     uint32_t cls;
     uint64_t size;    /* usable bytes after the header */
     atomic_uint refs; /* holders: 1 from alloc, +1 per ref */
-    uint32_t pad[3];
+    uint32_t arena;   /* 1: carved from the arena, never freed */
+    uint32_t pad[2];
 } s_head_t;
 
 _Static_assert(sizeof(s_head_t) == 32, "iobuf header size");
@@ -43,6 +64,13 @@ static struct {
     s_idle_t *free[S_CLASSES];
     size_t idle, out, limit;
     uint64_t allocs, reused;
+    /* The arena (emlio__iobuf_arena_init): [base, base + len), carved from
+     * the front at `used`; its idle buffers wait on afree, whatever the
+     * idle limit, since its pages stay registered with the rings. */
+    uint8_t *base;
+    size_t len, used;
+    s_idle_t *afree[S_CLASSES];
+    uint64_t arena_allocs, arena_misses;
 } s_pool = { .lock = PTHREAD_MUTEX_INITIALIZER,
              .limit = EMLIO__IOBUF_DEFAULT_IDLE };
 
@@ -163,6 +191,17 @@ emlio__iobuf_free(void *buf)
         return;
     size_t size = (size_t)h->size;
     bool kept = false;
+    if (h->arena) {
+        S_POISON(buf, size);
+        S_UNPOISON(buf, sizeof(s_idle_t));
+        pthread_mutex_lock(&s_pool.lock);
+        s_pool.out -= size;
+        s_idle_t *idle = buf;
+        idle->next = s_pool.afree[h->cls];
+        s_pool.afree[h->cls] = idle;
+        pthread_mutex_unlock(&s_pool.lock);
+        return;
+    }
     pthread_mutex_lock(&s_pool.lock);
     s_pool.out -= size;
     if (h->cls < S_CLASSES && s_pool.idle + size <= s_pool.limit) {
@@ -230,6 +269,97 @@ emlio__iobuf_stats(emlio__iobuf_stats_t *out)
     *out = (emlio__iobuf_stats_t){ .allocs = s_pool.allocs,
                                    .reused = s_pool.reused,
                                    .idle = s_pool.idle,
-                                   .out = s_pool.out };
+                                   .out = s_pool.out,
+                                   .arena_bytes = s_pool.len,
+                                   .arena_carved = s_pool.used,
+                                   .arena_allocs = s_pool.arena_allocs,
+                                   .arena_misses = s_pool.arena_misses };
     pthread_mutex_unlock(&s_pool.lock);
+}
+
+/* ---- the arena ------------------------------------------------------- */
+
+int
+emlio__iobuf_arena_init(size_t bytes)
+{
+    bytes = (bytes + EMLIO__IOBUF_ALIGN - 1) & ~(EMLIO__IOBUF_ALIGN - 1);
+    if (!bytes)
+        return EMLIO_EINVAL;
+    pthread_mutex_lock(&s_pool.lock);
+    bool have = s_pool.base != NULL;
+    pthread_mutex_unlock(&s_pool.lock);
+    if (have)
+        return EMLIO_EINVAL; /* one per process: the rings hold its pages */
+    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return EMLIO_ENOMEM;
+    S_POISON(base, bytes);
+    pthread_mutex_lock(&s_pool.lock);
+    if (s_pool.base) { /* another thread won */
+        pthread_mutex_unlock(&s_pool.lock);
+        munmap(base, bytes);
+        return EMLIO_EINVAL;
+    }
+    s_pool.base = base;
+    s_pool.len = bytes;
+    s_pool.used = 0;
+    pthread_mutex_unlock(&s_pool.lock);
+    return 0;
+}
+
+bool
+emlio__iobuf_arena(void **base, size_t *len)
+{
+    pthread_mutex_lock(&s_pool.lock);
+    *base = s_pool.base;
+    *len = s_pool.len;
+    pthread_mutex_unlock(&s_pool.lock);
+    return *base != NULL;
+}
+
+bool
+emlio__iobuf_in_arena(const uint8_t *buf, size_t len)
+{
+    /* base and len are set once, before any buffer of the arena exists. */
+    const uint8_t *base = s_pool.base;
+    return base && buf >= base && len <= s_pool.len &&
+           (size_t)(buf - base) <= s_pool.len - len;
+}
+
+uint8_t *
+emlio__iobuf_alloc_io(size_t len)
+{
+    size_t size;
+    uint32_t cls = s_class(len, &size);
+    uint8_t *data = NULL;
+    if (cls < S_CLASSES) {
+        pthread_mutex_lock(&s_pool.lock);
+        if (s_pool.afree[cls]) {
+            s_idle_t *hit = s_pool.afree[cls];
+            S_UNPOISON(hit, sizeof(*hit));
+            s_pool.afree[cls] = hit->next;
+            data = (uint8_t *)hit;
+        } else if (s_pool.base &&
+                   s_pool.len - s_pool.used >= EMLIO__IOBUF_ALIGN + size) {
+            data = s_pool.base + s_pool.used + EMLIO__IOBUF_ALIGN;
+            s_pool.used += EMLIO__IOBUF_ALIGN + size;
+        }
+        if (data) {
+            s_pool.allocs++;
+            s_pool.arena_allocs++;
+            s_pool.out += size;
+        } else if (s_pool.base) {
+            s_pool.arena_misses++;
+        }
+        pthread_mutex_unlock(&s_pool.lock);
+    }
+    if (!data)
+        return emlio__iobuf_alloc(len);
+    s_head_t *h = s_head(data);
+    S_UNPOISON(h, sizeof(*h));
+    *h = (s_head_t){ .magic = S_MAGIC, .cls = cls, .size = size, .arena = 1 };
+    atomic_init(&h->refs, 1);
+    S_UNPOISON(data, len);
+    return data;
 }

@@ -20,6 +20,7 @@
 #ifndef EMLIO_IOBUF_H
 #define EMLIO_IOBUF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,11 +47,33 @@ void emlio__iobuf_set_idle_limit(size_t bytes);
 /* Frees every idle buffer (daemon shutdown, tests). */
 void emlio__iobuf_trim(void);
 
+/* The arena: one region for the buffers the device reads into, which the
+ * I/O engine registers with each io_uring once (ioengine.c), so that a
+ * direct read into it does not pin and unpin its pages on every read
+ * (io_uring's fixed buffers). Its pages stay resident: the daemon sizes it
+ * to what it reads ahead. One per process, made before the first ring;
+ * never freed. 0, EMLIO_ENOMEM, or EMLIO_EINVAL (there is one already, or
+ * bytes is 0). */
+int emlio__iobuf_arena_init(size_t bytes);
+/* The arena's region; false when there is none. */
+bool emlio__iobuf_arena(void **base, size_t *len);
+/* Whether [buf, buf + len) lies in the arena. */
+bool emlio__iobuf_in_arena(const uint8_t *buf, size_t len);
+/* A buffer for a device read: from the arena while it has one of len's
+ * class idle or room to carve one, else as emlio__iobuf_alloc. Freed with
+ * emlio__iobuf_free like any other: an arena buffer goes back to the
+ * arena's own lists, whatever the idle limit. */
+uint8_t *emlio__iobuf_alloc_io(size_t len);
+
 typedef struct emlio__iobuf_stats {
-    uint64_t allocs; /* emlio__iobuf_alloc calls that returned a buffer */
-    uint64_t reused; /* of them, served from the pool */
-    size_t idle;     /* bytes idle in the pool now */
-    size_t out;      /* bytes handed out and not yet freed */
+    uint64_t allocs;       /* emlio__iobuf_alloc calls that returned a buffer */
+    uint64_t reused;       /* of them, served from the pool */
+    size_t idle;           /* bytes idle in the pool now (the arena's not) */
+    size_t out;            /* bytes handed out and not yet freed */
+    size_t arena_bytes;    /* the arena's size; 0: none */
+    size_t arena_carved;   /* of it, carved into buffers so far */
+    uint64_t arena_allocs; /* device buffers the arena gave */
+    uint64_t arena_misses; /* ... and those it had no room for */
 } emlio__iobuf_stats_t;
 
 void emlio__iobuf_stats(emlio__iobuf_stats_t *out);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base.h"
@@ -54,6 +55,7 @@ typedef struct s_staged {
 struct emlio__ioengine {
     unsigned depth;
     bool uring;
+    bool fixed;  /* the arena is registered with the ring (iobuf.h) */
     bool broken; /* the ring failed: no more submissions */
 #ifdef EMLIO_HAVE_URING
     struct io_uring ring;
@@ -69,6 +71,8 @@ struct emlio__ioengine {
 
 static struct {
     atomic_uint_fast64_t reads, bytes, taken, errors, ahead, direct, wait_ns;
+    atomic_uint_fast64_t fixed; /* reads into registered buffers */
+    atomic_int fixed_errno;     /* why a ring could not register them */
 } s_count;
 
 /* Counts time a reader spent waiting for the device since t0. */
@@ -267,12 +271,15 @@ s_pread_span(int fd, const s_span_t *sp, unsigned align, uint8_t *buf,
     }
 }
 
-/* A buffer for a span: direct reads want a whole, aligned one. */
+/* A buffer for a span: direct reads want a whole, aligned one. A staged
+ * read's comes from the arena registered with the rings (iobuf.h); a
+ * read now (pread, which registration does not help, and whose buffer may
+ * live long: the shared cache's chunks) from the heap. */
 static uint8_t *
-s_span_buf(const s_span_t *sp, unsigned align)
+s_span_buf(const s_span_t *sp, unsigned align, bool staged)
 {
-    return emlio__iobuf_alloc(align ? EMLIO_MAX(sp->span, EMLIO__IOBUF_ALIGN)
-                                    : sp->span);
+    size_t len = align ? EMLIO_MAX(sp->span, EMLIO__IOBUF_ALIGN) : sp->span;
+    return staged ? emlio__iobuf_alloc_io(len) : emlio__iobuf_alloc(len);
 }
 
 int
@@ -280,7 +287,7 @@ emlio__io_read(int fd, uint64_t offset, size_t len, unsigned align,
                uint8_t **buf, const uint8_t **data)
 {
     s_span_t sp = s_span_of(offset, len, align);
-    uint8_t *b = s_span_buf(&sp, align);
+    uint8_t *b = s_span_buf(&sp, align, false);
     if (!b)
         return EMLIO_ENOMEM;
     uint64_t t0 = emlio__now_ns();
@@ -402,6 +409,64 @@ s_make_key(void)
     (void)pthread_key_create(&s_key, s_engine_free);
 }
 
+#ifdef EMLIO_HAVE_URING
+/* Registers the buffer arena with eng's ring, if there is one: a direct
+ * read into a registered buffer skips pinning its pages and unpinning
+ * them at completion, per read (io_uring_prep_read_fixed). Refused (the
+ * memlock limit of a user without CAP_IPC_LOCK, an old kernel): reads go
+ * as plain reads, and why is kept for the start-up log. */
+static void
+s_register_arena(emlio__ioengine_t *eng)
+{
+    void *base;
+    size_t len;
+    const char *e = getenv("EMLIO_IO_FIXED");
+    if (!eng->uring || (e && !strcmp(e, "0")) ||
+        !emlio__iobuf_arena(&base, &len))
+        return;
+    struct iovec iov = { .iov_base = base, .iov_len = len };
+    int rc = io_uring_register_buffers(&eng->ring, &iov, 1);
+    if (rc == 0)
+        eng->fixed = true;
+    else
+        atomic_store(&s_count.fixed_errno, -rc);
+}
+#endif
+
+int
+emlio__io_fixed_errno(void)
+{
+    return atomic_load(&s_count.fixed_errno);
+}
+
+const char *
+emlio__io_fixed_refusal(void)
+{
+    static char why[96];
+    const char *e = getenv("EMLIO_IO_FIXED");
+    if (e && !strcmp(e, "0"))
+        return "disabled by EMLIO_IO_FIXED=0";
+#ifdef EMLIO_HAVE_URING
+    void *base;
+    size_t len;
+    if (!emlio__iobuf_arena(&base, &len))
+        return "no buffer arena";
+    struct io_uring ring;
+    if (!s_uring_allowed() || io_uring_queue_init(1, &ring, 0) != 0)
+        return "no io_uring";
+    struct iovec iov = { .iov_base = base, .iov_len = len };
+    int rc = io_uring_register_buffers(&ring, &iov, 1);
+    io_uring_queue_exit(&ring);
+    if (rc == 0)
+        return NULL;
+    snprintf(why, sizeof(why), "refused by the kernel: %s%s", strerror(-rc),
+             rc == -ENOMEM ? " (the memlock limit, RLIMIT_MEMLOCK)" : "");
+    return why;
+#else
+    return "not built in (no liburing)";
+#endif
+}
+
 emlio__ioengine_t *
 emlio__ioengine_thread(unsigned depth)
 {
@@ -417,6 +482,7 @@ emlio__ioengine_thread(unsigned depth)
     if (s_uring_allowed() &&
         io_uring_queue_init(eng->depth, &eng->ring, 0) == 0)
         eng->uring = true;
+    s_register_arena(eng);
 #endif
     if (pthread_setspecific(s_key, eng) != 0) {
         s_engine_free(eng);
@@ -461,8 +527,15 @@ s_pump(emlio__ioengine_t *eng)
         struct io_uring_sqe *sqe = io_uring_get_sqe(&eng->ring);
         if (!sqe)
             break;
-        io_uring_prep_read(sqe, s->req.fd, s->buf + s->got,
-                           (unsigned)(s->sp.span - s->got), s->sp.at + s->got);
+        unsigned len = (unsigned)(s->sp.span - s->got);
+        if (eng->fixed && emlio__iobuf_in_arena(s->buf, s->sp.span)) {
+            io_uring_prep_read_fixed(sqe, s->req.fd, s->buf + s->got, len,
+                                     s->sp.at + s->got, 0);
+            atomic_fetch_add_explicit(&s_count.fixed, 1, memory_order_relaxed);
+        } else {
+            io_uring_prep_read(sqe, s->req.fd, s->buf + s->got, len,
+                               s->sp.at + s->got);
+        }
         io_uring_sqe_set_data64(sqe, eng->base + eng->next_submit);
         s->state = S_INFLIGHT;
         eng->inflight++;
@@ -653,7 +726,7 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
     for (; queued < n; queued++) {
         s_span_t sp = s_span_of(reqs[queued].offset, reqs[queued].len,
                                 reqs[queued].align);
-        uint8_t *buf = s_span_buf(&sp, reqs[queued].align);
+        uint8_t *buf = s_span_buf(&sp, reqs[queued].align, true);
         if (!buf)
             break;
         eng->staged[eng->n++] = (s_staged_t){ .req = reqs[queued],
@@ -748,6 +821,7 @@ emlio__io_counters(emlio__io_counters_t *out)
     out->ahead = atomic_load_explicit(&s_count.ahead, memory_order_relaxed);
     out->direct = atomic_load_explicit(&s_count.direct, memory_order_relaxed);
     out->wait_ns = atomic_load_explicit(&s_count.wait_ns, memory_order_relaxed);
+    out->fixed = atomic_load_explicit(&s_count.fixed, memory_order_relaxed);
 }
 
 uint64_t

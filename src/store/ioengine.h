@@ -154,9 +154,19 @@ typedef struct emlio__io_counters {
     uint64_t direct;  /* requests read past the page cache (O_DIRECT) */
     uint64_t wait_ns; /* time readers spent waiting for the device: for a
                          staged read still in flight, or a read now */
+    uint64_t fixed;   /* reads submitted into registered buffers (the
+                         arena, iobuf.h) */
 } emlio__io_counters_t;
 
 void emlio__io_counters(emlio__io_counters_t *out);
+/* Why a ring could not register the buffer arena (an errno: ENOMEM is the
+ * memlock limit), or 0 where every ring that tried did. */
+int emlio__io_fixed_errno(void);
+/* Why reads cannot go into registered buffers ("disabled by
+ * EMLIO_IO_FIXED=0", "no buffer arena", "refused by the kernel: ..."), or
+ * NULL when a ring registers the arena (tried on a ring of its own; call
+ * once, at start: it pins the arena's pages for the try). */
+const char *emlio__io_fixed_refusal(void);
 
 /* This process's bytes read from the block layer (/proc/self/io
  * read_bytes: page-cache misses, through mappings or reads): 0 unknown. */

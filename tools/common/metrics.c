@@ -1037,6 +1037,11 @@ tool_metrics_render(tool_metrics_t *self, emlio_buf_t *out)
                           "Exact-size reads past the page cache (O_DIRECT)",
                           s.st.io_direct_reads);
     if (rc == 0)
+        rc = s_family_u64(out, "emlio_server_io_fixed_reads_total", "counter",
+                          "Exact-size reads into buffers registered with "
+                          "io_uring (no page pinning per read)",
+                          s.st.io_fixed_reads);
+    if (rc == 0)
         rc =
             s_family_f64(out, "emlio_server_io_wait_seconds_total", "counter",
                          "Reader time spent waiting for the device (--io "

@@ -458,6 +458,13 @@ s_serve(emlio_ctx_t *ctx, const s_opts_t *o, s_signals_t *sigs)
                 " errors, %" PRIu64 " refused\n",
                 strsignal(sig), st.requests, st.samples, st.bytes,
                 st.packed_bytes, st.errors, st.auth_refused);
+        if (st.io_reads)
+            fprintf(stderr,
+                    "emliod: io: %" PRIu64 " exact-size reads (%" PRIu64
+                    " past the page cache, %" PRIu64
+                    " into registered buffers), %" PRIu64 " MB\n",
+                    st.io_reads, st.io_direct_reads, st.io_fixed_reads,
+                    st.io_read_bytes / 1000000);
     }
     tool_metrics_destroy(&metrics); /* pushes a last point; reads srv */
     emlio_server_destroy(&srv);
