@@ -32,6 +32,18 @@ s_per_path(const emlio_client_t *self, uint64_t streams)
            2 * streams;
 }
 
+/* The largest mean record size of any shard (0 with no records). */
+static uint64_t
+s_max_shard_mean(const emlio_client_t *self)
+{
+    uint64_t most = 0;
+    for (size_t i = 0; i < self->inv.n_shards; i++)
+        if (self->inv.shards[i].records)
+            most = EMLIO_MAX(most, self->inv.shards[i].bytes /
+                                       self->inv.shards[i].records);
+    return most;
+}
+
 /* How a daemon's share of a batch is split into GETs, from the mean
  * sample size: parts of about cfg.request_bytes, at most parts_max of them
  * per daemon. parts_max stays within half of every daemon's credits per
@@ -62,7 +74,11 @@ s_split_parts(emlio_client_t *self, uint64_t mean_bytes)
      * and its bytes, which a packed reply or a shard without a lease
      * copies. Below it the daemon refused every GET ("ask for fewer
      * samples"), for tensors whatever request_bytes said (issue 34). */
-    uint64_t per_copy = mean_bytes;
+    /* Sized by the shard with the largest mean record, not the dataset's
+     * mean: in a mix of 20 KB images and 1 KB records, GETs sized by the
+     * mean asked for too many of the large ones and every one was refused
+     * (--mixed-formats --io read --max-copy-bytes 64K). */
+    uint64_t per_copy = EMLIO_MAX(mean_bytes, s_max_shard_mean(self));
     if (emlio__tensor_active(self))
         per_copy += emlio__tensor_out_bytes(self);
     for (uint32_t d = 0; d < self->conn.n_daemons; d++) {

@@ -5,7 +5,8 @@
 # and, with EMLIO_IO_DIRECT=0, through it; each delivers what the mapping
 # delivers, verified, for TFRecord, tar and ImageFolder, and reads ahead for queued
 # requests; a bad mode, a memory limit below the engine's minimum and a
-# shard cut short under the daemon are errors.
+# shard cut short under the daemon are errors; records of very different
+# sizes fit a small copy budget.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.sh
@@ -129,4 +130,24 @@ rc=$?
 check "cut shard: fetch fails" test $rc -ne 0
 check "cut shard: the error names the shard" grep -q "$(basename "$victim")" "$T/cut.ferr"
 check "cut shard: the daemon is still running" kill -0 "$DPID"
+
+# A mix of 20 KB images (TFRecord) and 600-byte records (tar) under a
+# small copy budget: GETs are sized by the shard with the largest mean
+# record, so none asks for more than the budget. Sized by the dataset's
+# mean, every epoch failed with "request would copy ... more than the
+# daemon's budget" (found by a race hunt, 2026-12-07).
+"$EMLIO" synth "$T/tiny" --samples 600 --classes 2 --bytes 600 --quiet &&
+    "$EMLIO" pack "$T/tiny" "$T/mix" --to tar --shard-bytes 64K --quiet >/dev/null &&
+    cp "$T"/shards/*.tfrecord* "$T/mix/"
+check "mixed dataset builds" test "$(ls "$T"/mix/*.tar | wc -l)" -ge 2
+start_daemon mix "$T/mix" --mixed-formats --io read --max-copy-bytes 64K ||
+    fail "mix: daemon starts"
+fetch_mix() {
+    "$EMLIO" fetch --connect "$EP" --batch 32 --seed "$1" --verify --quiet \
+        >/dev/null 2>"$T/mix-$1.ferr"
+}
+for seed in 22 32 52; do
+    check "mixed sizes, 64 KiB copy budget, seed $seed: a verified epoch" \
+        fetch_mix "$seed"
+done
 finish
