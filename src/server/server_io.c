@@ -188,10 +188,14 @@ s_fit_copies(emlio_server_t *self, uint64_t limit, uint64_t need)
 /* The buffers the device reads into come from one arena registered with
  * every reader's ring (iobuf.h): a direct read then skips pinning and
  * unpinning its pages, which is per 4 KiB page and so per byte. Sized to
- * what the readers hold: twice the read-ahead (staged, then waiting to be
- * sent), within a quarter of the memory limit. Its pages stay resident,
- * inside the engine's share of the limit (EMLIO_SERVER_IO_MIN_MEMORY).
- * Reads past it take buffers from the heap, as before. */
+ * what the readers hold: twice --read-ahead-bytes (staged, then waiting
+ * to be sent), within an eighth of the memory limit. Its pages stay resident,
+ * so it takes the heap pool's place inside the engine's share of the limit
+ * (EMLIO_SERVER_IO_MIN_MEMORY): the pool then keeps only what the arena leaves
+ * of its idle limit (at least 16 MiB, for copies and the shared cache's reads).
+ * At a quarter of the limit beside the full pool, three sharing jobs in a 512
+ * MiB cgroup were OOM-killed (anon 522 MB). Reads past it take buffers from the
+ * heap, as before. */
 static void
 s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
 {
@@ -202,8 +206,8 @@ s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
         return;
     }
     uint64_t bytes = 2 * ahead;
-    if (limit && limit / 4 < bytes)
-        bytes = limit / 4;
+    if (limit && limit / 8 < bytes)
+        bytes = limit / 8;
     bytes = EMLIO_MAX(bytes, (uint64_t)8 << 20);
     void *base;
     size_t have;
@@ -216,6 +220,10 @@ s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
         return;
     }
     (void)emlio__iobuf_arena(&base, &have);
+    uint64_t idle = EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE);
+    idle =
+        idle > have + ((uint64_t)16 << 20) ? idle - have : (uint64_t)16 << 20;
+    emlio__iobuf_set_idle_limit((size_t)idle);
     const char *why = emlio__io_fixed_refusal();
     if (why)
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
