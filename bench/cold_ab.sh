@@ -7,21 +7,36 @@
 # Prints MB/s, daemon and client CPU-s/GB and device bytes (/proc/diskstats)
 # over delivered bytes.
 #   bench/cold_ab.sh OLD_BUILD NEW_BUILD DATA [ROUNDS] [DEVICE]   (4, vda)
+# OLD_ENV / NEW_ENV: VAR=VALUE words for that side's daemon, so one build
+# A/Bs a setting (OLD_ENV=EMLIO_IO_FIXED=0 bench/cold_ab.sh build build
+# ...); MEM: the daemons run in a v1 memory cgroup of that size (none);
+# EPOCHS (1) and FETCH_OPTS (e.g. "--shuffle none") go to the fetch.
 set -euo pipefail
 OLD=$1 NEW=$2 DATA=$3 ROUNDS=${4:-4} DEV=${5:-vda}
+CG=
+if [ -n "${MEM:-}" ]; then
+    CG=/sys/fs/cgroup/memory/emlio_ab
+    mkdir -p "$CG"
+    echo "$MEM" >"$CG/memory.limit_in_bytes"
+fi
 
-run() { # LABEL BUILD
-    local label=$1 b=$2 t sp port r0 r1 c0 c1
+run() { # LABEL BUILD ENV
+    local label=$1 b=$2 envs=$3 t sp port r0 r1 c0 c1
     sync
     echo 3 >/proc/sys/vm/drop_caches
     port=$((30000 + RANDOM % 20000)) t=$(mktemp -d)
-    "$b/bin/emliod" --data "$DATA" --bind "tcp://127.0.0.1:$port" --io read >"$t/d" 2>&1 &
+    # shellcheck disable=SC2086
+    (
+        [ -z "$CG" ] || echo "$BASHPID" >"$CG/cgroup.procs"
+        exec env $envs "$b/bin/emliod" --data "$DATA" --bind "tcp://127.0.0.1:$port" --io read
+    ) >"$t/d" 2>&1 &
     sp=$!
     for _ in $(seq 100); do grep -q listening "$t/d" && break; sleep 0.1; done
     r0=$(awk -v d="$DEV" '$3 == d {print $6}' /proc/diskstats)
     c0=$(awk '{print $14 + $15}' /proc/$sp/stat)
     /usr/bin/time -f "%U %S" -o "$t/t" "$b/bin/emlio" fetch --connect "tcp://127.0.0.1:$port" \
-        --batch 64 --verify --quiet >"$t/j" 2>/dev/null || echo "cold_ab: fetch failed ($label)" >&2
+        --batch 64 --epochs "${EPOCHS:-1}" --verify --quiet ${FETCH_OPTS:-} >"$t/j" 2>/dev/null ||
+        echo "cold_ab: fetch failed ($label)" >&2
     c1=$(awk '{print $14 + $15}' /proc/$sp/stat)
     r1=$(awk -v d="$DEV" '$3 == d {print $6}' /proc/diskstats)
     kill $sp
@@ -40,5 +55,11 @@ PY
 }
 
 for r in $(seq "$ROUNDS"); do
-    if [ $((r % 2)) = 1 ]; then run old "$OLD"; run new "$NEW"; else run new "$NEW"; run old "$OLD"; fi
+    if [ $((r % 2)) = 1 ]; then
+        run old "$OLD" "${OLD_ENV:-}"
+        run new "$NEW" "${NEW_ENV:-}"
+    else
+        run new "$NEW" "${NEW_ENV:-}"
+        run old "$OLD" "${OLD_ENV:-}"
+    fi
 done

@@ -20,6 +20,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "server_internal.h"
@@ -209,6 +210,24 @@ s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
     if (limit && limit / 8 < bytes)
         bytes = limit / 8;
     bytes = EMLIO_MAX(bytes, (uint64_t)8 << 20);
+    /* Without root, each ring's registration counts against the user's
+     * memlock limit (8 MiB by default): one share per reader, and one for
+     * the start-up probe, whose ring may still be going away. */
+    struct rlimit ml;
+    if (geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &ml) == 0 &&
+        ml.rlim_cur != RLIM_INFINITY) {
+        uint64_t share = (uint64_t)ml.rlim_cur / (self->core->readers + 1);
+        share &= ~(uint64_t)(EMLIO__IOBUF_ALIGN - 1);
+        if (share < ((uint64_t)2 << 20)) {
+            emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
+                      "io: no registered read buffers: the memlock limit "
+                      "(%" PRIu64 " KiB, ulimit -l) leaves under 2 MiB per "
+                      "reader; reads pin their pages each time",
+                      (uint64_t)ml.rlim_cur >> 10);
+            return;
+        }
+        bytes = EMLIO_MIN(bytes, share);
+    }
     void *base;
     size_t have;
     if (!emlio__iobuf_arena(&base, &have) &&

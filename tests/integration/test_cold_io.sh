@@ -6,7 +6,8 @@
 # delivers, verified, for TFRecord, tar and ImageFolder, and reads ahead for queued
 # requests; a bad mode, a memory limit below the engine's minimum and a
 # shard cut short under the daemon are errors; records of very different
-# sizes fit a small copy budget.
+# sizes fit a small copy budget; a daemon without CAP_IPC_LOCK sizes its
+# registered read buffers to the memlock limit.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/integration/lib.sh
@@ -150,4 +151,51 @@ for seed in 22 32 52; do
     check "mixed sizes, 64 KiB copy budget, seed $seed: a verified epoch" \
         fetch_mix "$seed"
 done
+
+# Registered read buffers as a user without CAP_IPC_LOCK: the arena is
+# sized to the memlock limit (8 MiB, shared by the readers' rings and the
+# start-up probe's) and used; under a limit too small for it, the daemon
+# says why and reads as before. Both verified.
+fetch_nob() {
+    "$EMLIO" fetch --connect "$EP" --batch 16 --verify --quiet \
+        --ids "$T/$1.ids" >/dev/null 2>"$T/$1.ferr"
+}
+nobody_daemon() { # NAME MEMLOCK_BYTES
+    local name=$1
+    prlimit --memlock="$2:$2" setpriv --reuid 65534 --regid 65534 \
+        --clear-groups --inh-caps=-all "$T/nob/bin/emliod" --data "$T/shards" \
+        --bind "tcp://127.0.0.1:*" --io read --log-level info \
+        >"$T/$name.out" 2>"$T/$name.err" &
+    DPID=$!
+    PIDS+=("$DPID")
+    EP=$(listen_addr "$T/$name.out" emliod "$DPID")
+}
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && command -v prlimit >/dev/null; then
+    mkdir -p "$T/nob" && cp -r "$B/bin" "$B/lib" "$T/nob/" &&
+        chmod -R a+rX "$T/nob" "$T/shards" && chmod a+x "$T"
+    for cell in "ml8 8388608" "ml1 1048576"; do
+        # shellcheck disable=SC2086
+        set -- $cell
+        if ! nobody_daemon "$1" "$2"; then
+            fail "$1: a daemon as nobody starts: $(tail -2 "$T/$1.err")"
+            continue
+        fi
+        check "$1: memlock $(($2 >> 10)) KiB as nobody: a verified epoch" \
+            fetch_nob "$1"
+        kill "$DPID"
+        wait "$DPID" 2>/dev/null
+    done
+    check "ml8: the arena fits the memlock limit and is used" \
+        grep -Eq "io: [1-8] MiB of read buffers registered with io_uring" "$T/ml8.err"
+    check "ml8: reads went into it" \
+        grep -Eq "past the page cache, [1-9][0-9]* into registered buffers" "$T/ml8.err"
+    check "ml1: too small a limit is said, not failed" \
+        grep -q "no registered read buffers: the memlock limit (1024 KiB" "$T/ml1.err"
+    check "ml1: no read used it" \
+        grep -q "past the page cache, 0 into registered buffers" "$T/ml1.err"
+    check "ml8 and ml1 delivered the same samples" \
+        cmp -s <(sort "$T/ml8.ids") <(sort "$T/ml1.ids")
+else
+    skip "registered buffers as nobody: needs root, setpriv and prlimit"
+fi
 finish
