@@ -25,11 +25,12 @@ run() { # LABEL BUILD ENV
     sync
     echo 3 >/proc/sys/vm/drop_caches
     port=$((30000 + RANDOM % 20000)) t=$(mktemp -d)
-    # shellcheck disable=SC2086
-    (
-        [ -z "$CG" ] || echo "$BASHPID" >"$CG/cgroup.procs"
-        exec env $envs "$b/bin/emliod" --data "$DATA" --bind "tcp://127.0.0.1:$port" --io read
-    ) >"$t/d" 2>&1 &
+    # One process from fork to emliod (sh execs it), so $! is the daemon
+    # whose CPU is counted; it joins the cgroup before the exec.
+    # shellcheck disable=SC2016,SC2086
+    sh -c '[ -z "$1" ] || echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CG" \
+        env $envs "$b/bin/emliod" --data "$DATA" --bind "tcp://127.0.0.1:$port" --io read \
+        >"$t/d" 2>&1 &
     sp=$!
     for _ in $(seq 100); do grep -q listening "$t/d" && break; sleep 0.1; done
     r0=$(awk -v d="$DEV" '$3 == d {print $6}' /proc/diskstats)
