@@ -30,6 +30,20 @@ test_rmtree(const char *dir)
     assert_int_equal(system(cmd), 0);
 }
 
+/* An open temporary file holding len bytes of data, already unlinked: it
+ * goes with its last descriptor. */
+static inline int
+test_temp_fd(const void *data, size_t len)
+{
+    char path[] = "/tmp/emlio-test-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    if (len)
+        assert_int_equal(write(fd, data, len), (ssize_t)len);
+    return fd;
+}
+
 /* Writes len bytes to path, replacing it. */
 static inline void
 test_write_file(const char *path, const void *data, size_t len)

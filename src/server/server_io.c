@@ -200,8 +200,7 @@ s_fit_copies(emlio_server_t *self, uint64_t limit, uint64_t need)
 static void
 s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
 {
-    const char *e = getenv("EMLIO_IO_FIXED");
-    if (e && !strcmp(e, "0")) {
+    if (!emlio__io_fixed_allowed()) {
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                   "io: registered buffers disabled by EMLIO_IO_FIXED=0");
         return;
@@ -231,14 +230,14 @@ s_arena_start(emlio_server_t *self, uint64_t ahead, uint64_t limit)
     void *base;
     size_t have;
     if (!emlio__iobuf_arena(&base, &have) &&
-        emlio__iobuf_arena_init((size_t)bytes) < 0) {
+        (emlio__iobuf_arena_init((size_t)bytes) < 0 ||
+         !emlio__iobuf_arena(&base, &have))) {
         emlio_log(self->ctx, EMLIO_LOG_INFO, "server",
                   "io: no memory for %" PRIu64 " MiB of registered read "
                   "buffers: reads pin their pages each time",
                   bytes >> 20);
         return;
     }
-    (void)emlio__iobuf_arena(&base, &have);
     uint64_t idle = EMLIO_MAX(ahead, (uint64_t)EMLIO__IOBUF_DEFAULT_IDLE);
     idle =
         idle > have + ((uint64_t)16 << 20) ? idle - have : (uint64_t)16 << 20;

@@ -70,7 +70,7 @@ static struct {
     uint8_t *base;
     size_t len, used;
     s_idle_t *afree[S_CLASSES];
-    uint64_t arena_allocs, arena_misses;
+    uint64_t arena_misses;
 } s_pool = { .lock = PTHREAD_MUTEX_INITIALIZER,
              .limit = EMLIO__IOBUF_DEFAULT_IDLE };
 
@@ -271,8 +271,6 @@ emlio__iobuf_stats(emlio__iobuf_stats_t *out)
                                    .idle = s_pool.idle,
                                    .out = s_pool.out,
                                    .arena_bytes = s_pool.len,
-                                   .arena_carved = s_pool.used,
-                                   .arena_allocs = s_pool.arena_allocs,
                                    .arena_misses = s_pool.arena_misses };
     pthread_mutex_unlock(&s_pool.lock);
 }
@@ -347,7 +345,6 @@ emlio__iobuf_alloc_io(size_t len)
         }
         if (data) {
             s_pool.allocs++;
-            s_pool.arena_allocs++;
             s_pool.out += size;
         } else if (s_pool.base) {
             s_pool.arena_misses++;

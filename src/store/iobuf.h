@@ -71,9 +71,7 @@ typedef struct emlio__iobuf_stats {
     size_t idle;           /* bytes idle in the pool now (the arena's not) */
     size_t out;            /* bytes handed out and not yet freed */
     size_t arena_bytes;    /* the arena's size; 0: none */
-    size_t arena_carved;   /* of it, carved into buffers so far */
-    uint64_t arena_allocs; /* device buffers the arena gave */
-    uint64_t arena_misses; /* ... and those it had no room for */
+    uint64_t arena_misses; /* device buffers it had no room for */
 } emlio__iobuf_stats_t;
 
 void emlio__iobuf_stats(emlio__iobuf_stats_t *out);

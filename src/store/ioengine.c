@@ -47,6 +47,7 @@ typedef struct s_staged {
     size_t got; /* bytes of the span read so far */
     int rc;     /* 0, or < 0 failed */
     int state;
+    bool fixed; /* buf lies in the arena this thread's ring registered */
 } s_staged_t;
 
 /* Staged reads in the order staged: staged[i] has sequence number
@@ -420,8 +421,7 @@ s_register_arena(emlio__ioengine_t *eng)
 {
     void *base;
     size_t len;
-    const char *e = getenv("EMLIO_IO_FIXED");
-    if (!eng->uring || (e && !strcmp(e, "0")) ||
+    if (!eng->uring || !emlio__io_fixed_allowed() ||
         !emlio__iobuf_arena(&base, &len))
         return;
     struct iovec iov = { .iov_base = base, .iov_len = len };
@@ -433,6 +433,13 @@ s_register_arena(emlio__ioengine_t *eng)
 }
 #endif
 
+bool
+emlio__io_fixed_allowed(void)
+{
+    const char *e = getenv("EMLIO_IO_FIXED");
+    return !(e && !strcmp(e, "0"));
+}
+
 int
 emlio__io_fixed_errno(void)
 {
@@ -443,8 +450,7 @@ const char *
 emlio__io_fixed_refusal(void)
 {
     static char why[96];
-    const char *e = getenv("EMLIO_IO_FIXED");
-    if (e && !strcmp(e, "0"))
+    if (!emlio__io_fixed_allowed())
         return "disabled by EMLIO_IO_FIXED=0";
 #ifdef EMLIO_HAVE_URING
     void *base;
@@ -528,14 +534,12 @@ s_pump(emlio__ioengine_t *eng)
         if (!sqe)
             break;
         unsigned len = (unsigned)(s->sp.span - s->got);
-        if (eng->fixed && emlio__iobuf_in_arena(s->buf, s->sp.span)) {
+        if (s->fixed)
             io_uring_prep_read_fixed(sqe, s->req.fd, s->buf + s->got, len,
                                      s->sp.at + s->got, 0);
-            atomic_fetch_add_explicit(&s_count.fixed, 1, memory_order_relaxed);
-        } else {
+        else
             io_uring_prep_read(sqe, s->req.fd, s->buf + s->got, len,
                                s->sp.at + s->got);
-        }
         io_uring_sqe_set_data64(sqe, eng->base + eng->next_submit);
         s->state = S_INFLIGHT;
         eng->inflight++;
@@ -721,7 +725,7 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
         eng->cap = cap;
     }
     size_t queued = 0;
-    uint64_t bytes = 0, direct = 0;
+    uint64_t bytes = 0, direct = 0, fixed = 0;
     bool behind = eng->pending > 0;
     for (; queued < n; queued++) {
         s_span_t sp = s_span_of(reqs[queued].offset, reqs[queued].len,
@@ -729,13 +733,16 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
         uint8_t *buf = s_span_buf(&sp, reqs[queued].align, true);
         if (!buf)
             break;
+        bool in_arena = eng->fixed && emlio__iobuf_in_arena(buf, sp.span);
         eng->staged[eng->n++] = (s_staged_t){ .req = reqs[queued],
                                               .sp = sp,
                                               .tag = tag,
                                               .buf = buf,
-                                              .state = S_QUEUED };
+                                              .state = S_QUEUED,
+                                              .fixed = in_arena };
         bytes += reqs[queued].len;
         direct += reqs[queued].align != 0;
+        fixed += in_arena;
     }
     for (size_t i = queued; i < n; i++) /* not staged: not ours to keep */
         if (reqs[i].owns_fd && reqs[i].fd >= 0)
@@ -744,6 +751,7 @@ emlio__ioengine_stage(emlio__ioengine_t *eng, const void *tag,
     atomic_fetch_add_explicit(&s_count.reads, queued, memory_order_relaxed);
     atomic_fetch_add_explicit(&s_count.bytes, bytes, memory_order_relaxed);
     atomic_fetch_add_explicit(&s_count.direct, direct, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s_count.fixed, fixed, memory_order_relaxed);
     if (behind)
         atomic_fetch_add_explicit(&s_count.ahead, bytes, memory_order_relaxed);
 #ifdef EMLIO_HAVE_URING

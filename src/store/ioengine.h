@@ -159,6 +159,8 @@ typedef struct emlio__io_counters {
 } emlio__io_counters_t;
 
 void emlio__io_counters(emlio__io_counters_t *out);
+/* Whether reads may go into registered buffers: not with EMLIO_IO_FIXED=0. */
+bool emlio__io_fixed_allowed(void);
 /* Why a ring could not register the buffer arena (an errno: ENOMEM is the
  * memlock limit), or 0 where every ring that tried did. */
 int emlio__io_fixed_errno(void);

@@ -7,7 +7,6 @@
  */
 #include "emlio_test.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,14 +87,11 @@ test_arena_gives_reuses_and_overflows(void **state)
 static uint64_t
 s_read_all(void)
 {
-    char path[] = "/tmp/emlio-arena.XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
     uint8_t *bytes = malloc(S_FILE_LEN);
     assert_non_null(bytes);
     for (size_t i = 0; i < S_FILE_LEN; i++)
         bytes[i] = (uint8_t)(i * 13 + i / 509);
-    assert_int_equal(write(fd, bytes, S_FILE_LEN), (ssize_t)S_FILE_LEN);
+    int fd = test_temp_fd(bytes, S_FILE_LEN);
     unsigned align = emlio__io_direct(fd); /* 0 where the fs refuses */
     emlio__io_counters_t c0, c1;
     emlio__io_counters(&c0);
@@ -126,7 +122,6 @@ s_read_all(void)
     emlio__io_counters(&c1);
     free(bytes);
     close(fd);
-    unlink(path);
     return c1.fixed - c0.fixed;
 }
 

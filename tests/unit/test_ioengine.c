@@ -18,16 +18,13 @@
 
 /* A temporary file of S_FILE_LEN bytes, byte i = (i * 7 + i / 251) & 255. */
 static int
-s_make_file(char *path, size_t size)
+s_make_file(void)
 {
-    snprintf(path, size, "/tmp/emlio-ioengine.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
     uint8_t *buf = malloc(S_FILE_LEN);
     assert_non_null(buf);
     for (size_t i = 0; i < S_FILE_LEN; i++)
         buf[i] = (uint8_t)(i * 7 + i / 251);
-    assert_int_equal(write(fd, buf, S_FILE_LEN), (ssize_t)S_FILE_LEN);
+    int fd = test_temp_fd(buf, S_FILE_LEN);
     free(buf);
     return fd;
 }
@@ -48,8 +45,7 @@ s_matches(const uint8_t *buf, uint64_t offset, size_t len)
 static void
 s_exercise(const char *want_kind)
 {
-    char path[64];
-    int fd = s_make_file(path, sizeof(path));
+    int fd = s_make_file();
     emlio__ioengine_t *eng = emlio__ioengine_thread(8);
     assert_non_null(eng);
     assert_string_equal(emlio__ioengine_kind(eng), want_kind);
@@ -162,7 +158,6 @@ s_exercise(const char *want_kind)
     assert_int_equal(emlio__ioengine_pending(eng), 0);
     assert_int_equal(emlio__ioengine_pending(NULL), 0);
     close(fd);
-    unlink(path);
 }
 
 static void *
@@ -248,12 +243,10 @@ static void
 test_ioengine_direct(void **state)
 {
     (void)state;
-    char path[64];
-    int fd = s_make_file(path, sizeof(path));
+    int fd = s_make_file();
     unsigned align = emlio__io_direct(fd);
     if (!align) {
         close(fd);
-        unlink(path);
         skip();
     }
     assert_true(align >= 512 && align <= 4096 && !(align & (align - 1)));
@@ -301,7 +294,6 @@ test_ioengine_direct(void **state)
     assert_int_equal(
         emlio__io_read(fd, S_FILE_LEN - 10, 11, align, &buf, &data), -ESTALE);
     close(fd);
-    unlink(path);
 }
 
 /* The pool hands a freed buffer of a class back to the next request of

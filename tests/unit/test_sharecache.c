@@ -26,16 +26,11 @@ s_byte(uint64_t i, unsigned salt)
 static int
 s_make_file(size_t len, unsigned salt)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/tmp/emlio-share.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    unlink(path);
     uint8_t *buf = malloc(len);
     assert_non_null(buf);
     for (size_t i = 0; i < len; i++)
         buf[i] = s_byte(i, salt);
-    assert_int_equal(write(fd, buf, len), (ssize_t)len);
+    int fd = test_temp_fd(buf, len);
     free(buf);
     return fd;
 }
